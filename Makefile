@@ -1,0 +1,98 @@
+# fedhet — build, test, benchmark.  `make help` lists the targets.
+CC       ?= mpicc
+ifeq ($(origin CC),default)
+CC        = mpicc
+endif
+DEBUG    ?= 0
+PYTHON   ?= python3
+
+# Every Debian package the project needs; `make deps` installs the missing ones.
+DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5-tools librandom123-dev \
+             libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config
+BENCH_PKGS = python3-torch python3-numpy
+
+HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
+HDF5_LIBS   := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
+
+ifeq ($(DEBUG),1)
+OPTFLAGS = -O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer
+else
+OPTFLAGS = -O3 -march=native -g
+endif
+CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -Wall -Wextra -Wno-unused-parameter \
+           -Iinclude $(BLAS_CFLAGS) $(HDF5_CFLAGS) -MMD -MP
+LDFLAGS += $(OPTFLAGS)
+LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -linih -lz -lm
+
+BUILD   = build
+SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c)
+APP_SRC = $(wildcard src/app/*.c)
+OBJ     = $(SRC:%.c=$(BUILD)/%.o)
+APP_OBJ = $(APP_SRC:%.c=$(BUILD)/%.o)
+LIB     = $(BUILD)/libfedhet.a
+UNIT_SRC  = $(wildcard tests/unit/test_*.c)
+UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps deps-bench test test-unit run bench clean help check-tools
+
+all: check-tools bin/fedhet $(UNIT_BIN)
+
+help:
+	@echo "make deps        install the Debian packages fedhet needs (idempotent)"
+	@echo "make             build bin/fedhet and the unit tests (DEBUG=1: -O0 -g with sanitizers)"
+	@echo "make test        deps + build + every test; ends with 'N passed, N failed'"
+	@echo "make run         deps + build + the demo experiment"
+	@echo "make bench       engine benchmark table -> outputs/bench/engine.csv (PyTorch beside it if installed)"
+	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
+	@echo "make clean       remove build/ and bin/"
+
+check-tools:
+	@command -v $(CC) >/dev/null 2>&1 || { echo "error: $(CC) not found: run 'make deps' (package libopenmpi-dev)"; exit 1; }
+	@test -f /usr/include/Random123/philox.h || { echo "error: Random123 headers missing: run 'make deps' (package librandom123-dev)"; exit 1; }
+	@test -n "$(BLAS_LIBS)" || { echo "error: OpenBLAS not found by pkg-config: run 'make deps' (package libopenblas-dev)"; exit 1; }
+	@test -n "$(HDF5_LIBS)" || { echo "error: parallel HDF5 not found by pkg-config: run 'make deps' (package libhdf5-openmpi-dev)"; exit 1; }
+
+deps:
+	@./tools/install-deps.sh $(DEPS_PKGS)
+
+deps-bench:
+	@./tools/install-deps.sh $(BENCH_PKGS)
+
+bin/fedhet: $(APP_OBJ) $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $(APP_OBJ) $(LIB) $(LDLIBS)
+
+$(LIB): $(OBJ)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+# `make test` alone works on a fresh machine: deps first, then a separate make for the build
+# (pkg-config results above are read at parse time, before deps could install anything).
+test: deps
+	@$(MAKE) --no-print-directory all
+	@./tests/run.sh
+
+test-unit: all
+	@./tests/run.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@./tools/demo.sh
+
+bench: all
+	@./tests/bench/engine.sh
+
+clean:
+	rm -rf $(BUILD) bin
+
+-include $(OBJ:.o=.d) $(APP_OBJ:.o=.d) $(UNIT_BIN:=.d)

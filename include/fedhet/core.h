@@ -1,0 +1,62 @@
+/* fedhet core: status codes, the error chain, rank-prefixed logging, wall-clock timers.
+ *
+ * Every fallible function returns an int status (FH_OK on success). A failure records a message with
+ * FH_FAIL; callers pass it up with FH_CHECK, which adds their file:line to the chain. Only src/app turns
+ * a status into an exit code: the status values ARE the exit codes of DESIGN.md. */
+#ifndef FEDHET_CORE_H
+#define FEDHET_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    FH_OK = 0,
+    FH_ERR_USAGE = 1,   /* usage or config */
+    FH_ERR_DATA = 2,    /* input data */
+    FH_ERR_NUMERIC = 3, /* numerical divergence */
+    FH_ERR_IO = 4,      /* I/O, including running out of memory */
+    FH_ERR_MPI = 5
+};
+
+#if defined(__GNUC__)
+#define FH_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define FH_PRINTF(a, b)
+#endif
+
+/* Records the first message of a new error (clearing any older chain) and returns status. */
+int fh_error_raise(int status, const char *file, int line, const char *fmt, ...) FH_PRINTF(4, 5);
+/* Appends a "  at file:line (expr)" frame to the current chain and returns status. */
+int fh_error_trace(int status, const char *file, int line, const char *expr);
+const char *fh_error_message(void); /* the whole chain; "" when none */
+void fh_error_clear(void);
+const char *fh_status_name(int status);
+
+#define FH_FAIL(status, ...) return fh_error_raise((status), __FILE__, __LINE__, __VA_ARGS__)
+#define FH_CHECK(call)                                                        \
+    do {                                                                      \
+        int fh_status_ = (call);                                              \
+        if (fh_status_ != FH_OK)                                              \
+            return fh_error_trace(fh_status_, __FILE__, __LINE__, #call);     \
+    } while (0)
+
+/* malloc/calloc that raise FH_ERR_IO naming what was being allocated. *out is NULL on failure. */
+int fh_calloc(void *out_ptr, size_t count, size_t size, const char *what);
+/* 64-byte aligned, zeroed; release with fh_free. */
+int fh_alloc_aligned(void *out_ptr, size_t bytes, const char *what);
+void fh_free(void *ptr_to_ptr); /* frees *ptr and sets it to NULL */
+
+/* ---- logging ---- */
+enum { FH_LOG_QUIET = 0, FH_LOG_WARN = 1, FH_LOG_INFO = 2, FH_LOG_DEBUG = 3 };
+void fh_log_set_rank(int rank);  /* prefix "[rank R]"; -1 removes the prefix */
+void fh_log_set_level(int level);
+int fh_log_level(void);
+void fh_log_info(const char *fmt, ...) FH_PRINTF(1, 2);  /* stdout */
+void fh_log_warn(const char *fmt, ...) FH_PRINTF(1, 2);  /* stderr */
+void fh_log_error(const char *fmt, ...) FH_PRINTF(1, 2); /* stderr, always */
+void fh_log_debug(const char *fmt, ...) FH_PRINTF(1, 2);
+
+/* ---- timers ---- */
+double fh_time_now(void); /* monotonic seconds */
+
+#endif

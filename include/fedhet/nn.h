@@ -1,0 +1,211 @@
+/* fedhet neural-network engine: layers, losses, optimisers and the model zoo, on flat float vectors.
+ *
+ * A model's whole state is ONE float vector: trainable parameters first (layer order, weight then bias),
+ * then non-trainable buffers (BatchNorm running mean and variance). Layers keep offsets into it, so the
+ * vector behind `model->state` may be swapped for any other of length n_state. Gradients live in a second
+ * vector of the same layout (`model->grad`; its buffer part stays zero).
+ *
+ * Activations are NCHW float32, per-sample shape C x H x W, allocated for `max_batch` samples when the
+ * model is finalised; a forward/backward step allocates nothing. Backward accumulates into model->grad:
+ * zeroing is explicit (nn_model_zero_grad). No MPI, no HDF5, no config in here: floats and shapes only. */
+#ifndef FEDHET_NN_H
+#define FEDHET_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int c, h, w;
+} NnShape;
+
+typedef enum { NN_ACT_NONE = 0, NN_ACT_RELU, NN_ACT_RELU6 } NnAct;
+
+typedef enum {
+    NN_OP_LINEAR,
+    NN_OP_CONV2D,
+    NN_OP_MAXPOOL,
+    NN_OP_AVGPOOL,
+    NN_OP_GAP,
+    NN_OP_BATCHNORM,
+    NN_OP_GROUPNORM,
+    NN_OP_ACT,     /* standalone ReLU / ReLU6 */
+    NN_OP_DROPOUT,
+    NN_OP_ADD,     /* residual add */
+    NN_OP_FLATTEN  /* a view: shares its input's buffers */
+} NnOpType;
+
+typedef struct {
+    NnShape shape;
+    int64_t size;     /* c*h*w, per sample */
+    float *data;      /* [max_batch * size] */
+    float *grad;      /* [max_batch * size] */
+    int alias_of;     /* -1, or the tensor whose buffers this one shares */
+} NnTensor;
+
+typedef struct {
+    NnOpType type;
+    NnAct act;          /* fused activation applied to this layer's output */
+    char name[40];
+    int in, in2, out;   /* tensor indices (in2: second operand of ADD, else -1) */
+    int64_t w_off, b_off;   /* trainable offsets into state, -1 if absent */
+    int64_t rm_off, rv_off; /* BatchNorm running mean / var offsets into state (buffers), -1 if absent */
+    int cin, cout, k, stride, pad, groups;
+    float eps, momentum, p; /* norm eps, BN momentum, dropout probability */
+    /* per-layer scratch sized for max_batch */
+    float *save_mean, *save_invstd; /* norm statistics of the last training forward */
+    int32_t *argmax;                /* max-pool winners */
+    uint8_t *mask;                  /* dropout keep mask */
+    int64_t flops;                  /* forward FLOPs per sample (2 x multiply-adds) */
+    double seconds_forward, seconds_backward; /* accumulated while model->profile is set */
+} NnLayer;
+
+typedef enum { NN_ROLE_WEIGHT, NN_ROLE_BIAS, NN_ROLE_NORM_WEIGHT, NN_ROLE_NORM_BIAS, NN_ROLE_RUNNING_MEAN,
+               NN_ROLE_RUNNING_VAR } NnParamRole;
+
+/* One named tensor of the state vector: "conv1.weight" at [offset, offset + count) */
+typedef struct {
+    char name[48];
+    int64_t offset, count;
+    int trainable;
+    int ndim;
+    int dims[4];
+    int layer;        /* index of the owning layer */
+    NnParamRole role;
+} NnParamView;
+
+typedef struct NnModel {
+    char arch[32];
+    NnLayer *layers;
+    int n_layers, cap_layers;
+    NnTensor *tensors;
+    int n_tensors, cap_tensors;
+    NnParamView *views;
+    int n_views, cap_views;
+    int64_t n_params;   /* trainable */
+    int64_t n_buffers;  /* non-trainable */
+    int64_t n_state;    /* n_params + n_buffers */
+    float *state;       /* [n_state]; points at own_state unless swapped */
+    float *grad;        /* [n_state] */
+    float *own_state;
+    int max_batch;
+    int batch;          /* batch of the last forward */
+    int input, logits, features; /* tensor indices; features = input of the classifier */
+    int classes;
+    int training;           /* 1: BN uses batch statistics, dropout active */
+    int bn_update_running;  /* 1: training forward updates BN running stats; 0 freezes them (SAM's 2nd pass) */
+    int need_input_grad;    /* 1: backward also fills tensors[input].grad (tests) */
+    int profile;            /* 1: accumulate per-layer wall time in layers[i].seconds_* */
+    uint64_t dropout_seed;
+    uint32_t dropout_ctr[3]; /* (round, client, step) chosen by the caller before a forward */
+    float *workspace;        /* im2col columns and gemm staging */
+    size_t workspace_floats;
+    int status;              /* first build error (sticky), FH_OK otherwise */
+    int finalized;
+} NnModel;
+
+/* ---- building ---------------------------------------------------------------------------------
+ * Builder calls return the output tensor index. Errors are sticky: the first one is recorded in
+ * model->status with a message (fh_error_message) naming the layer and the shape; later calls do
+ * nothing and nn_model_finalize returns it. */
+int nn_model_init(NnModel *m, const char *arch, NnShape input, int max_batch);
+int nn_linear(NnModel *m, int in, int n_out, int bias, NnAct act);
+int nn_conv2d(NnModel *m, int in, int cout, int k, int stride, int pad, int groups, int bias, NnAct act);
+int nn_maxpool(NnModel *m, int in, int k, int stride, int pad);
+int nn_avgpool(NnModel *m, int in, int k, int stride, int pad);
+int nn_gap(NnModel *m, int in);
+int nn_batchnorm(NnModel *m, int in, NnAct act);
+int nn_groupnorm(NnModel *m, int in, int groups, NnAct act);
+int nn_act(NnModel *m, int in, NnAct act);
+int nn_dropout(NnModel *m, int in, float p);
+int nn_add(NnModel *m, int a, int b, NnAct act);
+int nn_flatten(NnModel *m, int in);
+/* Names the output and the classifier's input; allocates state, gradients, activations, workspace. */
+int nn_model_finalize(NnModel *m, int logits, int features, int classes);
+void nn_model_free(NnModel *m);
+
+/* ---- running ------------------------------------------------------------------------------------ */
+/* Kaiming-uniform(a=sqrt 5) weights and biases, norm weight 1 bias 0, running var 1, from Philox
+ * purpose `init` keyed by seed, one counter per parameter tensor in layer order. */
+void nn_model_init_params(NnModel *m, uint64_t seed);
+void nn_model_set_training(NnModel *m, int training);
+/* input: [batch, C, H, W], must stay valid until backward. Returns FH_OK or an error for batch out of range. */
+int nn_model_forward(NnModel *m, const float *input, int batch);
+/* dlogits: [batch, classes] (d loss / d logits); dfeatures: optional extra gradient at the features
+ * tensor [batch, features size] (MOON, FedDecorr). Accumulates into m->grad. */
+void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures);
+void nn_model_zero_grad(NnModel *m);
+float *nn_model_logits(const NnModel *m);
+float *nn_model_features(const NnModel *m);
+int64_t nn_model_features_size(const NnModel *m);
+int64_t nn_model_flops_forward(const NnModel *m); /* per sample */
+size_t nn_model_activation_bytes(const NnModel *m);  /* activations + gradients + workspace */
+/* The named view, or NULL */
+const NnParamView *nn_model_view(const NnModel *m, const char *name);
+
+/* ---- losses ---------------------------------------------------------------------------------------
+ * All accumulate into dlogits (zero it first) the gradient of the returned mean loss. */
+
+/* Softmax cross-entropy, mean over the batch of w_i * l_i (w_i = 1 when weights is NULL; the mean
+ * divides by batch, not by the sum of weights). logit_adjust [classes] (tau * log prior) is added to
+ * the logits first when not NULL. per_sample [batch] (optional) receives the unweighted l_i. */
+float nn_softmax_xent(float *dlogits, float *per_sample, const float *logits, const int32_t *labels,
+                      const float *weights, const float *logit_adjust, int batch, int classes);
+/* weight * T^2 * mean_i KL(softmax(teacher_i / T) || softmax(student_i / T)) */
+float nn_kl_distill(float *dlogits, const float *student, const float *teacher, float temperature,
+                    float weight, int batch, int classes);
+/* argmax per row; returns the number equal to labels (labels may be NULL: returns 0) */
+int nn_count_correct(int32_t *pred, const float *logits, const int32_t *labels, int batch, int classes);
+
+/* ---- optimisers on flat vectors ------------------------------------------------------------------ */
+typedef struct {
+    int64_t n;
+    float momentum, dampening, weight_decay;
+    int nesterov;
+    int64_t steps;
+    float *buf; /* momentum buffer [n], NULL when momentum == 0 */
+} NnSgd;
+int nn_sgd_init(NnSgd *opt, int64_t n, float momentum, float weight_decay, int nesterov);
+/* PyTorch torch.optim.SGD semantics; grad is read only. */
+void nn_sgd_step(NnSgd *opt, float *params, const float *grad, float lr);
+void nn_sgd_reset(NnSgd *opt);
+void nn_sgd_free(NnSgd *opt);
+
+typedef struct {
+    int64_t n;
+    float beta1, beta2, eps, weight_decay;
+    int decoupled; /* 1: AdamW */
+    int64_t steps;
+    float *m, *v;
+} NnAdam;
+int nn_adam_init(NnAdam *opt, int64_t n, float beta1, float beta2, float eps, float weight_decay, int decoupled);
+void nn_adam_step(NnAdam *opt, float *params, const float *grad, float lr);
+void nn_adam_reset(NnAdam *opt);
+void nn_adam_free(NnAdam *opt);
+
+/* Scales grad so that its L2 norm is at most max_norm; returns the norm before clipping. */
+float nn_clip_grad_norm(float *grad, int64_t n, float max_norm);
+
+/* ---- vector helpers (BLAS level 1) -------------------------------------------------------------- */
+void nn_vec_axpy(float *y, float a, const float *x, int64_t n);  /* y += a x */
+void nn_vec_scale(float *x, float a, int64_t n);
+void nn_vec_copy(float *dst, const float *src, int64_t n);
+float nn_vec_dot(const float *x, const float *y, int64_t n);
+float nn_vec_norm(const float *x, int64_t n);
+
+/* ---- model zoo (spec/models.md) --------------------------------------------------------------------- */
+typedef struct {
+    const char *norm;  /* "bn" (default) or "gn", for resnet18 */
+    int gn_groups;     /* GroupNorm groups, default 2 */
+    float dropout;     /* unused by the spec's models; 0 */
+} NnZooOptions;
+/* Builds and finalises model `name` for input C x H x W and `classes`; parameters are NOT initialised
+ * (call nn_model_init_params). Unknown names and inputs too small for the model are FH_ERR_USAGE. */
+int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int max_batch,
+                 const NnZooOptions *opt);
+/* "mlp, cnn, ..." */
+const char *nn_zoo_names(void);
+
+/* ---- threads ---- */
+void nn_set_threads(int n_threads);
+
+#endif

@@ -1,0 +1,47 @@
+/* fedhet: the one executable. Dispatches subcommands; turns statuses into exit codes (DESIGN.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "fedhet/core.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} AppCommand;
+
+static const AppCommand commands[] = {
+    {"inspect", app_cmd_inspect, "what a model holds: layers, parameters, FLOPs, memory (--model NAME)"},
+    {"bench", app_cmd_bench, "one engine benchmark point as a CSV line"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: fedhet <command> [options]   (fedhet <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\nexit codes: 0 ok, 1 usage or config, 2 input data, 3 numerical divergence, 4 I/O, 5 MPI\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return FH_ERR_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return FH_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0) continue;
+        int status = commands[i].run(argc - 1, argv + 1);
+        if (status != FH_OK) fprintf(stderr, "fedhet %s: error: %s\n", argv[1], fh_error_message());
+        return status;
+    }
+    fprintf(stderr, "fedhet: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return FH_ERR_USAGE;
+}

@@ -1,0 +1,99 @@
+/* The error chain: one message per failure plus a frame per FH_CHECK on the way up. */
+#include "fedhet/core.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FH_ERROR_CAPACITY 4096
+
+static _Thread_local char error_text[FH_ERROR_CAPACITY];
+static _Thread_local size_t error_len;
+
+static void error_append(const char *fmt, ...) FH_PRINTF(1, 2);
+static void error_append(const char *fmt, ...)
+{
+    if (error_len >= FH_ERROR_CAPACITY - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(error_text + error_len, FH_ERROR_CAPACITY - error_len, fmt, ap);
+    va_end(ap);
+    if (n > 0) error_len += (size_t)n;
+    if (error_len > FH_ERROR_CAPACITY - 1) error_len = FH_ERROR_CAPACITY - 1;
+}
+
+int fh_error_raise(int status, const char *file, int line, const char *fmt, ...)
+{
+    error_len = 0;
+    error_text[0] = '\0';
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(error_text, FH_ERROR_CAPACITY, fmt, ap);
+    va_end(ap);
+    error_len = n > 0 ? (size_t)n : 0;
+    if (error_len > FH_ERROR_CAPACITY - 1) error_len = FH_ERROR_CAPACITY - 1;
+    error_append("\n  at %s:%d", file, line);
+    return status;
+}
+
+int fh_error_trace(int status, const char *file, int line, const char *expr)
+{
+    if (error_len == 0) error_append("%s (no message recorded)", fh_status_name(status));
+    error_append("\n  at %s:%d (%s)", file, line, expr);
+    return status;
+}
+
+const char *fh_error_message(void) { return error_text; }
+
+void fh_error_clear(void)
+{
+    error_len = 0;
+    error_text[0] = '\0';
+}
+
+const char *fh_status_name(int status)
+{
+    switch (status) {
+    case FH_OK: return "ok";
+    case FH_ERR_USAGE: return "usage or config error";
+    case FH_ERR_DATA: return "input data error";
+    case FH_ERR_NUMERIC: return "numerical divergence";
+    case FH_ERR_IO: return "I/O error";
+    case FH_ERR_MPI: return "MPI error";
+    default: return "unknown error";
+    }
+}
+
+int fh_calloc(void *out_ptr, size_t count, size_t size, const char *what)
+{
+    void **out = (void **)out_ptr;
+    *out = NULL;
+    if (count == 0 || size == 0) return FH_OK;
+    if (count > SIZE_MAX / size)
+        FH_FAIL(FH_ERR_IO, "allocation of %zu x %zu bytes for %s overflows", count, size, what);
+    *out = calloc(count, size);
+    if (!*out)
+        FH_FAIL(FH_ERR_IO, "out of memory allocating %.1f MiB for %s",
+                (double)count * (double)size / 1048576.0, what);
+    return FH_OK;
+}
+
+int fh_alloc_aligned(void *out_ptr, size_t bytes, const char *what)
+{
+    void **out = (void **)out_ptr;
+    *out = NULL;
+    if (bytes == 0) return FH_OK;
+    size_t rounded = (bytes + 63) / 64 * 64;
+    *out = aligned_alloc(64, rounded);
+    if (!*out) FH_FAIL(FH_ERR_IO, "out of memory allocating %.1f MiB for %s", (double)bytes / 1048576.0, what);
+    memset(*out, 0, rounded);
+    return FH_OK;
+}
+
+void fh_free(void *ptr_to_ptr)
+{
+    void **p = (void **)ptr_to_ptr;
+    free(*p);
+    *p = NULL;
+}

@@ -1,0 +1,69 @@
+/* Engine kernels, private to src/nn. Outputs first, then inputs, sizes last; shapes in the comment.
+ * Forward kernels overwrite their output; backward kernels accumulate into gradients. */
+#ifndef FEDHET_NN_KERNELS_H
+#define FEDHET_NN_KERNELS_H
+
+#include <stdint.h>
+
+#include "fedhet/nn.h"
+
+/* ---- activations: y = act(x) in place; dy *= act'(y) in place (the mask is read off the output) ---- */
+void nn_act_forward(float *y, int64_t n, NnAct act);
+void nn_act_backward(float *dy, const float *y, int64_t n, NnAct act);
+
+/* ---- linear: y[B, n_out] = x[B, n_in] w^T + b;  w [n_out, n_in] ---- */
+void nn_linear_forward(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out);
+/* dx may be NULL (first layer) */
+void nn_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
+                        int n_in, int n_out);
+
+/* ---- conv2d, NCHW; w [cout, cin/groups, k, k] ---- */
+typedef struct {
+    int batch, cin, h, w, cout, k, stride, pad, groups, ho, wo;
+} NnConvShape;
+int nn_conv_out_size(int in, int k, int stride, int pad);
+/* floats of workspace the BLAS path needs for this shape when `chunk` samples go through one gemm */
+int64_t nn_conv2d_workspace(const NnConvShape *s, int chunk);
+int nn_conv2d_chunk(const NnConvShape *s);
+void nn_conv2d_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, float *ws);
+void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                        const NnConvShape *s, float *ws);
+/* naive direct loops, for testing the BLAS path */
+void nn_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b, const NnConvShape *s);
+void nn_conv2d_backward_ref(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                            const NnConvShape *s);
+
+/* ---- pooling over [B*C] planes of h x w ---- */
+void nn_maxpool_forward(float *y, int32_t *argmax, const float *x, int planes, int h, int w, int k, int stride,
+                        int pad, int ho, int wo);
+void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int planes, int h, int w, int ho, int wo);
+/* count_include_pad: the divisor is always k*k */
+void nn_avgpool_forward(float *y, const float *x, int planes, int h, int w, int k, int stride, int pad, int ho,
+                        int wo);
+void nn_avgpool_backward(float *dx, const float *dy, int planes, int h, int w, int k, int stride, int pad, int ho,
+                         int wo);
+void nn_gap_forward(float *y, const float *x, int planes, int hw);
+void nn_gap_backward(float *dx, const float *dy, int planes, int hw);
+
+/* ---- batch norm over x [B, C, hw] ---- */
+/* training: batch statistics; saves mean and 1/sqrt(var + eps); updates running stats when rm != NULL */
+void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
+                                const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
+                                float eps, float momentum);
+void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
+                               const float *rv, int batch, int c, int hw, float eps);
+void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                                 const float *gamma, const float *save_mean, const float *save_invstd, int batch,
+                                 int c, int hw);
+void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                                const float *gamma, const float *rm, const float *rv, int batch, int c, int hw,
+                                float eps);
+
+/* ---- group norm over x [B, C, hw], `groups` groups of C/groups channels; save_* are [B*groups] ---- */
+void nn_groupnorm_forward(float *y, float *save_mean, float *save_invstd, const float *x, const float *gamma,
+                          const float *beta, int batch, int c, int hw, int groups, float eps);
+void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                           const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
+                           int hw, int groups);
+
+#endif

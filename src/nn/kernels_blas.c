@@ -1,0 +1,372 @@
+/* Linear and conv2d kernels on OpenBLAS sgemm, with naive _ref versions kept beside them for tests.
+ *
+ * conv2d (groups = 1) lowers a chunk of samples to one gemm: im2col writes the chunk's columns side by
+ * side, col [cin*k*k, chunk*ho*wo], so the gemm has a wide N even when one sample's ho*wo is small; the
+ * result [cout, chunk*ho*wo] is scattered back to NCHW. 1x1 stride-1 convs skip im2col; depthwise convs
+ * use direct loops (a gemm per channel would have K = k*k). */
+#include <cblas.h>
+#include <string.h>
+
+#include "kernels.h"
+
+/* ============================== linear ============================== */
+
+void nn_linear_forward(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, y,
+                n_out);
+    if (b)
+        for (int i = 0; i < batch; i++)
+            for (int o = 0; o < n_out; o++) y[(int64_t)i * n_out + o] += b[o];
+}
+
+void nn_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
+                        int n_in, int n_out)
+{
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, batch, 1.0f, dy, n_out, x, n_in, 1.0f, dw,
+                n_in);
+    if (db)
+        for (int i = 0; i < batch; i++)
+            for (int o = 0; o < n_out; o++) db[o] += dy[(int64_t)i * n_out + o];
+    if (dx)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, n_in, n_out, 1.0f, dy, n_out, w, n_in, 1.0f,
+                    dx, n_in);
+}
+
+/* ============================== conv2d ============================== */
+
+/* Upper bound on one im2col chunk, in floats (512 KiB): measured faster than wider gemms, since the
+ * columns stay in L2; only layers with tiny spatial size get more than one sample per gemm. */
+#define CONV_CHUNK_FLOATS (1 << 17)
+
+int nn_conv_out_size(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
+
+static int conv_is_1x1(const NnConvShape *s) { return s->k == 1 && s->stride == 1 && s->pad == 0 && s->groups == 1; }
+static int conv_is_depthwise(const NnConvShape *s) { return s->groups > 1 && s->groups == s->cin && s->cout == s->cin; }
+
+int nn_conv2d_chunk(const NnConvShape *s)
+{
+    if (s->groups != 1 || conv_is_1x1(s)) return 1;
+    int64_t per_sample = (int64_t)(s->cin * s->k * s->k + s->cout) * s->ho * s->wo;
+    int64_t chunk = CONV_CHUNK_FLOATS / (per_sample > 0 ? per_sample : 1);
+    if (chunk < 1) chunk = 1;
+    if (chunk > s->batch) chunk = s->batch;
+    return (int)chunk;
+}
+
+int64_t nn_conv2d_workspace(const NnConvShape *s, int chunk)
+{
+    int64_t hwo = (int64_t)s->ho * s->wo;
+    if (conv_is_1x1(s) || conv_is_depthwise(s)) return 0;
+    if (s->groups > 1) return (int64_t)(s->cin / s->groups) * s->k * s->k * hwo;
+    int64_t ws = (int64_t)s->cin * s->k * s->k * chunk * hwo;
+    if (chunk > 1) ws += (int64_t)s->cout * chunk * hwo;
+    return ws;
+}
+
+/* col rows r = (c*k + i)*k + j; this sample's columns start at col + 0 with row stride ldc */
+static void im2col(float *col, int64_t ldc, const float *x, int c_in, int h, int w, int k, int stride, int pad,
+                   int ho, int wo)
+{
+    for (int c = 0; c < c_in; c++)
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++) {
+                float *row = col + ((int64_t)(c * k + i) * k + j) * ldc;
+                const float *xc = x + (int64_t)c * h * w;
+                for (int oh = 0; oh < ho; oh++) {
+                    int ih = oh * stride - pad + i;
+                    float *dst = row + (int64_t)oh * wo;
+                    if (ih < 0 || ih >= h) {
+                        for (int ow = 0; ow < wo; ow++) dst[ow] = 0.0f;
+                        continue;
+                    }
+                    const float *src = xc + (int64_t)ih * w;
+                    if (stride == 1) {
+                        /* iw = ow + (j - pad): valid for ow in [lo, hi) */
+                        int off = j - pad, lo = off < 0 ? -off : 0, hi = w - off < wo ? w - off : wo;
+                        if (hi < lo) hi = lo;
+                        /* rows are short (wo ~ 7..32): a plain loop beats a memcpy call */
+                        for (int ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+                        for (int ow = lo; ow < hi; ow++) dst[ow] = src[ow + off];
+                        for (int ow = hi; ow < wo; ow++) dst[ow] = 0.0f;
+                    } else {
+                        for (int ow = 0; ow < wo; ow++) {
+                            int iw = ow * stride - pad + j;
+                            dst[ow] = (iw >= 0 && iw < w) ? src[iw] : 0.0f;
+                        }
+                    }
+                }
+            }
+}
+
+/* dx += col2im(col) */
+static void col2im_add(float *dx, const float *col, int64_t ldc, int c_in, int h, int w, int k, int stride, int pad,
+                       int ho, int wo)
+{
+    for (int c = 0; c < c_in; c++)
+        for (int i = 0; i < k; i++)
+            for (int j = 0; j < k; j++) {
+                const float *row = col + ((int64_t)(c * k + i) * k + j) * ldc;
+                float *dxc = dx + (int64_t)c * h * w;
+                for (int oh = 0; oh < ho; oh++) {
+                    int ih = oh * stride - pad + i;
+                    if (ih < 0 || ih >= h) continue;
+                    const float *src = row + (int64_t)oh * wo;
+                    float *dst = dxc + (int64_t)ih * w;
+                    if (stride == 1) {
+                        int off = j - pad, lo = off < 0 ? -off : 0, hi = w - off < wo ? w - off : wo;
+                        for (int ow = lo; ow < hi; ow++) dst[ow + off] += src[ow];
+                    } else {
+                        for (int ow = 0; ow < wo; ow++) {
+                            int iw = ow * stride - pad + j;
+                            if (iw >= 0 && iw < w) dst[iw] += src[ow];
+                        }
+                    }
+                }
+            }
+}
+
+static void add_bias(float *y, const float *b, int cout, int64_t hw)
+{
+    for (int co = 0; co < cout; co++) {
+        float bv = b[co];
+        float *yc = y + co * hw;
+        for (int64_t p = 0; p < hw; p++) yc[p] += bv;
+    }
+}
+
+static void sum_bias(float *db, const float *dy, int cout, int64_t hw)
+{
+    for (int co = 0; co < cout; co++) {
+        const float *d = dy + co * hw;
+        float s = 0.0f;
+        for (int64_t p = 0; p < hw; p++) s += d[p];
+        db[co] += s;
+    }
+}
+
+static void depthwise_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s)
+{
+    int k = s->k;
+    for (int n = 0; n < s->batch; n++)
+        for (int c = 0; c < s->cin; c++) {
+            const float *xc = x + ((int64_t)n * s->cin + c) * s->h * s->w;
+            float *yc = y + ((int64_t)n * s->cout + c) * s->ho * s->wo;
+            const float *wc = w + (int64_t)c * k * k;
+            float bias = b ? b[c] : 0.0f;
+            for (int oh = 0; oh < s->ho; oh++)
+                for (int ow = 0; ow < s->wo; ow++) {
+                    float acc = bias;
+                    for (int i = 0; i < k; i++) {
+                        int ih = oh * s->stride - s->pad + i;
+                        if (ih < 0 || ih >= s->h) continue;
+                        for (int j = 0; j < k; j++) {
+                            int iw = ow * s->stride - s->pad + j;
+                            if (iw >= 0 && iw < s->w) acc += xc[ih * s->w + iw] * wc[i * k + j];
+                        }
+                    }
+                    yc[oh * s->wo + ow] = acc;
+                }
+        }
+}
+
+static void depthwise_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                               const NnConvShape *s)
+{
+    int k = s->k;
+    for (int n = 0; n < s->batch; n++)
+        for (int c = 0; c < s->cin; c++) {
+            const float *xc = x + ((int64_t)n * s->cin + c) * s->h * s->w;
+            float *dxc = dx ? dx + ((int64_t)n * s->cin + c) * s->h * s->w : NULL;
+            const float *dyc = dy + ((int64_t)n * s->cout + c) * s->ho * s->wo;
+            const float *wc = w + (int64_t)c * k * k;
+            float *dwc = dw + (int64_t)c * k * k;
+            float dbias = 0.0f;
+            for (int oh = 0; oh < s->ho; oh++)
+                for (int ow = 0; ow < s->wo; ow++) {
+                    float g = dyc[oh * s->wo + ow];
+                    dbias += g;
+                    for (int i = 0; i < k; i++) {
+                        int ih = oh * s->stride - s->pad + i;
+                        if (ih < 0 || ih >= s->h) continue;
+                        for (int j = 0; j < k; j++) {
+                            int iw = ow * s->stride - s->pad + j;
+                            if (iw < 0 || iw >= s->w) continue;
+                            dwc[i * k + j] += g * xc[ih * s->w + iw];
+                            if (dxc) dxc[ih * s->w + iw] += g * wc[i * k + j];
+                        }
+                    }
+                }
+            if (db) db[c] += dbias;
+        }
+}
+
+void nn_conv2d_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, float *ws)
+{
+    int64_t hwi = (int64_t)s->h * s->w, hwo = (int64_t)s->ho * s->wo;
+    if (conv_is_depthwise(s)) {
+        depthwise_forward(y, x, w, b, s);
+        return;
+    }
+    if (conv_is_1x1(s)) {
+        for (int n = 0; n < s->batch; n++) {
+            float *yn = y + (int64_t)n * s->cout * hwo;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->cout, (int)hwo, s->cin, 1.0f, w, s->cin,
+                        x + (int64_t)n * s->cin * hwi, (int)hwo, 0.0f, yn, (int)hwo);
+            if (b) add_bias(yn, b, s->cout, hwo);
+        }
+        return;
+    }
+    if (s->groups > 1) {
+        int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
+        int kk = cg_in * s->k * s->k;
+        for (int n = 0; n < s->batch; n++)
+            for (int g = 0; g < s->groups; g++) {
+                im2col(ws, hwo, x + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi, cg_in, s->h, s->w, s->k,
+                       s->stride, s->pad, s->ho, s->wo);
+                float *yg = y + ((int64_t)n * s->cout + (int64_t)g * cg_out) * hwo;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cg_out, (int)hwo, kk, 1.0f,
+                            w + (int64_t)g * cg_out * kk, kk, ws, (int)hwo, 0.0f, yg, (int)hwo);
+                if (b) add_bias(yg, b + g * cg_out, cg_out, hwo);
+            }
+        return;
+    }
+    int kk = s->cin * s->k * s->k;
+    int chunk = nn_conv2d_chunk(s);
+    for (int n0 = 0; n0 < s->batch; n0 += chunk) {
+        int nb = s->batch - n0 < chunk ? s->batch - n0 : chunk;
+        int64_t ldc = nb * hwo;
+        float *col = ws, *tmp = ws + (int64_t)kk * ldc;
+        for (int j = 0; j < nb; j++)
+            im2col(col + j * hwo, ldc, x + (int64_t)(n0 + j) * s->cin * hwi, s->cin, s->h, s->w, s->k, s->stride,
+                   s->pad, s->ho, s->wo);
+        float *out = nb == 1 ? y + (int64_t)n0 * s->cout * hwo : tmp;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->cout, (int)ldc, kk, 1.0f, w, kk, col, (int)ldc,
+                    0.0f, out, (int)ldc);
+        if (nb > 1)
+            for (int j = 0; j < nb; j++)
+                for (int co = 0; co < s->cout; co++)
+                    memcpy(y + ((int64_t)(n0 + j) * s->cout + co) * hwo, tmp + co * ldc + j * hwo,
+                           sizeof(float) * (size_t)hwo);
+        if (b)
+            for (int j = 0; j < nb; j++) add_bias(y + (int64_t)(n0 + j) * s->cout * hwo, b, s->cout, hwo);
+    }
+}
+
+void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                        const NnConvShape *s, float *ws)
+{
+    int64_t hwi = (int64_t)s->h * s->w, hwo = (int64_t)s->ho * s->wo;
+    if (conv_is_depthwise(s)) {
+        depthwise_backward(dx, dw, db, dy, x, w, s);
+        return;
+    }
+    if (db)
+        for (int n = 0; n < s->batch; n++) sum_bias(db, dy + (int64_t)n * s->cout * hwo, s->cout, hwo);
+    if (conv_is_1x1(s)) {
+        for (int n = 0; n < s->batch; n++) {
+            const float *dyn = dy + (int64_t)n * s->cout * hwo, *xn = x + (int64_t)n * s->cin * hwi;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->cout, s->cin, (int)hwo, 1.0f, dyn, (int)hwo, xn,
+                        (int)hwo, 1.0f, dw, s->cin);
+            if (dx)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s->cin, (int)hwo, s->cout, 1.0f, w, s->cin, dyn,
+                            (int)hwo, 1.0f, dx + (int64_t)n * s->cin * hwi, (int)hwo);
+        }
+        return;
+    }
+    if (s->groups > 1) {
+        int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
+        int kk = cg_in * s->k * s->k;
+        for (int n = 0; n < s->batch; n++)
+            for (int g = 0; g < s->groups; g++) {
+                const float *xg = x + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi;
+                const float *dyg = dy + ((int64_t)n * s->cout + (int64_t)g * cg_out) * hwo;
+                const float *wg = w + (int64_t)g * cg_out * kk;
+                im2col(ws, hwo, xg, cg_in, s->h, s->w, s->k, s->stride, s->pad, s->ho, s->wo);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cg_out, kk, (int)hwo, 1.0f, dyg, (int)hwo, ws,
+                            (int)hwo, 1.0f, dw + (int64_t)g * cg_out * kk, kk);
+                if (!dx) continue;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, (int)hwo, cg_out, 1.0f, wg, kk, dyg,
+                            (int)hwo, 0.0f, ws, (int)hwo);
+                col2im_add(dx + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi, ws, hwo, cg_in, s->h, s->w, s->k,
+                           s->stride, s->pad, s->ho, s->wo);
+            }
+        return;
+    }
+    int kk = s->cin * s->k * s->k;
+    int chunk = nn_conv2d_chunk(s);
+    for (int n0 = 0; n0 < s->batch; n0 += chunk) {
+        int nb = s->batch - n0 < chunk ? s->batch - n0 : chunk;
+        int64_t ldc = nb * hwo;
+        float *col = ws, *tmp = ws + (int64_t)kk * ldc;
+        const float *dyc = dy + (int64_t)n0 * s->cout * hwo;
+        if (nb > 1) {
+            for (int j = 0; j < nb; j++)
+                for (int co = 0; co < s->cout; co++)
+                    memcpy(tmp + co * ldc + j * hwo, dy + ((int64_t)(n0 + j) * s->cout + co) * hwo,
+                           sizeof(float) * (size_t)hwo);
+            dyc = tmp;
+        }
+        for (int j = 0; j < nb; j++)
+            im2col(col + j * hwo, ldc, x + (int64_t)(n0 + j) * s->cin * hwi, s->cin, s->h, s->w, s->k, s->stride,
+                   s->pad, s->ho, s->wo);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->cout, kk, (int)ldc, 1.0f, dyc, (int)ldc, col,
+                    (int)ldc, 1.0f, dw, kk);
+        if (!dx) continue;
+        /* the columns are no longer needed: reuse them for d(col) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, (int)ldc, s->cout, 1.0f, w, kk, dyc, (int)ldc, 0.0f,
+                    col, (int)ldc);
+        for (int j = 0; j < nb; j++)
+            col2im_add(dx + (int64_t)(n0 + j) * s->cin * hwi, col + j * hwo, ldc, s->cin, s->h, s->w, s->k,
+                       s->stride, s->pad, s->ho, s->wo);
+    }
+}
+
+/* ============================== reference conv ============================== */
+
+void nn_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b, const NnConvShape *s)
+{
+    int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
+    for (int n = 0; n < s->batch; n++)
+        for (int co = 0; co < s->cout; co++) {
+            int g = co / cg_out;
+            for (int oh = 0; oh < s->ho; oh++)
+                for (int ow = 0; ow < s->wo; ow++) {
+                    double acc = b ? b[co] : 0.0;
+                    for (int ci = 0; ci < cg_in; ci++)
+                        for (int i = 0; i < s->k; i++)
+                            for (int j = 0; j < s->k; j++) {
+                                int ih = oh * s->stride - s->pad + i, iw = ow * s->stride - s->pad + j;
+                                if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
+                                acc += (double)x[(((int64_t)n * s->cin + g * cg_in + ci) * s->h + ih) * s->w + iw] *
+                                       w[(((int64_t)co * cg_in + ci) * s->k + i) * s->k + j];
+                            }
+                    y[(((int64_t)n * s->cout + co) * s->ho + oh) * s->wo + ow] = (float)acc;
+                }
+        }
+}
+
+void nn_conv2d_backward_ref(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                            const NnConvShape *s)
+{
+    int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
+    for (int n = 0; n < s->batch; n++)
+        for (int co = 0; co < s->cout; co++) {
+            int g = co / cg_out;
+            for (int oh = 0; oh < s->ho; oh++)
+                for (int ow = 0; ow < s->wo; ow++) {
+                    float d = dy[(((int64_t)n * s->cout + co) * s->ho + oh) * s->wo + ow];
+                    if (db) db[co] += d;
+                    for (int ci = 0; ci < cg_in; ci++)
+                        for (int i = 0; i < s->k; i++)
+                            for (int j = 0; j < s->k; j++) {
+                                int ih = oh * s->stride - s->pad + i, iw = ow * s->stride - s->pad + j;
+                                if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
+                                int64_t xi = (((int64_t)n * s->cin + g * cg_in + ci) * s->h + ih) * s->w + iw;
+                                int64_t wi = (((int64_t)co * cg_in + ci) * s->k + i) * s->k + j;
+                                dw[wi] += d * x[xi];
+                                if (dx) dx[xi] += d * w[wi];
+                            }
+                }
+        }
+}

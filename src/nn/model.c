@@ -1,0 +1,647 @@
+/* The model graph: a list of layers over a list of activation tensors, and the flat state vector.
+ * Building records shapes and parameter sizes; finalising allocates everything a step will touch. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedhet/core.h"
+#include "fedhet/rng.h"
+#include "kernels.h"
+
+#define NN_MAX_DIM 65536
+
+/* ============================== building ============================== */
+
+static int build_fail(NnModel *m, const char *fmt, ...) FH_PRINTF(2, 3);
+static int build_fail(NnModel *m, const char *fmt, ...)
+{
+    if (m->status == FH_OK) {
+        char msg[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        m->status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "model %s: %s", m->arch, msg);
+    }
+    return -1;
+}
+
+static int grow(void *array_ptr, int *cap, int need, size_t elem)
+{
+    if (need <= *cap) return FH_OK;
+    int new_cap = *cap ? *cap * 2 : 16;
+    while (new_cap < need) new_cap *= 2;
+    void **arr = (void **)array_ptr;
+    void *p = realloc(*arr, (size_t)new_cap * elem);
+    if (!p) FH_FAIL(FH_ERR_IO, "out of memory growing the model graph");
+    memset((char *)p + (size_t)*cap * elem, 0, (size_t)(new_cap - *cap) * elem);
+    *arr = p;
+    *cap = new_cap;
+    return FH_OK;
+}
+
+static int add_tensor(NnModel *m, NnShape shape, int alias_of)
+{
+    if (grow(&m->tensors, &m->cap_tensors, m->n_tensors + 1, sizeof(NnTensor))) {
+        m->status = FH_ERR_IO;
+        return -1;
+    }
+    NnTensor *t = &m->tensors[m->n_tensors];
+    t->shape = shape;
+    t->size = (int64_t)shape.c * shape.h * shape.w;
+    t->alias_of = alias_of;
+    return m->n_tensors++;
+}
+
+static const char *op_prefix(NnOpType type)
+{
+    switch (type) {
+    case NN_OP_LINEAR: return "fc";
+    case NN_OP_CONV2D: return "conv";
+    case NN_OP_MAXPOOL: return "maxpool";
+    case NN_OP_AVGPOOL: return "avgpool";
+    case NN_OP_GAP: return "gap";
+    case NN_OP_BATCHNORM: return "bn";
+    case NN_OP_GROUPNORM: return "gn";
+    case NN_OP_ACT: return "act";
+    case NN_OP_DROPOUT: return "dropout";
+    case NN_OP_ADD: return "add";
+    case NN_OP_FLATTEN: return "flatten";
+    }
+    return "layer";
+}
+
+/* Validates the input tensor and appends a layer; NULL after a (sticky) error. */
+static NnLayer *add_layer(NnModel *m, NnOpType type, int in, NnAct act)
+{
+    if (m->status != FH_OK) return NULL;
+    if (m->finalized) {
+        build_fail(m, "cannot add layers after nn_model_finalize");
+        return NULL;
+    }
+    if (in < 0 || in >= m->n_tensors) {
+        build_fail(m, "layer %d (%s): input tensor %d does not exist", m->n_layers, op_prefix(type), in);
+        return NULL;
+    }
+    if (grow(&m->layers, &m->cap_layers, m->n_layers + 1, sizeof(NnLayer))) {
+        m->status = FH_ERR_IO;
+        return NULL;
+    }
+    NnLayer *l = &m->layers[m->n_layers];
+    int ordinal = 1;
+    for (int i = 0; i < m->n_layers; i++) ordinal += m->layers[i].type == type;
+    snprintf(l->name, sizeof l->name, "%s%d", op_prefix(type), ordinal);
+    l->type = type;
+    l->act = act;
+    l->in = in;
+    l->in2 = -1;
+    l->out = -1;
+    l->w_off = l->b_off = l->rm_off = l->rv_off = -1;
+    l->groups = 1;
+    m->n_layers++;
+    return l;
+}
+
+/* Trainable views get their offset now; buffer views are numbered from 0 and moved behind the
+ * trainables in finalize, so the state vector is [parameters | buffers]. */
+static int64_t add_view(NnModel *m, int layer, const char *suffix, NnParamRole role, int ndim, const int *dims)
+{
+    if (grow(&m->views, &m->cap_views, m->n_views + 1, sizeof(NnParamView))) {
+        m->status = FH_ERR_IO;
+        return -1;
+    }
+    NnParamView *v = &m->views[m->n_views++];
+    snprintf(v->name, sizeof v->name, "%s.%s", m->layers[layer].name, suffix);
+    v->ndim = ndim;
+    v->count = 1;
+    for (int i = 0; i < ndim; i++) {
+        v->dims[i] = dims[i];
+        v->count *= dims[i];
+    }
+    v->layer = layer;
+    v->role = role;
+    v->trainable = role != NN_ROLE_RUNNING_MEAN && role != NN_ROLE_RUNNING_VAR;
+    if (v->trainable) {
+        v->offset = m->n_params;
+        m->n_params += v->count;
+    } else {
+        v->offset = m->n_buffers;
+        m->n_buffers += v->count;
+    }
+    return v->offset;
+}
+
+static int shape_ok(NnShape s) { return s.c > 0 && s.h > 0 && s.w > 0 && s.c <= 1 << 20 && s.h <= NN_MAX_DIM && s.w <= NN_MAX_DIM; }
+
+int nn_model_init(NnModel *m, const char *arch, NnShape input, int max_batch)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->arch, sizeof m->arch, "%s", arch ? arch : "model");
+    m->input = m->logits = m->features = -1;
+    m->bn_update_running = 1;
+    m->training = 1;
+    if (!shape_ok(input))
+        FH_FAIL(FH_ERR_USAGE, "model %s: input shape %dx%dx%d must be positive (C x H x W)", m->arch, input.c,
+                input.h, input.w);
+    if (max_batch < 1) FH_FAIL(FH_ERR_USAGE, "model %s: batch size %d must be at least 1", m->arch, max_batch);
+    m->max_batch = max_batch;
+    m->input = add_tensor(m, input, -1);
+    return m->status;
+}
+
+static NnShape tshape(const NnModel *m, int t) { return m->tensors[t].shape; }
+
+int nn_linear(NnModel *m, int in, int n_out, int bias, NnAct act)
+{
+    NnLayer *l = add_layer(m, NN_OP_LINEAR, in, act);
+    if (!l) return -1;
+    int li = (int)(l - m->layers);
+    int64_t n_in = m->tensors[in].size;
+    if (n_out < 1) return build_fail(m, "%s: output size %d must be positive", l->name, n_out);
+    if (n_in > (1 << 28)) return build_fail(m, "%s: input of %lld features is too large", l->name, (long long)n_in);
+    l->cin = (int)n_in;
+    l->cout = n_out;
+    l->w_off = add_view(m, li, "weight", NN_ROLE_WEIGHT, 2, (int[]){n_out, (int)n_in});
+    if (bias) l->b_off = add_view(m, li, "bias", NN_ROLE_BIAS, 1, (int[]){n_out});
+    l->flops = 2 * n_in * n_out;
+    return l->out = add_tensor(m, (NnShape){n_out, 1, 1}, -1);
+}
+
+int nn_conv2d(NnModel *m, int in, int cout, int k, int stride, int pad, int groups, int bias, NnAct act)
+{
+    NnLayer *l = add_layer(m, NN_OP_CONV2D, in, act);
+    if (!l) return -1;
+    int li = (int)(l - m->layers);
+    NnShape s = tshape(m, in);
+    if (cout < 1 || k < 1 || stride < 1 || pad < 0 || groups < 1)
+        return build_fail(m, "%s: needs positive channels, kernel, stride and groups and pad >= 0 (got %d, %d, %d, %d, pad %d)",
+                          l->name, cout, k, stride, groups, pad);
+    if (s.c % groups || cout % groups)
+        return build_fail(m, "%s: %d input and %d output channels are not divisible by %d groups", l->name, s.c, cout,
+                          groups);
+    int ho = nn_conv_out_size(s.h, k, stride, pad), wo = nn_conv_out_size(s.w, k, stride, pad);
+    if (s.h + 2 * pad < k || s.w + 2 * pad < k || ho < 1 || wo < 1)
+        return build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d kernel (stride %d, pad %d)", l->name, s.c,
+                          s.h, s.w, k, k, stride, pad);
+    l->cin = s.c;
+    l->cout = cout;
+    l->k = k;
+    l->stride = stride;
+    l->pad = pad;
+    l->groups = groups;
+    l->w_off = add_view(m, li, "weight", NN_ROLE_WEIGHT, 4, (int[]){cout, s.c / groups, k, k});
+    if (bias) l->b_off = add_view(m, li, "bias", NN_ROLE_BIAS, 1, (int[]){cout});
+    l->flops = 2LL * cout * ho * wo * (s.c / groups) * k * k;
+    return l->out = add_tensor(m, (NnShape){cout, ho, wo}, -1);
+}
+
+static int add_pool(NnModel *m, NnOpType type, int in, int k, int stride, int pad)
+{
+    NnLayer *l = add_layer(m, type, in, NN_ACT_NONE);
+    if (!l) return -1;
+    NnShape s = tshape(m, in);
+    if (k < 1 || stride < 1 || pad < 0 || 2 * pad > k)
+        return build_fail(m, "%s: bad pooling kernel %d, stride %d, pad %d (pad must be at most half the kernel)",
+                          l->name, k, stride, pad);
+    int ho = nn_conv_out_size(s.h, k, stride, pad), wo = nn_conv_out_size(s.w, k, stride, pad);
+    if (s.h + 2 * pad < k || s.w + 2 * pad < k || ho < 1 || wo < 1)
+        return build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d pool (stride %d)", l->name, s.c, s.h, s.w,
+                          k, k, stride);
+    l->k = k;
+    l->stride = stride;
+    l->pad = pad;
+    l->cin = l->cout = s.c;
+    return l->out = add_tensor(m, (NnShape){s.c, ho, wo}, -1);
+}
+
+int nn_maxpool(NnModel *m, int in, int k, int stride, int pad) { return add_pool(m, NN_OP_MAXPOOL, in, k, stride, pad); }
+int nn_avgpool(NnModel *m, int in, int k, int stride, int pad) { return add_pool(m, NN_OP_AVGPOOL, in, k, stride, pad); }
+
+int nn_gap(NnModel *m, int in)
+{
+    NnLayer *l = add_layer(m, NN_OP_GAP, in, NN_ACT_NONE);
+    if (!l) return -1;
+    l->cin = l->cout = tshape(m, in).c;
+    return l->out = add_tensor(m, (NnShape){l->cin, 1, 1}, -1);
+}
+
+int nn_batchnorm(NnModel *m, int in, NnAct act)
+{
+    NnLayer *l = add_layer(m, NN_OP_BATCHNORM, in, act);
+    if (!l) return -1;
+    int li = (int)(l - m->layers);
+    NnShape s = tshape(m, in);
+    l->cin = l->cout = s.c;
+    l->eps = 1e-5f;
+    l->momentum = 0.1f;
+    l->w_off = add_view(m, li, "weight", NN_ROLE_NORM_WEIGHT, 1, (int[]){s.c});
+    l->b_off = add_view(m, li, "bias", NN_ROLE_NORM_BIAS, 1, (int[]){s.c});
+    l->rm_off = add_view(m, li, "running_mean", NN_ROLE_RUNNING_MEAN, 1, (int[]){s.c});
+    l->rv_off = add_view(m, li, "running_var", NN_ROLE_RUNNING_VAR, 1, (int[]){s.c});
+    return l->out = add_tensor(m, s, -1);
+}
+
+int nn_groupnorm(NnModel *m, int in, int groups, NnAct act)
+{
+    NnLayer *l = add_layer(m, NN_OP_GROUPNORM, in, act);
+    if (!l) return -1;
+    int li = (int)(l - m->layers);
+    NnShape s = tshape(m, in);
+    if (groups < 1 || s.c % groups)
+        return build_fail(m, "%s: %d channels are not divisible by %d groups", l->name, s.c, groups);
+    l->cin = l->cout = s.c;
+    l->groups = groups;
+    l->eps = 1e-5f;
+    l->w_off = add_view(m, li, "weight", NN_ROLE_NORM_WEIGHT, 1, (int[]){s.c});
+    l->b_off = add_view(m, li, "bias", NN_ROLE_NORM_BIAS, 1, (int[]){s.c});
+    return l->out = add_tensor(m, s, -1);
+}
+
+int nn_act(NnModel *m, int in, NnAct act)
+{
+    NnLayer *l = add_layer(m, NN_OP_ACT, in, act);
+    if (!l) return -1;
+    return l->out = add_tensor(m, tshape(m, in), -1);
+}
+
+int nn_dropout(NnModel *m, int in, float p)
+{
+    NnLayer *l = add_layer(m, NN_OP_DROPOUT, in, NN_ACT_NONE);
+    if (!l) return -1;
+    if (!(p >= 0.0f && p < 1.0f)) return build_fail(m, "%s: probability %g must be in [0, 1)", l->name, (double)p);
+    l->p = p;
+    return l->out = add_tensor(m, tshape(m, in), -1);
+}
+
+int nn_add(NnModel *m, int a, int b, NnAct act)
+{
+    NnLayer *l = add_layer(m, NN_OP_ADD, a, act);
+    if (!l) return -1;
+    if (b < 0 || b >= m->n_tensors) return build_fail(m, "%s: input tensor %d does not exist", l->name, b);
+    NnShape sa = tshape(m, a), sb = tshape(m, b);
+    if (sa.c != sb.c || sa.h != sb.h || sa.w != sb.w)
+        return build_fail(m, "%s: shapes %dx%dx%d and %dx%dx%d differ", l->name, sa.c, sa.h, sa.w, sb.c, sb.h, sb.w);
+    l->in2 = b;
+    return l->out = add_tensor(m, sa, -1);
+}
+
+int nn_flatten(NnModel *m, int in)
+{
+    NnLayer *l = add_layer(m, NN_OP_FLATTEN, in, NN_ACT_NONE);
+    if (!l) return -1;
+    NnShape s = tshape(m, in);
+    return l->out = add_tensor(m, (NnShape){s.c * s.h * s.w, 1, 1}, in);
+}
+
+/* ============================== finalising ============================== */
+
+static int view_by_offset(const void *a, const void *b)
+{
+    const NnParamView *va = a, *vb = b;
+    return (va->offset > vb->offset) - (va->offset < vb->offset);
+}
+
+static NnConvShape conv_shape(const NnModel *m, const NnLayer *l, int batch)
+{
+    NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
+    return (NnConvShape){batch, si.c, si.h, si.w, l->cout, l->k, l->stride, l->pad, l->groups, so.h, so.w};
+}
+
+int nn_model_finalize(NnModel *m, int logits, int features, int classes)
+{
+    if (m->status != FH_OK) return m->status;
+    if (m->finalized) FH_FAIL(FH_ERR_USAGE, "model %s: finalised twice", m->arch);
+    if (logits < 0 || logits >= m->n_tensors || features < 0 || features >= m->n_tensors)
+        FH_FAIL(FH_ERR_USAGE, "model %s: logits/features tensor index out of range", m->arch);
+    if (classes < 2) FH_FAIL(FH_ERR_USAGE, "model %s: class count %d must be at least 2", m->arch, classes);
+    if (m->tensors[logits].size != classes)
+        FH_FAIL(FH_ERR_USAGE, "model %s: the output has %lld values but %d classes were asked for", m->arch,
+                (long long)m->tensors[logits].size, classes);
+    m->logits = logits;
+    m->features = features;
+    m->classes = classes;
+
+    for (int i = 0; i < m->n_views; i++)
+        if (!m->views[i].trainable) m->views[i].offset += m->n_params;
+    for (int i = 0; i < m->n_layers; i++) {
+        if (m->layers[i].rm_off >= 0) m->layers[i].rm_off += m->n_params;
+        if (m->layers[i].rv_off >= 0) m->layers[i].rv_off += m->n_params;
+    }
+    qsort(m->views, (size_t)m->n_views, sizeof(NnParamView), view_by_offset);
+    m->n_state = m->n_params + m->n_buffers;
+    FH_CHECK(fh_alloc_aligned(&m->own_state, sizeof(float) * (size_t)(m->n_state ? m->n_state : 1), "model state"));
+    FH_CHECK(fh_alloc_aligned(&m->grad, sizeof(float) * (size_t)(m->n_state ? m->n_state : 1), "model gradient"));
+    m->state = m->own_state;
+
+    size_t B = (size_t)m->max_batch;
+    for (int t = 0; t < m->n_tensors; t++) {
+        NnTensor *x = &m->tensors[t];
+        if (x->alias_of >= 0) continue;
+        if (t != m->input) FH_CHECK(fh_alloc_aligned(&x->data, sizeof(float) * B * (size_t)x->size, "activations"));
+        FH_CHECK(fh_alloc_aligned(&x->grad, sizeof(float) * B * (size_t)x->size, "activation gradients"));
+    }
+    int64_t ws = 0;
+    for (int i = 0; i < m->n_layers; i++) {
+        NnLayer *l = &m->layers[i];
+        NnShape so = m->tensors[l->out].shape;
+        switch (l->type) {
+        case NN_OP_CONV2D: {
+            NnConvShape s = conv_shape(m, l, m->max_batch);
+            int64_t need = nn_conv2d_workspace(&s, nn_conv2d_chunk(&s));
+            if (need > ws) ws = need;
+            break;
+        }
+        case NN_OP_BATCHNORM:
+            FH_CHECK(fh_calloc(&l->save_mean, (size_t)l->cin, sizeof(float), "batch-norm statistics"));
+            FH_CHECK(fh_calloc(&l->save_invstd, (size_t)l->cin, sizeof(float), "batch-norm statistics"));
+            break;
+        case NN_OP_GROUPNORM:
+            FH_CHECK(fh_calloc(&l->save_mean, B * (size_t)l->groups, sizeof(float), "group-norm statistics"));
+            FH_CHECK(fh_calloc(&l->save_invstd, B * (size_t)l->groups, sizeof(float), "group-norm statistics"));
+            break;
+        case NN_OP_MAXPOOL:
+            FH_CHECK(fh_calloc(&l->argmax, B * (size_t)so.c * so.h * so.w, sizeof(int32_t), "max-pool indices"));
+            break;
+        case NN_OP_DROPOUT:
+            FH_CHECK(fh_calloc(&l->mask, B * (size_t)m->tensors[l->out].size, 1, "dropout mask"));
+            break;
+        default: break;
+        }
+    }
+    m->workspace_floats = (size_t)ws;
+    FH_CHECK(fh_alloc_aligned(&m->workspace, sizeof(float) * (size_t)(ws ? ws : 1), "convolution workspace"));
+    m->finalized = 1;
+    return FH_OK;
+}
+
+void nn_model_free(NnModel *m)
+{
+    if (!m) return;
+    for (int t = 0; t < m->n_tensors; t++) {
+        if (m->tensors[t].alias_of >= 0) continue;
+        if (t != m->input) fh_free(&m->tensors[t].data);
+        fh_free(&m->tensors[t].grad);
+    }
+    for (int i = 0; i < m->n_layers; i++) {
+        fh_free(&m->layers[i].save_mean);
+        fh_free(&m->layers[i].save_invstd);
+        fh_free(&m->layers[i].argmax);
+        fh_free(&m->layers[i].mask);
+    }
+    fh_free(&m->layers);
+    fh_free(&m->tensors);
+    fh_free(&m->views);
+    fh_free(&m->own_state);
+    fh_free(&m->grad);
+    fh_free(&m->workspace);
+    memset(m, 0, sizeof *m);
+}
+
+/* ============================== initialisation ============================== */
+
+static int fan_in(const NnLayer *l)
+{
+    if (l->type == NN_OP_LINEAR) return l->cin;
+    return (l->cin / l->groups) * l->k * l->k;
+}
+
+void nn_model_init_params(NnModel *m, uint64_t seed)
+{
+    for (int vi = 0; vi < m->n_views; vi++) {
+        const NnParamView *v = &m->views[vi];
+        float *p = m->state + v->offset;
+        switch (v->role) {
+        case NN_ROLE_WEIGHT:
+        case NN_ROLE_BIAS: {
+            /* kaiming_uniform(a = sqrt 5) gives bound 1/sqrt(fan_in); PyTorch's bias bound is the same */
+            float bound = 1.0f / sqrtf((float)fan_in(&m->layers[v->layer]));
+            FhRng rng;
+            fh_rng_init(&rng, seed, FH_RNG_INIT, (uint32_t)vi, 0, 0);
+            for (int64_t i = 0; i < v->count; i++) p[i] = (2.0f * fh_rng_uniform_f(&rng) - 1.0f) * bound;
+            break;
+        }
+        case NN_ROLE_NORM_WEIGHT:
+        case NN_ROLE_RUNNING_VAR:
+            for (int64_t i = 0; i < v->count; i++) p[i] = 1.0f;
+            break;
+        case NN_ROLE_NORM_BIAS:
+        case NN_ROLE_RUNNING_MEAN:
+            for (int64_t i = 0; i < v->count; i++) p[i] = 0.0f;
+            break;
+        }
+    }
+}
+
+/* ============================== running ============================== */
+
+static float *tdata(const NnModel *m, int t)
+{
+    while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
+    return m->tensors[t].data;
+}
+
+static float *tgrad(const NnModel *m, int t)
+{
+    while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
+    return m->tensors[t].grad;
+}
+
+static int is_input(const NnModel *m, int t)
+{
+    while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
+    return t == m->input;
+}
+
+void nn_model_set_training(NnModel *m, int training) { m->training = training; }
+
+static float *param(const NnModel *m, int64_t off) { return off >= 0 ? m->state + off : NULL; }
+static float *pgrad(const NnModel *m, int64_t off) { return off >= 0 ? m->grad + off : NULL; }
+
+static void dropout_forward(NnModel *m, NnLayer *l, float *y, const float *x, int64_t n)
+{
+    int ordinal = 0;
+    for (NnLayer *o = m->layers; o < l; o++) ordinal += o->type == NN_OP_DROPOUT;
+    /* counter (round, client, step * 256 + which dropout layer): independent of rank and batch layout */
+    FhRng rng;
+    fh_rng_init(&rng, m->dropout_seed, FH_RNG_DROPOUT, m->dropout_ctr[0], m->dropout_ctr[1],
+                m->dropout_ctr[2] * 256u + (uint32_t)ordinal);
+    float scale = 1.0f / (1.0f - l->p);
+    for (int64_t i = 0; i < n; i++) {
+        l->mask[i] = fh_rng_uniform_f(&rng) >= l->p;
+        y[i] = l->mask[i] ? x[i] * scale : 0.0f;
+    }
+}
+
+int nn_model_forward(NnModel *m, const float *input, int batch)
+{
+    if (!m->finalized) FH_FAIL(FH_ERR_USAGE, "model %s: forward before nn_model_finalize", m->arch);
+    if (batch < 1 || batch > m->max_batch)
+        FH_FAIL(FH_ERR_USAGE, "model %s: batch of %d samples is outside 1..%d (the size it was built for)", m->arch,
+                batch, m->max_batch);
+    m->batch = batch;
+    m->tensors[m->input].data = (float *)input;
+    for (int i = 0; i < m->n_layers; i++) {
+        NnLayer *l = &m->layers[i];
+        double t0 = m->profile ? fh_time_now() : 0.0;
+        const float *x = tdata(m, l->in);
+        float *y = tdata(m, l->out);
+        NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
+        int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
+        switch (l->type) {
+        case NN_OP_LINEAR:
+            nn_linear_forward(y, x, param(m, l->w_off), param(m, l->b_off), batch, l->cin, l->cout);
+            break;
+        case NN_OP_CONV2D: {
+            NnConvShape s = conv_shape(m, l, batch);
+            nn_conv2d_forward(y, x, param(m, l->w_off), param(m, l->b_off), &s, m->workspace);
+            break;
+        }
+        case NN_OP_MAXPOOL:
+            nn_maxpool_forward(y, l->argmax, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+            break;
+        case NN_OP_AVGPOOL:
+            nn_avgpool_forward(y, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+            break;
+        case NN_OP_GAP: nn_gap_forward(y, x, batch * si.c, si.h * si.w); break;
+        case NN_OP_BATCHNORM:
+            if (m->training)
+                nn_batchnorm_forward_train(y, l->save_mean, l->save_invstd,
+                                           m->bn_update_running ? param(m, l->rm_off) : NULL, param(m, l->rv_off), x,
+                                           param(m, l->w_off), param(m, l->b_off), batch, si.c, si.h * si.w, l->eps,
+                                           l->momentum);
+            else
+                nn_batchnorm_forward_eval(y, x, param(m, l->w_off), param(m, l->b_off), param(m, l->rm_off),
+                                          param(m, l->rv_off), batch, si.c, si.h * si.w, l->eps);
+            break;
+        case NN_OP_GROUPNORM:
+            nn_groupnorm_forward(y, l->save_mean, l->save_invstd, x, param(m, l->w_off), param(m, l->b_off), batch,
+                                 si.c, si.h * si.w, l->groups, l->eps);
+            break;
+        case NN_OP_ACT: memcpy(y, x, sizeof(float) * (size_t)n_out); break;
+        case NN_OP_DROPOUT:
+            if (m->training && l->p > 0.0f) dropout_forward(m, l, y, x, n_out);
+            else memcpy(y, x, sizeof(float) * (size_t)n_out);
+            break;
+        case NN_OP_ADD: {
+            const float *x2 = tdata(m, l->in2);
+            for (int64_t j = 0; j < n_out; j++) y[j] = x[j] + x2[j];
+            break;
+        }
+        case NN_OP_FLATTEN: break;
+        }
+        nn_act_forward(y, n_out, l->act);
+        if (m->profile) l->seconds_forward += fh_time_now() - t0;
+    }
+    return FH_OK;
+}
+
+void nn_model_zero_grad(NnModel *m) { memset(m->grad, 0, sizeof(float) * (size_t)m->n_state); }
+
+void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
+{
+    int batch = m->batch;
+    for (int t = 0; t < m->n_tensors; t++) {
+        NnTensor *x = &m->tensors[t];
+        if (x->alias_of >= 0 || (t == m->input && !m->need_input_grad)) continue;
+        memset(x->grad, 0, sizeof(float) * (size_t)batch * (size_t)x->size);
+    }
+    nn_vec_axpy(tgrad(m, m->logits), 1.0f, dlogits, (int64_t)batch * m->classes);
+    if (dfeatures) nn_vec_axpy(tgrad(m, m->features), 1.0f, dfeatures, (int64_t)batch * m->tensors[m->features].size);
+
+    for (int i = m->n_layers - 1; i >= 0; i--) {
+        NnLayer *l = &m->layers[i];
+        double t0 = m->profile ? fh_time_now() : 0.0;
+        const float *x = tdata(m, l->in), *y = tdata(m, l->out);
+        float *dy = tgrad(m, l->out);
+        float *dx = (is_input(m, l->in) && !m->need_input_grad) ? NULL : tgrad(m, l->in);
+        NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
+        int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
+        nn_act_backward(dy, y, n_out, l->act);
+        switch (l->type) {
+        case NN_OP_LINEAR:
+            nn_linear_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), batch, l->cin,
+                               l->cout);
+            break;
+        case NN_OP_CONV2D: {
+            NnConvShape s = conv_shape(m, l, batch);
+            nn_conv2d_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), &s,
+                               m->workspace);
+            break;
+        }
+        case NN_OP_MAXPOOL:
+            if (dx) nn_maxpool_backward(dx, dy, l->argmax, batch * si.c, si.h, si.w, so.h, so.w);
+            break;
+        case NN_OP_AVGPOOL:
+            if (dx) nn_avgpool_backward(dx, dy, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+            break;
+        case NN_OP_GAP:
+            if (dx) nn_gap_backward(dx, dy, batch * si.c, si.h * si.w);
+            break;
+        case NN_OP_BATCHNORM:
+            if (m->training)
+                nn_batchnorm_backward_train(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off),
+                                            l->save_mean, l->save_invstd, batch, si.c, si.h * si.w);
+            else
+                nn_batchnorm_backward_eval(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off),
+                                           param(m, l->rm_off), param(m, l->rv_off), batch, si.c, si.h * si.w,
+                                           l->eps);
+            break;
+        case NN_OP_GROUPNORM:
+            nn_groupnorm_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), l->save_mean,
+                                  l->save_invstd, batch, si.c, si.h * si.w, l->groups);
+            break;
+        case NN_OP_ACT:
+            if (dx) {
+                /* the mask was applied to dy above (l->act is the layer's own activation) */
+                nn_vec_axpy(dx, 1.0f, dy, n_out);
+            }
+            break;
+        case NN_OP_DROPOUT:
+            if (!dx) break;
+            if (m->training && l->p > 0.0f) {
+                float scale = 1.0f / (1.0f - l->p);
+                for (int64_t j = 0; j < n_out; j++) dx[j] += l->mask[j] ? dy[j] * scale : 0.0f;
+            } else {
+                nn_vec_axpy(dx, 1.0f, dy, n_out);
+            }
+            break;
+        case NN_OP_ADD: {
+            if (dx) nn_vec_axpy(dx, 1.0f, dy, n_out);
+            float *dx2 = (is_input(m, l->in2) && !m->need_input_grad) ? NULL : tgrad(m, l->in2);
+            if (dx2) nn_vec_axpy(dx2, 1.0f, dy, n_out);
+            break;
+        }
+        case NN_OP_FLATTEN: break;
+        }
+        if (m->profile) l->seconds_backward += fh_time_now() - t0;
+    }
+}
+
+float *nn_model_logits(const NnModel *m) { return tdata(m, m->logits); }
+float *nn_model_features(const NnModel *m) { return tdata(m, m->features); }
+int64_t nn_model_features_size(const NnModel *m) { return m->tensors[m->features].size; }
+
+int64_t nn_model_flops_forward(const NnModel *m)
+{
+    int64_t f = 0;
+    for (int i = 0; i < m->n_layers; i++) f += m->layers[i].flops;
+    return f;
+}
+
+size_t nn_model_activation_bytes(const NnModel *m)
+{
+    size_t bytes = sizeof(float) * m->workspace_floats;
+    for (int t = 0; t < m->n_tensors; t++)
+        if (m->tensors[t].alias_of < 0)
+            bytes += sizeof(float) * (size_t)m->max_batch * (size_t)m->tensors[t].size * (t == m->input ? 1 : 2);
+    return bytes;
+}
+
+const NnParamView *nn_model_view(const NnModel *m, const char *name)
+{
+    for (int i = 0; i < m->n_views; i++)
+        if (strcmp(m->views[i].name, name) == 0) return &m->views[i];
+    return NULL;
+}

@@ -1,0 +1,151 @@
+/* Optimisers on flat vectors (PyTorch's update rules), gradient clipping, BLAS level-1 helpers. */
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "fedhet/core.h"
+#include "fedhet/nn.h"
+
+/* ============================== vector helpers ============================== */
+
+/* cblas takes int lengths: walk longer vectors in pieces */
+#define VEC_PIECE ((int64_t)1 << 30)
+
+void nn_vec_axpy(float *y, float a, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += VEC_PIECE)
+        cblas_saxpy((int)(n - i < VEC_PIECE ? n - i : VEC_PIECE), a, x + i, 1, y + i, 1);
+}
+
+void nn_vec_scale(float *x, float a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += VEC_PIECE) cblas_sscal((int)(n - i < VEC_PIECE ? n - i : VEC_PIECE), a, x + i, 1);
+}
+
+void nn_vec_copy(float *dst, const float *src, int64_t n)
+{
+    if (n > 0 && dst != src) memmove(dst, src, sizeof(float) * (size_t)n);
+}
+
+float nn_vec_dot(const float *x, const float *y, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i += VEC_PIECE)
+        s += cblas_dsdot((int)(n - i < VEC_PIECE ? n - i : VEC_PIECE), x + i, 1, y + i, 1);
+    return (float)s;
+}
+
+float nn_vec_norm(const float *x, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i += VEC_PIECE) {
+        double part = cblas_snrm2((int)(n - i < VEC_PIECE ? n - i : VEC_PIECE), x + i, 1);
+        s += part * part;
+    }
+    return (float)sqrt(s);
+}
+
+void nn_set_threads(int n_threads) { openblas_set_num_threads(n_threads > 0 ? n_threads : 1); }
+
+float nn_clip_grad_norm(float *grad, int64_t n, float max_norm)
+{
+    float norm = nn_vec_norm(grad, n);
+    /* torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1 */
+    float coef = max_norm / (norm + 1e-6f);
+    if (coef < 1.0f) nn_vec_scale(grad, coef, n);
+    return norm;
+}
+
+/* ============================== SGD ============================== */
+
+int nn_sgd_init(NnSgd *opt, int64_t n, float momentum, float weight_decay, int nesterov)
+{
+    memset(opt, 0, sizeof *opt);
+    if (momentum < 0.0f || weight_decay < 0.0f)
+        FH_FAIL(FH_ERR_USAGE, "SGD: momentum %g and weight decay %g must be >= 0", (double)momentum,
+                (double)weight_decay);
+    if (nesterov && momentum <= 0.0f) FH_FAIL(FH_ERR_USAGE, "SGD: nesterov needs momentum > 0");
+    opt->n = n;
+    opt->momentum = momentum;
+    opt->weight_decay = weight_decay;
+    opt->nesterov = nesterov;
+    if (momentum > 0.0f) FH_CHECK(fh_alloc_aligned(&opt->buf, sizeof(float) * (size_t)n, "SGD momentum buffer"));
+    return FH_OK;
+}
+
+void nn_sgd_step(NnSgd *opt, float *params, const float *grad, float lr)
+{
+    const float mom = opt->momentum, wd = opt->weight_decay, damp = 1.0f - opt->dampening;
+    float *buf = opt->buf;
+    const int first = opt->steps == 0;
+    for (int64_t i = 0; i < opt->n; i++) {
+        float g = grad[i] + wd * params[i];
+        if (buf) {
+            buf[i] = first ? g : mom * buf[i] + damp * g;
+            g = opt->nesterov ? g + mom * buf[i] : buf[i];
+        }
+        params[i] -= lr * g;
+    }
+    opt->steps++;
+}
+
+void nn_sgd_reset(NnSgd *opt)
+{
+    opt->steps = 0;
+    if (opt->buf) memset(opt->buf, 0, sizeof(float) * (size_t)opt->n);
+}
+
+void nn_sgd_free(NnSgd *opt)
+{
+    fh_free(&opt->buf);
+    memset(opt, 0, sizeof *opt);
+}
+
+/* ============================== Adam / AdamW ============================== */
+
+int nn_adam_init(NnAdam *opt, int64_t n, float beta1, float beta2, float eps, float weight_decay, int decoupled)
+{
+    memset(opt, 0, sizeof *opt);
+    if (!(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f) || eps <= 0.0f || weight_decay < 0.0f)
+        FH_FAIL(FH_ERR_USAGE, "Adam: betas (%g, %g) must be in [0, 1), eps %g > 0, weight decay %g >= 0",
+                (double)beta1, (double)beta2, (double)eps, (double)weight_decay);
+    opt->n = n;
+    opt->beta1 = beta1;
+    opt->beta2 = beta2;
+    opt->eps = eps;
+    opt->weight_decay = weight_decay;
+    opt->decoupled = decoupled;
+    FH_CHECK(fh_alloc_aligned(&opt->m, sizeof(float) * (size_t)n, "Adam first moment"));
+    FH_CHECK(fh_alloc_aligned(&opt->v, sizeof(float) * (size_t)n, "Adam second moment"));
+    return FH_OK;
+}
+
+void nn_adam_step(NnAdam *opt, float *params, const float *grad, float lr)
+{
+    opt->steps++;
+    const float b1 = opt->beta1, b2 = opt->beta2, wd = opt->weight_decay;
+    const float bc1 = 1.0f - powf(b1, (float)opt->steps), bc2 = 1.0f - powf(b2, (float)opt->steps);
+    const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
+    for (int64_t i = 0; i < opt->n; i++) {
+        float g = grad[i];
+        if (opt->decoupled) params[i] *= 1.0f - lr * wd;
+        else g += wd * params[i];
+        opt->m[i] = b1 * opt->m[i] + (1.0f - b1) * g;
+        opt->v[i] = b2 * opt->v[i] + (1.0f - b2) * g * g;
+        params[i] -= step * opt->m[i] / (sqrtf(opt->v[i]) * inv_sqrt_bc2 + opt->eps);
+    }
+}
+
+void nn_adam_reset(NnAdam *opt)
+{
+    opt->steps = 0;
+    memset(opt->m, 0, sizeof(float) * (size_t)opt->n);
+    memset(opt->v, 0, sizeof(float) * (size_t)opt->n);
+}
+
+void nn_adam_free(NnAdam *opt)
+{
+    fh_free(&opt->m);
+    fh_free(&opt->v);
+    memset(opt, 0, sizeof *opt);
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every unit test program in build/tests and adds up their "N passed, N failed" lines.
+# One program alone: build/tests/test_layers [test_name]
+set -u
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+passed=0 failed=0 broken=()
+for t in build/tests/test_*; do
+    case "$t" in *.d) continue ;; esac
+    [ -x "$t" ] || continue
+    echo "== $(basename "$t")"
+    out=$("$t" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "   $(basename "$t") ended (exit $rc) without a summary line: counted as one failure"
+        failed=$((failed + 1)); broken+=("$(basename "$t")"); continue
+    fi
+    p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
+    passed=$((passed + p)); failed=$((failed + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); broken+=("$(basename "$t")"); fi
+    [ "$f" -gt 0 ] && broken+=("$(basename "$t")")
+done
+[ ${#broken[@]} -gt 0 ] && echo "failing programs: ${broken[*]}"
+if [ $((passed + failed)) -eq 0 ]; then echo "no test ran"; echo "0 passed, 1 failed"; exit 1; fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
