@@ -26,6 +26,12 @@ int nn_conv_out_size(int in, int k, int stride, int pad);
 int64_t nn_conv2d_workspace(const NnConvShape *s, int chunk);
 int nn_conv2d_chunk(const NnConvShape *s);
 void nn_conv2d_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, float *ws);
+/* y = act(conv(x) + b), the bias and activation applied sample by sample while the output is in cache */
+void nn_conv2d_forward_act(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, NnAct act,
+                           float *ws);
+/* the adjoint of nn_conv2d_forward_act; dy is overwritten with dy * act'(y) */
+void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const float *y, const float *x,
+                            const float *w, const NnConvShape *s, NnAct act, float *ws);
 void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                         const NnConvShape *s, float *ws);
 /* naive direct loops, for testing the BLAS path */

@@ -6,6 +6,9 @@
  * use direct loops (a gemm per channel would have K = k*k). */
 #include <cblas.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "kernels.h"
 
@@ -64,6 +67,26 @@ int64_t nn_conv2d_workspace(const NnConvShape *s, int chunk)
     return ws;
 }
 
+/* Stride-1 rows: dst[ow] = src[ow + off] for ow in [lo, hi), 0 elsewhere in [0, wo). Rows are short (wo ~ 4..32), so with AVX-512 each
+ * 16-wide block is one masked load and one masked store instead of a loop with a scalar tail. */
+static inline void row_copy_shifted(float *dst, const float *src, int off, int lo, int hi, int wo)
+{
+#if defined(__AVX512F__)
+    for (int b = 0; b < wo; b += 16) {
+        int n = wo - b < 16 ? wo - b : 16;
+        int vlo = lo - b < 0 ? 0 : lo - b, vhi = hi - b > n ? n : hi - b;
+        __mmask16 store = (__mmask16)((1u << n) - 1u);
+        __mmask16 load = vhi > vlo ? (__mmask16)(((1u << vhi) - 1u) & ~((1u << vlo) - 1u)) : 0;
+        __m512 v = _mm512_maskz_loadu_ps(load, src + b + off);
+        _mm512_mask_storeu_ps(dst + b, store, v);
+    }
+#else
+    for (int ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
+    for (int ow = lo; ow < hi; ow++) dst[ow] = src[ow + off];
+    for (int ow = hi; ow < wo; ow++) dst[ow] = 0.0f;
+#endif
+}
+
 /* col rows r = (c*k + i)*k + j; this sample's columns start at col + 0 with row stride ldc */
 static void im2col(float *col, int64_t ldc, const float *x, int c_in, int h, int w, int k, int stride, int pad,
                    int ho, int wo)
@@ -73,6 +96,9 @@ static void im2col(float *col, int64_t ldc, const float *x, int c_in, int h, int
             for (int j = 0; j < k; j++) {
                 float *row = col + ((int64_t)(c * k + i) * k + j) * ldc;
                 const float *xc = x + (int64_t)c * h * w;
+                /* stride 1: iw = ow + (j - pad) is valid for ow in [lo, hi) */
+                int off = j - pad, lo = off < 0 ? -off : 0, hi = w - off < wo ? w - off : wo;
+                if (hi < lo) hi = lo;
                 for (int oh = 0; oh < ho; oh++) {
                     int ih = oh * stride - pad + i;
                     float *dst = row + (int64_t)oh * wo;
@@ -82,13 +108,7 @@ static void im2col(float *col, int64_t ldc, const float *x, int c_in, int h, int
                     }
                     const float *src = xc + (int64_t)ih * w;
                     if (stride == 1) {
-                        /* iw = ow + (j - pad): valid for ow in [lo, hi) */
-                        int off = j - pad, lo = off < 0 ? -off : 0, hi = w - off < wo ? w - off : wo;
-                        if (hi < lo) hi = lo;
-                        /* rows are short (wo ~ 7..32): a plain loop beats a memcpy call */
-                        for (int ow = 0; ow < lo; ow++) dst[ow] = 0.0f;
-                        for (int ow = lo; ow < hi; ow++) dst[ow] = src[ow + off];
-                        for (int ow = hi; ow < wo; ow++) dst[ow] = 0.0f;
+                        row_copy_shifted(dst, src, off, lo, hi, wo);
                     } else {
                         for (int ow = 0; ow < wo; ow++) {
                             int iw = ow * stride - pad + j;
@@ -99,10 +119,42 @@ static void im2col(float *col, int64_t ldc, const float *x, int c_in, int h, int
             }
 }
 
-/* dx += col2im(col) */
+/* dx += col2im(col). With AVX-512 and stride 1, the k taps j that land on one 16-wide block of an input
+ * row are summed in a register first and written once: adding tap by tap would re-read a block just
+ * stored at a one-float shift, which stalls on store forwarding. */
 static void col2im_add(float *dx, const float *col, int64_t ldc, int c_in, int h, int w, int k, int stride, int pad,
                        int ho, int wo)
 {
+#if defined(__AVX512F__)
+    if (stride == 1) {
+        for (int c = 0; c < c_in; c++)
+            for (int i = 0; i < k; i++) {
+                const float *rows = col + (int64_t)(c * k + i) * k * ldc; /* tap j's row: rows + j * ldc */
+                float *dxc = dx + (int64_t)c * h * w;
+                for (int oh = 0; oh < ho; oh++) {
+                    int ih = oh - pad + i;
+                    if (ih < 0 || ih >= h) continue;
+                    float *dst = dxc + (int64_t)ih * w;
+                    for (int b = 0; b < w; b += 16) {
+                        int n = w - b < 16 ? w - b : 16;
+                        __m512 acc = _mm512_setzero_ps();
+                        for (int j = 0; j < k; j++) {
+                            /* input column iw = ow + j - pad: lane t (iw = b + t) reads ow = b + t - off */
+                            int off = j - pad;
+                            int lo = off - b > 0 ? off - b : 0, hi = wo + off - b < n ? wo + off - b : n;
+                            if (hi <= lo) continue;
+                            __mmask16 m = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+                            const float *src = rows + j * ldc + (int64_t)oh * wo + b - off;
+                            acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, src));
+                        }
+                        __mmask16 out = (__mmask16)((1u << n) - 1u);
+                        _mm512_mask_storeu_ps(dst + b, out, _mm512_add_ps(_mm512_maskz_loadu_ps(out, dst + b), acc));
+                    }
+                }
+            }
+        return;
+    }
+#endif
     for (int c = 0; c < c_in; c++)
         for (int i = 0; i < k; i++)
             for (int j = 0; j < k; j++) {
@@ -113,36 +165,37 @@ static void col2im_add(float *dx, const float *col, int64_t ldc, int c_in, int h
                     if (ih < 0 || ih >= h) continue;
                     const float *src = row + (int64_t)oh * wo;
                     float *dst = dxc + (int64_t)ih * w;
-                    if (stride == 1) {
-                        int off = j - pad, lo = off < 0 ? -off : 0, hi = w - off < wo ? w - off : wo;
-                        for (int ow = lo; ow < hi; ow++) dst[ow + off] += src[ow];
-                    } else {
-                        for (int ow = 0; ow < wo; ow++) {
-                            int iw = ow * stride - pad + j;
-                            if (iw >= 0 && iw < w) dst[iw] += src[ow];
-                        }
+                    for (int ow = 0; ow < wo; ow++) {
+                        int iw = ow * stride - pad + j;
+                        if (iw >= 0 && iw < w) dst[iw] += src[ow];
                     }
                 }
             }
 }
 
-static void add_bias(float *y, const float *b, int cout, int64_t hw)
+/* Per-sample epilogue while the sample's output is still in cache: y = act(y + b) */
+static void conv_epilogue(float *y, const float *b, int cout, int64_t hw, NnAct act)
 {
-    for (int co = 0; co < cout; co++) {
-        float bv = b[co];
-        float *yc = y + co * hw;
-        for (int64_t p = 0; p < hw; p++) yc[p] += bv;
-    }
+    if (b)
+        for (int co = 0; co < cout; co++) {
+            float bv = b[co];
+            float *yc = y + co * hw;
+            for (int64_t p = 0; p < hw; p++) yc[p] += bv;
+        }
+    nn_act_forward(y, (int64_t)cout * hw, act);
 }
 
-static void sum_bias(float *db, const float *dy, int cout, int64_t hw)
+/* Per-sample prologue of the backward pass: dy *= act'(y) in place, db += sum of dy */
+static void conv_prologue(float *dy, float *db, const float *y, int cout, int64_t hw, NnAct act)
 {
-    for (int co = 0; co < cout; co++) {
-        const float *d = dy + co * hw;
-        float s = 0.0f;
-        for (int64_t p = 0; p < hw; p++) s += d[p];
-        db[co] += s;
-    }
+    nn_act_backward(dy, y, (int64_t)cout * hw, act);
+    if (db)
+        for (int co = 0; co < cout; co++) {
+            const float *d = dy + co * hw;
+            float s = 0.0f;
+            for (int64_t p = 0; p < hw; p++) s += d[p];
+            db[co] += s;
+        }
 }
 
 static void depthwise_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s)
@@ -201,11 +254,13 @@ static void depthwise_backward(float *dx, float *dw, float *db, const float *dy,
         }
 }
 
-void nn_conv2d_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, float *ws)
+void nn_conv2d_forward_act(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, NnAct act,
+                           float *ws)
 {
     int64_t hwi = (int64_t)s->h * s->w, hwo = (int64_t)s->ho * s->wo;
     if (conv_is_depthwise(s)) {
         depthwise_forward(y, x, w, b, s);
+        nn_act_forward(y, (int64_t)s->batch * s->cout * hwo, act);
         return;
     }
     if (conv_is_1x1(s)) {
@@ -213,22 +268,23 @@ void nn_conv2d_forward(float *y, const float *x, const float *w, const float *b,
             float *yn = y + (int64_t)n * s->cout * hwo;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->cout, (int)hwo, s->cin, 1.0f, w, s->cin,
                         x + (int64_t)n * s->cin * hwi, (int)hwo, 0.0f, yn, (int)hwo);
-            if (b) add_bias(yn, b, s->cout, hwo);
+            conv_epilogue(yn, b, s->cout, hwo, act);
         }
         return;
     }
     if (s->groups > 1) {
         int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
         int kk = cg_in * s->k * s->k;
-        for (int n = 0; n < s->batch; n++)
+        for (int n = 0; n < s->batch; n++) {
             for (int g = 0; g < s->groups; g++) {
                 im2col(ws, hwo, x + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi, cg_in, s->h, s->w, s->k,
                        s->stride, s->pad, s->ho, s->wo);
                 float *yg = y + ((int64_t)n * s->cout + (int64_t)g * cg_out) * hwo;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cg_out, (int)hwo, kk, 1.0f,
                             w + (int64_t)g * cg_out * kk, kk, ws, (int)hwo, 0.0f, yg, (int)hwo);
-                if (b) add_bias(yg, b + g * cg_out, cg_out, hwo);
             }
+            conv_epilogue(y + (int64_t)n * s->cout * hwo, b, s->cout, hwo, act);
+        }
         return;
     }
     int kk = s->cin * s->k * s->k;
@@ -248,24 +304,24 @@ void nn_conv2d_forward(float *y, const float *x, const float *w, const float *b,
                 for (int co = 0; co < s->cout; co++)
                     memcpy(y + ((int64_t)(n0 + j) * s->cout + co) * hwo, tmp + co * ldc + j * hwo,
                            sizeof(float) * (size_t)hwo);
-        if (b)
-            for (int j = 0; j < nb; j++) add_bias(y + (int64_t)(n0 + j) * s->cout * hwo, b, s->cout, hwo);
+        for (int j = 0; j < nb; j++) conv_epilogue(y + (int64_t)(n0 + j) * s->cout * hwo, b, s->cout, hwo, act);
     }
 }
 
-void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
-                        const NnConvShape *s, float *ws)
+void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const float *y, const float *x,
+                            const float *w, const NnConvShape *s, NnAct act, float *ws)
 {
     int64_t hwi = (int64_t)s->h * s->w, hwo = (int64_t)s->ho * s->wo;
     if (conv_is_depthwise(s)) {
+        nn_act_backward(dy, y, (int64_t)s->batch * s->cout * hwo, act);
         depthwise_backward(dx, dw, db, dy, x, w, s);
         return;
     }
-    if (db)
-        for (int n = 0; n < s->batch; n++) sum_bias(db, dy + (int64_t)n * s->cout * hwo, s->cout, hwo);
     if (conv_is_1x1(s)) {
         for (int n = 0; n < s->batch; n++) {
-            const float *dyn = dy + (int64_t)n * s->cout * hwo, *xn = x + (int64_t)n * s->cin * hwi;
+            float *dyn = dy + (int64_t)n * s->cout * hwo;
+            const float *xn = x + (int64_t)n * s->cin * hwi;
+            conv_prologue(dyn, db, y + (int64_t)n * s->cout * hwo, s->cout, hwo, act);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->cout, s->cin, (int)hwo, 1.0f, dyn, (int)hwo, xn,
                         (int)hwo, 1.0f, dw, s->cin);
             if (dx)
@@ -277,7 +333,8 @@ void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const 
     if (s->groups > 1) {
         int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
         int kk = cg_in * s->k * s->k;
-        for (int n = 0; n < s->batch; n++)
+        for (int n = 0; n < s->batch; n++) {
+            conv_prologue(dy + (int64_t)n * s->cout * hwo, db, y + (int64_t)n * s->cout * hwo, s->cout, hwo, act);
             for (int g = 0; g < s->groups; g++) {
                 const float *xg = x + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi;
                 const float *dyg = dy + ((int64_t)n * s->cout + (int64_t)g * cg_out) * hwo;
@@ -291,6 +348,7 @@ void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const 
                 col2im_add(dx + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi, ws, hwo, cg_in, s->h, s->w, s->k,
                            s->stride, s->pad, s->ho, s->wo);
             }
+        }
         return;
     }
     int kk = s->cin * s->k * s->k;
@@ -299,6 +357,9 @@ void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const 
         int nb = s->batch - n0 < chunk ? s->batch - n0 : chunk;
         int64_t ldc = nb * hwo;
         float *col = ws, *tmp = ws + (int64_t)kk * ldc;
+        for (int j = 0; j < nb; j++)
+            conv_prologue(dy + (int64_t)(n0 + j) * s->cout * hwo, db, y + (int64_t)(n0 + j) * s->cout * hwo, s->cout,
+                          hwo, act);
         const float *dyc = dy + (int64_t)n0 * s->cout * hwo;
         if (nb > 1) {
             for (int j = 0; j < nb; j++)
@@ -320,6 +381,18 @@ void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const 
             col2im_add(dx + (int64_t)(n0 + j) * s->cin * hwi, col + j * hwo, ldc, s->cin, s->h, s->w, s->k,
                        s->stride, s->pad, s->ho, s->wo);
     }
+}
+
+void nn_conv2d_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, float *ws)
+{
+    nn_conv2d_forward_act(y, x, w, b, s, NN_ACT_NONE, ws);
+}
+
+void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                        const NnConvShape *s, float *ws)
+{
+    /* with no activation the prologue never writes dy */
+    nn_conv2d_backward_act(dx, dw, db, (float *)dy, NULL, x, w, s, NN_ACT_NONE, ws);
 }
 
 /* ============================== reference conv ============================== */

@@ -489,13 +489,15 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         float *y = tdata(m, l->out);
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
         int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
+        int continue_without_act = 0; /* set by layers that apply their activation themselves */
         switch (l->type) {
         case NN_OP_LINEAR:
             nn_linear_forward(y, x, param(m, l->w_off), param(m, l->b_off), batch, l->cin, l->cout);
             break;
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, batch);
-            nn_conv2d_forward(y, x, param(m, l->w_off), param(m, l->b_off), &s, m->workspace);
+            nn_conv2d_forward_act(y, x, param(m, l->w_off), param(m, l->b_off), &s, l->act, m->workspace);
+            continue_without_act = 1;
             break;
         }
         case NN_OP_MAXPOOL:
@@ -531,7 +533,7 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         }
         case NN_OP_FLATTEN: break;
         }
-        nn_act_forward(y, n_out, l->act);
+        if (!continue_without_act) nn_act_forward(y, n_out, l->act);
         if (m->profile) l->seconds_forward += fh_time_now() - t0;
     }
     return FH_OK;
@@ -558,7 +560,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         float *dx = (is_input(m, l->in) && !m->need_input_grad) ? NULL : tgrad(m, l->in);
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
         int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
-        nn_act_backward(dy, y, n_out, l->act);
+        if (l->type != NN_OP_CONV2D) nn_act_backward(dy, y, n_out, l->act);
         switch (l->type) {
         case NN_OP_LINEAR:
             nn_linear_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), batch, l->cin,
@@ -566,8 +568,8 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             break;
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, batch);
-            nn_conv2d_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), &s,
-                               m->workspace);
+            nn_conv2d_backward_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x, param(m, l->w_off), &s,
+                                   l->act, m->workspace);
             break;
         }
         case NN_OP_MAXPOOL:
