@@ -21,7 +21,8 @@ OPTFLAGS = -O0 -g -fsanitize=address,undefined -fno-omit-frame-pointer
 else
 OPTFLAGS = -O3 -march=native -g
 endif
-CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -Wall -Wextra -Wno-unused-parameter \
+# -fopenmp-simd: only `#pragma omp simd` (vectorised float reductions, in a fixed order); no OpenMP runtime
+CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-parameter \
            -Iinclude $(BLAS_CFLAGS) $(HDF5_CFLAGS) -MMD -MP
 LDFLAGS += $(OPTFLAGS)
 LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -linih -lz -lm

@@ -61,6 +61,15 @@ void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, con
 void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                  const float *gamma, const float *save_mean, const float *save_invstd, int batch,
                                  int c, int hw);
+/* the same with the activation fused: y = act(bn(x)); backward overwrites dy with dy * act'(y) */
+void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
+                                    const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
+                                    float eps, float momentum, NnAct act);
+void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
+                                   const float *rv, int batch, int c, int hw, float eps, NnAct act);
+void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, float *dy, const float *y,
+                                     const float *x, const float *gamma, const float *save_mean,
+                                     const float *save_invstd, int batch, int c, int hw, NnAct act);
 void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                 const float *gamma, const float *rm, const float *rv, int batch, int c, int hw,
                                 float eps);

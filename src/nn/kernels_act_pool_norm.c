@@ -149,6 +149,7 @@ void nn_gap_forward(float *y, const float *x, int planes, int hw)
     for (int p = 0; p < planes; p++) {
         const float *xp = x + (int64_t)p * hw;
         float s = 0.0f;
+        #pragma omp simd reduction(+ : s)
         for (int i = 0; i < hw; i++) s += xp[i];
         y[p] = s / (float)hw;
     }
@@ -165,45 +166,83 @@ void nn_gap_backward(float *dx, const float *dy, int planes, int hw)
 
 /* ============================== batch norm ============================== */
 
-/* Statistics are accumulated in double: a channel can hold batch*hw ~ 1e5 values. */
-void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
-                                const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
-                                float eps, float momentum)
+static inline float act_apply(float v, NnAct act)
+{
+    if (act == NN_ACT_RELU) return v > 0.0f ? v : 0.0f;
+    if (act == NN_ACT_RELU6) return fminf(fmaxf(v, 0.0f), 6.0f);
+    return v;
+}
+
+static inline float act_mask(float dy, float y, NnAct act)
+{
+    if (act == NN_ACT_RELU) return y > 0.0f ? dy : 0.0f;
+    if (act == NN_ACT_RELU6) return (y > 0.0f && y < 6.0f) ? dy : 0.0f;
+    return dy;
+}
+
+/* One pass for the statistics: sums of (x - K) and (x - K)^2 with K the channel's first value (the
+ * shifted-data algorithm: no cancellation when the mean is large against the spread), per plane in
+ * float, across planes in double. A second pass normalises and applies the activation. */
+void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
+                                    const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
+                                    float eps, float momentum, NnAct act)
 {
     int64_t count = (int64_t)batch * hw;
     for (int ch = 0; ch < c; ch++) {
+        const float shift = x[(int64_t)ch * hw];
         double sum = 0.0, sumsq = 0.0;
         for (int b = 0; b < batch; b++) {
             const float *xp = x + ((int64_t)b * c + ch) * hw;
-            float s = 0.0f;
-            for (int i = 0; i < hw; i++) s += xp[i];
-            sum += s;
-        }
-        double mean = sum / (double)count;
-        for (int b = 0; b < batch; b++) {
-            const float *xp = x + ((int64_t)b * c + ch) * hw;
-            float mf = (float)mean, s = 0.0f;
+            float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
             for (int i = 0; i < hw; i++) {
-                float d = xp[i] - mf;
-                s += d * d;
+                float d = xp[i] - shift;
+                s1 += d;
+                s2 += d * d;
             }
-            sumsq += s;
+            sum += s1;
+            sumsq += s2;
         }
-        double var = sumsq / (double)count; /* biased: used to normalise */
+        double mean_shifted = sum / (double)count;
+        double var = sumsq / (double)count - mean_shifted * mean_shifted; /* biased: used to normalise */
+        if (var < 0.0) var = 0.0;
+        double mean = (double)shift + mean_shifted;
         float invstd = (float)(1.0 / sqrt(var + (double)eps));
         save_mean[ch] = (float)mean;
         save_invstd[ch] = invstd;
         if (rm) {
             /* running variance uses the unbiased estimate, as PyTorch */
-            double unbiased = count > 1 ? sumsq / (double)(count - 1) : var;
+            double unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;
             rm[ch] = (1.0f - momentum) * rm[ch] + momentum * (float)mean;
             rv[ch] = (1.0f - momentum) * rv[ch] + momentum * (float)unbiased;
         }
-        float scale = gamma[ch] * invstd, shift = beta[ch] - (float)mean * scale;
+        float scale = gamma[ch] * invstd, offset = beta[ch] - (float)mean * scale;
         for (int b = 0; b < batch; b++) {
             const float *xp = x + ((int64_t)b * c + ch) * hw;
             float *yp = y + ((int64_t)b * c + ch) * hw;
-            for (int i = 0; i < hw; i++) yp[i] = xp[i] * scale + shift;
+            for (int i = 0; i < hw; i++) yp[i] = act_apply(xp[i] * scale + offset, act);
+        }
+    }
+}
+
+void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
+                                const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
+                                float eps, float momentum)
+{
+    nn_batchnorm_forward_train_act(y, save_mean, save_invstd, rm, rv, x, gamma, beta, batch, c, hw, eps, momentum,
+                                   NN_ACT_NONE);
+}
+
+void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
+                                   const float *rv, int batch, int c, int hw, float eps, NnAct act)
+{
+    for (int ch = 0; ch < c; ch++) {
+        float invstd = 1.0f / sqrtf(rv[ch] + eps);
+        float scale = gamma[ch] * invstd, offset = beta[ch] - rm[ch] * scale;
+        for (int b = 0; b < batch; b++) {
+            const float *xp = x + ((int64_t)b * c + ch) * hw;
+            float *yp = y + ((int64_t)b * c + ch) * hw;
+            for (int i = 0; i < hw; i++) yp[i] = act_apply(xp[i] * scale + offset, act);
         }
     }
 }
@@ -211,20 +250,13 @@ void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, 
 void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
                                const float *rv, int batch, int c, int hw, float eps)
 {
-    for (int ch = 0; ch < c; ch++) {
-        float invstd = 1.0f / sqrtf(rv[ch] + eps);
-        float scale = gamma[ch] * invstd, shift = beta[ch] - rm[ch] * scale;
-        for (int b = 0; b < batch; b++) {
-            const float *xp = x + ((int64_t)b * c + ch) * hw;
-            float *yp = y + ((int64_t)b * c + ch) * hw;
-            for (int i = 0; i < hw; i++) yp[i] = xp[i] * scale + shift;
-        }
-    }
+    nn_batchnorm_forward_eval_act(y, x, gamma, beta, rm, rv, batch, c, hw, eps, NN_ACT_NONE);
 }
 
-void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                                 const float *gamma, const float *save_mean, const float *save_invstd, int batch,
-                                 int c, int hw)
+/* Two passes: the sums (masking dy by the activation on the fly and storing it back), then dx. */
+void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, float *dy, const float *y,
+                                     const float *x, const float *gamma, const float *save_mean,
+                                     const float *save_invstd, int batch, int c, int hw, NnAct act)
 {
     int64_t count = (int64_t)batch * hw;
     for (int ch = 0; ch < c; ch++) {
@@ -232,11 +264,23 @@ void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const f
         double sum_dy = 0.0, sum_dy_xhat = 0.0;
         for (int b = 0; b < batch; b++) {
             const float *xp = x + ((int64_t)b * c + ch) * hw;
-            const float *dyp = dy + ((int64_t)b * c + ch) * hw;
+            float *dyp = dy + ((int64_t)b * c + ch) * hw;
+            const float *yp = y ? y + ((int64_t)b * c + ch) * hw : NULL;
             float s1 = 0.0f, s2 = 0.0f;
-            for (int i = 0; i < hw; i++) {
-                s1 += dyp[i];
-                s2 += dyp[i] * (xp[i] - mean);
+            if (act != NN_ACT_NONE) {
+#pragma omp simd reduction(+ : s1, s2)
+                for (int i = 0; i < hw; i++) {
+                    float g = act_mask(dyp[i], yp[i], act);
+                    dyp[i] = g;
+                    s1 += g;
+                    s2 += g * (xp[i] - mean);
+                }
+            } else {
+#pragma omp simd reduction(+ : s1, s2)
+                for (int i = 0; i < hw; i++) {
+                    s1 += dyp[i];
+                    s2 += dyp[i] * (xp[i] - mean);
+                }
             }
             sum_dy += s1;
             sum_dy_xhat += s2;
@@ -261,6 +305,15 @@ void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const f
     }
 }
 
+void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                                 const float *gamma, const float *save_mean, const float *save_invstd, int batch,
+                                 int c, int hw)
+{
+    /* with no activation dy is only read */
+    nn_batchnorm_backward_train_act(dx, dgamma, dbeta, (float *)dy, NULL, x, gamma, save_mean, save_invstd, batch, c,
+                                    hw, NN_ACT_NONE);
+}
+
 void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                 const float *gamma, const float *rm, const float *rv, int batch, int c, int hw,
                                 float eps)
@@ -272,6 +325,7 @@ void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const fl
             const float *xp = x + ((int64_t)b * c + ch) * hw;
             const float *dyp = dy + ((int64_t)b * c + ch) * hw;
             float *dxp = dx ? dx + ((int64_t)b * c + ch) * hw : NULL;
+#pragma omp simd reduction(+ : s1, s2)
             for (int i = 0; i < hw; i++) {
                 s1 += dyp[i];
                 s2 += dyp[i] * (xp[i] - mean) * invstd;
@@ -294,8 +348,10 @@ void nn_groupnorm_forward(float *y, float *save_mean, float *save_invstd, const 
         for (int g = 0; g < groups; g++) {
             const float *xg = x + ((int64_t)b * c + (int64_t)g * cg) * hw;
             double sum = 0.0, sumsq = 0.0;
+#pragma omp simd reduction(+ : sum)
             for (int64_t i = 0; i < count; i++) sum += xg[i];
             double mean = sum / (double)count;
+#pragma omp simd reduction(+ : sumsq)
             for (int64_t i = 0; i < count; i++) {
                 double d = xg[i] - mean;
                 sumsq += d * d;
@@ -328,6 +384,7 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
             for (int ci = 0; ci < cg; ci++) {
                 int ch = g * cg + ci;
                 float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
                 for (int i = 0; i < hw; i++) {
                     float xhat = (xg[ci * hw + i] - mean) * invstd;
                     s1 += dyg[ci * hw + i];

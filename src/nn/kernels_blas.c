@@ -193,6 +193,7 @@ static void conv_prologue(float *dy, float *db, const float *y, int cout, int64_
         for (int co = 0; co < cout; co++) {
             const float *d = dy + co * hw;
             float s = 0.0f;
+#pragma omp simd reduction(+ : s)
             for (int64_t p = 0; p < hw; p++) s += d[p];
             db[co] += s;
         }

@@ -509,13 +509,14 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         case NN_OP_GAP: nn_gap_forward(y, x, batch * si.c, si.h * si.w); break;
         case NN_OP_BATCHNORM:
             if (m->training)
-                nn_batchnorm_forward_train(y, l->save_mean, l->save_invstd,
-                                           m->bn_update_running ? param(m, l->rm_off) : NULL, param(m, l->rv_off), x,
-                                           param(m, l->w_off), param(m, l->b_off), batch, si.c, si.h * si.w, l->eps,
-                                           l->momentum);
+                nn_batchnorm_forward_train_act(y, l->save_mean, l->save_invstd,
+                                               m->bn_update_running ? param(m, l->rm_off) : NULL, param(m, l->rv_off),
+                                               x, param(m, l->w_off), param(m, l->b_off), batch, si.c, si.h * si.w,
+                                               l->eps, l->momentum, l->act);
             else
-                nn_batchnorm_forward_eval(y, x, param(m, l->w_off), param(m, l->b_off), param(m, l->rm_off),
-                                          param(m, l->rv_off), batch, si.c, si.h * si.w, l->eps);
+                nn_batchnorm_forward_eval_act(y, x, param(m, l->w_off), param(m, l->b_off), param(m, l->rm_off),
+                                              param(m, l->rv_off), batch, si.c, si.h * si.w, l->eps, l->act);
+            continue_without_act = 1;
             break;
         case NN_OP_GROUPNORM:
             nn_groupnorm_forward(y, l->save_mean, l->save_invstd, x, param(m, l->w_off), param(m, l->b_off), batch,
@@ -560,7 +561,9 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         float *dx = (is_input(m, l->in) && !m->need_input_grad) ? NULL : tgrad(m, l->in);
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
         int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
-        if (l->type != NN_OP_CONV2D) nn_act_backward(dy, y, n_out, l->act);
+        /* conv and training-mode batch norm fold the activation's mask into their own passes */
+        int fused_mask = l->type == NN_OP_CONV2D || (l->type == NN_OP_BATCHNORM && m->training);
+        if (!fused_mask) nn_act_backward(dy, y, n_out, l->act);
         switch (l->type) {
         case NN_OP_LINEAR:
             nn_linear_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), batch, l->cin,
@@ -583,8 +586,9 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             break;
         case NN_OP_BATCHNORM:
             if (m->training)
-                nn_batchnorm_backward_train(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off),
-                                            l->save_mean, l->save_invstd, batch, si.c, si.h * si.w);
+                nn_batchnorm_backward_train_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
+                                                param(m, l->w_off), l->save_mean, l->save_invstd, batch, si.c,
+                                                si.h * si.w, l->act);
             else
                 nn_batchnorm_backward_eval(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off),
                                            param(m, l->rm_off), param(m, l->rv_off), batch, si.c, si.h * si.w,
