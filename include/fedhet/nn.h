@@ -138,7 +138,8 @@ float *nn_model_logits(const NnModel *m);
 float *nn_model_features(const NnModel *m);
 int64_t nn_model_features_size(const NnModel *m);
 int64_t nn_model_flops_forward(const NnModel *m); /* per sample */
-size_t nn_model_activation_bytes(const NnModel *m);  /* activations + gradients + workspace */
+/* activations + their gradients + scratch + workspace for `batch` samples (computed from shapes) */
+size_t nn_model_activation_bytes(const NnModel *m, int batch);
 /* The named view, or NULL */
 const NnParamView *nn_model_view(const NnModel *m, const char *name);
 

@@ -329,7 +329,8 @@ int nn_model_finalize(NnModel *m, int logits, int features, int classes)
         if (m->layers[i].rm_off >= 0) m->layers[i].rm_off += m->n_params;
         if (m->layers[i].rv_off >= 0) m->layers[i].rv_off += m->n_params;
     }
-    qsort(m->views, (size_t)m->n_views, sizeof(NnParamView), view_by_offset);
+    /* a model without parameters has views == NULL, which qsort must not be given */
+    if (m->n_views > 1) qsort(m->views, (size_t)m->n_views, sizeof(NnParamView), view_by_offset);
     m->n_state = m->n_params + m->n_buffers;
     FH_CHECK(fh_alloc_aligned(&m->own_state, sizeof(float) * (size_t)(m->n_state ? m->n_state : 1), "model state"));
     FH_CHECK(fh_alloc_aligned(&m->grad, sizeof(float) * (size_t)(m->n_state ? m->n_state : 1), "model gradient"));
@@ -636,13 +637,26 @@ int64_t nn_model_flops_forward(const NnModel *m)
     return f;
 }
 
-size_t nn_model_activation_bytes(const NnModel *m)
+size_t nn_model_activation_bytes(const NnModel *m, int batch)
 {
-    size_t bytes = sizeof(float) * m->workspace_floats;
+    /* from shapes alone, so that a model built for batch 1 can report any batch without allocating */
+    size_t bytes = 0, B = (size_t)batch;
+    int64_t ws = 0;
     for (int t = 0; t < m->n_tensors; t++)
         if (m->tensors[t].alias_of < 0)
-            bytes += sizeof(float) * (size_t)m->max_batch * (size_t)m->tensors[t].size * (t == m->input ? 1 : 2);
-    return bytes;
+            bytes += sizeof(float) * B * (size_t)m->tensors[t].size * (t == m->input ? 1 : 2);
+    for (int i = 0; i < m->n_layers; i++) {
+        const NnLayer *l = &m->layers[i];
+        size_t out = B * (size_t)m->tensors[l->out].size;
+        if (l->type == NN_OP_MAXPOOL) bytes += sizeof(int32_t) * out;
+        if (l->type == NN_OP_DROPOUT) bytes += out;
+        if (l->type == NN_OP_CONV2D) {
+            NnConvShape s = conv_shape(m, l, batch);
+            int64_t need = nn_conv2d_workspace(&s, nn_conv2d_chunk(&s));
+            if (need > ws) ws = need;
+        }
+    }
+    return bytes + sizeof(float) * (size_t)ws;
 }
 
 const NnParamView *nn_model_view(const NnModel *m, const char *name)
