@@ -76,15 +76,28 @@ int nn_sgd_init(NnSgd *opt, int64_t n, float momentum, float weight_decay, int n
 void nn_sgd_step(NnSgd *opt, float *params, const float *grad, float lr)
 {
     const float mom = opt->momentum, wd = opt->weight_decay, damp = 1.0f - opt->dampening;
+    const int64_t n = opt->n;
     float *buf = opt->buf;
-    const int first = opt->steps == 0;
-    for (int64_t i = 0; i < opt->n; i++) {
-        float g = grad[i] + wd * params[i];
-        if (buf) {
-            buf[i] = first ? g : mom * buf[i] + damp * g;
-            g = opt->nesterov ? g + mom * buf[i] : buf[i];
+    /* one straight loop per case, so that each vectorises */
+    if (!buf) {
+        for (int64_t i = 0; i < n; i++) params[i] -= lr * (grad[i] + wd * params[i]);
+    } else if (opt->steps == 0) { /* PyTorch: the first step's buffer is the gradient itself */
+        for (int64_t i = 0; i < n; i++) {
+            float g = grad[i] + wd * params[i];
+            buf[i] = g;
+            params[i] -= lr * (opt->nesterov ? g + mom * g : g);
         }
-        params[i] -= lr * g;
+    } else if (opt->nesterov) {
+        for (int64_t i = 0; i < n; i++) {
+            float g = grad[i] + wd * params[i];
+            buf[i] = mom * buf[i] + damp * g;
+            params[i] -= lr * (g + mom * buf[i]);
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            buf[i] = mom * buf[i] + damp * (grad[i] + wd * params[i]);
+            params[i] -= lr * buf[i];
+        }
     }
     opt->steps++;
 }

@@ -821,6 +821,22 @@ static void test_forward_values(void)
     }
     nn_model_free(&m);
 
+    /* the same through the general path (3x3 s2 p1): each window's first valid element wins */
+    y = single_layer(&m, "maxpool_ties_3x3", (NnShape){1, 4, 4}, 1,
+                     (LayerArg){.op = NN_OP_MAXPOOL, .k = 3, .stride = 2, .pad = 1}, xt);
+    if (y) {
+        m.need_input_grad = 1;
+        const float ones[4] = {1, 1, 1, 1};
+        nn_model_zero_grad(&m);
+        nn_model_backward(&m, ones, NULL);
+        const float *dx = m.tensors[m.input].grad;
+        for (int i = 0; i < 16; i++) {
+            int first = i == 0 || i == 1 || i == 4 || i == 5; /* windows start at (0,0) (0,1) (1,0) (1,1) */
+            CHECK_MSG(dx[i] == (first ? 1.0f : 0.0f), "dx[%d] = %g", i, (double)dx[i]);
+        }
+    }
+    nn_model_free(&m);
+
     /* avg-pool 3x3 s2 p1 counts the padding (count_include_pad): windows hold 4, 6, 6 and 9 ones */
     for (int i = 0; i < 16; i++) xt[i] = 1.0f;
     y = single_layer(&m, "avgpool_values", (NnShape){1, 4, 4}, 1,
