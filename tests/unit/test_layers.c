@@ -628,6 +628,16 @@ static void test_grad_fused_act(void)
                (LayerArg){.op = NN_OP_CONV2D, .cout = 3, .k = 3, .stride = 1, .pad = 1, .groups = 1, .bias = 1,
                           .act = NN_ACT_RELU6, .x_scale = 8});
     layer_case("bn_train_relu", (NnShape){3, 4, 4}, (LayerArg){.op = NN_OP_BATCHNORM, .act = NN_ACT_RELU});
+    layer_case("bn_eval_relu", (NnShape){3, 4, 4}, (LayerArg){.op = NN_OP_BATCHNORM, .act = NN_ACT_RELU, .eval = 1});
+    layer_case("conv_depthwise_relu6", (NnShape){3, 5, 5},
+               (LayerArg){.op = NN_OP_CONV2D, .cout = 3, .k = 3, .stride = 1, .pad = 1, .groups = 3, .bias = 1,
+                          .act = NN_ACT_RELU6, .x_scale = 12});
+    layer_case("conv_1x1_relu", (NnShape){4, 3, 3},
+               (LayerArg){.op = NN_OP_CONV2D, .cout = 3, .k = 1, .stride = 1, .groups = 1, .bias = 1,
+                          .act = NN_ACT_RELU});
+    layer_case("conv_groups2_relu6", (NnShape){4, 4, 4},
+               (LayerArg){.op = NN_OP_CONV2D, .cout = 4, .k = 3, .stride = 1, .pad = 1, .groups = 2, .bias = 1,
+                          .act = NN_ACT_RELU6, .x_scale = 8});
     layer_case("gn_relu", (NnShape){4, 3, 3}, (LayerArg){.op = NN_OP_GROUPNORM, .groups = 2, .act = NN_ACT_RELU});
     NnAct relu = NN_ACT_RELU;
     GradCase c = {.label = "residual_relu", .in = {2, 4, 4}, .batch = 2, .build = build_residual, .arg = &relu,
@@ -953,9 +963,9 @@ static void conv_compare(const ConvSpec *cs, int bias, NnAct act, int expect_chu
     check_close(label, "backward dw without dx", dw2, dw_ref, nw, CONV_RTOL);
     check_close(label, "backward db without dx", db2, db_ref, s.cout, CONV_RTOL);
 
-    free(x); free(w); free(b); free(dy); free(ws); free(y); free(y_ref); free(dy_act); free(dy_ref);
-    free(dx0); free(dw0); free(db0); free(dx); free(dw); free(db);
-    free(dx_ref); free(dw_ref); free(db_ref); free(dw2); free(db2);
+    float *bufs[] = {x, w, b, dy, ws, y, y_ref, dy_act, dy_ref, dx0,
+                     dw0, db0, dx, dw, db, dx_ref, dw_ref, db_ref, dw2, db2};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
 static void test_conv_blas_matches_ref(void)
@@ -1130,6 +1140,44 @@ static void test_batchnorm_running_stats(void)
             for (int i = 0; i < HW; i++) ss += (x[(b * C + c) * HW + i] - mean) * (x[(b * C + c) * HW + i] - mean);
         CHECK_NEAR(rm[c], 0.9 * rm1[c] + 0.1 * mean, 1e-5 * (1.0 + fabs(mean)));
         CHECK_NEAR(rv[c], 0.9 * rv1[c] + 0.1 * ss / (n - 1), 1e-5 * (1.0 + ss / (n - 1)));
+    }
+    nn_model_free(&m);
+}
+
+/* a channel whose mean is large against its spread (1000 +- 0.1): no cancellation in the variance */
+static void test_batchnorm_large_offset(void)
+{
+    enum { B = 4, C = 2, HW = 25 };
+    NnModel m;
+    CHECK_OK(nn_model_init(&m, "bn_offset", (NnShape){C, 5, 5}, B));
+    int f = nn_flatten(&m, nn_batchnorm(&m, m.input, NN_ACT_NONE));
+    CHECK_OK(nn_model_finalize(&m, f, f, C * HW));
+    if (!m.finalized) {
+        nn_model_free(&m);
+        return;
+    }
+    nn_model_init_params(&m, SEED);
+    FhRng rng = rng_for("bn_offset", 0);
+    float x[B * C * HW];
+    for (int i = 0; i < B * C * HW; i++)
+        x[i] = (float)((i / HW) % C == 0 ? 1000.0 + 0.1 * fh_rng_normal(&rng) : -3e4 + 2.0 * fh_rng_normal(&rng));
+    CHECK_OK(nn_model_forward(&m, x, B));
+    const float *y = nn_model_logits(&m);
+    for (int c = 0; c < C; c++) {
+        double s = 0.0, ss = 0.0, n = B * HW;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) s += x[(b * C + c) * HW + i];
+        double mean = s / n;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) ss += (x[(b * C + c) * HW + i] - mean) * (x[(b * C + c) * HW + i] - mean);
+        double inv = 1.0 / sqrt(ss / n + 1e-5);
+        double err = 0.0;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) {
+                int j = (b * C + c) * HW + i;
+                err = fmax(err, fabs(y[j] - (x[j] - mean) * inv));
+            }
+        CHECK_MSG(err <= 1e-2, "channel %d: max error %.3g of the normalised output", c, err);
     }
     nn_model_free(&m);
 }
@@ -1729,6 +1777,7 @@ int main(int argc, char **argv)
     RUN(test_conv_blas_matches_ref);
     RUN(test_conv_blas_multi_chunk);
     RUN(test_batchnorm_running_stats);
+    RUN(test_batchnorm_large_offset);
     RUN(test_groupnorm_normalises);
     RUN(test_xent_grad_fd);
     RUN(test_xent_per_sample_and_weights);
