@@ -146,7 +146,8 @@ const NnParamView *nn_model_view(const NnModel *m, const char *name);
 /* ---- losses ---------------------------------------------------------------------------------------
  * All accumulate into dlogits (zero it first) the gradient of the returned mean loss. */
 
-/* Softmax cross-entropy, mean over the batch of w_i * l_i (w_i = 1 when weights is NULL; the mean
+/* Softmax cross-entropy, mean over the batch of w_i * l_i (labels must lie in [0, classes): callers
+ * validate data when it is loaded; w_i = 1 when weights is NULL; the mean
  * divides by batch, not by the sum of weights). logit_adjust [classes] (tau * log prior) is added to
  * the logits first when not NULL. per_sample [batch] (optional) receives the unweighted l_i. */
 float nn_softmax_xent(float *dlogits, float *per_sample, const float *logits, const int32_t *labels,

@@ -142,10 +142,14 @@ int nn_model_init(NnModel *m, const char *arch, NnShape input, int max_batch)
     m->input = m->logits = m->features = -1;
     m->bn_update_running = 1;
     m->training = 1;
-    if (!shape_ok(input))
-        FH_FAIL(FH_ERR_USAGE, "model %s: input shape %dx%dx%d must be positive (C x H x W)", m->arch, input.c,
-                input.h, input.w);
-    if (max_batch < 1) FH_FAIL(FH_ERR_USAGE, "model %s: batch size %d must be at least 1", m->arch, max_batch);
+    if (!shape_ok(input)) {
+        build_fail(m, "input shape %dx%dx%d must be positive (C x H x W)", input.c, input.h, input.w);
+        return m->status;
+    }
+    if (max_batch < 1) {
+        build_fail(m, "batch size %d must be at least 1", max_batch);
+        return m->status;
+    }
     m->max_batch = max_batch;
     m->input = add_tensor(m, input, -1);
     return m->status;
@@ -309,9 +313,18 @@ static NnConvShape conv_shape(const NnModel *m, const NnLayer *l, int batch)
     return (NnConvShape){batch, si.c, si.h, si.w, l->cout, l->k, l->stride, l->pad, l->groups, so.h, so.w};
 }
 
+static int model_finalize(NnModel *m, int logits, int features, int classes);
+
 int nn_model_finalize(NnModel *m, int logits, int features, int classes)
 {
     if (m->status != FH_OK) return m->status;
+    /* finalisation errors are build errors too: sticky in m->status like the builder's */
+    m->status = model_finalize(m, logits, features, classes);
+    return m->status;
+}
+
+static int model_finalize(NnModel *m, int logits, int features, int classes)
+{
     if (m->finalized) FH_FAIL(FH_ERR_USAGE, "model %s: finalised twice", m->arch);
     if (logits < 0 || logits >= m->n_tensors || features < 0 || features >= m->n_tensors)
         FH_FAIL(FH_ERR_USAGE, "model %s: logits/features tensor index out of range", m->arch);
