@@ -93,7 +93,8 @@ const char *data_corruption_name(DataCorruption type);
  * ImageNet-C above. Severity outside 1..5 is FH_ERR_USAGE. */
 int data_corruption_params(DataCorruptionParams *p, DataCorruption type, int severity, int h, int w);
 /* Corrupts one uint8 image [c, h, w] in place. Draws come from Philox purpose `partition` keyed by seed
- * with counter (group, index, 0): group 0 = training images, 1 = test images; index = the image's row. */
+ * with counter (tag, group, index): tag fixed per corruption (src/data/corrupt_internal.h), group 0 =
+ * training images, 1 = test images; index = the image's row. */
 void data_corrupt_image(uint8_t *image, int c, int h, int w, const DataCorruptionParams *p, uint64_t seed,
                         uint32_t group, uint32_t index);
 

