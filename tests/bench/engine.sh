@@ -5,7 +5,8 @@
 # When Debian's python3-torch is installed (`make deps-bench`), PyTorch runs the same architectures
 # beside ours (tests/bench/torch_bench.py) and the table shows the ratio.
 # Writes outputs/bench/engine.csv and outputs/bench/sgemm.csv. Knobs (environment): BENCH_MODELS, BENCH_BATCHES, BENCH_THREADS,
-# BENCH_REPS (default 5), BENCH_SECONDS (per rep, default 0.5).
+# BENCH_REPS (default 5), BENCH_SECONDS (per rep, default 0.5), BENCH_OUT (default outputs/bench),
+# FEDHET (the binary, default bin/fedhet: point it at a copy to keep building while a long run goes on).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 models=${BENCH_MODELS:-"mlp cnn lenet smallcnn resnet8 resnet18 resnet18_gn mobilenetv2"}
@@ -13,7 +14,8 @@ batches=${BENCH_BATCHES:-"32 64 256"}
 threads_list=${BENCH_THREADS:-"1 2"}
 reps=${BENCH_REPS:-5}
 seconds=${BENCH_SECONDS:-0.5}
-out=outputs/bench
+out=${BENCH_OUT:-outputs/bench}
+fedhet=${FEDHET:-bin/fedhet}
 mkdir -p "$out"
 csv=$out/engine.csv
 torch_py=/usr/bin/python3
@@ -22,14 +24,14 @@ if "$torch_py" -c 'import torch' 2>/dev/null; then have_torch=1; else
     echo "(python3-torch not installed: PyTorch columns left empty; 'make deps-bench' installs it)"
 fi
 # OpenBLAS sizes its thread pool at load time: give it exactly the threads asked for
-point() { OPENBLAS_NUM_THREADS=$3 bin/fedhet bench --model "$1" --batch "$2" --threads "$3" --mode "$4" --reps "$reps" --seconds "$seconds"; }
+point() { OPENBLAS_NUM_THREADS=$3 "$fedhet" bench --model "$1" --batch "$2" --threads "$3" --mode "$4" --reps "$reps" --seconds "$seconds"; }
 tpoint() { OMP_NUM_THREADS=$3 "$torch_py" tests/bench/torch_bench.py --model "$1" --batch "$2" --threads "$3" --mode "$4" --reps "$reps"; }
 field() { cut -d, -f"$1" <<<"$2"; }
 
 echo "threads,sgemm_gflops" >"$out/sgemm.csv"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
 for t in $threads_list; do
-    peak=$(OPENBLAS_NUM_THREADS=$t bin/fedhet bench --sgemm 1024 --threads "$t")
+    peak=$(OPENBLAS_NUM_THREADS=$t "$fedhet" bench --sgemm 1024 --threads "$t")
     echo "OpenBLAS sgemm 1024^3, $t thread(s): $(field 4 "$peak") GFLOP/s"
     echo "$t,$(field 4 "$peak")" >>"$out/sgemm.csv"
 done

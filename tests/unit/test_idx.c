@@ -20,44 +20,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-/* ---- temp files: everything created is recorded and removed, newest first, at exit ---- */
-
-static char tmp_root[64];
-static char tmp_created[256][512];
-static int tmp_n_created;
-
-static void tmp_record(const char *path)
-{
-    for (int i = 0; i < tmp_n_created; i++)
-        if (strcmp(tmp_created[i], path) == 0) return;
-    if (tmp_n_created < 256) snprintf(tmp_created[tmp_n_created++], sizeof tmp_created[0], "%s", path);
-}
-
-static void tmp_cleanup(void)
-{
-    for (int i = tmp_n_created - 1; i >= 0; i--) remove(tmp_created[i]);
-    tmp_n_created = 0;
-    if (tmp_root[0]) remove(tmp_root);
-}
-
-/* path of `name` inside the temp root (static buffer rotation keeps a few alive at once) */
-static const char *tmp_path(const char *name)
-{
-    static char bufs[8][512];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s", tmp_root, name);
-    return b;
-}
-
-/* a sub-directory for tests that need the fixed <prefix>-images-idx3-ubyte names */
-static const char *tmp_dir(const char *name)
-{
-    const char *p = tmp_path(name);
-    if (mkdir(p, 0700) != 0) printf("    cannot mkdir %s\n", p);
-    tmp_record(p);
-    return p;
-}
+#include "test_tmp.h"
 
 static int write_bytes(const char *path, const void *data, size_t len, int gz)
 {
@@ -544,9 +507,7 @@ static void test_fashion_mnist_real(void)
 int main(int argc, char **argv)
 {
     TEST_MAIN_BEGIN(argc, argv);
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/fedhet_test_idx_XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
+    if (tmp_init("idx") != 0) {
         printf("0 passed, 1 failed\n");
         return 1;
     }

@@ -21,42 +21,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-/* ---- temp files: everything created is recorded and removed, newest first, at exit ---- */
-
-static char tmp_root[64];
-static char tmp_created[512][640]; /* paths up to 600 bytes */
-static int tmp_n_created;
-
-static void tmp_record(const char *path)
-{
-    for (int i = 0; i < tmp_n_created; i++)
-        if (strcmp(tmp_created[i], path) == 0) return;
-    if (tmp_n_created < 512) snprintf(tmp_created[tmp_n_created++], sizeof tmp_created[0], "%s", path);
-}
-
-static void tmp_cleanup(void)
-{
-    for (int i = tmp_n_created - 1; i >= 0; i--) remove(tmp_created[i]);
-    tmp_n_created = 0;
-    if (tmp_root[0]) remove(tmp_root);
-}
-
-static const char *tmp_path(const char *name)
-{
-    static char bufs[8][512];
-    static int next;
-    char *b = bufs[next++ % 8];
-    snprintf(b, sizeof bufs[0], "%s/%s", tmp_root, name);
-    return b;
-}
-
-static const char *tmp_dir(const char *name)
-{
-    const char *p = tmp_path(name);
-    if (mkdir(p, 0700) != 0) printf("    cannot mkdir %s\n", p);
-    tmp_record(p);
-    return p;
-}
+#include "test_tmp.h"
 
 static int write_bytes(const char *path, const void *data, size_t len)
 {
@@ -581,9 +546,7 @@ static void test_hdf5_error_printing_restored(void)
 int main(int argc, char **argv)
 {
     TEST_MAIN_BEGIN(argc, argv);
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/fedhet_test_readers_XXXXXX");
-    if (!mkdtemp(tmp_root)) {
-        perror("mkdtemp");
+    if (tmp_init("readers") != 0) {
         printf("0 passed, 1 failed\n");
         return 1;
     }
