@@ -270,6 +270,17 @@ static int h5r_open_dataset(const H5Reader *r, const char *name, hid_t *dset)
 
 /* The string attribute `layout` of dset: *nhwc = 1 for "NHWC", 0 for "NCHW" or no attribute. Both
  * fixed-length and variable-length strings (h5py's default), ASCII or UTF-8, are read. */
+/* The file type and dataspace of an open dataset; the caller closes whichever of them is valid. */
+static int h5r_query(const H5Reader *r, hid_t dset, const char *name, hid_t *type, hid_t *space)
+{
+    char msg[256];
+    *type = H5Dget_type(dset);
+    *space = H5Dget_space(dset);
+    if (*type < 0 || *space < 0)
+        FH_FAIL(FH_ERR_DATA, "%s: cannot query %s (HDF5: %s)", r->path, name, h5r_hdf5_message(msg));
+    return FH_OK;
+}
+
 static int h5r_read_layout(const H5Reader *r, hid_t dset, const char *name, int *nhwc)
 {
     *nhwc = 0;
@@ -378,13 +389,8 @@ static int h5r_read_images(const H5Reader *r, const char *name, DataImageSet *se
     status = h5r_read_layout(r, dset, name, &nhwc);
     if (status != FH_OK) goto done;
     const char *shape = nhwc ? "[N,H,W,C]" : "[N,C,H,W]";
-    type = H5Dget_type(dset);
-    space = H5Dget_space(dset);
-    if (type < 0 || space < 0) {
-        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot query %s (HDF5: %s)", r->path, name,
-                                h5r_hdf5_message(msg));
-        goto done;
-    }
+    status = h5r_query(r, dset, name, &type, &space);
+    if (status != FH_OK) goto done;
     if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 || H5Tget_sign(type) != H5T_SGN_NONE) {
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: %s must be uint8 %s (found %s)", r->path, name,
                                 shape, h5r_type_text(type, tbuf));
@@ -459,13 +465,8 @@ static int h5r_read_labels(const H5Reader *r, const char *name, const char *imag
     int status = FH_OK;
     *max_label = -1;
     FH_CHECK(h5r_open_dataset(r, name, &dset));
-    type = H5Dget_type(dset);
-    space = H5Dget_space(dset);
-    if (type < 0 || space < 0) {
-        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot query %s (HDF5: %s)", r->path, name,
-                                h5r_hdf5_message(msg));
-        goto done;
-    }
+    status = h5r_query(r, dset, name, &type, &space);
+    if (status != FH_OK) goto done;
     if (H5Tget_class(type) != H5T_INTEGER) {
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: %s must be integer [N] (found %s)", r->path, name,
                                 h5r_type_text(type, tbuf));
