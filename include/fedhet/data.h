@@ -98,4 +98,112 @@ int data_corruption_params(DataCorruptionParams *p, DataCorruption type, int sev
 void data_corrupt_image(uint8_t *image, int c, int h, int w, const DataCorruptionParams *p, uint64_t seed,
                         uint32_t group, uint32_t index);
 
+/* ---- sources ------------------------------------------------------------------------------------------ */
+
+/* Reads a raw data set. src: a folder of IDX files (train-/t10k- images and labels, .gz or raw), a folder
+ * of CIFAR-10 (data_batch_1.bin ...) or CIFAR-100 (train.bin, test.bin) batches, an HDF5 file (data.h
+ * layout above), or the names "fashion-mnist" (DATA_FASHION_MNIST_DIR). format: "auto" (or NULL) detects
+ * from the content, else "idx" | "cifar10" | "cifar100" | "hdf5". idx_classes: the class count of IDX
+ * labels. *format_used names what was read. */
+int data_source_read(DataImageSet *train, DataImageSet *test, const char *src, const char *format, int idx_classes,
+                     const char **format_used);
+
+/* ---- partitioned dataset files (DESIGN.md "Files on disk") ------------------------------------------ */
+
+/* Format marker and version in the root attributes `format` and `format_version`; checked on open. */
+#define DATA_PARTFILE_FORMAT "fedhet-partition"
+#define DATA_PARTFILE_VERSION 1
+
+typedef struct {
+    const char *source;        /* recorded as given, e.g. "/usr/share/datasets/fashion-mnist" */
+    const char *source_format; /* "idx" | "cifar10" | "cifar100" | "hdf5" */
+    DataPartitionSpec partition;
+    DataCorruption corruption; /* the last n_corrupted clients and a copy of the test set get it */
+    int severity;
+    int n_corrupted;
+    const double *mean, *std;  /* per channel; NULL = computed from the clean training images */
+    int deflate;               /* 0..9 */
+    const char *parameters;    /* the resolved key=value list, recorded for `inspect` (may be NULL) */
+} DataPartFileSpec;
+
+/* Writes the partitioned set atomically (PATH.tmp-<pid>, fsync, rename): on failure nothing is left at
+ * path. Rows are copied and corrupted a block at a time: memory beyond the inputs is one block.
+ * Corruption draws: training image at stored row r uses counter (tag, 0, r), test image i (tag, 1, i). */
+int data_partfile_write(const char *path, const DataImageSet *train, const DataImageSet *test,
+                        const DataPartition *part, const DataPartFileSpec *spec);
+
+typedef enum { DATA_ROWS_CLIENTS = 0, DATA_ROWS_TEST, DATA_ROWS_TEST_CORRUPTED } DataRowGroup;
+
+/* An open partition file: metadata in memory, rows read on demand (hyperslabs). */
+typedef struct {
+    char *path;
+    int n_clients, classes, c, h, w;
+    int64_t n_rows;         /* training rows over all clients */
+    int64_t n_test;         /* 0 when the source had no test set */
+    int has_test_corrupted;
+    int64_t *offsets;       /* [n_clients + 1] */
+    int32_t *label_counts;  /* [n_clients * classes] */
+    int32_t *corruption;    /* [n_clients] DataCorruption of each client */
+    double *mean, *std;     /* [c] */
+    char *source, *scheme, *variant, *corruption_name, *parameters;
+    int severity, n_corrupted;
+    int64_t seed;
+    int64_t bytes_read;     /* image + label bytes read through data_partfile_read_rows */
+    struct DataPartFileH5 *h5;
+} DataPartFile;
+
+/* Opens and validates (format, version, shapes, offsets, label counts): FH_ERR_DATA naming the file. */
+int data_partfile_open(DataPartFile *f, const char *path);
+/* Rows [first, first + count) of a group: images [count, c, h, w], labels [count] (either may be NULL).
+ * Labels are checked against classes. */
+int data_partfile_read_rows(DataPartFile *f, DataRowGroup group, int64_t first, int64_t count, uint8_t *images,
+                            int32_t *labels);
+void data_partfile_close(DataPartFile *f);
+/* Per-channel mean and population std of x/255 over the images: exact (histogram of byte values). */
+void data_channel_stats(const DataImageSet *set, double *mean, double *std);
+
+/* ---- batch loader (spec B.1) ----------------------------------------------------------------------------- */
+
+/* The training rows of the clients one rank owns, read once from the partition file (only those rows:
+ * the file groups rows by client, so each client is one hyperslab), and served as normalised float
+ * batches. One client is iterated at a time per loader. */
+typedef struct {
+    int n_owned;
+    int *clients;       /* [n_owned] ascending client ids */
+    int64_t *first;     /* [n_owned + 1] row of each owned client in images/labels */
+    uint8_t *images;    /* owned rows [first[n_owned], c, h, w] */
+    int32_t *labels;
+    int c, h, w, n_clients;
+    int augment;        /* random crop (zero padding 4) + horizontal flip, spec B.1 FLOOD */
+    float *lut;         /* [c * 256]: (v / 255 - mean[ch]) / std[ch] */
+    int64_t *order;     /* [largest owned client] this epoch's row order */
+    int64_t bytes_read; /* bytes this loader read from the file */
+} DataLoader;
+
+typedef struct {
+    int slot;            /* index into DataLoader.clients */
+    int64_t n, pos;      /* rows of the client, next position in this epoch */
+    uint64_t seed;
+    uint32_t client, round, epoch;
+} DataBatchIter;
+
+/* augment: 1 on, 0 off, -1 automatic (on for 3-channel 32 x 32 images, off otherwise: B.1). clients need
+ * not be sorted; duplicates and ids outside 0..K-1 are FH_ERR_USAGE. */
+int data_loader_init(DataLoader *L, DataPartFile *f, const int *clients, int n_owned, int augment);
+void data_loader_free(DataLoader *L);
+/* rows of an owned client, or -1 when this loader does not hold it */
+int64_t data_loader_client_rows(const DataLoader *L, int client);
+/* Starts epoch 0 of `client` in `round`: order = a permutation keyed by Philox (seed, shuffle) with counter
+ * (client, round, epoch). FH_ERR_USAGE if the client is not owned. */
+int data_loader_begin(DataLoader *L, DataBatchIter *it, int client, uint64_t seed, uint32_t round);
+/* The next batch of up to batch_size rows into x [count, c, h, w] and y [count]; returns count (> 0 for a
+ * non-empty client). The last partial batch of an epoch is kept; the next call starts the next epoch,
+ * reshuffled. Augmentation draws come from (seed, augment) with counter (client, round, epoch, position). */
+int64_t data_loader_next(DataLoader *L, DataBatchIter *it, int64_t batch_size, float *x, int32_t *y);
+/* Rows of a test group as normalised floats (no augmentation); scratch holds count images. */
+int data_test_read(DataPartFile *f, const float *lut, DataRowGroup group, int64_t first, int64_t count, float *x,
+                   int32_t *y, uint8_t *scratch);
+/* lut [c * 256] from the file's mean and std */
+void data_normal_lut(float *lut, const DataPartFile *f);
+
 #endif

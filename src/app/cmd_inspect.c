@@ -1,9 +1,14 @@
-/* fedhet inspect --model NAME: the layers of a zoo model, its parameter counts, FLOPs and memory. */
+/* fedhet inspect: what a file holds (FILE.h5: a partition file today; the kind is read from the root
+ * attribute `format`, so checkpoints and run files can join the table of file kinds), or the layers of a
+ * zoo model with its parameter counts, FLOPs and memory (--model NAME). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "app.h"
 #include "fedhet/core.h"
+#include "fedhet/data.h"
+#include "fedhet/h5io.h"
 
 static const char *op_name(NnOpType t)
 {
@@ -14,35 +19,36 @@ static const char *op_name(NnOpType t)
 
 static const char *act_name(NnAct a) { return a == NN_ACT_RELU ? "-relu" : a == NN_ACT_RELU6 ? "-relu6" : ""; }
 
+
 static void print_help(void)
 {
-    printf("usage: fedhet inspect --model NAME [--input CxHxW] [--classes K] [--norm bn|gn] [--groups G]\n"
-           "  Prints the model's layers (output shape, parameters, forward FLOPs), its trainable and buffer\n"
-           "  counts, forward FLOPs per sample and memory per client.\n"
+    printf("usage: fedhet inspect FILE.h5\n"
+           "       fedhet inspect --model NAME [--input CxHxW] [--classes K] [--norm bn|gn] [--groups G]\n"
+           "\n"
+           "FILE.h5: a partition file written by `fedhet partition`. Prints its source, classes, image shape,\n"
+           "  training and test rows, per-channel mean and std, seed, the scheme with the key=value parameters\n"
+           "  it was made with, the corruption, the spread of client sizes, and the client x label count\n"
+           "  matrix: one line per client (samples, corrupted yes/no, then one count per label; every client\n"
+           "  and every label is printed, however many).\n"
+           "\n"
+           "--model NAME: prints the model's layers (output shape, parameters, forward FLOPs), its trainable\n"
+           "  and buffer counts, forward FLOPs per sample and memory per client.\n"
            "  --model    %s\n"
            "  --input    input shape, default 1x28x28 for mlp/cnn/lenet/smallcnn, 3x32x32 otherwise\n"
            "  --classes  class count, default 10\n"
-           "  --norm     resnet18 normalisation: bn (default) or gn; --groups: GroupNorm groups (default 2)\n",
+           "  --norm     resnet18 normalisation: bn (default) or gn; --groups: GroupNorm groups (default 2)\n"
+           "\n"
+           "FILE.h5 and the model options are two different uses: give one or the other.\n",
            nn_zoo_names());
 }
 
-int app_cmd_inspect(int argc, char **argv)
+/* ---- --model NAME ---- */
+
+static int inspect_model(const AppModelArgs *a)
 {
-    AppModelArgs a;
-    app_model_args_default(&a);
-    for (int i = 1; i < argc; i++) {
-        int consumed = 0;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            print_help();
-            return FH_OK;
-        }
-        FH_CHECK(app_model_args_take(&a, argc, argv, &i, &consumed));
-        if (!consumed) FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet inspect --help)", argv[i]);
-    }
-    if (!a.model) FH_FAIL(FH_ERR_USAGE, "--model NAME is required (one of %s)", nn_zoo_names());
     NnModel m;
-    FH_CHECK(nn_zoo_build(&m, a.model, a.input, a.classes, 1, &a.zoo));
-    printf("model %s, input %dx%dx%d, %d classes\n", a.model, a.input.c, a.input.h, a.input.w, a.classes);
+    FH_CHECK(nn_zoo_build(&m, a->model, a->input, a->classes, 1, &a->zoo));
+    printf("model %s, input %dx%dx%d, %d classes\n", a->model, a->input.c, a->input.h, a->input.w, a->classes);
     printf("%-4s %-12s %-16s %-16s %12s %14s\n", "#", "layer", "op", "output", "params", "fwd FLOPs");
     for (int i = 0; i < m.n_layers; i++) {
         const NnLayer *l = &m.layers[i];
@@ -70,4 +76,190 @@ int app_cmd_inspect(int argc, char **argv)
                b < 2 ? "," : "\n");
     nn_model_free(&m);
     return FH_OK;
+}
+
+/* ---- partition files ---- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* min / median / max of n values, sorted in place; the median is v[n / 2], as `fedhet partition` prints it */
+static void spread(int64_t *v, int n, int64_t out[3])
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_i64);
+    out[0] = v[0];
+    out[1] = v[n / 2];
+    out[2] = v[n - 1];
+}
+
+static int digits(int64_t v)
+{
+    int d = 1;
+    for (; v >= 10; v /= 10) d++;
+    return d;
+}
+
+static void print_corruption(const DataPartFile *f)
+{
+    int first = -1, last = -1, n = 0;
+    for (int k = 0; k < f->n_clients; k++)
+        if (f->corruption[k] != DATA_CORRUPT_NONE) {
+            if (first < 0) first = k;
+            last = k;
+            n++;
+        }
+    if (n == 0) {
+        printf("corruption  none\n");
+        return;
+    }
+    printf("corruption  %s severity %d: %d of %d clients", f->corruption_name, f->severity, n, f->n_clients);
+    /* the writer corrupts the last n_corrupted clients; say so only when the table agrees */
+    if (last - first + 1 == n) printf(" (%d..%d)", first, last);
+    printf("; n_corrupted = %d\n", f->n_corrupted);
+}
+
+/* One line per client: id, samples, corrupted yes/no, then the count of every label. */
+static void print_label_matrix(const DataPartFile *f)
+{
+    const int K = f->n_clients, C = f->classes;
+    int64_t largest_count = 0, largest_size = 0;
+    for (size_t i = 0; i < (size_t)K * C; i++)
+        if (f->label_counts[i] > largest_count) largest_count = f->label_counts[i];
+    for (int k = 0; k < K; k++)
+        if (f->offsets[k + 1] - f->offsets[k] > largest_size) largest_size = f->offsets[k + 1] - f->offsets[k];
+    const int wk = digits(K - 1) > 6 ? digits(K - 1) : 6;
+    const int ws = digits(largest_size) > 7 ? digits(largest_size) : 7;
+    const int wc = digits(largest_count) > digits(C - 1) ? digits(largest_count) : digits(C - 1);
+
+    printf("\nlabel counts: one line per client, one column per label 0..%d\n", C - 1);
+    if (C > 20) printf("(%d classes: all %d columns are printed; the lines are wide, e.g. pipe into less -S)\n", C, C);
+    printf("%*s  %*s  %-9s", wk, "client", ws, "samples", "corrupted");
+    for (int c = 0; c < C; c++) printf(" %*d", wc, c);
+    printf("\n");
+    for (int k = 0; k < K; k++) {
+        printf("%*d  %*lld  %-9s", wk, k, ws, (long long)(f->offsets[k + 1] - f->offsets[k]),
+               f->corruption[k] != DATA_CORRUPT_NONE ? "yes" : "no");
+        const int32_t *row = f->label_counts + (size_t)k * C;
+        for (int c = 0; c < C; c++) printf(" %*d", wc, (int)row[c]);
+        printf("\n");
+    }
+}
+
+static int inspect_partition(const char *path)
+{
+    DataPartFile f;
+    FH_CHECK(data_partfile_open(&f, path));
+    const int K = f.n_clients, C = f.classes;
+    int64_t *sizes = NULL, *present = NULL;
+    int status = fh_calloc(&sizes, (size_t)K, sizeof *sizes, "client sizes");
+    if (status == FH_OK) status = fh_calloc(&present, (size_t)K, sizeof *present, "classes per client");
+    if (status != FH_OK) {
+        fh_free(&sizes);
+        data_partfile_close(&f);
+        return status;
+    }
+    printf("file        %s (partition file, format %s)\n", f.path, DATA_PARTFILE_FORMAT);
+    printf("source      %s\n", f.source);
+    printf("classes     %d\n", C);
+    printf("shape       %dx%dx%d\n", f.c, f.h, f.w);
+    printf("training    %lld rows over %d clients\n", (long long)f.n_rows, K);
+    if (f.n_test > 0) printf("test        %lld rows; corrupted copy: %s\n", (long long)f.n_test, f.has_test_corrupted ? "yes" : "no");
+    else printf("test        none (the source had no test set)\n");
+    printf("mean / std ");
+    for (int ch = 0; ch < f.c; ch++) printf(" %.4f / %.4f", f.mean[ch], f.std[ch]);
+    printf("\nseed        %lld\n", (long long)f.seed);
+    printf("scheme      %s (variant %s)\n", f.scheme, *f.variant ? f.variant : "default");
+    printf("parameters  %s\n", *f.parameters ? f.parameters : "(not recorded)");
+    print_corruption(&f);
+
+    for (int k = 0; k < K; k++) {
+        sizes[k] = f.offsets[k + 1] - f.offsets[k];
+        for (int c = 0; c < C; c++) present[k] += f.label_counts[(size_t)k * C + c] > 0;
+    }
+    int64_t sz[3], cl[3];
+    spread(sizes, K, sz);
+    spread(present, K, cl);
+    printf("clients     %d: samples min %lld / median %lld / max %lld; classes per client min %lld / median %lld / "
+           "max %lld\n", K, (long long)sz[0], (long long)sz[1], (long long)sz[2], (long long)cl[0], (long long)cl[1],
+           (long long)cl[2]);
+    print_label_matrix(&f);
+    fh_free(&sizes);
+    fh_free(&present);
+    data_partfile_close(&f);
+    return FH_OK;
+}
+
+/* ---- which kind of file ---- */
+
+typedef struct {
+    const char *format; /* value of the root attribute `format` */
+    int (*inspect)(const char *path);
+} InspectFileKind;
+
+static const InspectFileKind file_kinds[] = {
+    {DATA_PARTFILE_FORMAT, inspect_partition},
+};
+
+/* The root attribute `format` into buf, or "" when the file cannot be read as HDF5 or has none; the
+ * reader of the default kind then reports what is wrong with the file. */
+static void file_format(const char *path, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    FhH5File h;
+    int exists = 0;
+    char *format = NULL;
+    if (fh_h5_open(&h, path, FH_ERR_DATA) == FH_OK) {
+        if (fh_h5_attr_exists(&h, h.id, "format", &exists) == FH_OK && exists &&
+            fh_h5_attr_read_string(&h, h.id, "format", &format) == FH_OK)
+            snprintf(buf, size, "%s", format);
+        free(format);
+        fh_h5_close(&h);
+    }
+    fh_h5_quiet_end(&quiet);
+    fh_error_clear();
+}
+
+static int inspect_file(const char *path)
+{
+    char format[128];
+    file_format(path, format, sizeof format);
+    for (size_t i = 0; i < sizeof file_kinds / sizeof file_kinds[0]; i++)
+        if (!strcmp(format, file_kinds[i].format)) return file_kinds[i].inspect(path);
+    /* unknown, missing or unreadable: the partition reader's error names the file and the problem */
+    return inspect_partition(path);
+}
+
+int app_cmd_inspect(int argc, char **argv)
+{
+    AppModelArgs a;
+    app_model_args_default(&a);
+    const char *file = NULL, *model_option = NULL;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            print_help();
+            return FH_OK;
+        }
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] != '-' || !argv[i][1]) {
+            if (file) FH_FAIL(FH_ERR_USAGE, "one FILE at a time ('%s' and '%s'; see fedhet inspect --help)", file, argv[i]);
+            file = argv[i];
+            continue;
+        }
+        int consumed = 0;
+        const char *option = argv[i];
+        FH_CHECK(app_model_args_take(&a, argc, argv, &i, &consumed));
+        if (!consumed) FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet inspect --help)", argv[i]);
+        if (!model_option) model_option = option;
+    }
+    if (file && model_option)
+        FH_FAIL(FH_ERR_USAGE, "%s and %s: give FILE.h5 or the model options, not both (see fedhet inspect --help)",
+                file, model_option);
+    if (file) return inspect_file(file);
+    if (!a.model) FH_FAIL(FH_ERR_USAGE, "--model NAME is required, or a FILE.h5 to inspect (models: %s)", nn_zoo_names());
+    return inspect_model(&a);
 }

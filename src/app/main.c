@@ -13,7 +13,8 @@ typedef struct {
 } AppCommand;
 
 static const AppCommand commands[] = {
-    {"inspect", app_cmd_inspect, "what a model holds: layers, parameters, FLOPs, memory (--model NAME)"},
+    {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])"},
+    {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)"},
     {"bench", app_cmd_bench, "one engine benchmark point as a CSV line"},
 };
 

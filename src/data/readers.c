@@ -6,6 +6,7 @@
  * both output sets are freed and left zeroed. */
 #include "fedhet/data.h"
 #include "fedhet/core.h"
+#include "fedhet/h5io.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -193,166 +194,39 @@ int data_cifar_read(DataImageSet *train, DataImageSet *test, const char *dir, in
 #define H5R_TRANSPOSE_CHUNK ((size_t)64 << 20)
 #endif
 
-typedef struct {
-    const char *path;
-    hid_t file;
-} H5Reader;
-
-/* The deepest description on HDF5's current error stack, or "" (HDF5 clears the stack on each API call,
- * so this must run right after the failing call). */
-static herr_t h5r_walk_cb(unsigned n, const H5E_error2_t *err, void *data)
+/* The string attribute `layout` of dset: *nhwc = 1 for "NHWC", 0 for "NCHW" or no attribute. */
+static int h5r_read_layout(const FhH5File *r, hid_t dset, const char *name, int *nhwc)
 {
-    if (err && err->desc) snprintf((char *)data, 256, "%s", err->desc);
-    return 0;
-}
-
-static const char *h5r_hdf5_message(char buf[256])
-{
-    buf[0] = '\0';
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5r_walk_cb, buf);
-    return buf;
-}
-
-/* "4-byte signed integer", "8-byte float", ... */
-static const char *h5r_type_text(hid_t type, char buf[64])
-{
-    size_t size = H5Tget_size(type);
-    switch (H5Tget_class(type)) {
-    case H5T_INTEGER:
-        snprintf(buf, 64, "%zu-byte %s integer", size, H5Tget_sign(type) == H5T_SGN_NONE ? "unsigned" : "signed");
-        break;
-    case H5T_FLOAT: snprintf(buf, 64, "%zu-byte float", size); break;
-    case H5T_STRING: snprintf(buf, 64, "string"); break;
-    case H5T_COMPOUND: snprintf(buf, 64, "compound type"); break;
-    case H5T_ENUM: snprintf(buf, 64, "enum type"); break;
-    default: snprintf(buf, 64, "a non-numeric type"); break;
-    }
-    return buf;
-}
-
-/* *exists = whether the link `name` ("/a/b") resolves, checking each component so that a missing parent
- * is "missing", not an HDF5 error. */
-static int h5r_exists(const H5Reader *r, const char *name, int *exists)
-{
-    char part[256];
-    *exists = 0;
-    size_t len = strlen(name);
-    if (len >= sizeof part) FH_FAIL(FH_ERR_DATA, "%s: object name %s is too long", r->path, name);
-    for (size_t i = 1; i <= len; i++) {
-        if (i < len && name[i] != '/') continue;
-        memcpy(part, name, i);
-        part[i] = '\0';
-        htri_t e = H5Lexists(r->file, part, H5P_DEFAULT);
-        if (e < 0) {
-            char msg[256];
-            FH_FAIL(FH_ERR_DATA, "%s: cannot look up %s (is a parent of it not a group?) (HDF5: %s)", r->path, part,
-                    h5r_hdf5_message(msg));
-        }
-        if (e == 0) return FH_OK;
-    }
-    *exists = 1;
-    return FH_OK;
-}
-
-static int h5r_open_dataset(const H5Reader *r, const char *name, hid_t *dset)
-{
-    int exists;
-    *dset = H5I_INVALID_HID;
-    FH_CHECK(h5r_exists(r, name, &exists));
-    if (!exists) FH_FAIL(FH_ERR_DATA, "%s: dataset %s is missing", r->path, name);
-    *dset = H5Dopen2(r->file, name, H5P_DEFAULT);
-    if (*dset < 0) {
-        char msg[256];
-        FH_FAIL(FH_ERR_DATA, "%s: %s is not a readable dataset (HDF5: %s)", r->path, name, h5r_hdf5_message(msg));
-    }
-    return FH_OK;
-}
-
-/* The string attribute `layout` of dset: *nhwc = 1 for "NHWC", 0 for "NCHW" or no attribute. Both
- * fixed-length and variable-length strings (h5py's default), ASCII or UTF-8, are read. */
-/* The file type and dataspace of an open dataset; the caller closes whichever of them is valid. */
-static int h5r_query(const H5Reader *r, hid_t dset, const char *name, hid_t *type, hid_t *space)
-{
-    char msg[256];
-    *type = H5Dget_type(dset);
-    *space = H5Dget_space(dset);
-    if (*type < 0 || *space < 0)
-        FH_FAIL(FH_ERR_DATA, "%s: cannot query %s (HDF5: %s)", r->path, name, h5r_hdf5_message(msg));
-    return FH_OK;
-}
-
-static int h5r_read_layout(const H5Reader *r, hid_t dset, const char *name, int *nhwc)
-{
+    int has;
+    char *text = NULL;
     *nhwc = 0;
-    htri_t has = H5Aexists(dset, "layout");
-    if (has < 0) {
-        char msg[256];
-        FH_FAIL(FH_ERR_DATA, "%s: cannot check %s for a layout attribute (HDF5: %s)", r->path, name,
-                h5r_hdf5_message(msg));
-    }
-    if (has == 0) return FH_OK;
-
+    FH_CHECK(fh_h5_attr_exists(r, dset, "layout", &has));
+    if (!has) return FH_OK;
+    FH_CHECK(fh_h5_attr_read_string(r, dset, "layout", &text));
+    for (size_t n = strlen(text); n > 0 && text[n - 1] == ' '; n--) text[n - 1] = '\0';
     int status = FH_OK;
-    char text[64] = "", msg[256], tbuf[64];
-    hid_t attr = H5Aopen(dset, "layout", H5P_DEFAULT);
-    hid_t ftype = attr >= 0 ? H5Aget_type(attr) : H5I_INVALID_HID;
-    hid_t space = attr >= 0 ? H5Aget_space(attr) : H5I_INVALID_HID;
-    hid_t mtype = H5I_INVALID_HID;
-    if (attr < 0 || ftype < 0 || space < 0) {
-        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot open the layout attribute of %s (HDF5: %s)",
-                                r->path, name, h5r_hdf5_message(msg));
-        goto done;
-    }
-    if (H5Tget_class(ftype) != H5T_STRING || H5Sget_simple_extent_npoints(space) != 1) {
-        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__,
-                                "%s: the layout attribute of %s must be one string, \"NCHW\" or \"NHWC\" (found %s)",
-                                r->path, name, H5Tget_class(ftype) != H5T_STRING ? h5r_type_text(ftype, tbuf)
-                                                                                 : "several values");
-        goto done;
-    }
-    mtype = H5Tcopy(H5T_C_S1);
-    htri_t variable = H5Tis_variable_str(ftype);
-    size_t fsize = H5Tget_size(ftype);
-    herr_t rd = -1;
-    if (mtype >= 0 && variable >= 0 && H5Tset_cset(mtype, H5Tget_cset(ftype)) >= 0) {
-        if (variable > 0) {
-            char *s = NULL;
-            if (H5Tset_size(mtype, H5T_VARIABLE) >= 0 && (rd = H5Aread(attr, mtype, &s)) >= 0 && s) {
-                snprintf(text, sizeof text, "%s", s);
-                H5free_memory(s);
-            }
-        } else if (fsize > 0 && fsize < sizeof text) {
-            if (H5Tset_size(mtype, fsize + 1) >= 0 && H5Tset_strpad(mtype, H5T_STR_NULLTERM) >= 0)
-                rd = H5Aread(attr, mtype, text);
-            text[fsize] = '\0';
-        } else {
-            status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__,
-                                    "%s: the layout attribute of %s is a %zu-byte string; expected \"NCHW\" or \"NHWC\"",
-                                    r->path, name, fsize);
-            goto done;
-        }
-    }
-    if (rd < 0) {
-        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot read the layout attribute of %s (HDF5: %s)",
-                                r->path, name, h5r_hdf5_message(msg));
-        goto done;
-    }
-    for (size_t n = strlen(text); n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\0'); n--) text[n - 1] = '\0';
     if (strcmp(text, "NHWC") == 0) *nhwc = 1;
     else if (strcmp(text, "NCHW") != 0)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__,
                                 "%s: the layout attribute of %s is \"%s\"; expected \"NCHW\" or \"NHWC\"", r->path,
                                 name, text);
-done:
-    if (mtype >= 0) H5Tclose(mtype);
-    if (space >= 0) H5Sclose(space);
-    if (ftype >= 0) H5Tclose(ftype);
-    if (attr >= 0) H5Aclose(attr);
+    free(text);
     return status;
 }
 
+/* The file type and dataspace of an open dataset; the caller closes whichever of them is valid. */
+static int h5r_query(const FhH5File *r, hid_t dset, const char *name, hid_t *type, hid_t *space)
+{
+    char msg[256];
+    *type = H5Dget_type(dset);
+    *space = H5Dget_space(dset);
+    if (*type < 0 || *space < 0)
+        FH_FAIL(FH_ERR_DATA, "%s: cannot query %s (HDF5: %s)", r->path, name, fh_h5_message(msg));
+    return FH_OK;
+}
+
 /* Reads rows [first, first + rows) of an NHWC dataset into buf and transposes them into out (NCHW). */
-static int h5r_read_nhwc_rows(const H5Reader *r, const char *name, hid_t dset, hid_t fspace, uint8_t *out,
+static int h5r_read_nhwc_rows(const FhH5File *r, const char *name, hid_t dset, hid_t fspace, uint8_t *out,
                               uint8_t *buf, const hsize_t dims[4], hsize_t first, hsize_t rows)
 {
     const hsize_t start[4] = { first, 0, 0, 0 }, count[4] = { rows, dims[1], dims[2], dims[3] };
@@ -362,7 +236,7 @@ static int h5r_read_nhwc_rows(const H5Reader *r, const char *name, hid_t dset, h
     if (mspace >= 0 && H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) >= 0)
         rd = H5Dread(dset, H5T_NATIVE_UINT8, mspace, fspace, H5P_DEFAULT, buf);
     if (rd < 0) {
-        h5r_hdf5_message(msg);
+        fh_h5_message(msg);
         if (mspace >= 0) H5Sclose(mspace);
         FH_FAIL(FH_ERR_DATA, "%s: reading rows %llu..%llu of %s failed (HDF5: %s)", r->path,
                 (unsigned long long)first, (unsigned long long)(first + rows - 1), name, msg);
@@ -379,13 +253,13 @@ static int h5r_read_nhwc_rows(const H5Reader *r, const char *name, hid_t dset, h
 }
 
 /* /<group>/images into set->images (NCHW) and set->n, c, h, w. */
-static int h5r_read_images(const H5Reader *r, const char *name, DataImageSet *set)
+static int h5r_read_images(const FhH5File *r, const char *name, DataImageSet *set)
 {
     hid_t dset, type = H5I_INVALID_HID, space = H5I_INVALID_HID;
     uint8_t *buf = NULL;
     char msg[256], tbuf[64];
     int nhwc = 0, status;
-    FH_CHECK(h5r_open_dataset(r, name, &dset));
+    FH_CHECK(fh_h5_open_dataset(r, name, &dset));
     status = h5r_read_layout(r, dset, name, &nhwc);
     if (status != FH_OK) goto done;
     const char *shape = nhwc ? "[N,H,W,C]" : "[N,C,H,W]";
@@ -393,7 +267,7 @@ static int h5r_read_images(const H5Reader *r, const char *name, DataImageSet *se
     if (status != FH_OK) goto done;
     if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 || H5Tget_sign(type) != H5T_SGN_NONE) {
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: %s must be uint8 %s (found %s)", r->path, name,
-                                shape, h5r_type_text(type, tbuf));
+                                shape, fh_h5_type_text(type, tbuf));
         goto done;
     }
     int rank = H5Sget_simple_extent_ndims(space);
@@ -429,7 +303,7 @@ static int h5r_read_images(const H5Reader *r, const char *name, DataImageSet *se
     if (!nhwc) {
         if (H5Dread(dset, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, set->images) < 0) {
             status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: reading %s failed (HDF5: %s)", r->path, name,
-                                    h5r_hdf5_message(msg));
+                                    fh_h5_message(msg));
             goto done;
         }
     } else {
@@ -457,19 +331,19 @@ done:
 
 /* /<group>/labels: integers of any width, converted to int32 by HDF5 (values outside int32 saturate, so
  * they still fail the checks below); n rows like the images; none negative. *max_label = the largest. */
-static int h5r_read_labels(const H5Reader *r, const char *name, const char *images_name, DataImageSet *set,
+static int h5r_read_labels(const FhH5File *r, const char *name, const char *images_name, DataImageSet *set,
                            int32_t *max_label)
 {
     hid_t dset, type = H5I_INVALID_HID, space = H5I_INVALID_HID;
     char msg[256], tbuf[64];
     int status = FH_OK;
     *max_label = -1;
-    FH_CHECK(h5r_open_dataset(r, name, &dset));
+    FH_CHECK(fh_h5_open_dataset(r, name, &dset));
     status = h5r_query(r, dset, name, &type, &space);
     if (status != FH_OK) goto done;
     if (H5Tget_class(type) != H5T_INTEGER) {
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: %s must be integer [N] (found %s)", r->path, name,
-                                h5r_type_text(type, tbuf));
+                                fh_h5_type_text(type, tbuf));
         goto done;
     }
     int rank = H5Sget_simple_extent_ndims(space);
@@ -489,7 +363,7 @@ static int h5r_read_labels(const H5Reader *r, const char *name, const char *imag
     if (status != FH_OK) goto done;
     if (H5Dread(dset, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, set->labels) < 0) {
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: reading %s failed (HDF5: %s)", r->path, name,
-                                h5r_hdf5_message(msg));
+                                fh_h5_message(msg));
         goto done;
     }
     for (hsize_t i = 0; i < rows; i++) {
@@ -518,15 +392,15 @@ done:
 }
 
 /* The optional integer attribute `classes` on /train/labels: *classes = its value, or 0 when absent. */
-static int h5r_read_classes_attr(const H5Reader *r, const char *name, int *classes)
+static int h5r_read_classes_attr(const FhH5File *r, const char *name, int *classes)
 {
     *classes = 0;
     char msg[256], tbuf[64];
     hid_t dset;
-    FH_CHECK(h5r_open_dataset(r, name, &dset));
+    FH_CHECK(fh_h5_open_dataset(r, name, &dset));
     htri_t has = H5Aexists(dset, "classes");
     if (has <= 0) {
-        if (has < 0) h5r_hdf5_message(msg);
+        if (has < 0) fh_h5_message(msg);
         H5Dclose(dset);
         if (has < 0)
             FH_FAIL(FH_ERR_DATA, "%s: cannot check %s for a classes attribute (HDF5: %s)", r->path, name, msg);
@@ -539,14 +413,14 @@ static int h5r_read_classes_attr(const H5Reader *r, const char *name, int *class
     hid_t space = attr >= 0 ? H5Aget_space(attr) : H5I_INVALID_HID;
     if (attr < 0 || type < 0 || space < 0)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot open the classes attribute of %s (HDF5: %s)",
-                                r->path, name, h5r_hdf5_message(msg));
+                                r->path, name, fh_h5_message(msg));
     else if (H5Tget_class(type) != H5T_INTEGER || H5Sget_simple_extent_npoints(space) != 1)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__,
                                 "%s: the classes attribute of %s must be one integer (found %s)", r->path, name,
-                                H5Tget_class(type) != H5T_INTEGER ? h5r_type_text(type, tbuf) : "several values");
+                                H5Tget_class(type) != H5T_INTEGER ? fh_h5_type_text(type, tbuf) : "several values");
     else if (H5Aread(attr, H5T_NATIVE_LLONG, &value) < 0)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot read the classes attribute of %s (HDF5: %s)",
-                                r->path, name, h5r_hdf5_message(msg));
+                                r->path, name, fh_h5_message(msg));
     else if (value < 2 || value > H5R_MAX_CLASSES)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__,
                                 "%s: the classes attribute of %s is %lld; need 2..%d", r->path, name, value,
@@ -561,7 +435,7 @@ static int h5r_read_classes_attr(const H5Reader *r, const char *name, int *class
 }
 
 /* The first label >= classes in set, as an error naming it. */
-static int h5r_check_labels(const H5Reader *r, const DataImageSet *set, const char *name, int classes,
+static int h5r_check_labels(const FhH5File *r, const DataImageSet *set, const char *name, int classes,
                             const char *why)
 {
     for (int64_t i = 0; i < set->n; i++)
@@ -571,14 +445,14 @@ static int h5r_check_labels(const H5Reader *r, const DataImageSet *set, const ch
     return FH_OK;
 }
 
-static int h5r_read_into(DataImageSet *train, DataImageSet *test, const H5Reader *r)
+static int h5r_read_into(DataImageSet *train, DataImageSet *test, const FhH5File *r)
 {
     int32_t max_train = -1, max_test = -1;
     FH_CHECK(h5r_read_images(r, "/train/images", train));
     FH_CHECK(h5r_read_labels(r, "/train/labels", "/train/images", train, &max_train));
 
     int has_test = 0;
-    FH_CHECK(h5r_exists(r, "/test", &has_test));
+    FH_CHECK(fh_h5_exists(r, "/test", &has_test));
     if (has_test) {
         FH_CHECK(h5r_read_images(r, "/test/images", test));
         if (test->c != train->c || test->h != train->h || test->w != train->w)
@@ -605,49 +479,18 @@ static int h5r_read_into(DataImageSet *train, DataImageSet *test, const H5Reader
     return FH_OK;
 }
 
-/* Opens the file (after telling a missing file, a non-HDF5 file and an unreadable one apart). */
-static int h5r_open(H5Reader *r, const char *path)
-{
-    r->path = path;
-    r->file = H5I_INVALID_HID;
-    if (!path || !*path) FH_FAIL(FH_ERR_DATA, "HDF5 data file path is empty");
-    errno = 0;
-    FILE *probe = fopen(path, "rb");
-    if (!probe) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, errno ? strerror(errno) : "unknown error");
-    fclose(probe);
-    char msg[256];
-#if H5_VERSION_GE(1, 12, 0)
-    htri_t is_hdf5 = H5Fis_accessible(path, H5P_DEFAULT);
-#else
-    htri_t is_hdf5 = H5Fis_hdf5(path);
-#endif
-    if (is_hdf5 == 0) FH_FAIL(FH_ERR_DATA, "%s: not an HDF5 file (no HDF5 signature found)", path);
-    if (is_hdf5 < 0) FH_FAIL(FH_ERR_DATA, "%s: not an HDF5 file, or unreadable (HDF5: %s)", path, h5r_hdf5_message(msg));
-    r->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (r->file < 0)
-        FH_FAIL(FH_ERR_DATA, "%s: cannot open as HDF5 (HDF5: %s)", path, h5r_hdf5_message(msg));
-    return FH_OK;
-}
-
 int data_hdf5_read(DataImageSet *train, DataImageSet *test, const char *path)
 {
     memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
-    /* switch HDF5's own stderr dump off: failures become our messages */
-    H5E_auto2_t old_func = NULL;
-    void *old_data = NULL;
-    H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-
-    H5Reader r;
-    int status = h5r_open(&r, path);
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    FhH5File r;
+    int status = fh_h5_open(&r, path, FH_ERR_DATA);
     if (status == FH_OK) status = h5r_read_into(train, test, &r);
-    if (r.file >= 0 && H5Fclose(r.file) < 0 && status == FH_OK) {
-        char msg[256];
-        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: closing the file failed (HDF5: %s)", path,
-                                h5r_hdf5_message(msg));
-    }
-    H5Eset_auto2(H5E_DEFAULT, old_func, old_data);
+    int close_status = fh_h5_close(&r);
+    if (status == FH_OK) status = close_status;
+    fh_h5_quiet_end(&quiet);
     if (status != FH_OK) {
         data_imageset_free(train);
         data_imageset_free(test);

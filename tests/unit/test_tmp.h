@@ -13,7 +13,7 @@ static char tmp_created[512][640]; /* paths up to 600 bytes */
 static int tmp_n_created;
 
 /* creates /tmp/fedhet_<tag>_XXXXXX; 0 on success */
-static int tmp_init(const char *tag)
+static inline int tmp_init(const char *tag)
 {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/fedhet_%s_XXXXXX", tag);
     if (!mkdtemp(tmp_root)) {
@@ -24,14 +24,14 @@ static int tmp_init(const char *tag)
     return 0;
 }
 
-static void tmp_record(const char *path)
+static inline void tmp_record(const char *path)
 {
     for (int i = 0; i < tmp_n_created; i++)
         if (strcmp(tmp_created[i], path) == 0) return;
     if (tmp_n_created < 512) snprintf(tmp_created[tmp_n_created++], sizeof tmp_created[0], "%s", path);
 }
 
-static void tmp_cleanup(void)
+static inline void tmp_cleanup(void)
 {
     for (int i = tmp_n_created - 1; i >= 0; i--) remove(tmp_created[i]);
     tmp_n_created = 0;
@@ -39,7 +39,7 @@ static void tmp_cleanup(void)
 }
 
 /* path of `name` inside the temp root (a rotation of buffers keeps a few alive at once) */
-static const char *tmp_path(const char *name)
+static inline const char *tmp_path(const char *name)
 {
     static char bufs[8][600];
     static int next;
@@ -49,7 +49,7 @@ static const char *tmp_path(const char *name)
 }
 
 /* a sub-directory, recorded for removal */
-static const char *tmp_dir(const char *name)
+static inline const char *tmp_dir(const char *name)
 {
     const char *p = tmp_path(name);
     if (mkdir(p, 0700) != 0) printf("    cannot mkdir %s\n", p);

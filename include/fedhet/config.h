@@ -1,0 +1,82 @@
+/* fedhet config: a schema-driven INI experiment configuration.
+ *
+ * The caller owns the schema, a table of keys (section, name, type, default, range or choices, help);
+ * this module knows no key names. Loading parses an INI file or text, applies command-line overrides
+ * "section.key=value" (they beat the file; of two overrides of one key the later wins), checks every
+ * value against the schema and then gives typed access. Anything wrong with a config -- an unknown
+ * section or key (the nearest valid name is suggested), a key given twice in the file, a value that does
+ * not parse or is out of range, a required key left out -- is an FH_ERR_USAGE raised by the load, whose
+ * message names the file and line (or "command line") and the key.
+ *
+ * File syntax: "[section]" headers; "key = value" (or "key: value") lines; comments on their own line
+ * start with ';' or '#'; a ';' or '#' after whitespace starts an inline comment. Whitespace around names
+ * and values is stripped. A value may be wrapped in double quotes, inside which everything is kept
+ * literally (spaces, ';', '#'); double quotes elsewhere in a value and control characters are errors.
+ * Indented lines do not continue the previous value. Key and section names are [A-Za-z0-9_-]. */
+#ifndef FEDHET_CONFIG_H
+#define FEDHET_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { FH_CFG_INT, FH_CFG_FLOAT, FH_CFG_BOOL, FH_CFG_STRING, FH_CFG_CHOICE } FhConfigType;
+
+typedef struct {
+    const char *section;      /* "data", "model", "train", "fl", "algo", "output" */
+    const char *key;          /* "lr" */
+    FhConfigType type;
+    const char *default_text; /* NULL: required (an error if absent after the file and the overrides) */
+    double lo, hi;            /* inclusive range for INT and FLOAT; none when lo > hi */
+    const char *choices;      /* CHOICE: "|"-separated, e.g. "sgd|adam|adamw" */
+    const char *help;         /* one line */
+} FhConfigKey;
+
+typedef struct FhConfig FhConfig; /* opaque */
+
+/* Loads a config. schema: n keys, kept by pointer (it must outlive the config); it is checked too, and
+ * a bad schema (duplicate or malformed names, a default that fails its own rules) is an FH_ERR_USAGE
+ * "config schema: ...". overrides: argv-style "section.key=value" strings (n_overrides may be 0).
+ * *out is NULL on failure. A missing or unreadable file is FH_ERR_USAGE "<path>: cannot open config". */
+int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const char *path,
+                        char *const *overrides, int n_overrides);
+/* The same from INI text (NULL: none, so only defaults and overrides); source_name is used in messages
+ * in place of a path (NULL: "config"). */
+int fh_config_load_text(FhConfig **out, const FhConfigKey *schema, int n, const char *text,
+                        const char *source_name, char *const *overrides, int n_overrides);
+void fh_config_free(FhConfig **cfg);
+
+/* Typed getters. The key must be in the schema with that type (fh_config_string: STRING or CHOICE);
+ * anything else is a programming error and aborts with a message. */
+int64_t fh_config_int(const FhConfig *c, const char *section, const char *key);
+double fh_config_float(const FhConfig *c, const char *section, const char *key);
+int fh_config_bool(const FhConfig *c, const char *section, const char *key);
+const char *fh_config_string(const FhConfig *c, const char *section, const char *key);
+/* 1 when neither the file nor an override gave the key, so the schema default applies */
+int fh_config_is_default(const FhConfig *c, const char *section, const char *key);
+
+/* The resolved config as INI text: every schema key, in schema order grouped by section (sections in
+ * order of first appearance), the value as given or the default, quoted where it must be. Values equal
+ * to the schema default (given or not) carry a trailing "; default" comment, so that the text of a
+ * config loaded from this text is this text again. Loading it gives the same values. free() the text. */
+int fh_config_to_text(const FhConfig *c, char **text);
+
+/* Keys whose values differ between a and b (loaded with the same schema), compared as typed values
+ * ("0.10" equals "0.1"), skipping the "section.key" names in `ignore` (NULL-terminated; NULL: none).
+ * *diff: "section.key: A -> B" lines joined by "; ", malloc'd (free() it); NULL when none differ. */
+int fh_config_diff(const FhConfig *a, const FhConfig *b, const char *const *ignore, char **diff);
+
+/* `--help` text: every key grouped by section with its type, default (or "required"), range or
+ * choices, and help line. */
+void fh_config_print_help(FILE *out, const FhConfigKey *schema, int n);
+
+/* FNV-1a 64 of the canonical resolved values ("section.key=value" lines in schema order; numbers in a
+ * fixed format), for run identity: equal values give equal hashes however they were spelled and
+ * whether or not they were defaults. */
+uint64_t fh_config_hash(const FhConfig *c);
+
+/* The nearest of `candidates` to `word` by optimal-string-alignment (Damerau-Levenshtein) distance,
+ * ignoring case; NULL when none is within max(2, strlen(word)/3) or the nearest would replace the whole
+ * word. Ties go to the earlier candidate. For suggesting names anywhere a name can be mistyped. */
+const char *fh_nearest_name(const char *word, const char *const *candidates, int n);
+
+#endif

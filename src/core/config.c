@@ -1,0 +1,934 @@
+/* The experiment configuration: an INI file checked against a caller's schema, plus command-line
+ * overrides "section.key=value".
+ *
+ * libinih's stream parser reads the text through config_read_line, which hands it one line at a time
+ * after doing three things libinih cannot be told to do at run time in a portable way: counting lines
+ * (Debian builds libinih without line numbers in the handler), owning the value syntax (its inline
+ * comments know only ';' and would cut a quoted " ; ", and it would read an indented line as a second
+ * value of the previous key) and keeping long values whole (its line buffer is 200 bytes). So libinih
+ * sees "[section]", "name=" and blank lines and finds the syntax errors; the value of the line being
+ * handled waits in the Parser.
+ *
+ * Values are kept as text as given and parsed once, after the file and the overrides, so a bad value in
+ * the file that an override replaces is no error. */
+#include "fedhet/config.h"
+#include "fedhet/core.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <ini.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum { ORIGIN_DEFAULT = 0, ORIGIN_OVERRIDE = -1 }; /* Entry.line; > 0 is a line of the file */
+
+/* Longest name fh_nearest_name compares; longer ones get no suggestion (keeps the table on the stack). */
+#define NEAREST_MAX_LEN 128
+/* Room for "path:line: " in messages. */
+#define WHERE_CAP 4200
+
+typedef struct {
+    char *given;       /* the value as given, unquoted; NULL when the default applies */
+    int line;          /* where it was given: a file line, ORIGIN_OVERRIDE or ORIGIN_DEFAULT */
+    int equals_default; /* the typed value equals the schema default (marks "; default" in the text) */
+    int64_t i;
+    double f;
+    int b;
+} Entry;
+
+struct FhConfig {
+    const FhConfigKey *schema;
+    int n;
+    Entry *entries;
+    char *source; /* path or source name, for messages */
+};
+
+static const char *config_type_name(FhConfigType t)
+{
+    switch (t) {
+    case FH_CFG_INT: return "int";
+    case FH_CFG_FLOAT: return "float";
+    case FH_CFG_BOOL: return "bool";
+    case FH_CFG_STRING: return "string";
+    case FH_CFG_CHOICE: return "choice";
+    }
+    return "?";
+}
+
+static int config_strndup(char **out, const char *s, size_t n, const char *what)
+{
+    FH_CHECK(fh_calloc(out, n + 1, 1, what));
+    memcpy(*out, s, n);
+    return FH_OK;
+}
+
+/* ---- growable text ---- */
+
+typedef struct {
+    char *s;
+    size_t len, cap;
+} Buf;
+
+static int buf_add(Buf *b, const char *fmt, ...) FH_PRINTF(2, 3);
+static int buf_add(Buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) FH_FAIL(FH_ERR_IO, "formatting config text failed");
+    if (b->len + (size_t)n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        char *s = realloc(b->s, cap);
+        if (!s) FH_FAIL(FH_ERR_IO, "out of memory building config text (%zu bytes)", cap);
+        b->s = s;
+        b->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return FH_OK;
+}
+
+static int buf_append(Buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *t = realloc(b->s, cap);
+        if (!t) FH_FAIL(FH_ERR_IO, "out of memory reading config text (%zu bytes)", cap);
+        b->s = t;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+    return FH_OK;
+}
+
+/* ---- names and suggestions ---- */
+
+static int config_osa_distance(const char *a, size_t la, const char *b, size_t lb)
+{
+    /* rows i-2, i-1, i of the optimal-string-alignment table */
+    int rows[3][NEAREST_MAX_LEN + 1];
+    int *r2 = rows[0], *r1 = rows[1], *r0 = rows[2];
+    for (size_t j = 0; j <= lb; j++) r1[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        r0[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            int d = r1[j - 1] + (ca != cb);
+            if (r1[j] + 1 < d) d = r1[j] + 1;
+            if (r0[j - 1] + 1 < d) d = r0[j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && r2[j - 2] + 1 < d)
+                d = r2[j - 2] + 1;
+            r0[j] = d;
+        }
+        int *t = r2;
+        r2 = r1;
+        r1 = r0;
+        r0 = t;
+    }
+    return r1[lb];
+}
+
+const char *fh_nearest_name(const char *word, const char *const *candidates, int n)
+{
+    if (!word || !candidates) return NULL;
+    size_t lw = strlen(word);
+    if (lw > NEAREST_MAX_LEN) return NULL;
+    int limit = (int)(lw / 3) > 2 ? (int)(lw / 3) : 2;
+    const char *best = NULL;
+    int best_d = limit + 1;
+    for (int i = 0; i < n; i++) {
+        const char *c = candidates[i];
+        if (!c) continue;
+        size_t lc = strlen(c);
+        if (lc > NEAREST_MAX_LEN) continue;
+        int d = config_osa_distance(word, lw, c, lc);
+        /* d == the longer length: nothing of the word survives, so it is no suggestion */
+        if (d < best_d && (size_t)d < (lw > lc ? lw : lc)) {
+            best = c;
+            best_d = d;
+        }
+    }
+    return best;
+}
+
+static int config_name_ok(const char *s)
+{
+    if (!s || !*s) return 0;
+    for (; *s; s++)
+        if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-') return 0;
+    return 1;
+}
+
+static int config_find(const FhConfigKey *schema, int n, const char *section, const char *key)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(schema[k].section, section) == 0 && strcmp(schema[k].key, key) == 0) return k;
+    return -1;
+}
+
+/* index of the schema key that first names `section`, or -1 */
+static int config_find_section(const FhConfigKey *schema, int n, const char *section)
+{
+    for (int k = 0; k < n; k++)
+        if (strcmp(schema[k].section, section) == 0) return k;
+    return -1;
+}
+
+static int config_section_first(const FhConfigKey *schema, int k)
+{
+    for (int j = 0; j < k; j++)
+        if (strcmp(schema[j].section, schema[k].section) == 0) return 0;
+    return 1;
+}
+
+/* "[data], [model], ..." or "[data]; did you mean ...": the part after "unknown section [x]" */
+static int config_unknown_section(const FhConfigKey *schema, int n, const char *where, const char *name)
+{
+    const char **names = NULL;
+    FH_CHECK(fh_calloc(&names, (size_t)n + 1, sizeof *names, "config section names"));
+    int m = 0;
+    for (int k = 0; k < n; k++)
+        if (config_section_first(schema, k)) names[m++] = schema[k].section;
+    const char *near = fh_nearest_name(name, names, m);
+    char list[1024] = "";
+    size_t len = 0;
+    for (int i = 0; i < m && len < sizeof list; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s[%s]", i ? ", " : "", names[i]);
+    fh_free(&names);
+    if (near) FH_FAIL(FH_ERR_USAGE, "%sunknown section [%s]; did you mean [%s]?", where, name, near);
+    FH_FAIL(FH_ERR_USAGE, "%sunknown section [%s]; the sections are %s", where, name, list);
+}
+
+/* Unknown key in a known section: suggest from the same section, then from every section. */
+static int config_unknown_key(const FhConfigKey *schema, int n, const char *where, const char *section,
+                              const char *key)
+{
+    const char **names = NULL;
+    FH_CHECK(fh_calloc(&names, (size_t)n + 1, sizeof *names, "config key names"));
+    int m = 0;
+    char list[1024] = "";
+    size_t len = 0;
+    for (int k = 0; k < n; k++)
+        if (strcmp(schema[k].section, section) == 0) {
+            names[m++] = schema[k].key;
+            if (len < sizeof list)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", schema[k].key);
+        }
+    const char *near = fh_nearest_name(key, names, m);
+    if (near) {
+        fh_free(&names);
+        FH_FAIL(FH_ERR_USAGE, "%sunknown key '%s' in [%s]; did you mean '%s'?", where, key, section, near);
+    }
+    for (int k = 0; k < n; k++) names[k] = schema[k].key;
+    near = fh_nearest_name(key, names, n);
+    int at = -1;
+    for (int k = 0; near && k < n; k++)
+        if (names[k] == near) at = k;
+    fh_free(&names);
+    if (at >= 0)
+        FH_FAIL(FH_ERR_USAGE, "%sunknown key '%s' in [%s]; did you mean '%s.%s'?", where, key, section,
+                schema[at].section, schema[at].key);
+    FH_FAIL(FH_ERR_USAGE, "%sunknown key '%s' in [%s]; its keys are %s", where, key, section, list);
+}
+
+/* ---- values ---- */
+
+static int config_choice_has(const char *choices, const char *v)
+{
+    size_t lv = strlen(v);
+    for (const char *p = choices; p;) {
+        const char *bar = strchr(p, '|');
+        size_t lp = bar ? (size_t)(bar - p) : strlen(p);
+        if (lp == lv && strncmp(p, v, lv) == 0) return 1;
+        p = bar ? bar + 1 : NULL;
+    }
+    return 0;
+}
+
+/* the nearest choice to `word`, copied into out; "" when none is near (or on out of memory: it is only
+ * a hint in a message that is being raised anyway) */
+static void config_choice_nearest(const char *choices, const char *word, char *out, size_t cap)
+{
+    out[0] = '\0';
+    size_t m = 1;
+    for (const char *p = choices; *p; p++) m += *p == '|';
+    char *copy = strdup(choices);
+    const char **names = calloc(m, sizeof *names);
+    if (copy && names) {
+        size_t i = 0;
+        for (char *p = copy; p && i < m;) {
+            names[i++] = p;
+            char *bar = strchr(p, '|');
+            if (bar) *bar = '\0';
+            p = bar ? bar + 1 : NULL;
+        }
+        const char *near = fh_nearest_name(word, names, (int)i);
+        if (near) snprintf(out, cap, "%s", near);
+    }
+    free(copy);
+    free(names);
+}
+
+static int config_bool_word(const char *s, int *b)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) return *b = 1, 1;
+        if (strcasecmp(s, no[i]) == 0) return *b = 0, 1;
+    }
+    return 0;
+}
+
+/* Checks `text` against key k and stores the typed value in e. `where` starts the message
+ * ("file:12: ", "command line: ", "config schema: default of "). */
+static int config_parse_value(const FhConfigKey *k, const char *text, const char *where, Entry *e)
+{
+    for (const char *p = text; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: the value contains a control character (0x%02x)", where,
+                    k->section, k->key, ch);
+        if (ch == '"')
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: double quotes are allowed only around the whole value",
+                    where, k->section, k->key, text);
+    }
+    if (!*text && k->type != FH_CFG_STRING)
+        FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: the value is empty; expected %s", where, k->section, k->key,
+                config_type_name(k->type));
+    int ranged = k->lo <= k->hi;
+    char *end = NULL;
+    switch (k->type) {
+    case FH_CFG_INT: {
+        errno = 0;
+        long long v = strtoll(text, &end, 10);
+        if (end == text || *end != '\0' || isspace((unsigned char)text[0]))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not an integer", where, k->section, k->key, text);
+        if (errno == ERANGE)
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: outside the 64-bit integer range", where, k->section,
+                    k->key, text);
+        if (ranged && ((double)v < k->lo || (double)v > k->hi))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be in [%g, %g]", where, k->section, k->key, text,
+                    k->lo, k->hi);
+        e->i = (int64_t)v;
+        break;
+    }
+    case FH_CFG_FLOAT: {
+        double v = strtod(text, &end);
+        if (end == text || *end != '\0' || isspace((unsigned char)text[0]))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not a number", where, k->section, k->key, text);
+        if (!isfinite(v))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be a finite number", where, k->section, k->key, text);
+        if (ranged && (v < k->lo || v > k->hi))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be in [%g, %g]", where, k->section, k->key, text,
+                    k->lo, k->hi);
+        e->f = v;
+        break;
+    }
+    case FH_CFG_BOOL:
+        if (!config_bool_word(text, &e->b))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be true or false (or yes/no, on/off, 1/0)", where,
+                    k->section, k->key, text);
+        break;
+    case FH_CFG_STRING: break;
+    case FH_CFG_CHOICE:
+        if (!config_choice_has(k->choices, text)) {
+            char near[128];
+            config_choice_nearest(k->choices, text, near, sizeof near);
+            if (near[0])
+                FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be one of %s; did you mean '%s'?", where,
+                        k->section, k->key, text, k->choices, near);
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be one of %s", where, k->section, k->key, text,
+                    k->choices);
+        }
+        break;
+    }
+    return FH_OK;
+}
+
+static int config_values_equal(FhConfigType t, const Entry *a, const char *ta, const Entry *b, const char *tb)
+{
+    switch (t) {
+    case FH_CFG_INT: return a->i == b->i;
+    case FH_CFG_FLOAT: return a->f == b->f;
+    case FH_CFG_BOOL: return a->b == b->b;
+    case FH_CFG_STRING:
+    case FH_CFG_CHOICE: return strcmp(ta, tb) == 0;
+    }
+    return 0;
+}
+
+/* Values that would not read back as themselves unquoted: empty, edge whitespace, comment marks. */
+static int config_needs_quotes(const char *s)
+{
+    size_t n = strlen(s);
+    return n == 0 || isspace((unsigned char)s[0]) || isspace((unsigned char)s[n - 1]) || strchr(s, ';') ||
+           strchr(s, '#');
+}
+
+static const char *config_text_of(const FhConfig *c, int k)
+{
+    return c->entries[k].given ? c->entries[k].given : c->schema[k].default_text;
+}
+
+/* ---- the schema ---- */
+
+static int config_check_schema(const FhConfigKey *schema, int n)
+{
+    if (n < 0 || (n > 0 && !schema)) FH_FAIL(FH_ERR_USAGE, "config schema: %d keys at %p", n, (const void *)schema);
+    for (int k = 0; k < n; k++) {
+        const FhConfigKey *key = &schema[k];
+        if (!config_name_ok(key->section) || !config_name_ok(key->key))
+            FH_FAIL(FH_ERR_USAGE, "config schema: key %d: section '%s' and key '%s' must be non-empty [A-Za-z0-9_-]",
+                    k, key->section ? key->section : "(null)", key->key ? key->key : "(null)");
+        if (config_find(schema, k, key->section, key->key) >= 0)
+            FH_FAIL(FH_ERR_USAGE, "config schema: [%s] %s is listed twice", key->section, key->key);
+        if ((unsigned)key->type > FH_CFG_CHOICE)
+            FH_FAIL(FH_ERR_USAGE, "config schema: [%s] %s: unknown type %d", key->section, key->key, (int)key->type);
+        if (key->type == FH_CFG_CHOICE) {
+            const char *ch = key->choices;
+            int bad = !ch || !*ch || ch[0] == '|' || ch[strlen(ch) - 1] == '|' || strstr(ch, "||");
+            for (const char *p = ch; !bad && *p; p++) bad = *p != '|' && !isgraph((unsigned char)*p);
+            for (const char *p = ch; !bad && *p; p++) bad = *p == ';' || *p == '#' || *p == '"';
+            if (bad)
+                FH_FAIL(FH_ERR_USAGE, "config schema: [%s] %s: choices '%s' must be non-empty names joined by '|'",
+                        key->section, key->key, ch ? ch : "(null)");
+        }
+        if (key->default_text) {
+            Entry scratch = {0};
+            FH_CHECK(config_parse_value(key, key->default_text, "config schema: default of ", &scratch));
+        }
+    }
+    return FH_OK;
+}
+
+/* ---- reading the file ---- */
+
+typedef struct {
+    FhConfig *cfg;
+    const char *text;
+    size_t len, pos;
+    int line;            /* the line last handed to libinih, from 1 */
+    const char *section; /* the current section (the schema's string), NULL before the first header */
+    char *value;         /* the value of that line, unquoted (room for the whole text) */
+    int status;          /* first error found by the reader or the handler */
+    int status_line;
+} Parser;
+
+static void parser_where(const Parser *p, char *where, size_t cap)
+{
+    snprintf(where, cap, "%s:%d: ", p->cfg->source, p->line);
+}
+
+/* Copies line[0..n) into libinih's buffer with a newline, or fails when it does not fit. */
+static int parser_emit(const Parser *p, char *out, size_t cap, const char *s, size_t n)
+{
+    if (n + 2 > cap)
+        FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error (a section or key name longer than %zu characters)",
+                p->cfg->source, p->line, cap - 2);
+    memcpy(out, s, n);
+    out[n] = '\n';
+    out[n + 1] = '\0';
+    return FH_OK;
+}
+
+static void trim(const char **s, size_t *n)
+{
+    while (*n && isspace((unsigned char)**s)) (*s)++, (*n)--;
+    while (*n && isspace((unsigned char)(*s)[*n - 1])) (*n)--;
+}
+
+/* A ';' or '#' after whitespace starts a comment (and so does one opening the line). */
+static int is_comment_at(const char *line, size_t i)
+{
+    return (line[i] == ';' || line[i] == '#') && (i == 0 || isspace((unsigned char)line[i - 1]));
+}
+
+/* The value part of a key line, from just after '=' or ':', into p->value. */
+static int parser_value(Parser *p, const char *v, size_t n, const char *key)
+{
+    char where[WHERE_CAP];
+    parser_where(p, where, sizeof where);
+    size_t i = 0;
+    while (i < n && isspace((unsigned char)v[i])) i++;
+    const char *start;
+    size_t len;
+    if (i < n && v[i] == '"') {
+        const char *close = memchr(v + i + 1, '"', n - i - 1);
+        if (!close) FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: unterminated double quote", where, p->section, key);
+        size_t j = (size_t)(close - v) + 1;
+        while (j < n && isspace((unsigned char)v[j])) j++;
+        if (j < n && v[j] != ';' && v[j] != '#')
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: text after the closing double quote", where, p->section, key);
+        start = v + i + 1;
+        len = (size_t)(close - start);
+    } else {
+        size_t end = i;
+        while (end < n && !((v[end] == ';' || v[end] == '#') && end > 0 && isspace((unsigned char)v[end - 1])))
+            end++;
+        start = v + i;
+        len = end - i;
+        while (len && isspace((unsigned char)start[len - 1])) len--;
+    }
+    memcpy(p->value, start, len);
+    p->value[len] = '\0';
+    return FH_OK;
+}
+
+/* One physical line -> what libinih sees ("[section]", "name=", a blank line, or a line it will call a
+ * syntax error). Unknown sections, keys outside a section and quoting errors are found here, where the
+ * line is known. */
+static int parser_line(Parser *p, const char *s, size_t n, char *out, size_t cap)
+{
+    char where[WHERE_CAP];
+    parser_where(p, where, sizeof where);
+    if (p->line == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, n -= 3; /* UTF-8 BOM */
+    trim(&s, &n);
+    if (n == 0 || is_comment_at(s, 0)) return parser_emit(p, out, cap, "", 0);
+    if (s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (!close) return parser_emit(p, out, cap, s, n); /* libinih reports it */
+        size_t j = (size_t)(close - s) + 1;
+        while (j < n && isspace((unsigned char)s[j])) j++;
+        if (j < n && !is_comment_at(s, j))
+            FH_FAIL(FH_ERR_USAGE, "%ssyntax error (text after the section header)", where);
+        const char *name = s + 1;
+        size_t ln = (size_t)(close - name);
+        trim(&name, &ln);
+        char sec[WHERE_CAP];
+        snprintf(sec, sizeof sec, "%.*s", (int)ln, name);
+        int k = config_find_section(p->cfg->schema, p->cfg->n, sec);
+        if (k < 0) return config_unknown_section(p->cfg->schema, p->cfg->n, where, sec);
+        p->section = p->cfg->schema[k].section;
+        char hdr[WHERE_CAP];
+        int lh = snprintf(hdr, sizeof hdr, "[%s]", p->section);
+        return parser_emit(p, out, cap, hdr, (size_t)lh);
+    }
+    /* the name ends at the first '=' or ':' (as in libinih); a comment before it leaves no separator */
+    size_t cut = 0;
+    while (cut < n && s[cut] != '=' && s[cut] != ':' && !is_comment_at(s, cut)) cut++;
+    if (cut == n || is_comment_at(s, cut)) {
+        n = cut;
+        trim(&s, &n);
+        return parser_emit(p, out, cap, s, n); /* libinih reports it */
+    }
+    const char *name = s;
+    size_t ln = cut;
+    trim(&name, &ln);
+    if (ln == 0) FH_FAIL(FH_ERR_USAGE, "%ssyntax error (no key name before the '%c')", where, s[cut]);
+    char key[WHERE_CAP];
+    snprintf(key, sizeof key, "%.*s", (int)ln, name);
+    if (!p->section)
+        FH_FAIL(FH_ERR_USAGE, "%skey '%s' is outside any section; put it under a [section] header", where, key);
+    FH_CHECK(parser_value(p, s + cut + 1, n - cut - 1, key));
+    char kv[WHERE_CAP];
+    int lk = snprintf(kv, sizeof kv, "%s=", key);
+    return parser_emit(p, out, cap, kv, (size_t)lk);
+}
+
+static char *config_read_line(char *out, int num, void *stream)
+{
+    Parser *p = stream;
+    if (p->status != FH_OK || p->pos >= p->len) return NULL;
+    const char *s = p->text + p->pos;
+    const char *nl = memchr(s, '\n', p->len - p->pos);
+    size_t n = nl ? (size_t)(nl - s) : p->len - p->pos;
+    p->pos += n + (nl != NULL);
+    p->line++;
+    p->value[0] = '\0';
+    int st = parser_line(p, s, n, out, num > 0 ? (size_t)num : 0);
+    if (st != FH_OK) {
+        p->status = st;
+        p->status_line = p->line;
+        return NULL;
+    }
+    return out;
+}
+
+static int config_set_from_file(Parser *p, const char *name)
+{
+    FhConfig *c = p->cfg;
+    const char *section = p->section; /* checked by parser_line, and not cut to libinih's 50 bytes */
+    char where[WHERE_CAP];
+    parser_where(p, where, sizeof where);
+    int k = config_find(c->schema, c->n, section, name);
+    if (k < 0) return config_unknown_key(c->schema, c->n, where, section, name);
+    Entry *e = &c->entries[k];
+    if (e->line > 0)
+        FH_FAIL(FH_ERR_USAGE, "%s[%s] %s is given twice (lines %d and %d)", where, section, name, e->line, p->line);
+    fh_free(&e->given);
+    FH_CHECK(config_strndup(&e->given, p->value, strlen(p->value), "config value"));
+    e->line = p->line;
+    return FH_OK;
+}
+
+static int config_on_key(void *user, const char *section, const char *name, const char *value)
+{
+    (void)section, (void)value; /* libinih saw only "[section]" and "name="; the rest is in the Parser */
+    Parser *p = user;
+    int st = config_set_from_file(p, name);
+    if (st != FH_OK) {
+        p->status = st;
+        p->status_line = p->line;
+        return 0;
+    }
+    return 1;
+}
+
+static int config_parse_text(FhConfig *c, const char *text)
+{
+    Parser p = {.cfg = c, .text = text, .len = strlen(text)};
+    FH_CHECK(fh_calloc(&p.value, p.len + 1, 1, "config line value"));
+    int rc = ini_parse_stream(config_read_line, &p, config_on_key, &p);
+    fh_free(&p.value);
+    if (rc < 0) FH_FAIL(FH_ERR_IO, "%s: libinih failed (%d): out of memory?", c->source, rc);
+    /* libinih goes on after its own syntax errors, so an earlier one of those beats ours */
+    if (rc > 0 && (p.status == FH_OK || rc < p.status_line))
+        FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error", c->source, rc);
+    if (p.status != FH_OK) return fh_error_trace(p.status, __FILE__, __LINE__, "config_read_line/config_on_key");
+    return FH_OK;
+}
+
+/* ---- overrides ---- */
+
+static int config_override(FhConfig *c, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    const char *dot = eq ? memchr(arg, '.', (size_t)(eq - arg)) : NULL;
+    if (!dot) FH_FAIL(FH_ERR_USAGE, "command line: '%s' is not of the form section.key=value", arg);
+    const char *sec = arg, *key = dot + 1, *val = eq + 1;
+    size_t ls = (size_t)(dot - arg), lk = (size_t)(eq - key), lv = strlen(val);
+    trim(&sec, &ls);
+    trim(&key, &lk);
+    trim(&val, &lv);
+    if (ls == 0 || lk == 0)
+        FH_FAIL(FH_ERR_USAGE, "command line: '%s' is not of the form section.key=value", arg);
+    if (lv >= 2 && val[0] == '"' && val[lv - 1] == '"') val++, lv -= 2; /* quoting as in the file */
+    char section[WHERE_CAP], name[WHERE_CAP];
+    snprintf(section, sizeof section, "%.*s", (int)ls, sec);
+    snprintf(name, sizeof name, "%.*s", (int)lk, key);
+    if (config_find_section(c->schema, c->n, section) < 0)
+        return config_unknown_section(c->schema, c->n, "command line: ", section);
+    int k = config_find(c->schema, c->n, section, name);
+    if (k < 0) return config_unknown_key(c->schema, c->n, "command line: ", section, name);
+    Entry *e = &c->entries[k];
+    fh_free(&e->given);
+    FH_CHECK(config_strndup(&e->given, val, lv, "config value"));
+    e->line = ORIGIN_OVERRIDE;
+    return FH_OK;
+}
+
+/* ---- loading ---- */
+
+static int config_fill(FhConfig *c, const char *text, char *const *overrides, int n_overrides)
+{
+    FH_CHECK(fh_calloc(&c->entries, (size_t)c->n + 1, sizeof *c->entries, "config entries"));
+    if (text) FH_CHECK(config_parse_text(c, text));
+    for (int i = 0; i < n_overrides; i++) FH_CHECK(config_override(c, overrides[i]));
+    for (int k = 0; k < c->n; k++) {
+        const FhConfigKey *key = &c->schema[k];
+        Entry *e = &c->entries[k];
+        if (!e->given && !key->default_text)
+            FH_FAIL(FH_ERR_USAGE, "%s: required key %s.%s is missing (%s); set it in [%s] or with %s.%s=VALUE",
+                    c->source, key->section, key->key, key->help ? key->help : "no help", key->section,
+                    key->section, key->key);
+        char where[WHERE_CAP];
+        if (e->line > 0) snprintf(where, sizeof where, "%s:%d: ", c->source, e->line);
+        else snprintf(where, sizeof where, "command line: ");
+        if (e->given) FH_CHECK(config_parse_value(key, e->given, where, e));
+        else FH_CHECK(config_parse_value(key, key->default_text, "config schema: default of ", e));
+        if (key->default_text) {
+            Entry d = {0};
+            FH_CHECK(config_parse_value(key, key->default_text, "config schema: default of ", &d));
+            e->equals_default = config_values_equal(key->type, e, config_text_of(c, k), &d, key->default_text);
+        }
+    }
+    return FH_OK;
+}
+
+int fh_config_load_text(FhConfig **out, const FhConfigKey *schema, int n, const char *text,
+                        const char *source_name, char *const *overrides, int n_overrides)
+{
+    *out = NULL;
+    FH_CHECK(config_check_schema(schema, n));
+    if (n_overrides > 0 && !overrides) FH_FAIL(FH_ERR_USAGE, "config: %d overrides but no list", n_overrides);
+    FhConfig *c = NULL;
+    FH_CHECK(fh_calloc(&c, 1, sizeof *c, "config"));
+    c->schema = schema;
+    c->n = n;
+    const char *src = source_name ? source_name : "config";
+    int status = config_strndup(&c->source, src, strlen(src), "config source name");
+    if (status == FH_OK) status = config_fill(c, text, overrides, n_overrides);
+    if (status != FH_OK) {
+        fh_config_free(&c);
+        return fh_error_trace(status, __FILE__, __LINE__, "config_fill(c, text, overrides, n_overrides)");
+    }
+    *out = c;
+    return FH_OK;
+}
+
+int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const char *path,
+                        char *const *overrides, int n_overrides)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) FH_FAIL(FH_ERR_USAGE, "%s: cannot open config: %s", path, strerror(errno));
+    Buf b = {0};
+    char chunk[8192];
+    size_t got;
+    int status = FH_OK;
+    while (status == FH_OK && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
+        status = buf_append(&b, chunk, got);
+    int read_errno = errno;
+    if (status == FH_OK && ferror(f)) {
+        status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: cannot read config: %s", path,
+                                strerror(read_errno));
+    }
+    fclose(f);
+    if (status == FH_OK) status = buf_append(&b, "", 0); /* an empty file still gets a string */
+    if (status == FH_OK && b.len != strlen(b.s)) {
+        int line = 1;
+        for (const char *p = b.s; *p; p++) line += *p == '\n';
+        status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s:%d: NUL byte: is this a text file?", path,
+                                line);
+    }
+    if (status == FH_OK) status = fh_config_load_text(out, schema, n, b.s, path, overrides, n_overrides);
+    free(b.s);
+    if (status != FH_OK) return fh_error_trace(status, __FILE__, __LINE__, "fh_config_load_text(...)");
+    return FH_OK;
+}
+
+void fh_config_free(FhConfig **cfg)
+{
+    if (!cfg || !*cfg) return;
+    FhConfig *c = *cfg;
+    if (c->entries)
+        for (int k = 0; k < c->n; k++) fh_free(&c->entries[k].given);
+    fh_free(&c->entries);
+    fh_free(&c->source);
+    fh_free(cfg);
+}
+
+/* ---- access ---- */
+
+static const Entry *config_entry(const FhConfig *c, const char *section, const char *key, FhConfigType want,
+                                 const char *fn)
+{
+    if (!c || !section || !key) {
+        fprintf(stderr, "fedhet: %s: NULL config, section or key\n", fn);
+        abort();
+    }
+    int k = config_find(c->schema, c->n, section, key);
+    if (k < 0) {
+        fprintf(stderr, "fedhet: %s: [%s] %s is not in the config schema\n", fn, section, key);
+        abort();
+    }
+    FhConfigType t = c->schema[k].type;
+    if (t != want && !(want == FH_CFG_STRING && t == FH_CFG_CHOICE)) {
+        fprintf(stderr, "fedhet: %s: [%s] %s is a %s key\n", fn, section, key, config_type_name(t));
+        abort();
+    }
+    return &c->entries[k];
+}
+
+int64_t fh_config_int(const FhConfig *c, const char *section, const char *key)
+{
+    return config_entry(c, section, key, FH_CFG_INT, "fh_config_int")->i;
+}
+
+double fh_config_float(const FhConfig *c, const char *section, const char *key)
+{
+    return config_entry(c, section, key, FH_CFG_FLOAT, "fh_config_float")->f;
+}
+
+int fh_config_bool(const FhConfig *c, const char *section, const char *key)
+{
+    return config_entry(c, section, key, FH_CFG_BOOL, "fh_config_bool")->b;
+}
+
+const char *fh_config_string(const FhConfig *c, const char *section, const char *key)
+{
+    const Entry *e = config_entry(c, section, key, FH_CFG_STRING, "fh_config_string");
+    return config_text_of(c, (int)(e - c->entries));
+}
+
+int fh_config_is_default(const FhConfig *c, const char *section, const char *key)
+{
+    if (!c || !section || !key) {
+        fprintf(stderr, "fedhet: fh_config_is_default: NULL config, section or key\n");
+        abort();
+    }
+    int k = config_find(c->schema, c->n, section, key);
+    if (k < 0) {
+        fprintf(stderr, "fedhet: fh_config_is_default: [%s] %s is not in the config schema\n", section, key);
+        abort();
+    }
+    return c->entries[k].given == NULL;
+}
+
+/* ---- text, diff, help, hash ---- */
+
+static int buf_add_value(Buf *b, const char *v)
+{
+    return config_needs_quotes(v) ? buf_add(b, "\"%s\"", v) : buf_add(b, "%s", v);
+}
+
+static int config_text_build(const FhConfig *c, Buf *b)
+{
+    int first = 1;
+    for (int k = 0; k < c->n; k++) {
+        if (!config_section_first(c->schema, k)) continue;
+        const char *sec = c->schema[k].section;
+        FH_CHECK(buf_add(b, "%s[%s]\n", first ? "" : "\n", sec));
+        first = 0;
+        for (int j = k; j < c->n; j++) {
+            if (strcmp(c->schema[j].section, sec) != 0) continue;
+            FH_CHECK(buf_add(b, "%s = ", c->schema[j].key));
+            FH_CHECK(buf_add_value(b, config_text_of(c, j)));
+            FH_CHECK(buf_add(b, "%s\n", c->entries[j].equals_default ? " ; default" : ""));
+        }
+    }
+    return buf_add(b, "%s", ""); /* a string even for an empty schema */
+}
+
+int fh_config_to_text(const FhConfig *c, char **text)
+{
+    *text = NULL;
+    Buf b = {0};
+    int status = config_text_build(c, &b);
+    if (status != FH_OK) {
+        free(b.s);
+        return fh_error_trace(status, __FILE__, __LINE__, "config_text_build(c, &b)");
+    }
+    *text = b.s;
+    return FH_OK;
+}
+
+static int config_ignored(const FhConfigKey *k, const char *const *ignore)
+{
+    size_t ls = strlen(k->section);
+    for (; ignore && *ignore; ignore++)
+        if (strncmp(*ignore, k->section, ls) == 0 && (*ignore)[ls] == '.' && strcmp(*ignore + ls + 1, k->key) == 0)
+            return 1;
+    return 0;
+}
+
+static int config_diff_build(const FhConfig *a, const FhConfig *b, const char *const *ignore, Buf *out)
+{
+    for (int k = 0; k < a->n; k++) {
+        const FhConfigKey *key = &a->schema[k];
+        const char *ta = config_text_of(a, k), *tb = config_text_of(b, k);
+        if (config_ignored(key, ignore) || config_values_equal(key->type, &a->entries[k], ta, &b->entries[k], tb))
+            continue;
+        FH_CHECK(buf_add(out, "%s%s.%s: ", out->len ? "; " : "", key->section, key->key));
+        FH_CHECK(buf_add_value(out, ta));
+        FH_CHECK(buf_add(out, " -> "));
+        FH_CHECK(buf_add_value(out, tb));
+    }
+    return FH_OK;
+}
+
+int fh_config_diff(const FhConfig *a, const FhConfig *b, const char *const *ignore, char **diff)
+{
+    *diff = NULL;
+    if (a->schema != b->schema || a->n != b->n)
+        FH_FAIL(FH_ERR_USAGE, "config diff: %s and %s were loaded with different schemas", a->source, b->source);
+    Buf out = {0};
+    int status = config_diff_build(a, b, ignore, &out);
+    if (status != FH_OK) {
+        free(out.s);
+        return fh_error_trace(status, __FILE__, __LINE__, "config_diff_build(a, b, ignore, &out)");
+    }
+    *diff = out.s; /* NULL when nothing was added */
+    return FH_OK;
+}
+
+/* the "allowed" column of the help: a range, the choices, or nothing */
+static void config_allowed(const FhConfigKey *k, char *out, size_t cap)
+{
+    out[0] = '\0';
+    if (k->type == FH_CFG_CHOICE) snprintf(out, cap, "one of %s", k->choices ? k->choices : "");
+    else if (k->type == FH_CFG_BOOL) snprintf(out, cap, "true|false");
+    else if ((k->type == FH_CFG_INT || k->type == FH_CFG_FLOAT) && k->lo <= k->hi)
+        snprintf(out, cap, "in [%g, %g]", k->lo, k->hi);
+}
+
+static void config_default_shown(const FhConfigKey *k, char *out, size_t cap)
+{
+    if (!k->default_text) snprintf(out, cap, "required");
+    else if (config_needs_quotes(k->default_text)) snprintf(out, cap, "default \"%s\"", k->default_text);
+    else snprintf(out, cap, "default %s", k->default_text);
+}
+
+void fh_config_print_help(FILE *out, const FhConfigKey *schema, int n)
+{
+    int wk = 0, wd = 0, wa = 0;
+    char buf[512];
+    for (int k = 0; k < n; k++) {
+        int l = (int)strlen(schema[k].key);
+        if (l > wk) wk = l;
+        config_default_shown(&schema[k], buf, sizeof buf);
+        if ((l = (int)strlen(buf)) > wd) wd = l;
+        config_allowed(&schema[k], buf, sizeof buf);
+        if ((l = (int)strlen(buf)) > wa) wa = l;
+    }
+    for (int k = 0; k < n; k++) {
+        if (!config_section_first(schema, k)) continue;
+        fprintf(out, "%s[%s]\n", k ? "\n" : "", schema[k].section);
+        for (int j = k; j < n; j++) {
+            if (strcmp(schema[j].section, schema[k].section) != 0) continue;
+            char def[512], allowed[512];
+            config_default_shown(&schema[j], def, sizeof def);
+            config_allowed(&schema[j], allowed, sizeof allowed);
+            const char *help = schema[j].help ? schema[j].help : "";
+            fprintf(out, "  %-*s  %-6s  %-*s  %-*s  %s\n", wk, schema[j].key, config_type_name(schema[j].type),
+                    wd, def, wa, allowed, help);
+        }
+    }
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+uint64_t fh_config_hash(const FhConfig *c)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int k = 0; k < c->n; k++) {
+        const FhConfigKey *key = &c->schema[k];
+        const Entry *e = &c->entries[k];
+        char num[64];
+        const char *v = num;
+        switch (key->type) {
+        case FH_CFG_INT: snprintf(num, sizeof num, "%" PRId64, e->i); break;
+        case FH_CFG_FLOAT: snprintf(num, sizeof num, "%.17g", e->f == 0.0 ? 0.0 : e->f); break; /* -0 == 0 */
+        case FH_CFG_BOOL: v = e->b ? "true" : "false"; break;
+        case FH_CFG_STRING:
+        case FH_CFG_CHOICE: v = config_text_of(c, k); break;
+        }
+        h = fnv1a(h, key->section);
+        h = fnv1a(h, ".");
+        h = fnv1a(h, key->key);
+        h = fnv1a(h, "=");
+        h = fnv1a(h, v);
+        h = fnv1a(h, "\n");
+    }
+    return h;
+}

@@ -1,0 +1,491 @@
+/* HDF5 helpers: checked opens and reads with messages naming the file, attributes, atomic writes. */
+#include "fedhet/h5io.h"
+#include "fedhet/core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define H5_FAIL(f, ...) return fh_error_raise((f)->fail_status, __FILE__, __LINE__, __VA_ARGS__)
+
+void fh_h5_quiet_begin(FhH5Quiet *saved)
+{
+    H5Eget_auto2(H5E_DEFAULT, &saved->func, &saved->data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void fh_h5_quiet_end(const FhH5Quiet *saved)
+{
+    H5Eset_auto2(H5E_DEFAULT, saved->func, saved->data);
+}
+
+static herr_t walk_cb(unsigned n, const H5E_error2_t *err, void *data)
+{
+    if (err && err->desc) snprintf((char *)data, 256, "%s", err->desc);
+    return 0;
+}
+
+const char *fh_h5_message(char buf[256])
+{
+    buf[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, buf);
+    return buf;
+}
+
+const char *fh_h5_type_text(hid_t type, char buf[64])
+{
+    size_t size = H5Tget_size(type);
+    switch (H5Tget_class(type)) {
+    case H5T_INTEGER:
+        snprintf(buf, 64, "%zu-byte %s integer", size, H5Tget_sign(type) == H5T_SGN_NONE ? "unsigned" : "signed");
+        break;
+    case H5T_FLOAT: snprintf(buf, 64, "%zu-byte float", size); break;
+    case H5T_STRING: snprintf(buf, 64, "string"); break;
+    case H5T_COMPOUND: snprintf(buf, 64, "compound type"); break;
+    case H5T_ENUM: snprintf(buf, 64, "enum type"); break;
+    default: snprintf(buf, 64, "a non-numeric type"); break;
+    }
+    return buf;
+}
+
+int fh_h5_open(FhH5File *f, const char *path, int fail_status)
+{
+    f->path = path;
+    f->id = H5I_INVALID_HID;
+    f->fail_status = fail_status;
+    f->tmp_path[0] = '\0';
+    if (!path || !*path) FH_FAIL(fail_status, "HDF5 file path is empty");
+    errno = 0;
+    FILE *probe = fopen(path, "rb");
+    if (!probe) H5_FAIL(f, "%s: cannot open: %s", path, errno ? strerror(errno) : "unknown error");
+    fclose(probe);
+    char msg[256];
+#if H5_VERSION_GE(1, 12, 0)
+    htri_t is_hdf5 = H5Fis_accessible(path, H5P_DEFAULT);
+#else
+    htri_t is_hdf5 = H5Fis_hdf5(path);
+#endif
+    if (is_hdf5 == 0) H5_FAIL(f, "%s: not an HDF5 file (no HDF5 signature found)", path);
+    if (is_hdf5 < 0) H5_FAIL(f, "%s: not an HDF5 file, or unreadable (HDF5: %s)", path, fh_h5_message(msg));
+    f->id = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f->id < 0) H5_FAIL(f, "%s: cannot open as HDF5 (HDF5: %s)", path, fh_h5_message(msg));
+    return FH_OK;
+}
+
+int fh_h5_close(FhH5File *f)
+{
+    if (f->id < 0) return FH_OK;
+    herr_t rc = H5Fclose(f->id);
+    f->id = H5I_INVALID_HID;
+    if (rc < 0) {
+        char msg[256];
+        H5_FAIL(f, "%s: closing the file failed (HDF5: %s)", f->path, fh_h5_message(msg));
+    }
+    return FH_OK;
+}
+
+int fh_h5_exists(const FhH5File *f, const char *name, int *exists)
+{
+    char part[256];
+    *exists = 0;
+    size_t len = strlen(name);
+    if (len >= sizeof part) H5_FAIL(f, "%s: object name %s is too long", f->path, name);
+    for (size_t i = 1; i <= len; i++) {
+        if (i < len && name[i] != '/') continue;
+        memcpy(part, name, i);
+        part[i] = '\0';
+        htri_t e = H5Lexists(f->id, part, H5P_DEFAULT);
+        if (e < 0) {
+            char msg[256];
+            H5_FAIL(f, "%s: cannot look up %s (is a parent of it not a group?) (HDF5: %s)", f->path, part,
+                    fh_h5_message(msg));
+        }
+        if (e == 0) return FH_OK;
+    }
+    *exists = 1;
+    return FH_OK;
+}
+
+int fh_h5_open_dataset(const FhH5File *f, const char *name, hid_t *dset)
+{
+    int exists;
+    *dset = H5I_INVALID_HID;
+    FH_CHECK(fh_h5_exists(f, name, &exists));
+    if (!exists) H5_FAIL(f, "%s: dataset %s is missing", f->path, name);
+    *dset = H5Dopen2(f->id, name, H5P_DEFAULT);
+    if (*dset < 0) {
+        char msg[256];
+        H5_FAIL(f, "%s: %s is not a readable dataset (HDF5: %s)", f->path, name, fh_h5_message(msg));
+    }
+    return FH_OK;
+}
+
+int fh_h5_open_checked(const FhH5File *f, const char *name, H5T_class_t cls, size_t size, int rank, hsize_t *dims,
+                       hid_t *dset)
+{
+    FH_CHECK(fh_h5_open_dataset(f, name, dset));
+    char msg[256], tbuf[64];
+    int status = FH_OK;
+    hid_t type = H5Dget_type(*dset), space = H5Dget_space(*dset);
+    if (type < 0 || space < 0) {
+        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: cannot query %s (HDF5: %s)", f->path, name,
+                                fh_h5_message(msg));
+    } else if (H5Tget_class(type) != cls || (size && H5Tget_size(type) != size)) {
+        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must be a %zu-byte %s (found %s)", f->path,
+                                name, size, cls == H5T_INTEGER ? "integer" : "float", fh_h5_type_text(type, tbuf));
+    } else if (H5Sget_simple_extent_ndims(space) != rank) {
+        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must have rank %d (found %d)", f->path, name,
+                                rank, H5Sget_simple_extent_ndims(space));
+    } else {
+        H5Sget_simple_extent_dims(space, dims, NULL);
+    }
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (status != FH_OK) {
+        H5Dclose(*dset);
+        *dset = H5I_INVALID_HID;
+    }
+    return status;
+}
+
+int fh_h5_read_all(const FhH5File *f, const char *name, hid_t mem_type, void *buf)
+{
+    hid_t dset;
+    FH_CHECK(fh_h5_open_dataset(f, name, &dset));
+    herr_t rc = H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
+    char msg[256];
+    if (rc < 0) fh_h5_message(msg);
+    H5Dclose(dset);
+    if (rc < 0) H5_FAIL(f, "%s: reading %s failed (HDF5: %s)", f->path, name, msg);
+    return FH_OK;
+}
+
+/* Selects rows [first, first + rows) of dset's dataspace; *mspace and *fspace are the caller's to close. */
+static int select_rows(const FhH5File *f, hid_t dset, const char *name, hsize_t first, hsize_t rows, hid_t *fspace,
+                       hid_t *mspace)
+{
+    hsize_t dims[8], start[8] = { 0 };
+    char msg[256];
+    *mspace = H5I_INVALID_HID;
+    *fspace = H5Dget_space(dset);
+    int rank = *fspace >= 0 ? H5Sget_simple_extent_ndims(*fspace) : -1;
+    if (rank < 1 || rank > 8) H5_FAIL(f, "%s: cannot query %s (HDF5: %s)", f->path, name, fh_h5_message(msg));
+    H5Sget_simple_extent_dims(*fspace, dims, NULL);
+    if (first + rows > dims[0])
+        H5_FAIL(f, "%s: rows %llu..%llu of %s requested but it has %llu", f->path, (unsigned long long)first,
+                (unsigned long long)(first + rows), name, (unsigned long long)dims[0]);
+    start[0] = first;
+    dims[0] = rows;
+    *mspace = H5Screate_simple(rank, dims, NULL);
+    if (*mspace < 0 || H5Sselect_hyperslab(*fspace, H5S_SELECT_SET, start, NULL, dims, NULL) < 0)
+        H5_FAIL(f, "%s: selecting rows of %s failed (HDF5: %s)", f->path, name, fh_h5_message(msg));
+    return FH_OK;
+}
+
+static int rows_io(const FhH5File *f, hid_t dset, const char *name, hid_t mem_type, hsize_t first, hsize_t rows,
+                   void *buf, int writing)
+{
+    if (rows == 0) return FH_OK;
+    hid_t fspace, mspace;
+    int status = select_rows(f, dset, name, first, rows, &fspace, &mspace);
+    if (status == FH_OK) {
+        herr_t rc = writing ? H5Dwrite(dset, mem_type, mspace, fspace, H5P_DEFAULT, buf)
+                            : H5Dread(dset, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+        if (rc < 0) {
+            char msg[256];
+            status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s rows %llu..%llu of %s failed (HDF5: %s)",
+                                    f->path, writing ? "writing" : "reading", (unsigned long long)first,
+                                    (unsigned long long)(first + rows - 1), name, fh_h5_message(msg));
+        }
+    }
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    return status;
+}
+
+int fh_h5_read_rows(const FhH5File *f, hid_t dset, const char *name, hid_t mem_type, hsize_t first, hsize_t rows,
+                    void *buf)
+{
+    return rows_io(f, dset, name, mem_type, first, rows, buf, 0);
+}
+
+int fh_h5_write_rows(const FhH5File *f, hid_t dset, const char *name, hid_t mem_type, hsize_t first, hsize_t rows,
+                     const void *buf)
+{
+    return rows_io(f, dset, name, mem_type, first, rows, (void *)buf, 1);
+}
+
+/* ---- attributes ---- */
+
+int fh_h5_attr_exists(const FhH5File *f, hid_t obj, const char *name, int *exists)
+{
+    htri_t e = H5Aexists(obj, name);
+    if (e < 0) {
+        char msg[256];
+        H5_FAIL(f, "%s: cannot check for attribute %s (HDF5: %s)", f->path, name, fh_h5_message(msg));
+    }
+    *exists = e > 0;
+    return FH_OK;
+}
+
+/* Opens attribute `name` of obj with its type and dataspace; missing → error naming it. */
+static int attr_open(const FhH5File *f, hid_t obj, const char *name, hid_t *attr, hid_t *type, hid_t *space)
+{
+    int exists = 0;
+    *attr = *type = *space = H5I_INVALID_HID;
+    FH_CHECK(fh_h5_attr_exists(f, obj, name, &exists));
+    if (!exists) H5_FAIL(f, "%s: attribute %s is missing", f->path, name);
+    *attr = H5Aopen(obj, name, H5P_DEFAULT);
+    *type = *attr >= 0 ? H5Aget_type(*attr) : H5I_INVALID_HID;
+    *space = *attr >= 0 ? H5Aget_space(*attr) : H5I_INVALID_HID;
+    if (*attr < 0 || *type < 0 || *space < 0) {
+        char msg[256];
+        H5_FAIL(f, "%s: cannot open attribute %s (HDF5: %s)", f->path, name, fh_h5_message(msg));
+    }
+    return FH_OK;
+}
+
+static void attr_close(hid_t attr, hid_t type, hid_t space)
+{
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (attr >= 0) H5Aclose(attr);
+}
+
+int fh_h5_attr_read_string(const FhH5File *f, hid_t obj, const char *name, char **out)
+{
+    hid_t attr, type, space, mtype = H5I_INVALID_HID;
+    char msg[256], tbuf[64];
+    *out = NULL;
+    int status = attr_open(f, obj, name, &attr, &type, &space);
+    if (status != FH_OK) goto done;
+    if (H5Tget_class(type) != H5T_STRING || H5Sget_simple_extent_npoints(space) != 1) {
+        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: attribute %s must be one string (found %s)",
+                                f->path, name, H5Tget_class(type) != H5T_STRING ? fh_h5_type_text(type, tbuf)
+                                                                                : "several values");
+        goto done;
+    }
+    mtype = H5Tcopy(H5T_C_S1);
+    herr_t rd = -1;
+    if (H5Tis_variable_str(type) > 0) {
+        char *s = NULL;
+        if (H5Tset_size(mtype, H5T_VARIABLE) >= 0 && H5Tset_cset(mtype, H5Tget_cset(type)) >= 0 &&
+            (rd = H5Aread(attr, mtype, &s)) >= 0) {
+            *out = strdup(s ? s : "");
+            H5free_memory(s);
+        }
+    } else {
+        size_t size = H5Tget_size(type);
+        status = fh_calloc(out, size + 1, 1, name);
+        if (status != FH_OK) goto done;
+        if (H5Tset_size(mtype, size + 1) >= 0 && H5Tset_strpad(mtype, H5T_STR_NULLTERM) >= 0 &&
+            H5Tset_cset(mtype, H5Tget_cset(type)) >= 0)
+            rd = H5Aread(attr, mtype, *out);
+    }
+    if (rd < 0 || !*out) {
+        free(*out);
+        *out = NULL;
+        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: cannot read attribute %s (HDF5: %s)", f->path,
+                                name, fh_h5_message(msg));
+    }
+done:
+    if (mtype >= 0) H5Tclose(mtype);
+    attr_close(attr, type, space);
+    return status;
+}
+
+static int attr_read_numbers(const FhH5File *f, hid_t obj, const char *name, hid_t mem_type, void *out, int n)
+{
+    hid_t attr, type, space;
+    char msg[256], tbuf[64];
+    int status = attr_open(f, obj, name, &attr, &type, &space);
+    if (status == FH_OK) {
+        H5T_class_t cls = H5Tget_class(type);
+        hssize_t count = H5Sget_simple_extent_npoints(space);
+        if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || count != n)
+            status = fh_error_raise(f->fail_status, __FILE__, __LINE__,
+                                    "%s: attribute %s must be %d number%s (found %lld of %s)", f->path, name, n,
+                                    n == 1 ? "" : "s", (long long)count, fh_h5_type_text(type, tbuf));
+        else if (H5Aread(attr, mem_type, out) < 0)
+            status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: cannot read attribute %s (HDF5: %s)",
+                                    f->path, name, fh_h5_message(msg));
+    }
+    attr_close(attr, type, space);
+    return status;
+}
+
+int fh_h5_attr_read_doubles(const FhH5File *f, hid_t obj, const char *name, double *out, int n)
+{
+    return attr_read_numbers(f, obj, name, H5T_NATIVE_DOUBLE, out, n);
+}
+
+int fh_h5_attr_read_int64s(const FhH5File *f, hid_t obj, const char *name, int64_t *out, int n)
+{
+    return attr_read_numbers(f, obj, name, H5T_NATIVE_INT64, out, n);
+}
+
+static int attr_write(const FhH5File *f, hid_t obj, const char *name, hid_t file_type, hid_t mem_type, hsize_t n,
+                      const void *buf)
+{
+    hid_t space = n == 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &n, NULL);
+    hid_t attr = space >= 0 ? H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT) : H5I_INVALID_HID;
+    herr_t rc = attr >= 0 ? H5Awrite(attr, mem_type, buf) : -1;
+    char msg[256];
+    if (rc < 0) fh_h5_message(msg);
+    if (attr >= 0) H5Aclose(attr);
+    if (space >= 0) H5Sclose(space);
+    if (rc < 0) H5_FAIL(f, "%s: writing attribute %s failed (HDF5: %s)", f->path, name, msg);
+    return FH_OK;
+}
+
+int fh_h5_attr_write_string(const FhH5File *f, hid_t obj, const char *name, const char *value)
+{
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, strlen(value) + 1);
+    H5Tset_strpad(type, H5T_STR_NULLTERM);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    int status = attr_write(f, obj, name, type, type, 0, value);
+    H5Tclose(type);
+    return status;
+}
+
+int fh_h5_attr_write_doubles(const FhH5File *f, hid_t obj, const char *name, const double *v, int n)
+{
+    return attr_write(f, obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, (hsize_t)n, v);
+}
+
+int fh_h5_attr_write_int64s(const FhH5File *f, hid_t obj, const char *name, const int64_t *v, int n)
+{
+    return attr_write(f, obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, (hsize_t)n, v);
+}
+
+/* ---- atomic writing ---- */
+
+int fh_h5_create(FhH5File *f, const char *path, int fail_status)
+{
+    f->path = path;
+    f->fail_status = fail_status;
+    f->id = H5I_INVALID_HID;
+    f->tmp_path[0] = '\0';
+    if (!path || !*path) FH_FAIL(fail_status, "output file path is empty");
+    int len = snprintf(f->tmp_path, sizeof f->tmp_path, "%s.tmp-%ld", path, (long)getpid());
+    if (len < 0 || (size_t)len >= sizeof f->tmp_path) {
+        f->tmp_path[0] = '\0';
+        H5_FAIL(f, "%s: path too long", path);
+    }
+    /* fixed file-space settings and no timestamps keep the bytes of equal content equal */
+    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    f->id = H5Fcreate(f->tmp_path, H5F_ACC_TRUNC, fcpl, fapl);
+    H5Pclose(fcpl);
+    H5Pclose(fapl);
+    if (f->id < 0) {
+        char msg[256];
+        fh_h5_message(msg);
+        int err = errno;
+        f->tmp_path[0] = '\0';
+        H5_FAIL(f, "%s: cannot create the file (%s; HDF5: %s)", path, err ? strerror(err) : "unknown", msg);
+    }
+    return FH_OK;
+}
+
+static int fsync_path(const char *path, int flags)
+{
+    int fd = open(path, flags);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int fh_h5_commit(FhH5File *f)
+{
+    char msg[256];
+    if (H5Fflush(f->id, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(f->id) < 0) {
+        fh_h5_message(msg);
+        f->id = H5I_INVALID_HID;
+        fh_h5_discard(f);
+        H5_FAIL(f, "%s: finishing the file failed (HDF5: %s)", f->path, msg);
+    }
+    f->id = H5I_INVALID_HID;
+    if (fsync_path(f->tmp_path, O_RDONLY) != 0 || rename(f->tmp_path, f->path) != 0) {
+        int err = errno;
+        fh_h5_discard(f);
+        H5_FAIL(f, "%s: cannot put the file in place: %s", f->path, strerror(err));
+    }
+    f->tmp_path[0] = '\0';
+    /* the rename itself is durable only once the folder is synced */
+    char dir[FH_H5_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", f->path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    fsync_path(dir, O_RDONLY | O_DIRECTORY);
+    return FH_OK;
+}
+
+void fh_h5_discard(FhH5File *f)
+{
+    if (f->id >= 0) H5Fclose(f->id);
+    f->id = H5I_INVALID_HID;
+    if (f->tmp_path[0]) unlink(f->tmp_path);
+    f->tmp_path[0] = '\0';
+}
+
+int fh_h5_group(const FhH5File *f, const char *name, hid_t *group)
+{
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    H5Pset_obj_track_times(gcpl, 0);
+    *group = H5Gcreate2(f->id, name, H5P_DEFAULT, gcpl, H5P_DEFAULT);
+    H5Pclose(gcpl);
+    if (*group < 0) {
+        char msg[256];
+        H5_FAIL(f, "%s: cannot create group %s (HDF5: %s)", f->path, name, fh_h5_message(msg));
+    }
+    return FH_OK;
+}
+
+int fh_h5_create_dataset(const FhH5File *f, const char *name, hid_t file_type, int rank, const hsize_t *dims,
+                         const FhH5Layout *layout, hid_t *dset)
+{
+    char msg[256];
+    hid_t space = H5Screate_simple(rank, dims, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    int ok = space >= 0 && dcpl >= 0;
+    /* no modification times: equal content gives equal bytes */
+    if (ok) ok = H5Pset_obj_track_times(dcpl, 0) >= 0;
+    if (ok && layout && layout->chunk_rows > 0 && dims[0] > 0) {
+        hsize_t chunk[8];
+        for (int i = 0; i < rank && i < 8; i++) chunk[i] = dims[i] > 0 ? dims[i] : 1;
+        chunk[0] = layout->chunk_rows < dims[0] ? layout->chunk_rows : dims[0];
+        ok = H5Pset_chunk(dcpl, rank, chunk) >= 0;
+        if (ok && layout->fletcher32) ok = H5Pset_fletcher32(dcpl) >= 0;
+        if (ok && layout->deflate > 0) ok = H5Pset_deflate(dcpl, (unsigned)layout->deflate) >= 0;
+    }
+    /* no fill pass: every element is written */
+    if (ok) ok = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0;
+    *dset = ok ? H5Dcreate2(f->id, name, file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT) : H5I_INVALID_HID;
+    if (*dset < 0) fh_h5_message(msg);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    if (*dset < 0) H5_FAIL(f, "%s: cannot create dataset %s (HDF5: %s)", f->path, name, msg);
+    return FH_OK;
+}
+
+int fh_h5_write(const FhH5File *f, const char *name, hid_t mem_type, hid_t file_type, int rank, const hsize_t *dims,
+                const FhH5Layout *layout, const void *buf)
+{
+    hid_t dset;
+    FH_CHECK(fh_h5_create_dataset(f, name, file_type, rank, dims, layout, &dset));
+    herr_t rc = dims[0] > 0 ? H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : 0;
+    char msg[256];
+    if (rc < 0) fh_h5_message(msg);
+    H5Dclose(dset);
+    if (rc < 0) H5_FAIL(f, "%s: writing %s failed (HDF5: %s)", f->path, name, msg);
+    return FH_OK;
+}

@@ -1,0 +1,489 @@
+/* Partitioned dataset files: the writer behind `fedhet partition` and the reader behind the batch loader
+ * and `fedhet inspect`. Layout (DESIGN.md):
+ *   /clients/images uint8 [N,C,H,W] grouped by client, /clients/labels int32 [N],
+ *   /clients/offsets int64 [K+1], /clients/label_counts int32 [K,classes], /clients/corruption int32 [K],
+ *   /clients/source_index int64 [N] (row of the source training set, for provenance),
+ *   /test/images, /test/labels, /test_corrupted/images, /test_corrupted/labels;
+ *   root attributes: format, format_version, source, source_format, classes, shape, mean, std, scheme,
+ *   variant, n_clients, alpha, min_size, classes_per_client, seed, corruption, severity, n_corrupted,
+ *   corruption constants, parameters. */
+#include "fedhet/data.h"
+#include "fedhet/core.h"
+#include "fedhet/h5io.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Chunks of about 64 KiB: a rank reading one client decompresses little beyond its rows. */
+#define PARTFILE_CHUNK_BYTES ((size_t)64 << 10)
+/* Rows are gathered and corrupted this many bytes at a time. */
+#define PARTFILE_BLOCK_BYTES ((size_t)32 << 20)
+#define PARTFILE_MAX_CLASSES (1 << 20)
+
+struct DataPartFileH5 {
+    FhH5File file;
+    hid_t images[3], labels[3]; /* per DataRowGroup, opened lazily */
+};
+
+static const char *const group_names[3] = { "/clients", "/test", "/test_corrupted" };
+
+void data_channel_stats(const DataImageSet *set, double *mean, double *std)
+{
+    const size_t plane = (size_t)set->h * set->w;
+    for (int ch = 0; ch < set->c; ch++) {
+        uint64_t hist[256] = { 0 };
+        for (int64_t i = 0; i < set->n; i++) {
+            const uint8_t *p = set->images + ((size_t)i * set->c + ch) * plane;
+            for (size_t j = 0; j < plane; j++) hist[p[j]]++;
+        }
+        double count = (double)plane * (double)set->n, sum = 0.0, sq = 0.0;
+        for (int v = 0; v < 256; v++) sum += (double)hist[v] * v;
+        double m = count > 0 ? sum / count : 0.0;
+        for (int v = 0; v < 256; v++) sq += (double)hist[v] * (v - m) * (v - m);
+        mean[ch] = m / 255.0;
+        std[ch] = count > 0 ? sqrt(sq / count) / 255.0 : 0.0;
+    }
+}
+
+/* ---- writing ------------------------------------------------------------------------------------------ */
+
+static hsize_t chunk_rows(size_t row_bytes)
+{
+    size_t rows = PARTFILE_CHUNK_BYTES / (row_bytes ? row_bytes : 1);
+    return rows ? rows : 1;
+}
+
+/* Writes `count` rows of src (in the order `rows`, or 0.. when rows is NULL) to group/images and
+ * group/labels, corrupting each when params is not NULL, one block at a time. */
+static int write_rows(const FhH5File *f, const char *group, const DataImageSet *src, const int64_t *rows,
+                      int64_t count, const DataCorruptionParams *const *params_of_row, uint64_t seed,
+                      uint32_t corrupt_group, int deflate)
+{
+    const size_t row_bytes = (size_t)src->c * src->h * src->w;
+    const hsize_t dims[4] = { (hsize_t)count, (hsize_t)src->c, (hsize_t)src->h, (hsize_t)src->w };
+    const FhH5Layout layout = { chunk_rows(row_bytes), deflate, 0 };
+    char name[64];
+    hid_t dset;
+    int32_t *labels = NULL;
+    uint8_t *block = NULL;
+    int64_t block_rows = (int64_t)(PARTFILE_BLOCK_BYTES / row_bytes);
+    if (block_rows < 1) block_rows = 1;
+    if (block_rows > count) block_rows = count > 0 ? count : 1;
+
+    snprintf(name, sizeof name, "%s/images", group);
+    FH_CHECK(fh_h5_create_dataset(f, name, H5T_STD_U8LE, 4, dims, &layout, &dset));
+    int status = fh_calloc(&block, (size_t)block_rows, row_bytes, "row block");
+    if (status == FH_OK) status = fh_calloc(&labels, (size_t)(count > 0 ? count : 1), sizeof *labels, "labels");
+    for (int64_t first = 0; status == FH_OK && first < count; first += block_rows) {
+        int64_t n = count - first < block_rows ? count - first : block_rows;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t r = first + i, src_row = rows ? rows[r] : r;
+            uint8_t *dst = block + (size_t)i * row_bytes;
+            memcpy(dst, src->images + (size_t)src_row * row_bytes, row_bytes);
+            labels[r] = src->labels[src_row];
+            const DataCorruptionParams *p = params_of_row ? params_of_row[r] : NULL;
+            if (p) data_corrupt_image(dst, src->c, src->h, src->w, p, seed, corrupt_group, (uint32_t)r);
+        }
+        status = fh_h5_write_rows(f, dset, name, H5T_NATIVE_UINT8, (hsize_t)first, (hsize_t)n, block);
+    }
+    H5Dclose(dset);
+    if (status == FH_OK) {
+        snprintf(name, sizeof name, "%s/labels", group);
+        const FhH5Layout label_layout = { count > 0 ? 65536 : 0, deflate, 0 };
+        status = fh_h5_write(f, name, H5T_NATIVE_INT32, H5T_STD_I32LE, 1, dims, &label_layout, labels);
+    }
+    fh_free(&block);
+    fh_free(&labels);
+    return status;
+}
+
+static int write_clients(const FhH5File *f, const DataImageSet *train, const DataPartition *part,
+                         const DataPartFileSpec *spec, const DataCorruptionParams *corrupt)
+{
+    const int K = part->n_clients, classes = train->classes;
+    const int64_t n = part->offsets[K];
+    const int first_corrupted = K - spec->n_corrupted;
+    int32_t *counts = NULL, *corruption = NULL;
+    const DataCorruptionParams **params_of_row = NULL;
+    hid_t group;
+    FH_CHECK(fh_h5_group(f, "/clients", &group));
+    H5Gclose(group);
+    int status = fh_calloc(&counts, (size_t)K * classes, sizeof *counts, "label counts");
+    if (status == FH_OK) status = fh_calloc(&corruption, (size_t)K, sizeof *corruption, "client corruption");
+    if (status == FH_OK && spec->corruption != DATA_CORRUPT_NONE)
+        status = fh_calloc(&params_of_row, (size_t)(n > 0 ? n : 1), sizeof *params_of_row, "corrupted rows");
+    if (status != FH_OK) goto done;
+    for (int k = 0; k < K; k++) {
+        int corrupted = spec->corruption != DATA_CORRUPT_NONE && k >= first_corrupted;
+        corruption[k] = corrupted ? (int32_t)spec->corruption : 0;
+        for (int64_t r = part->offsets[k]; r < part->offsets[k + 1]; r++) {
+            counts[(size_t)k * classes + train->labels[part->indices[r]]]++;
+            if (corrupted) params_of_row[r] = corrupt;
+        }
+    }
+    status = write_rows(f, "/clients", train, part->indices, n, params_of_row, spec->partition.seed, 0, spec->deflate);
+    const hsize_t dims_offsets = (hsize_t)K + 1, dims_counts[2] = { (hsize_t)K, (hsize_t)classes },
+                  dims_k = (hsize_t)K, dims_n = (hsize_t)n;
+    if (status == FH_OK)
+        status = fh_h5_write(f, "/clients/offsets", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, &dims_offsets, NULL,
+                             part->offsets);
+    if (status == FH_OK)
+        status = fh_h5_write(f, "/clients/label_counts", H5T_NATIVE_INT32, H5T_STD_I32LE, 2, dims_counts, NULL, counts);
+    if (status == FH_OK)
+        status = fh_h5_write(f, "/clients/corruption", H5T_NATIVE_INT32, H5T_STD_I32LE, 1, &dims_k, NULL, corruption);
+    if (status == FH_OK) {
+        const FhH5Layout layout = { n > 0 ? 65536 : 0, spec->deflate, 0 };
+        status = fh_h5_write(f, "/clients/source_index", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, &dims_n, &layout,
+                             part->indices);
+    }
+done:
+    fh_free(&counts);
+    fh_free(&corruption);
+    fh_free(&params_of_row);
+    return status;
+}
+
+static int write_test(const FhH5File *f, const DataImageSet *test, const DataPartFileSpec *spec,
+                      const DataCorruptionParams *corrupt)
+{
+    hid_t group;
+    FH_CHECK(fh_h5_group(f, "/test", &group));
+    H5Gclose(group);
+    FH_CHECK(write_rows(f, "/test", test, NULL, test->n, NULL, 0, 1, spec->deflate));
+    if (spec->corruption == DATA_CORRUPT_NONE) return FH_OK;
+    const DataCorruptionParams **every = NULL;
+    FH_CHECK(fh_calloc(&every, (size_t)test->n, sizeof *every, "corrupted test rows"));
+    for (int64_t i = 0; i < test->n; i++) every[i] = corrupt;
+    int status = fh_h5_group(f, "/test_corrupted", &group);
+    if (status == FH_OK) {
+        H5Gclose(group);
+        status = write_rows(f, "/test_corrupted", test, NULL, test->n, every, spec->partition.seed, 1, spec->deflate);
+    }
+    fh_free(&every);
+    return status;
+}
+
+static int write_attributes(const FhH5File *f, const DataImageSet *train, const DataPartition *part,
+                            const DataPartFileSpec *spec, const double *mean, const double *std,
+                            const DataCorruptionParams *corrupt)
+{
+    const DataPartitionSpec *ps = &spec->partition;
+    const hid_t root = f->id;
+    const int64_t version = DATA_PARTFILE_VERSION, classes = train->classes,
+                  shape[3] = { train->c, train->h, train->w }, k = part->n_clients, min_size = ps->min_size,
+                  per_client = ps->classes_per_client, seed = (int64_t)ps->seed, severity = spec->severity,
+                  n_corrupted = spec->n_corrupted;
+    const double corruption_constants[3] = { corrupt->sigma, corrupt->radius, corrupt->blur_sigma };
+    FH_CHECK(fh_h5_attr_write_string(f, root, "format", DATA_PARTFILE_FORMAT));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "format_version", &version, 1));
+    FH_CHECK(fh_h5_attr_write_string(f, root, "source", spec->source ? spec->source : ""));
+    FH_CHECK(fh_h5_attr_write_string(f, root, "source_format", spec->source_format ? spec->source_format : ""));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "classes", &classes, 1));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "shape", shape, 3));
+    FH_CHECK(fh_h5_attr_write_doubles(f, root, "mean", mean, train->c));
+    FH_CHECK(fh_h5_attr_write_doubles(f, root, "std", std, train->c));
+    FH_CHECK(fh_h5_attr_write_string(f, root, "scheme", ps->scheme));
+    FH_CHECK(fh_h5_attr_write_string(f, root, "variant", ps->variant ? ps->variant : ""));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "n_clients", &k, 1));
+    FH_CHECK(fh_h5_attr_write_doubles(f, root, "alpha", &ps->alpha, 1));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "min_size", &min_size, 1));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "classes_per_client", &per_client, 1));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "seed", &seed, 1));
+    FH_CHECK(fh_h5_attr_write_string(f, root, "corruption", data_corruption_name(spec->corruption)));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "severity", &severity, 1));
+    FH_CHECK(fh_h5_attr_write_int64s(f, root, "n_corrupted", &n_corrupted, 1));
+    FH_CHECK(fh_h5_attr_write_doubles(f, root, "corruption_sigma_radius_blursigma", corruption_constants, 3));
+    FH_CHECK(fh_h5_attr_write_string(f, root, "parameters", spec->parameters ? spec->parameters : ""));
+    return FH_OK;
+}
+
+static int check_write_inputs(const char *path, const DataImageSet *train, const DataImageSet *test,
+                              const DataPartition *part, const DataPartFileSpec *spec)
+{
+    const int K = part->n_clients;
+    if (K < 1 || part->offsets[0] != 0)
+        FH_FAIL(FH_ERR_USAGE, "%s: the partition has %d clients and starts at %lld", path, K,
+                (long long)(K >= 1 ? part->offsets[0] : 0));
+    for (int k = 0; k < K; k++)
+        if (part->offsets[k + 1] < part->offsets[k])
+            FH_FAIL(FH_ERR_USAGE, "%s: partition offsets decrease at client %d", path, k);
+    for (int64_t r = 0; r < part->offsets[K]; r++)
+        if (part->indices[r] < 0 || part->indices[r] >= train->n)
+            FH_FAIL(FH_ERR_USAGE, "%s: partition row %lld points outside the training set", path, (long long)r);
+    if (spec->n_corrupted < 0 || spec->n_corrupted > K)
+        FH_FAIL(FH_ERR_USAGE, "%s: %d corrupted clients out of %d", path, spec->n_corrupted, K);
+    if (spec->deflate < 0 || spec->deflate > 9) FH_FAIL(FH_ERR_USAGE, "%s: deflate level %d (need 0..9)", path, spec->deflate);
+    if (test->n > 0 && (test->c != train->c || test->h != train->h || test->w != train->w))
+        FH_FAIL(FH_ERR_DATA, "%s: test images are %dx%dx%d but training images %dx%dx%d", path, test->c, test->h,
+                test->w, train->c, train->h, train->w);
+    return FH_OK;
+}
+
+int data_partfile_write(const char *path, const DataImageSet *train, const DataImageSet *test,
+                        const DataPartition *part, const DataPartFileSpec *spec)
+{
+    FH_CHECK(check_write_inputs(path, train, test, part, spec));
+    DataCorruptionParams corrupt;
+    FH_CHECK(data_corruption_params(&corrupt, spec->corruption, spec->severity, train->h, train->w));
+    double *mean = NULL, *std = NULL;
+    FH_CHECK(fh_calloc(&mean, (size_t)train->c, sizeof *mean, "channel means"));
+    int status = fh_calloc(&std, (size_t)train->c, sizeof *std, "channel stds");
+    if (status != FH_OK) {
+        fh_free(&mean);
+        return status;
+    }
+    data_channel_stats(train, mean, std);
+    for (int ch = 0; ch < train->c; ch++) {
+        if (spec->mean) mean[ch] = spec->mean[ch];
+        if (spec->std) std[ch] = spec->std[ch];
+    }
+
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    FhH5File f;
+    status = fh_h5_create(&f, path, FH_ERR_IO);
+    if (status == FH_OK) status = write_clients(&f, train, part, spec, &corrupt);
+    if (status == FH_OK && test->n > 0) status = write_test(&f, test, spec, &corrupt);
+    if (status == FH_OK) status = write_attributes(&f, train, part, spec, mean, std, &corrupt);
+    if (status == FH_OK) status = fh_h5_commit(&f);
+    else fh_h5_discard(&f);
+    fh_h5_quiet_end(&quiet);
+    fh_free(&mean);
+    fh_free(&std);
+    if (status != FH_OK) return fh_error_trace(status, __FILE__, __LINE__, "data_partfile_write");
+    return FH_OK;
+}
+
+/* ---- reading ------------------------------------------------------------------------------------------- */
+
+static int read_string_attr(DataPartFile *f, const char *name, char **out)
+{
+    return fh_h5_attr_read_string(&f->h5->file, f->h5->file.id, name, out);
+}
+
+static int read_int_attr(DataPartFile *f, const char *name, int64_t lo, int64_t hi, int64_t *out)
+{
+    FH_CHECK(fh_h5_attr_read_int64s(&f->h5->file, f->h5->file.id, name, out, 1));
+    if (*out < lo || *out > hi)
+        FH_FAIL(FH_ERR_DATA, "%s: attribute %s = %lld is out of range (need %lld..%lld)", f->path, name,
+                (long long)*out, (long long)lo, (long long)hi);
+    return FH_OK;
+}
+
+/* The group's images and labels datasets: shapes checked against the file's shape; *rows their length. */
+static int open_group(DataPartFile *f, DataRowGroup g, int64_t *rows)
+{
+    FhH5File *h = &f->h5->file;
+    char name[64];
+    hsize_t dims[4], ldims[1];
+    snprintf(name, sizeof name, "%s/images", group_names[g]);
+    FH_CHECK(fh_h5_open_checked(h, name, H5T_INTEGER, 1, 4, dims, &f->h5->images[g]));
+    if (dims[1] != (hsize_t)f->c || dims[2] != (hsize_t)f->h || dims[3] != (hsize_t)f->w)
+        FH_FAIL(FH_ERR_DATA, "%s: %s is [%llu,%llu,%llu,%llu] but the shape attribute says %dx%dx%d", f->path, name,
+                (unsigned long long)dims[0], (unsigned long long)dims[1], (unsigned long long)dims[2],
+                (unsigned long long)dims[3], f->c, f->h, f->w);
+    snprintf(name, sizeof name, "%s/labels", group_names[g]);
+    FH_CHECK(fh_h5_open_checked(h, name, H5T_INTEGER, 0, 1, ldims, &f->h5->labels[g]));
+    if (ldims[0] != dims[0])
+        FH_FAIL(FH_ERR_DATA, "%s: %s has %llu rows but %s/images has %llu", f->path, name,
+                (unsigned long long)ldims[0], group_names[g], (unsigned long long)dims[0]);
+    *rows = (int64_t)dims[0];
+    return FH_OK;
+}
+
+/* Small per-client tables: offsets must run from 0 to N without decreasing; label counts must add up to
+ * each client's size. */
+static int read_client_tables(DataPartFile *f)
+{
+    FhH5File *h = &f->h5->file;
+    const int K = f->n_clients;
+    hsize_t dims[2];
+    hid_t d;
+    FH_CHECK(fh_h5_open_checked(h, "/clients/offsets", H5T_INTEGER, 0, 1, dims, &d));
+    H5Dclose(d);
+    if (dims[0] != (hsize_t)K + 1)
+        FH_FAIL(FH_ERR_DATA, "%s: /clients/offsets has %llu entries; need n_clients + 1 = %d", f->path,
+                (unsigned long long)dims[0], K + 1);
+    FH_CHECK(fh_calloc(&f->offsets, (size_t)K + 1, sizeof *f->offsets, "offsets"));
+    FH_CHECK(fh_h5_read_all(h, "/clients/offsets", H5T_NATIVE_INT64, f->offsets));
+    if (f->offsets[0] != 0 || f->offsets[K] != f->n_rows)
+        FH_FAIL(FH_ERR_DATA, "%s: /clients/offsets runs from %lld to %lld; need 0 to %lld (the rows of /clients/images)",
+                f->path, (long long)f->offsets[0], (long long)f->offsets[K], (long long)f->n_rows);
+    for (int k = 0; k < K; k++)
+        if (f->offsets[k + 1] < f->offsets[k])
+            FH_FAIL(FH_ERR_DATA, "%s: /clients/offsets decreases at client %d", f->path, k);
+
+    FH_CHECK(fh_h5_open_checked(h, "/clients/label_counts", H5T_INTEGER, 0, 2, dims, &d));
+    H5Dclose(d);
+    if (dims[0] != (hsize_t)K || dims[1] != (hsize_t)f->classes)
+        FH_FAIL(FH_ERR_DATA, "%s: /clients/label_counts is [%llu,%llu]; need [%d,%d]", f->path,
+                (unsigned long long)dims[0], (unsigned long long)dims[1], K, f->classes);
+    FH_CHECK(fh_calloc(&f->label_counts, (size_t)K * f->classes, sizeof *f->label_counts, "label counts"));
+    FH_CHECK(fh_h5_read_all(h, "/clients/label_counts", H5T_NATIVE_INT32, f->label_counts));
+    for (int k = 0; k < K; k++) {
+        int64_t sum = 0;
+        for (int c = 0; c < f->classes; c++) sum += f->label_counts[(size_t)k * f->classes + c];
+        if (sum != f->offsets[k + 1] - f->offsets[k])
+            FH_FAIL(FH_ERR_DATA, "%s: label counts of client %d add up to %lld but it has %lld rows", f->path, k,
+                    (long long)sum, (long long)(f->offsets[k + 1] - f->offsets[k]));
+    }
+
+    FH_CHECK(fh_h5_open_checked(h, "/clients/corruption", H5T_INTEGER, 0, 1, dims, &d));
+    H5Dclose(d);
+    if (dims[0] != (hsize_t)K)
+        FH_FAIL(FH_ERR_DATA, "%s: /clients/corruption has %llu entries; need %d", f->path, (unsigned long long)dims[0], K);
+    FH_CHECK(fh_calloc(&f->corruption, (size_t)K, sizeof *f->corruption, "corruption"));
+    FH_CHECK(fh_h5_read_all(h, "/clients/corruption", H5T_NATIVE_INT32, f->corruption));
+    for (int k = 0; k < K; k++)
+        if (f->corruption[k] < DATA_CORRUPT_NONE || f->corruption[k] > DATA_CORRUPT_MOTION_BLUR)
+            FH_FAIL(FH_ERR_DATA, "%s: /clients/corruption[%d] = %d is not a known corruption", f->path, k,
+                    (int)f->corruption[k]);
+    return FH_OK;
+}
+
+static int open_into(DataPartFile *f, const char *path)
+{
+    FhH5File *h = &f->h5->file;
+    FH_CHECK(fh_h5_open(h, f->path, FH_ERR_DATA));
+    char *format = NULL;
+    int status = read_string_attr(f, "format", &format);
+    if (status != FH_OK || strcmp(format, DATA_PARTFILE_FORMAT) != 0) {
+        free(format);
+        FH_FAIL(FH_ERR_DATA, "%s: not a fedhet partition file (no format = \"%s\" attribute; write one with "
+                "`fedhet partition`)", path, DATA_PARTFILE_FORMAT);
+    }
+    free(format);
+    int64_t version, classes, shape[3], k, severity, n_corrupted;
+    FH_CHECK(read_int_attr(f, "format_version", 1, DATA_PARTFILE_VERSION, &version));
+    FH_CHECK(read_int_attr(f, "classes", 2, PARTFILE_MAX_CLASSES, &classes));
+    FH_CHECK(fh_h5_attr_read_int64s(h, h->id, "shape", shape, 3));
+    for (int i = 0; i < 3; i++)
+        if (shape[i] < 1 || shape[i] > 65536)
+            FH_FAIL(FH_ERR_DATA, "%s: attribute shape = %lldx%lldx%lld is not a plausible image shape", path,
+                    (long long)shape[0], (long long)shape[1], (long long)shape[2]);
+    FH_CHECK(read_int_attr(f, "n_clients", 1, INT32_MAX - 1, &k));
+    FH_CHECK(read_int_attr(f, "seed", INT64_MIN, INT64_MAX, &f->seed));
+    FH_CHECK(read_int_attr(f, "severity", 0, 5, &severity));
+    FH_CHECK(read_int_attr(f, "n_corrupted", 0, k, &n_corrupted));
+    f->classes = (int)classes;
+    f->c = (int)shape[0];
+    f->h = (int)shape[1];
+    f->w = (int)shape[2];
+    f->n_clients = (int)k;
+    f->severity = (int)severity;
+    f->n_corrupted = (int)n_corrupted;
+    FH_CHECK(fh_calloc(&f->mean, (size_t)f->c, sizeof *f->mean, "mean"));
+    FH_CHECK(fh_calloc(&f->std, (size_t)f->c, sizeof *f->std, "std"));
+    FH_CHECK(fh_h5_attr_read_doubles(h, h->id, "mean", f->mean, f->c));
+    FH_CHECK(fh_h5_attr_read_doubles(h, h->id, "std", f->std, f->c));
+    for (int ch = 0; ch < f->c; ch++)
+        if (!(f->std[ch] > 0) || !isfinite(f->mean[ch]) || !isfinite(f->std[ch]))
+            FH_FAIL(FH_ERR_DATA, "%s: channel %d has mean %g and std %g; need finite values and std > 0", path, ch,
+                    f->mean[ch], f->std[ch]);
+    FH_CHECK(read_string_attr(f, "source", &f->source));
+    FH_CHECK(read_string_attr(f, "scheme", &f->scheme));
+    FH_CHECK(read_string_attr(f, "variant", &f->variant));
+    FH_CHECK(read_string_attr(f, "corruption", &f->corruption_name));
+    FH_CHECK(read_string_attr(f, "parameters", &f->parameters));
+
+    FH_CHECK(open_group(f, DATA_ROWS_CLIENTS, &f->n_rows));
+    FH_CHECK(read_client_tables(f));
+    int has_test, has_corrupted;
+    FH_CHECK(fh_h5_exists(h, "/test", &has_test));
+    if (has_test) FH_CHECK(open_group(f, DATA_ROWS_TEST, &f->n_test));
+    FH_CHECK(fh_h5_exists(h, "/test_corrupted", &has_corrupted));
+    if (has_corrupted) {
+        int64_t n;
+        FH_CHECK(open_group(f, DATA_ROWS_TEST_CORRUPTED, &n));
+        if (n != f->n_test)
+            FH_FAIL(FH_ERR_DATA, "%s: /test_corrupted has %lld rows but /test has %lld", path, (long long)n,
+                    (long long)f->n_test);
+        f->has_test_corrupted = 1;
+    }
+    return FH_OK;
+}
+
+int data_partfile_open(DataPartFile *f, const char *path)
+{
+    memset(f, 0, sizeof *f);
+    FH_CHECK(fh_calloc(&f->h5, 1, sizeof *f->h5, "partition file handle"));
+    for (int g = 0; g < 3; g++) f->h5->images[g] = f->h5->labels[g] = H5I_INVALID_HID;
+    f->h5->file.id = H5I_INVALID_HID;
+    f->path = strdup(path ? path : "");
+    if (!f->path) {
+        data_partfile_close(f);
+        FH_FAIL(FH_ERR_IO, "out of memory opening %s", path);
+    }
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    int status = open_into(f, f->path);
+    fh_h5_quiet_end(&quiet);
+    if (status != FH_OK) {
+        data_partfile_close(f);
+        return fh_error_trace(status, __FILE__, __LINE__, "data_partfile_open");
+    }
+    return FH_OK;
+}
+
+int data_partfile_read_rows(DataPartFile *f, DataRowGroup group, int64_t first, int64_t count, uint8_t *images,
+                            int32_t *labels)
+{
+    const int64_t total = group == DATA_ROWS_CLIENTS ? f->n_rows : f->n_test;
+    if (group == DATA_ROWS_TEST_CORRUPTED && !f->has_test_corrupted)
+        FH_FAIL(FH_ERR_DATA, "%s: has no corrupted test set (it was partitioned without a corruption)", f->path);
+    if (group != DATA_ROWS_CLIENTS && f->n_test == 0)
+        FH_FAIL(FH_ERR_DATA, "%s: has no test set", f->path);
+    if (first < 0 || count < 0 || first + count > total)
+        FH_FAIL(FH_ERR_USAGE, "%s: rows %lld..%lld of %s requested but it has %lld", f->path, (long long)first,
+                (long long)(first + count), group_names[group], (long long)total);
+    if (count == 0) return FH_OK;
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    char name[64];
+    int status = FH_OK;
+    if (images) {
+        snprintf(name, sizeof name, "%s/images", group_names[group]);
+        status = fh_h5_read_rows(&f->h5->file, f->h5->images[group], name, H5T_NATIVE_UINT8, (hsize_t)first,
+                                 (hsize_t)count, images);
+        if (status == FH_OK) f->bytes_read += count * (int64_t)f->c * f->h * f->w;
+    }
+    if (status == FH_OK && labels) {
+        snprintf(name, sizeof name, "%s/labels", group_names[group]);
+        status = fh_h5_read_rows(&f->h5->file, f->h5->labels[group], name, H5T_NATIVE_INT32, (hsize_t)first,
+                                 (hsize_t)count, labels);
+        if (status == FH_OK) f->bytes_read += count * (int64_t)sizeof *labels;
+        for (int64_t i = 0; status == FH_OK && i < count; i++)
+            if (labels[i] < 0 || labels[i] >= f->classes)
+                status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__,
+                                        "%s: label %d at row %lld of %s is out of range for %d classes", f->path,
+                                        (int)labels[i], (long long)(first + i), name, f->classes);
+    }
+    fh_h5_quiet_end(&quiet);
+    return status;
+}
+
+void data_partfile_close(DataPartFile *f)
+{
+    if (f->h5) {
+        for (int g = 0; g < 3; g++) {
+            if (f->h5->images[g] >= 0) H5Dclose(f->h5->images[g]);
+            if (f->h5->labels[g] >= 0) H5Dclose(f->h5->labels[g]);
+        }
+        if (f->h5->file.id >= 0) H5Fclose(f->h5->file.id);
+        fh_free(&f->h5);
+    }
+    free(f->path);
+    free(f->source);
+    free(f->scheme);
+    free(f->variant);
+    free(f->corruption_name);
+    free(f->parameters);
+    fh_free(&f->offsets);
+    fh_free(&f->label_counts);
+    fh_free(&f->corruption);
+    fh_free(&f->mean);
+    fh_free(&f->std);
+    memset(f, 0, sizeof *f);
+}
