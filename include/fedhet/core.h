@@ -7,6 +7,7 @@
 #define FEDHET_CORE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 enum {
@@ -50,6 +51,7 @@ void fh_free(void *ptr_to_ptr); /* frees *ptr and sets it to NULL */
 enum { FH_LOG_QUIET = 0, FH_LOG_WARN = 1, FH_LOG_INFO = 2, FH_LOG_DEBUG = 3 };
 void fh_log_set_rank(int rank);  /* prefix "[rank R]"; -1 removes the prefix */
 void fh_log_set_level(int level);
+void fh_log_set_file(FILE *copy); /* every line printed is also appended here (a run's log.txt); NULL: none */
 int fh_log_level(void);
 void fh_log_info(const char *fmt, ...) FH_PRINTF(1, 2);  /* stdout */
 void fh_log_warn(const char *fmt, ...) FH_PRINTF(1, 2);  /* stderr */

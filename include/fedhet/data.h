@@ -132,6 +132,12 @@ typedef struct {
 int data_partfile_write(const char *path, const DataImageSet *train, const DataImageSet *test,
                         const DataPartition *part, const DataPartFileSpec *spec);
 
+/* Reads src (data_source_read), partitions it by spec->partition, writes dst (creating its folder) and prints
+ * a summary on stdout: clients, min/median/max samples and classes per client, corrupted clients, channel
+ * statistics. mean_text / std_text: comma-separated per-channel values, or NULL to compute them. */
+int data_partition_make(const char *src, const char *format, int idx_classes, const char *dst, DataPartFileSpec *spec,
+                        const char *mean_text, const char *std_text);
+
 typedef enum { DATA_ROWS_CLIENTS = 0, DATA_ROWS_TEST, DATA_ROWS_TEST_CORRUPTED } DataRowGroup;
 
 /* An open partition file: metadata in memory, rows read on demand (hyperslabs). */

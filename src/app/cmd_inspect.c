@@ -161,7 +161,7 @@ static int inspect_partition(const char *path)
         data_partfile_close(&f);
         return status;
     }
-    printf("file        %s (partition file, format %s)\n", f.path, DATA_PARTFILE_FORMAT);
+    printf("file        %s (%s)\n", f.path, DATA_PARTFILE_FORMAT);
     printf("source      %s\n", f.source);
     printf("classes     %d\n", C);
     printf("shape       %dx%dx%d\n", f.c, f.h, f.w);

@@ -16,6 +16,7 @@ static const AppCommand commands[] = {
     {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])"},
     {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)"},
     {"bench", app_cmd_bench, "one engine benchmark point as a CSV line"},
+    {"report", app_cmd_report, "figures: a partition file's client x label counts (--partition DST.h5 OUT.png)"},
 };
 
 static void usage(FILE *out)

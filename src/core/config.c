@@ -292,6 +292,24 @@ static int config_bool_word(const char *s, int *b)
     return 0;
 }
 
+/* A range bound as %g when that reads back exactly, else with just enough digits: %g would show an
+ * upper bound 0.999999999 as 1 and 2147483647 as 2.14748e+09, which the message would then contradict. */
+static void config_format_bound(double v, char *out, size_t cap)
+{
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(out, cap, "%.*g", digits, v);
+        if (strtod(out, NULL) == v) return;
+    }
+}
+
+static int config_range_error(const FhConfigKey *k, const char *text, const char *where)
+{
+    char lo[32], hi[32];
+    config_format_bound(k->lo, lo, sizeof lo);
+    config_format_bound(k->hi, hi, sizeof hi);
+    FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be in [%s, %s]", where, k->section, k->key, text, lo, hi);
+}
+
 /* Checks `text` against key k and stores the typed value in e. `where` starts the message
  * ("file:12: ", "command line: ", "config schema: default of "). */
 static int config_parse_value(const FhConfigKey *k, const char *text, const char *where, Entry *e)
@@ -319,9 +337,7 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
         if (errno == ERANGE)
             FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: outside the 64-bit integer range", where, k->section,
                     k->key, text);
-        if (ranged && ((double)v < k->lo || (double)v > k->hi))
-            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be in [%g, %g]", where, k->section, k->key, text,
-                    k->lo, k->hi);
+        if (ranged && ((double)v < k->lo || (double)v > k->hi)) return config_range_error(k, text, where);
         e->i = (int64_t)v;
         break;
     }
@@ -331,9 +347,7 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
             FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not a number", where, k->section, k->key, text);
         if (!isfinite(v))
             FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be a finite number", where, k->section, k->key, text);
-        if (ranged && (v < k->lo || v > k->hi))
-            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be in [%g, %g]", where, k->section, k->key, text,
-                    k->lo, k->hi);
+        if (ranged && (v < k->lo || v > k->hi)) return config_range_error(k, text, where);
         e->f = v;
         break;
     }
@@ -597,7 +611,8 @@ static int config_parse_text(FhConfig *c, const char *text)
     /* libinih goes on after its own syntax errors, so an earlier one of those beats ours */
     if (rc > 0 && (p.status == FH_OK || rc < p.status_line))
         FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error", c->source, rc);
-    if (p.status != FH_OK) return fh_error_trace(p.status, __FILE__, __LINE__, "config_read_line/config_on_key");
+    if (p.status != FH_OK)
+        return fh_error_trace(p.status, __FILE__, __LINE__, "ini_parse_stream(config_read_line, &p, ...)");
     return FH_OK;
 }
 
@@ -861,8 +876,12 @@ static void config_allowed(const FhConfigKey *k, char *out, size_t cap)
     out[0] = '\0';
     if (k->type == FH_CFG_CHOICE) snprintf(out, cap, "one of %s", k->choices ? k->choices : "");
     else if (k->type == FH_CFG_BOOL) snprintf(out, cap, "true|false");
-    else if ((k->type == FH_CFG_INT || k->type == FH_CFG_FLOAT) && k->lo <= k->hi)
-        snprintf(out, cap, "in [%g, %g]", k->lo, k->hi);
+    else if ((k->type == FH_CFG_INT || k->type == FH_CFG_FLOAT) && k->lo <= k->hi) {
+        char lo[32], hi[32];
+        config_format_bound(k->lo, lo, sizeof lo);
+        config_format_bound(k->hi, hi, sizeof hi);
+        snprintf(out, cap, "in [%s, %s]", lo, hi);
+    }
 }
 
 static void config_default_shown(const FhConfigKey *k, char *out, size_t cap)
@@ -871,6 +890,10 @@ static void config_default_shown(const FhConfigKey *k, char *out, size_t cap)
     else if (config_needs_quotes(k->default_text)) snprintf(out, cap, "default \"%s\"", k->default_text);
     else snprintf(out, cap, "default %s", k->default_text);
 }
+
+/* Column widths stop growing here: a long list of choices overflows its own row instead of pushing
+ * every help line to the right. */
+#define HELP_COLUMN_MAX 24
 
 void fh_config_print_help(FILE *out, const FhConfigKey *schema, int n)
 {
@@ -884,6 +907,9 @@ void fh_config_print_help(FILE *out, const FhConfigKey *schema, int n)
         config_allowed(&schema[k], buf, sizeof buf);
         if ((l = (int)strlen(buf)) > wa) wa = l;
     }
+    if (wk > HELP_COLUMN_MAX) wk = HELP_COLUMN_MAX;
+    if (wd > HELP_COLUMN_MAX) wd = HELP_COLUMN_MAX;
+    if (wa > HELP_COLUMN_MAX) wa = HELP_COLUMN_MAX;
     for (int k = 0; k < n; k++) {
         if (!config_section_first(schema, k)) continue;
         fprintf(out, "%s[%s]\n", k ? "\n" : "", schema[k].section);
@@ -914,7 +940,7 @@ uint64_t fh_config_hash(const FhConfig *c)
     for (int k = 0; k < c->n; k++) {
         const FhConfigKey *key = &c->schema[k];
         const Entry *e = &c->entries[k];
-        char num[64];
+        char num[64] = "";
         const char *v = num;
         switch (key->type) {
         case FH_CFG_INT: snprintf(num, sizeof num, "%" PRId64, e->i); break;

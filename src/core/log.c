@@ -8,6 +8,9 @@
 
 static int log_rank = -1;
 static int log_level = FH_LOG_INFO;
+static FILE *log_copy;
+
+void fh_log_set_file(FILE *copy) { log_copy = copy; }
 
 void fh_log_set_rank(int rank) { log_rank = rank; }
 void fh_log_set_level(int level) { log_level = level; }
@@ -25,6 +28,11 @@ static void log_write(FILE *stream, const char *tag, const char *fmt, va_list ap
     fputs(line, stream);
     fputc('\n', stream);
     fflush(stream);
+    if (log_copy) {
+        fputs(line, log_copy);
+        fputc('\n', log_copy);
+        fflush(log_copy);
+    }
 }
 
 #define FH_LOG_FN(fn, level, stream, tag)           \

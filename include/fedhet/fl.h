@@ -1,0 +1,28 @@
+/* fedhet federated runtime: one experiment as an MPI job (DESIGN.md "Data flow of one round").
+ * Rank 0 is the server; ranks 1..N-1 train the clients assigned to them; with one rank, rank 0 does
+ * everything. */
+#ifndef FEDHET_FL_H
+#define FEDHET_FL_H
+
+#include <mpi.h>
+#include <stdio.h>
+
+#include "fedhet/config.h"
+
+typedef struct {
+    const char *config_path;   /* INI file; NULL with resume_dir (the run folder's config.ini) */
+    char *const *overrides;    /* "section.key=value" */
+    int n_overrides;
+    int force;                 /* replace an existing run folder */
+    const char *resume_dir;    /* continue this run folder from its checkpoint */
+} FlRunOptions;
+
+/* Runs one experiment on comm. Every rank returns the same status (the exit code); rank 0 prints the
+ * error. SIGTERM makes the run finish its round, checkpoint and return FH_OK. */
+int fl_run(const FlRunOptions *opt, MPI_Comm comm);
+
+/* The config schema of `fedhet run` */
+const FhConfigKey *fl_config_schema(int *n);
+void fl_print_config_help(FILE *out);
+
+#endif

@@ -1,0 +1,346 @@
+/* Checkpoints (DESIGN.md "Files on disk"): written atomically with Fletcher32 on every dataset; read
+ * back with every size checked, so a damaged file is refused instead of half-used.
+ *   /meta        attributes: format, format_version, rounds_done, lr, seed, config, code_version,
+ *                layout_hash, n_state
+ *   /server      /server/global [n_state], /server/vectors [V_s, n_state], /server/scalars [S_s]
+ *   /clients     /clients/vector_<i> [K, n_state] per persistent client vector
+ *   /metrics     /metrics/rounds [rows, columns], /metrics/clients [rows, columns] (attribute columns) */
+#include "fl_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedhet/core.h"
+#include "fedhet/h5io.h"
+
+#define CKPT_FORMAT "fedhet-checkpoint"
+#define CKPT_VERSION 1
+#define CKPT_CODE_VERSION "fedhet 0.1"
+
+uint64_t fl_layout_hash(const NnModel *m)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int v = 0; v < m->n_views; v++) {
+        const NnParamView *pv = &m->views[v];
+        char line[128];
+        int n = snprintf(line, sizeof line, "%s:%lld:%lld;", pv->name, (long long)pv->offset, (long long)pv->count);
+        for (int i = 0; i < n; i++) h = (h ^ (unsigned char)line[i]) * 1099511628211ull;
+    }
+    return h;
+}
+
+static FhH5Layout ckpt_layout(hsize_t rows, hsize_t row_elems)
+{
+    /* chunks of about 1 MiB; Fletcher32 needs chunking */
+    hsize_t per = row_elems ? ((hsize_t)1 << 18) / row_elems : 1;
+    if (per < 1) per = 1;
+    return (FhH5Layout){ rows < per ? (rows ? rows : 1) : per, 0, 1 };
+}
+
+static int write_matrix(const FhH5File *f, const char *name, hid_t mem, hid_t file_type, hsize_t rows, hsize_t cols,
+                        const void *data)
+{
+    const hsize_t dims[2] = { rows, cols };
+    FhH5Layout l = ckpt_layout(rows, cols);
+    if (rows == 0) l.chunk_rows = 0, l.fletcher32 = 0;
+    return fh_h5_write(f, name, mem, file_type, cols ? 2 : 1, dims, &l, data);
+}
+
+static int write_columns_attr(const FhH5File *f, const char *dset_name, const char *const *names, int n)
+{
+    char text[4096];
+    size_t used = 0;
+    for (int i = 0; i < n && used < sizeof text; i++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? "," : "", names[i]);
+    hid_t d = H5Dopen2(f->id, dset_name, H5P_DEFAULT);
+    int st = fh_h5_attr_write_string(f, d, "columns", text);
+    H5Dclose(d);
+    return st;
+}
+
+/* rank 0: the file except client vectors */
+static int save_server_side(FlRun *run, FhH5File *f, int rounds_done)
+{
+    const AlgoMethod *m = run->s.method;
+    hid_t g;
+    FH_CHECK(fh_h5_group(f, "/meta", &g));
+    int status = FH_OK;
+    const int64_t version = CKPT_VERSION, done = rounds_done, seed = run->s.seed, n_state = run->n_state,
+                  hash = (int64_t)run->layout_hash;
+    if (status == FH_OK) status = fh_h5_attr_write_string(f, g, "format", CKPT_FORMAT);
+    if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "format_version", &version, 1);
+    if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "rounds_done", &done, 1);
+    if (status == FH_OK) status = fh_h5_attr_write_doubles(f, g, "lr", &run->lr, 1);
+    if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "seed", &seed, 1);
+    if (status == FH_OK) status = fh_h5_attr_write_string(f, g, "config", run->config_text);
+    if (status == FH_OK) status = fh_h5_attr_write_string(f, g, "code_version", CKPT_CODE_VERSION);
+    if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "layout_hash", &hash, 1);
+    if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "n_state", &n_state, 1);
+    H5Gclose(g);
+    FH_CHECK(status);
+    FH_CHECK(fh_h5_group(f, "/server", &g));
+    H5Gclose(g);
+    FH_CHECK(write_matrix(f, "/server/global", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)run->n_state, 0, run->global));
+    if (m->n_server_vectors)
+        FH_CHECK(write_matrix(f, "/server/vectors", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)m->n_server_vectors,
+                              (hsize_t)run->n_state, run->server_vecs));
+    if (m->n_server_scalars)
+        FH_CHECK(write_matrix(f, "/server/scalars", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)m->n_server_scalars, 0,
+                              run->server_scalars));
+    FH_CHECK(fh_h5_group(f, "/metrics", &g));
+    H5Gclose(g);
+    FH_CHECK(write_matrix(f, "/metrics/rounds", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)run->n_rows, FL_N_COLUMNS,
+                          run->rows));
+    FH_CHECK(write_columns_attr(f, "/metrics/rounds", fl_column_names, FL_N_COLUMNS));
+    FH_CHECK(write_matrix(f, "/metrics/clients", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)run->n_client_rows,
+                          FL_N_CCOLUMNS, run->client_rows));
+    FH_CHECK(write_columns_attr(f, "/metrics/clients", fl_client_column_names, FL_N_CCOLUMNS));
+    return FH_OK;
+}
+
+/* Client vectors travel to rank 0 one client at a time (bounded memory) in ascending id. */
+static int save_client_vectors(FlRun *run, FhH5File *f, int status)
+{
+    const AlgoMethod *m = run->s.method;
+    const int V = m->n_client_vectors, K = run->n_clients;
+    if (V == 0) return status;
+    const int64_t per_client = (int64_t)V * run->n_state;
+    float *buf = NULL;
+    hid_t dsets[8];
+    int n_open = 0;
+    if (run->comm.rank == 0 && status == FH_OK) {
+        status = fh_alloc_aligned(&buf, (size_t)per_client * sizeof(float), "client vector buffer");
+        hid_t g;
+        if (status == FH_OK) status = fh_h5_group(f, "/clients", &g);
+        if (status == FH_OK) H5Gclose(g);
+        for (int v = 0; v < V && v < 8 && status == FH_OK; v++) {
+            char name[64];
+            const hsize_t dims[2] = { (hsize_t)K, (hsize_t)run->n_state };
+            FhH5Layout l = ckpt_layout(1, (hsize_t)run->n_state);
+            snprintf(name, sizeof name, "/clients/vector_%d", v);
+            status = fh_h5_create_dataset(f, name, H5T_IEEE_F32LE, 2, dims, &l, &dsets[v]);
+            if (status == FH_OK) n_open++;
+        }
+    }
+    status = fl_agree(&run->comm, status);
+    for (int k = 0; k < K && status == FH_OK; k++) {
+        const int owner = run->owner[k];
+        const float *src = NULL;
+        if (run->comm.rank == owner) {
+            int slot = 0;
+            while (run->owned[slot] != k) slot++;
+            src = run->work.client_vecs + (size_t)slot * per_client;
+        }
+        if (owner != 0 && run->comm.rank == owner) {
+            MPI_Request req;
+            MPI_Isend(src, (int)per_client, MPI_FLOAT, 0, k, run->comm.comm, &req);
+            status = fl_wait(&req);
+        } else if (run->comm.rank == 0) {
+            if (owner != 0) {
+                MPI_Request req;
+                MPI_Irecv(buf, (int)per_client, MPI_FLOAT, owner, k, run->comm.comm, &req);
+                status = fl_wait(&req);
+                src = buf;
+            }
+            for (int v = 0; v < V && status == FH_OK; v++)
+                status = fh_h5_write_rows(f, dsets[v], "/clients/vector", H5T_NATIVE_FLOAT, (hsize_t)k, 1,
+                                          src + (size_t)v * run->n_state);
+        }
+    }
+    for (int v = 0; v < n_open; v++) H5Dclose(dsets[v]);
+    fh_free(&buf);
+    return fl_agree(&run->comm, status);
+}
+
+int fl_checkpoint_save(FlRun *run, int rounds_done)
+{
+    FhH5File f = { .id = H5I_INVALID_HID };
+    FhH5Quiet quiet;
+    int status = FH_OK;
+    if (run->comm.rank == 0) {
+        fh_h5_quiet_begin(&quiet);
+        status = fh_h5_create(&f, run->checkpoint_path, FH_ERR_IO);
+        if (status == FH_OK) status = save_server_side(run, &f, rounds_done);
+    }
+    status = save_client_vectors(run, &f, fl_agree(&run->comm, status));
+    if (run->comm.rank == 0) {
+        if (status == FH_OK) status = fh_h5_commit(&f);
+        else fh_h5_discard(&f);
+        fh_h5_quiet_end(&quiet);
+    }
+    return fl_agree(&run->comm, status);
+}
+
+/* ---- loading ---- */
+
+static int read_vector(const FhH5File *f, const char *name, hsize_t rows, hsize_t cols, hid_t mem, void *out)
+{
+    hsize_t dims[2];
+    hid_t d;
+    FH_CHECK(fh_h5_open_checked(f, name, H5T_FLOAT, 0, cols ? 2 : 1, dims, &d));
+    H5Dclose(d);
+    if (dims[0] != rows || (cols && dims[1] != cols))
+        FH_FAIL(FH_ERR_IO, "%s: %s has %llu x %llu values; expected %llu x %llu", f->path, name,
+                (unsigned long long)dims[0], (unsigned long long)(cols ? dims[1] : 1), (unsigned long long)rows,
+                (unsigned long long)(cols ? cols : 1));
+    return fh_h5_read_all(f, name, mem, out);
+}
+
+static int read_table(const FhH5File *f, const char *name, int cols, double **rows_out, int64_t *n_rows)
+{
+    hsize_t dims[2];
+    hid_t d;
+    FH_CHECK(fh_h5_open_checked(f, name, H5T_FLOAT, 8, 2, dims, &d));
+    H5Dclose(d);
+    if (dims[1] != (hsize_t)cols)
+        FH_FAIL(FH_ERR_IO, "%s: %s has %llu columns; this version writes %d", f->path, name,
+                (unsigned long long)dims[1], cols);
+    FH_CHECK(fh_calloc(rows_out, dims[0] ? (size_t)dims[0] : 1, (size_t)cols * sizeof(double), name));
+    *n_rows = (int64_t)dims[0];
+    if (dims[0] == 0) return FH_OK;
+    return fh_h5_read_all(f, name, H5T_NATIVE_DOUBLE, *rows_out);
+}
+
+int fl_checkpoint_read_config(const char *path, char **text)
+{
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    FhH5File f;
+    int status = fh_h5_open(&f, path, FH_ERR_IO);
+    hid_t g = H5I_INVALID_HID;
+    if (status == FH_OK) {
+        int exists = 0;
+        status = fh_h5_exists(&f, "/meta", &exists);
+        if (status == FH_OK && !exists) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: not a fedhet checkpoint (no /meta)", path);
+        if (status == FH_OK) g = H5Gopen2(f.id, "/meta", H5P_DEFAULT);
+        if (status == FH_OK) status = fh_h5_attr_read_string(&f, g, "config", text);
+    }
+    if (g >= 0) H5Gclose(g);
+    fh_h5_close(&f);
+    fh_h5_quiet_end(&quiet);
+    return status;
+}
+
+/* rank 0: everything but client vectors, into run */
+static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
+{
+    const AlgoMethod *m = run->s.method;
+    int exists = 0;
+    FH_CHECK(fh_h5_exists(f, "/meta", &exists));
+    if (!exists) FH_FAIL(FH_ERR_IO, "%s: not a fedhet checkpoint (no /meta)", f->path);
+    hid_t g = H5Gopen2(f->id, "/meta", H5P_DEFAULT);
+    char *format = NULL;
+    int64_t version = 0, hash = 0, n_state = 0;
+    int status = fh_h5_attr_read_string(f, g, "format", &format);
+    if (status == FH_OK && strcmp(format, CKPT_FORMAT))
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: format is \"%s\", not %s", f->path, format, CKPT_FORMAT);
+    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "format_version", &version, 1);
+    if (status == FH_OK && version != CKPT_VERSION)
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: checkpoint version %lld; this fedhet reads %d",
+                                f->path, (long long)version, CKPT_VERSION);
+    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "rounds_done", rounds_done, 1);
+    if (status == FH_OK) status = fh_h5_attr_read_doubles(f, g, "lr", &run->lr, 1);
+    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "layout_hash", &hash, 1);
+    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "n_state", &n_state, 1);
+    if (status == FH_OK && ((uint64_t)hash != run->layout_hash || n_state != run->n_state))
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__,
+                                "%s: the model layout differs from this run's (%lld state values vs %lld)", f->path,
+                                (long long)n_state, (long long)run->n_state);
+    free(format);
+    H5Gclose(g);
+    FH_CHECK(status);
+    if (*rounds_done < 0 || *rounds_done > run->s.rounds)
+        FH_FAIL(FH_ERR_IO, "%s: rounds_done = %lld is outside 0..%d (fl.rounds)", f->path, (long long)*rounds_done,
+                run->s.rounds);
+    FH_CHECK(read_vector(f, "/server/global", (hsize_t)run->n_state, 0, H5T_NATIVE_FLOAT, run->global));
+    if (m->n_server_vectors)
+        FH_CHECK(read_vector(f, "/server/vectors", (hsize_t)m->n_server_vectors, (hsize_t)run->n_state,
+                             H5T_NATIVE_FLOAT, run->server_vecs));
+    if (m->n_server_scalars)
+        FH_CHECK(read_vector(f, "/server/scalars", (hsize_t)m->n_server_scalars, 0, H5T_NATIVE_DOUBLE,
+                             run->server_scalars));
+    double *rows = NULL;
+    int64_t n_rows = 0;
+    FH_CHECK(read_table(f, "/metrics/rounds", FL_N_COLUMNS, &rows, &n_rows));
+    if (n_rows > run->s.rounds) {
+        fh_free(&rows);
+        FH_FAIL(FH_ERR_IO, "%s: %lld metric rows for %d rounds", f->path, (long long)n_rows, run->s.rounds);
+    }
+    memcpy(run->rows, rows, (size_t)n_rows * FL_N_COLUMNS * sizeof(double));
+    run->n_rows = (int)n_rows;
+    fh_free(&rows);
+    fh_free(&run->client_rows);
+    FH_CHECK(read_table(f, "/metrics/clients", FL_N_CCOLUMNS, &run->client_rows, &run->n_client_rows));
+    run->cap_client_rows = run->n_client_rows > 0 ? run->n_client_rows : 1;
+    return FH_OK;
+}
+
+int fl_checkpoint_load(FlRun *run)
+{
+    const AlgoMethod *m = run->s.method;
+    FhH5File f = { .id = H5I_INVALID_HID };
+    FhH5Quiet quiet;
+    int64_t rounds_done = 0;
+    int status = FH_OK;
+    if (run->comm.rank == 0) {
+        fh_h5_quiet_begin(&quiet);
+        status = fh_h5_open(&f, run->checkpoint_path, FH_ERR_IO);
+        if (status == FH_OK) status = load_server_side(run, &f, &rounds_done);
+    }
+    status = fl_agree(&run->comm, status);
+    if (status == FH_OK) {
+        int64_t meta[1] = { rounds_done };
+        status = fl_bcast(&run->comm, meta, sizeof meta);
+        rounds_done = meta[0];
+        if (status == FH_OK) status = fl_bcast(&run->comm, &run->lr, sizeof run->lr);
+        if (status == FH_OK)
+            status = fl_bcast(&run->comm, run->global, (int64_t)(1 + m->n_server_vectors) * run->n_state * 4);
+    }
+    /* client vectors: rank 0 reads client k's rows and sends them to its owner */
+    const int V = m->n_client_vectors;
+    const int64_t per_client = (int64_t)V * run->n_state;
+    float *buf = NULL;
+    if (V > 0 && status == FH_OK && run->comm.rank == 0)
+        status = fh_alloc_aligned(&buf, (size_t)per_client * sizeof(float), "client vector buffer");
+    status = fl_agree(&run->comm, status);
+    for (int k = 0; k < run->n_clients && V > 0 && status == FH_OK; k++) {
+        const int owner = run->owner[k];
+        float *dst = NULL;
+        if (run->comm.rank == owner) {
+            int slot = 0;
+            while (run->owned[slot] != k) slot++;
+            dst = run->work.client_vecs + (size_t)slot * per_client;
+        }
+        if (run->comm.rank == 0) {
+            for (int v = 0; v < V && status == FH_OK; v++) {
+                char name[64];
+                snprintf(name, sizeof name, "/clients/vector_%d", v);
+                hid_t d;
+                status = fh_h5_open_dataset(&f, name, &d);
+                if (status == FH_OK) {
+                    status = fh_h5_read_rows(&f, d, name, H5T_NATIVE_FLOAT, (hsize_t)k, 1, buf + (size_t)v * run->n_state);
+                    H5Dclose(d);
+                }
+            }
+            if (owner == 0 && status == FH_OK) memcpy(dst, buf, (size_t)per_client * sizeof(float));
+            else if (status == FH_OK) {
+                MPI_Request req;
+                MPI_Isend(buf, (int)per_client, MPI_FLOAT, owner, k, run->comm.comm, &req);
+                status = fl_wait(&req);
+            }
+        } else if (run->comm.rank == owner) {
+            MPI_Request req;
+            MPI_Irecv(dst, (int)per_client, MPI_FLOAT, 0, k, run->comm.comm, &req);
+            status = fl_wait(&req);
+        }
+        /* a read failure on rank 0 would leave an owner waiting: agree after every client */
+        status = fl_agree(&run->comm, status);
+    }
+    fh_free(&buf);
+    if (run->comm.rank == 0) {
+        fh_h5_close(&f);
+        fh_h5_quiet_end(&quiet);
+    }
+    run->start_round = (int)rounds_done;
+    return fl_agree(&run->comm, status);
+}
