@@ -4,6 +4,7 @@
 
 #include "fedhet/nn.h"
 
+int app_cmd_run(int argc, char **argv);
 int app_cmd_partition(int argc, char **argv);
 int app_cmd_inspect(int argc, char **argv);
 int app_cmd_bench(int argc, char **argv);

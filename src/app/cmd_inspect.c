@@ -166,7 +166,8 @@ static int inspect_partition(const char *path)
     printf("classes     %d\n", C);
     printf("shape       %dx%dx%d\n", f.c, f.h, f.w);
     printf("training    %lld rows over %d clients\n", (long long)f.n_rows, K);
-    if (f.n_test > 0) printf("test        %lld rows; corrupted copy: %s\n", (long long)f.n_test, f.has_test_corrupted ? "yes" : "no");
+    if (f.n_test > 0)
+        printf("test        %lld rows; corrupted copy: %s\n", (long long)f.n_test, f.has_test_corrupted ? "yes" : "no");
     else printf("test        none (the source had no test set)\n");
     printf("mean / std ");
     for (int ch = 0; ch < f.c; ch++) printf(" %.4f / %.4f", f.mean[ch], f.std[ch]);
@@ -246,7 +247,8 @@ int app_cmd_inspect(int argc, char **argv)
         }
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] != '-' || !argv[i][1]) {
-            if (file) FH_FAIL(FH_ERR_USAGE, "one FILE at a time ('%s' and '%s'; see fedhet inspect --help)", file, argv[i]);
+            if (file)
+                FH_FAIL(FH_ERR_USAGE, "one FILE at a time ('%s' and '%s'; see fedhet inspect --help)", file, argv[i]);
             file = argv[i];
             continue;
         }
@@ -260,6 +262,7 @@ int app_cmd_inspect(int argc, char **argv)
         FH_FAIL(FH_ERR_USAGE, "%s and %s: give FILE.h5 or the model options, not both (see fedhet inspect --help)",
                 file, model_option);
     if (file) return inspect_file(file);
-    if (!a.model) FH_FAIL(FH_ERR_USAGE, "--model NAME is required, or a FILE.h5 to inspect (models: %s)", nn_zoo_names());
+    if (!a.model)
+        FH_FAIL(FH_ERR_USAGE, "--model NAME is required, or a FILE.h5 to inspect (models: %s)", nn_zoo_names());
     return inspect_model(&a);
 }

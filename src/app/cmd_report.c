@@ -178,8 +178,9 @@ static int write_partition_script(const DataPartFile *f, const char *script_path
     for (int k = 0; k < K; k++) n_corrupted += f->corruption[k] != DATA_CORRUPT_NONE;
     const char *name = strrchr(f->path, '/') ? strrchr(f->path, '/') + 1 : f->path;
     char title[1024], bars_title[256];
-    snprintf(title, sizeof title, "%s: %s (%s), %d clients, %d classes, %lld training rows, seed %lld", name, f->scheme,
-             *f->variant ? f->variant : "default", K, C, (long long)f->n_rows, (long long)f->seed);
+    snprintf(title, sizeof title, "%s: %s (%s), %d client%s, %d classes, %lld training rows, seed %lld", name,
+             f->scheme, *f->variant ? f->variant : "default", K, K == 1 ? "" : "s", C, (long long)f->n_rows,
+             (long long)f->seed);
     if (n_corrupted)
         snprintf(bars_title, sizeof bars_title, "samples per client (red: %d corrupted, %s severity %d)", n_corrupted,
                  f->corruption_name, f->severity);
@@ -291,8 +292,9 @@ static int report_partition(const char *path, const char *out_path)
     if (status != FH_OK && created) unlink(image_tmp);
     if (dir[0]) tmpdir_remove(dir);
     if (status == FH_OK)
-        printf("wrote %s: %d clients x %d labels, %lld training rows%s\n", out_path, f.n_clients, f.classes,
-               (long long)f.n_rows, f.n_corrupted ? ", corrupted clients in red" : "");
+        printf("wrote %s: %d client%s x %d labels, %lld training rows%s\n", out_path, f.n_clients,
+               f.n_clients == 1 ? "" : "s", f.classes, (long long)f.n_rows,
+               f.n_corrupted ? ", corrupted clients in red" : "");
     data_partfile_close(&f);
     return status;
 }
@@ -307,12 +309,14 @@ int app_cmd_report(int argc, char **argv)
         }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--partition")) FH_CHECK(app_option_value(argc, argv, &i, &partition));
-        else if (argv[i][0] == '-' && argv[i][1]) FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet report --help)", argv[i]);
+        else if (argv[i][0] == '-' && argv[i][1])
+            FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet report --help)", argv[i]);
         else if (!out) out = argv[i];
         else FH_FAIL(FH_ERR_USAGE, "unexpected argument '%s' (see fedhet report --help)", argv[i]);
     }
     if (!partition)
-        FH_FAIL(FH_ERR_USAGE, "only --partition is available in this version: fedhet report --partition DST.h5 OUT.png");
+        FH_FAIL(FH_ERR_USAGE,
+                "only --partition is available in this version: fedhet report --partition DST.h5 OUT.png");
     if (!out) FH_FAIL(FH_ERR_USAGE, "--partition %s: give the image to write, OUT.png", partition);
     return report_partition(partition, out);
 }

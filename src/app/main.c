@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mpi.h>
+
 #include "app.h"
 #include "fedhet/core.h"
 
@@ -10,13 +12,15 @@ typedef struct {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *summary;
+    int needs_mpi; /* only these start MPI: the others run as plain programs */
 } AppCommand;
 
 static const AppCommand commands[] = {
-    {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])"},
-    {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)"},
-    {"bench", app_cmd_bench, "one engine benchmark point as a CSV line"},
-    {"report", app_cmd_report, "figures: a partition file's client x label counts (--partition DST.h5 OUT.png)"},
+    {"run", app_cmd_run, "one experiment (mpirun -np N fedhet run CONFIG.ini [key=value ...])", 1},
+    {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])", 0},
+    {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)", 0},
+    {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0},
+    {"report", app_cmd_report, "figures: a partition file's client x label counts (--partition DST.h5 OUT.png)", 0},
 };
 
 static void usage(FILE *out)
@@ -39,8 +43,18 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
+        int rank = 0;
+        if (commands[i].needs_mpi) {
+            if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+                fprintf(stderr, "fedhet %s: error: MPI_Init failed\n", argv[1]);
+                return FH_ERR_MPI;
+            }
+            MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        }
         int status = commands[i].run(argc - 1, argv + 1);
-        if (status != FH_OK) fprintf(stderr, "fedhet %s: error: %s\n", argv[1], fh_error_message());
+        /* every rank reaches the same status; one message is enough */
+        if (status != FH_OK && rank == 0) fprintf(stderr, "fedhet %s: error: %s\n", argv[1], fh_error_message());
+        if (commands[i].needs_mpi) MPI_Finalize();
         return status;
     }
     fprintf(stderr, "fedhet: unknown command '%s'\n", argv[1]);

@@ -378,6 +378,7 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
     }
     /* fixed file-space settings and no timestamps keep the bytes of equal content equal */
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+    H5Pset_obj_track_times(fcpl, 0); /* the root group too */
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
     f->id = H5Fcreate(f->tmp_path, H5F_ACC_TRUNC, fcpl, fapl);

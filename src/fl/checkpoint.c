@@ -152,14 +152,14 @@ static int save_client_vectors(FlRun *run, FhH5File *f, int status)
     return fl_agree(&run->comm, status);
 }
 
-int fl_checkpoint_save(FlRun *run, int rounds_done)
+int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path)
 {
     FhH5File f = { .id = H5I_INVALID_HID };
     FhH5Quiet quiet;
     int status = FH_OK;
     if (run->comm.rank == 0) {
         fh_h5_quiet_begin(&quiet);
-        status = fh_h5_create(&f, run->checkpoint_path, FH_ERR_IO);
+        status = fh_h5_create(&f, path, FH_ERR_IO);
         if (status == FH_OK) status = save_server_side(run, &f, rounds_done);
     }
     status = save_client_vectors(run, &f, fl_agree(&run->comm, status));

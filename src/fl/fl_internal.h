@@ -155,7 +155,7 @@ typedef struct {
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */
 /* Writes PATH atomically: rounds done, lr, global state, server vectors and scalars, every client's
  * persistent vectors (sent to rank 0 one client at a time), metrics rows, config text, layout hash. */
-int fl_checkpoint_save(FlRun *run, int rounds_done);
+int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path);
 /* Reads the checkpoint of run->dir into run (rank 0 reads; state is broadcast or sent to owners).
  * A damaged file is FH_ERR_IO and nothing is changed on disk. */
 int fl_checkpoint_load(FlRun *run);

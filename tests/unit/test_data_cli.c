@@ -315,7 +315,8 @@ static int same_contents(const char *a, const char *b)
         if (memcmp(fa.offsets, fb.offsets, (size_t)(fa.n_clients + 1) * sizeof *fa.offsets) ||
             memcmp(fa.label_counts, fb.label_counts, kc * sizeof *fa.label_counts) ||
             memcmp(fa.corruption, fb.corruption, (size_t)fa.n_clients * sizeof *fa.corruption) ||
-            memcmp(fa.mean, fb.mean, (size_t)fa.c * sizeof *fa.mean) || memcmp(fa.std, fb.std, (size_t)fa.c * sizeof *fa.std) ||
+            memcmp(fa.mean, fb.mean, (size_t)fa.c * sizeof *fa.mean) ||
+            memcmp(fa.std, fb.std, (size_t)fa.c * sizeof *fa.std) ||
             strcmp(fa.parameters, fb.parameters)) {
             printf("    per-client tables or attributes differ\n");
             same = 0;
@@ -405,7 +406,8 @@ static void check_inspect_matrix(const char *path, const char *out)
                 CHECK_MSG(v == f.label_counts[(size_t)k * f.classes + c], "client %d label %d: printed %ld, file %d", k,
                           c, v, (int)f.label_counts[(size_t)k * f.classes + c]);
             }
-            CHECK_MSG(*end == '\n' || *end == '\0', "client %d: more columns than %d classes: '%.40s'", k, f.classes, end);
+            CHECK_MSG(*end == '\n' || *end == '\0', "client %d: more columns than %d classes: '%.40s'", k, f.classes,
+                      end);
             CHECK_MSG(sum == samples, "client %d: counts add up to %ld but samples says %ld", k, sum, samples);
             CHECK_MSG(samples == f.offsets[k + 1] - f.offsets[k], "client %d: samples %ld, file %lld", k, samples,
                       (long long)(f.offsets[k + 1] - f.offsets[k]));

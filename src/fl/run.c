@@ -1,0 +1,774 @@
+/* One experiment: setup, the round loop of DESIGN.md, outputs. The loop exists once; methods act only
+ * through their hooks (src/algo). */
+#include "fl_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fedhet/core.h"
+#include "fedhet/rng.h"
+
+#define X(name) #name,
+const char *const fl_column_names[FL_N_COLUMNS] = { FL_METRIC_COLUMNS };
+#undef X
+const char *const fl_client_column_names[FL_N_CCOLUMNS] = { "round", "client", "samples", "steps",
+                                                            "loss", "weight", "seconds" };
+
+static volatile sig_atomic_t stop_requested;
+static void on_sigterm(int sig) { stop_requested = 1; }
+
+/* ---- setup -------------------------------------------------------------------------------------------- */
+
+static const char *const resume_may_change[] = { "fl.rounds", NULL };
+
+static int load_config(FlRun *run, const FlRunOptions *opt, const char **path_out)
+{
+    static char path[4200];
+    if (opt->config_path) snprintf(path, sizeof path, "%s", opt->config_path);
+    else snprintf(path, sizeof path, "%s/config.ini", opt->resume_dir);
+    *path_out = path;
+    int n;
+    const FhConfigKey *schema = fl_config_schema(&n);
+    FH_CHECK(fh_config_load_file(&run->cfg, schema, n, path, opt->overrides, opt->n_overrides));
+    FH_CHECK(fl_settings_from_config(&run->s, run->cfg, path));
+    FH_CHECK(fh_config_to_text(run->cfg, &run->config_text));
+    return FH_OK;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+            *p = '\0';
+            if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+                FH_FAIL(FH_ERR_IO, "cannot create folder %s: %s", dir, strerror(errno));
+            *p = saved;
+            if (!saved) break;
+        }
+    }
+    return FH_OK;
+}
+
+static int write_text_atomic(const char *path, const char *text)
+{
+    char tmp[4400];
+    snprintf(tmp, sizeof tmp, "%.4300s.tmp-%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    int ok = fputs(text, f) >= 0;
+    ok = (fflush(f) == 0) && ok;
+    ok = (fsync(fileno(f)) == 0) && ok;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(err));
+    }
+    return FH_OK;
+}
+
+/* The partition file: used as is, or made from [data] source when it does not exist yet. */
+static int prepare_data(const FlSettings *s, const char *config_path)
+{
+    struct stat st;
+    if (stat(s->data_path, &st) == 0) return FH_OK;
+    if (!*s->data_source)
+        FH_FAIL(FH_ERR_USAGE, "%s: [data] path = %s does not exist (make it with fedhet partition, or set [data] source "
+                "to make it here)", config_path, s->data_path);
+    DataPartFileSpec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.partition.scheme = s->scheme;
+    spec.partition.n_clients = s->n_clients_partition;
+    spec.partition.alpha = s->alpha;
+    spec.partition.min_size = s->min_size;
+    spec.partition.classes_per_client = s->classes_per_client;
+    spec.partition.max_attempts = 10000;
+    spec.partition.seed = (uint64_t)s->partition_seed;
+    FH_CHECK(data_corruption_from_name(&spec.corruption, s->corruption));
+    spec.severity = spec.corruption ? s->severity : 0;
+    spec.n_corrupted = spec.corruption ? s->corrupted : 0;
+    spec.partition.n_corrupted = spec.n_corrupted;
+    spec.deflate = 4;
+    static char params[8192];
+    snprintf(params, sizeof params, "scheme=%s clients=%d alpha=%g min_size=%d classes_per_client=%d seed=%d corruption=%s "
+             "severity=%d corrupted=%d (from %s)", s->scheme, s->n_clients_partition, s->alpha, s->min_size,
+             s->classes_per_client, s->partition_seed, s->corruption, s->severity, s->corrupted, config_path);
+    spec.parameters = params;
+    fh_log_info("making %s from %s", s->data_path, s->data_source);
+    return data_partition_make(s->data_source, "auto", 10, s->data_path, &spec, NULL, NULL);
+}
+
+static int open_csv(FILE **f, const char *dir, const char *name, const char *const *cols, int n_cols,
+                    const double *rows, int64_t n_rows)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    *f = fopen(path, "w");
+    if (!*f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    for (int c = 0; c < n_cols; c++) fprintf(*f, "%s%s", c ? "," : "", cols[c]);
+    fputc('\n', *f);
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int c = 0; c < n_cols; c++) {
+            double v = rows[r * n_cols + c];
+            if (c) fputc(',', *f);
+            if (!isnan(v)) fprintf(*f, "%.10g", v);
+        }
+        fputc('\n', *f);
+    }
+    fflush(*f);
+    return FH_OK;
+}
+
+static void csv_row(FILE *f, const double *row, int n_cols)
+{
+    for (int c = 0; c < n_cols; c++) {
+        if (c) fputc(',', f);
+        if (!isnan(row[c])) fprintf(f, "%.10g", row[c]);
+    }
+    fputc('\n', f);
+    fflush(f);
+}
+
+/* Rank 0 before any work: data file, run folder (never replaced without --force), resolved config. */
+static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config_path)
+{
+    FH_CHECK(prepare_data(&run->s, config_path));
+    struct stat st;
+    if (opt->resume_dir) {
+        snprintf(run->dir, sizeof run->dir, "%s", opt->resume_dir);
+        snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
+        if (stat(run->checkpoint_path, &st) != 0)
+            FH_FAIL(FH_ERR_USAGE, "%s: no checkpoint to resume from (%s)", run->checkpoint_path, strerror(errno));
+        char *saved = NULL;
+        FH_CHECK(fl_checkpoint_read_config(run->checkpoint_path, &saved));
+        int n;
+        const FhConfigKey *schema = fl_config_schema(&n);
+        FhConfig *old = NULL;
+        int status = fh_config_load_text(&old, schema, n, saved, run->checkpoint_path, NULL, 0);
+        free(saved);
+        if (status != FH_OK) return fh_error_trace(FH_ERR_IO, __FILE__, __LINE__, "checkpoint config");
+        char *diff = NULL;
+        status = fh_config_diff(old, run->cfg, resume_may_change, &diff);
+        fh_config_free(&old);
+        FH_CHECK(status);
+        if (diff) {
+            status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__,
+                                    "%s: the config differs from the checkpoint's (only fl.rounds may change on "
+                                    "--resume): %s", config_path, diff);
+            free(diff);
+            return status;
+        }
+        return FH_OK;
+    }
+    char name[4300];
+    if (*run->s.name) snprintf(name, sizeof name, "%s", run->s.name);
+    else {
+        const char *base = strrchr(config_path, '/');
+        snprintf(name, sizeof name, "%s", base ? base + 1 : config_path);
+        char *dot = strrchr(name, '.');
+        if (dot && dot != name) *dot = '\0';
+    }
+    snprintf(run->dir, sizeof run->dir, "%.2000s/%.2000s", run->s.out_dir, name);
+    snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
+    if (stat(run->dir, &st) == 0) {
+        if (!opt->force)
+            FH_FAIL(FH_ERR_USAGE, "%s already exists (--force replaces it, --resume %s continues it)", run->dir, run->dir);
+        const char *files[] = { "config.ini", "metrics.csv", "clients.csv", "run.h5", "checkpoint.h5", "log.txt" };
+        for (int i = 0; i < 6; i++) {
+            char p[4400];
+            snprintf(p, sizeof p, "%s/%s", run->dir, files[i]);
+            unlink(p);
+        }
+    }
+    FH_CHECK(make_dirs(run->dir));
+    char path[4300];
+    snprintf(path, sizeof path, "%s/config.ini", run->dir);
+    return write_text_atomic(path, run->config_text);
+}
+
+static int open_outputs(FlRun *run)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/log.txt", run->dir);
+    run->log = fopen(path, "a");
+    if (!run->log) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    fh_log_set_file(run->log);
+    FH_CHECK(open_csv(&run->metrics_csv, run->dir, "metrics.csv", fl_column_names, FL_N_COLUMNS, run->rows, run->n_rows));
+    FH_CHECK(open_csv(&run->clients_csv, run->dir, "clients.csv", fl_client_column_names, FL_N_CCOLUMNS,
+                      run->client_rows, run->n_client_rows));
+    return FH_OK;
+}
+
+/* Longest-processing-time first: clients by size (largest first, then id) go to the least-loaded client
+ * rank (lowest rank on ties). Depends only on the data and the rank count. */
+static int assign_clients(FlRun *run)
+{
+    const int K = run->n_clients, R = run->comm.n_client_ranks, first_rank = run->comm.size > 1 ? 1 : 0;
+    int *order = NULL;
+    int64_t *load = NULL;
+    FH_CHECK(fh_calloc(&run->owner, (size_t)K, sizeof *run->owner, "client owners"));
+    FH_CHECK(fh_calloc(&run->owned, (size_t)K, sizeof *run->owned, "owned clients"));
+    FH_CHECK(fh_calloc(&order, (size_t)K, sizeof *order, "client order"));
+    int status = fh_calloc(&load, (size_t)R, sizeof *load, "rank loads");
+    if (status != FH_OK) {
+        fh_free(&order);
+        return status;
+    }
+    const int64_t *off = run->data.offsets;
+    for (int k = 0; k < K; k++) order[k] = k;
+    for (int i = 1; i < K; i++) { /* insertion sort: stable, K is small */
+        int k = order[i], j = i - 1;
+        int64_t nk = off[k + 1] - off[k];
+        while (j >= 0 && off[order[j] + 1] - off[order[j]] < nk) {
+            order[j + 1] = order[j];
+            j--;
+        }
+        order[j + 1] = k;
+    }
+    for (int i = 0; i < K; i++) {
+        int best = 0;
+        for (int r = 1; r < R; r++)
+            if (load[r] < load[best]) best = r;
+        run->owner[order[i]] = first_rank + best;
+        load[best] += off[order[i] + 1] - off[order[i]];
+    }
+    run->n_owned = 0;
+    for (int k = 0; k < K; k++)
+        if (run->owner[k] == run->comm.rank) run->owned[run->n_owned++] = k;
+    fh_free(&order);
+    fh_free(&load);
+    return FH_OK;
+}
+
+/* Selected clients of round t in ascending id (spec 0.2), from Philox (seed, sample) with counter (t). */
+static int select_clients(const FlSettings *s, int K, int round, int32_t *ids)
+{
+    FhRng rng;
+    fh_rng_init(&rng, (uint64_t)s->seed, FH_RNG_SAMPLE, (uint32_t)round, 0, 0);
+    int m = 0;
+    if (!strcmp(s->selection, "all")) {
+        for (int k = 0; k < K; k++) ids[m++] = k;
+    } else if (!strcmp(s->selection, "bernoulli")) {
+        while (m == 0) /* none active: redraw (spec 0.2) */
+            for (int k = 0; k < K; k++)
+                if (fh_rng_uniform(&rng) < s->fraction) ids[m++] = k;
+    } else {
+        m = !strcmp(s->selection, "count") ? (s->count < K ? s->count : K) : (int)floor(s->fraction * K);
+        if (m < 1) m = 1;
+        /* partial Fisher-Yates: the first m of a uniform permutation, then sorted */
+        for (int k = 0; k < K; k++) ids[k] = k;
+        for (int i = 0; i < m; i++) {
+            int j = i + (int)fh_rng_below(&rng, (uint64_t)(K - i));
+            int32_t t = ids[i];
+            ids[i] = ids[j];
+            ids[j] = t;
+        }
+        for (int i = 1; i < m; i++) {
+            int32_t v = ids[i];
+            int j = i - 1;
+            while (j >= 0 && ids[j] > v) {
+                ids[j + 1] = ids[j];
+                j--;
+            }
+            ids[j + 1] = v;
+        }
+    }
+    return m;
+}
+
+/* ---- the round loop ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t eval, checkpoint, stop; /* stop: FL_PLAN_* */
+    int32_t pad;
+} FlControl;
+
+typedef struct {
+    MPI_Datatype record_type;
+    char *send, *recv;            /* records */
+    int32_t *selected;
+    int *counts, *displs;
+    int *order;                   /* recv index sorted by client id */
+    AlgoUpload *uploads;
+    double *weights;
+    float *next;                  /* the aggregated state */
+    double round_seconds_sum;
+    int rounds_timed;
+} FlLoop;
+
+static int loop_init(FlRun *run, FlLoop *L)
+{
+    memset(L, 0, sizeof *L);
+    const int K = run->n_clients;
+    const size_t rec = run->layout.bytes;
+    MPI_Type_contiguous((int)rec, MPI_BYTE, &L->record_type);
+    MPI_Type_commit(&L->record_type);
+    FH_CHECK(fh_calloc(&L->selected, (size_t)K, sizeof *L->selected, "selected clients"));
+    if (run->comm.size > 1 && run->n_owned > 0)
+        FH_CHECK(fh_alloc_aligned(&L->send, (size_t)run->n_owned * rec, "upload records"));
+    if (run->comm.rank == 0) {
+        FH_CHECK(fh_alloc_aligned(&L->recv, (size_t)K * rec, "gathered upload records"));
+        FH_CHECK(fh_calloc(&L->counts, (size_t)run->comm.size, sizeof *L->counts, "gather counts"));
+        FH_CHECK(fh_calloc(&L->displs, (size_t)run->comm.size, sizeof *L->displs, "gather offsets"));
+        FH_CHECK(fh_calloc(&L->order, (size_t)K, sizeof *L->order, "upload order"));
+        FH_CHECK(fh_calloc(&L->uploads, (size_t)K, sizeof *L->uploads, "uploads"));
+        FH_CHECK(fh_calloc(&L->weights, (size_t)K, sizeof *L->weights, "weights"));
+        FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
+    }
+    return FH_OK;
+}
+
+static void loop_free(FlLoop *L)
+{
+    if (L->record_type) MPI_Type_free(&L->record_type);
+    fh_free(&L->send);
+    fh_free(&L->recv);
+    fh_free(&L->selected);
+    fh_free(&L->counts);
+    fh_free(&L->displs);
+    fh_free(&L->order);
+    fh_free(&L->uploads);
+    fh_free(&L->weights);
+    fh_free(&L->next);
+}
+
+/* A rank failing alone cannot tell the others: it ends the whole job with its message (DESIGN.md). */
+static void fail_alone(FlRun *run, int status)
+{
+    fh_log_error("%s", fh_error_message());
+    if (run->comm.size > 1) MPI_Abort(run->comm.comm, status);
+}
+
+static int injected_failure(const FlRun *run, int round)
+{
+    const char *r = getenv("FEDHET_TEST_FAIL_RANK"), *t = getenv("FEDHET_TEST_FAIL_ROUND");
+    if (r && t && atoi(r) == run->comm.rank && atoi(t) == round)
+        FH_FAIL(FH_ERR_DATA, "rank %d: failure injected for testing (FEDHET_TEST_FAIL_RANK=%s, FEDHET_TEST_FAIL_ROUND=%s)",
+                run->comm.rank, r, t);
+    return FH_OK;
+}
+
+/* Client ranks: train the selected clients they own, ascending id, into records. */
+static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, double lr, int *n_mine)
+{
+    *n_mine = 0;
+    FH_CHECK(injected_failure(run, round));
+    char *base = run->comm.size > 1 ? L->send : L->recv;
+    for (int i = 0; i < n_selected; i++) {
+        int k = L->selected[i];
+        if (run->owner[k] != run->comm.rank) continue;
+        FH_CHECK(fl_client_train(&run->work, &run->layout, run->global, run->server_vecs, k, round, lr,
+                                 base + (size_t)(*n_mine) * run->layout.bytes));
+        (*n_mine)++;
+    }
+    return FH_OK;
+}
+
+static int gather_records(FlRun *run, FlLoop *L, int n_selected, int n_mine)
+{
+    if (run->comm.size == 1) return FH_OK;
+    if (run->comm.rank == 0) {
+        for (int r = 0; r < run->comm.size; r++) L->counts[r] = 0;
+        for (int i = 0; i < n_selected; i++) L->counts[run->owner[L->selected[i]]]++;
+        for (int r = 0, off = 0; r < run->comm.size; r++) {
+            L->displs[r] = off;
+            off += L->counts[r];
+        }
+    }
+    MPI_Request req;
+    if (MPI_Igatherv(L->send, n_mine, L->record_type, L->recv, L->counts, L->displs, L->record_type, 0,
+                     run->comm.comm, &req) != MPI_SUCCESS)
+        FH_FAIL(FH_ERR_MPI, "gathering the upload records failed");
+    return fl_wait(&req);
+}
+
+static double dist2(const float *a, const float *b, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        s += d * d;
+    }
+    return s;
+}
+
+/* Rank 0: uploads in ascending client id, weights, update, drift; *diverged when a loss or the new
+ * state is not finite (the global state is then left as it was). */
+static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double *row, int *diverged)
+{
+    const AlgoMethod *m = run->s.method;
+    const FlRecordLayout *l = &run->layout;
+    for (int i = 0; i < n_selected; i++) {
+        void *rec = L->recv + (size_t)i * l->bytes;
+        L->order[i] = i;
+        (void)rec;
+    }
+    /* records arrive grouped by rank; sort by client id */
+    for (int i = 1; i < n_selected; i++) {
+        int v = L->order[i], j = i - 1;
+        int64_t cv = fl_record_header(L->recv + (size_t)v * l->bytes)->client;
+        while (j >= 0 && fl_record_header(L->recv + (size_t)L->order[j] * l->bytes)->client > cv) {
+            L->order[j + 1] = L->order[j];
+            j--;
+        }
+        L->order[j + 1] = v;
+    }
+    double t_client_sum = 0.0, t_client_max = 0.0, loss_sum = 0.0;
+    int64_t samples = 0;
+    *diverged = 0;
+    for (int i = 0; i < n_selected; i++) {
+        char *rec = L->recv + (size_t)L->order[i] * l->bytes;
+        FlRecordHeader *h = fl_record_header(rec);
+        L->uploads[i] = (AlgoUpload){ (int)h->client, h->n_samples, h->n_steps, h->train_loss, fl_record_scalars(rec),
+                                      fl_record_state(rec, l), fl_record_state(rec, l) + run->n_state };
+        if (h->nonfinite || !isfinite(h->train_loss)) {
+            if (!*diverged)
+                fh_log_error("round %d: client %lld's training loss is %g (diverged)", round, (long long)h->client,
+                             h->train_loss);
+            *diverged = 1;
+        }
+        t_client_sum += h->seconds;
+        if (h->seconds > t_client_max) t_client_max = h->seconds;
+        loss_sum += h->train_loss * (double)h->n_samples;
+        samples += h->n_samples;
+    }
+    if (*diverged) return FH_OK;
+    AlgoServerCtx sctx = { round, run->n_clients, run->n_params, run->n_state, run->s.hp, run->server_vecs,
+                           run->server_scalars };
+    const AlgoServerWeights *wp = m->weights ? m->weights : &algo_weights_samples;
+    FH_CHECK(wp->weights(&sctx, L->uploads, n_selected, L->weights));
+    if (m->update && m->update->update) FH_CHECK(m->update->update(&sctx, L->uploads, n_selected, L->weights, L->next));
+    else FH_CHECK(algo_average(&sctx, L->uploads, n_selected, L->weights, L->next));
+    for (int64_t j = 0; j < run->n_state; j++)
+        if (!isfinite(L->next[j])) {
+            fh_log_error("round %d: the aggregated state holds %g at index %lld (diverged)", round, L->next[j],
+                         (long long)j);
+            *diverged = 1;
+            return FH_OK;
+        }
+    /* spec C.7: drift against w^t (trainable and whole state), divergence against w^{t+1} */
+    double drift = 0, drift_full = 0, divergence = 0, wsum = 0;
+    for (int i = 0; i < n_selected; i++) {
+        const float *w = L->uploads[i].state;
+        double d_params = dist2(w, run->global, run->n_params);
+        drift += sqrt(d_params);
+        drift_full += sqrt(d_params + dist2(w + run->n_params, run->global + run->n_params, run->n_state - run->n_params));
+        divergence += dist2(w, L->next, run->n_params);
+        wsum += L->weights[i];
+    }
+    row[FL_COL_drift] = drift / n_selected;
+    row[FL_COL_drift_full] = drift_full / n_selected;
+    row[FL_COL_divergence] = divergence / n_selected;
+    row[FL_COL_train_loss] = samples > 0 ? loss_sum / (double)samples : NAN;
+    row[FL_COL_t_client_mean] = t_client_sum / n_selected;
+    row[FL_COL_t_client_max] = t_client_max;
+    nn_vec_copy(run->global, L->next, run->n_state);
+    for (int i = 0; i < n_selected; i++) {
+        if (run->n_client_rows == run->cap_client_rows) {
+            int64_t cap = run->cap_client_rows * 2 + 64;
+            double *grown = realloc(run->client_rows, (size_t)cap * FL_N_CCOLUMNS * sizeof(double));
+            if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
+            run->client_rows = grown;
+            run->cap_client_rows = cap;
+        }
+        double *cr = run->client_rows + run->n_client_rows++ * FL_N_CCOLUMNS;
+        const AlgoUpload *u = &L->uploads[i];
+        cr[FL_CCOL_ROUND] = round;
+        cr[FL_CCOL_CLIENT] = u->client;
+        cr[FL_CCOL_SAMPLES] = (double)u->n_samples;
+        cr[FL_CCOL_STEPS] = (double)u->n_steps;
+        cr[FL_CCOL_LOSS] = u->train_loss;
+        cr[FL_CCOL_WEIGHT] = L->weights[i] / wsum;
+        cr[FL_CCOL_SECONDS] = fl_record_header(L->recv + (size_t)L->order[i] * run->layout.bytes)->seconds;
+        csv_row(run->clients_csv, cr, FL_N_CCOLUMNS);
+    }
+    return FH_OK;
+}
+
+static int evaluate(FlRun *run, double *row)
+{
+    if (run->data.n_test == 0) return FH_OK;
+    NnModel *m = &run->work.model;
+    nn_vec_copy(m->state, run->global, run->n_state);
+    FlEvalMetrics e;
+    FH_CHECK(fl_evaluate(&run->comm, m, &run->data, DATA_ROWS_TEST, run->s.eval_batch, &e));
+    if (run->comm.rank == 0) {
+        row[FL_COL_test_accuracy] = e.accuracy;
+        row[FL_COL_test_loss] = e.loss;
+        row[FL_COL_test_balanced_accuracy] = e.balanced_accuracy;
+        row[FL_COL_test_auc_ovr_macro] = e.auc_ovr_macro;
+        row[FL_COL_test_auc_ovr_weighted] = e.auc_ovr_weighted;
+        row[FL_COL_test_auc_ovo_macro] = e.auc_ovo_macro;
+        row[FL_COL_test_f1_macro] = e.f1_macro;
+    }
+    if (!run->data.has_test_corrupted) return FH_OK;
+    FH_CHECK(fl_evaluate(&run->comm, m, &run->data, DATA_ROWS_TEST_CORRUPTED, run->s.eval_batch, &e));
+    if (run->comm.rank == 0) {
+        row[FL_COL_corrupted_accuracy] = e.accuracy;
+        row[FL_COL_corrupted_loss] = e.loss;
+        row[FL_COL_corrupted_balanced_accuracy] = e.balanced_accuracy;
+        row[FL_COL_corrupted_auc_ovo_macro] = e.auc_ovo_macro;
+    }
+    return FH_OK;
+}
+
+static uint64_t hash_ids(const int32_t *ids, int n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)ids[i]) * 1099511628211ull;
+    return h & ((1ull << 52) - 1); /* exact in a double */
+}
+
+static void progress_line(const FlRun *run, const double *row, double eta)
+{
+    char acc[64] = "";
+    if (!isnan(row[FL_COL_test_accuracy]))
+        snprintf(acc, sizeof acc, "  test acc %.4f loss %.4f", row[FL_COL_test_accuracy], row[FL_COL_test_loss]);
+    fh_log_info("round %d/%d%s  train loss %.4f  drift %.4g  round %.2f s (eval %.2f s)  ETA %.0f s",
+                (int)row[FL_COL_round] + 1, run->s.rounds, acc, row[FL_COL_train_loss], row[FL_COL_drift],
+                row[FL_COL_t_round], row[FL_COL_t_eval], eta);
+}
+
+static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
+{
+    const FlSettings *s = &run->s;
+    const int K = run->n_clients;
+    const int64_t bcast_bytes = (int64_t)(1 + s->method->n_server_vectors) * run->n_state * (int64_t)sizeof(float);
+    *stopped_by_signal = 0;
+    for (int t = run->start_round; t < s->rounds; t++) {
+        double row[FL_N_COLUMNS];
+        for (int c = 0; c < FL_N_COLUMNS; c++) row[c] = NAN;
+        FlPlanHeader plan = { t, FL_PLAN_RUN, 0, 0, run->lr };
+        if (run->comm.rank == 0) plan.n_selected = select_clients(s, K, t, L->selected);
+        FH_CHECK(fl_bcast(&run->comm, &plan, sizeof plan));
+        FH_CHECK(fl_bcast(&run->comm, L->selected, (int64_t)plan.n_selected * (int64_t)sizeof *L->selected));
+        const double t0 = fh_time_now();
+        FH_CHECK(fl_bcast(&run->comm, run->global, bcast_bytes));
+        const double t1 = fh_time_now();
+
+        int n_mine = 0, status = FH_OK;
+        if (run->comm.rank != 0 || run->comm.size == 1) {
+            status = train_selected(run, L, plan.n_selected, t, plan.lr, &n_mine);
+            if (status != FH_OK) {
+                fail_alone(run, status);
+                return status;
+            }
+        }
+        FH_CHECK(gather_records(run, L, plan.n_selected, n_mine));
+        const double t2 = fh_time_now();
+
+        FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
+        if (run->comm.rank == 0) {
+            int diverged = 0;
+            status = aggregate(run, L, plan.n_selected, t, row, &diverged);
+            if (status != FH_OK) {
+                fail_alone(run, status);
+                return status;
+            }
+            const double t3 = fh_time_now();
+            row[FL_COL_round] = t;
+            row[FL_COL_lr] = plan.lr;
+            row[FL_COL_n_selected] = plan.n_selected;
+            row[FL_COL_selected_hash] = (double)hash_ids(L->selected, plan.n_selected);
+            row[FL_COL_t_broadcast] = t1 - t0;
+            /* training is overlapped across ranks: the slowest rank's total is the phase's length */
+            double per_rank_max = 0.0;
+            if (!diverged) {
+                double *sum = calloc((size_t)run->comm.size, sizeof *sum);
+                for (int i = 0; sum && i < plan.n_selected; i++) {
+                    int r = run->owner[L->uploads[i].client];
+                    sum[r] += fl_record_header(L->recv + (size_t)L->order[i] * run->layout.bytes)->seconds;
+                    if (sum[r] > per_rank_max) per_rank_max = sum[r];
+                }
+                free(sum);
+            }
+            row[FL_COL_t_train] = per_rank_max;
+            row[FL_COL_t_gather] = (t2 - t1) - per_rank_max > 0 ? (t2 - t1) - per_rank_max : 0.0;
+            row[FL_COL_t_aggregate] = t3 - t2;
+            row[FL_COL_t_round] = t3 - t0;
+            row[FL_COL_bytes_down] = (double)plan.n_selected * (double)bcast_bytes;
+            row[FL_COL_bytes_up] = (double)plan.n_selected * (double)run->layout.bytes;
+            const int last = t == s->rounds - 1;
+            ctl.eval = (s->eval_every > 0 && (t + 1) % s->eval_every == 0) || last;
+            ctl.checkpoint = (s->checkpoint_every > 0 && (t + 1) % s->checkpoint_every == 0) || last || stop_requested;
+            ctl.stop = diverged ? FL_PLAN_STOP_DIVERGED : (stop_requested && !last) ? FL_PLAN_STOP_SIGNAL : FL_PLAN_RUN;
+            if (diverged) ctl.eval = ctl.checkpoint = 0;
+        }
+        FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));
+        if (ctl.stop == FL_PLAN_STOP_DIVERGED)
+            FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above); the last good checkpoint is %s "
+                    "(lower [train] lr, or set [train] clip)", t + 1, run->checkpoint_path);
+        run->lr = plan.lr * s->lr_decay; /* spec 0.1.5: once at the end of every round */
+        double t_eval = fh_time_now();
+        if (ctl.eval) {
+            FH_CHECK(fl_bcast(&run->comm, run->global, run->n_state * (int64_t)sizeof(float)));
+            FH_CHECK(evaluate(run, row));
+        }
+        t_eval = fh_time_now() - t_eval;
+        if (run->comm.rank == 0) {
+            row[FL_COL_t_eval] = t_eval;
+            memcpy(run->rows + (size_t)run->n_rows++ * FL_N_COLUMNS, row, sizeof row);
+            csv_row(run->metrics_csv, row, FL_N_COLUMNS);
+            if (t > run->start_round || run->start_round == s->rounds - 1) {
+                L->round_seconds_sum += row[FL_COL_t_round] + t_eval;
+                L->rounds_timed++;
+            }
+            double per = L->rounds_timed ? L->round_seconds_sum / L->rounds_timed : row[FL_COL_t_round] + t_eval;
+            progress_line(run, row, per * (s->rounds - 1 - t));
+        }
+        if (ctl.checkpoint) FH_CHECK(fl_checkpoint_save(run, t + 1, run->checkpoint_path));
+        if (ctl.stop == FL_PLAN_STOP_SIGNAL) {
+            *stopped_by_signal = 1;
+            if (run->comm.rank == 0)
+                fh_log_info("stopped by SIGTERM after round %d of %d; checkpoint written. Resume with: fedhet run "
+                            "--resume %s", t + 1, s->rounds, run->dir);
+            return FH_OK;
+        }
+    }
+    return FH_OK;
+}
+
+/* ---- fl_run ------------------------------------------------------------------------------------------- */
+
+static void run_free(FlRun *run)
+{
+    fl_client_free(&run->work);
+    data_partfile_close(&run->data);
+    fh_config_free(&run->cfg);
+    free(run->config_text);
+    fh_free(&run->owner);
+    fh_free(&run->owned);
+    fh_free(&run->global);
+    fh_free(&run->server_scalars);
+    fh_free(&run->rows);
+    free(run->client_rows);
+    if (run->metrics_csv) fclose(run->metrics_csv);
+    if (run->clients_csv) fclose(run->clients_csv);
+    fh_log_set_file(NULL);
+    if (run->log) fclose(run->log);
+    memset(run, 0, sizeof *run);
+}
+
+static void print_budget(const FlRun *run)
+{
+    const double mib = 1048576.0, state = (double)run->n_state * 4 / mib;
+    const AlgoMethod *m = run->s.method;
+    const NnModel *model = &run->work.model;
+    fh_log_info("run %s: %s, model %s (%lld state values, %.1f MiB), %d clients on %d client rank%s, %d rounds",
+                run->dir, m->name, run->s.model, (long long)run->n_state, state, run->n_clients,
+                run->comm.n_client_ranks, run->comm.n_client_ranks > 1 ? "s" : "", run->s.rounds);
+    double model_work = ((double)nn_model_activation_bytes(model, run->s.batch_size)) / mib + 3 * state;
+    fh_log_info("memory per client rank: model state + gradient + optimiser + activations %.1f MiB, its clients' data, "
+                "%d persistent vector%s per client (%.1f MiB each), upload records %.1f MiB per owned client",
+                model_work, m->n_client_vectors, m->n_client_vectors == 1 ? "" : "s", state,
+                (double)run->layout.bytes / mib);
+    fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors",
+                run->n_clients, (double)run->layout.bytes / mib, run->n_clients * (double)run->layout.bytes / mib,
+                3 + m->n_server_vectors);
+}
+
+static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_path)
+{
+    const FlSettings *s = &run->s;
+    const int rank = run->comm.rank;
+    int status = rank == 0 ? prepare_rank0(run, opt, config_path) : FH_OK;
+    FH_CHECK(fl_agree(&run->comm, status));
+    FH_CHECK(fl_bcast(&run->comm, run->dir, sizeof run->dir));
+    FH_CHECK(fl_bcast(&run->comm, run->checkpoint_path, sizeof run->checkpoint_path));
+    status = rank == 0 ? data_partfile_open(&run->data, s->data_path) : FH_OK;
+    FH_CHECK(fl_agree(&run->comm, status));
+    if (rank != 0) FH_CHECK(fl_agree(&run->comm, data_partfile_open(&run->data, s->data_path)));
+    else FH_CHECK(fl_agree(&run->comm, FH_OK));
+    run->n_clients = run->data.n_clients;
+    if (run->comm.size > 1 && run->comm.size - 1 > run->n_clients)
+        FH_FAIL(FH_ERR_USAGE, "%d ranks for %d clients: at most clients + 1 = %d ranks (rank 0 is the server)",
+                run->comm.size, run->n_clients, run->n_clients + 1);
+    FH_CHECK(assign_clients(run));
+    nn_set_threads(s->threads);
+    FH_CHECK(fl_agree(&run->comm, fl_client_init(&run->work, s, &run->data, run->owned, run->n_owned)));
+    NnModel *m = &run->work.model;
+    run->n_state = m->n_state;
+    run->n_params = m->n_params;
+    run->layout_hash = fl_layout_hash(m);
+    fl_record_layout(&run->layout, s->method, run->n_state);
+    const AlgoMethod *meth = s->method;
+    FH_CHECK(fh_alloc_aligned(&run->global, (size_t)(1 + meth->n_server_vectors) * run->n_state * sizeof(float),
+                              "global state"));
+    run->server_vecs = run->global + run->n_state;
+    FH_CHECK(fh_calloc(&run->server_scalars, (size_t)(meth->n_server_scalars + 1), sizeof(double), "server scalars"));
+    FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
+    run->cap_client_rows = 64;
+    run->client_rows = malloc((size_t)run->cap_client_rows * FL_N_CCOLUMNS * sizeof(double));
+    if (!run->client_rows) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
+    run->lr = s->lr;
+    if (opt->resume_dir) {
+        FH_CHECK(fl_checkpoint_load(run));
+        if (rank == 0 && run->start_round >= s->rounds)
+            fh_log_info("%s: all %d rounds are done (raise fl.rounds to continue)", run->dir, s->rounds);
+    } else {
+        nn_model_init_params(m, (uint64_t)s->seed);
+        nn_vec_copy(run->global, m->state, run->n_state);
+    }
+    status = rank == 0 ? open_outputs(run) : FH_OK;
+    FH_CHECK(fl_agree(&run->comm, status));
+    if (rank == 0) print_budget(run);
+    return FH_OK;
+}
+
+int fl_run(const FlRunOptions *opt, MPI_Comm comm)
+{
+    FlRun run;
+    memset(&run, 0, sizeof run);
+    int status = fl_comm_init(&run.comm, comm);
+    if (status != FH_OK) return status;
+    fh_log_set_rank(run.comm.size > 1 ? run.comm.rank : -1);
+    stop_requested = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigaction(SIGTERM, &sa, NULL);
+
+    const char *config_path = NULL;
+    /* every rank loads the same config and so fails the same way: only rank 0 prints */
+    status = load_config(&run, opt, &config_path);
+    if (status == FH_OK) {
+        const char *lv = run.s.log_level;
+        fh_log_set_level(!strcmp(lv, "quiet") ? FH_LOG_QUIET : !strcmp(lv, "warn") ? FH_LOG_WARN
+                         : !strcmp(lv, "debug") ? FH_LOG_DEBUG : FH_LOG_INFO);
+        if (run.comm.rank != 0 && fh_log_level() > FH_LOG_WARN) fh_log_set_level(FH_LOG_WARN);
+        status = run_setup(&run, opt, config_path);
+    }
+    FlLoop loop;
+    memset(&loop, 0, sizeof loop);
+    int stopped = 0;
+    if (status == FH_OK) status = fl_agree(&run.comm, loop_init(&run, &loop));
+    if (status == FH_OK) status = run_rounds(&run, &loop, &stopped);
+    if (status == FH_OK && !stopped && run.start_round < run.s.rounds) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/run.h5", run.dir);
+        status = fl_checkpoint_save(&run, run.s.rounds, path);
+        if (status == FH_OK && run.comm.rank == 0) {
+            const double *last = run.rows + (size_t)(run.n_rows - 1) * FL_N_COLUMNS;
+            fh_log_info("done: %d rounds, final test accuracy %.4f; outputs in %s", run.s.rounds,
+                        last[FL_COL_test_accuracy], run.dir);
+        }
+    }
+    if (status != FH_OK && run.comm.rank == 0 && run.log) {
+        /* the error also belongs in the run's log */
+        fprintf(run.log, "error: %s\n", fh_error_message());
+        fflush(run.log);
+    }
+    loop_free(&loop);
+    run_free(&run);
+    return status;
+}
