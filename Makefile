@@ -36,7 +36,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps deps-bench test test-unit run bench clean help check-tools
+.PHONY: all deps deps-bench test test-unit run bench bench-partition bench-round clean help check-tools
 
 all: check-tools bin/fedhet $(UNIT_BIN)
 
@@ -45,7 +45,8 @@ help:
 	@echo "make             build bin/fedhet and the unit tests (DEBUG=1: -O0 -g with sanitizers)"
 	@echo "make test        deps + build + every test; ends with 'N passed, N failed'"
 	@echo "make run         deps + build + the demo experiment"
-	@echo "make bench       engine benchmark table -> outputs/bench/engine.csv (PyTorch beside it if installed)"
+	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
+	@echo "make bench-partition / bench-round   one of them"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make clean       remove build/ and bin/"
 
@@ -92,6 +93,14 @@ run: deps
 
 bench: all
 	@./tests/bench/engine.sh
+	@./tests/bench/partition.sh
+	@./tests/bench/round.sh
+
+bench-partition: all
+	@./tests/bench/partition.sh
+
+bench-round: all
+	@./tests/bench/round.sh
 
 clean:
 	rm -rf $(BUILD) bin
