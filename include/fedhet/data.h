@@ -6,6 +6,7 @@
 #define FEDHET_DATA_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* An in-memory image set: uint8 images [n, c, h, w] and int32 labels [n] in [0, classes). */
 typedef struct {
@@ -137,6 +138,10 @@ int data_partfile_write(const char *path, const DataImageSet *train, const DataI
  * statistics. mean_text / std_text: comma-separated per-channel values, or NULL to compute them. */
 int data_partition_make(const char *src, const char *format, int idx_classes, const char *dst, DataPartFileSpec *spec,
                         const char *mean_text, const char *std_text);
+
+/* "clients K: samples min / median / max; classes per client min / median / max" from the offsets [K+1]
+ * and label counts [K, classes] of a partition. */
+void data_print_client_spread(FILE *out, const int64_t *offsets, const int32_t *label_counts, int K, int classes);
 
 typedef enum { DATA_ROWS_CLIENTS = 0, DATA_ROWS_TEST, DATA_ROWS_TEST_CORRUPTED } DataRowGroup;
 

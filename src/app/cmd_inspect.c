@@ -80,21 +80,6 @@ static int inspect_model(const AppModelArgs *a)
 
 /* ---- partition files ---- */
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* min / median / max of n values, sorted in place; the median is v[n / 2], as `fedhet partition` prints it */
-static void spread(int64_t *v, int n, int64_t out[3])
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_i64);
-    out[0] = v[0];
-    out[1] = v[n / 2];
-    out[2] = v[n - 1];
-}
-
 static int digits(int64_t v)
 {
     int d = 1;
@@ -153,14 +138,6 @@ static int inspect_partition(const char *path)
     DataPartFile f;
     FH_CHECK(data_partfile_open(&f, path));
     const int K = f.n_clients, C = f.classes;
-    int64_t *sizes = NULL, *present = NULL;
-    int status = fh_calloc(&sizes, (size_t)K, sizeof *sizes, "client sizes");
-    if (status == FH_OK) status = fh_calloc(&present, (size_t)K, sizeof *present, "classes per client");
-    if (status != FH_OK) {
-        fh_free(&sizes);
-        data_partfile_close(&f);
-        return status;
-    }
     printf("file        %s (%s)\n", f.path, DATA_PARTFILE_FORMAT);
     printf("source      %s\n", f.source);
     printf("classes     %d\n", C);
@@ -176,19 +153,8 @@ static int inspect_partition(const char *path)
     printf("parameters  %s\n", *f.parameters ? f.parameters : "(not recorded)");
     print_corruption(&f);
 
-    for (int k = 0; k < K; k++) {
-        sizes[k] = f.offsets[k + 1] - f.offsets[k];
-        for (int c = 0; c < C; c++) present[k] += f.label_counts[(size_t)k * C + c] > 0;
-    }
-    int64_t sz[3], cl[3];
-    spread(sizes, K, sz);
-    spread(present, K, cl);
-    printf("clients     %d: samples min %lld / median %lld / max %lld; classes per client min %lld / median %lld / "
-           "max %lld\n", K, (long long)sz[0], (long long)sz[1], (long long)sz[2], (long long)cl[0], (long long)cl[1],
-           (long long)cl[2]);
+    data_print_client_spread(stdout, f.offsets, f.label_counts, K, C);
     print_label_matrix(&f);
-    fh_free(&sizes);
-    fh_free(&present);
     data_partfile_close(&f);
     return FH_OK;
 }

@@ -38,7 +38,7 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* min / median / max of n values (sorted in place) */
+/* min / median (v[n / 2]) / max of n values, sorted in place */
 static void spread(int64_t *v, int n, int64_t out[3])
 {
     qsort(v, (size_t)n, sizeof *v, cmp_i64);
@@ -47,38 +47,41 @@ static void spread(int64_t *v, int n, int64_t out[3])
     out[2] = v[n - 1];
 }
 
-static void print_summary(const DataPartition *part, const DataImageSet *train, const DataPartFileSpec *spec)
+void data_print_client_spread(FILE *out, const int64_t *offsets, const int32_t *label_counts, int K, int classes)
 {
-    const int K = part->n_clients;
-    int64_t *sizes = malloc((size_t)K * sizeof *sizes), *classes = malloc((size_t)K * sizeof *classes);
-    int *seen = calloc((size_t)train->classes, sizeof *seen);
-    if (!sizes || !classes || !seen) {
-        free(sizes), free(classes), free(seen);
+    int64_t *sizes = malloc((size_t)K * sizeof *sizes), *present = calloc((size_t)K, sizeof *present);
+    if (!sizes || !present) {
+        free(sizes), free(present);
         return;
     }
     for (int k = 0; k < K; k++) {
-        sizes[k] = part->offsets[k + 1] - part->offsets[k];
-        classes[k] = 0;
-        for (int64_t r = part->offsets[k]; r < part->offsets[k + 1]; r++) {
-            int32_t y = train->labels[part->indices[r]];
-            if (seen[y] != k + 1) {
-                seen[y] = k + 1;
-                classes[k]++;
-            }
-        }
+        sizes[k] = offsets[k + 1] - offsets[k];
+        for (int c = 0; c < classes; c++) present[k] += label_counts[(size_t)k * classes + c] > 0;
     }
     int64_t sz[3], cl[3];
     spread(sizes, K, sz);
-    spread(classes, K, cl);
-    printf("clients     %d: samples min %lld / median %lld / max %lld; classes per client min %lld / median %lld / "
-           "max %lld\n", K, (long long)sz[0], (long long)sz[1], (long long)sz[2], (long long)cl[0], (long long)cl[1],
-           (long long)cl[2]);
+    spread(present, K, cl);
+    fprintf(out, "clients     %d: samples min %lld / median %lld / max %lld; classes per client min %lld / median %lld / "
+            "max %lld\n", K, (long long)sz[0], (long long)sz[1], (long long)sz[2], (long long)cl[0], (long long)cl[1],
+            (long long)cl[2]);
+    free(sizes), free(present);
+}
+
+static void print_summary(const DataPartition *part, const DataImageSet *train, const DataPartFileSpec *spec)
+{
+    const int K = part->n_clients;
+    int32_t *counts = calloc((size_t)K * train->classes, sizeof *counts);
+    if (!counts) return;
+    for (int k = 0; k < K; k++)
+        for (int64_t r = part->offsets[k]; r < part->offsets[k + 1]; r++)
+            counts[(size_t)k * train->classes + train->labels[part->indices[r]]]++;
+    data_print_client_spread(stdout, part->offsets, counts, K, train->classes);
+    free(counts);
     if (spec->n_corrupted > 0)
         printf("corrupted   clients %d..%d (%d of %d): %s severity %d, and a corrupted copy of the test set\n",
                K - spec->n_corrupted, K - 1, spec->n_corrupted, K, data_corruption_name(spec->corruption),
                spec->severity);
     else printf("corrupted   none\n");
-    free(sizes), free(classes), free(seen);
 }
 
 /* mkdir -p of path's folder */

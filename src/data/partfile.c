@@ -19,7 +19,7 @@
 /* Chunks of about 64 KiB: a rank reading one client decompresses little beyond its rows. */
 #define PARTFILE_CHUNK_BYTES ((size_t)64 << 10)
 /* Rows are gathered and corrupted this many bytes at a time. */
-#define PARTFILE_BLOCK_BYTES ((size_t)32 << 20)
+#define PARTFILE_BLOCK_BYTES ((size_t)8 << 20)
 #define PARTFILE_MAX_CLASSES (1 << 20)
 
 struct DataPartFileH5 {
