@@ -380,7 +380,9 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     H5Pset_obj_track_times(fcpl, 0); /* the root group too */
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    /* the 1.10 format checksums object headers and chunk indexes too, not only chunk data (Fletcher32):
+     * a damaged index is then refused instead of read as zeros or unchecked chunks */
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
     f->id = H5Fcreate(f->tmp_path, H5F_ACC_TRUNC, fcpl, fapl);
     H5Pclose(fcpl);
     H5Pclose(fapl);

@@ -32,7 +32,7 @@ uint64_t fl_layout_hash(const NnModel *m)
 static FhH5Layout ckpt_layout(hsize_t rows, hsize_t row_elems)
 {
     /* chunks of about 1 MiB; Fletcher32 needs chunking */
-    hsize_t per = row_elems ? ((hsize_t)1 << 18) / row_elems : 1;
+    hsize_t per = ((hsize_t)1 << 18) / (row_elems ? row_elems : 1);
     if (per < 1) per = 1;
     return (FhH5Layout){ rows < per ? (rows ? rows : 1) : per, 0, 1 };
 }
@@ -242,6 +242,10 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
     if (status == FH_OK) status = fh_h5_attr_read_doubles(f, g, "lr", &run->lr, 1);
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "layout_hash", &hash, 1);
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "n_state", &n_state, 1);
+    if (status == FH_OK && *rounds_done > run->s.rounds)
+        status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__,
+                                "%s: %lld rounds are done but fl.rounds = %d (raise fl.rounds to continue)", f->path,
+                                (long long)*rounds_done, run->s.rounds);
     if (status == FH_OK && ((uint64_t)hash != run->layout_hash || n_state != run->n_state))
         status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__,
                                 "%s: the model layout differs from this run's (%lld state values vs %lld)", f->path,

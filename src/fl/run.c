@@ -3,6 +3,7 @@
 #include "fl_internal.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -139,10 +140,35 @@ static void csv_row(FILE *f, const double *row, int n_cols)
     fflush(f);
 }
 
+/* A job killed while writing leaves PATH.tmp-<pid> files: never valid, so removed on resume. */
+static void remove_stale_temporaries(const char *dir)
+{
+    char pattern[4300];
+    snprintf(pattern, sizeof pattern, "%s/*.tmp-*", dir);
+    glob_t g;
+    if (glob(pattern, 0, NULL, &g) == 0)
+        for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
+    globfree(&g);
+}
+
+/* The rank count fits the data: checked before the run folder is made. */
+static int check_rank_count(const FlRun *run, const char *data_path)
+{
+    DataPartFile f;
+    FH_CHECK(data_partfile_open(&f, data_path));
+    int K = f.n_clients;
+    data_partfile_close(&f);
+    if (run->comm.size > 1 && run->comm.size - 1 > K)
+        FH_FAIL(FH_ERR_USAGE, "%d ranks for %d clients: at most clients + 1 = %d ranks (rank 0 is the server)",
+                run->comm.size, K, K + 1);
+    return FH_OK;
+}
+
 /* Rank 0 before any work: data file, run folder (never replaced without --force), resolved config. */
 static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
     FH_CHECK(prepare_data(&run->s, config_path));
+    FH_CHECK(check_rank_count(run, run->s.data_path));
     struct stat st;
     if (opt->resume_dir) {
         snprintf(run->dir, sizeof run->dir, "%s", opt->resume_dir);
@@ -168,7 +194,10 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
             free(diff);
             return status;
         }
-        return FH_OK;
+        remove_stale_temporaries(run->dir);
+        char path[4300];
+        snprintf(path, sizeof path, "%s/config.ini", run->dir);
+        return write_text_atomic(path, run->config_text); /* fl.rounds may have changed */
     }
     char name[4300];
     if (*run->s.name) snprintf(name, sizeof name, "%s", run->s.name);
@@ -433,8 +462,8 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double *r
                                       fl_record_state(rec, l), fl_record_state(rec, l) + run->n_state };
         if (h->nonfinite || !isfinite(h->train_loss)) {
             if (!*diverged)
-                fh_log_error("round %d: client %lld's training loss is %g (diverged)", round, (long long)h->client,
-                             h->train_loss);
+                fh_log_error("round %d: client %lld's training loss is %g (diverged)", round + 1,
+                             (long long)h->client, h->train_loss);
             *diverged = 1;
         }
         t_client_sum += h->seconds;
@@ -451,7 +480,7 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double *r
     else FH_CHECK(algo_average(&sctx, L->uploads, n_selected, L->weights, L->next));
     for (int64_t j = 0; j < run->n_state; j++)
         if (!isfinite(L->next[j])) {
-            fh_log_error("round %d: the aggregated state holds %g at index %lld (diverged)", round, L->next[j],
+            fh_log_error("round %d: the aggregated state holds %g at index %lld (diverged)", round + 1, L->next[j],
                          (long long)j);
             *diverged = 1;
             return FH_OK;
@@ -605,9 +634,14 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             if (diverged) ctl.eval = ctl.checkpoint = 0;
         }
         FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));
-        if (ctl.stop == FL_PLAN_STOP_DIVERGED)
-            FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above); the last good checkpoint is %s "
-                    "(lower [train] lr, or set [train] clip)", t + 1, run->checkpoint_path);
+        if (ctl.stop == FL_PLAN_STOP_DIVERGED) {
+            struct stat st;
+            if (stat(run->checkpoint_path, &st) == 0)
+                FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above); the last good checkpoint, %s, is "
+                        "kept (lower [train] lr, or set [train] clip)", t + 1, run->checkpoint_path);
+            FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above) before any checkpoint was written "
+                    "(lower [train] lr, or set [train] clip)", t + 1);
+        }
         run->lr = plan.lr * s->lr_decay; /* spec 0.1.5: once at the end of every round */
         double t_eval = fh_time_now();
         if (ctl.eval) {

@@ -18,9 +18,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 csv=$out/round.csv
 echo "ranks,client_ranks,t_round,t_broadcast,t_train,t_gather,t_aggregate,t_eval,comm_share" >"$csv"
-median_col() { # file column-name -> median over rows 2..
-    awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next }
-        NR > 2 { v[n++] = $c } END { asort(v); print (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }' "$1"
+median_col() { # file column-name -> median over rows 2.. (round 1 is warm-up)
+    local c
+    c=$(head -1 "$1" | tr ',' '\n' | grep -nx "$2" | cut -d: -f1)
+    tail -n +3 "$1" | cut -d, -f"$c" | sort -g | awk '{ v[n++] = $1 } END { print (n % 2) ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
 }
 printf "%-6s %-12s %9s %9s %9s %9s %9s %9s %8s\n" ranks client_ranks round_s bcast_s train_s gather_s aggr_s eval_s comm_%
 declare -A round_of

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Flips one bit of a dataset's raw bytes inside an HDF5 file (uncompressed chunks), standard library only.
+usage: flip_data.py FILE.h5 DUMP.bin
+DUMP.bin is the dataset as `h5dump -b LE -o` wrote it. A window of its middle values that occurs exactly
+once in FILE.h5 is located and the lowest bit of its first byte is flipped; prints the file offset.
+Exits 1 when no unique window is found (e.g. the data are compressed)."""
+import sys
+
+def main():
+    path, dump = sys.argv[1], sys.argv[2]
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(dump, "rb") as f:
+        values = f.read()
+    n = len(values) // 4
+    if n == 0:
+        return 1
+    for width in (16, 8, 4):
+        for step in range(0, n // 2):
+            for i in (n // 2 + step, n // 2 - step):
+                if i < 0 or (i + width // 4) > n:
+                    continue
+                window = values[4 * i:4 * i + width]
+                at = data.find(window)
+                if at >= 0 and data.find(window, at + 1) < 0:
+                    with open(path, "r+b") as f:
+                        f.seek(at)
+                        f.write(bytes([data[at] ^ 0x01]))
+                    print(at)
+                    return 0
+            if step >= 64:
+                break
+    return 1
+
+sys.exit(main())
