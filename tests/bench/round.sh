@@ -39,7 +39,7 @@ for np in 1 2 3; do
 done
 awk -v one="${round_of[2]}" -v two="${round_of[3]}" 'BEGIN { printf "speed-up of 2 client ranks over 1: %.2fx (target >= 1.8x)\n", one / two }'
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then
-    sizes=$(h5dump -d /clients/offsets -y -w 0 inputs/data/fmnist-dir0.1-k10.h5 | awk '/DATA/ { getline; gsub(/[ ,]+/, " "); print }' |
+    sizes=$(h5dump -d /clients/offsets -y -w 0 inputs/data/fmnist-dir0.1-k10.h5 | awk '/^ *DATA {/ { getline; gsub(/[ ,]+/, " "); print }' |
         awk '{ for (i = 2; i <= NF; i++) printf "%s%d", (i > 2 ? "," : ""), $i - $(i - 1) }')
     tr=$(OMP_NUM_THREADS=1 /usr/bin/python3 tests/bench/torch_round.py --sizes "$sizes" --threads 1 | cut -d, -f2)
     echo "pytorch,1,$tr,,,,,," >>"$csv"

@@ -256,7 +256,7 @@ test_resume_after_extend()
 }
 
 # 3. FedAvg with one client: the global model is the client's model (divergence 0, fedavg == uniform,
-#    any rank count). Equality with centralised training needs a centralised trainer: skipped.
+#    any rank count). Equality with centralised training, step for step: tests/unit/test_fl_client.c.
 test_one_client()
 {
     fh 1 oneA "$WORK/one.ini" output.name=oneA fl.rounds=1 train.epochs=2
@@ -672,10 +672,6 @@ for t in "${TESTS[@]}"; do
     fi
     for n in "${NOTES[@]}"; do echo "      note: $n"; done
     echo "      ($took s)"
-    if [ "$t" = one_client ] && { [ -z "$SELECT" ] || [ "$SELECT" = one_client ]; }; then
-        SKIPPED=$((SKIPPED + 1))
-        echo "  centralised_reference SKIP (FedAvg with one client == centralised training needs a centralised trainer; the CLI has none)"
-    fi
 done
 
 echo "total $(elapsed_since "$T_START") s; skipped $SKIPPED"
