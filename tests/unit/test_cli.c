@@ -17,57 +17,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char fedhet_bin[1024];
+#include "test_bin.h"
 
-/* ---- running the binary ---- */
-
-typedef struct {
-    int code;      /* exit code, or -1 when it could not be run / did not exit normally */
-    int crashed;   /* killed by a signal (directly or as reported by the shell: 128 + signal) */
-    char out[65536];
-} RunResult;
-
-/* runs `bin/fedhet <args> 2>&1`; args is a trusted constant string of this file */
-static RunResult *run_fedhet(const char *args)
-{
-    static RunResult r;
-    memset(&r, 0, sizeof r);
-    r.code = -1;
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", fedhet_bin, args);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        printf("    cannot run %s\n", cmd);
-        return &r;
-    }
-    size_t n = 0, got;
-    char sink[4096];
-    while ((got = fread(n < sizeof r.out - 1 ? r.out + n : sink, 1,
-                        n < sizeof r.out - 1 ? sizeof r.out - 1 - n : sizeof sink, p)) > 0)
-        if (n < sizeof r.out - 1) n += got;
-    r.out[n] = '\0';
-    int status = pclose(p);
-    if (status == -1) return &r;
-    if (WIFSIGNALED(status)) {
-        r.crashed = 1;
-    } else if (WIFEXITED(status)) {
-        r.code = WEXITSTATUS(status);
-        if (r.code > 128) r.crashed = 1; /* the shell reports a child killed by signal s as 128 + s */
-    }
-    return &r;
-}
-
-/* runs args and checks the exit code and that the output contains every needle */
-#define EXPECT_RUN(args, expect_code, ...)                                                                     \
-    do {                                                                                                       \
-        RunResult *r_ = run_fedhet(args);                                                                      \
-        const char *needles_[] = {__VA_ARGS__, NULL};                                                          \
-        CHECK_MSG(!r_->crashed, "fedhet %s crashed (exit %d):\n%s", args, r_->code, r_->out);                  \
-        CHECK_MSG(r_->code == (expect_code), "fedhet %s: exit %d, expected %d; output:\n%s", args, r_->code,   \
-                  expect_code, r_->out);                                                                       \
-        for (const char **n_ = needles_; *n_; n_++)                                                            \
-            CHECK_MSG(strstr(r_->out, *n_) != NULL, "fedhet %s: output lacks '%s':\n%s", args, *n_, r_->out);  \
-    } while (0)
+/* runs `bin/fedhet <args>` and checks the exit code and that the output contains every needle */
+#define EXPECT_RUN(args, expect_code, ...) EXPECT(run_fedhet("%s", args), expect_code, __VA_ARGS__)
 
 /* ---- help and dispatch ---- */
 
@@ -147,7 +100,7 @@ static void test_bench_errors(void)
 /* the output is exactly one CSV line `model,batch,threads,mode,samples_per_s,gflops` */
 static void check_csv_line(const char *args, const char *prefix)
 {
-    RunResult *r = run_fedhet(args);
+    RunResult *r = run_fedhet("%s", args);
     CHECK_MSG(!r->crashed && r->code == 0, "fedhet %s: exit %d:\n%s", args, r->code, r->out);
     int lines = 0;
     for (const char *c = r->out; *c; c++) lines += *c == '\n';
@@ -186,25 +139,7 @@ static void test_bench_csv(void)
 int main(int argc, char **argv)
 {
     TEST_MAIN_BEGIN(argc, argv);
-    /* bin/fedhet from the working directory (the repository root), else relative to this program */
-    snprintf(fedhet_bin, sizeof fedhet_bin, "bin/fedhet");
-    if (access(fedhet_bin, X_OK) != 0 && argv[0] && strchr(argv[0], '/')) {
-        char dir[900];
-        snprintf(dir, sizeof dir, "%s", argv[0]);
-        *strrchr(dir, '/') = '\0';
-        snprintf(fedhet_bin, sizeof fedhet_bin, "%s/../../bin/fedhet", dir);
-    }
-    if (access(fedhet_bin, X_OK) != 0 || strchr(fedhet_bin, '\'')) {
-        printf("  bin/fedhet not found (looked for bin/fedhet in the working directory and for %s): run "
-               "'make bin/fedhet' and start the tests from the repository root\n",
-               fedhet_bin);
-        printf("0 passed, 1 failed\n");
-        return 1;
-    }
-    /* one BLAS thread and no MPI-as-root refusal in the children */
-    setenv("OPENBLAS_NUM_THREADS", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    if (test_bin_locate(argv[0]) != 0) return 1;
     RUN(test_help);
     RUN(test_no_command_and_unknown_command);
     RUN(test_inspect_counts);
