@@ -21,6 +21,10 @@ typedef struct {
  * error. SIGTERM makes the run finish its round, checkpoint and return FH_OK. */
 int fl_run(const FlRunOptions *opt, MPI_Comm comm);
 
+/* Loads and checks a config exactly as fl_run would (file, overrides, every key and method rule), without
+ * touching any file or starting work; no MPI needed. FH_OK or the error fl_run would report. */
+int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides);
+
 /* The config schema of `fedhet run` */
 const FhConfigKey *fl_config_schema(int *n);
 void fl_print_config_help(FILE *out);

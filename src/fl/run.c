@@ -42,6 +42,18 @@ static int load_config(FlRun *run, const FlRunOptions *opt, const char **path_ou
     return FH_OK;
 }
 
+int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides)
+{
+    FlRun run;
+    memset(&run, 0, sizeof run);
+    FlRunOptions opt = { .config_path = config_path, .overrides = overrides, .n_overrides = n_overrides };
+    const char *path = NULL;
+    int status = load_config(&run, &opt, &path);
+    fh_config_free(&run.cfg);
+    free(run.config_text);
+    return status;
+}
+
 /* mkdir -p */
 static int make_dirs(const char *path)
 {
