@@ -4,47 +4,115 @@
  * of function pointers where NULL means the default behaviour. The round loop and the local training
  * loop live once in src/fl and call these hooks:
  *
- *   local training, per step:  grad = d loss/dw at w (forward + backward on the batch)
+ *   start of a run:            server_init               (server state at round 0; not on resume)
+ *   client, before training:   report->begin             (may evaluate models on the client's data)
+ *   local training, per step:  forward on the batch
+ *                              batch_term->batch_term    (MOON, FedDecorr, distillation: d/dlogits, d/dfeatures)
+ *                              backward; grad = d loss/dw at w
  *                              + local_term->grad_term   (FedProx, FedDyn, ...)
  *                              correction->correct        (SCAFFOLD, FedCM, ...)
+ *                              clip (train.clip)
  *                              step->step                 (default: the configured optimiser; SAM family:
  *                                                          computes gradients again at perturbed weights)
- *   end of local training:     report->end               (fills upload scalars/vectors, client state)
+ *   client, after training:    report->end               (fills upload scalars/vectors, client state)
  *   server:                    weights->weights           (default: sample counts)
  *                              update->update             (default: weighted average of uploaded states)
  *
- * Capabilities are data: how many persistent per-client vectors, server vectors and upload scalars and
- * vectors a method needs. All vectors have the model's state layout (n_state floats: trainable
- * parameters first, then buffers). */
+ * Sizes are data: how many persistent per-client vectors, server vectors (broadcast each round) and
+ * server-only vectors, server scalars (broadcast), upload scalars and vectors a method needs; a method whose
+ * sizes depend on its hyperparameters or on K computes them in `sizes`. All vectors have the model's state
+ * layout (n_state floats: trainable parameters first, then buffers). */
 #ifndef FEDHET_ALGO_H
 #define FEDHET_ALGO_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fedhet/nn.h"
 
-#define ALGO_MAX_HP 8 /* hyperparameters per method */
+#define ALGO_MAX_HP 12 /* hyperparameters per method */
+#define ALGO_MAX_AUX 2 /* extra model instances per client rank */
+
+/* What a method may know of the run's configuration (validation, sizes, hooks). */
+typedef struct {
+    const double *hp;        /* the method's hyperparameters, in the order of AlgoMethod.hp */
+    int n_clients;           /* K */
+    int per_round;           /* clients per round when fixed (selection all|count|fraction), -1 (bernoulli) */
+    int all_clients;         /* 1: selection = all */
+    int rounds;              /* T */
+    int64_t n_params, n_state, feature_size;
+    int classes;
+    const char *optimizer;   /* sgd|adam|adamw */
+    double lr, momentum, weight_decay, clip;
+    int64_t steps;           /* fixed local steps, 0: epochs */
+    int epochs, batch_size;
+} AlgoSetup;
+
+typedef struct {
+    int client_vectors;      /* persistent per client, on the client's rank, checkpointed */
+    int64_t client_floats;   /* persistent per-client floats besides the vectors (small states) */
+    int server_vectors;      /* persistent on the server, broadcast with w^t every round */
+    int server_private;      /* persistent on the server only */
+    int64_t server_scalars;  /* persistent doubles on the server, broadcast every round */
+    int upload_vectors, upload_scalars;
+    int eval_private;        /* -1: evaluate the global state; else this server-only vector */
+    int aux_models;          /* extra model instances on client ranks (teachers, previous models) */
+    int work_vectors;        /* scratch state vectors on client ranks */
+} AlgoSizes;
+
+/* A model's quality on the client's whole training set (eval mode, no augmentation). */
+typedef struct {
+    double loss, accuracy, balanced_accuracy; /* mean CE; balanced: mean recall over the classes present */
+} AlgoLocalEval;
 
 /* What client-side hooks see. */
 typedef struct AlgoClientCtx {
     NnModel *model;           /* model->state is the client's working vector w */
     const float *global;      /* w^t, the state broadcast this round */
-    const float *server_vecs; /* [n_server_vectors * n_state], broadcast with w^t */
-    float *client_vecs;       /* [n_client_vectors * n_state], this client's persistent vectors */
-    float *upload_vecs;       /* [n_upload_vectors * n_state] sent besides the model */
-    double *upload_scalars;   /* [n_upload_scalars] */
+    const float *server_vecs; /* [server_vectors * n_state], broadcast with w^t */
+    const double *server_scalars; /* [server_scalars], broadcast with w^t */
+    float *client_vecs;       /* [client_vectors * n_state], this client's persistent vectors */
+    float *client_floats;     /* [client_floats] */
+    int has_state;            /* 0 until this client has finished a round (its persistent state is unset) */
+    float *upload_vecs;       /* [upload_vectors * n_state] sent besides the model */
+    double *upload_scalars;   /* [upload_scalars] */
     const double *hp;         /* the method's hyperparameters, in the order of AlgoMethod.hp */
-    int client, round;
+    const AlgoSetup *setup;
+    const AlgoSizes *sizes;
+    NnModel *aux[ALGO_MAX_AUX]; /* [sizes.aux_models] models of the same architecture, for extra forwards */
+    float *work;              /* [work_vectors * n_state] scratch */
+    const int32_t *label_counts; /* [classes] of this client */
+    int client, round, slot_in_round; /* slot_in_round: position of the client in the round's selection */
     int64_t n_samples, step, n_steps, n_params, n_state;
     double lr;
+    double loss_sample_sum;   /* sum over steps of batch-mean loss x batch size (FedNoLoWe's L_k) */
+    int64_t samples_seen;
+    float *momentum_buf;      /* the SGD momentum buffer [n_params], NULL without momentum */
     /* the configured optimiser's update of w (trainable part) with grad; used by step hooks */
     void (*optimizer_step)(struct AlgoClientCtx *c, float *w, const float *grad);
+    /* evaluates `state` on this client's whole training set (uses model; restores nothing) */
+    int (*eval_local)(struct AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out);
     void *optimizer;
 } AlgoClientCtx;
 
 /* Computes the mean loss of the current batch at model->state and its gradient (local terms and
  * correction included) into model->grad; returns FH_OK or a status. */
 typedef int (*AlgoGradFn)(void *env, double *loss);
+
+/* The batch of the current step, after the forward pass. */
+typedef struct {
+    const float *x;
+    const int32_t *y;
+    int count, classes;
+    const float *logits;    /* [count, classes] */
+    const float *features;  /* [count, feature_size]: the classifier's input */
+    int64_t feature_size;
+} AlgoBatch;
+
+typedef struct {
+    /* adds d term/d logits and d term/d features of the batch; returns the term's value */
+    double (*batch_term)(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures);
+} AlgoBatchTerm;
 
 typedef struct {
     /* adds d term/dw at w to grad; returns the term's value (added to the reported loss) */
@@ -61,8 +129,8 @@ typedef struct {
 } AlgoLocalStep;
 
 typedef struct {
-    void (*begin)(AlgoClientCtx *c); /* before the first step of the round */
-    void (*end)(AlgoClientCtx *c);   /* after the last: fill uploads, update client_vecs */
+    int (*begin)(AlgoClientCtx *c); /* before the first step of the round (model->state = w^t) */
+    int (*end)(AlgoClientCtx *c);   /* after the last: fill uploads, update client state */
 } AlgoClientReport;
 
 /* One gathered upload as the server sees it. */
@@ -70,18 +138,28 @@ typedef struct {
     int client;
     int64_t n_samples, n_steps;
     double train_loss;
-    const double *scalars; /* [n_upload_scalars] */
+    const double *scalars; /* [upload_scalars] */
     const float *state;    /* the client's final w [n_state] */
-    const float *vecs;     /* [n_upload_vectors * n_state] */
+    const float *vecs;     /* [upload_vectors * n_state] */
 } AlgoUpload;
 
 typedef struct {
-    int round;
+    int round, rounds;
     int n_clients;                /* K */
+    int n_selected;
+    const int32_t *selected;      /* this round's clients in selection order */
     int64_t n_params, n_state;
     const double *hp;
-    float *server_vecs;           /* [n_server_vectors * n_state], persistent on the server */
-    double *server_scalars;       /* [n_server_scalars] */
+    const AlgoSetup *setup;
+    const AlgoSizes *sizes;
+    double lr;                    /* the local lr of this round */
+    const float *current;         /* w^t */
+    float *server_vecs;           /* [server_vectors * n_state], persistent, broadcast */
+    float *server_private;        /* [server_private * n_state], persistent, server only */
+    double *server_scalars;       /* [server_scalars], persistent, broadcast */
+    const int64_t *client_sizes;  /* [K] n_k of every client */
+    const int32_t *label_counts;  /* [K * classes] */
+    int classes;
 } AlgoServerCtx;
 
 typedef struct {
@@ -98,21 +176,32 @@ typedef struct {
 typedef struct {
     const char *key;     /* config key in [algo] */
     double default_value;
-    double lo, hi;
+    double lo, hi;       /* inclusive range, unless lo_open / hi_open */
+    const char *choices; /* NULL: a number; else "a|b|c", and the value is the index of the choice */
     const char *help;
+    unsigned char lo_open, hi_open;
 } AlgoHyper;
 
-typedef struct {
+typedef struct AlgoMethod {
     const char *name;
     const char *summary;
     const char *source;  /* spec section */
+    const char *state;   /* "client: c_k (P); server: c (P)" (spec A.24) */
+    const char *payload; /* "down 2, up 2" */
+    const AlgoBatchTerm *batch_term;
     const AlgoLocalTerm *local_term;
     const AlgoGradCorrection *correction;
     const AlgoLocalStep *step;
     const AlgoClientReport *report;
     const AlgoServerWeights *weights;
     const AlgoServerUpdate *update;
-    int n_client_vectors, n_server_vectors, n_server_scalars, n_upload_vectors, n_upload_scalars;
+    /* fresh-run server state (round 0); global holds w^0 and may be changed */
+    int (*server_init)(AlgoServerCtx *s, float *global);
+    /* refuses a configuration it cannot honour: FH_ERR_USAGE with a message naming the keys */
+    int (*validate)(const struct AlgoMethod *m, const AlgoSetup *s);
+    /* sizes depending on the setup; NULL: the fixed counts below */
+    void (*sizes)(const AlgoSetup *s, AlgoSizes *z);
+    int n_client_vectors, n_server_vectors, n_server_private, n_server_scalars, n_upload_vectors, n_upload_scalars;
     int n_hp;
     AlgoHyper hp[ALGO_MAX_HP];
 } AlgoMethod;
@@ -123,10 +212,18 @@ int algo_count(void);
 const AlgoMethod *algo_at(int i);
 /* "fedavg|uniform|..." for the config's choice list (static storage) */
 const char *algo_choices(void);
+/* index of hyperparameter `key` of m, or -1 */
+int algo_hp_index(const AlgoMethod *m, const char *key);
+/* The sizes of m under setup (the fixed counts, then m->sizes). */
+void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
 
 /* Default parts, for methods that reuse them */
 extern const AlgoServerWeights algo_weights_samples;
 extern const AlgoServerWeights algo_weights_uniform;
 int algo_average(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global);
+/* out[j] = sum_i p_i/sum p * x_i[j] for j in [from, to), x_i = u[i].state (vec < 0) or u[i].vecs + vec*n_state;
+ * double accumulation in ascending client id. For rules that treat parameters and buffers apart. */
+int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int vec, int64_t from,
+                       int64_t to, float *out);
 
 #endif

@@ -211,6 +211,9 @@ int data_loader_begin(DataLoader *L, DataBatchIter *it, int client, uint64_t see
  * non-empty client). The last partial batch of an epoch is kept; the next call starts the next epoch,
  * reshuffled. Augmentation draws come from (seed, augment) with counter (client, round, epoch, position). */
 int64_t data_loader_next(DataLoader *L, DataBatchIter *it, int64_t batch_size, float *x, int32_t *y);
+/* Rows first .. first+count-1 of an owned client in file order, normalised, never augmented (evaluation on
+ * a client's own data); returns the rows written (0 for a client not held). */
+int64_t data_loader_rows(const DataLoader *L, int client, int64_t first, int64_t count, float *x, int32_t *y);
 /* Rows of a test group as normalised floats (no augmentation); scratch holds count images. */
 int data_test_read(DataPartFile *f, const float *lut, DataRowGroup group, int64_t first, int64_t count, float *x,
                    int32_t *y, uint8_t *scratch);

@@ -1,44 +1,82 @@
-/* Every named method: one row each, picking parts and defaults (DESIGN.md "Algorithms as components"). */
-#include "fedhet/algo.h"
+/* Every named method: the rows of all families (DESIGN.md "Algorithms as components"). */
+#include "algo_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-static const AlgoMethod methods[] = {
-    {
-        .name = "fedavg",
-        .summary = "FedAvg: local SGD, server average weighted by sample counts",
-        .source = "spec A.1",
-        .weights = &algo_weights_samples,
-    },
-    {
-        .name = "uniform",
-        .summary = "Uniform averaging of the selected clients' models (FL-Simulator's FedAvg)",
-        .source = "spec A.2",
-        .weights = &algo_weights_uniform,
-    },
+#include "fedhet/core.h"
+
+typedef struct {
+    const AlgoMethod *rows;
+    const int *count;
+} Family;
+
+static const Family families[] = {
+    { algo_family_basic, &algo_family_basic_count },
+    { algo_family_server, &algo_family_server_count },
+    { algo_family_fair, &algo_family_fair_count },
+    { algo_family_repr, &algo_family_repr_count },
 };
+enum { N_FAMILIES = sizeof families / sizeof families[0] };
 
-enum { N_METHODS = sizeof methods / sizeof methods[0] };
-
-const AlgoMethod *algo_find(const char *name)
+int algo_count(void)
 {
-    for (int i = 0; i < N_METHODS; i++)
-        if (!strcmp(methods[i].name, name)) return &methods[i];
+    int n = 0;
+    for (int f = 0; f < N_FAMILIES; f++) n += *families[f].count;
+    return n;
+}
+
+const AlgoMethod *algo_at(int i)
+{
+    if (i < 0) return NULL;
+    for (int f = 0; f < N_FAMILIES; f++) {
+        if (i < *families[f].count) return &families[f].rows[i];
+        i -= *families[f].count;
+    }
     return NULL;
 }
 
-int algo_count(void) { return N_METHODS; }
-
-const AlgoMethod *algo_at(int i) { return i >= 0 && i < N_METHODS ? &methods[i] : NULL; }
+const AlgoMethod *algo_find(const char *name)
+{
+    for (int i = 0; i < algo_count(); i++)
+        if (!strcmp(algo_at(i)->name, name)) return algo_at(i);
+    return NULL;
+}
 
 const char *algo_choices(void)
 {
-    static char text[1024];
+    static char text[2048];
     if (!text[0]) {
         size_t used = 0;
-        for (int i = 0; i < N_METHODS && used < sizeof text; i++)
-            used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? "|" : "", methods[i].name);
+        for (int i = 0; i < algo_count() && used < sizeof text; i++)
+            used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? "|" : "", algo_at(i)->name);
     }
     return text;
+}
+
+int algo_hp_index(const AlgoMethod *m, const char *key)
+{
+    for (int h = 0; h < m->n_hp; h++)
+        if (!strcmp(m->hp[h].key, key)) return h;
+    return -1;
+}
+
+void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z)
+{
+    *z = (AlgoSizes){ .client_vectors = m->n_client_vectors, .server_vectors = m->n_server_vectors,
+                      .server_private = m->n_server_private, .server_scalars = m->n_server_scalars,
+                      .upload_vectors = m->n_upload_vectors, .upload_scalars = m->n_upload_scalars,
+                      .eval_private = -1 };
+    if (m->sizes) m->sizes(setup, z);
+}
+
+int algo_refuse(const AlgoMethod *m, const char *fmt, ...)
+{
+    char why[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    FH_FAIL(FH_ERR_USAGE, "[algo] method = %s: %s", m->name, why);
 }

@@ -21,21 +21,28 @@ static int weights_uniform(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
 const AlgoServerWeights algo_weights_samples = { weights_samples };
 const AlgoServerWeights algo_weights_uniform = { weights_uniform };
 
+int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int vec, int64_t from,
+                       int64_t to, float *out)
+{
+    double total = 0.0;
+    for (int i = 0; i < m; i++) total += p[i];
+    if (!(total > 0.0)) FH_FAIL(FH_ERR_NUMERIC, "round %d: aggregation weights sum to %g", s->round + 1, total);
+    if (to <= from) return FH_OK;
+    double *acc = NULL;
+    FH_CHECK(fh_calloc(&acc, (size_t)(to - from), sizeof *acc, "aggregation accumulator"));
+    for (int i = 0; i < m; i++) {
+        const double w = p[i] / total;
+        const float *x = (vec < 0 ? u[i].state : u[i].vecs + (size_t)vec * s->n_state) + from;
+        for (int64_t j = 0; j < to - from; j++) acc[j] += w * (double)x[j];
+    }
+    for (int64_t j = 0; j < to - from; j++) out[from + j] = (float)acc[j];
+    fh_free(&acc);
+    return FH_OK;
+}
+
 /* global = sum_i p_i state_i / sum_i p_i, accumulated in double in ascending client id (DESIGN rule 3),
  * over the whole state: BN buffers are averaged with the same weights (spec 0.3). */
 int algo_average(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
-    double total = 0.0;
-    for (int i = 0; i < m; i++) total += p[i];
-    if (!(total > 0.0)) FH_FAIL(FH_ERR_NUMERIC, "round %d: aggregation weights sum to %g", s->round, total);
-    double *acc = NULL;
-    FH_CHECK(fh_calloc(&acc, (size_t)s->n_state, sizeof *acc, "aggregation accumulator"));
-    for (int i = 0; i < m; i++) {
-        const double w = p[i] / total;
-        const float *x = u[i].state;
-        for (int64_t j = 0; j < s->n_state; j++) acc[j] += w * (double)x[j];
-    }
-    for (int64_t j = 0; j < s->n_state; j++) global[j] = (float)acc[j];
-    fh_free(&acc);
-    return FH_OK;
+    return algo_average_range(s, u, m, p, -1, 0, s->n_state, global);
 }

@@ -19,6 +19,7 @@ static const AppCommand commands[] = {
     {"run", app_cmd_run, "one experiment (mpirun -np N fedhet run CONFIG.ini [key=value ...])", 1},
     {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])", 0},
     {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)", 0},
+    {"methods", app_cmd_methods, "every federated method: components, state, payload (methods NAME: its keys)", 0},
     {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0},
     {"report", app_cmd_report, "figures: a partition file's client x label counts (--partition DST.h5 OUT.png)", 0},
 };

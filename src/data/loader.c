@@ -181,3 +181,18 @@ int data_test_read(DataPartFile *f, const float *lut, DataRowGroup group, int64_
         loader_emit(x + (size_t)i * row, scratch + (size_t)i * row, lut, f->c, f->h, f->w, LOADER_PAD, LOADER_PAD, 0);
     return FH_OK;
 }
+
+int64_t data_loader_rows(const DataLoader *L, int client, int64_t first, int64_t count, float *x, int32_t *y)
+{
+    const int slot = loader_slot(L, client);
+    if (slot < 0 || first < 0) return 0;
+    const int64_t n = L->first[slot + 1] - L->first[slot];
+    if (first + count > n) count = n - first;
+    const size_t row = (size_t)L->c * L->h * L->w;
+    for (int64_t i = 0; i < count; i++) {
+        const int64_t r = L->first[slot] + first + i;
+        loader_emit(x + (size_t)i * row, L->images + (size_t)r * row, L->lut, L->c, L->h, L->w, LOADER_PAD, LOADER_PAD, 0);
+        y[i] = L->labels[r];
+    }
+    return count > 0 ? count : 0;
+}

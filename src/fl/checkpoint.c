@@ -2,8 +2,10 @@
  * back with every size checked, so a damaged file is refused instead of half-used.
  *   /meta        attributes: format, format_version, rounds_done, lr, seed, config, code_version,
  *                layout_hash, n_state
- *   /server      /server/global [n_state], /server/vectors [V_s, n_state], /server/scalars [S_s]
- *   /clients     /clients/vector_<i> [K, n_state] per persistent client vector
+ *   /server      /server/global [n_state], /server/vectors [V_s, n_state] (broadcast), /server/private
+ *                [V_p, n_state] (server only), /server/scalars [S_s]
+ *   /clients     /clients/vector_<i> [K, n_state] per persistent client vector, /clients/floats [K, F] (small
+ *                per-client states), /clients/has_state [K, 1] (1 once the client has trained)
  *   /metrics     /metrics/rounds [rows, columns], /metrics/clients [rows, columns] (attribute columns) */
 #include "fl_internal.h"
 
@@ -14,7 +16,7 @@
 #include "fedhet/h5io.h"
 
 #define CKPT_FORMAT "fedhet-checkpoint"
-#define CKPT_VERSION 1
+#define CKPT_VERSION 2
 #define CKPT_CODE_VERSION "fedhet 0.1"
 
 uint64_t fl_layout_hash(const NnModel *m)
@@ -61,7 +63,6 @@ static int write_columns_attr(const FhH5File *f, const char *dset_name, const ch
 /* rank 0: the file except client vectors */
 static int save_server_side(FlRun *run, FhH5File *f, int rounds_done)
 {
-    const AlgoMethod *m = run->s.method;
     hid_t g;
     FH_CHECK(fh_h5_group(f, "/meta", &g));
     int status = FH_OK;
@@ -81,11 +82,14 @@ static int save_server_side(FlRun *run, FhH5File *f, int rounds_done)
     FH_CHECK(fh_h5_group(f, "/server", &g));
     H5Gclose(g);
     FH_CHECK(write_matrix(f, "/server/global", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)run->n_state, 0, run->global));
-    if (m->n_server_vectors)
-        FH_CHECK(write_matrix(f, "/server/vectors", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)m->n_server_vectors,
+    if (run->z.server_vectors)
+        FH_CHECK(write_matrix(f, "/server/vectors", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)run->z.server_vectors,
                               (hsize_t)run->n_state, run->server_vecs));
-    if (m->n_server_scalars)
-        FH_CHECK(write_matrix(f, "/server/scalars", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)m->n_server_scalars, 0,
+    if (run->z.server_private)
+        FH_CHECK(write_matrix(f, "/server/private", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)run->z.server_private,
+                              (hsize_t)run->n_state, run->server_private));
+    if (run->z.server_scalars)
+        FH_CHECK(write_matrix(f, "/server/scalars", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)run->z.server_scalars, 0,
                               run->server_scalars));
     FH_CHECK(fh_h5_group(f, "/metrics", &g));
     H5Gclose(g);
@@ -98,56 +102,77 @@ static int save_server_side(FlRun *run, FhH5File *f, int rounds_done)
     return FH_OK;
 }
 
-/* Client vectors travel to rank 0 one client at a time (bounded memory) in ascending id. */
-static int save_client_vectors(FlRun *run, FhH5File *f, int status)
+/* A client's persistent block (FlClientWork) in datasets of [K, length] each. */
+typedef struct {
+    char name[64];
+    int64_t offset, length;
+} BlockPiece;
+
+static int block_pieces(const FlRun *run, BlockPiece *p, int cap)
 {
-    const AlgoMethod *m = run->s.method;
-    const int V = m->n_client_vectors, K = run->n_clients;
-    if (V == 0) return status;
-    const int64_t per_client = (int64_t)V * run->n_state;
+    int n = 0;
+    for (int v = 0; v < run->z.client_vectors && n < cap - 2; v++, n++) {
+        snprintf(p[n].name, sizeof p[n].name, "/clients/vector_%d", v);
+        p[n].offset = (int64_t)v * run->n_state;
+        p[n].length = run->n_state;
+    }
+    if (run->z.client_floats > 0) {
+        snprintf(p[n].name, sizeof p[n].name, "/clients/floats");
+        p[n].offset = (int64_t)run->z.client_vectors * run->n_state;
+        p[n++].length = run->z.client_floats;
+    }
+    snprintf(p[n].name, sizeof p[n].name, "/clients/has_state");
+    p[n].offset = run->work.block - 1;
+    p[n++].length = 1;
+    return n;
+}
+
+#define MAX_PIECES 16
+
+/* Client blocks travel to rank 0 one client at a time (bounded memory) in ascending id. */
+static int save_client_state(FlRun *run, FhH5File *f, int status)
+{
+    const int K = run->n_clients;
+    const int64_t block = run->work.block;
+    BlockPiece pieces[MAX_PIECES];
+    const int n_pieces = block_pieces(run, pieces, MAX_PIECES);
     float *buf = NULL;
-    hid_t dsets[8];
+    hid_t dsets[MAX_PIECES];
     int n_open = 0;
     if (run->comm.rank == 0 && status == FH_OK) {
-        status = fh_alloc_aligned(&buf, (size_t)per_client * sizeof(float), "client vector buffer");
+        status = fh_alloc_aligned(&buf, (size_t)block * sizeof(float), "client state buffer");
         hid_t g;
         if (status == FH_OK) status = fh_h5_group(f, "/clients", &g);
         if (status == FH_OK) H5Gclose(g);
-        for (int v = 0; v < V && v < 8 && status == FH_OK; v++) {
-            char name[64];
-            const hsize_t dims[2] = { (hsize_t)K, (hsize_t)run->n_state };
-            FhH5Layout l = ckpt_layout(1, (hsize_t)run->n_state);
-            snprintf(name, sizeof name, "/clients/vector_%d", v);
-            status = fh_h5_create_dataset(f, name, H5T_IEEE_F32LE, 2, dims, &l, &dsets[v]);
+        for (int i = 0; i < n_pieces && status == FH_OK; i++) {
+            const hsize_t dims[2] = { (hsize_t)K, (hsize_t)pieces[i].length };
+            FhH5Layout l = ckpt_layout(1, (hsize_t)pieces[i].length);
+            l.chunk_rows = pieces[i].length < 4096 ? (hsize_t)K : 1;
+            status = fh_h5_create_dataset(f, pieces[i].name, H5T_IEEE_F32LE, 2, dims, &l, &dsets[i]);
             if (status == FH_OK) n_open++;
         }
     }
     status = fl_agree(&run->comm, status);
     for (int k = 0; k < K && status == FH_OK; k++) {
         const int owner = run->owner[k];
-        const float *src = NULL;
-        if (run->comm.rank == owner) {
-            int slot = 0;
-            while (run->owned[slot] != k) slot++;
-            src = run->work.client_vecs + (size_t)slot * per_client;
-        }
+        const float *src = run->comm.rank == owner ? fl_client_block(&run->work, k) : NULL;
         if (owner != 0 && run->comm.rank == owner) {
             MPI_Request req;
-            MPI_Isend(src, (int)per_client, MPI_FLOAT, 0, k, run->comm.comm, &req);
+            MPI_Isend(src, (int)block, MPI_FLOAT, 0, k, run->comm.comm, &req);
             status = fl_wait(&req);
         } else if (run->comm.rank == 0) {
             if (owner != 0) {
                 MPI_Request req;
-                MPI_Irecv(buf, (int)per_client, MPI_FLOAT, owner, k, run->comm.comm, &req);
+                MPI_Irecv(buf, (int)block, MPI_FLOAT, owner, k, run->comm.comm, &req);
                 status = fl_wait(&req);
                 src = buf;
             }
-            for (int v = 0; v < V && status == FH_OK; v++)
-                status = fh_h5_write_rows(f, dsets[v], "/clients/vector", H5T_NATIVE_FLOAT, (hsize_t)k, 1,
-                                          src + (size_t)v * run->n_state);
+            for (int i = 0; i < n_pieces && status == FH_OK; i++)
+                status = fh_h5_write_rows(f, dsets[i], pieces[i].name, H5T_NATIVE_FLOAT, (hsize_t)k, 1,
+                                          src + pieces[i].offset);
         }
     }
-    for (int v = 0; v < n_open; v++) H5Dclose(dsets[v]);
+    for (int i = 0; i < n_open; i++) H5Dclose(dsets[i]);
     fh_free(&buf);
     return fl_agree(&run->comm, status);
 }
@@ -162,7 +187,7 @@ int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path)
         status = fh_h5_create(&f, path, FH_ERR_IO);
         if (status == FH_OK) status = save_server_side(run, &f, rounds_done);
     }
-    status = save_client_vectors(run, &f, fl_agree(&run->comm, status));
+    status = save_client_state(run, &f, fl_agree(&run->comm, status));
     if (run->comm.rank == 0) {
         if (status == FH_OK) status = fh_h5_commit(&f);
         else fh_h5_discard(&f);
@@ -224,7 +249,6 @@ int fl_checkpoint_read_config(const char *path, char **text)
 /* rank 0: everything but client vectors, into run */
 static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
 {
-    const AlgoMethod *m = run->s.method;
     int exists = 0;
     FH_CHECK(fh_h5_exists(f, "/meta", &exists));
     if (!exists) FH_FAIL(FH_ERR_IO, "%s: not a fedhet checkpoint (no /meta)", f->path);
@@ -257,11 +281,14 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
         FH_FAIL(FH_ERR_IO, "%s: rounds_done = %lld is outside 0..%d (fl.rounds)", f->path, (long long)*rounds_done,
                 run->s.rounds);
     FH_CHECK(read_vector(f, "/server/global", (hsize_t)run->n_state, 0, H5T_NATIVE_FLOAT, run->global));
-    if (m->n_server_vectors)
-        FH_CHECK(read_vector(f, "/server/vectors", (hsize_t)m->n_server_vectors, (hsize_t)run->n_state,
+    if (run->z.server_vectors)
+        FH_CHECK(read_vector(f, "/server/vectors", (hsize_t)run->z.server_vectors, (hsize_t)run->n_state,
                              H5T_NATIVE_FLOAT, run->server_vecs));
-    if (m->n_server_scalars)
-        FH_CHECK(read_vector(f, "/server/scalars", (hsize_t)m->n_server_scalars, 0, H5T_NATIVE_DOUBLE,
+    if (run->z.server_private)
+        FH_CHECK(read_vector(f, "/server/private", (hsize_t)run->z.server_private, (hsize_t)run->n_state,
+                             H5T_NATIVE_FLOAT, run->server_private));
+    if (run->z.server_scalars)
+        FH_CHECK(read_vector(f, "/server/scalars", (hsize_t)run->z.server_scalars, 0, H5T_NATIVE_DOUBLE,
                              run->server_scalars));
     double *rows = NULL;
     int64_t n_rows = 0;
@@ -281,7 +308,6 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
 
 int fl_checkpoint_load(FlRun *run)
 {
-    const AlgoMethod *m = run->s.method;
     FhH5File f = { .id = H5I_INVALID_HID };
     FhH5Quiet quiet;
     int64_t rounds_done = 0;
@@ -298,43 +324,51 @@ int fl_checkpoint_load(FlRun *run)
         rounds_done = meta[0];
         if (status == FH_OK) status = fl_bcast(&run->comm, &run->lr, sizeof run->lr);
         if (status == FH_OK)
-            status = fl_bcast(&run->comm, run->global, (int64_t)(1 + m->n_server_vectors) * run->n_state * 4);
+            status = fl_bcast(&run->comm, run->global, (int64_t)(1 + run->z.server_vectors) * run->n_state * 4);
+        if (status == FH_OK && run->z.server_scalars)
+            status = fl_bcast(&run->comm, run->server_scalars, run->z.server_scalars * (int64_t)sizeof(double));
     }
-    /* client vectors: rank 0 reads client k's rows and sends them to its owner */
-    const int V = m->n_client_vectors;
-    const int64_t per_client = (int64_t)V * run->n_state;
+    /* client state: rank 0 reads client k's rows and sends them to its owner */
+    const int64_t block = run->work.block;
+    BlockPiece pieces[MAX_PIECES];
+    const int n_pieces = block_pieces(run, pieces, MAX_PIECES);
     float *buf = NULL;
-    if (V > 0 && status == FH_OK && run->comm.rank == 0)
-        status = fh_alloc_aligned(&buf, (size_t)per_client * sizeof(float), "client vector buffer");
-    status = fl_agree(&run->comm, status);
-    for (int k = 0; k < run->n_clients && V > 0 && status == FH_OK; k++) {
-        const int owner = run->owner[k];
-        float *dst = NULL;
-        if (run->comm.rank == owner) {
-            int slot = 0;
-            while (run->owned[slot] != k) slot++;
-            dst = run->work.client_vecs + (size_t)slot * per_client;
+    if (status == FH_OK && run->comm.rank == 0) {
+        status = fh_alloc_aligned(&buf, (size_t)block * sizeof(float), "client state buffer");
+        for (int i = 0; i < n_pieces && status == FH_OK; i++) {
+            hsize_t dims[2];
+            hid_t d;
+            status = fh_h5_open_checked(&f, pieces[i].name, H5T_FLOAT, 4, 2, dims, &d);
+            if (status != FH_OK) break;
+            H5Dclose(d);
+            if (dims[0] != (hsize_t)run->n_clients || dims[1] != (hsize_t)pieces[i].length)
+                status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: %s is %llu x %llu; expected %d x %lld",
+                                        f.path, pieces[i].name, (unsigned long long)dims[0],
+                                        (unsigned long long)dims[1], run->n_clients, (long long)pieces[i].length);
         }
+    }
+    status = fl_agree(&run->comm, status);
+    for (int k = 0; k < run->n_clients && status == FH_OK; k++) {
+        const int owner = run->owner[k];
+        float *dst = run->comm.rank == owner ? fl_client_block(&run->work, k) : NULL;
         if (run->comm.rank == 0) {
-            for (int v = 0; v < V && status == FH_OK; v++) {
-                char name[64];
-                snprintf(name, sizeof name, "/clients/vector_%d", v);
+            for (int i = 0; i < n_pieces && status == FH_OK; i++) {
                 hid_t d;
-                status = fh_h5_open_dataset(&f, name, &d);
+                status = fh_h5_open_dataset(&f, pieces[i].name, &d);
                 if (status == FH_OK) {
-                    status = fh_h5_read_rows(&f, d, name, H5T_NATIVE_FLOAT, (hsize_t)k, 1, buf + (size_t)v * run->n_state);
+                    status = fh_h5_read_rows(&f, d, pieces[i].name, H5T_NATIVE_FLOAT, (hsize_t)k, 1, buf + pieces[i].offset);
                     H5Dclose(d);
                 }
             }
-            if (owner == 0 && status == FH_OK) memcpy(dst, buf, (size_t)per_client * sizeof(float));
+            if (owner == 0 && status == FH_OK) memcpy(dst, buf, (size_t)block * sizeof(float));
             else if (status == FH_OK) {
                 MPI_Request req;
-                MPI_Isend(buf, (int)per_client, MPI_FLOAT, owner, k, run->comm.comm, &req);
+                MPI_Isend(buf, (int)block, MPI_FLOAT, owner, k, run->comm.comm, &req);
                 status = fl_wait(&req);
             }
         } else if (run->comm.rank == owner) {
             MPI_Request req;
-            MPI_Irecv(dst, (int)per_client, MPI_FLOAT, 0, k, run->comm.comm, &req);
+            MPI_Irecv(dst, (int)block, MPI_FLOAT, 0, k, run->comm.comm, &req);
             status = fl_wait(&req);
         }
         /* a read failure on rank 0 would leave an owner waiting: agree after every client */

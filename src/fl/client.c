@@ -13,41 +13,142 @@ static void optimizer_step(AlgoClientCtx *c, float *w, const float *grad)
     else nn_adam_step(&work->adam, w, grad, (float)c->lr);
 }
 
+int fl_clients_per_round(const FlSettings *s, int K)
+{
+    if (!strcmp(s->selection, "all")) return K;
+    if (!strcmp(s->selection, "bernoulli")) return -1;
+    int m = !strcmp(s->selection, "count") ? (s->count < K ? s->count : K) : (int)floor(s->fraction * K);
+    return m < 1 ? 1 : m;
+}
+
+void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, int classes)
+{
+    *a = (AlgoSetup){ .hp = s->hp, .n_clients = K, .per_round = fl_clients_per_round(s, K),
+                      .all_clients = !strcmp(s->selection, "all"), .rounds = s->rounds,
+                      .n_params = m ? m->n_params : 0, .n_state = m ? m->n_state : 0,
+                      .feature_size = m ? nn_model_features_size(m) : 0, .classes = classes,
+                      .optimizer = s->optimizer, .lr = s->lr, .momentum = s->momentum,
+                      .weight_decay = s->weight_decay, .clip = s->clip, .steps = s->steps, .epochs = s->epochs,
+                      .batch_size = s->batch_size };
+}
+
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned)
 {
     memset(w, 0, sizeof *w);
     w->s = s;
+    w->data = f;
+    w->n_owned = n_owned;
     NnZooOptions zoo = { s->norm, s->groups, 0.0f };
-    FH_CHECK(nn_zoo_build(&w->model, s->model, (NnShape){ f->c, f->h, f->w }, f->classes, s->batch_size, &zoo));
+    const NnShape shape = { f->c, f->h, f->w };
+    FH_CHECK(nn_zoo_build(&w->model, s->model, shape, f->classes, s->batch_size, &zoo));
+    const AlgoMethod *m = s->method;
+    fl_algo_setup(&w->setup, s, &w->model, f->n_clients, f->classes);
+    algo_sizes(m, &w->setup, &w->z);
+    if (m->validate) FH_CHECK(m->validate(m, &w->setup));
+    if (w->z.aux_models > ALGO_MAX_AUX)
+        FH_FAIL(FH_ERR_USAGE, "method %s asks for %d extra models (at most %d)", m->name, w->z.aux_models, ALGO_MAX_AUX);
+    for (int a = 0; a < w->z.aux_models; a++)
+        FH_CHECK(nn_zoo_build(&w->aux[a], s->model, shape, f->classes, s->batch_size, &zoo));
     FH_CHECK(data_loader_init(&w->loader, f, owned, n_owned, -1));
     const size_t row = (size_t)f->c * f->h * f->w;
     FH_CHECK(fh_alloc_aligned(&w->x, (size_t)s->batch_size * row * sizeof(float), "input batch"));
     FH_CHECK(fh_calloc(&w->y, (size_t)s->batch_size, sizeof *w->y, "label batch"));
     FH_CHECK(fh_alloc_aligned(&w->dlogits, (size_t)s->batch_size * f->classes * sizeof(float), "logit gradients"));
-    const int64_t n_params = w->model.n_params;
+    if (m->batch_term)
+        FH_CHECK(fh_alloc_aligned(&w->dfeatures, (size_t)s->batch_size * w->setup.feature_size * sizeof(float),
+                                  "feature gradients"));
+    if (s->logit_adjust > 0)
+        FH_CHECK(fh_calloc(&w->logit_adjust, (size_t)f->classes, sizeof *w->logit_adjust, "logit adjustment"));
+    const int64_t n_params = w->model.n_params, n_state = w->model.n_state;
     if (!strcmp(s->optimizer, "sgd"))
         FH_CHECK(nn_sgd_init(&w->sgd, n_params, (float)s->momentum, (float)s->weight_decay, 0));
     else
         FH_CHECK(nn_adam_init(&w->adam, n_params, (float)s->beta1, (float)s->beta2, (float)s->eps,
                               (float)s->weight_decay, !strcmp(s->optimizer, "adamw")));
-    const AlgoMethod *m = s->method;
-    if (m->n_client_vectors > 0)
-        FH_CHECK(fh_alloc_aligned(&w->client_vecs,
-                                  (size_t)n_owned * m->n_client_vectors * w->model.n_state * sizeof(float),
-                                  "persistent client vectors"));
+    if (w->z.work_vectors > 0)
+        FH_CHECK(fh_alloc_aligned(&w->work, (size_t)w->z.work_vectors * n_state * sizeof(float), "method scratch vectors"));
+    w->block = (int64_t)w->z.client_vectors * n_state + w->z.client_floats + 1;
+    if (n_owned > 0) {
+        FH_CHECK(fh_alloc_aligned(&w->client_state, (size_t)n_owned * w->block * sizeof(float), "persistent client state"));
+        memset(w->client_state, 0, (size_t)n_owned * w->block * sizeof(float));
+    }
     return FH_OK;
 }
 
 void fl_client_free(FlClientWork *w)
 {
     nn_model_free(&w->model);
+    for (int a = 0; a < ALGO_MAX_AUX; a++)
+        if (w->aux[a].finalized || w->aux[a].layers) nn_model_free(&w->aux[a]);
     data_loader_free(&w->loader);
     fh_free(&w->x);
     fh_free(&w->y);
     fh_free(&w->dlogits);
-    fh_free(&w->client_vecs);
+    fh_free(&w->dfeatures);
+    fh_free(&w->logit_adjust);
+    fh_free(&w->work);
+    fh_free(&w->client_state);
     nn_sgd_free(&w->sgd);
     nn_adam_free(&w->adam);
+}
+
+float *fl_client_block(FlClientWork *w, int client)
+{
+    for (int slot = 0; slot < w->n_owned; slot++)
+        if (w->loader.clients[slot] == client) return w->client_state + (size_t)slot * w->block;
+    return NULL;
+}
+
+/* Mean CE, accuracy and balanced accuracy of `state` on the client's whole training set, in batches of
+ * the training batch size, eval mode. */
+static int eval_local(AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out)
+{
+    FlClientWork *w = c->optimizer;
+    const int classes = model->classes;
+    int64_t hits[256] = { 0 }, seen[256] = { 0 };
+    if (classes > 256) FH_FAIL(FH_ERR_USAGE, "local evaluation supports at most 256 classes (%d)", classes);
+    float *saved = model->state;
+    model->state = (float *)state;
+    const int training = model->training;
+    nn_model_set_training(model, 0);
+    double loss = 0.0;
+    int64_t correct = 0, n = 0;
+    int status = FH_OK;
+    for (int64_t first = 0;; first += w->s->batch_size) {
+        const int64_t count = data_loader_rows(&w->loader, c->client, first, w->s->batch_size, w->x, w->y);
+        if (count == 0) break;
+        status = nn_model_forward(model, w->x, (int)count);
+        if (status != FH_OK) break;
+        memset(w->dlogits, 0, (size_t)count * classes * sizeof(float));
+        loss += (double)nn_softmax_xent(w->dlogits, NULL, nn_model_logits(model), w->y, NULL, NULL, (int)count, classes) *
+                (double)count;
+        const float *logits = nn_model_logits(model);
+        for (int64_t i = 0; i < count; i++) {
+            int best = 0;
+            for (int k = 1; k < classes; k++)
+                if (logits[i * classes + k] > logits[i * classes + best]) best = k;
+            seen[w->y[i]]++;
+            if (best == w->y[i]) {
+                hits[w->y[i]]++;
+                correct++;
+            }
+        }
+        n += count;
+    }
+    model->state = saved;
+    nn_model_set_training(model, training);
+    FH_CHECK(status);
+    double recall = 0.0;
+    int present = 0;
+    for (int k = 0; k < classes; k++)
+        if (seen[k] > 0) {
+            recall += (double)hits[k] / (double)seen[k];
+            present++;
+        }
+    out->loss = n ? loss / (double)n : 0.0;
+    out->accuracy = n ? (double)correct / (double)n : 0.0;
+    out->balanced_accuracy = present ? recall / present : 0.0;
+    return FH_OK;
 }
 
 typedef struct {
@@ -69,16 +170,34 @@ static int batch_grad(void *env_ptr, double *loss)
     nn_model_zero_grad(m);
     FH_CHECK(nn_model_forward(m, w->x, (int)env->count));
     memset(w->dlogits, 0, (size_t)env->count * m->classes * sizeof(float));
-    *loss = nn_softmax_xent(w->dlogits, NULL, nn_model_logits(m), w->y, NULL, NULL, (int)env->count, m->classes);
-    nn_model_backward(m, w->dlogits, NULL);
+    *loss = nn_softmax_xent(w->dlogits, NULL, nn_model_logits(m), w->y, NULL, w->logit_adjust, (int)env->count,
+                            m->classes);
+    float *dfeatures = NULL;
+    if (meth->batch_term) {
+        const AlgoBatch b = { w->x, w->y, (int)env->count, m->classes, nn_model_logits(m), nn_model_features(m),
+                              w->setup.feature_size };
+        dfeatures = w->dfeatures;
+        memset(dfeatures, 0, (size_t)env->count * w->setup.feature_size * sizeof(float));
+        *loss += meth->batch_term->batch_term(c, &b, w->dlogits, dfeatures);
+    }
+    nn_model_backward(m, w->dlogits, dfeatures);
     if (meth->local_term && meth->local_term->grad_term) *loss += meth->local_term->grad_term(c, m->state, m->grad);
     if (meth->correction && meth->correction->correct) meth->correction->correct(c, m->grad);
     if (w->s->clip > 0) nn_clip_grad_norm(m->grad, m->n_params, (float)w->s->clip);
     return FH_OK;
 }
 
+/* spec A.22: tau log pi_c of the client's label distribution; absent classes are -inf (no mass, no gradient) */
+static void set_logit_adjust(FlClientWork *w, int client, int64_t n)
+{
+    if (!w->logit_adjust) return;
+    const int32_t *counts = w->data->label_counts + (size_t)client * w->data->classes;
+    for (int k = 0; k < w->data->classes; k++)
+        w->logit_adjust[k] = counts[k] > 0 ? (float)(w->s->logit_adjust * log((double)counts[k] / (double)n)) : -INFINITY;
+}
+
 int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *global, const float *server_vecs,
-                    int client, int round, double lr, void *record)
+                    const double *server_scalars, int client, int slot_in_round, int round, double lr, void *record)
 {
     const double t0 = fh_time_now();
     const FlSettings *s = w->s;
@@ -86,28 +205,35 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     NnModel *m = &w->model;
     const int64_t n = data_loader_client_rows(&w->loader, client);
     if (n < 0) FH_FAIL(FH_ERR_USAGE, "client %d is not held by this rank", client);
-    int slot = 0;
-    while (w->loader.clients[slot] != client) slot++;
+    float *block = fl_client_block(w, client);
 
     nn_vec_copy(m->state, global, m->n_state);
     nn_model_set_training(m, 1);
     m->dropout_seed = (uint64_t)s->seed;
     if (!strcmp(s->optimizer, "sgd")) nn_sgd_reset(&w->sgd); /* spec 0.1.1: fresh optimiser state */
     else nn_adam_reset(&w->adam);
+    set_logit_adjust(w, client, n);
 
     FlRecordHeader *h = fl_record_header(record);
     memset(record, 0, l->header_bytes);
     const int64_t steps = s->steps > 0 ? s->steps : (int64_t)s->epochs * ((n + s->batch_size - 1) / s->batch_size);
     AlgoClientCtx *c = &w->ctx;
+    const int64_t state_floats = (int64_t)w->z.client_vectors * m->n_state;
     *c = (AlgoClientCtx){
-        .model = m, .global = global, .server_vecs = server_vecs,
-        .client_vecs = w->client_vecs ? w->client_vecs + (size_t)slot * meth->n_client_vectors * m->n_state : NULL,
+        .model = m, .global = global, .server_vecs = server_vecs, .server_scalars = server_scalars,
+        .client_vecs = w->z.client_vectors ? block : NULL,
+        .client_floats = w->z.client_floats ? block + state_floats : NULL,
+        .has_state = block[w->block - 1] != 0.0f,
         .upload_vecs = l->n_vectors ? fl_record_state(record, l) + m->n_state : NULL,
-        .upload_scalars = fl_record_scalars(record), .hp = s->hp, .client = client, .round = round,
+        .upload_scalars = fl_record_scalars(record), .hp = s->hp, .setup = &w->setup, .sizes = &w->z,
+        .work = w->work, .label_counts = w->data->label_counts + (size_t)client * w->data->classes,
+        .client = client, .round = round, .slot_in_round = slot_in_round,
         .n_samples = n, .step = 0, .n_steps = n > 0 ? steps : 0, .n_params = m->n_params, .n_state = m->n_state,
-        .lr = lr, .optimizer_step = optimizer_step, .optimizer = w,
+        .lr = lr, .momentum_buf = !strcmp(s->optimizer, "sgd") ? w->sgd.buf : NULL,
+        .optimizer_step = optimizer_step, .eval_local = eval_local, .optimizer = w,
     };
-    if (meth->report && meth->report->begin) meth->report->begin(c);
+    for (int a = 0; a < w->z.aux_models; a++) c->aux[a] = &w->aux[a];
+    if (meth->report && meth->report->begin) FH_CHECK(meth->report->begin(c));
 
     DataBatchIter it;
     FH_CHECK(data_loader_begin(&w->loader, &it, client, (uint64_t)s->seed, (uint32_t)round));
@@ -124,13 +250,16 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
             optimizer_step(c, m->state, m->grad);
         }
         loss_sum += loss;
+        c->loss_sample_sum += loss * (double)env.count;
+        c->samples_seen += env.count;
         if (!isfinite(loss)) {
             nonfinite = 1; /* the server stops the run; training on would only spread the NaN */
             c->step++;
             break;
         }
     }
-    if (meth->report && meth->report->end) meth->report->end(c);
+    if (meth->report && meth->report->end) FH_CHECK(meth->report->end(c));
+    block[w->block - 1] = 1.0f;
     h->client = client;
     h->n_samples = n;
     h->n_steps = c->step;

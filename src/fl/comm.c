@@ -55,12 +55,12 @@ int fl_agree(FlComm *c, int status)
     return all;
 }
 
-void fl_record_layout(FlRecordLayout *l, const AlgoMethod *m, int64_t n_state)
+void fl_record_layout(FlRecordLayout *l, const AlgoSizes *m, int64_t n_state)
 {
-    size_t head = sizeof(FlRecordHeader) + (size_t)m->n_upload_scalars * sizeof(double);
+    size_t head = sizeof(FlRecordHeader) + (size_t)m->upload_scalars * sizeof(double);
     l->header_bytes = (head + 63) / 64 * 64;
-    l->n_scalars = m->n_upload_scalars;
-    l->n_vectors = m->n_upload_vectors;
+    l->n_scalars = m->upload_scalars;
+    l->n_vectors = m->upload_vectors;
     l->n_state = n_state;
-    l->bytes = l->header_bytes + (size_t)(1 + m->n_upload_vectors) * (size_t)n_state * sizeof(float);
+    l->bytes = l->header_bytes + (size_t)(1 + m->upload_vectors) * (size_t)n_state * sizeof(float);
 }

@@ -26,6 +26,7 @@ typedef struct {
     int epochs, batch_size;
     int64_t steps;
     int threads;
+    double logit_adjust;
     int rounds;
     const char *selection;
     double fraction;
@@ -37,6 +38,12 @@ typedef struct {
 } FlSettings;
 
 int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *config_path);
+/* Loads a run config: [algo] method first, then the method's own keys (others' keys are an error). */
+int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int n_overrides);
+/* the base keys with [algo] method and `m`'s keys (kept for the process's lifetime) */
+const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, int *n);
+/* the base keys with every method's keys as free text */
+const FhConfigKey *fl_config_schema_any(int *n);
 
 /* ---- protocol (src/fl/comm.c) ---- */
 typedef struct {
@@ -73,7 +80,7 @@ typedef struct {
     int64_t n_state;
 } FlRecordLayout;
 
-void fl_record_layout(FlRecordLayout *l, const AlgoMethod *m, int64_t n_state);
+void fl_record_layout(FlRecordLayout *l, const AlgoSizes *z, int64_t n_state);
 static inline FlRecordHeader *fl_record_header(void *rec) { return (FlRecordHeader *)rec; }
 static inline double *fl_record_scalars(void *rec) { return (double *)((char *)rec + sizeof(FlRecordHeader)); }
 static inline float *fl_record_state(void *rec, const FlRecordLayout *l) { return (float *)((char *)rec + l->header_bytes); }
@@ -81,23 +88,40 @@ static inline float *fl_record_state(void *rec, const FlRecordLayout *l) { retur
 /* ---- client side (src/fl/client.c) ---- */
 typedef struct {
     const FlSettings *s;
+    AlgoSetup setup;
+    AlgoSizes z;
     NnModel model;
+    NnModel aux[ALGO_MAX_AUX];
     DataLoader loader;
+    DataPartFile *data;
     float *x;        /* [batch, c, h, w] */
     int32_t *y;
     float *dlogits;  /* [batch, classes] */
+    float *dfeatures; /* [batch, feature_size], methods with a batch term */
+    float *logit_adjust; /* [classes], train.logit_adjust > 0 */
     NnSgd sgd;
     NnAdam adam;
-    float *grad_tmp;
+    float *work;     /* [z.work_vectors * n_state] */
     AlgoClientCtx ctx;
-    float *client_vecs; /* [n_owned * n_client_vectors * n_state] */
+    int n_owned;
+    /* persistent state of each owned client, one block each: z.client_vectors * n_state floats, then
+     * z.client_floats, then a has-state flag (1.0 once the client has trained) */
+    float *client_state;
+    int64_t block;
 } FlClientWork;
 
+/* clients per round when fixed by the selection rule; -1 for bernoulli */
+int fl_clients_per_round(const FlSettings *s, int K);
+/* What the method sees of the config; m may be NULL before the model exists (sizes then 0). */
+void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, int classes);
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned);
 void fl_client_free(FlClientWork *w);
-/* Trains `client` from global for the round; writes the record (header, scalars, final state). */
+/* the persistent block of owned client `client` */
+float *fl_client_block(FlClientWork *w, int client);
+/* Trains `client` from global for the round; writes the record (header, scalars, final state).
+ * slot_in_round: the client's position in the round's selection. */
 int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *global, const float *server_vecs,
-                    int client, int round, double lr, void *record);
+                    const double *server_scalars, int client, int slot_in_round, int round, double lr, void *record);
 
 /* ---- evaluation (src/fl/eval.c) ---- */
 /* Every rank evaluates a share of the fixed-size test batches (batch b on rank b mod size) of the
@@ -141,7 +165,10 @@ typedef struct {
     uint64_t layout_hash;
     float *global;            /* [n_state + n_server_vectors * n_state]: what is broadcast */
     float *server_vecs;       /* view into global after the state */
-    double *server_scalars;
+    double *server_scalars;   /* [z.server_scalars], broadcast every round */
+    float *server_private;    /* rank 0: [z.server_private * n_state] */
+    AlgoSizes z;              /* the method's sizes for this run */
+    int64_t *client_sizes;    /* [K] n_k */
     int start_round;          /* first round to run (after a resume) */
     double lr;                /* lr of the next round */
     /* rank 0 */

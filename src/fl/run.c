@@ -32,11 +32,9 @@ static int load_config(FlRun *run, const FlRunOptions *opt, const char **path_ou
 {
     static char path[4200];
     if (opt->config_path) snprintf(path, sizeof path, "%s", opt->config_path);
-    else snprintf(path, sizeof path, "%s/config.ini", opt->resume_dir);
+    else snprintf(path, sizeof path, "%s/config.ini", opt->resume_dir ? opt->resume_dir : ".");
     *path_out = path;
-    int n;
-    const FhConfigKey *schema = fl_config_schema(&n);
-    FH_CHECK(fh_config_load_file(&run->cfg, schema, n, path, opt->overrides, opt->n_overrides));
+    FH_CHECK(fl_config_load(&run->cfg, path, opt->overrides, opt->n_overrides));
     FH_CHECK(fl_settings_from_config(&run->s, run->cfg, path));
     FH_CHECK(fh_config_to_text(run->cfg, &run->config_text));
     return FH_OK;
@@ -168,11 +166,18 @@ static int check_rank_count(const FlRun *run, const char *data_path)
 {
     DataPartFile f;
     FH_CHECK(data_partfile_open(&f, data_path));
-    int K = f.n_clients;
+    int K = f.n_clients, classes = f.classes;
     data_partfile_close(&f);
     if (run->comm.size > 1 && run->comm.size - 1 > K)
         FH_FAIL(FH_ERR_USAGE, "%d ranks for %d clients: at most clients + 1 = %d ranks (rank 0 is the server)",
                 run->comm.size, K, K + 1);
+    /* the method refuses what it cannot honour before the run folder exists */
+    const AlgoMethod *m = run->s.method;
+    if (m->validate) {
+        AlgoSetup setup;
+        fl_algo_setup(&setup, &run->s, NULL, K, classes);
+        FH_CHECK(m->validate(m, &setup));
+    }
     return FH_OK;
 }
 
@@ -190,11 +195,14 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
         char *saved = NULL;
         FH_CHECK(fl_checkpoint_read_config(run->checkpoint_path, &saved));
         int n;
-        const FhConfigKey *schema = fl_config_schema(&n);
+        const FhConfigKey *schema = fl_config_schema_for(run->s.method, &n);
         FhConfig *old = NULL;
         int status = fh_config_load_text(&old, schema, n, saved, run->checkpoint_path, NULL, 0);
         free(saved);
-        if (status != FH_OK) return fh_error_trace(FH_ERR_IO, __FILE__, __LINE__, "checkpoint config");
+        if (status != FH_OK)
+            return fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__,
+                                  "%s: the checkpoint's config does not load as a config of method %s (was it written "
+                                  "by another method?)", run->checkpoint_path, run->s.method->name);
         char *diff = NULL;
         status = fh_config_diff(old, run->cfg, resume_may_change, &diff);
         fh_config_free(&old);
@@ -304,8 +312,7 @@ static int select_clients(const FlSettings *s, int K, int round, int32_t *ids)
             for (int k = 0; k < K; k++)
                 if (fh_rng_uniform(&rng) < s->fraction) ids[m++] = k;
     } else {
-        m = !strcmp(s->selection, "count") ? (s->count < K ? s->count : K) : (int)floor(s->fraction * K);
-        if (m < 1) m = 1;
+        m = fl_clients_per_round(s, K);
         /* partial Fisher-Yates: the first m of a uniform permutation, then sorted */
         for (int k = 0; k < K; k++) ids[k] = k;
         for (int i = 0; i < m; i++) {
@@ -408,8 +415,8 @@ static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, doub
     for (int i = 0; i < n_selected; i++) {
         int k = L->selected[i];
         if (run->owner[k] != run->comm.rank) continue;
-        FH_CHECK(fl_client_train(&run->work, &run->layout, run->global, run->server_vecs, k, round, lr,
-                                 base + (size_t)(*n_mine) * run->layout.bytes));
+        FH_CHECK(fl_client_train(&run->work, &run->layout, run->global, run->server_vecs, run->server_scalars, k, i,
+                                 round, lr, base + (size_t)(*n_mine) * run->layout.bytes));
         (*n_mine)++;
     }
     return FH_OK;
@@ -443,9 +450,20 @@ static double dist2(const float *a, const float *b, int64_t n)
     return s;
 }
 
+static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t *selected, int n_selected)
+{
+    return (AlgoServerCtx){ .round = round, .rounds = run->s.rounds, .n_clients = run->n_clients,
+                            .n_selected = n_selected, .selected = selected, .n_params = run->n_params,
+                            .n_state = run->n_state, .hp = run->s.hp, .setup = &run->work.setup, .sizes = &run->z,
+                            .lr = lr, .current = run->global, .server_vecs = run->server_vecs,
+                            .server_private = run->server_private, .server_scalars = run->server_scalars,
+                            .client_sizes = run->client_sizes, .label_counts = run->data.label_counts,
+                            .classes = run->data.classes };
+}
+
 /* Rank 0: uploads in ascending client id, weights, update, drift; *diverged when a loss or the new
  * state is not finite (the global state is then left as it was). */
-static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double *row, int *diverged)
+static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr, double *row, int *diverged)
 {
     const AlgoMethod *m = run->s.method;
     const FlRecordLayout *l = &run->layout;
@@ -484,8 +502,7 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double *r
         samples += h->n_samples;
     }
     if (*diverged) return FH_OK;
-    AlgoServerCtx sctx = { round, run->n_clients, run->n_params, run->n_state, run->s.hp, run->server_vecs,
-                           run->server_scalars };
+    AlgoServerCtx sctx = server_ctx(run, round, lr, L->selected, n_selected);
     const AlgoServerWeights *wp = m->weights ? m->weights : &algo_weights_samples;
     FH_CHECK(wp->weights(&sctx, L->uploads, n_selected, L->weights));
     if (m->update && m->update->update) FH_CHECK(m->update->update(&sctx, L->uploads, n_selected, L->weights, L->next));
@@ -540,7 +557,11 @@ static int evaluate(FlRun *run, double *row)
 {
     if (run->data.n_test == 0) return FH_OK;
     NnModel *m = &run->work.model;
-    nn_vec_copy(m->state, run->global, run->n_state);
+    /* the evaluated model: the global state, or the method's server-only vector (AFL's running average) */
+    if (run->comm.rank == 0)
+        nn_vec_copy(m->state, run->z.eval_private >= 0 ? run->server_private + (size_t)run->z.eval_private * run->n_state
+                                                      : run->global, run->n_state);
+    FH_CHECK(fl_bcast(&run->comm, m->state, run->n_state * (int64_t)sizeof(float)));
     FlEvalMetrics e;
     FH_CHECK(fl_evaluate(&run->comm, m, &run->data, DATA_ROWS_TEST, run->s.eval_batch, &e));
     if (run->comm.rank == 0) {
@@ -584,7 +605,8 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
 {
     const FlSettings *s = &run->s;
     const int K = run->n_clients;
-    const int64_t bcast_bytes = (int64_t)(1 + s->method->n_server_vectors) * run->n_state * (int64_t)sizeof(float);
+    const int64_t bcast_floats = (int64_t)(1 + run->z.server_vectors) * run->n_state;
+    const int64_t bcast_bytes = bcast_floats * (int64_t)sizeof(float) + run->z.server_scalars * (int64_t)sizeof(double);
     *stopped_by_signal = 0;
     for (int t = run->start_round; t < s->rounds; t++) {
         double row[FL_N_COLUMNS];
@@ -594,7 +616,9 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         FH_CHECK(fl_bcast(&run->comm, &plan, sizeof plan));
         FH_CHECK(fl_bcast(&run->comm, L->selected, (int64_t)plan.n_selected * (int64_t)sizeof *L->selected));
         const double t0 = fh_time_now();
-        FH_CHECK(fl_bcast(&run->comm, run->global, bcast_bytes));
+        FH_CHECK(fl_bcast(&run->comm, run->global, bcast_floats * (int64_t)sizeof(float)));
+        if (run->z.server_scalars)
+            FH_CHECK(fl_bcast(&run->comm, run->server_scalars, run->z.server_scalars * (int64_t)sizeof(double)));
         const double t1 = fh_time_now();
 
         int n_mine = 0, status = FH_OK;
@@ -611,7 +635,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
         if (run->comm.rank == 0) {
             int diverged = 0;
-            status = aggregate(run, L, plan.n_selected, t, row, &diverged);
+            status = aggregate(run, L, plan.n_selected, t, plan.lr, row, &diverged);
             if (status != FH_OK) {
                 fail_alone(run, status);
                 return status;
@@ -656,10 +680,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         }
         run->lr = plan.lr * s->lr_decay; /* spec 0.1.5: once at the end of every round */
         double t_eval = fh_time_now();
-        if (ctl.eval) {
-            FH_CHECK(fl_bcast(&run->comm, run->global, run->n_state * (int64_t)sizeof(float)));
-            FH_CHECK(evaluate(run, row));
-        }
+        if (ctl.eval) FH_CHECK(evaluate(run, row));
         t_eval = fh_time_now() - t_eval;
         if (run->comm.rank == 0) {
             row[FL_COL_t_eval] = t_eval;
@@ -696,6 +717,8 @@ static void run_free(FlRun *run)
     fh_free(&run->owned);
     fh_free(&run->global);
     fh_free(&run->server_scalars);
+    fh_free(&run->server_private);
+    fh_free(&run->client_sizes);
     fh_free(&run->rows);
     free(run->client_rows);
     if (run->metrics_csv) fclose(run->metrics_csv);
@@ -716,11 +739,11 @@ static void print_budget(const FlRun *run)
     double model_work = ((double)nn_model_activation_bytes(model, run->s.batch_size)) / mib + 3 * state;
     fh_log_info("memory per client rank: model state + gradient + optimiser + activations %.1f MiB, its clients' data, "
                 "%d persistent vector%s per client (%.1f MiB each), upload records %.1f MiB per owned client",
-                model_work, m->n_client_vectors, m->n_client_vectors == 1 ? "" : "s", state,
+                model_work, run->z.client_vectors, run->z.client_vectors == 1 ? "" : "s", state,
                 (double)run->layout.bytes / mib);
     fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors",
                 run->n_clients, (double)run->layout.bytes / mib, run->n_clients * (double)run->layout.bytes / mib,
-                3 + m->n_server_vectors);
+                3 + run->z.server_vectors + run->z.server_private);
 }
 
 static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_path)
@@ -736,6 +759,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     if (rank != 0) FH_CHECK(fl_agree(&run->comm, data_partfile_open(&run->data, s->data_path)));
     else FH_CHECK(fl_agree(&run->comm, FH_OK));
     run->n_clients = run->data.n_clients;
+    FH_CHECK(fh_calloc(&run->client_sizes, (size_t)run->n_clients, sizeof *run->client_sizes, "client sizes"));
+    for (int k = 0; k < run->n_clients; k++) run->client_sizes[k] = run->data.offsets[k + 1] - run->data.offsets[k];
     if (run->comm.size > 1 && run->comm.size - 1 > run->n_clients)
         FH_FAIL(FH_ERR_USAGE, "%d ranks for %d clients: at most clients + 1 = %d ranks (rank 0 is the server)",
                 run->comm.size, run->n_clients, run->n_clients + 1);
@@ -746,12 +771,18 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     run->n_state = m->n_state;
     run->n_params = m->n_params;
     run->layout_hash = fl_layout_hash(m);
-    fl_record_layout(&run->layout, s->method, run->n_state);
-    const AlgoMethod *meth = s->method;
-    FH_CHECK(fh_alloc_aligned(&run->global, (size_t)(1 + meth->n_server_vectors) * run->n_state * sizeof(float),
+    run->z = run->work.z;
+    fl_record_layout(&run->layout, &run->z, run->n_state);
+    FH_CHECK(fh_alloc_aligned(&run->global, (size_t)(1 + run->z.server_vectors) * run->n_state * sizeof(float),
                               "global state"));
     run->server_vecs = run->global + run->n_state;
-    FH_CHECK(fh_calloc(&run->server_scalars, (size_t)(meth->n_server_scalars + 1), sizeof(double), "server scalars"));
+    memset(run->global, 0, (size_t)(1 + run->z.server_vectors) * run->n_state * sizeof(float));
+    FH_CHECK(fh_calloc(&run->server_scalars, (size_t)(run->z.server_scalars + 1), sizeof(double), "server scalars"));
+    if (rank == 0 && run->z.server_private > 0) {
+        FH_CHECK(fh_alloc_aligned(&run->server_private, (size_t)run->z.server_private * run->n_state * sizeof(float),
+                                  "server vectors"));
+        memset(run->server_private, 0, (size_t)run->z.server_private * run->n_state * sizeof(float));
+    }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
     run->cap_client_rows = 64;
     run->client_rows = malloc((size_t)run->cap_client_rows * FL_N_CCOLUMNS * sizeof(double));
@@ -764,6 +795,14 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     } else {
         nn_model_init_params(m, (uint64_t)s->seed);
         nn_vec_copy(run->global, m->state, run->n_state);
+        if (s->method->server_init) {
+            status = FH_OK;
+            if (rank == 0) {
+                AlgoServerCtx sctx = server_ctx(run, 0, run->lr, NULL, 0);
+                status = s->method->server_init(&sctx, run->global);
+            }
+            FH_CHECK(fl_agree(&run->comm, status));
+        }
     }
     status = rank == 0 ? open_outputs(run) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));

@@ -3,88 +3,162 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fedhet/core.h"
 
 #define BIG 1e12
 
-static FhConfigKey schema[64 + ALGO_MAX_HP * 8];
-static int schema_n;
+/* The keys every method shares; then [algo] method; then one method's own keys. */
+static void base_keys(void);
+
+static FhConfigKey base[80];
+static int base_n;
 
 static void add(const char *section, const char *key, FhConfigType type, const char *def, double lo, double hi,
                 const char *choices, const char *help)
 {
-    schema[schema_n++] = (FhConfigKey){ section, key, type, def, lo, hi, choices, help };
+    base[base_n++] = (FhConfigKey){ section, key, type, def, lo, hi, choices, help };
 }
 
-/* Hyperparameters of every method, once each (two methods may share a key such as mu). */
-static void add_method_keys(void)
+static void build_base(void)
 {
-    static char defaults[ALGO_MAX_HP * 8][32];
-    int n_defaults = 0;
-    for (int i = 0; i < algo_count(); i++) {
-        const AlgoMethod *m = algo_at(i);
-        for (int h = 0; h < m->n_hp; h++) {
-            int seen = 0;
-            for (int j = 0; j < schema_n; j++)
-                seen |= !strcmp(schema[j].section, "algo") && !strcmp(schema[j].key, m->hp[h].key);
-            if (seen) continue;
-            snprintf(defaults[n_defaults], sizeof defaults[0], "%.15g", m->hp[h].default_value);
-            add("algo", m->hp[h].key, FH_CFG_FLOAT, defaults[n_defaults++], m->hp[h].lo, m->hp[h].hi, NULL,
-                m->hp[h].help);
-        }
-    }
+    if (base_n) return;
+    base_keys();
 }
 
 const FhConfigKey *fl_config_schema(int *n)
 {
-    if (!schema_n) {
-        add("data", "path", FH_CFG_STRING, NULL, 1, 0, NULL, "partitioned HDF5 file (fedhet partition); made from source if absent");
-        add("data", "source", FH_CFG_STRING, "", 1, 0, NULL,
-            "raw data set to partition into path when path does not exist (e.g. fashion-mnist); empty: path must exist");
-        add("data", "scheme", FH_CFG_CHOICE, "dirichlet", 1, 0, "iid|dirichlet|pathological|quantity", "partition scheme (with source)");
-        add("data", "alpha", FH_CFG_FLOAT, "0.5", 1e-9, BIG, NULL, "Dirichlet / quantity concentration, > 0 (with source)");
-        add("data", "clients", FH_CFG_INT, "10", 1, 1000000, NULL, "number of clients K (with source)");
-        add("data", "min_size", FH_CFG_INT, "10", 0, 1e9, NULL, "smallest client (with source)");
-        add("data", "classes_per_client", FH_CFG_INT, "2", 1, 1e6, NULL, "pathological classes per client (with source)");
-        add("data", "corruption", FH_CFG_CHOICE, "none", 1, 0, "none|gaussian_noise|motion_blur", "quality shift of the last clients (with source)");
-        add("data", "severity", FH_CFG_INT, "3", 1, 5, NULL, "corruption severity (with source)");
-        add("data", "corrupted", FH_CFG_INT, "0", 0, 1e6, NULL, "number of corrupted clients (with source)");
-        add("data", "partition_seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "partition seed (with source)");
-        add("data", "eval_batch", FH_CFG_INT, "500", 1, 1e6, NULL, "test batch size (evaluation is split over ranks by batch)");
-        add("model", "name", FH_CFG_CHOICE, "cnn", 1, 0, "mlp|cnn|lenet|smallcnn|resnet8|resnet18|resnet18_gn|mobilenetv2", "model of the zoo");
-        add("model", "norm", FH_CFG_CHOICE, "bn", 1, 0, "bn|gn", "resnet18 normalisation");
-        add("model", "groups", FH_CFG_INT, "2", 1, 1024, NULL, "GroupNorm groups");
-        add("train", "optimizer", FH_CFG_CHOICE, "sgd", 1, 0, "sgd|adam|adamw", "local optimiser, fresh every round (spec 0.1)");
-        add("train", "lr", FH_CFG_FLOAT, "0.01", 1e-12, BIG, NULL, "local learning rate, > 0");
-        add("train", "momentum", FH_CFG_FLOAT, "0", 0, 0.999999, NULL, "SGD momentum");
-        add("train", "weight_decay", FH_CFG_FLOAT, "0", 0, 1, NULL, "L2 added to the gradient (AdamW: decoupled)");
-        add("train", "epochs", FH_CFG_INT, "1", 1, 100000, NULL, "local epochs E (when steps = 0)");
-        add("train", "steps", FH_CFG_INT, "0", 0, 1e12, NULL, "local steps per round instead of epochs; 0: E epochs");
-        add("train", "batch_size", FH_CFG_INT, "64", 1, 65536, NULL, "local batch size B (the last partial batch is kept)");
-        add("train", "clip", FH_CFG_FLOAT, "0", 0, BIG, NULL, "clip the gradient's L2 norm to this; 0: off");
-        add("train", "lr_decay", FH_CFG_FLOAT, "1", 1e-6, 1, NULL, "lr multiplied by this after every round (spec 0.1.5)");
-        add("train", "beta1", FH_CFG_FLOAT, "0.9", 0, 0.999999, NULL, "Adam beta1");
-        add("train", "beta2", FH_CFG_FLOAT, "0.999", 0, 0.999999999, NULL, "Adam beta2");
-        add("train", "eps", FH_CFG_FLOAT, "1e-8", 1e-30, 1, NULL, "Adam epsilon");
-        add("train", "threads", FH_CFG_INT, "1", 1, 256, NULL, "OpenBLAS threads per rank (results are promised for a fixed value)");
-        add("fl", "rounds", FH_CFG_INT, "10", 1, 1e8, NULL, "communication rounds T");
-        add("fl", "selection", FH_CFG_CHOICE, "all", 1, 0, "all|fraction|count|bernoulli",
-            "clients per round: all; fraction: max(floor(fraction K), 1) uniform without replacement; count; bernoulli: each with p = fraction (spec 0.2)");
-        add("fl", "fraction", FH_CFG_FLOAT, "0.1", 1e-9, 1, NULL, "share of clients for selection = fraction | bernoulli");
-        add("fl", "count", FH_CFG_INT, "10", 1, 1e6, NULL, "clients per round for selection = count");
-        add("fl", "seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "seed of model init, selection, shuffles, augmentation");
-        add("fl", "eval_every", FH_CFG_INT, "1", 0, 1e8, NULL, "evaluate the global model every this many rounds (and after the last); 0: last only");
-        add("fl", "checkpoint_every", FH_CFG_INT, "10", 0, 1e8, NULL, "checkpoint every this many rounds (and at the end); 0: end only");
-        add("algo", "method", FH_CFG_CHOICE, "fedavg", 1, 0, algo_choices(), "federated method (fedhet methods lists them)");
-        add_method_keys();
-        add("output", "dir", FH_CFG_STRING, "outputs", 1, 0, NULL, "folder of run folders");
-        add("output", "name", FH_CFG_STRING, "", 1, 0, NULL, "run folder name; empty: the config file's name without .ini");
-        add("output", "log_level", FH_CFG_CHOICE, "info", 1, 0, "quiet|warn|info|debug", "how much to print");
+    build_base();
+    *n = base_n;
+    return base;
+}
+
+/* One schema per method, built once and kept (a loaded config holds its schema by pointer). */
+#define MAX_METHODS 96
+static FhConfigKey *method_schema[MAX_METHODS];
+static int method_schema_n[MAX_METHODS];
+static char method_defaults[MAX_METHODS][ALGO_MAX_HP][32];
+
+static int method_index(const AlgoMethod *m)
+{
+    for (int i = 0; i < algo_count() && i < MAX_METHODS; i++)
+        if (algo_at(i) == m) return i;
+    return -1;
+}
+
+const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, int *n)
+{
+    build_base();
+    const int mi = method_index(m);
+    if (mi < 0) {
+        *n = base_n;
+        return base;
     }
-    *n = schema_n;
-    return schema;
+    if (!method_schema[mi]) {
+        FhConfigKey *k = calloc((size_t)(base_n + m->n_hp), sizeof *k);
+        if (!k) {
+            *n = base_n;
+            return base;
+        }
+        memcpy(k, base, (size_t)base_n * sizeof *k);
+        for (int h = 0; h < m->n_hp; h++) {
+            const AlgoHyper *hp = &m->hp[h];
+            char *def = method_defaults[mi][h];
+            if (hp->choices) {
+                /* the default's name: the choice at index default_value */
+                const char *c = hp->choices;
+                for (int i = 0; i < (int)hp->default_value && strchr(c, '|'); i++) c = strchr(c, '|') + 1;
+                size_t len = strchr(c, '|') ? (size_t)(strchr(c, '|') - c) : strlen(c);
+                snprintf(def, 32, "%.*s", (int)len, c);
+                k[base_n + h] = (FhConfigKey){ "algo", hp->key, FH_CFG_CHOICE, def, 1, 0, hp->choices, hp->help };
+            } else {
+                snprintf(def, 32, "%.15g", hp->default_value);
+                k[base_n + h] = (FhConfigKey){ "algo", hp->key, FH_CFG_FLOAT, def, hp->lo, hp->hi, NULL, hp->help };
+            }
+        }
+        method_schema[mi] = k;
+        method_schema_n[mi] = base_n + m->n_hp;
+    }
+    *n = method_schema_n[mi];
+    return method_schema[mi];
+}
+
+/* Every method key of every method as a free string: for reading [algo] method before the method's own
+ * schema is known, and for naming the method a stray key belongs to. */
+const FhConfigKey *fl_config_schema_any(int *n)
+{
+    static FhConfigKey *k;
+    static int kn;
+    build_base();
+    if (!k) {
+        int total = base_n;
+        for (int i = 0; i < algo_count(); i++) total += algo_at(i)->n_hp;
+        k = calloc((size_t)total, sizeof *k);
+        if (!k) {
+            *n = base_n;
+            return base;
+        }
+        memcpy(k, base, (size_t)base_n * sizeof *k);
+        kn = base_n;
+        for (int i = 0; i < algo_count(); i++)
+            for (int h = 0; h < algo_at(i)->n_hp; h++) {
+                const char *key = algo_at(i)->hp[h].key;
+                int seen = 0;
+                for (int j = base_n; j < kn; j++) seen |= !strcmp(k[j].key, key);
+                if (!seen) k[kn++] = (FhConfigKey){ "algo", key, FH_CFG_STRING, "", 1, 0, NULL, "method key" };
+            }
+    }
+    *n = kn;
+    return k;
+}
+
+static void base_keys(void)
+{
+    add("data", "path", FH_CFG_STRING, NULL, 1, 0, NULL, "partitioned HDF5 file (fedhet partition); made from source if absent");
+    add("data", "source", FH_CFG_STRING, "", 1, 0, NULL,
+        "raw data set to partition into path when path does not exist (e.g. fashion-mnist); empty: path must exist");
+    add("data", "scheme", FH_CFG_CHOICE, "dirichlet", 1, 0, "iid|dirichlet|pathological|quantity", "partition scheme (with source)");
+    add("data", "alpha", FH_CFG_FLOAT, "0.5", 1e-9, BIG, NULL, "Dirichlet / quantity concentration, > 0 (with source)");
+    add("data", "clients", FH_CFG_INT, "10", 1, 1000000, NULL, "number of clients K (with source)");
+    add("data", "min_size", FH_CFG_INT, "10", 0, 1e9, NULL, "smallest client (with source)");
+    add("data", "classes_per_client", FH_CFG_INT, "2", 1, 1e6, NULL, "pathological classes per client (with source)");
+    add("data", "corruption", FH_CFG_CHOICE, "none", 1, 0, "none|gaussian_noise|motion_blur", "quality shift of the last clients (with source)");
+    add("data", "severity", FH_CFG_INT, "3", 1, 5, NULL, "corruption severity (with source)");
+    add("data", "corrupted", FH_CFG_INT, "0", 0, 1e6, NULL, "number of corrupted clients (with source)");
+    add("data", "partition_seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "partition seed (with source)");
+    add("data", "eval_batch", FH_CFG_INT, "500", 1, 1e6, NULL, "test batch size (evaluation is split over ranks by batch)");
+    add("model", "name", FH_CFG_CHOICE, "cnn", 1, 0, "mlp|cnn|lenet|smallcnn|resnet8|resnet18|resnet18_gn|mobilenetv2", "model of the zoo");
+    add("model", "norm", FH_CFG_CHOICE, "bn", 1, 0, "bn|gn", "resnet18 normalisation");
+    add("model", "groups", FH_CFG_INT, "2", 1, 1024, NULL, "GroupNorm groups");
+    add("train", "optimizer", FH_CFG_CHOICE, "sgd", 1, 0, "sgd|adam|adamw", "local optimiser, fresh every round (spec 0.1)");
+    add("train", "lr", FH_CFG_FLOAT, "0.01", 1e-12, BIG, NULL, "local learning rate, > 0");
+    add("train", "momentum", FH_CFG_FLOAT, "0", 0, 0.999999, NULL, "SGD momentum");
+    add("train", "weight_decay", FH_CFG_FLOAT, "0", 0, 1, NULL, "L2 added to the gradient (AdamW: decoupled)");
+    add("train", "epochs", FH_CFG_INT, "1", 1, 100000, NULL, "local epochs E (when steps = 0)");
+    add("train", "steps", FH_CFG_INT, "0", 0, 1e12, NULL, "local steps per round instead of epochs; 0: E epochs");
+    add("train", "batch_size", FH_CFG_INT, "64", 1, 65536, NULL, "local batch size B (the last partial batch is kept)");
+    add("train", "clip", FH_CFG_FLOAT, "0", 0, BIG, NULL, "clip the gradient's L2 norm to this; 0: off");
+    add("train", "lr_decay", FH_CFG_FLOAT, "1", 1e-6, 1, NULL, "lr multiplied by this after every round (spec 0.1.5)");
+    add("train", "beta1", FH_CFG_FLOAT, "0.9", 0, 0.999999, NULL, "Adam beta1");
+    add("train", "beta2", FH_CFG_FLOAT, "0.999", 0, 0.999999999, NULL, "Adam beta2");
+    add("train", "eps", FH_CFG_FLOAT, "1e-8", 1e-30, 1, NULL, "Adam epsilon");
+    add("train", "logit_adjust", FH_CFG_FLOAT, "0", 0, 100, NULL,
+        "logit adjustment tau of the local loss, any method (spec A.22; seed 001 uses 1); 0: off");
+    add("train", "threads", FH_CFG_INT, "1", 1, 256, NULL, "OpenBLAS threads per rank (results are promised for a fixed value)");
+    add("fl", "rounds", FH_CFG_INT, "10", 1, 1e8, NULL, "communication rounds T");
+    add("fl", "selection", FH_CFG_CHOICE, "all", 1, 0, "all|fraction|count|bernoulli",
+        "clients per round: all; fraction: max(floor(fraction K), 1) uniform without replacement; count; bernoulli: each with p = fraction (spec 0.2)");
+    add("fl", "fraction", FH_CFG_FLOAT, "0.1", 1e-9, 1, NULL, "share of clients for selection = fraction | bernoulli");
+    add("fl", "count", FH_CFG_INT, "10", 1, 1e6, NULL, "clients per round for selection = count");
+    add("fl", "seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "seed of model init, selection, shuffles, augmentation");
+    add("fl", "eval_every", FH_CFG_INT, "1", 0, 1e8, NULL, "evaluate the global model every this many rounds (and after the last); 0: last only");
+    add("fl", "checkpoint_every", FH_CFG_INT, "10", 0, 1e8, NULL, "checkpoint every this many rounds (and at the end); 0: end only");
+    add("algo", "method", FH_CFG_CHOICE, "fedavg", 1, 0, algo_choices(), "federated method (fedhet methods lists them)");
+    add("output", "dir", FH_CFG_STRING, "outputs", 1, 0, NULL, "folder of run folders");
+    add("output", "name", FH_CFG_STRING, "", 1, 0, NULL, "run folder name; empty: the config file's name without .ini");
+    add("output", "log_level", FH_CFG_CHOICE, "info", 1, 0, "quiet|warn|info|debug", "how much to print");
 }
 
 void fl_print_config_help(FILE *out)
@@ -92,6 +166,45 @@ void fl_print_config_help(FILE *out)
     int n;
     const FhConfigKey *keys = fl_config_schema(&n);
     fh_config_print_help(out, keys, n);
+    fprintf(out, "\nMethod keys, in [algo], each valid only with its method (fedhet methods NAME for details):\n");
+    for (int i = 0; i < algo_count(); i++) {
+        const AlgoMethod *m = algo_at(i);
+        if (!m->n_hp) continue;
+        fprintf(out, "  %-12s", m->name);
+        for (int h = 0; h < m->n_hp; h++) fprintf(out, "%s%s", h ? ", " : " ", m->hp[h].key);
+        fprintf(out, "\n");
+    }
+}
+
+/* Two passes: the first reads [algo] method with every method key accepted as text, and rejects keys of
+ * other methods; the second loads the config against the method's own typed keys. */
+int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int n_overrides)
+{
+    *out = NULL;
+    int n;
+    const FhConfigKey *any = fl_config_schema_any(&n);
+    FhConfig *first = NULL;
+    FH_CHECK(fh_config_load_file(&first, any, n, path, overrides, n_overrides));
+    const AlgoMethod *m = algo_find(fh_config_string(first, "algo", "method"));
+    for (int i = 0; m && i < n; i++) {
+        if (strcmp(any[i].section, "algo") || !strcmp(any[i].key, "method")) continue;
+        if (fh_config_is_default(first, "algo", any[i].key) || algo_hp_index(m, any[i].key) >= 0) continue;
+        char owners[512] = "", keys[512] = "";
+        size_t used = 0;
+        for (int j = 0; j < algo_count(); j++)
+            if (algo_hp_index(algo_at(j), any[i].key) >= 0 && used < sizeof owners)
+                used += (size_t)snprintf(owners + used, sizeof owners - used, "%s%s", used ? ", " : "", algo_at(j)->name);
+        used = 0;
+        for (int h = 0; h < m->n_hp && used < sizeof keys; h++)
+            used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", h ? ", " : "", m->hp[h].key);
+        fh_config_free(&first);
+        FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s is a key of %s, not of method %s (its keys: %s)", path, any[i].key,
+                owners, m->name, m->n_hp ? keys : "none");
+    }
+    fh_config_free(&first);
+    if (!m) FH_FAIL(FH_ERR_USAGE, "%s: [algo] method is unknown", path);
+    const FhConfigKey *own = fl_config_schema_for(m, &n);
+    return fh_config_load_file(out, own, n, path, overrides, n_overrides);
 }
 
 #define S(sec, key) fh_config_string(cfg, sec, key)
@@ -129,6 +242,7 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->beta2 = F("train", "beta2");
     s->eps = F("train", "eps");
     s->threads = (int)I("train", "threads");
+    s->logit_adjust = F("train", "logit_adjust");
     s->rounds = (int)I("fl", "rounds");
     s->selection = S("fl", "selection");
     s->fraction = F("fl", "fraction");
@@ -138,7 +252,26 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->checkpoint_every = (int)I("fl", "checkpoint_every");
     s->method = algo_find(S("algo", "method"));
     if (!s->method) FH_FAIL(FH_ERR_USAGE, "[algo] method = %s is unknown", S("algo", "method"));
-    for (int h = 0; h < s->method->n_hp; h++) s->hp[h] = F("algo", s->method->hp[h].key);
+    for (int h = 0; h < s->method->n_hp; h++) {
+        const AlgoHyper *hp = &s->method->hp[h];
+        if (hp->choices) {
+            /* a choice is carried as its index */
+            const char *v = S("algo", hp->key), *c = hp->choices;
+            const size_t len = strlen(v);
+            int index = 0;
+            while (strncmp(c, v, len) || (c[len] != '|' && c[len] != '\0')) {
+                c = strchr(c, '|') + 1;
+                index++;
+            }
+            s->hp[h] = index;
+            continue;
+        }
+        s->hp[h] = F("algo", hp->key);
+        if ((hp->lo_open && !(s->hp[h] > hp->lo)) || (hp->hi_open && !(s->hp[h] < hp->hi)))
+            FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s = %g is outside %c%g, %g%c (method %s)",
+                    config_path ? config_path : "config", hp->key, s->hp[h], hp->lo_open ? '(' : '[', hp->lo, hp->hi,
+                    hp->hi_open ? ')' : ']', s->method->name);
+    }
     s->out_dir = S("output", "dir");
     s->name = S("output", "name");
     s->log_level = S("output", "log_level");

@@ -48,6 +48,8 @@ static void settings(FlSettings *s, const char *method)
     s->epochs = 2;
     s->batch_size = 16;
     s->seed = 11;
+    s->selection = "all";
+    s->rounds = 3;
     s->method = algo_find(method);
 }
 
@@ -63,7 +65,7 @@ static void test_one_client_fedavg_equals_centralised(void)
     CHECK_OK(fl_client_init(&w, &s, &f, &client, 1));
     const int64_t P = w.model.n_state;
     FlRecordLayout l;
-    fl_record_layout(&l, s.method, P);
+    fl_record_layout(&l, &w.z, P);
     void *rec = calloc(1, l.bytes);
     float *global = malloc((size_t)P * sizeof(float)), *next = malloc((size_t)P * sizeof(float));
     nn_model_init_params(&w.model, (uint64_t)s.seed);
@@ -82,10 +84,10 @@ static void test_one_client_fedavg_equals_centralised(void)
     int32_t y[16];
 
     for (int round = 0; round < 3; round++) {
-        CHECK_OK(fl_client_train(&w, &l, global, NULL, 0, round, s.lr, rec));
+        CHECK_OK(fl_client_train(&w, &l, global, NULL, NULL, 0, 0, round, s.lr, rec));
         AlgoUpload u = { 0, fl_record_header(rec)->n_samples, fl_record_header(rec)->n_steps, 0, NULL,
                          fl_record_state(rec, &l), NULL };
-        AlgoServerCtx sc = { round, 1, w.model.n_params, P, NULL, NULL, NULL };
+        AlgoServerCtx sc = { .round = round, .n_clients = 1, .n_params = w.model.n_params, .n_state = P };
         double p;
         CHECK_OK(algo_weights_samples.weights(&sc, &u, 1, &p));
         CHECK_OK(algo_average(&sc, &u, 1, &p, next));
@@ -121,7 +123,7 @@ static void test_uniform_equals_fedavg_for_equal_sizes(void)
     const int64_t P = 5;
     float a[5] = { 1, 2, 3, 4, 5 }, b[5] = { -1, 0, 1, 2, 30 }, c[5] = { 0.5f, 0.25f, 0, 8, -2 };
     AlgoUpload u[3] = { { 0, 40, 3, 0, NULL, a, NULL }, { 1, 40, 3, 0, NULL, b, NULL }, { 2, 40, 3, 0, NULL, c, NULL } };
-    AlgoServerCtx sc = { 0, 3, P, P, NULL, NULL, NULL };
+    AlgoServerCtx sc = { .n_clients = 3, .n_params = P, .n_state = P };
     double p1[3], p2[3];
     float g1[5], g2[5];
     CHECK_OK(algo_weights_samples.weights(&sc, u, 3, p1));

@@ -1,0 +1,88 @@
+/* fedhet methods: every method with its components, state and payload (spec A.24), so that users see the
+ * cost before they run; `fedhet methods NAME` adds the method's keys. */
+#include <stdio.h>
+#include <string.h>
+
+#include "app.h"
+#include "fedhet/algo.h"
+#include "fedhet/core.h"
+
+static void print_help(void)
+{
+    printf("usage: fedhet methods [NAME]\n"
+           "\n"
+           "Without NAME: one line per method: name, components (the hooks it sets: batch = loss on logits or\n"
+           "  features, term = gradient term, corr = gradient correction, step = own local step, report =\n"
+           "  client begin/end work, weights, update, init = server state), state kept per client and on the\n"
+           "  server, and payload per participating client and round in models (P floats) and scalars.\n"
+           "With NAME: the method's summary, source, and its [algo] keys with defaults, ranges and meaning.\n");
+}
+
+static void components(const AlgoMethod *m, char *out, size_t n)
+{
+    size_t used = 0;
+    out[0] = '\0';
+#define PART(cond, name) \
+    if (cond && used < n) used += (size_t)snprintf(out + used, n - used, "%s%s", used ? "+" : "", name);
+    PART(m->batch_term, "batch")
+    PART(m->local_term, "term")
+    PART(m->correction, "corr")
+    PART(m->step, "step")
+    PART(m->report, "report")
+    PART(m->weights && m->weights != &algo_weights_samples, "weights")
+    PART(m->update, "update")
+    PART(m->server_init, "init")
+#undef PART
+    if (!used) snprintf(out, n, "-");
+}
+
+static void print_keys(const AlgoMethod *m)
+{
+    if (!m->n_hp) {
+        printf("  no keys\n");
+        return;
+    }
+    for (int h = 0; h < m->n_hp; h++) {
+        const AlgoHyper *hp = &m->hp[h];
+        if (hp->choices) {
+            const char *c = hp->choices;
+            for (int i = 0; i < (int)hp->default_value && strchr(c, '|'); i++) c = strchr(c, '|') + 1;
+            int len = strchr(c, '|') ? (int)(strchr(c, '|') - c) : (int)strlen(c);
+            printf("  %-16s default %.*s, one of %s\n", hp->key, len, c, hp->choices);
+        } else {
+            printf("  %-16s default %g, range %c%g, %g%c\n", hp->key, hp->default_value, hp->lo_open ? '(' : '[', hp->lo,
+                   hp->hi, hp->hi_open ? ')' : ']');
+        }
+        printf("  %-16s %s\n", "", hp->help);
+    }
+}
+
+int app_cmd_methods(int argc, char **argv)
+{
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        print_help();
+        return FH_OK;
+    }
+    if (argc > 2) FH_FAIL(FH_ERR_USAGE, "methods takes at most one method name (see fedhet methods --help)");
+    if (argc == 2) {
+        const AlgoMethod *m = algo_find(argv[1]);
+        if (!m) FH_FAIL(FH_ERR_USAGE, "no method named '%s'; methods: %s", argv[1], algo_choices());
+        char parts[128];
+        components(m, parts, sizeof parts);
+        printf("%s: %s\n  source: %s\n  components: %s\n  state: %s\n  payload: %s\n\n[algo] keys (method = %s):\n",
+               m->name, m->summary, m->source, parts, m->state ? m->state : "-", m->payload ? m->payload : "-",
+               m->name);
+        print_keys(m);
+        return FH_OK;
+    }
+    printf("%-12s %-26s %-34s %-22s %s\n", "method", "components", "state (client | server)", "payload", "summary");
+    for (int i = 0; i < algo_count(); i++) {
+        const AlgoMethod *m = algo_at(i);
+        char parts[128];
+        components(m, parts, sizeof parts);
+        printf("%-12s %-26s %-34s %-22s %s\n", m->name, parts, m->state ? m->state : "-", m->payload ? m->payload : "-",
+               m->summary);
+    }
+    printf("\nP = model size in floats; K = clients; m = clients per round. fedhet methods NAME lists a method's keys.\n");
+    return FH_OK;
+}
