@@ -8,7 +8,8 @@ PYTHON   ?= python3
 
 # Every Debian package the project needs; `make deps` installs the missing ones.
 DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5-tools librandom123-dev \
-             libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config
+             libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
+             slurm-wlm munge
 BENCH_PKGS = python3-torch python3-numpy
 
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
