@@ -24,6 +24,8 @@ const char *const fl_client_column_names[FL_N_CCOLUMNS] = { "round", "client", "
 static volatile sig_atomic_t stop_requested;
 static void on_sigterm(int sig) { stop_requested = 1; }
 
+int fl_sigterm_seen(void) { return stop_requested != 0; }
+
 /* ---- setup -------------------------------------------------------------------------------------------- */
 
 static const char *const resume_may_change[] = { "fl.rounds", NULL };
@@ -853,6 +855,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
         fprintf(run.log, "error: %s\n", fh_error_message());
         fflush(run.log);
     }
+    if (opt->stopped) *opt->stopped = status == FH_OK && stopped;
     loop_free(&loop);
     run_free(&run);
     return status;
