@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The README's method tables from real runs: inputs/methods-table.ini once per method (3 MPI ranks), then
+# a markdown table of final test accuracy, the best over the evaluated rounds, and seconds per round,
+# beside FedAvg's, into outputs/methods-table/table.md.
+# usage: tools/methods-table.sh [METHOD[:key=value,...] ...]   (default: every method of `fedhet methods`)
+# e.g.   tools/methods-table.sh fedavg fedprox "afl:algo.variant=original,train.steps=1"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+NP=${NP:-3}
+CONFIG=inputs/methods-table.ini
+OUT=outputs/methods-table
+mkdir -p "$OUT"
+if [ $# -eq 0 ]; then
+    set -- $(bin/fedhet methods | awk 'NR > 1 && NF > 1 && $1 != "P" { print $1 }')
+fi
+column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { print $c }' "$1"; }
+for spec in "$@"; do
+    method=${spec%%:*}
+    extra=()
+    name=$method
+    if [ "$spec" != "$method" ]; then
+        IFS=, read -r -a extra <<<"${spec#*:}"
+        name=$method-$(echo "${spec#*:}" | tr -c 'a-zA-Z0-9.=\n' _ | tr '=' '-')
+    fi
+    echo "== $name"
+    start=$(date +%s)
+    if mpirun --oversubscribe -np "$NP" bin/fedhet run "$CONFIG" algo.method="$method" "${extra[@]}" \
+        output.name="$name" --force >"$OUT/$name.log" 2>&1; then
+        echo "   $(( $(date +%s) - start )) s"
+    else
+        echo "   failed: $(grep -m1 error "$OUT/$name.log" || tail -1 "$OUT/$name.log")"
+    fi
+done
+# the table: every run folder there is
+{
+    echo "| method | test accuracy after 20 rounds | best evaluated | s / round | vs FedAvg |"
+    echo "| --- | --- | --- | --- | --- |"
+    base=$(column "$OUT/fedavg/metrics.csv" test_accuracy 2>/dev/null | grep -v nan | tail -1 || true)
+    for dir in "$OUT"/*/; do
+        name=$(basename "$dir")
+        csv=$dir/metrics.csv
+        [ -f "$csv" ] || continue
+        acc=$(column "$csv" test_accuracy | grep -v nan | tail -1)
+        best=$(column "$csv" test_accuracy | grep -v nan | sort -g | tail -1)
+        secs=$(column "$csv" t_round | awk '{ s += $1; n++ } END { if (n) printf "%.2f", s / n }')
+        diff=$(awk -v a="$acc" -v b="$base" 'BEGIN { if (b == "") print "-"; else printf "%+.4f", a - b }')
+        printf '| %s | %.4f | %.4f | %s | %s |\n' "$name" "$acc" "$best" "$secs" "$diff"
+    done
+} >"$OUT/table.md"
+cat "$OUT/table.md"
