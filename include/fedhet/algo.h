@@ -46,6 +46,7 @@ typedef struct {
     double lr, momentum, weight_decay, clip;
     int64_t steps;           /* fixed local steps, 0: epochs */
     int epochs, batch_size;
+    int64_t seed;            /* fl.seed: w^0 = nn_model_init_params(seed); key of the method's Philox draws */
 } AlgoSetup;
 
 typedef struct {
@@ -58,12 +59,18 @@ typedef struct {
     int eval_private;        /* -1: evaluate the global state; else this server-only vector */
     int aux_models;          /* extra model instances on client ranks (teachers, previous models) */
     int work_vectors;        /* scratch state vectors on client ranks */
+    /* diagnostics (metrics.csv perturb_norm, grad_norm: the server's plain mean over the uploads): 1 + the
+     * index of the upload scalar holding the client's mean perturbation norm / mean local gradient norm over
+     * its steps; 0: the method has none (NaN) */
+    int upload_perturb_norm, upload_grad_norm;
 } AlgoSizes;
 
 /* A model's quality on the client's whole training set (eval mode, no augmentation). */
 typedef struct {
     double loss, accuracy, balanced_accuracy; /* mean CE; balanced: mean recall over the classes present */
 } AlgoLocalEval;
+
+struct AlgoBatch;
 
 /* What client-side hooks see. */
 typedef struct AlgoClientCtx {
@@ -88,11 +95,24 @@ typedef struct AlgoClientCtx {
     double loss_sample_sum;   /* sum over steps of batch-mean loss x batch size (FedNoLoWe's L_k) */
     int64_t samples_seen;
     float *momentum_buf;      /* the SGD momentum buffer [n_params], NULL without momentum */
+    int momentum_kept;        /* set by report->begin after loading momentum_buf: the first step continues
+                               * that buffer (an optimiser kept across rounds, FedNoLoWe) instead of starting it */
     /* the configured optimiser's update of w (trainable part) with grad; used by step hooks */
     void (*optimizer_step)(struct AlgoClientCtx *c, float *w, const float *grad);
-    /* evaluates `state` on this client's whole training set (uses model; restores nothing) */
+    /* evaluates `state` on this client's whole training set in eval mode, without augmentation (uses
+     * model's activations and the batch buffers: call it from report hooks, not inside a step) */
     int (*eval_local)(struct AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out);
+    /* the same pass, calling fn(env, batch) for every batch (logits, features) */
+    int (*for_each_local_batch)(struct AlgoClientCtx *c, NnModel *model, const float *state,
+                                int (*fn)(void *env, const struct AlgoBatch *b), void *env);
     void *optimizer;
+    /* SAM-family steps (spec algorithms-sam 0.2): while grad_pure = 1 the grad callback returns the pure
+     * minibatch-loss gradient (loss and batch terms only: no local terms, correction or clip), from which a
+     * perturbation is computed; grad_terms then adds what it left out to grad at model->state (local terms,
+     * correction, clip, in that order) and the local terms' value to *loss */
+    int grad_pure;
+    void (*grad_terms)(struct AlgoClientCtx *c, float *grad, double *loss);
+    const struct AlgoMethod *method; /* the run's method (the host's row while a plug-in's hook runs) */
 } AlgoClientCtx;
 
 /* Computes the mean loss of the current batch at model->state and its gradient (local terms and
@@ -100,7 +120,7 @@ typedef struct AlgoClientCtx {
 typedef int (*AlgoGradFn)(void *env, double *loss);
 
 /* The batch of the current step, after the forward pass. */
-typedef struct {
+typedef struct AlgoBatch {
     const float *x;
     const int32_t *y;
     int count, classes;
@@ -108,6 +128,12 @@ typedef struct {
     const float *features;  /* [count, feature_size]: the classifier's input */
     int64_t feature_size;
 } AlgoBatch;
+
+typedef struct {
+    /* per-sample weights [b->count] of the batch's cross-entropy (mean of w_i l_i over the batch; FLOOD);
+     * called after the forward pass, before the loss */
+    int (*weigh)(AlgoClientCtx *c, const AlgoBatch *b, float *weights);
+} AlgoSampleWeights;
 
 typedef struct {
     /* adds d term/d logits and d term/d features of the batch; returns the term's value */
@@ -126,6 +152,15 @@ typedef struct {
 typedef struct {
     /* one local step; the default calls grad once and then c->optimizer_step */
     int (*step)(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
+    /* SAM-family steps only (src/algo/sam.c; NULL / 0: the default). The radius of a step is
+     * client_radius(c, round_radius(setup, hp, round)): round_radius gives rho(t) of every client of a round
+     * (FedISM+'s progressive radius; NULL: the method's key `rho`), and is checked for every round at
+     * validation (NaN or negative: refused naming the method's keys); client_radius turns it into this
+     * client's radius (FedSCAM; NULL: rho(t) itself). norm_eps is e in eps = rho g / (||g|| + e) (0: 1e-7,
+     * FL-Simulator). A method with its own radius sets these two hooks and reuses algo_sam_step. */
+    double (*round_radius)(const AlgoSetup *s, const double *hp, int round);
+    double (*client_radius)(const AlgoClientCtx *c, double rho);
+    double norm_eps;
 } AlgoLocalStep;
 
 typedef struct {
@@ -160,6 +195,8 @@ typedef struct {
     const int64_t *client_sizes;  /* [K] n_k of every client */
     const int32_t *label_counts;  /* [K * classes] */
     int classes;
+    const NnParamView *views;     /* [n_views] the model's tensors in the state layout (per-tensor rules) */
+    int n_views;
 } AlgoServerCtx;
 
 typedef struct {
@@ -188,6 +225,7 @@ typedef struct AlgoMethod {
     const char *source;  /* spec section */
     const char *state;   /* "client: c_k (P); server: c (P)" (spec A.24) */
     const char *payload; /* "down 2, up 2" */
+    const AlgoSampleWeights *sample_weights;
     const AlgoBatchTerm *batch_term;
     const AlgoLocalTerm *local_term;
     const AlgoGradCorrection *correction;
@@ -202,6 +240,11 @@ typedef struct AlgoMethod {
     /* sizes depending on the setup; NULL: the fixed counts below */
     void (*sizes)(const AlgoSetup *s, AlgoSizes *z);
     int n_client_vectors, n_server_vectors, n_server_private, n_server_scalars, n_upload_vectors, n_upload_scalars;
+    /* a method usable as `[algo] plugin = name` on top of another (its sample weights, report and server
+     * weights compose with the host's; its upload scalars follow the host's); plugin_refuse names hosts it
+     * cannot join: NULL, or a reason for host `host` */
+    int plugin;
+    const char *(*plugin_refuse)(const struct AlgoMethod *host, const double *host_hp);
     int n_hp;
     AlgoHyper hp[ALGO_MAX_HP];
 } AlgoMethod;
@@ -212,6 +255,8 @@ int algo_count(void);
 const AlgoMethod *algo_at(int i);
 /* "fedavg|uniform|..." for the config's choice list (static storage) */
 const char *algo_choices(void);
+/* "none|flood|...": the methods usable as plug-ins */
+const char *algo_plugin_choices(void);
 /* index of hyperparameter `key` of m, or -1 */
 int algo_hp_index(const AlgoMethod *m, const char *key);
 /* The sizes of m under setup (the fixed counts, then m->sizes). */
@@ -225,5 +270,16 @@ int algo_average(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, 
  * double accumulation in ascending client id. For rules that treat parameters and buffers apart. */
 int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int vec, int64_t from,
                        int64_t to, float *out);
+
+/* SAM family diagnostics (src/algo/sam_diag.c) */
+/* Floats of scratch algo_sam_sharpness needs for model m. */
+int64_t algo_sam_sharpness_work(const NnModel *m);
+/* Sharpness of `state` on a probe set (spec algorithms-sam 12 definitions): eval mode, plain CE;
+ * G = sum of the per-sample gradients, e = rho G / (||G|| + 1e-12) on the trainable part; *loss = L0 = mean
+ * CE at state, *perturbed = L1 = mean CE at state + e (the sharpness is max(L1 - L0, 1e-10)). x [n, C, H, W],
+ * y [n], forwarded in chunks of model->max_batch; work: algo_sam_sharpness_work(m) floats. m->state, its
+ * training flag and its gradient are used and m->state is put back. */
+int algo_sam_sharpness(NnModel *m, const float *state, const float *x, const int32_t *y, int64_t n, double rho,
+                       float *work, double *loss, double *perturbed);
 
 #endif

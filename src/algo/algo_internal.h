@@ -13,9 +13,22 @@ ALGO_FAMILY(basic)    /* fedavg, uniform (spec A.1, A.2) */
 ALGO_FAMILY(server)   /* fedavgm, fedprox, scaffold, feddyn, fednova, fedcm (A.3-A.8) */
 ALGO_FAMILY(fair)     /* qfedavg, afl, fairfed, fedce, fedga, fedlw, fednolowe, feddisco (A.9-A.16) */
 ALGO_FAMILY(repr)     /* moon, feddecorr, fedmr, fednp, fedgkd (A.17-A.21) */
+ALGO_FAMILY(sam)      /* fedsam, mofedsam, fedgamma, fedspeed, fedsmoo, fedlesam(-s,-d), fedlwsam (sam 3-8, 11) */
+ALGO_FAMILY(flood)    /* flood, also a plug-in (algorithms-sam 13) */
 #undef ALGO_FAMILY
+
+/* OOD score of logits z (A.23; higher = more in-distribution): 0 energy, 1 msp, 2 maxlogit, 3 gen */
+double algo_ood_score(int score, const float *z, int classes);
+/* FLOOD's lambda_t for round t from its hyperparameters (schedule, amplitude, halt, start) */
+double algo_flood_lambda(const double *flood_hp, int round);
 
 /* The error for a configuration a method cannot honour (FH_ERR_USAGE naming the method). */
 int algo_refuse(const AlgoMethod *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* SAM family (src/algo/sam.c). algo_sam_step: the two-pass step of FedSAM (spec algorithms-sam 1, 2): SAM,
+ * ASAM or GSAM after the keys rho, perturb, asam_eta, gsam_alpha at hp 0, 2, 3, 4, with the radius hooks
+ * of the method's step part; algo_sam_radius: the radius of client c's steps this round. */
+int algo_sam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
+double algo_sam_radius(const AlgoClientCtx *c);
 
 #endif

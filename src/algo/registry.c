@@ -17,6 +17,8 @@ static const Family families[] = {
     { algo_family_server, &algo_family_server_count },
     { algo_family_fair, &algo_family_fair_count },
     { algo_family_repr, &algo_family_repr_count },
+    { algo_family_flood, &algo_family_flood_count },
+    { algo_family_sam, &algo_family_sam_count },
 };
 enum { N_FAMILIES = sizeof families / sizeof families[0] };
 
@@ -51,6 +53,17 @@ const char *algo_choices(void)
         size_t used = 0;
         for (int i = 0; i < algo_count() && used < sizeof text; i++)
             used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? "|" : "", algo_at(i)->name);
+    }
+    return text;
+}
+
+const char *algo_plugin_choices(void)
+{
+    static char text[512];
+    if (!text[0]) {
+        size_t used = (size_t)snprintf(text, sizeof text, "none");
+        for (int i = 0; i < algo_count() && used < sizeof text; i++)
+            if (algo_at(i)->plugin) used += (size_t)snprintf(text + used, sizeof text - used, "|%s", algo_at(i)->name);
     }
     return text;
 }

@@ -11,10 +11,11 @@ static void print_help(void)
 {
     printf("usage: fedhet methods [NAME]\n"
            "\n"
-           "Without NAME: one line per method: name, components (the hooks it sets: batch = loss on logits or\n"
-           "  features, term = gradient term, corr = gradient correction, step = own local step, report =\n"
-           "  client begin/end work, weights, update, init = server state), state kept per client and on the\n"
-           "  server, and payload per participating client and round in models (P floats) and scalars.\n"
+           "Without NAME: one line per method: name, components (the hooks it sets: weigh = per-sample\n"
+           "  loss weights, batch = loss on logits or features, term = gradient term, corr = gradient\n"
+           "  correction, step = own local step, report = client begin/end work, weights, update, init =\n"
+           "  server state), state kept per client and on the server, and payload per participating client\n"
+           "  and round in models (P floats) and scalars.\n"
            "With NAME: the method's summary, source, and its [algo] keys with defaults, ranges and meaning.\n");
 }
 
@@ -24,6 +25,7 @@ static void components(const AlgoMethod *m, char *out, size_t n)
     out[0] = '\0';
 #define PART(cond, name) \
     if (cond && used < n) used += (size_t)snprintf(out + used, n - used, "%s%s", used ? "+" : "", name);
+    PART(m->sample_weights, "weigh")
     PART(m->batch_term, "batch")
     PART(m->local_term, "term")
     PART(m->correction, "corr")
@@ -83,6 +85,7 @@ int app_cmd_methods(int argc, char **argv)
         printf("%-12s %-26s %-34s %-22s %s\n", m->name, parts, m->state ? m->state : "-", m->payload ? m->payload : "-",
                m->summary);
     }
-    printf("\nP = model size in floats; K = clients; m = clients per round. fedhet methods NAME lists a method's keys.\n");
+    printf("\nP = model size in floats; K = clients; m = clients per round. fedhet methods NAME lists a method's keys.\n"
+           "Plug-ins (added to any method with [algo] plugin = NAME): %s\n", algo_plugin_choices() + 5);
     return FH_OK;
 }

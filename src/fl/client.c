@@ -29,7 +29,7 @@ void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, i
                       .feature_size = m ? nn_model_features_size(m) : 0, .classes = classes,
                       .optimizer = s->optimizer, .lr = s->lr, .momentum = s->momentum,
                       .weight_decay = s->weight_decay, .clip = s->clip, .steps = s->steps, .epochs = s->epochs,
-                      .batch_size = s->batch_size };
+                      .batch_size = s->batch_size, .seed = s->seed };
 }
 
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned)
@@ -44,7 +44,17 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     const AlgoMethod *m = s->method;
     fl_algo_setup(&w->setup, s, &w->model, f->n_clients, f->classes);
     algo_sizes(m, &w->setup, &w->z);
+    w->host_upload_scalars = w->z.upload_scalars;
     if (m->validate) FH_CHECK(m->validate(m, &w->setup));
+    if (s->plugin) {
+        /* a plug-in adds its upload scalars after the host's and uses nothing else of the sizes */
+        AlgoSetup ps = w->setup;
+        ps.hp = s->plugin_hp;
+        AlgoSizes pz;
+        algo_sizes(s->plugin, &ps, &pz);
+        w->z.upload_scalars += pz.upload_scalars;
+        if (s->plugin->validate) FH_CHECK(s->plugin->validate(s->plugin, &ps));
+    }
     if (w->z.aux_models > ALGO_MAX_AUX)
         FH_FAIL(FH_ERR_USAGE, "method %s asks for %d extra models (at most %d)", m->name, w->z.aux_models, ALGO_MAX_AUX);
     for (int a = 0; a < w->z.aux_models; a++)
@@ -54,6 +64,8 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     FH_CHECK(fh_alloc_aligned(&w->x, (size_t)s->batch_size * row * sizeof(float), "input batch"));
     FH_CHECK(fh_calloc(&w->y, (size_t)s->batch_size, sizeof *w->y, "label batch"));
     FH_CHECK(fh_alloc_aligned(&w->dlogits, (size_t)s->batch_size * f->classes * sizeof(float), "logit gradients"));
+    if (m->sample_weights || (s->plugin && s->plugin->sample_weights))
+        FH_CHECK(fh_calloc(&w->sample_w, (size_t)s->batch_size, sizeof *w->sample_w, "sample weights"));
     if (m->batch_term)
         FH_CHECK(fh_alloc_aligned(&w->dfeatures, (size_t)s->batch_size * w->setup.feature_size * sizeof(float),
                                   "feature gradients"));
@@ -85,6 +97,7 @@ void fl_client_free(FlClientWork *w)
     fh_free(&w->y);
     fh_free(&w->dlogits);
     fh_free(&w->dfeatures);
+    fh_free(&w->sample_w);
     fh_free(&w->logit_adjust);
     fh_free(&w->work);
     fh_free(&w->client_state);
@@ -99,54 +112,74 @@ float *fl_client_block(FlClientWork *w, int client)
     return NULL;
 }
 
-/* Mean CE, accuracy and balanced accuracy of `state` on the client's whole training set, in batches of
- * the training batch size, eval mode. */
-static int eval_local(AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out)
+/* Every batch of the client's whole training set through `model` at `state`, in eval mode and file order,
+ * in batches of the training batch size. */
+static int for_each_local_batch(AlgoClientCtx *c, NnModel *model, const float *state,
+                                int (*fn)(void *env, const AlgoBatch *b), void *env)
 {
     FlClientWork *w = c->optimizer;
-    const int classes = model->classes;
-    int64_t hits[256] = { 0 }, seen[256] = { 0 };
-    if (classes > 256) FH_FAIL(FH_ERR_USAGE, "local evaluation supports at most 256 classes (%d)", classes);
     float *saved = model->state;
     model->state = (float *)state;
     const int training = model->training;
     nn_model_set_training(model, 0);
-    double loss = 0.0;
-    int64_t correct = 0, n = 0;
     int status = FH_OK;
-    for (int64_t first = 0;; first += w->s->batch_size) {
+    for (int64_t first = 0; status == FH_OK; first += w->s->batch_size) {
         const int64_t count = data_loader_rows(&w->loader, c->client, first, w->s->batch_size, w->x, w->y);
         if (count == 0) break;
         status = nn_model_forward(model, w->x, (int)count);
         if (status != FH_OK) break;
-        memset(w->dlogits, 0, (size_t)count * classes * sizeof(float));
-        loss += (double)nn_softmax_xent(w->dlogits, NULL, nn_model_logits(model), w->y, NULL, NULL, (int)count, classes) *
-                (double)count;
-        const float *logits = nn_model_logits(model);
-        for (int64_t i = 0; i < count; i++) {
-            int best = 0;
-            for (int k = 1; k < classes; k++)
-                if (logits[i * classes + k] > logits[i * classes + best]) best = k;
-            seen[w->y[i]]++;
-            if (best == w->y[i]) {
-                hits[w->y[i]]++;
-                correct++;
-            }
-        }
-        n += count;
+        const AlgoBatch b = { w->x, w->y, (int)count, model->classes, nn_model_logits(model), nn_model_features(model),
+                              nn_model_features_size(model) };
+        status = fn(env, &b);
     }
     model->state = saved;
     nn_model_set_training(model, training);
-    FH_CHECK(status);
+    return status;
+}
+
+typedef struct {
+    FlClientWork *w;
+    double loss;
+    int64_t correct, n, hits[256], seen[256];
+} LocalEvalSums;
+
+static int eval_batch(void *env, const AlgoBatch *b)
+{
+    LocalEvalSums *e = env;
+    memset(e->w->dlogits, 0, (size_t)b->count * b->classes * sizeof(float));
+    e->loss += (double)nn_softmax_xent(e->w->dlogits, NULL, b->logits, b->y, NULL, NULL, b->count, b->classes) *
+               (double)b->count;
+    for (int i = 0; i < b->count; i++) {
+        int best = 0;
+        for (int k = 1; k < b->classes; k++)
+            if (b->logits[(int64_t)i * b->classes + k] > b->logits[(int64_t)i * b->classes + best]) best = k;
+        e->seen[b->y[i]]++;
+        if (best == b->y[i]) {
+            e->hits[b->y[i]]++;
+            e->correct++;
+        }
+    }
+    e->n += b->count;
+    return FH_OK;
+}
+
+/* Mean CE, accuracy and balanced accuracy of `state` on the client's whole training set. */
+static int eval_local(AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out)
+{
+    if (model->classes > 256) FH_FAIL(FH_ERR_USAGE, "local evaluation supports at most 256 classes (%d)", model->classes);
+    LocalEvalSums e;
+    memset(&e, 0, sizeof e);
+    e.w = c->optimizer;
+    FH_CHECK(for_each_local_batch(c, model, state, eval_batch, &e));
     double recall = 0.0;
     int present = 0;
-    for (int k = 0; k < classes; k++)
-        if (seen[k] > 0) {
-            recall += (double)hits[k] / (double)seen[k];
+    for (int k = 0; k < model->classes; k++)
+        if (e.seen[k] > 0) {
+            recall += (double)e.hits[k] / (double)e.seen[k];
             present++;
         }
-    out->loss = n ? loss / (double)n : 0.0;
-    out->accuracy = n ? (double)correct / (double)n : 0.0;
+    out->loss = e.n ? e.loss / (double)e.n : 0.0;
+    out->accuracy = e.n ? (double)e.correct / (double)e.n : 0.0;
     out->balanced_accuracy = present ? recall / present : 0.0;
     return FH_OK;
 }
@@ -156,7 +189,19 @@ typedef struct {
     int64_t count;
 } GradEnv;
 
-/* Loss and gradient of the current batch at model->state, local terms and correction included. */
+/* After the backward pass: local terms at model->state (their value into *loss), correction, clip. */
+static void grad_terms(AlgoClientCtx *c, float *grad, double *loss)
+{
+    FlClientWork *w = c->optimizer;
+    const AlgoMethod *meth = w->s->method;
+    NnModel *m = c->model;
+    if (meth->local_term && meth->local_term->grad_term) *loss += meth->local_term->grad_term(c, m->state, grad);
+    if (meth->correction && meth->correction->correct) meth->correction->correct(c, grad);
+    if (w->s->clip > 0) nn_clip_grad_norm(grad, m->n_params, (float)w->s->clip);
+}
+
+/* Loss and gradient of the current batch at model->state, local terms and correction included (only the
+ * pure loss gradient while c->grad_pure is set). */
 static int batch_grad(void *env_ptr, double *loss)
 {
     GradEnv *env = env_ptr;
@@ -169,21 +214,29 @@ static int batch_grad(void *env_ptr, double *loss)
     m->dropout_ctr[2] = (uint32_t)c->step;
     nn_model_zero_grad(m);
     FH_CHECK(nn_model_forward(m, w->x, (int)env->count));
+    const AlgoBatch b = { w->x, w->y, (int)env->count, m->classes, nn_model_logits(m), nn_model_features(m),
+                          w->setup.feature_size };
+    /* sample weights come from the step's first forward (a SAM step's perturbed pass reuses them) */
+    float *weights = w->sample_w;
+    const AlgoMethod *weigher = meth->sample_weights ? meth : w->s->plugin;
+    if (weights && w->weighed_step != c->step) {
+        w->weighed_step = c->step;
+        c->hp = weigher == meth ? w->s->hp : w->s->plugin_hp;
+        const int status = weigher->sample_weights->weigh(c, &b, weights);
+        c->hp = w->s->hp;
+        FH_CHECK(status);
+    }
     memset(w->dlogits, 0, (size_t)env->count * m->classes * sizeof(float));
-    *loss = nn_softmax_xent(w->dlogits, NULL, nn_model_logits(m), w->y, NULL, w->logit_adjust, (int)env->count,
+    *loss = nn_softmax_xent(w->dlogits, NULL, nn_model_logits(m), w->y, weights, w->logit_adjust, (int)env->count,
                             m->classes);
     float *dfeatures = NULL;
     if (meth->batch_term) {
-        const AlgoBatch b = { w->x, w->y, (int)env->count, m->classes, nn_model_logits(m), nn_model_features(m),
-                              w->setup.feature_size };
         dfeatures = w->dfeatures;
         memset(dfeatures, 0, (size_t)env->count * w->setup.feature_size * sizeof(float));
         *loss += meth->batch_term->batch_term(c, &b, w->dlogits, dfeatures);
     }
     nn_model_backward(m, w->dlogits, dfeatures);
-    if (meth->local_term && meth->local_term->grad_term) *loss += meth->local_term->grad_term(c, m->state, m->grad);
-    if (meth->correction && meth->correction->correct) meth->correction->correct(c, m->grad);
-    if (w->s->clip > 0) nn_clip_grad_norm(m->grad, m->n_params, (float)w->s->clip);
+    if (!c->grad_pure) grad_terms(c, m->grad, loss);
     return FH_OK;
 }
 
@@ -230,10 +283,13 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
         .client = client, .round = round, .slot_in_round = slot_in_round,
         .n_samples = n, .step = 0, .n_steps = n > 0 ? steps : 0, .n_params = m->n_params, .n_state = m->n_state,
         .lr = lr, .momentum_buf = !strcmp(s->optimizer, "sgd") ? w->sgd.buf : NULL,
-        .optimizer_step = optimizer_step, .eval_local = eval_local, .optimizer = w,
+        .optimizer_step = optimizer_step, .eval_local = eval_local, .for_each_local_batch = for_each_local_batch,
+        .optimizer = w, .grad_terms = grad_terms, .method = meth,
     };
     for (int a = 0; a < w->z.aux_models; a++) c->aux[a] = &w->aux[a];
+    w->weighed_step = -1;
     if (meth->report && meth->report->begin) FH_CHECK(meth->report->begin(c));
+    if (c->momentum_kept && c->momentum_buf) w->sgd.steps = 1; /* PyTorch: a kept buffer is continued */
 
     DataBatchIter it;
     FH_CHECK(data_loader_begin(&w->loader, &it, client, (uint64_t)s->seed, (uint32_t)round));
@@ -259,6 +315,15 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
         }
     }
     if (meth->report && meth->report->end) FH_CHECK(meth->report->end(c));
+    const AlgoMethod *plugin = s->plugin;
+    if (plugin && plugin->report && plugin->report->end) {
+        /* the plug-in's scalars follow the host's */
+        c->upload_scalars += w->host_upload_scalars;
+        c->hp = s->plugin_hp;
+        FH_CHECK(plugin->report->end(c));
+        c->upload_scalars -= w->host_upload_scalars;
+        c->hp = s->hp;
+    }
     block[w->block - 1] = 1.0f;
     h->client = client;
     h->n_samples = n;

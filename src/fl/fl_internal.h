@@ -34,6 +34,8 @@ typedef struct {
     int64_t seed;
     const AlgoMethod *method;
     double hp[ALGO_MAX_HP];
+    const AlgoMethod *plugin; /* NULL, or a method added on top ([algo] plugin) */
+    double plugin_hp[ALGO_MAX_HP];
     const char *out_dir, *name, *log_level;
 } FlSettings;
 
@@ -41,7 +43,7 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
 /* Loads a run config: [algo] method first, then the method's own keys (others' keys are an error). */
 int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int n_overrides);
 /* the base keys with [algo] method and `m`'s keys (kept for the process's lifetime) */
-const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, int *n);
+const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *plugin, int *n);
 /* the base keys with every method's keys as free text */
 const FhConfigKey *fl_config_schema_any(int *n);
 
@@ -99,6 +101,9 @@ typedef struct {
     float *dlogits;  /* [batch, classes] */
     float *dfeatures; /* [batch, feature_size], methods with a batch term */
     float *logit_adjust; /* [classes], train.logit_adjust > 0 */
+    float *sample_w;     /* [batch], methods or plug-ins with sample weights */
+    int64_t weighed_step; /* the step whose sample weights sample_w holds (-1: none yet this round) */
+    int host_upload_scalars; /* the method's own upload scalars; a plug-in's follow */
     NnSgd sgd;
     NnAdam adam;
     float *work;     /* [z.work_vectors * n_state] */

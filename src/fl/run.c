@@ -197,7 +197,7 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
         char *saved = NULL;
         FH_CHECK(fl_checkpoint_read_config(run->checkpoint_path, &saved));
         int n;
-        const FhConfigKey *schema = fl_config_schema_for(run->s.method, &n);
+        const FhConfigKey *schema = fl_config_schema_for(run->s.method, run->s.plugin, &n);
         FhConfig *old = NULL;
         int status = fh_config_load_text(&old, schema, n, saved, run->checkpoint_path, NULL, 0);
         free(saved);
@@ -460,7 +460,8 @@ static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t 
                             .lr = lr, .current = run->global, .server_vecs = run->server_vecs,
                             .server_private = run->server_private, .server_scalars = run->server_scalars,
                             .client_sizes = run->client_sizes, .label_counts = run->data.label_counts,
-                            .classes = run->data.classes };
+                            .classes = run->data.classes, .views = run->work.model.views,
+                            .n_views = run->work.model.n_views };
 }
 
 /* Rank 0: uploads in ascending client id, weights, update, drift; *diverged when a loss or the new
@@ -505,8 +506,19 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     }
     if (*diverged) return FH_OK;
     AlgoServerCtx sctx = server_ctx(run, round, lr, L->selected, n_selected);
-    const AlgoServerWeights *wp = m->weights ? m->weights : &algo_weights_samples;
-    FH_CHECK(wp->weights(&sctx, L->uploads, n_selected, L->weights));
+    const AlgoMethod *plugin = run->s.plugin;
+    if (plugin && plugin->weights) {
+        /* the plug-in's weights replace the host's; it reads its own scalars, after the host's */
+        AlgoServerCtx pctx = sctx;
+        pctx.hp = run->s.plugin_hp;
+        for (int i = 0; i < n_selected; i++) L->uploads[i].scalars += run->work.host_upload_scalars;
+        const int status = plugin->weights->weights(&pctx, L->uploads, n_selected, L->weights);
+        for (int i = 0; i < n_selected; i++) L->uploads[i].scalars -= run->work.host_upload_scalars;
+        FH_CHECK(status);
+    } else {
+        const AlgoServerWeights *wp = m->weights ? m->weights : &algo_weights_samples;
+        FH_CHECK(wp->weights(&sctx, L->uploads, n_selected, L->weights));
+    }
     if (m->update && m->update->update) FH_CHECK(m->update->update(&sctx, L->uploads, n_selected, L->weights, L->next));
     else FH_CHECK(algo_average(&sctx, L->uploads, n_selected, L->weights, L->next));
     for (int64_t j = 0; j < run->n_state; j++)

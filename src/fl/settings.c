@@ -35,11 +35,11 @@ const FhConfigKey *fl_config_schema(int *n)
     return base;
 }
 
-/* One schema per method, built once and kept (a loaded config holds its schema by pointer). */
+/* One schema per (method, plug-in) pair, built once and kept (a loaded config holds its schema by pointer). */
 #define MAX_METHODS 96
-static FhConfigKey *method_schema[MAX_METHODS];
-static int method_schema_n[MAX_METHODS];
-static char method_defaults[MAX_METHODS][ALGO_MAX_HP][32];
+#define MAX_PLUGINS 4
+static FhConfigKey *method_schema[MAX_METHODS][MAX_PLUGINS + 1];
+static int method_schema_n[MAX_METHODS][MAX_PLUGINS + 1];
 
 static int method_index(const AlgoMethod *m)
 {
@@ -48,41 +48,61 @@ static int method_index(const AlgoMethod *m)
     return -1;
 }
 
-const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, int *n)
+/* 0 for none, else 1 + the plug-in's position among the plug-ins */
+static int plugin_slot(const AlgoMethod *plugin)
+{
+    if (!plugin) return 0;
+    for (int i = 0, slot = 1; i < algo_count() && slot <= MAX_PLUGINS; i++)
+        if (algo_at(i)->plugin) {
+            if (algo_at(i) == plugin) return slot;
+            slot++;
+        }
+    return -1;
+}
+
+/* the default's text of a method key: a number, or the choice at index default_value */
+static const char *hp_default_text(const AlgoHyper *hp)
+{
+    char *text = malloc(32);
+    if (!text) return "";
+    if (!hp->choices) {
+        snprintf(text, 32, "%.15g", hp->default_value);
+        return text;
+    }
+    const char *c = hp->choices;
+    for (int i = 0; i < (int)hp->default_value && strchr(c, '|'); i++) c = strchr(c, '|') + 1;
+    size_t len = strchr(c, '|') ? (size_t)(strchr(c, '|') - c) : strlen(c);
+    snprintf(text, 32, "%.*s", (int)len, c);
+    return text;
+}
+
+static void add_hp_keys(FhConfigKey *k, int *n, const AlgoMethod *m)
+{
+    for (int h = 0; h < m->n_hp; h++) {
+        const AlgoHyper *hp = &m->hp[h];
+        k[(*n)++] = hp->choices ? (FhConfigKey){ "algo", hp->key, FH_CFG_CHOICE, hp_default_text(hp), 1, 0, hp->choices, hp->help }
+                                : (FhConfigKey){ "algo", hp->key, FH_CFG_FLOAT, hp_default_text(hp), hp->lo, hp->hi, NULL, hp->help };
+    }
+}
+
+const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *plugin, int *n)
 {
     build_base();
-    const int mi = method_index(m);
-    if (mi < 0) {
-        *n = base_n;
-        return base;
-    }
-    if (!method_schema[mi]) {
-        FhConfigKey *k = calloc((size_t)(base_n + m->n_hp), sizeof *k);
-        if (!k) {
-            *n = base_n;
-            return base;
-        }
+    const int mi = method_index(m), pi = plugin_slot(plugin);
+    *n = base_n;
+    if (mi < 0 || pi < 0) return base;
+    if (!method_schema[mi][pi]) {
+        FhConfigKey *k = calloc((size_t)(base_n + m->n_hp + (plugin ? plugin->n_hp : 0)), sizeof *k);
+        if (!k) return base;
         memcpy(k, base, (size_t)base_n * sizeof *k);
-        for (int h = 0; h < m->n_hp; h++) {
-            const AlgoHyper *hp = &m->hp[h];
-            char *def = method_defaults[mi][h];
-            if (hp->choices) {
-                /* the default's name: the choice at index default_value */
-                const char *c = hp->choices;
-                for (int i = 0; i < (int)hp->default_value && strchr(c, '|'); i++) c = strchr(c, '|') + 1;
-                size_t len = strchr(c, '|') ? (size_t)(strchr(c, '|') - c) : strlen(c);
-                snprintf(def, 32, "%.*s", (int)len, c);
-                k[base_n + h] = (FhConfigKey){ "algo", hp->key, FH_CFG_CHOICE, def, 1, 0, hp->choices, hp->help };
-            } else {
-                snprintf(def, 32, "%.15g", hp->default_value);
-                k[base_n + h] = (FhConfigKey){ "algo", hp->key, FH_CFG_FLOAT, def, hp->lo, hp->hi, NULL, hp->help };
-            }
-        }
-        method_schema[mi] = k;
-        method_schema_n[mi] = base_n + m->n_hp;
+        int kn = base_n;
+        add_hp_keys(k, &kn, m);
+        if (plugin) add_hp_keys(k, &kn, plugin);
+        method_schema[mi][pi] = k;
+        method_schema_n[mi][pi] = kn;
     }
-    *n = method_schema_n[mi];
-    return method_schema[mi];
+    *n = method_schema_n[mi][pi];
+    return method_schema[mi][pi];
 }
 
 /* Every method key of every method as a free string: for reading [algo] method before the method's own
@@ -156,6 +176,8 @@ static void base_keys(void)
     add("fl", "eval_every", FH_CFG_INT, "1", 0, 1e8, NULL, "evaluate the global model every this many rounds (and after the last); 0: last only");
     add("fl", "checkpoint_every", FH_CFG_INT, "10", 0, 1e8, NULL, "checkpoint every this many rounds (and at the end); 0: end only");
     add("algo", "method", FH_CFG_CHOICE, "fedavg", 1, 0, algo_choices(), "federated method (fedhet methods lists them)");
+    add("algo", "plugin", FH_CFG_CHOICE, "none", 1, 0, algo_plugin_choices(),
+        "a method added on top of `method` (flood: FLOOD's sample weighting and aggregation, spec 13)");
     add("output", "dir", FH_CFG_STRING, "outputs", 1, 0, NULL, "folder of run folders");
     add("output", "name", FH_CFG_STRING, "", 1, 0, NULL, "run folder name; empty: the config file's name without .ini");
     add("output", "log_level", FH_CFG_CHOICE, "info", 1, 0, "quiet|warn|info|debug", "how much to print");
@@ -186,9 +208,12 @@ int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int
     FhConfig *first = NULL;
     FH_CHECK(fh_config_load_file(&first, any, n, path, overrides, n_overrides));
     const AlgoMethod *m = algo_find(fh_config_string(first, "algo", "method"));
+    const AlgoMethod *plugin = algo_find(fh_config_string(first, "algo", "plugin"));
     for (int i = 0; m && i < n; i++) {
-        if (strcmp(any[i].section, "algo") || !strcmp(any[i].key, "method")) continue;
-        if (fh_config_is_default(first, "algo", any[i].key) || algo_hp_index(m, any[i].key) >= 0) continue;
+        if (strcmp(any[i].section, "algo") || !strcmp(any[i].key, "method") || !strcmp(any[i].key, "plugin")) continue;
+        if (fh_config_is_default(first, "algo", any[i].key) || algo_hp_index(m, any[i].key) >= 0 ||
+            (plugin && algo_hp_index(plugin, any[i].key) >= 0))
+            continue;
         char owners[512] = "", keys[512] = "";
         size_t used = 0;
         for (int j = 0; j < algo_count(); j++)
@@ -198,16 +223,56 @@ int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int
         for (int h = 0; h < m->n_hp && used < sizeof keys; h++)
             used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", h ? ", " : "", m->hp[h].key);
         fh_config_free(&first);
-        FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s is a key of %s, not of method %s (its keys: %s)", path, any[i].key,
-                owners, m->name, m->n_hp ? keys : "none");
+        FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s is a key of %s, not of method %s%s%s (its keys: %s)", path, any[i].key,
+                owners, m->name, plugin ? " with plugin " : "", plugin ? plugin->name : "", m->n_hp ? keys : "none");
     }
     fh_config_free(&first);
     if (!m) FH_FAIL(FH_ERR_USAGE, "%s: [algo] method is unknown", path);
-    const FhConfigKey *own = fl_config_schema_for(m, &n);
+    if (plugin && plugin == m)
+        FH_FAIL(FH_ERR_USAGE, "%s: [algo] plugin = %s on method %s: the method already is the plug-in (use plugin = none)",
+                path, plugin->name, m->name);
+    if (plugin && plugin->plugin_refuse) {
+        /* the host's hyperparameters as given (variants decide some refusals) */
+        FhConfig *host_cfg = NULL;
+        const FhConfigKey *own = fl_config_schema_for(m, plugin, &n);
+        FH_CHECK(fh_config_load_file(&host_cfg, own, n, path, overrides, n_overrides));
+        FlSettings hs;
+        int status = fl_settings_from_config(&hs, host_cfg, path);
+        const char *why = status == FH_OK ? plugin->plugin_refuse(m, hs.hp) : NULL;
+        fh_config_free(&host_cfg);
+        FH_CHECK(status);
+        if (why) FH_FAIL(FH_ERR_USAGE, "%s: [algo] plugin = %s cannot join method %s: %s", path, plugin->name, m->name, why);
+    }
+    const FhConfigKey *own = fl_config_schema_for(m, plugin, &n);
     return fh_config_load_file(out, own, n, path, overrides, n_overrides);
 }
 
 #define S(sec, key) fh_config_string(cfg, sec, key)
+
+/* A method's keys into hp[]: a choice is carried as its index; open range ends checked here */
+static int read_hp(const FhConfig *cfg, const AlgoMethod *m, double *hp_out, const char *config_path)
+{
+    for (int h = 0; h < m->n_hp; h++) {
+        const AlgoHyper *hp = &m->hp[h];
+        if (hp->choices) {
+            const char *v = fh_config_string(cfg, "algo", hp->key), *c = hp->choices;
+            const size_t len = strlen(v);
+            int index = 0;
+            while (strncmp(c, v, len) || (c[len] != '|' && c[len] != '\0')) {
+                c = strchr(c, '|') + 1;
+                index++;
+            }
+            hp_out[h] = index;
+            continue;
+        }
+        hp_out[h] = fh_config_float(cfg, "algo", hp->key);
+        if ((hp->lo_open && !(hp_out[h] > hp->lo)) || (hp->hi_open && !(hp_out[h] < hp->hi)))
+            FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s = %g is outside %c%g, %g%c (method %s)",
+                    config_path ? config_path : "config", hp->key, hp_out[h], hp->lo_open ? '(' : '[', hp->lo, hp->hi,
+                    hp->hi_open ? ')' : ']', m->name);
+    }
+    return FH_OK;
+}
 #define I(sec, key) fh_config_int(cfg, sec, key)
 #define F(sec, key) fh_config_float(cfg, sec, key)
 
@@ -252,26 +317,9 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->checkpoint_every = (int)I("fl", "checkpoint_every");
     s->method = algo_find(S("algo", "method"));
     if (!s->method) FH_FAIL(FH_ERR_USAGE, "[algo] method = %s is unknown", S("algo", "method"));
-    for (int h = 0; h < s->method->n_hp; h++) {
-        const AlgoHyper *hp = &s->method->hp[h];
-        if (hp->choices) {
-            /* a choice is carried as its index */
-            const char *v = S("algo", hp->key), *c = hp->choices;
-            const size_t len = strlen(v);
-            int index = 0;
-            while (strncmp(c, v, len) || (c[len] != '|' && c[len] != '\0')) {
-                c = strchr(c, '|') + 1;
-                index++;
-            }
-            s->hp[h] = index;
-            continue;
-        }
-        s->hp[h] = F("algo", hp->key);
-        if ((hp->lo_open && !(s->hp[h] > hp->lo)) || (hp->hi_open && !(s->hp[h] < hp->hi)))
-            FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s = %g is outside %c%g, %g%c (method %s)",
-                    config_path ? config_path : "config", hp->key, s->hp[h], hp->lo_open ? '(' : '[', hp->lo, hp->hi,
-                    hp->hi_open ? ')' : ']', s->method->name);
-    }
+    FH_CHECK(read_hp(cfg, s->method, s->hp, config_path));
+    s->plugin = algo_find(S("algo", "plugin"));
+    if (s->plugin) FH_CHECK(read_hp(cfg, s->plugin, s->plugin_hp, config_path));
     s->out_dir = S("output", "dir");
     s->name = S("output", "name");
     s->log_level = S("output", "log_level");

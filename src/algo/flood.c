@@ -1,0 +1,234 @@
+/* FLOOD (spec algorithms-sam.md section 13, baselines A.23): adaptive sample weighting of pseudo-OOD samples
+ * (ASW) during local training and dynamic aggregation correction (DAC) on the server. A method of its own
+ * (FedAvg + FLOOD) and a plug-in (`[algo] plugin = flood`) on top of other methods. */
+#include "algo_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedhet/core.h"
+
+enum { HP_SCORE, HP_Q, HP_A, HP_HALT, HP_SCHEDULE, HP_START, HP_ALPHA, HP_COMPAT, HP_SHIFT, HP_LAMBDA };
+enum { SCORE_ENERGY, SCORE_MSP, SCORE_MAXLOGIT, SCORE_GEN };
+enum { SCHED_AUTO, SCHED_COSINE, SCHED_LINEAR, SCHED_QUADRATIC, SCHED_EXPONENTIAL, SCHED_LOGISTIC, SCHED_CONSTANT };
+enum { COMPAT_PAPER, COMPAT_CODE };
+
+#define FLOOD_MAX_CLASSES 1024
+#define PI 3.14159265358979323846
+
+/* Higher = more in-distribution (A.23). Energy with T = 1; GEN with gamma 0.1 over the top min(10, C). */
+double algo_ood_score(int score, const float *z, int classes)
+{
+    double zmax = z[0];
+    for (int k = 1; k < classes; k++)
+        if (z[k] > zmax) zmax = z[k];
+    if (score == SCORE_MAXLOGIT) return zmax;
+    double sum = 0.0;
+    for (int k = 0; k < classes; k++) sum += exp((double)z[k] - zmax);
+    if (score == SCORE_ENERGY) return zmax + log(sum);
+    if (score == SCORE_MSP) return 1.0 / sum; /* exp(zmax - zmax) / sum */
+    /* GEN: the M largest probabilities, by repeated selection (C is small) */
+    double p[FLOOD_MAX_CLASSES];
+    const int n = classes < FLOOD_MAX_CLASSES ? classes : FLOOD_MAX_CLASSES;
+    for (int k = 0; k < n; k++) p[k] = exp((double)z[k] - zmax) / sum;
+    const int M = n < 10 ? n : 10;
+    const double g = 0.1;
+    double gen = 0.0;
+    for (int j = 0; j < M; j++) {
+        int best = j;
+        for (int k = j + 1; k < n; k++)
+            if (p[k] > p[best]) best = k;
+        double t = p[j];
+        p[j] = p[best];
+        p[best] = t;
+        gen += pow(p[j], g) * pow(1.0 - p[j], g);
+    }
+    return -gen;
+}
+
+/* The amplitude and schedule after `compat`: the paper's cosine with a = 200, the code's logistic with a = 50. */
+static double amplitude(const double *hp) { return hp[HP_A] > 0 ? hp[HP_A] : hp[HP_COMPAT] == COMPAT_CODE ? 50.0 : 200.0; }
+
+static int schedule(const double *hp)
+{
+    if ((int)hp[HP_SCHEDULE] != SCHED_AUTO) return (int)hp[HP_SCHEDULE];
+    return hp[HP_COMPAT] == COMPAT_CODE ? SCHED_LOGISTIC : SCHED_COSINE;
+}
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* f(t) of section 13 for t in [0, T_h]; every schedule ends at 2a */
+static double schedule_value(int kind, double a, double t, double T)
+{
+    switch (kind) {
+    case SCHED_LINEAR: return 2 * a * t / T;
+    case SCHED_QUADRATIC: return 2 * a * (t / T) * (t / T);
+    case SCHED_EXPONENTIAL: return 2 * a * (1 - exp(-5.0 * t)) / (1 - exp(-5.0 * T));
+    case SCHED_LOGISTIC: {
+        const double s = 10.0;
+        return 2 * a * (sigmoid(s * (t - T / 2)) - sigmoid(-s * T / 2)) / (sigmoid(s * T / 2) - sigmoid(-s * T / 2));
+    }
+    default: return a * (1 - cos(PI * t / T));
+    }
+}
+
+/* lambda_t with the code's timing: 1 up to round t_start, then f(min(t - 1 - t_start, T_h)) */
+double algo_flood_lambda(const double *hp, int round)
+{
+    if (schedule(hp) == SCHED_CONSTANT) return hp[HP_LAMBDA];
+    const int start = (int)hp[HP_START];
+    if (round <= start) return 1.0;
+    double t = (double)(round - 1 - start);
+    if (t > hp[HP_HALT]) t = hp[HP_HALT];
+    return schedule_value(schedule(hp), amplitude(hp), t, hp[HP_HALT]);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ASW: samples scoring below the batch's lower-interpolated q-quantile get weight lambda_t, the others 1 */
+static int flood_weigh(AlgoClientCtx *c, const AlgoBatch *b, float *weights)
+{
+    double scores[512], sorted[512];
+    double *sc = scores, *srt = sorted;
+    if (b->count > 512) {
+        FH_CHECK(fh_calloc(&sc, (size_t)b->count, sizeof *sc, "OOD scores"));
+        if (fh_calloc(&srt, (size_t)b->count, sizeof *srt, "OOD scores") != FH_OK) {
+            fh_free(&sc);
+            return FH_ERR_IO;
+        }
+    }
+    for (int i = 0; i < b->count; i++) sc[i] = srt[i] = algo_ood_score((int)c->hp[HP_SCORE], b->logits + (int64_t)i * b->classes, b->classes);
+    qsort(srt, (size_t)b->count, sizeof *srt, cmp_double);
+    const double tau = srt[(int)floor(c->hp[HP_Q] * (double)(b->count - 1))];
+    const float lambda = (float)algo_flood_lambda(c->hp, c->round);
+    for (int i = 0; i < b->count; i++) weights[i] = sc[i] < tau ? lambda : 1.0f;
+    if (sc != scores) {
+        fh_free(&sc);
+        fh_free(&srt);
+    }
+    return FH_OK;
+}
+
+typedef struct {
+    int score;
+    double sum;
+    int64_t n;
+} ScoreSum;
+
+static int add_scores(void *env, const AlgoBatch *b)
+{
+    ScoreSum *s = env;
+    for (int i = 0; i < b->count; i++) s->sum += algo_ood_score(s->score, b->logits + (int64_t)i * b->classes, b->classes);
+    s->n += b->count;
+    return FH_OK;
+}
+
+/* phi_i: mean score of the trained local model over the local training set, eval mode, no augmentation */
+static int flood_end(AlgoClientCtx *c)
+{
+    ScoreSum s = { (int)c->hp[HP_SCORE], 0.0, 0 };
+    FH_CHECK(c->for_each_local_batch(c, c->model, c->model->state, add_scores, &s));
+    c->upload_scalars[0] = s.n ? s.sum / (double)s.n : 0.0;
+    return FH_OK;
+}
+
+/* DAC: p_i proportional to n_i/N + alpha phi_i/Phi, written as n_i + alpha N phi_i / Phi so that alpha = 0
+ * gives FedAvg's weights exactly; dac_shift moves the participants' phi to be positive first. */
+static int flood_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    const double alpha = s->hp[HP_ALPHA];
+    double N = 0.0, Phi = 0.0, lo = INFINITY;
+    for (int i = 0; i < m; i++) {
+        N += (double)u[i].n_samples;
+        if (u[i].scalars[0] < lo) lo = u[i].scalars[0];
+    }
+    const double shift = s->hp[HP_SHIFT] != 0 ? -lo + 1e-6 : 0.0;
+    for (int i = 0; i < m; i++) Phi += u[i].scalars[0] + shift;
+    for (int i = 0; i < m; i++) {
+        p[i] = (double)u[i].n_samples;
+        if (alpha != 0.0) {
+            if (!(Phi != 0.0) || !isfinite(Phi))
+                FH_FAIL(FH_ERR_NUMERIC, "round %d: FLOOD's confidence scores sum to %g (set algo.flood_dac_shift = true "
+                        "for scores that can be negative)", s->round + 1, Phi);
+            p[i] += alpha * N * (u[i].scalars[0] + shift) / Phi;
+        }
+        if (p[i] < 0) p[i] = 0; /* code-literal sums of negative scores can invert a weight */
+    }
+    return FH_OK;
+}
+
+static int flood_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    if (s->classes > FLOOD_MAX_CLASSES)
+        return algo_refuse(m, "FLOOD's scores support at most %d classes (the data has %d)", FLOOD_MAX_CLASSES, s->classes);
+    return FH_OK;
+}
+
+/* Hosts whose aggregation is not a weighted mean of client models, or whose own client weights FLOOD's would
+ * silently replace. */
+static const char *flood_refuse(const AlgoMethod *host, const double *host_hp)
+{
+    static const struct {
+        const char *name, *why;
+    } refused[] = {
+        { "qfedavg", "q-FedAvg's server step (or loss-power weights) is its method; DAC would replace it" },
+        { "afl", "AFL's weights are its method (lambda on the simplex, or the worst client); DAC would replace them" },
+        { "fairfed", "FairFed's fairness weights are its method; DAC would replace them" },
+        { "fedce", "FedCE's contribution weights are its method; DAC would replace them" },
+        { "fedga", "FedGA's generalisation weights are its method; DAC would replace them" },
+        { "fedlw", "FedLW's loss weights are its method; DAC would replace them" },
+        { "fednolowe", "FedNoLoWe's loss weights are its method; DAC would replace them" },
+        { "feddisco", "FedDisco's discrepancy weights are its method; DAC would replace them" },
+        { "fedmr", "FedMR keeps slot models and recombines layers: there is no weighted mean for DAC to correct" },
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        if (!strcmp(host->name, refused[i].name)) return refused[i].why;
+    return NULL;
+}
+
+static const AlgoSampleWeights flood_asw = { flood_weigh };
+static const AlgoClientReport flood_report = { NULL, flood_end };
+static const AlgoServerWeights flood_dac = { flood_weights };
+
+const AlgoMethod algo_family_flood[] = {
+    {
+        .name = "flood",
+        .summary = "FLOOD: pseudo-OOD sample weighting (ASW) and confidence-corrected aggregation (DAC); also a plug-in",
+        .source = "spec algorithms-sam 13, A.23",
+        .state = "- | lambda_t (computed from the round)",
+        .payload = "down 1, up 1 + phi_i",
+        .sample_weights = &flood_asw,
+        .report = &flood_report,
+        .weights = &flood_dac,
+        .validate = flood_validate,
+        .plugin = 1,
+        .plugin_refuse = flood_refuse,
+        .n_upload_scalars = 1,
+        .n_hp = 10,
+        .hp = {
+            { "flood_score", SCORE_ENERGY, 0, 0, "energy|msp|maxlogit|gen",
+              "OOD score of ASW and phi (higher = more in-distribution): energy (T = 1, paper and code), msp, maxlogit, "
+              "gen (gamma 0.1, top 10)" },
+            { "flood_q", 0.7, 0, 1, NULL,
+              "batch quantile below which samples are pseudo-OOD (lower interpolation; 0.7: about 70 % of each batch)",
+              1, 1 },
+            { "flood_a", 0, 0, 1e6, NULL, "schedule amplitude a (lambda ends at 2a); 0: by compat (paper 200, code 50)" },
+            { "flood_halt", 1000, 1, 1e9, NULL, "halt round T_h after which lambda stays 2a (paper and code 1000)" },
+            { "flood_schedule", SCHED_AUTO, 0, 0, "auto|cosine|linear|quadratic|exponential|logistic|constant",
+              "lambda schedule; auto: by compat (paper cosine, code logistic); constant: flood_lambda every round" },
+            { "flood_start", 0, 0, 1e9, NULL, "start phase: lambda = 1 up to this round (0: the code's timing)" },
+            { "flood_alpha", 0.5, 0, 1e6, NULL, "DAC weight of the confidence term (paper and code 0.5; 0: FedAvg weights)" },
+            { "flood_compat", COMPAT_PAPER, 0, 0, "paper|code",
+              "defaults of amplitude and schedule: paper (cosine, a = 200) or the released code (logistic, a = 50)" },
+            { "flood_dac_shift", 0, 0, 0, "false|true",
+              "shift the participants' phi by -min + 1e-6 before normalising (scores that can be negative)" },
+            { "flood_lambda", 1, 0, 1e6, NULL, "the weight of pseudo-OOD samples with flood_schedule = constant" },
+        },
+    },
+};
+const int algo_family_flood_count = sizeof algo_family_flood / sizeof algo_family_flood[0];

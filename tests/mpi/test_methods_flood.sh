@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# FLOOD end to end (algorithms-sam 13): as a method and as a plug-in on 3 ranks over the tiny synthetic set.
+# usage: tests/mpi/test_methods_flood.sh [test_name]      (last line: "N passed, N failed")
+source "$(dirname "$0")/lib.sh"
+
+setup() { setup_tiny; }
+
+NEUTRAL="algo.flood_schedule=constant algo.flood_lambda=1 algo.flood_alpha=0"
+
+# lambda = 1 for every sample and alpha = 0: FedAvg bit for bit (the weighted loss and DAC reduce exactly)
+test_neutral_equals_fedavg()
+{
+    equal_runs "flood neutral vs fedavg" 3 "algo.method=fedavg" "algo.method=flood $NEUTRAL"
+}
+
+# the plug-in leaves its host alone when neutral, and changes it when not
+test_plugin_on_fedavg()
+{
+    equal_runs "fedavg + neutral plug-in vs fedavg" 3 "algo.method=fedavg" "algo.method=fedavg algo.plugin=flood $NEUTRAL"
+    differ_runs "fedavg + flood vs fedavg" 3 "algo.method=fedavg" "algo.method=fedavg algo.plugin=flood algo.flood_halt=3 algo.flood_a=1"
+}
+
+# the default (paper) and the code's compat give different runs; so do the sample weights and DAC alone
+test_switches_change_results()
+{
+    differ_runs "flood paper vs code" 3 "algo.method=flood algo.flood_halt=3 algo.flood_a=1" "algo.method=flood algo.flood_halt=3 algo.flood_a=1 algo.flood_compat=code"
+    differ_runs "flood ASW only vs neutral" 3 "algo.method=flood $NEUTRAL" \
+        "algo.method=flood algo.flood_schedule=constant algo.flood_lambda=3 algo.flood_alpha=0"
+    differ_runs "flood DAC only vs neutral" 3 "algo.method=flood $NEUTRAL" \
+        "algo.method=flood algo.flood_schedule=constant algo.flood_lambda=1 algo.flood_alpha=0.5"
+}
+
+test_resume()
+{
+    resume_identical "flood" algo.method=flood algo.flood_halt=3 algo.flood_a=1
+}
+
+# bad keys: exit 1 naming the key, nothing run
+test_bad_keys()
+{
+    fh 1 badq "$WORK/base.ini" output.name=badq algo.method=flood algo.flood_q=1
+    expect_rc "flood_q = 1" 1 && { grep -q 'flood_q' "$WORK/badq.err" || fail "flood_q = 1: message does not name flood_q"; }
+    fh 1 badscore "$WORK/base.ini" output.name=badscore algo.method=flood algo.flood_score=entropy
+    expect_rc "flood_score = entropy" 1 &&
+        { grep -q 'energy' "$WORK/badscore.err" && grep -q 'gen' "$WORK/badscore.err" ||
+            fail "flood_score = entropy: the valid scores are not listed: $(errline badscore)"; }
+    fh 1 badkey "$WORK/base.ini" output.name=badkey algo.method=fedavg algo.flood_q=0.5
+    expect_rc "flood_q without flood" 1 && { grep -q 'flood_q' "$WORK/badkey.err" || fail "flood_q with fedavg: $(errline badkey)"; }
+    fh 1 twice "$WORK/base.ini" output.name=twice algo.method=flood algo.plugin=flood
+    expect_rc "plugin flood on flood" 1
+    [ ! -d "$WORK/out/badq" ] && [ ! -d "$WORK/out/twice" ] || fail "a refused config left a run folder"
+}
+
+TESTS=(neutral_equals_fedavg plugin_on_fedavg switches_change_results resume bad_keys)
+run_tests
