@@ -9,6 +9,8 @@ int app_cmd_partition(int argc, char **argv);
 int app_cmd_inspect(int argc, char **argv);
 int app_cmd_bench(int argc, char **argv);
 int app_cmd_report(int argc, char **argv);
+int app_cmd_grid(int argc, char **argv);
+int app_cmd_landscape(int argc, char **argv);
 int app_cmd_methods(int argc, char **argv);
 
 /* "1x28x28" -> {1, 28, 28} */

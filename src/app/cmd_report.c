@@ -1,10 +1,10 @@
-/* fedhet report: figures from fedhet's files, drawn by gnuplot.
+/* fedhet report: tables and figures from fedhet's files, figures drawn by gnuplot (plot.h).
  *
- * Modes: --partition DST.h5 OUT.png (a partition file: client x label heat map over the client sizes).
- * Each mode gathers its numbers into data files in a private temporary folder, writes a gnuplot script
- * there and runs it; the image goes to OUT.tmp-<pid> and is renamed over OUT only when gnuplot succeeded,
- * so a failure never leaves a partial or stale-looking image. Reports of run folders (tables and curves
- * of an OUTPUT_DIR) are meant to become one more mode beside --partition. */
+ * Modes: DIR (a run folder, a grid folder or any folder of run folders: summary.csv, summary.md and PNG
+ * curves, src/app/report.c) and --partition DST.h5 OUT.png (a partition file: client x label heat map
+ * over the client sizes). Each figure's numbers go to data files in a private temporary folder with a
+ * gnuplot script; the image goes to OUT.tmp-<pid> and is renamed over OUT only when gnuplot succeeded,
+ * so a failure never leaves a partial or stale-looking image. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,129 +19,10 @@
 #include "app.h"
 #include "fedhet/core.h"
 #include "fedhet/data.h"
+#include "plot.h"
+#include "report.h"
 
 #define REPORT_PATH_MAX 4096
-
-static void print_help(void)
-{
-    printf("usage: fedhet report --partition DST.h5 OUT.png\n"
-           "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with two panels,\n"
-           "                      a heat map of the client x label counts (x: client, y: label, colour: samples;\n"
-           "                      white: none) and bars of the samples per client, corrupted clients in red.\n"
-           "  The figure is drawn by gnuplot (Debian package gnuplot-nox; `make deps` installs it), found on PATH,\n"
-           "  with its pngcairo terminal when present, else png. OUT.png appears only once it is complete.\n"
-           "  Exit codes: 1 usage, 2 a missing or bad partition file, 4 gnuplot missing or failing, OUT unwritable.\n");
-}
-
-/* ---- helpers: temporary folder, gnuplot strings, running gnuplot ---- */
-
-/* A fresh private folder under $TMPDIR (or /tmp). */
-static int tmpdir_make(char *dir, size_t size)
-{
-    const char *base = getenv("TMPDIR");
-    if (!base || !*base) base = "/tmp";
-    if (snprintf(dir, size, "%s/fedhet-report-XXXXXX", base) >= (int)size)
-        FH_FAIL(FH_ERR_IO, "TMPDIR=%s: path too long", base);
-    if (!mkdtemp(dir)) FH_FAIL(FH_ERR_IO, "cannot create a temporary folder %s: %s", dir, strerror(errno));
-    return FH_OK;
-}
-
-/* Removes the folder and the plain files in it (it is ours alone: mkdtemp made it). */
-static void tmpdir_remove(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *e;
-        char path[REPORT_PATH_MAX];
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
-}
-
-static int join_path(char *out, size_t size, const char *dir, const char *name)
-{
-    if (snprintf(out, size, "%s/%s", dir, name) >= (int)size) FH_FAIL(FH_ERR_IO, "%s/%s: path too long", dir, name);
-    return FH_OK;
-}
-
-/* s as a single-quoted gnuplot string: inside one, only a quote needs escaping (doubled) */
-static void gp_string(FILE *out, const char *s)
-{
-    fputc('\'', out);
-    for (; *s; s++) {
-        if (*s == '\'') fputc('\'', out);
-        fputc(*s == '\n' ? ' ' : *s, out);
-    }
-    fputc('\'', out);
-}
-
-/* The first executable `name` on PATH (default /usr/bin:/bin). */
-static int find_program(const char *name, char *out, size_t size)
-{
-    const char *path = getenv("PATH");
-    if (!path || !*path) path = "/usr/bin:/bin";
-    for (const char *p = path; ; ) {
-        const char *colon = strchr(p, ':');
-        size_t len = colon ? (size_t)(colon - p) : strlen(p);
-        /* an empty PATH entry means the current folder */
-        int n = len ? snprintf(out, size, "%.*s/%s", (int)len, p, name) : snprintf(out, size, "./%s", name);
-        struct stat st;
-        if (n < (int)size && stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) return FH_OK;
-        if (!colon) break;
-        p = colon + 1;
-    }
-    FH_FAIL(FH_ERR_IO, "%s not found: run make deps (package gnuplot-nox)", name);
-}
-
-/* The last `keep` bytes of a small text file, trailing blank lines dropped; "" when unreadable. */
-static void file_tail(const char *path, char *buf, size_t keep)
-{
-    buf[0] = '\0';
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long end = ftell(f);
-        long start = end > (long)keep - 1 ? end - ((long)keep - 1) : 0;
-        if (end >= 0 && fseek(f, start, SEEK_SET) == 0) {
-            size_t n = fread(buf, 1, keep - 1, f);
-            buf[n] = '\0';
-            while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\r')) buf[--n] = '\0';
-        }
-    }
-    fclose(f);
-}
-
-/* Runs `gnuplot script` with stdout discarded and stderr in err_path; a failure carries stderr's tail. */
-static int run_gnuplot(const char *gnuplot, const char *script, const char *err_path)
-{
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) FH_FAIL(FH_ERR_IO, "cannot start %s: %s", gnuplot, strerror(errno));
-    if (pid == 0) {
-        int null_fd = open("/dev/null", O_RDWR);
-        int err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (null_fd < 0 || err_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(err_fd, 2) < 0)
-            _exit(127);
-        char *const args[] = {(char *)"gnuplot", (char *)script, NULL};
-        execv(gnuplot, args);
-        dprintf(2, "cannot run %s: %s\n", gnuplot, strerror(errno));
-        _exit(127);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) FH_FAIL(FH_ERR_IO, "waiting for %s: %s", gnuplot, strerror(errno));
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return FH_OK;
-    char tail[1500];
-    file_tail(err_path, tail, sizeof tail);
-    if (WIFSIGNALED(status))
-        FH_FAIL(FH_ERR_IO, "%s was killed by signal %d; its stderr ends:\n%s", gnuplot, WTERMSIG(status), tail);
-    FH_FAIL(FH_ERR_IO, "%s failed (exit %d); its stderr ends:\n%s", gnuplot, WEXITSTATUS(status), tail);
-}
 
 /* ---- --partition ---- */
 
@@ -167,8 +48,8 @@ static int write_partition_data(const DataPartFile *f, const char *counts_path, 
     return FH_OK;
 }
 
-static int write_partition_script(const DataPartFile *f, const char *script_path, const char *counts_path,
-                                  const char *sizes_path, const char *image_path)
+static int write_partition_script(const DataPartFile *f, FILE *out, const char *counts_path, const char *sizes_path,
+                                  const char *image_path)
 {
     const int K = f->n_clients, C = f->classes;
     int32_t largest = 1;
@@ -186,18 +67,9 @@ static int write_partition_script(const DataPartFile *f, const char *script_path
                  f->corruption_name, f->severity);
     else snprintf(bars_title, sizeof bars_title, "samples per client");
 
-    FILE *out = fopen(script_path, "w");
-    if (!out) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", script_path, strerror(errno));
-    /* noenhanced: names like gaussian_noise must not turn into subscripts */
-    fprintf(out, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-                 "    set terminal pngcairo size 1100,760 noenhanced font ',10'\n"
-                 "} else {\n"
-                 "    set terminal png size 1100,760 noenhanced\n"
-                 "}\n"
-                 "set output ");
-    gp_string(out, image_path);
-    fprintf(out, "\nset multiplot title ");
-    gp_string(out, title);
+    app_gp_terminal(out, 1100, 760, image_path);
+    fprintf(out, "set multiplot title ");
+    app_gp_string(out, title);
     /* fixed margins so that the two panels share the client axis */
     fprintf(out, "\nset lmargin at screen 0.08\nset rmargin at screen 0.88\n"
                  "set xrange [-0.5:%d.5]\n", K - 1);
@@ -215,47 +87,40 @@ static int write_partition_script(const DataPartFile *f, const char *script_path
                  "set colorbox user origin screen 0.9, screen 0.46 size screen 0.02, screen 0.45\n"
                  "plot ",
             (int)largest);
-    gp_string(out, counts_path);
+    app_gp_string(out, counts_path);
     fprintf(out, " using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle solid 1.0 noborder lc palette notitle\n");
 
     fprintf(out, "set tmargin at screen 0.33\nset bmargin at screen 0.07\n"
                  "unset colorbox\nset title ");
-    gp_string(out, bars_title);
+    app_gp_string(out, bars_title);
     fprintf(out, "\nset xlabel 'client'\nset ylabel 'samples'\nset yrange [0:*]\nset ytics autofreq\n"
                  "set boxwidth %s absolute\nset style fill solid 0.9 noborder\nplot ",
             K <= 200 ? "0.8" : "1.0");
     /* one series per colour; a series with no points at all would be an error in gnuplot */
     int series = 0;
     if (n_corrupted < K) {
-        gp_string(out, sizes_path);
+        app_gp_string(out, sizes_path);
         fprintf(out, " using 1:($3 == 0 ? $2 : 1/0) with boxes lc rgb '#4477aa' notitle");
         series++;
     }
     if (n_corrupted > 0) {
         if (series) fprintf(out, ", \\\n     ");
-        gp_string(out, sizes_path);
+        app_gp_string(out, sizes_path);
         fprintf(out, " using 1:($3 != 0 ? $2 : 1/0) with boxes lc rgb '#cc3311' notitle");
     }
     fprintf(out, "\nunset multiplot\nset output\n");
-    if (ferror(out) | (fclose(out) != 0)) FH_FAIL(FH_ERR_IO, "%s: write failed", script_path);
     return FH_OK;
 }
 
-/* Draws into image_path with the files of the temporary folder dir. */
-static int draw_partition(const DataPartFile *f, const char *gnuplot, const char *dir, const char *image_path)
+/* AppPlotWriter: data files into dir, the script into out */
+static int draw_partition(void *ctx, const char *dir, FILE *out, const char *image_path)
 {
-    char counts[REPORT_PATH_MAX], sizes[REPORT_PATH_MAX], script[REPORT_PATH_MAX], err[REPORT_PATH_MAX];
-    FH_CHECK(join_path(counts, sizeof counts, dir, "counts.dat"));
-    FH_CHECK(join_path(sizes, sizeof sizes, dir, "sizes.dat"));
-    FH_CHECK(join_path(script, sizeof script, dir, "partition.gp"));
-    FH_CHECK(join_path(err, sizeof err, dir, "gnuplot.stderr"));
+    const DataPartFile *f = ctx;
+    char counts[REPORT_PATH_MAX], sizes[REPORT_PATH_MAX];
+    FH_CHECK(app_join_path(counts, sizeof counts, dir, "counts.dat"));
+    FH_CHECK(app_join_path(sizes, sizeof sizes, dir, "sizes.dat"));
     FH_CHECK(write_partition_data(f, counts, sizes));
-    FH_CHECK(write_partition_script(f, script, counts, sizes, image_path));
-    FH_CHECK(run_gnuplot(gnuplot, script, err));
-    struct stat st;
-    if (stat(image_path, &st) != 0 || st.st_size == 0)
-        FH_FAIL(FH_ERR_IO, "%s exited 0 but wrote no image to %s", gnuplot, image_path);
-    return FH_OK;
+    return write_partition_script(f, out, counts, sizes, image_path);
 }
 
 static int report_partition(const char *path, const char *out_path)
@@ -266,31 +131,7 @@ static int report_partition(const char *path, const char *out_path)
         FH_FAIL(FH_ERR_USAGE, "%s is the partition file itself; give another OUT.png", out_path);
     DataPartFile f;
     FH_CHECK(data_partfile_open(&f, path));
-    char gnuplot[REPORT_PATH_MAX], image_tmp[REPORT_PATH_MAX], dir[REPORT_PATH_MAX];
-    dir[0] = '\0';
-    int status = find_program("gnuplot", gnuplot, sizeof gnuplot);
-    if (status == FH_OK && snprintf(image_tmp, sizeof image_tmp, "%s.tmp-%ld", out_path, (long)getpid()) >=
-                               (int)sizeof image_tmp)
-        status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: path too long", out_path);
-    int created = 0;
-    if (status == FH_OK) {
-        /* made here first, so an unwritable destination is reported plainly before gnuplot runs */
-        int fd = open(image_tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-        if (fd < 0)
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot write here (creating %s: %s)",
-                                    out_path, image_tmp, strerror(errno));
-        else {
-            close(fd);
-            created = 1;
-        }
-    }
-    if (status == FH_OK) status = tmpdir_make(dir, sizeof dir);
-    if (status == FH_OK) status = draw_partition(&f, gnuplot, dir, image_tmp);
-    if (status == FH_OK && rename(image_tmp, out_path) != 0)
-        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot rename %s over it: %s", out_path,
-                                image_tmp, strerror(errno));
-    if (status != FH_OK && created) unlink(image_tmp);
-    if (dir[0]) tmpdir_remove(dir);
+    int status = app_plot_png(out_path, draw_partition, &f);
     if (status == FH_OK)
         printf("wrote %s: %d client%s x %d labels, %lld training rows%s\n", out_path, f.n_clients,
                f.n_clients == 1 ? "" : "s", f.classes, (long long)f.n_rows,
@@ -299,24 +140,80 @@ static int report_partition(const char *path, const char *out_path)
     return status;
 }
 
+static void print_help(void)
+{
+    printf("usage: fedhet report DIR [--out DIR2] [--last K] [--targets T1,T2,...] [--metric NAME] [--seed-key KEY] "
+           "[--no-plots]\n"
+           "       fedhet report --partition DST.h5 OUT.png\n"
+           "  DIR          a run folder (fedhet run), a grid folder (fedhet grid) or a folder of run folders. Writes into\n"
+           "               DIR (or --out DIR2): summary.csv and summary.md (one row per configuration: the runs that differ\n"
+           "               only in the seed key; mean ± sample std over them of the final value, the mean of the last K\n"
+           "               rounds and the best value; rounds to each target; wall time: spec C.2, C.3), accuracy.png\n"
+           "               (the metric per round, mean line and min-max band per configuration) and sensitivity-KEY.png\n"
+           "               for each swept key (final value against the key's values, mean ± std). The swept keys are a\n"
+           "               grid's lists, or the config keys that differ between the runs' config.ini.\n"
+           "  --last K     window of the last-K mean (default 10)\n"
+           "  --targets    accuracies for rounds-to-target (default 0.5,0.6,0.7,0.8)\n"
+           "  --metric     the metrics.csv column (default test_accuracy; e.g. test_balanced_accuracy, test_loss)\n"
+           "  --seed-key   the key whose values are repetitions (default fl.seed)\n"
+           "  --no-plots   tables only\n"
+           "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with two panels,\n"
+           "                      a heat map of the client x label counts (x: client, y: label, colour: samples;\n"
+           "                      white: none) and bars of the samples per client, corrupted clients in red.\n"
+           "  Figures are drawn by gnuplot (Debian package gnuplot-nox; `make deps` installs it), found on PATH,\n"
+           "  with its pngcairo terminal when present, else png. An image appears only once it is complete.\n"
+           "  Exit codes: 1 usage, 2 a missing or bad input file, 4 gnuplot missing or failing, outputs unwritable.\n");
+}
+
+static int parse_targets(const char *text, ReportOptions *o)
+{
+    o->n_targets = 0;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->n_targets == REPORT_MAX_TARGETS) FH_FAIL(FH_ERR_USAGE, "--targets: at most %d values", REPORT_MAX_TARGETS);
+        FH_CHECK(app_parse_float(tok, "--targets", -1e300, 1e300, &o->targets[o->n_targets]));
+        o->n_targets++;
+    }
+    return FH_OK;
+}
+
 int app_cmd_report(int argc, char **argv)
 {
-    const char *partition = NULL, *out = NULL;
+    const char *partition = NULL, *out = NULL, *dir = NULL;
+    ReportOptions ro;
+    report_options_default(&ro);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             print_help();
             return FH_OK;
         }
     for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
         if (!strcmp(argv[i], "--partition")) FH_CHECK(app_option_value(argc, argv, &i, &partition));
-        else if (argv[i][0] == '-' && argv[i][1])
+        else if (!strcmp(argv[i], "--out")) FH_CHECK(app_option_value(argc, argv, &i, &ro.out_dir));
+        else if (!strcmp(argv[i], "--metric")) FH_CHECK(app_option_value(argc, argv, &i, &ro.metric));
+        else if (!strcmp(argv[i], "--seed-key")) FH_CHECK(app_option_value(argc, argv, &i, &ro.seed_key));
+        else if (!strcmp(argv[i], "--no-plots")) ro.plots = 0;
+        else if (!strcmp(argv[i], "--last")) {
+            FH_CHECK(app_option_value(argc, argv, &i, &v));
+            FH_CHECK(app_parse_int(v, "--last", 1, 1000000000, &ro.last_k));
+        } else if (!strcmp(argv[i], "--targets")) {
+            FH_CHECK(app_option_value(argc, argv, &i, &v));
+            FH_CHECK(parse_targets(v, &ro));
+        } else if (argv[i][0] == '-' && argv[i][1])
             FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet report --help)", argv[i]);
         else if (!out) out = argv[i];
         else FH_FAIL(FH_ERR_USAGE, "unexpected argument '%s' (see fedhet report --help)", argv[i]);
     }
-    if (!partition)
-        FH_FAIL(FH_ERR_USAGE,
-                "only --partition is available in this version: fedhet report --partition DST.h5 OUT.png");
-    if (!out) FH_FAIL(FH_ERR_USAGE, "--partition %s: give the image to write, OUT.png", partition);
-    return report_partition(partition, out);
+    if (partition) {
+        if (!out) FH_FAIL(FH_ERR_USAGE, "--partition %s: give the image to write, OUT.png", partition);
+        return report_partition(partition, out);
+    }
+    dir = out;
+    if (!dir)
+        FH_FAIL(FH_ERR_USAGE, "give a run or grid folder (fedhet report outputs/NAME), or --partition DST.h5 OUT.png "
+                "(see fedhet report --help)");
+    ro.dir = dir;
+    return report_runs(&ro);
 }

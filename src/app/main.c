@@ -21,7 +21,9 @@ static const AppCommand commands[] = {
     {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)", 0},
     {"methods", app_cmd_methods, "every federated method: components, state, payload (methods NAME: its keys)", 0},
     {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0},
-    {"report", app_cmd_report, "figures: a partition file's client x label counts (--partition DST.h5 OUT.png)", 0},
+    {"grid", app_cmd_grid, "many experiments in one MPI job: the lists of a [grid] section (GRID.ini [key=value ...])", 1},
+    {"report", app_cmd_report, "summary tables and plots of runs and grids (DIR), or a partition file (--partition DST.h5 OUT.png)", 0},
+    {"landscape", app_cmd_landscape, "loss around a model along random filter-normalised directions (CHECKPOINT.h5)", 1},
 };
 
 static void usage(FILE *out)

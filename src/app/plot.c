@@ -1,0 +1,174 @@
+/* gnuplot figures (plot.h): temporary folder, script, gnuplot run, atomic rename of the image. */
+#include "plot.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fedhet/core.h"
+
+int app_join_path(char *out, size_t size, const char *dir, const char *name)
+{
+    if (snprintf(out, size, "%s/%s", dir, name) >= (int)size) FH_FAIL(FH_ERR_IO, "%s/%s: path too long", dir, name);
+    return FH_OK;
+}
+
+/* A fresh private folder under $TMPDIR (or /tmp). */
+static int tmpdir_make(char *dir, size_t size)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base) base = "/tmp";
+    if (snprintf(dir, size, "%s/fedhet-report-XXXXXX", base) >= (int)size)
+        FH_FAIL(FH_ERR_IO, "TMPDIR=%s: path too long", base);
+    if (!mkdtemp(dir)) FH_FAIL(FH_ERR_IO, "cannot create a temporary folder %s: %s", dir, strerror(errno));
+    return FH_OK;
+}
+
+/* Removes the folder and the plain files in it (it is ours alone: mkdtemp made it). */
+static void tmpdir_remove(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char path[APP_PATH_MAX];
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* s as a single-quoted gnuplot string: inside one, only a quote needs escaping (doubled) */
+void app_gp_string(FILE *out, const char *s)
+{
+    fputc('\'', out);
+    for (; *s; s++) {
+        if (*s == '\'') fputc('\'', out);
+        fputc(*s == '\n' ? ' ' : *s, out);
+    }
+    fputc('\'', out);
+}
+
+void app_gp_terminal(FILE *out, int width, int height, const char *image)
+{
+    /* noenhanced: names like gaussian_noise or rho_max must not turn into subscripts */
+    fprintf(out, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+                 "    set terminal pngcairo size %d,%d noenhanced font ',10'\n"
+                 "} else {\n"
+                 "    set terminal png size %d,%d noenhanced\n"
+                 "}\n"
+                 "set output ",
+            width, height, width, height);
+    app_gp_string(out, image);
+    fputc('\n', out);
+}
+
+int app_find_program(const char *name, const char *package, char *out, size_t size)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/bin:/bin";
+    for (const char *p = path;;) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        /* an empty PATH entry means the current folder */
+        int n = len ? snprintf(out, size, "%.*s/%s", (int)len, p, name) : snprintf(out, size, "./%s", name);
+        struct stat st;
+        if (n < (int)size && stat(out, &st) == 0 && S_ISREG(st.st_mode) && access(out, X_OK) == 0) return FH_OK;
+        if (!colon) break;
+        p = colon + 1;
+    }
+    FH_FAIL(FH_ERR_IO, "%s not found: run make deps (package %s)", name, package);
+}
+
+/* The last `keep` bytes of a small text file, trailing blank lines dropped; "" when unreadable. */
+static void file_tail(const char *path, char *buf, size_t keep)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long end = ftell(f);
+        long start = end > (long)keep - 1 ? end - ((long)keep - 1) : 0;
+        if (end >= 0 && fseek(f, start, SEEK_SET) == 0) {
+            size_t n = fread(buf, 1, keep - 1, f);
+            buf[n] = '\0';
+            while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\r')) buf[--n] = '\0';
+        }
+    }
+    fclose(f);
+}
+
+/* Runs `gnuplot script` with stdout discarded and stderr in err_path; a failure carries stderr's tail. */
+static int run_gnuplot(const char *gnuplot, const char *script, const char *err_path)
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) FH_FAIL(FH_ERR_IO, "cannot start %s: %s", gnuplot, strerror(errno));
+    if (pid == 0) {
+        int null_fd = open("/dev/null", O_RDWR);
+        int err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (null_fd < 0 || err_fd < 0 || dup2(null_fd, 0) < 0 || dup2(null_fd, 1) < 0 || dup2(err_fd, 2) < 0)
+            _exit(127);
+        char *const args[] = {(char *)"gnuplot", (char *)script, NULL};
+        execv(gnuplot, args);
+        dprintf(2, "cannot run %s: %s\n", gnuplot, strerror(errno));
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) FH_FAIL(FH_ERR_IO, "waiting for %s: %s", gnuplot, strerror(errno));
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return FH_OK;
+    char tail[1500];
+    file_tail(err_path, tail, sizeof tail);
+    if (WIFSIGNALED(status))
+        FH_FAIL(FH_ERR_IO, "%s was killed by signal %d; its stderr ends:\n%s", gnuplot, WTERMSIG(status), tail);
+    FH_FAIL(FH_ERR_IO, "%s failed (exit %d); its stderr ends:\n%s", gnuplot, WEXITSTATUS(status), tail);
+}
+
+static int draw(const char *gnuplot, const char *dir, const char *image, AppPlotWriter write, void *ctx)
+{
+    char script[APP_PATH_MAX], err[APP_PATH_MAX];
+    FH_CHECK(app_join_path(script, sizeof script, dir, "figure.gp"));
+    FH_CHECK(app_join_path(err, sizeof err, dir, "gnuplot.stderr"));
+    FILE *out = fopen(script, "w");
+    if (!out) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", script, strerror(errno));
+    int status = write(ctx, dir, out, image);
+    if ((ferror(out) | (fclose(out) != 0)) && status == FH_OK)
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: write failed", script);
+    FH_CHECK(status);
+    FH_CHECK(run_gnuplot(gnuplot, script, err));
+    struct stat st;
+    if (stat(image, &st) != 0 || st.st_size == 0)
+        FH_FAIL(FH_ERR_IO, "%s exited 0 but wrote no image to %s", gnuplot, image);
+    return FH_OK;
+}
+
+int app_plot_png(const char *out_path, AppPlotWriter write, void *ctx)
+{
+    char gnuplot[APP_PATH_MAX], image_tmp[APP_PATH_MAX], dir[APP_PATH_MAX];
+    dir[0] = '\0';
+    FH_CHECK(app_find_program("gnuplot", "gnuplot-nox", gnuplot, sizeof gnuplot));
+    if (snprintf(image_tmp, sizeof image_tmp, "%s.tmp-%ld", out_path, (long)getpid()) >= (int)sizeof image_tmp)
+        FH_FAIL(FH_ERR_USAGE, "%s: path too long", out_path);
+    /* made here first, so an unwritable destination is reported plainly before gnuplot runs */
+    int fd = open(image_tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0) FH_FAIL(FH_ERR_IO, "%s: cannot write here (creating %s: %s)", out_path, image_tmp, strerror(errno));
+    close(fd);
+    int status = tmpdir_make(dir, sizeof dir);
+    if (status == FH_OK) status = draw(gnuplot, dir, image_tmp, write, ctx);
+    if (status == FH_OK && rename(image_tmp, out_path) != 0)
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot rename %s over it: %s", out_path, image_tmp,
+                                strerror(errno));
+    if (status != FH_OK) unlink(image_tmp);
+    if (dir[0]) tmpdir_remove(dir);
+    return status;
+}

@@ -1,0 +1,992 @@
+/* fedhet report DIR (report.h): run folders -> summary.csv, summary.md, accuracy.png and one
+ * sensitivity-<key>.png per swept key.
+ *
+ * Runs: DIR itself when it holds metrics.csv; the members of a grid folder (grid/grid.ini, their states
+ * from grid/status); else every subfolder holding metrics.csv. The swept keys are the grid's lists, or
+ * for a plain folder the config keys whose values differ between the runs' config.ini (output.* aside).
+ * Runs that differ only in the seed key form one configuration: per-run statistics first (final value,
+ * mean of the last k rounds, best, rounds to each target), then mean and sample std over the runs. */
+#include "report.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fedhet/core.h"
+#include "grid.h"
+#include "ini.h"
+#include "plot.h"
+
+#define MAX_KEYS GRID_MAX_AXES
+#define PATHN 4400
+
+void report_options_default(ReportOptions *o)
+{
+    memset(o, 0, sizeof *o);
+    o->metric = "test_accuracy";
+    o->seed_key = "fl.seed";
+    o->last_k = 10;
+    const double t[] = { 0.5, 0.6, 0.7, 0.8 };
+    for (int i = 0; i < 4; i++) o->targets[i] = t[i];
+    o->n_targets = 4;
+    o->plots = 1;
+}
+
+/* ---- statistics ---------------------------------------------------------------------------------------- */
+
+void report_mean_std(const double *x, int n, double *mean, double *std, int *count)
+{
+    double s = 0;
+    int c = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) s += x[i], c++;
+    *count = c;
+    *mean = c ? s / c : NAN;
+    if (c < 2) {
+        *std = NAN;
+        return;
+    }
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        if (isfinite(x[i])) ss += (x[i] - *mean) * (x[i] - *mean);
+    *std = sqrt(ss / (c - 1));
+}
+
+int report_rounds_to(const double *a, int n, double target)
+{
+    for (int t = 0; t < n; t++)
+        if (isfinite(a[t]) && a[t] >= target) return t + 1;
+    return 0;
+}
+
+double report_last_k_mean(const double *a, int n, int k)
+{
+    double s = 0;
+    int c = 0;
+    for (int t = n - 1; t >= 0 && c < k; t--)
+        if (isfinite(a[t])) s += a[t], c++;
+    return c ? s / c : NAN;
+}
+
+/* ---- runs ---------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    char name[1024];
+    char dir[PATHN];
+    char *values[MAX_KEYS]; /* per swept key */
+    int has_metrics;
+    int rounds_planned, n_rows;
+    double *metric, *t_round, *t_eval; /* [n_rows], by round index */
+    char state[32];         /* "done", "failed", "incomplete", ... */
+    char message[1100];
+    /* statistics */
+    double final, last_k, best, wall, round_s;
+    int to_target[REPORT_MAX_TARGETS];
+    int group;
+} Run;
+
+typedef struct {
+    char key[128], label[128]; /* resolved key, short label */
+} Key;
+
+typedef struct {
+    const ReportOptions *o;
+    char title[PATHN];
+    int grid, single;
+    Run *runs;
+    int n_runs;
+    Key keys[MAX_KEYS];
+    int n_keys;
+    int seed_key;               /* index into keys, -1 when the seed is not swept */
+    int *group_first;           /* run index of each group's first run */
+    int n_groups;
+} Report;
+
+static int parse_double(const char *s, double *v)
+{
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    *v = strtod(s, &end);
+    return errno == 0 && *end == '\0' && end != s;
+}
+
+/* metrics.csv: the metric column and the round timings, NAN where empty */
+static int read_metrics(Run *r, const char *metric)
+{
+    char path[PATHN + 32];
+    snprintf(path, sizeof path, "%s/metrics.csv", r->dir);
+    char *text = NULL;
+    FH_CHECK(app_read_file(path, &text, FH_ERR_DATA));
+    int cols[4] = { -1, -1, -1, -1 }; /* round, metric, t_round, t_eval */
+    const char *names[4] = { "round", metric, "t_round", "t_eval" };
+    char *save = NULL, *line = strtok_r(text, "\n", &save);
+    if (!line) {
+        free(text);
+        FH_FAIL(FH_ERR_DATA, "%s is empty", path);
+    }
+    int c = 0;
+    for (char *p = line;; c++) {
+        char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        for (int j = 0; j < 4; j++)
+            if (strlen(names[j]) == n && !strncmp(p, names[j], n)) cols[j] = c;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    if (cols[1] < 0) {
+        free(text);
+        FH_FAIL(FH_ERR_USAGE, "%s has no column %s (--metric names a column of metrics.csv, e.g. test_accuracy, "
+                "test_loss, test_balanced_accuracy)", path, metric);
+    }
+    int cap = 64, n_rows = 0;
+    double *rows = malloc((size_t)cap * 4 * sizeof *rows);
+    for (line = strtok_r(NULL, "\n", &save); line && rows; line = strtok_r(NULL, "\n", &save)) {
+        if (n_rows == cap) {
+            cap *= 2;
+            double *grown = realloc(rows, (size_t)cap * 4 * sizeof *rows);
+            if (!grown) {
+                free(rows);
+                rows = NULL;
+                break;
+            }
+            rows = grown;
+        }
+        double v[4] = { NAN, NAN, NAN, NAN };
+        c = 0;
+        for (char *p = line;; c++) {
+            char *comma = strchr(p, ',');
+            if (comma) *comma = '\0';
+            for (int j = 0; j < 4; j++)
+                if (cols[j] == c && !parse_double(p, &v[j])) v[j] = NAN;
+            if (!comma) break;
+            p = comma + 1;
+        }
+        memcpy(rows + (size_t)n_rows * 4, v, sizeof v);
+        n_rows++;
+    }
+    free(text);
+    if (!rows) FH_FAIL(FH_ERR_IO, "out of memory reading %s", path);
+    r->n_rows = n_rows;
+    r->metric = calloc((size_t)n_rows + 1, sizeof(double));
+    r->t_round = calloc((size_t)n_rows + 1, sizeof(double));
+    r->t_eval = calloc((size_t)n_rows + 1, sizeof(double));
+    if (!r->metric || !r->t_round || !r->t_eval) {
+        free(rows);
+        FH_FAIL(FH_ERR_IO, "out of memory reading %s", path);
+    }
+    for (int i = 0; i < n_rows; i++) {
+        r->metric[i] = rows[i * 4 + 1];
+        r->t_round[i] = rows[i * 4 + 2];
+        r->t_eval[i] = rows[i * 4 + 3];
+    }
+    free(rows);
+    r->has_metrics = 1;
+    return FH_OK;
+}
+
+static int exists_in(const char *dir, const char *name)
+{
+    char path[PATHN + 300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static int add_run(Report *R, const char *dir, const char *name)
+{
+    Run *grown = realloc(R->runs, (size_t)(R->n_runs + 1) * sizeof *grown);
+    if (!grown) FH_FAIL(FH_ERR_IO, "out of memory");
+    R->runs = grown;
+    Run *r = &R->runs[R->n_runs++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->final = r->last_k = r->best = NAN;
+    return FH_OK;
+}
+
+/* fl.rounds and the values of `keys` from the run's config.ini */
+static int read_run_config(Run *r, AppIni *ini)
+{
+    char path[PATHN + 32];
+    snprintf(path, sizeof path, "%s/config.ini", r->dir);
+    FH_CHECK(app_ini_load(ini, path, FH_ERR_DATA));
+    const char *v = app_ini_get(ini, "fl", "rounds");
+    r->rounds_planned = v ? atoi(v) : 0;
+    return FH_OK;
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static int values_equal(const char *a, const char *b)
+{
+    double x, y;
+    if (parse_double(a, &x) && parse_double(b, &y)) return x == y;
+    return !strcmp(a, b);
+}
+
+/* A plain folder: subfolders with metrics.csv; swept keys = config keys that differ. */
+static int collect_folder(Report *R, const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) FH_FAIL(FH_ERR_USAGE, "%s: cannot open: %s", dir, strerror(errno));
+    char **names = NULL;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char sub[PATHN];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        if (!exists_in(sub, "metrics.csv")) continue;
+        char **grown = realloc(names, (size_t)(n + 1) * sizeof *names);
+        if (!grown) break;
+        names = grown;
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    if (n) qsort(names, (size_t)n, sizeof *names, cmp_names);
+    int status = FH_OK;
+    for (int i = 0; i < n && status == FH_OK; i++) {
+        char sub[PATHN];
+        snprintf(sub, sizeof sub, "%s/%s", dir, names[i]);
+        status = add_run(R, sub, names[i]);
+    }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    FH_CHECK(status);
+    if (R->n_runs == 0)
+        FH_FAIL(FH_ERR_USAGE, "%s holds no run: no metrics.csv in it or in its subfolders (give a run folder, a grid "
+                "folder or a folder of runs; --partition DST.h5 OUT.png draws a partition file)", dir);
+
+    /* every run's config; keys whose values differ are swept */
+    AppIni *cfg = calloc((size_t)R->n_runs, sizeof *cfg);
+    if (!cfg) FH_FAIL(FH_ERR_IO, "out of memory");
+    for (int i = 0; i < R->n_runs && status == FH_OK; i++) status = read_run_config(&R->runs[i], &cfg[i]);
+    for (int i = 0; i < R->n_runs && status == FH_OK; i++)
+        for (int j = 0; j < cfg[i].n && status == FH_OK; j++) {
+            const AppIniEntry *en = &cfg[i].entries[j];
+            if (!strcmp(en->section, "output")) continue;
+            char key[128];
+            snprintf(key, sizeof key, "%s.%s", en->section, en->key);
+            int known = 0;
+            for (int k = 0; k < R->n_keys; k++) known |= !strcmp(R->keys[k].key, key);
+            if (known) continue;
+            int differs = 0;
+            for (int m = 0; m < R->n_runs && !differs; m++) {
+                const char *v = app_ini_get(&cfg[m], en->section, en->key);
+                differs = !v || !values_equal(v, en->value);
+            }
+            if (!differs) continue;
+            if (R->n_keys == MAX_KEYS) {
+                status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: the runs differ in more than %d keys", dir,
+                                        MAX_KEYS);
+                break;
+            }
+            snprintf(R->keys[R->n_keys].key, sizeof R->keys[0].key, "%s", key);
+            R->n_keys++;
+        }
+    for (int i = 0; i < R->n_runs && status == FH_OK; i++)
+        for (int k = 0; k < R->n_keys; k++) {
+            char sec[128];
+            snprintf(sec, sizeof sec, "%s", R->keys[k].key);
+            char *dot = strchr(sec, '.');
+            *dot = '\0';
+            const char *v = app_ini_get(&cfg[i], sec, dot + 1);
+            R->runs[i].values[k] = strdup(v ? v : "(default)");
+        }
+    for (int i = 0; i < R->n_runs; i++) app_ini_free(&cfg[i]);
+    free(cfg);
+    return status;
+}
+
+/* A grid folder: its members in order, their lists, their states. */
+static int collect_grid(Report *R, const char *dir)
+{
+    char path[PATHN], *args_text = NULL;
+    snprintf(path, sizeof path, "%s/grid/args.txt", dir);
+    FH_CHECK(app_read_file(path, &args_text, FH_ERR_DATA));
+    char *args[512];
+    int n = 0;
+    for (char *save = NULL, *line = strtok_r(args_text, "\n", &save); line && n < 512; line = strtok_r(NULL, "\n", &save))
+        if (*line) args[n++] = line;
+    snprintf(path, sizeof path, "%s/grid/grid.ini", dir);
+    GridSpec g;
+    int status = grid_spec_load(&g, path, args, n);
+    free(args_text);
+    FH_CHECK(status);
+    for (int a = 0; a < g.n_axes; a++) {
+        snprintf(R->keys[a].key, sizeof R->keys[a].key, "%s", g.axes[a].key);
+        snprintf(R->keys[a].label, sizeof R->keys[a].label, "%s", g.axes[a].short_name);
+    }
+    R->n_keys = g.n_axes;
+    for (int64_t i = 0; i < g.n_members && status == FH_OK; i++) {
+        char name[1024], sub[PATHN];
+        grid_member_name(&g, i, name, sizeof name);
+        snprintf(sub, sizeof sub, "%s/%s", dir, name);
+        status = add_run(R, sub, name);
+        if (status != FH_OK) break;
+        Run *r = &R->runs[R->n_runs - 1];
+        for (int a = 0; a < g.n_axes; a++) r->values[a] = strdup(grid_member_value(&g, i, a));
+        GridStatus s;
+        status = grid_status_read(dir, name, &s);
+        if (status != FH_OK) break;
+        snprintf(r->state, sizeof r->state, "%s", grid_state_name(s.state));
+        if (s.state == GRID_FAILED) snprintf(r->message, sizeof r->message, "exit %d: %s", s.exit_code, s.message);
+        AppIni cfg;
+        if (exists_in(sub, "config.ini") && read_run_config(r, &cfg) == FH_OK) app_ini_free(&cfg);
+        else fh_error_clear();
+    }
+    grid_spec_free(&g);
+    return status;
+}
+
+/* ---- grouping ------------------------------------------------------------------------------------------ */
+
+static int compare_values(const char *a, const char *b)
+{
+    double x, y;
+    if (parse_double(a, &x) && parse_double(b, &y)) return (x > y) - (x < y);
+    return strcmp(a, b);
+}
+
+static const Report *sort_ctx;
+
+/* by the swept keys in order, the seed last */
+static int compare_runs(const void *pa, const void *pb)
+{
+    const Run *a = pa, *b = pb;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < sort_ctx->n_keys; k++) {
+            if ((k == sort_ctx->seed_key) != pass) continue;
+            int c = compare_values(a->values[k], b->values[k]);
+            if (c) return c;
+        }
+    return strcmp(a->name, b->name);
+}
+
+static int same_config(const Report *R, const Run *a, const Run *b)
+{
+    for (int k = 0; k < R->n_keys; k++)
+        if (k != R->seed_key && strcmp(a->values[k], b->values[k])) return 0;
+    return 1;
+}
+
+static void find_seed_key(Report *R)
+{
+    R->seed_key = -1;
+    const char *want = R->o->seed_key;
+    for (int k = 0; k < R->n_keys; k++) {
+        const char *dot = strchr(R->keys[k].key, '.');
+        if (!strcmp(R->keys[k].key, want) || (!strchr(want, '.') && dot && !strcmp(dot + 1, want))) R->seed_key = k;
+    }
+    for (int k = 0; k < R->n_keys; k++)
+        if (!R->keys[k].label[0]) {
+            /* short label: the part after the dot unless two keys share it */
+            const char *part = strchr(R->keys[k].key, '.') + 1;
+            int clash = 0;
+            for (int j = 0; j < R->n_keys; j++)
+                if (j != k && !strcmp(strchr(R->keys[j].key, '.') + 1, part)) clash = 1;
+            snprintf(R->keys[k].label, sizeof R->keys[k].label, "%s", clash ? R->keys[k].key : part);
+        }
+}
+
+static int usable(const Report *R, const Run *r)
+{
+    if (!r->has_metrics || r->n_rows == 0) return 0;
+    if (R->single) return 1;
+    return r->rounds_planned <= 0 || r->n_rows >= r->rounds_planned;
+}
+
+static void run_stats(const Report *R, Run *r)
+{
+    const ReportOptions *o = R->o;
+    r->final = report_last_k_mean(r->metric, r->n_rows, 1);
+    r->last_k = report_last_k_mean(r->metric, r->n_rows, o->last_k);
+    r->best = NAN;
+    for (int t = 0; t < r->n_rows; t++)
+        if (isfinite(r->metric[t]) && !(r->best >= r->metric[t])) r->best = r->metric[t];
+    for (int j = 0; j < o->n_targets; j++) r->to_target[j] = report_rounds_to(r->metric, r->n_rows, o->targets[j]);
+    r->wall = 0;
+    double s = 0;
+    int c = 0;
+    for (int t = 0; t < r->n_rows; t++) {
+        if (isfinite(r->t_round[t])) r->wall += r->t_round[t];
+        if (isfinite(r->t_eval[t])) r->wall += r->t_eval[t];
+        /* spec C.8: round 0 is warm-up */
+        if ((t > 0 || r->n_rows == 1) && isfinite(r->t_round[t])) s += r->t_round[t], c++;
+    }
+    r->round_s = c ? s / c : NAN;
+    if (!r->state[0]) snprintf(r->state, sizeof r->state, "%s", usable(R, r) ? "done" : "incomplete");
+}
+
+/* ---- group statistics ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    int n;                       /* usable runs */
+    double final_m, final_s, last_m, last_s, best_m, best_s, wall_m, round_m;
+    double to_m[REPORT_MAX_TARGETS];
+    int to_n[REPORT_MAX_TARGETS];
+    int rounds;                  /* most rows among its runs */
+} GroupStats;
+
+static void group_stats(const Report *R, int g, GroupStats *G)
+{
+    memset(G, 0, sizeof *G);
+    double f[4096], l[4096], b[4096], w[4096], rs[4096];
+    int n = 0;
+    for (int i = 0; i < R->n_runs; i++) {
+        const Run *r = &R->runs[i];
+        if (r->group != g || !usable(R, r) || n == 4096) continue;
+        f[n] = r->final, l[n] = r->last_k, b[n] = r->best, w[n] = r->wall, rs[n] = r->round_s;
+        if (r->n_rows > G->rounds) G->rounds = r->n_rows;
+        n++;
+    }
+    G->n = n;
+    int c;
+    double dummy;
+    report_mean_std(f, n, &G->final_m, &G->final_s, &c);
+    report_mean_std(l, n, &G->last_m, &G->last_s, &c);
+    report_mean_std(b, n, &G->best_m, &G->best_s, &c);
+    report_mean_std(w, n, &G->wall_m, &dummy, &c);
+    report_mean_std(rs, n, &G->round_m, &dummy, &c);
+    for (int j = 0; j < R->o->n_targets; j++) {
+        double s = 0;
+        int k = 0;
+        for (int i = 0; i < R->n_runs; i++) {
+            const Run *r = &R->runs[i];
+            if (r->group == g && usable(R, r) && r->to_target[j] > 0) s += r->to_target[j], k++;
+        }
+        G->to_n[j] = k;
+        G->to_m[j] = k ? s / k : NAN;
+    }
+}
+
+/* "rho=0.05, lr=0.1" from the non-seed keys of run r; "all runs" when none */
+static void group_label(const Report *R, const Run *r, char *out, size_t size)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int k = 0; k < R->n_keys && used + 1 < size; k++) {
+        if (k == R->seed_key) continue;
+        used += (size_t)snprintf(out + used, size - used, "%s%s=%s", used ? ", " : "", R->keys[k].label, r->values[k]);
+    }
+    if (!out[0]) snprintf(out, size, "%s", R->single ? r->name : "all runs");
+}
+
+/* ---- tables -------------------------------------------------------------------------------------------- */
+
+static void fmt_num(char *out, size_t size, double v, const char *f)
+{
+    if (isfinite(v)) snprintf(out, size, f, v);
+    else snprintf(out, size, "%s", "");
+}
+
+static void fmt_pm(char *out, size_t size, double m, double s)
+{
+    if (!isfinite(m)) snprintf(out, size, "—");
+    else if (!isfinite(s)) snprintf(out, size, "%.4f", m);
+    else snprintf(out, size, "%.4f ± %.4f", m, s);
+}
+
+static int write_summary_csv(const Report *R, const char *path)
+{
+    const ReportOptions *o = R->o;
+    char tmp[PATHN + 40];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    fprintf(f, "config");
+    for (int k = 0; k < R->n_keys; k++)
+        if (k != R->seed_key) fprintf(f, ",%s", R->keys[k].key);
+    fprintf(f, ",runs,rounds,final_mean,final_std,last%d_mean,last%d_std,best_mean,best_std", o->last_k, o->last_k);
+    for (int j = 0; j < o->n_targets; j++) fprintf(f, ",rounds_to_%g_mean,rounds_to_%g_reached", o->targets[j], o->targets[j]);
+    fprintf(f, ",wall_s_mean,round_s_mean\n");
+    for (int g = 0; g < R->n_groups; g++) {
+        const Run *first = &R->runs[R->group_first[g]];
+        GroupStats G;
+        group_stats(R, g, &G);
+        char label[1024], a[64];
+        group_label(R, first, label, sizeof label);
+        fprintf(f, "\"%s\"", label);
+        for (int k = 0; k < R->n_keys; k++)
+            if (k != R->seed_key) fprintf(f, ",%s", first->values[k]);
+        fprintf(f, ",%d,%d", G.n, G.rounds);
+        const double v[6] = { G.final_m, G.final_s, G.last_m, G.last_s, G.best_m, G.best_s };
+        for (int i = 0; i < 6; i++) {
+            fmt_num(a, sizeof a, v[i], "%.6f");
+            fprintf(f, ",%s", a);
+        }
+        for (int j = 0; j < o->n_targets; j++) {
+            fmt_num(a, sizeof a, G.to_m[j], "%.2f");
+            fprintf(f, ",%s,%d", a, G.to_n[j]);
+        }
+        fmt_num(a, sizeof a, G.wall_m, "%.3f");
+        fprintf(f, ",%s", a);
+        fmt_num(a, sizeof a, G.round_m, "%.4f");
+        fprintf(f, ",%s\n", a);
+    }
+    int bad = ferror(f);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        FH_FAIL(FH_ERR_IO, "%s: cannot write", path);
+    }
+    return FH_OK;
+}
+
+static void key_list(const Report *R, int k, char *out, size_t size)
+{
+    /* the distinct values of key k in run order */
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < R->n_runs && used + 1 < size; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = !strcmp(R->runs[j].values[k], R->runs[i].values[k]);
+        if (!seen) used += (size_t)snprintf(out + used, size - used, "%s%s", used ? ", " : "", R->runs[i].values[k]);
+    }
+}
+
+static int write_summary_md(const Report *R, const char *path, char figures[][PATHN], int n_figures)
+{
+    const ReportOptions *o = R->o;
+    char tmp[PATHN + 40];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    int n_usable = 0;
+    for (int i = 0; i < R->n_runs; i++) n_usable += usable(R, &R->runs[i]);
+    fprintf(f, "# %s\n\n", R->title);
+    if (R->single)
+        fprintf(f, "One run, %d rounds.", R->runs[0].n_rows);
+    else {
+        fprintf(f, "%d run%s (%d finished) in %d configuration%s", R->n_runs, R->n_runs == 1 ? "" : "s", n_usable,
+                R->n_groups, R->n_groups == 1 ? "" : "s");
+        if (R->seed_key >= 0) {
+            char l[1024];
+            key_list(R, R->seed_key, l, sizeof l);
+            fprintf(f, " over seeds %s = %s", R->keys[R->seed_key].key, l);
+        }
+        fprintf(f, ".");
+        for (int k = 0, first = 1; k < R->n_keys; k++) {
+            if (k == R->seed_key) continue;
+            char l[1024];
+            key_list(R, k, l, sizeof l);
+            fprintf(f, "%s%s = %s", first ? " Swept: " : "; ", R->keys[k].key, l);
+            first = 0;
+        }
+        if (R->n_keys - (R->seed_key >= 0) > 0) fprintf(f, ".");
+    }
+    fprintf(f, "\n\nMetric `%s` of the global model. Per run: final = after the last round; last-%d = mean of the last %d "
+               "evaluated rounds; best = the largest value (secondary, never the headline); rounds to τ = the first "
+               "1-based round reaching τ. Per configuration: mean ± sample std (divisor n − 1) over its runs "
+               "(spec C.2); rounds to τ: mean over the runs that reached τ, with their count (C.3). Wall: seconds of "
+               "rounds and evaluation per run; s/round: mean round time without round 1 (C.8).\n\n",
+            o->metric, o->last_k, o->last_k);
+    fprintf(f, "| configuration | runs | final | last-%d | best |", o->last_k);
+    for (int j = 0; j < o->n_targets; j++) fprintf(f, " rounds to %g |", o->targets[j]);
+    fprintf(f, " wall s | s/round |\n|---|---:|---:|---:|---:|");
+    for (int j = 0; j < o->n_targets; j++) fprintf(f, "---:|");
+    fprintf(f, "---:|---:|\n");
+    for (int g = 0; g < R->n_groups; g++) {
+        GroupStats G;
+        group_stats(R, g, &G);
+        char label[1024], a[64], b[64], c[64];
+        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
+        fmt_pm(a, sizeof a, G.final_m, G.final_s);
+        fmt_pm(b, sizeof b, G.last_m, G.last_s);
+        fmt_pm(c, sizeof c, G.best_m, G.best_s);
+        fprintf(f, "| %s | %d | %s | %s | %s |", label, G.n, a, b, c);
+        for (int j = 0; j < o->n_targets; j++) {
+            if (G.to_n[j]) fprintf(f, " %.1f (%d/%d) |", G.to_m[j], G.to_n[j], G.n);
+            else fprintf(f, " — (0/%d) |", G.n);
+        }
+        fmt_num(a, sizeof a, G.wall_m, G.wall_m < 10 ? "%.2f" : "%.1f");
+        fmt_num(b, sizeof b, G.round_m, "%.3f");
+        fprintf(f, " %s | %s |\n", a, b);
+    }
+    for (int i = 0; i < n_figures; i++) {
+        const char *base = strrchr(figures[i], '/') ? strrchr(figures[i], '/') + 1 : figures[i];
+        fprintf(f, "\n![%s](%s)\n", base, base);
+    }
+    if (!R->single) {
+        fprintf(f, "\n## Runs\n\n| run |");
+        for (int k = 0; k < R->n_keys; k++) fprintf(f, " %s |", R->keys[k].key);
+        fprintf(f, " state | rounds | final | last-%d | best | wall s |\n|---|", o->last_k);
+        for (int k = 0; k < R->n_keys; k++) fprintf(f, "---|");
+        fprintf(f, "---|---:|---:|---:|---:|---:|\n");
+        for (int i = 0; i < R->n_runs; i++) {
+            const Run *r = &R->runs[i];
+            char a[64], b[64], c[64], w[64];
+            fmt_num(a, sizeof a, r->final, "%.4f");
+            fmt_num(b, sizeof b, r->last_k, "%.4f");
+            fmt_num(c, sizeof c, r->best, "%.4f");
+            fmt_num(w, sizeof w, r->has_metrics ? r->wall : NAN, r->wall < 10 ? "%.2f" : "%.1f");
+            fprintf(f, "| %s |", r->name);
+            for (int k = 0; k < R->n_keys; k++) fprintf(f, " %s |", r->values[k]);
+            fprintf(f, " %s | %d/%d | %s | %s | %s | %s |\n", r->state, r->n_rows, r->rounds_planned, a, b, c, w);
+        }
+        int left_out = 0;
+        for (int i = 0; i < R->n_runs; i++) left_out += !usable(R, &R->runs[i]);
+        if (left_out) {
+            fprintf(f, "\nNot in the statistics (%d):\n\n", left_out);
+            for (int i = 0; i < R->n_runs; i++) {
+                const Run *r = &R->runs[i];
+                if (usable(R, r)) continue;
+                if (r->message[0]) fprintf(f, "- %s: %s, %s\n", r->name, r->state, r->message);
+                else fprintf(f, "- %s: %s (%d of %d rounds)\n", r->name, r->state, r->n_rows, r->rounds_planned);
+            }
+        }
+    }
+    int bad = ferror(f);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        FH_FAIL(FH_ERR_IO, "%s: cannot write", path);
+    }
+    return FH_OK;
+}
+
+/* ---- figures ------------------------------------------------------------------------------------------- */
+
+static void gp_label(FILE *out, const char *s) { app_gp_string(out, s); }
+
+/* accuracy.png: per configuration the mean over its runs per round, band min..max */
+static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
+{
+    const Report *R = ctx;
+    app_gp_terminal(out, 1000, 640, image);
+    char title[PATHN + 200];
+    int bands = 0;
+    snprintf(title, sizeof title, "%s: %s per round", R->title, R->o->metric);
+    fprintf(out, "set title ");
+    gp_label(out, title);
+    fprintf(out, "\nset xlabel 'round'\nset ylabel ");
+    gp_label(out, R->o->metric);
+    int most = 0;
+    for (int i = 0; i < R->n_runs; i++)
+        if (R->runs[i].n_rows > most) most = R->runs[i].n_rows;
+    fprintf(out, "\nset key outside right top vertical\nset grid\nset style fill transparent solid 0.18 noborder\n"
+                 "set xrange [1:%d]\n%s\nplot ", most > 1 ? most : 2, most <= 20 ? "set xtics 1" : "set xtics autofreq");
+    int plotted = 0;
+    for (int g = 0; g < R->n_groups; g++) {
+        char path[PATHN];
+        snprintf(path, sizeof path, "%s/curve%d.dat", dir, g);
+        FILE *d = fopen(path, "w");
+        if (!d) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        int rows = 0, max_runs = 0;
+        for (int t = 0;; t++) {
+            double s = 0, lo = INFINITY, hi = -INFINITY;
+            int c = 0, any = 0;
+            for (int i = 0; i < R->n_runs; i++) {
+                const Run *r = &R->runs[i];
+                if (r->group != g || !usable(R, r)) continue;
+                if (t < r->n_rows) any = 1;
+                if (t < r->n_rows && isfinite(r->metric[t])) {
+                    s += r->metric[t], c++;
+                    if (r->metric[t] < lo) lo = r->metric[t];
+                    if (r->metric[t] > hi) hi = r->metric[t];
+                }
+            }
+            if (!any) break;
+            if (c) fprintf(d, "%d %.8g %.8g %.8g\n", t + 1, s / c, lo, hi), rows++;
+            if (c > max_runs) max_runs = c;
+        }
+        if (fclose(d) != 0) FH_FAIL(FH_ERR_IO, "%s: write failed", path);
+        if (!rows) continue;
+        char label[1024];
+        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
+        const int color = g % 8 + 1;
+        if (max_runs > 1) {
+            fprintf(out, "%s", plotted ? ", \\\n     " : "");
+            app_gp_string(out, path);
+            fprintf(out, " using 1:3:4 with filledcurves lc %d notitle", color);
+            plotted = 1;
+            bands = 1;
+        }
+        fprintf(out, "%s", plotted ? ", \\\n     " : "");
+        app_gp_string(out, path);
+        fprintf(out, " using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc %d title ", color);
+        gp_label(out, label);
+        plotted = 1;
+    }
+    if (!plotted) FH_FAIL(FH_ERR_DATA, "%s: no run has a value of %s to plot", R->title, R->o->metric);
+    fprintf(out, "\nset output\n");
+    (void)bands;
+    return FH_OK;
+}
+
+typedef struct {
+    const Report *R;
+    int key;
+} SensCtx;
+
+/* sensitivity-<key>.png: final metric (mean ± std over seeds) against the key's values; one line per
+ * combination of the other swept keys */
+static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *image)
+{
+    const SensCtx *S = ctx;
+    const Report *R = S->R;
+    const int k = S->key;
+    /* the key's distinct values, sorted; numeric when every value is a number */
+    const char *vals[4096];
+    int nv = 0, numeric = 1;
+    for (int i = 0; i < R->n_runs && nv < 4096; i++) {
+        int seen = 0;
+        for (int j = 0; j < nv && !seen; j++) seen = !strcmp(vals[j], R->runs[i].values[k]);
+        if (!seen) vals[nv++] = R->runs[i].values[k];
+    }
+    for (int a = 1; a < nv; a++)
+        for (int b = a; b > 0 && compare_values(vals[b - 1], vals[b]) > 0; b--) {
+            const char *t = vals[b];
+            vals[b] = vals[b - 1];
+            vals[b - 1] = t;
+        }
+    double lo = INFINITY, hi = -INFINITY, x;
+    for (int j = 0; j < nv; j++) {
+        if (!parse_double(vals[j], &x)) numeric = 0;
+        else {
+            if (x < lo) lo = x;
+            if (x > hi) hi = x;
+        }
+    }
+    const int logx = numeric && lo > 0 && hi / lo >= 20;
+    app_gp_terminal(out, 900, 600, image);
+    char title[PATHN + 300];
+    int n_seeds = 0;
+    for (int i = 0; i < R->n_runs; i++) n_seeds += R->runs[i].group == R->runs[0].group && usable(R, &R->runs[i]);
+    if (R->seed_key >= 0)
+        snprintf(title, sizeof title, "%s: final %s against %s (mean ± std over %d seeds)", R->title, R->o->metric,
+                 R->keys[k].key, n_seeds);
+    else snprintf(title, sizeof title, "%s: final %s against %s", R->title, R->o->metric, R->keys[k].key);
+    fprintf(out, "set title ");
+    gp_label(out, title);
+    fprintf(out, "\nset xlabel ");
+    gp_label(out, R->keys[k].key);
+    fprintf(out, "\nset ylabel ");
+    char yl[256];
+    snprintf(yl, sizeof yl, "final %s", R->o->metric);
+    gp_label(out, yl);
+    fprintf(out, "\nset grid\nset key outside right top vertical\nset offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05\n");
+    if (logx) fprintf(out, "set logscale x\n");
+    if (!numeric) {
+        fprintf(out, "set xtics (");
+        for (int j = 0; j < nv; j++) {
+            fprintf(out, "%s", j ? ", " : "");
+            app_gp_string(out, vals[j]);
+            fprintf(out, " %d", j);
+        }
+        fprintf(out, ")\nset xrange [-0.5:%d.5]\n", nv - 1);
+    }
+    fprintf(out, "plot ");
+    /* series: the groups that agree on every non-seed key but k */
+    int *series_of = calloc((size_t)R->n_groups, sizeof *series_of);
+    if (!series_of) FH_FAIL(FH_ERR_IO, "out of memory");
+    int n_series = 0;
+    for (int g = 0; g < R->n_groups; g++) {
+        const Run *rg = &R->runs[R->group_first[g]];
+        series_of[g] = -1;
+        for (int h = 0; h < g && series_of[g] < 0; h++) {
+            const Run *rh = &R->runs[R->group_first[h]];
+            int same = 1;
+            for (int m = 0; m < R->n_keys && same; m++)
+                if (m != k && m != R->seed_key && strcmp(rg->values[m], rh->values[m])) same = 0;
+            if (same) series_of[g] = series_of[h];
+        }
+        if (series_of[g] < 0) series_of[g] = n_series++;
+    }
+    int plotted = 0;
+    for (int s = 0; s < n_series; s++) {
+        char path[PATHN];
+        snprintf(path, sizeof path, "%s/sens%d.dat", dir, s);
+        FILE *d = fopen(path, "w");
+        if (!d) {
+            free(series_of);
+            FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        }
+        char label[1024] = "";
+        int rows = 0;
+        for (int j = 0; j < nv; j++)
+            for (int g = 0; g < R->n_groups; g++) {
+                const Run *rg = &R->runs[R->group_first[g]];
+                if (series_of[g] != s || strcmp(rg->values[k], vals[j])) continue;
+                GroupStats G;
+                group_stats(R, g, &G);
+                if (!isfinite(G.final_m)) continue;
+                double xv = numeric ? atof(vals[j]) : j;
+                fprintf(d, "%.10g %.8g %.8g\n", xv, G.final_m, isfinite(G.final_s) ? G.final_s : 0.0);
+                rows++;
+                if (!label[0]) {
+                    size_t used = 0;
+                    for (int m = 0; m < R->n_keys && used + 1 < sizeof label; m++)
+                        if (m != k && m != R->seed_key)
+                            used += (size_t)snprintf(label + used, sizeof label - used, "%s%s=%s", used ? ", " : "",
+                                                     R->keys[m].label, rg->values[m]);
+                }
+            }
+        fclose(d);
+        if (!rows) continue;
+        fprintf(out, "%s", plotted ? ", \\\n     " : "");
+        app_gp_string(out, path);
+        fprintf(out, " using 1:2:3 with yerrorlines lw 2 pt 7 lc %d ", s % 8 + 1);
+        if (label[0]) {
+            fprintf(out, "title ");
+            gp_label(out, label);
+        } else
+            fprintf(out, "notitle");
+        plotted = 1;
+    }
+    free(series_of);
+    if (!plotted) FH_FAIL(FH_ERR_DATA, "%s: no finished run to plot against %s", R->title, R->keys[k].key);
+    fprintf(out, "\nset output\n");
+    (void)n_seeds;
+    return FH_OK;
+}
+
+/* ---- the command --------------------------------------------------------------------------------------- */
+
+static void report_free(Report *R)
+{
+    for (int i = 0; i < R->n_runs; i++) {
+        Run *r = &R->runs[i];
+        for (int k = 0; k < MAX_KEYS; k++) free(r->values[k]);
+        free(r->metric);
+        free(r->t_round);
+        free(r->t_eval);
+    }
+    free(R->runs);
+    free(R->group_first);
+}
+
+static int file_name_part(char *out, size_t size, const char *label)
+{
+    size_t n = 0;
+    for (const char *p = label; *p && n + 1 < size; p++)
+        out[n++] = (isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == '_') ? *p : '_';
+    out[n] = '\0';
+    return FH_OK;
+}
+
+static int summarise(Report *R)
+{
+    const ReportOptions *o = R->o;
+    const char *dir = o->dir;
+    if (exists_in(dir, "metrics.csv")) {
+        R->single = 1;
+        const char *base = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
+        FH_CHECK(add_run(R, dir, base));
+        AppIni cfg;
+        FH_CHECK(read_run_config(&R->runs[0], &cfg));
+        app_ini_free(&cfg);
+    } else if (exists_in(dir, "grid/grid.ini")) {
+        R->grid = 1;
+        FH_CHECK(collect_grid(R, dir));
+    } else
+        FH_CHECK(collect_folder(R, dir));
+    snprintf(R->title, sizeof R->title, "%s", dir);
+    size_t tl = strlen(R->title);
+    while (tl > 1 && R->title[tl - 1] == '/') R->title[--tl] = '\0';
+    find_seed_key(R);
+    for (int i = 0; i < R->n_runs; i++) {
+        Run *r = &R->runs[i];
+        if (exists_in(r->dir, "metrics.csv")) FH_CHECK(read_metrics(r, o->metric));
+        for (int k = 0; k < R->n_keys; k++)
+            if (!r->values[k]) r->values[k] = strdup("");
+        run_stats(R, r);
+    }
+    int n_usable = 0;
+    for (int i = 0; i < R->n_runs; i++) n_usable += usable(R, &R->runs[i]);
+    if (!n_usable)
+        FH_FAIL(FH_ERR_DATA, "%s: no finished run to summarise (%d run%s, none with all its rounds in metrics.csv)", dir,
+                R->n_runs, R->n_runs == 1 ? "" : "s");
+    sort_ctx = R;
+    qsort(R->runs, (size_t)R->n_runs, sizeof *R->runs, compare_runs);
+    R->group_first = calloc((size_t)R->n_runs, sizeof *R->group_first);
+    if (!R->group_first) FH_FAIL(FH_ERR_IO, "out of memory");
+    for (int i = 0; i < R->n_runs; i++) {
+        int g = -1;
+        for (int h = 0; h < R->n_groups && g < 0; h++)
+            if (same_config(R, &R->runs[R->group_first[h]], &R->runs[i])) g = h;
+        if (g < 0) {
+            g = R->n_groups++;
+            R->group_first[g] = i;
+        }
+        R->runs[i].group = g;
+    }
+
+    const char *out_dir = o->out_dir ? o->out_dir : dir;
+    struct stat st;
+    if (stat(out_dir, &st) != 0 && mkdir(out_dir, 0777) != 0)
+        FH_FAIL(FH_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
+    static char figures[MAX_KEYS + 1][PATHN];
+    int n_fig = 0;
+    if (o->plots) {
+        snprintf(figures[n_fig], PATHN, "%s/accuracy.png", out_dir);
+        if (strcmp(o->metric, "test_accuracy")) {
+            char part[200];
+            file_name_part(part, sizeof part, o->metric);
+            snprintf(figures[n_fig], PATHN, "%s/%s.png", out_dir, part);
+        }
+        FH_CHECK(app_plot_png(figures[n_fig], draw_curves, R));
+        n_fig++;
+        for (int k = 0; k < R->n_keys; k++) {
+            if (k == R->seed_key) continue;
+            char l[64];
+            key_list(R, k, l, sizeof l);
+            if (!strchr(l, ',')) continue; /* one value: nothing to draw */
+            char part[200];
+            file_name_part(part, sizeof part, R->keys[k].label);
+            snprintf(figures[n_fig], PATHN, "%s/sensitivity-%s.png", out_dir, part);
+            SensCtx S = { R, k };
+            FH_CHECK(app_plot_png(figures[n_fig], draw_sensitivity, &S));
+            n_fig++;
+        }
+    }
+    char path[PATHN];
+    snprintf(path, sizeof path, "%s/summary.csv", out_dir);
+    FH_CHECK(write_summary_csv(R, path));
+    snprintf(path, sizeof path, "%s/summary.md", out_dir);
+    FH_CHECK(write_summary_md(R, path, figures, n_fig));
+
+    /* the table on stdout too */
+    printf("%s: %d run%s (%d finished), %d configuration%s; metric %s\n", R->title, R->n_runs, R->n_runs == 1 ? "" : "s",
+           n_usable, R->n_groups, R->n_groups == 1 ? "" : "s", o->metric);
+    char lastk[32];
+    snprintf(lastk, sizeof lastk, "last-%d", o->last_k);
+    printf("  %-40s %4s  %-17s  %-17s  %-17s  %8s\n", "configuration", "runs", "final", lastk, "best", "wall s");
+    for (int g = 0; g < R->n_groups; g++) {
+        GroupStats G;
+        group_stats(R, g, &G);
+        char label[1024], a[64], b[64], c[64];
+        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
+        fmt_pm(a, sizeof a, G.final_m, G.final_s);
+        fmt_pm(b, sizeof b, G.last_m, G.last_s);
+        fmt_pm(c, sizeof c, G.best_m, G.best_s);
+        printf("  %-40s %4d  %-17s  %-17s  %-17s  %8.2f\n", label, G.n, a, b, c, G.wall_m);
+    }
+    printf("wrote %s/summary.csv, %s/summary.md", out_dir, out_dir);
+    for (int i = 0; i < n_fig; i++) printf(", %s", strrchr(figures[i], '/') + 1);
+    printf("\n");
+    return FH_OK;
+}
+
+int report_runs(const ReportOptions *o)
+{
+    struct stat st;
+    if (stat(o->dir, &st) != 0) FH_FAIL(FH_ERR_USAGE, "%s: no such folder", o->dir);
+    if (!S_ISDIR(st.st_mode))
+        FH_FAIL(FH_ERR_USAGE, "%s is not a folder (give a run or grid folder; --partition DST.h5 OUT.png for a partition "
+                "file)", o->dir);
+    Report R;
+    memset(&R, 0, sizeof R);
+    R.o = o;
+    int status = summarise(&R);
+    report_free(&R);
+    return status;
+}
