@@ -502,8 +502,8 @@ static void test_report_gnuplot_failures(void)
 
 static void test_report_usage(void)
 {
-    EXPECT(run_fedhet("report"), 1, "only --partition is available in this version");
-    EXPECT(run_fedhet("report '%s'", out_dir), 1, "only --partition is available in this version");
+    EXPECT(run_fedhet("report"), 1, "give a run or grid folder", "--partition DST.h5 OUT.png");
+    EXPECT(run_fedhet("report '%s'", out_dir), 1, "holds no run", "--partition DST.h5 OUT.png");
     EXPECT(run_fedhet("report --partition"), 1, "--partition", "needs a value");
     EXPECT(run_fedhet("report --partition '%s'", dst_path), 1, "OUT.png");
     EXPECT(run_fedhet("report --partition '%s' a.png b.png", dst_path), 1, "unexpected argument");
