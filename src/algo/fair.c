@@ -1,5 +1,757 @@
-/* Method family 'fair' (see algo_internal.h). */
+/* Method family 'fair': server weights from clients' losses, accuracies, contributions and label
+ * distributions (spec A.9-A.16): q-FedAvg, AFL, FairFed, FedCE, FedGA, FedLW, FedNoLoWe, FedDisco.
+ * Local training is the runtime's loop throughout; the parts here are client reports (extra evaluation
+ * passes via eval_local, upload scalars, per-client vectors) and server weights/updates. Per-client
+ * quantities on the server are K-sized scalar arrays in server_scalars (broadcast, checkpointed). */
 #include "algo_internal.h"
 
-const AlgoMethod algo_family_fair[1];
-const int algo_family_fair_count = 0;
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedhet/core.h"
+
+#define QFFL_EPS 1e-10 /* q-FedAvg: F_k + 1e-10 (fair_flearn) */
+#define FEDLW_EPS 1e-8
+
+/* ---- shared pieces ------------------------------------------------------------------------------------ */
+
+/* mean CE of `state` on the client's whole training set (eval mode, no augmentation) */
+static int local_loss(AlgoClientCtx *c, const float *state, double *loss)
+{
+    AlgoLocalEval e;
+    FH_CHECK(c->eval_local(c, c->model, state, &e));
+    *loss = e.loss;
+    return FH_OK;
+}
+
+/* L_k: sample-averaged training loss over all local steps of the round (spec A.15, shared by A.14) */
+static double round_train_loss(const AlgoClientCtx *c)
+{
+    return c->samples_seen > 0 ? c->loss_sample_sum / (double)c->samples_seen : 0.0;
+}
+
+static int need_all_clients(const AlgoMethod *m, const AlgoSetup *s, const char *why)
+{
+    if (!s->all_clients)
+        return algo_refuse(m, "needs every client in every round (%s): set fl.selection = all", why);
+    return FH_OK;
+}
+
+/* p_i = weight of client u[i].client in a K-sized server array */
+static void weights_from_array(const AlgoUpload *u, int m, const double *per_client, double *p)
+{
+    for (int i = 0; i < m; i++) p[i] = per_client[u[i].client];
+}
+
+/* x_k <- x_k / sum x; uniform when the sum is not positive */
+static void normalise(double *x, int n)
+{
+    double sum = 0.0;
+    for (int k = 0; k < n; k++) sum += x[k];
+    for (int k = 0; k < n; k++) x[k] = sum > 0.0 ? x[k] / sum : 1.0 / n;
+}
+
+/* ==== q-FedAvg (spec A.9) =============================================================================== */
+
+enum { QF_Q, QF_VARIANT };
+enum { QF_ORIGINAL, QF_LOSSWEIGHT };
+
+static void qffl_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->upload_scalars = (int)s->hp[QF_VARIANT] == QF_ORIGINAL ? 2 : 1; /* F_k (, h_k) */
+}
+
+/* F_k = loss of the broadcast w^t on the client's whole training set */
+static int qffl_begin(AlgoClientCtx *c) { return local_loss(c, c->global, &c->upload_scalars[0]); }
+
+/* original: h_k = q (F_k + eps)^(q-1) ||dw_k||^2 + L (F_k + eps)^q, dw_k = L (w^t - w_k), L = 1/lr */
+static int qffl_end(AlgoClientCtx *c)
+{
+    if ((int)c->hp[QF_VARIANT] != QF_ORIGINAL) return FH_OK;
+    const double q = c->hp[QF_Q], L = 1.0 / c->lr, base = c->upload_scalars[0] + QFFL_EPS;
+    const float *w = c->model->state;
+    double sq = 0.0;
+    for (int64_t j = 0; j < c->n_params; j++) {
+        const double d = L * ((double)c->global[j] - (double)w[j]);
+        sq += d * d;
+    }
+    c->upload_scalars[1] = q * pow(base, q - 1.0) * sq + L * pow(base, q);
+    return FH_OK;
+}
+
+/* p_k = (F_k + eps)^q: the lossweight variant's weights; the original's step is built on them too */
+static int qffl_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    for (int i = 0; i < m; i++) {
+        p[i] = pow(u[i].scalars[0] + QFFL_EPS, s->hp[QF_Q]);
+        if (!isfinite(p[i]))
+            FH_FAIL(FH_ERR_NUMERIC, "round %d: q-FedAvg weight (F_k + 1e-10)^q of client %d is %g (F_k = %g, q = %g): "
+                    "lower [algo] q", s->round + 1, u[i].client, p[i], u[i].scalars[0], s->hp[QF_Q]);
+    }
+    return FH_OK;
+}
+
+/* original: w^{t+1} = w^t - sum_k D_k / sum_k h_k with D_k = p_k L (w^t - w_k). Written as
+ * (1 - s) w^t + s avg_p(w_k), s = sum_k p_k L / sum_k h_k, avg_p the p-weighted average: the same step
+ * (sum_k D_k = L P (w^t - avg_p), P = sum p_k), and with q = 0 (p_k = 1, h_k = L) s is exactly 1 and the
+ * result is exactly uniform averaging (spec A.9 unit test). Buffers: sample-weighted average (spec 0.3). */
+static int qffl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    if ((int)s->hp[QF_VARIANT] != QF_ORIGINAL) return algo_average(s, u, m, p, global);
+    const double L = 1.0 / s->lr;
+    double num = 0.0, h = 0.0;
+    for (int i = 0; i < m; i++) {
+        num += p[i] * L;
+        h += u[i].scalars[1];
+    }
+    if (!(h > 0.0) || !isfinite(h) || !isfinite(num))
+        FH_FAIL(FH_ERR_NUMERIC, "round %d: q-FedAvg step: sum of h_k = %g, sum of L (F_k + 1e-10)^q = %g", s->round + 1,
+                h, num);
+    const double step = num / h;
+    FH_CHECK(algo_average_range(s, u, m, p, -1, 0, s->n_params, global));
+    for (int64_t j = 0; j < s->n_params; j++)
+        global[j] = (float)((1.0 - step) * (double)s->current[j] + step * (double)global[j]);
+    if (s->n_state > s->n_params) {
+        double *ns = NULL;
+        FH_CHECK(fh_calloc(&ns, (size_t)m, sizeof *ns, "q-FedAvg buffer weights"));
+        for (int i = 0; i < m; i++) ns[i] = (double)u[i].n_samples;
+        const int status = algo_average_range(s, u, m, ns, -1, s->n_params, s->n_state, global);
+        fh_free(&ns);
+        FH_CHECK(status);
+    }
+    return FH_OK;
+}
+
+static const AlgoClientReport qffl_report = { qffl_begin, qffl_end };
+static const AlgoServerWeights qffl_weights_part = { qffl_weights };
+static const AlgoServerUpdate qffl_update_part = { qffl_update };
+
+/* ==== AFL (spec A.10) =================================================================================== */
+
+enum { AFL_VARIANT, AFL_ETA_LAMBDA };
+enum { AFL_ORIGINAL, AFL_WORST };
+
+static void afl_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    if ((int)s->hp[AFL_VARIANT] == AFL_ORIGINAL) {
+        z->server_scalars = s->n_clients; /* lambda */
+        z->server_private = 1;            /* the running average of iterates, the reported model */
+        z->eval_private = 0;
+        z->upload_scalars = 0;            /* the minibatch loss is the upload's train_loss (one step) */
+    } else {
+        z->upload_scalars = 1; /* F_k */
+    }
+}
+
+static int afl_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    if ((int)s->hp[AFL_VARIANT] != AFL_ORIGINAL) return FH_OK;
+    char bad[512] = "";
+    size_t used = 0;
+    if (!s->all_clients) used += (size_t)snprintf(bad + used, sizeof bad - used, " fl.selection = all;");
+    if (s->steps != 1) used += (size_t)snprintf(bad + used, sizeof bad - used, " train.steps = 1 (now %lld);", (long long)s->steps);
+    if (strcmp(s->optimizer, "sgd"))
+        used += (size_t)snprintf(bad + used, sizeof bad - used, " train.optimizer = sgd (now %s);", s->optimizer);
+    if (s->momentum != 0.0) used += (size_t)snprintf(bad + used, sizeof bad - used, " train.momentum = 0 (now %g);", s->momentum);
+    if (used)
+        return algo_refuse(m, "variant = original (Mohri et al.: every client takes one plain SGD step on one minibatch "
+                           "each round) needs:%s or use variant = worst", bad);
+    return FH_OK;
+}
+
+static int afl_init(AlgoServerCtx *s, float *global)
+{
+    if ((int)s->hp[AFL_VARIANT] != AFL_ORIGINAL) return FH_OK;
+    for (int k = 0; k < s->n_clients; k++) s->server_scalars[k] = 1.0 / s->n_clients; /* lambda^0 = 1/K */
+    memcpy(s->server_private, global, (size_t)s->n_state * sizeof(float));
+    return FH_OK;
+}
+
+static int afl_begin(AlgoClientCtx *c)
+{
+    if ((int)c->hp[AFL_VARIANT] == AFL_ORIGINAL) return FH_OK;
+    return local_loss(c, c->global, &c->upload_scalars[0]);
+}
+
+/* original: p_k = lambda_k; worst: weight 1 on the largest F_k (the lowest id on ties) */
+static int afl_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    if ((int)s->hp[AFL_VARIANT] == AFL_ORIGINAL) {
+        weights_from_array(u, m, s->server_scalars, p);
+        return FH_OK;
+    }
+    int worst = 0;
+    for (int i = 1; i < m; i++)
+        if (u[i].scalars[0] > u[worst].scalars[0]) worst = i;
+    for (int i = 0; i < m; i++) p[i] = i == worst ? 1.0 : 0.0;
+    return FH_OK;
+}
+
+/* Euclidean projection of y [n] onto the probability simplex (sort-based; fair_flearn `project`):
+ * u = y sorted descending, rho = max{j : u_j + (1 - sum_{i<=j} u_i)/j > 0}, theta = (1 - sum_{i<=rho} u_i)/rho,
+ * y_k <- max(y_k + theta, 0). `sorted` is scratch [n]. */
+static void simplex_project(double *y, int n, double *sorted)
+{
+    memcpy(sorted, y, (size_t)n * sizeof *sorted);
+    for (int i = 1; i < n; i++) { /* insertion sort, descending: n = K is small */
+        double v = sorted[i];
+        int j = i - 1;
+        while (j >= 0 && sorted[j] < v) {
+            sorted[j + 1] = sorted[j];
+            j--;
+        }
+        sorted[j + 1] = v;
+    }
+    double cum = 0.0, cum_rho = sorted[0];
+    int rho = 1;
+    for (int j = 1; j <= n; j++) {
+        cum += sorted[j - 1];
+        if (sorted[j - 1] + (1.0 - cum) / j > 0.0) {
+            rho = j;
+            cum_rho = cum;
+        }
+    }
+    const double theta = (1.0 - cum_rho) / rho;
+    for (int k = 0; k < n; k++) y[k] = y[k] + theta > 0.0 ? y[k] + theta : 0.0;
+}
+
+/* original: w^{t+1} = sum_k lambda_k w_k = w^t - lr sum_k lambda_k g_k (each w_k is one SGD step);
+ * lambda <- Proj(lambda + eta_lambda l), l_k the minibatch loss at w^t; running average
+ * wbar^{t+1} = (t wbar^t + w^{t+1}) / (t + 1), the evaluated model. */
+static int afl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    FH_CHECK(algo_average(s, u, m, p, global));
+    if ((int)s->hp[AFL_VARIANT] != AFL_ORIGINAL) return FH_OK;
+    double *lambda = s->server_scalars, *scratch = NULL;
+    FH_CHECK(fh_calloc(&scratch, (size_t)s->n_clients, sizeof *scratch, "AFL projection scratch"));
+    for (int i = 0; i < m; i++) lambda[u[i].client] += s->hp[AFL_ETA_LAMBDA] * u[i].train_loss;
+    simplex_project(lambda, s->n_clients, scratch);
+    fh_free(&scratch);
+    const double t = s->round;
+    float *avg = s->server_private;
+    for (int64_t j = 0; j < s->n_state; j++) avg[j] = (float)((t * (double)avg[j] + (double)global[j]) / (t + 1.0));
+    return FH_OK;
+}
+
+static const AlgoClientReport afl_report = { afl_begin, NULL };
+static const AlgoServerWeights afl_weights_part = { afl_weights };
+static const AlgoServerUpdate afl_update_part = { afl_update };
+
+/* ==== FairFed (spec A.11) =============================================================================== */
+
+enum { FF_BETA, FF_BUG };
+
+static void fairfed_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->server_scalars = s->n_clients; /* omega */
+    z->upload_scalars = 1;            /* acc_k */
+}
+
+static int fairfed_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    return need_all_clients(m, s, "omega is updated from every client's accuracy");
+}
+
+static int fairfed_init(AlgoServerCtx *s, float *global)
+{
+    int64_t total = 0;
+    for (int k = 0; k < s->n_clients; k++) total += s->client_sizes[k];
+    for (int k = 0; k < s->n_clients; k++) s->server_scalars[k] = (double)s->client_sizes[k] / (double)total;
+    return FH_OK;
+}
+
+/* acc_k: balanced accuracy of the broadcast w^t on the client's training data (rounds t >= 1) */
+static int fairfed_begin(AlgoClientCtx *c)
+{
+    c->upload_scalars[0] = 0.0;
+    if (c->round == 0) return FH_OK;
+    AlgoLocalEval e;
+    FH_CHECK(c->eval_local(c, c->model, c->global, &e));
+    c->upload_scalars[0] = e.balanced_accuracy;
+    return FH_OK;
+}
+
+/* t >= 1: Acc = sum_k n_k/N acc_k, D_k = |acc_k - Acc| (ffl4mia_bug: acc_k (1 - n_k/N)),
+ * omega_k <- max(omega_k - beta (D_k - mean D), 0), normalised; round 0 uses omega^0 = n_k/N */
+static int fairfed_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    double *omega = s->server_scalars;
+    if (s->round > 0) {
+        double total = 0.0, acc = 0.0, mean_gap = 0.0;
+        for (int i = 0; i < m; i++) total += (double)u[i].n_samples;
+        for (int i = 0; i < m; i++) acc += (double)u[i].n_samples / total * u[i].scalars[0];
+        double *gap = NULL;
+        FH_CHECK(fh_calloc(&gap, (size_t)m, sizeof *gap, "FairFed gaps"));
+        for (int i = 0; i < m; i++) {
+            const double a = u[i].scalars[0];
+            gap[i] = (int)s->hp[FF_BUG] ? a * (1.0 - (double)u[i].n_samples / total) : fabs(a - acc);
+            mean_gap += gap[i] / m;
+        }
+        double sum = 0.0;
+        for (int i = 0; i < m; i++) {
+            const double w = omega[u[i].client] - s->hp[FF_BETA] * (gap[i] - mean_gap);
+            gap[i] = w > 0.0 ? w : 0.0; /* reused: the new omega */
+            sum += gap[i];
+        }
+        /* all clipped to zero [recon]: keep the previous omega */
+        if (sum > 0.0)
+            for (int i = 0; i < m; i++) omega[u[i].client] = gap[i] / sum;
+        fh_free(&gap);
+    }
+    weights_from_array(u, m, omega, p);
+    return FH_OK;
+}
+
+static const AlgoClientReport fairfed_report = { fairfed_begin, NULL };
+static const AlgoServerWeights fairfed_weights_part = { fairfed_weights };
+
+/* ==== FedCE (spec A.12) ================================================================================= */
+
+enum { CE_MODE };
+enum { CE_TIMES, CE_PLUS };
+/* server scalars: c [K] (broadcast: the client reads its c_k), then running sums of cos, new coefficients
+ * and minus-model accuracies [K] each */
+enum { CE_C, CE_COS_SUM, CE_COEF_SUM, CE_ACC_SUM, CE_ARRAYS };
+
+static void fedce_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->client_vectors = 1; /* w_k^{t-1} */
+    z->work_vectors = 1;   /* the minus model */
+    z->server_scalars = (int64_t)CE_ARRAYS * s->n_clients;
+    z->upload_scalars = 1; /* a_k */
+}
+
+static int fedce_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    return need_all_clients(m, s, "consensus, contributions and running means are over all clients");
+}
+
+static int fedce_init(AlgoServerCtx *s, float *global)
+{
+    memset(s->server_scalars, 0, (size_t)CE_ARRAYS * s->n_clients * sizeof(double));
+    for (int k = 0; k < s->n_clients; k++) s->server_scalars[CE_C * s->n_clients + k] = 1.0 / s->n_clients;
+    return FH_OK;
+}
+
+/* a_k^t: balanced accuracy of the minus model (w^t - c_k w_k^{t-1}) / (1 - c_k); 0 in round 0 and when
+ * 1 - c_k < 1e-6 [recon] */
+static int fedce_begin(AlgoClientCtx *c)
+{
+    c->upload_scalars[0] = 0.0;
+    const double ck = c->server_scalars[CE_C * c->setup->n_clients + c->client];
+    if (!c->has_state || 1.0 - ck < 1e-6) return FH_OK;
+    const float *prev = c->client_vecs;
+    for (int64_t j = 0; j < c->n_state; j++)
+        c->work[j] = (float)(((double)c->global[j] - ck * (double)prev[j]) / (1.0 - ck));
+    AlgoLocalEval e;
+    FH_CHECK(c->eval_local(c, c->model, c->work, &e));
+    c->upload_scalars[0] = e.balanced_accuracy;
+    return FH_OK;
+}
+
+static int fedce_end(AlgoClientCtx *c)
+{
+    memcpy(c->client_vecs, c->model->state, (size_t)c->n_state * sizeof(float));
+    return FH_OK;
+}
+
+/* G = sum_k c_k s_k, s_k = w_k - w^t (trainable); cos_k = cos(s_k, G - c_k s_k); cw = 1 - mean cos,
+ * mv = 1 - mean a, each normalised; c~ = cw mv (times) or cw + mv (plus), normalised; c = mean of c~ */
+static int fedce_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    const int K = s->n_clients;
+    double *c = s->server_scalars + CE_C * K, *cos_sum = s->server_scalars + CE_COS_SUM * K,
+           *coef_sum = s->server_scalars + CE_COEF_SUM * K, *acc_sum = s->server_scalars + CE_ACC_SUM * K;
+    const int64_t P = s->n_params;
+    const float *w = s->current;
+    double *G = NULL, *cw = NULL;
+    FH_CHECK(fh_calloc(&G, (size_t)P, sizeof *G, "FedCE consensus"));
+    int status = fh_calloc(&cw, (size_t)3 * m, sizeof *cw, "FedCE coefficients");
+    if (status != FH_OK) {
+        fh_free(&G);
+        return status;
+    }
+    double *mv = cw + m, *ct = cw + 2 * m;
+    for (int i = 0; i < m; i++) {
+        const double ck = c[u[i].client];
+        const float *x = u[i].state;
+        for (int64_t j = 0; j < P; j++) G[j] += ck * ((double)x[j] - (double)w[j]);
+    }
+    const double n_rounds = s->round + 1.0;
+    for (int i = 0; i < m; i++) {
+        const int k = u[i].client;
+        const float *x = u[i].state;
+        double dot = 0.0, ss = 0.0, rr = 0.0;
+        for (int64_t j = 0; j < P; j++) {
+            const double sj = (double)x[j] - (double)w[j], rj = G[j] - c[k] * sj;
+            dot += sj * rj;
+            ss += sj * sj;
+            rr += rj * rj;
+        }
+        cos_sum[k] += ss > 0.0 && rr > 0.0 ? dot / (sqrt(ss) * sqrt(rr)) : 0.0; /* cos with a zero vector: 0 */
+        acc_sum[k] += u[i].scalars[0];
+        cw[i] = 1.0 - cos_sum[k] / n_rounds;
+        mv[i] = 1.0 - acc_sum[k] / n_rounds;
+    }
+    normalise(cw, m);
+    normalise(mv, m);
+    for (int i = 0; i < m; i++) ct[i] = (int)s->hp[CE_MODE] == CE_TIMES ? cw[i] * mv[i] : cw[i] + mv[i];
+    normalise(ct, m);
+    for (int i = 0; i < m; i++) {
+        coef_sum[u[i].client] += ct[i];
+        c[u[i].client] = coef_sum[u[i].client] / n_rounds;
+    }
+    weights_from_array(u, m, c, p);
+    fh_free(&G);
+    fh_free(&cw);
+    return FH_OK;
+}
+
+static const AlgoClientReport fedce_report = { fedce_begin, fedce_end };
+static const AlgoServerWeights fedce_weights_part = { fedce_weights };
+
+/* ==== FedGA (spec A.13, seed-001 form) ================================================================== */
+
+enum { GA_STEP };
+/* server scalars: a [K], then L_k(w_k^{t-1}) [K] from the previous round's uploads */
+enum { GA_A, GA_OWN_PREV, GA_ARRAYS };
+/* upload scalars: L_k(w^t) (begin), L_k(w_k^t) (end) */
+enum { GA_UP_GLOBAL, GA_UP_OWN };
+
+static int fedga_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    return need_all_clients(m, s, "the gaps and weights are over all clients");
+}
+
+static void fedga_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->server_scalars = (int64_t)GA_ARRAYS * s->n_clients;
+    z->upload_scalars = 2;
+}
+
+static int fedga_init(AlgoServerCtx *s, float *global)
+{
+    memset(s->server_scalars, 0, (size_t)GA_ARRAYS * s->n_clients * sizeof(double));
+    for (int k = 0; k < s->n_clients; k++) s->server_scalars[GA_A * s->n_clients + k] = 1.0 / s->n_clients;
+    return FH_OK;
+}
+
+/* L_k(w^t) at the start of round t >= 1 (the gap's first term) */
+static int fedga_begin(AlgoClientCtx *c)
+{
+    c->upload_scalars[GA_UP_GLOBAL] = 0.0;
+    return c->round == 0 ? FH_OK : local_loss(c, c->global, &c->upload_scalars[GA_UP_GLOBAL]);
+}
+
+/* L_k(w_k^t) of the trained model, used by the next round's gap (every round: fl.rounds may be raised on
+ * --resume) */
+static int fedga_end(AlgoClientCtx *c) { return local_loss(c, c->model->state, &c->upload_scalars[GA_UP_OWN]); }
+
+/* t >= 1: G_k = L_k(w^t) - L_k(w_k^{t-1}), centred; d_t = step (T - t)/T; a_k += (d_t/K) G_k / max|G|;
+ * a <- a / sum a; a <- max(a, 0) (stored unnormalised, FFL4MIA's order); p = a */
+static int fedga_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    const int K = s->n_clients;
+    double *a = s->server_scalars + GA_A * K, *own_prev = s->server_scalars + GA_OWN_PREV * K;
+    if (s->round > 0) {
+        double mean = 0.0, max_abs = 0.0, sum = 0.0;
+        for (int i = 0; i < m; i++) mean += (u[i].scalars[GA_UP_GLOBAL] - own_prev[u[i].client]) / m;
+        for (int i = 0; i < m; i++) {
+            const double g = fabs(u[i].scalars[GA_UP_GLOBAL] - own_prev[u[i].client] - mean);
+            if (g > max_abs) max_abs = g;
+        }
+        const double d = s->hp[GA_STEP] * (double)(s->rounds - s->round) / (double)s->rounds, step = d / K;
+        if (max_abs > 0.0) /* all gaps equal: nothing to adjust [recon] */
+            for (int i = 0; i < m; i++)
+                a[u[i].client] += step * (u[i].scalars[GA_UP_GLOBAL] - own_prev[u[i].client] - mean) / max_abs;
+        for (int k = 0; k < K; k++) sum += a[k];
+        if (sum > 0.0)
+            for (int k = 0; k < K; k++) a[k] /= sum;
+        for (int k = 0; k < K; k++) a[k] = a[k] > 0.0 ? a[k] : 0.0;
+    }
+    for (int i = 0; i < m; i++) own_prev[u[i].client] = u[i].scalars[GA_UP_OWN];
+    weights_from_array(u, m, a, p);
+    return FH_OK;
+}
+
+static const AlgoClientReport fedga_report = { fedga_begin, fedga_end };
+static const AlgoServerWeights fedga_weights_part = { fedga_weights };
+
+/* ==== FedLW (spec A.14, reconstructed) ================================================================== */
+
+enum { LW_TIMES_SAMPLES };
+
+/* upload scalar 0 = L_k (also used by the SAM family's loss-weighted hybrids, algo_internal.h) */
+int upload_train_loss(AlgoClientCtx *c)
+{
+    c->upload_scalars[0] = round_train_loss(c);
+    return FH_OK;
+}
+
+/* p_k proportional to 1/(L_k + 1e-8) (times n_k with times_samples) */
+int fedlw_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    for (int i = 0; i < m; i++)
+        p[i] = ((int)s->hp[LW_TIMES_SAMPLES] ? (double)u[i].n_samples : 1.0) / (u[i].scalars[0] + FEDLW_EPS);
+    return FH_OK;
+}
+
+static const AlgoClientReport fedlw_report = { NULL, upload_train_loss };
+static const AlgoServerWeights fedlw_weights_part = { fedlw_weights };
+
+/* ==== FedNoLoWe (spec A.15) ============================================================================= */
+
+enum { NLW_PERSISTENT };
+
+static void fednolowe_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->client_vectors = (int)s->hp[NLW_PERSISTENT] ? 1 : 0; /* the client's SGD momentum buffer */
+    z->upload_scalars = 1;                                  /* L_k */
+}
+
+static int fednolowe_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    if ((int)s->hp[NLW_PERSISTENT] && (strcmp(s->optimizer, "sgd") || !(s->momentum > 0.0)))
+        return algo_refuse(m, "persistent_optimizer = true keeps each client's SGD momentum buffer across rounds: it "
+                           "needs train.optimizer = sgd and train.momentum > 0 (now %s, momentum %g)", s->optimizer,
+                           s->momentum);
+    return FH_OK;
+}
+
+/* persistent_optimizer: the client's momentum buffer from its last participation continues */
+static int fednolowe_begin(AlgoClientCtx *c)
+{
+    if (!(int)c->hp[NLW_PERSISTENT] || !c->has_state || !c->momentum_buf) return FH_OK;
+    memcpy(c->momentum_buf, c->client_vecs, (size_t)c->n_params * sizeof(float));
+    c->momentum_kept = 1;
+    return FH_OK;
+}
+
+static int fednolowe_end(AlgoClientCtx *c)
+{
+    if ((int)c->hp[NLW_PERSISTENT] && c->momentum_buf)
+        memcpy(c->client_vecs, c->momentum_buf, (size_t)c->n_params * sizeof(float));
+    return upload_train_loss(c);
+}
+
+/* l_k = L_k / sum L; p_k = (1 - l_k) / sum_j (1 - l_j) = (1 - l_k)/(m - 1); sum L = 0: uniform; m = 1: 1 */
+int fednolowe_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    double total = 0.0;
+    for (int i = 0; i < m; i++) total += u[i].scalars[0];
+    if (m == 1 || !(total > 0.0)) {
+        for (int i = 0; i < m; i++) p[i] = 1.0;
+        return FH_OK;
+    }
+    for (int i = 0; i < m; i++) p[i] = 1.0 - u[i].scalars[0] / total;
+    normalise(p, m);
+    return FH_OK;
+}
+
+static const AlgoClientReport fednolowe_report = { fednolowe_begin, fednolowe_end };
+static const AlgoServerWeights fednolowe_weights_part = { fednolowe_weights };
+
+/* ==== FedDisco (spec A.16) ============================================================================== */
+
+enum { DISCO_A, DISCO_B };
+
+/* d_k = KL(p_k || uniform) of client k's label distribution */
+static double disco_discrepancy(const AlgoServerCtx *s, int k)
+{
+    const int32_t *counts = s->label_counts + (size_t)k * s->classes;
+    int64_t n = 0;
+    for (int c = 0; c < s->classes; c++) n += counts[c];
+    double d = 0.0;
+    for (int c = 0; c < s->classes; c++)
+        if (counts[c] > 0) {
+            const double pc = (double)counts[c] / (double)n;
+            d += pc * log(pc * s->classes);
+        }
+    return d;
+}
+
+/* q_k = n_k/N_S - a d~_k + b, d~_k = d_k / sum_S d_j; p = max(q, 0) normalised; all q <= 0: sample weights.
+ * Computed as N_S q_k = n_k - a d~_k N_S + b N_S (the same weights after normalisation), so that a = b = 0
+ * gives FedAvg's weights n_k exactly. */
+static int feddisco_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    double d_sum = 0.0, n_sum = 0.0, q_sum = 0.0;
+    for (int i = 0; i < m; i++) {
+        p[i] = disco_discrepancy(s, u[i].client); /* p holds d_k first */
+        d_sum += p[i];
+        n_sum += (double)u[i].n_samples;
+    }
+    for (int i = 0; i < m; i++) {
+        const double dt = d_sum > 0.0 ? p[i] / d_sum : 0.0;
+        const double q = (double)u[i].n_samples - s->hp[DISCO_A] * dt * n_sum + s->hp[DISCO_B] * n_sum;
+        p[i] = q > 0.0 ? q : 0.0;
+        q_sum += p[i];
+    }
+    if (!(q_sum > 0.0))
+        for (int i = 0; i < m; i++) p[i] = (double)u[i].n_samples;
+    return FH_OK;
+}
+
+static const AlgoServerWeights feddisco_weights_part = { feddisco_weights };
+
+/* ==== the rows ========================================================================================== */
+
+const AlgoMethod algo_family_fair[] = {
+    {
+        .name = "qfedavg",
+        .summary = "q-FedAvg: loss-powered fair aggregation (original step of Li et al. 2020, or seed 001's loss-power "
+                   "weighted average)",
+        .source = "spec A.9",
+        .state = "-",
+        .payload = "down 1, up 1 + h_k",
+        .report = &qffl_report,
+        .weights = &qffl_weights_part,
+        .update = &qffl_update_part,
+        .sizes = qffl_sizes,
+        .n_hp = 2,
+        .hp = {
+            { "q", 1.0, 0.0, 1e4, NULL,
+              "fairness power q >= 0; spec default 1 [recon]; seed 001 tunes q in {0.5, 1, 2, 5}; q = 0 is uniform "
+              "averaging" },
+            { "variant", 0, 0, 0, "original|lossweight",
+              "original (default; Li et al., fair_flearn: F_k = loss of w^t on the client's training set, "
+              "w^{t+1} = w^t - sum D_k / sum h_k with L = 1/lr, buffers sample-weighted) | lossweight (seed 001, "
+              "FFL4MIA: w^{t+1} = sum p_k w_k, p_k proportional to (F_k + 1e-10)^q)" },
+        },
+    },
+    {
+        .name = "afl",
+        .summary = "Agnostic FL: the worst client's model (seed 001, default) or minimax weights lambda on the simplex "
+                   "with the running average of iterates as the model (original; the state is the original's)",
+        .source = "spec A.10",
+        .state = "- | lambda (K), avg (P)",
+        .payload = "down 1, up 1 + F_k",
+        .report = &afl_report,
+        .weights = &afl_weights_part,
+        .update = &afl_update_part,
+        .server_init = afl_init,
+        .validate = afl_validate,
+        .sizes = afl_sizes,
+        .n_hp = 2,
+        .hp = {
+            { "variant", 1, 0, 0, "original|worst",
+              "worst (default; seed 001, FFL4MIA q >= 100: w^{t+1} = the local model of the client with the largest "
+              "loss F_k of w^t) | original (Mohri et al., fair_flearn: one minibatch SGD step per client with step "
+              "size [train] lr, w^{t+1} = sum lambda_k w_k, lambda <- Proj_simplex(lambda + eta_lambda loss), the "
+              "reported model is the running average of iterates; needs fl.selection = all, train.steps = 1, "
+              "train.optimizer = sgd, train.momentum = 0)" },
+            { "eta_lambda", 0.01, 0.0, 1e6, NULL, "original: step size of lambda; spec and fair_flearn default 0.01" },
+        },
+    },
+    {
+        .name = "fairfed",
+        .summary = "FairFed: weights moved away from clients whose balanced accuracy of w^t deviates from the mean",
+        .source = "spec A.11",
+        .state = "- | omega (K)",
+        .payload = "down 1, up 1 + acc_k",
+        .report = &fairfed_report,
+        .weights = &fairfed_weights_part,
+        .server_init = fairfed_init,
+        .validate = fairfed_validate,
+        .sizes = fairfed_sizes,
+        .n_hp = 2,
+        .hp = {
+            { "beta", 0.5, 0.0, 1e3, NULL,
+              "fairness budget beta >= 0; spec default 0.5 [recon]; seed 001 tunes {0.1, 0.5, 1.0}. Spec form (seed 001, "
+              "FFL4MIA; the paper's text was not available): local metric = balanced accuracy of w^t on the client's "
+              "training data (eval mode, no augmentation, unlike FFL4MIA), omega clipped at 0 then normalised" },
+            { "ffl4mia_bug", 0, 0, 0, "false|true",
+              "true reproduces FFL4MIA's element-wise mean accuracy (gap acc_k (1 - n_k/N)); default false: "
+              "gap |acc_k - sum_j n_j/N acc_j| (Ezzeldin et al.)" },
+        },
+    },
+    {
+        .name = "fedce",
+        .summary = "FedCE: weights from gradient-space (cosine) and data-space (minus-model accuracy) contributions",
+        .source = "spec A.12",
+        .state = "w_k^{t-1} (P) | c, 3 histories (4K)",
+        .payload = "down 1+c_k, up 1+a_k",
+        .report = &fedce_report,
+        .weights = &fedce_weights_part,
+        .server_init = fedce_init,
+        .validate = fedce_validate,
+        .sizes = fedce_sizes,
+        .n_hp = 1,
+        .hp = {
+            { "mode", 0, 0, 0, "times|plus",
+              "combine the normalised contributions by product (default, FFL4MIA) or sum. Spec form (FFL4MIA, full "
+              "participation): the minus model (w^t - c_k w_k^{t-1})/(1 - c_k) is evaluated by the client on its own "
+              "training data (balanced accuracy; 0 when 1 - c_k < 1e-6 [recon]); cosines over trainable parameters" },
+        },
+    },
+    {
+        .name = "fedga",
+        .summary = "FedGA: weights moved towards clients with large generalisation gaps (seed-001 form)",
+        .source = "spec A.13",
+        .state = "- | a (K), L_k(w_k) (K)",
+        .payload = "down 1, up 1+2 scalars",
+        .report = &fedga_report,
+        .weights = &fedga_weights_part,
+        .server_init = fedga_init,
+        .validate = fedga_validate,
+        .sizes = fedga_sizes,
+        .n_hp = 1,
+        .hp = {
+            { "step", 0.05, 0.0, 1.0, NULL,
+              "d_t = step (T - t)/T, weight step d_t/K; spec and FFL4MIA 0.05. Spec (seed-001) form: gaps "
+              "L_k(w^t) - L_k(w_k^{t-1}) on the client's training data, centred, a^0 = 1/K, normalise then clip; the "
+              "official FedDG-GA (held-out gaps, not centred, step 0.2/#domains, size-weighted a^0) is not implemented. "
+              "T = fl.rounds: raising it on --resume changes the remaining steps" },
+        },
+    },
+    {
+        .name = "fedlw",
+        .summary = "FedLW [reconstructed: only the abstract of Yao et al. 2025 is available]: weights proportional "
+                   "to 1/(training loss)",
+        .source = "spec A.14 [recon]",
+        .state = "-",
+        .payload = "down 1, up 1 + L_k",
+        .report = &fedlw_report,
+        .weights = &fedlw_weights_part,
+        .n_upload_scalars = 1,
+        .n_hp = 1,
+        .hp = {
+            { "times_samples", 0, 0, 0, "false|true",
+              "true multiplies 1/(L_k + 1e-8) by n_k; default false (spec reconstruction: raw inverse loss, L_k the "
+              "sample-averaged local training loss of the round)" },
+        },
+    },
+    {
+        .name = "fednolowe",
+        .summary = "FedNoLoWe: normalised loss-based weights (1 - L_k/sum L)/(m - 1)",
+        .source = "spec A.15",
+        .state = "momentum (P, optional) | -",
+        .payload = "down 1, up 1 + L_k",
+        .report = &fednolowe_report,
+        .weights = &fednolowe_weights_part,
+        .validate = fednolowe_validate,
+        .sizes = fednolowe_sizes,
+        .n_hp = 1,
+        .hp = {
+            { "persistent_optimizer", 0, 0, 0, "false|true",
+              "true keeps each client's SGD momentum buffer between its participations (the official fednolowe "
+              "script); default false: a fresh optimiser every round like every other method (spec [recon])" },
+        },
+    },
+    {
+        .name = "feddisco",
+        .summary = "FedDisco: sample weights corrected by the KL discrepancy of each client's label distribution",
+        .source = "spec A.16",
+        .state = "-",
+        .payload = "down 1, up 1",
+        .weights = &feddisco_weights_part,
+        .n_hp = 2,
+        .hp = {
+            { "a", 0.5, 0.0, 1e6, NULL, "discrepancy coefficient a >= 0; spec and official code 0.5; a = b = 0 is FedAvg" },
+            { "b", 0.1, 0.0, 1e6, NULL,
+              "offset b >= 0; spec and official code 0.1 (the FLOOD paper's b = 1 is taken as a typo)" },
+        },
+    },
+};
+const int algo_family_fair_count = sizeof algo_family_fair / sizeof algo_family_fair[0];
