@@ -358,7 +358,8 @@ static int write_grid_files(const Grid *G, const GridOptions *o, int array_mode)
     snprintf(path, sizeof path, "%s/grid/claims", g->dir);
     FH_CHECK(make_dirs(path));
     snprintf(path, sizeof path, "%s/grid/grid.ini", g->dir);
-    if (array_mode && exists(path, ".")) {
+    struct stat st;
+    if (array_mode && stat(path, &st) == 0) {
         /* array tasks share the folder: it must hold this very grid */
         char *old = NULL;
         FH_CHECK(app_read_file(path, &old, FH_ERR_IO));
@@ -520,7 +521,7 @@ static int prepare(Grid *G, const GridOptions *o, int *quit)
     if (g->n_members > GRID_MEMBERS_ASK && !o->yes && !o->list && o->member < 0)
         FH_FAIL(FH_ERR_USAGE, "%s: %lld members (more than %d): check the lists, and add --yes if you mean it", g->path,
                 (long long)g->n_members, GRID_MEMBERS_ASK);
-    FH_CHECK(check_ranks(G, o));
+    if (!o->list) FH_CHECK(check_ranks(G, o));
     FH_CHECK(fh_calloc(&G->plan, (size_t)g->n_members, 1, "grid plan"));
 
     char *invalid = calloc((size_t)g->n_members, 1);
