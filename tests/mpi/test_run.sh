@@ -470,8 +470,39 @@ test_help()
 
 # ---- driver --------------------------------------------------------------------------------------------
 
+# 16. A quality shift (spec C.5, C.6): clean and corrupted test metrics every evaluated round, and the
+#     client-level std: each client scored on the test set of its own quality, population std over the K
+#     clients, recomputed here from the clients' corruption flags (fedhet inspect).
+test_quality_metrics()
+{
+    "$FEDHET" partition "$WORK/idx" "$WORK/pq.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 seed=1 classes=4 \
+        corruption=gaussian_noise severity=5 corrupted=2 >"$WORK/pq.out" 2>&1 || { fail "partition: $(tail -1 "$WORK/pq.out")"; return; }
+    fh 2 quality "$WORK/base.ini" output.name=quality data.path="$WORK/pq.h5" fl.selection=all
+    expect_rc "run on a quality-shifted partition" 0 || return
+    local csv=$WORK/out/quality/metrics.csv flags
+    flags=$("$FEDHET" inspect "$WORK/pq.h5" | awk '$1 ~ /^[0-9]+$/ && ($3 == "yes" || $3 == "no") { print ($3 == "yes") }' | tr '\n' ' ')
+    [ "$(echo $flags | wc -w)" = 6 ] || { fail "could not read the 6 corruption flags from fedhet inspect: '$flags'"; return; }
+    paste -d, <(column "$csv" test_auc_ovo_macro) <(column "$csv" corrupted_auc_ovo_macro) <(column "$csv" client_auc_std) \
+        <(column "$csv" test_balanced_accuracy) <(column "$csv" corrupted_balanced_accuracy) <(column "$csv" client_bacc_std) |
+        awk -F, -v flags="$flags" '
+            BEGIN { K = split(flags, f, " ") }
+            function pstd(clean, corr,   k, m, v, s) {
+                m = 0; for (k = 1; k <= K; k++) { v[k] = f[k] ? corr : clean; m += v[k] / K }
+                s = 0; for (k = 1; k <= K; k++) s += (v[k] - m)^2 / K
+                return sqrt(s) }
+            $1 == "nan" || $1 == "" { next }
+            { rows++
+              if ($2 == "nan" || $3 == "nan") { print "corrupted metrics missing in row " NR; bad = 1; next }
+              if ((d = pstd($1, $2) - $3) > 1e-9 || d < -1e-9) { print "client_auc_std " $3 " vs " pstd($1, $2); bad = 1 }
+              if ((d = pstd($4, $5) - $6) > 1e-9 || d < -1e-9) { print "client_bacc_std " $6 " vs " pstd($4, $5); bad = 1 } }
+            END { if (!rows) { print "no evaluated round"; bad = 1 } exit bad }' >"$WORK/quality.check" ||
+        fail "quality metrics: $(head -2 "$WORK/quality.check" | tr '\n' ' ')"
+    [ "$(column "$WORK/out/det1/metrics.csv" client_auc_std 2>/dev/null | sort -u)" = "nan" ] ||
+        [ ! -f "$WORK/out/det1/metrics.csv" ] || fail "client_auc_std is set for a run without a corrupted test set"
+}
+
 TESTS=(determinism_ranks resume_bit_identical resume_after_extend one_client sigterm sigterm_mpirun sigkill
        rank_failure divergence divergence_messages bad_configs no_leftover_folder damaged_checkpoint
-       checkpoint_chunks help)
+       checkpoint_chunks help quality_metrics)
 
 run_tests
