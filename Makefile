@@ -37,7 +37,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps deps-bench test test-unit run bench bench-partition bench-round clean help check-tools
+.PHONY: all deps deps-bench test test-unit run bench bench-partition bench-round bench-methods clean help check-tools
 
 all: check-tools bin/fedhet $(UNIT_BIN)
 
@@ -47,7 +47,7 @@ help:
 	@echo "make test        deps + build + every test; ends with 'N passed, N failed'"
 	@echo "make run         deps + build + the demo experiment"
 	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
-	@echo "make bench-partition / bench-round   one of them"
+	@echo "make bench-partition / bench-round / bench-methods   one of them (methods: hook overhead over FedAvg)"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make clean       remove build/ and bin/"
 
@@ -96,12 +96,16 @@ bench: all
 	@./tests/bench/engine.sh
 	@./tests/bench/partition.sh
 	@./tests/bench/round.sh
+	@./tests/bench/methods.sh
 
 bench-partition: all
 	@./tests/bench/partition.sh
 
 bench-round: all
 	@./tests/bench/round.sh
+
+bench-methods: all
+	@./tests/bench/methods.sh
 
 clean:
 	rm -rf $(BUILD) bin

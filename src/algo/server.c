@@ -1,5 +1,520 @@
-/* Method family 'server' (see algo_internal.h). */
+/* Method family 'server' (spec A.3-A.8): FedAvgM, FedProx, SCAFFOLD, FedDyn, FedNova, FedCM.
+ *
+ * Every rule here acts on the trainable parameters [0, n_params) only; buffers [n_params, n_state) (BN
+ * running statistics) are averaged with the method's aggregation weights (spec 0.3). Aggregates are
+ * accumulated in double in ascending client id (the uploads arrive sorted).
+ *
+ * Server steps of the form w^{t+1} = w^t - eta (w^t - avg) are written as avg + (1 - eta)(w^t - avg) + ...,
+ * algebraically the same, so that the neutral settings (FedAvgM beta = 0, SCAFFOLD/FedCM eta_g = 1, FedNova
+ * with equal step counts) give the plain average bit for bit. */
 #include "algo_internal.h"
 
-const AlgoMethod algo_family_server[1];
-const int algo_family_server_count = 0;
+#include <math.h>
+#include <string.h>
+
+#include "fedhet/core.h"
+
+/* ---- shared ------------------------------------------------------------------------------------------- */
+
+/* Weights from a `weights = samples|uniform` (or uniform|samples) choice. */
+static int weights_choice(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p, int uniform)
+{
+    return (uniform ? &algo_weights_uniform : &algo_weights_samples)->weights(s, u, m, p);
+}
+
+/* acc[j] = sum_i x_i[j] over the uploads' vector `vec` (vec < 0: the states), j in [0, n), in double,
+ * ascending client id. */
+static void sum_uploads(double *acc, const AlgoUpload *u, int m, int vec, int64_t n_state, int64_t n)
+{
+    memset(acc, 0, (size_t)n * sizeof *acc);
+    for (int i = 0; i < m; i++) {
+        const float *x = vec < 0 ? u[i].state : u[i].vecs + (size_t)vec * n_state;
+#pragma omp simd
+        for (int64_t j = 0; j < n; j++) acc[j] += (double)x[j];
+    }
+}
+
+/* ---- FedAvgM (spec A.3) ------------------------------------------------------------------------------- */
+
+enum { AVGM_BETA, AVGM_ETA_S, AVGM_VARIANT };
+enum { AVGM_CANONICAL, AVGM_FLOOD, AVGM_EMA, AVGM_NESTEROV };
+
+/* v: server-only vector 0. With pseudo-gradient g = w^t - avg (avg: sample-weighted average):
+ *   canonical  v <- beta v + g;            w <- w^t - eta_s v
+ *   flood      v <- beta v + (avg - w^t);  w <- w^t + eta_s v      (client deltas: v is -v of canonical)
+ *   ema        v <- beta v + (1 - beta) g; w <- w^t - eta_s v
+ *   nesterov   v <- beta v + g;            w <- w^t - eta_s (g + beta v)
+ * Written as w = avg + (1 - eta_s A) g - eta_s B v_old with the step = A g + B v_old. */
+static int fedavgm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    FH_CHECK(algo_average(s, u, m, p, global));
+    const double beta = s->hp[AVGM_BETA], eta = s->hp[AVGM_ETA_S];
+    const int variant = (int)s->hp[AVGM_VARIANT];
+    float *v = s->server_private;
+    const float *cur = s->current;
+    if (variant == AVGM_FLOOD) {
+        /* FLOOD serverM.py: delta form, w = w^t + eta_s (beta v + delta) = avg + (eta_s - 1) delta + eta_s beta v */
+        for (int64_t j = 0; j < s->n_params; j++) {
+            const double avg = global[j], delta = avg - (double)cur[j], vo = v[j];
+            v[j] = (float)(beta * vo + delta);
+            global[j] = (float)(avg + (eta - 1.0) * delta + eta * beta * vo);
+        }
+        return FH_OK;
+    }
+    const double c = variant == AVGM_EMA ? 1.0 - beta : 1.0;
+    const double A = variant == AVGM_EMA ? 1.0 - beta : variant == AVGM_NESTEROV ? 1.0 + beta : 1.0;
+    const double B = variant == AVGM_NESTEROV ? beta * beta : beta;
+    for (int64_t j = 0; j < s->n_params; j++) {
+        const double avg = global[j], g = (double)cur[j] - avg, vo = v[j];
+        v[j] = (float)(beta * vo + c * g);
+        global[j] = (float)(avg + (1.0 - eta * A) * g - eta * B * vo);
+    }
+    return FH_OK;
+}
+
+static const AlgoServerUpdate fedavgm_update_part = { .update = fedavgm_update };
+
+/* ---- FedProx (spec A.4) ------------------------------------------------------------------------------- */
+
+enum { PROX_MU, PROX_WEIGHTS };
+
+/* (mu/2) ||w - w^t||^2 over the parameters; gradient mu (w - w^t) */
+static double fedprox_term(AlgoClientCtx *c, const float *w, float *grad)
+{
+    const float mu = (float)c->hp[PROX_MU];
+    const float *g = c->global;
+    double sq = 0.0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t j = 0; j < c->n_params; j++) {
+        const float d = w[j] - g[j];
+        grad[j] += mu * d;
+        sq += (double)d * (double)d;
+    }
+    return 0.5 * c->hp[PROX_MU] * sq;
+}
+
+static int fedprox_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    return weights_choice(s, u, m, p, (int)s->hp[PROX_WEIGHTS] == 1);
+}
+
+static const AlgoLocalTerm fedprox_term_part = { .grad_term = fedprox_term };
+static const AlgoServerWeights fedprox_weights_part = { .weights = fedprox_weights };
+
+/* ---- SCAFFOLD (spec A.5) ------------------------------------------------------------------------------ */
+
+enum { SCAF_VARIANT, SCAF_WEIGHTS, SCAF_ETA_G };
+enum { SCAF_OPTION2, SCAF_FLOOD };
+
+/* client vector 0: c_k; server vector 0: c; upload vector 0: delta c_k (option II) or the new c_k (flood);
+ * flood: work vector 0 holds w_E, the model after the E corrected epochs */
+
+static int64_t scaffold_epoch_steps(const AlgoClientCtx *c)
+{
+    const int64_t b = c->setup->batch_size;
+    return (c->n_samples + b - 1) / b;
+}
+
+/* option II: y <- y - lr (g + c - c_k), the correction added to the gradient before clipping (FL-Simulator) */
+void scaffold_correct(AlgoClientCtx *c, float *grad)
+{
+    if ((int)c->hp[SCAF_VARIANT] != SCAF_OPTION2) return;
+    const float *sc = c->server_vecs, *ck = c->client_vecs;
+#pragma omp simd
+    for (int64_t j = 0; j < c->n_params; j++) grad[j] += sc[j] - ck[j];
+}
+
+/* flood: one more epoch of plain training after the E corrected ones */
+static int scaffold_begin(AlgoClientCtx *c)
+{
+    if ((int)c->hp[SCAF_VARIANT] == SCAF_FLOOD && c->n_steps > 0) c->n_steps += scaffold_epoch_steps(c);
+    return FH_OK;
+}
+
+/* The default step (gradient, optimiser); flood: w <- w - lr (c - c_k) after each step of the E epochs,
+ * then w_E saved and the extra epoch run from it with a fresh momentum buffer and no correction. */
+static int scaffold_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
+{
+    float *w = c->model->state;
+    if ((int)c->hp[SCAF_VARIANT] != SCAF_FLOOD) {
+        FH_CHECK(grad(env, loss));
+        c->optimizer_step(c, w, c->model->grad);
+        return FH_OK;
+    }
+    const int64_t main_steps = c->n_steps - scaffold_epoch_steps(c);
+    if (c->step == main_steps) {
+        nn_vec_copy(c->work, w, c->n_state);
+        if (c->momentum_buf) memset(c->momentum_buf, 0, (size_t)c->n_params * sizeof(float));
+    }
+    FH_CHECK(grad(env, loss));
+    c->optimizer_step(c, w, c->model->grad);
+    if (c->step < main_steps) {
+        const float lr = (float)c->lr, *sc = c->server_vecs, *ck = c->client_vecs;
+#pragma omp simd
+        for (int64_t j = 0; j < c->n_params; j++) w[j] -= lr * (sc[j] - ck[j]);
+    }
+    return FH_OK;
+}
+
+static int scaffold_end(AlgoClientCtx *c)
+{
+    float *ck = c->client_vecs, *up = c->upload_vecs, *y = c->model->state;
+    const float *sc = c->server_vecs, *wt = c->global;
+    const int64_t P = c->n_params;
+    memset(up + P, 0, (size_t)(c->n_state - P) * sizeof(float));
+    if ((int)c->hp[SCAF_VARIANT] == SCAF_FLOOD) {
+        /* c_k <- (w_E - w') / (k_b lr), a fresh estimate; w_E is uploaded */
+        const int64_t kb = scaffold_epoch_steps(c), main_steps = c->n_steps - kb;
+        if (c->step <= main_steps) { /* stopped early (non-finite loss): nothing to estimate */
+            nn_vec_copy(up, ck, P);
+            return FH_OK;
+        }
+        const double inv = 1.0 / ((double)kb * c->lr);
+        const float *wE = c->work;
+        for (int64_t j = 0; j < P; j++) {
+            const float cn = (float)(((double)wE[j] - (double)y[j]) * inv);
+            up[j] = cn;
+            ck[j] = cn;
+        }
+        nn_vec_copy(y, wE, c->n_state);
+        return FH_OK;
+    }
+    /* option II (SCAFFOLD Eq. 4): c_k+ = c_k - c + (w^t - y) / (K_k lr), K_k = steps taken (NIID-Bench) */
+    if (c->step == 0) {
+        memset(up, 0, (size_t)P * sizeof(float));
+        return FH_OK;
+    }
+    const double inv = 1.0 / ((double)c->step * c->lr);
+    for (int64_t j = 0; j < P; j++) {
+        const float cn = (float)((double)ck[j] - (double)sc[j] + ((double)wt[j] - (double)y[j]) * inv);
+        up[j] = (float)((double)cn - (double)ck[j]);
+        ck[j] = cn;
+    }
+    return FH_OK;
+}
+
+static int scaffold_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    return weights_choice(s, u, m, p, (int)s->hp[SCAF_WEIGHTS] == 0);
+}
+
+/* w <- w^t + eta_g avg(y_k - w^t); option II: c <- c + (1/K) sum_k delta c_k (K = all clients);
+ * flood: c <- mean of the selected clients' new c_k */
+static int scaffold_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    FH_CHECK(algo_average(s, u, m, p, global));
+    const double eta = s->hp[SCAF_ETA_G];
+    const int64_t P = s->n_params;
+    for (int64_t j = 0; j < P; j++) {
+        const double avg = global[j];
+        global[j] = (float)(avg + (eta - 1.0) * (avg - (double)s->current[j]));
+    }
+    double *acc = NULL;
+    FH_CHECK(fh_calloc(&acc, (size_t)P, sizeof *acc, "SCAFFOLD control variate sum"));
+    sum_uploads(acc, u, m, 0, s->n_state, P);
+    float *c = s->server_vecs;
+    if ((int)s->hp[SCAF_VARIANT] == SCAF_FLOOD)
+        for (int64_t j = 0; j < P; j++) c[j] = (float)(acc[j] / m);
+    else
+        for (int64_t j = 0; j < P; j++) c[j] = (float)((double)c[j] + acc[j] / s->n_clients);
+    fh_free(&acc);
+    return FH_OK;
+}
+
+static int scaffold_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    if ((int)s->hp[SCAF_VARIANT] == SCAF_FLOOD && strcmp(s->optimizer, "sgd") != 0)
+        return algo_refuse(m, "variant = flood runs FLOOD's momentum-SGD loop (its extra epoch restarts the SGD "
+                           "momentum): set train.optimizer = sgd (now %s), or algo.variant = option2", s->optimizer);
+    return FH_OK;
+}
+
+static void scaffold_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->work_vectors = (int)s->hp[SCAF_VARIANT] == SCAF_FLOOD ? 1 : 0;
+}
+
+static const AlgoGradCorrection scaffold_correct_part = { .correct = scaffold_correct };
+static const AlgoLocalStep scaffold_step_part = { .step = scaffold_step };
+static const AlgoClientReport scaffold_report_part = { .begin = scaffold_begin, .end = scaffold_end };
+static const AlgoServerWeights scaffold_weights_part = { .weights = scaffold_weights };
+static const AlgoServerUpdate scaffold_update_part = { .update = scaffold_update };
+
+/* ---- FedDyn (spec A.6, FL-Simulator form) ------------------------------------------------------------- */
+
+enum { DYN_ALPHA };
+
+/* client vector 0: H_k = sum of the client's past deltas; server-only vector 0: S = sum_k H_k over all K.
+ * Gradient term alpha (w - w^t + H_k) (the linear term alpha <w, H_k - w^t> plus weight decay +alpha);
+ * value: the paper's alpha <H_k, w> + (alpha/2) ||w - w^t||^2. */
+static double feddyn_term(AlgoClientCtx *c, const float *w, float *grad)
+{
+    const float a = (float)c->hp[DYN_ALPHA];
+    const float *g = c->global, *H = c->client_vecs;
+    double lin = 0.0, sq = 0.0;
+#pragma omp simd reduction(+ : lin, sq)
+    for (int64_t j = 0; j < c->n_params; j++) {
+        const float d = w[j] - g[j];
+        grad[j] += a * (d + H[j]);
+        lin += (double)H[j] * (double)w[j];
+        sq += (double)d * (double)d;
+    }
+    return c->hp[DYN_ALPHA] * (lin + 0.5 * sq);
+}
+
+/* H_k += w_k - w^t */
+int feddyn_end(AlgoClientCtx *c)
+{
+    float *H = c->client_vecs;
+    const float *y = c->model->state, *g = c->global;
+#pragma omp simd
+    for (int64_t j = 0; j < c->n_params; j++) H[j] += y[j] - g[j];
+    return FH_OK;
+}
+
+/* S += sum_{k in S_t} (w_k - w^t); w^{t+1} = mean_{S_t} w_k + S / K */
+int feddyn_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    FH_CHECK(algo_average(s, u, m, p, global));
+    const int64_t P = s->n_params;
+    double *acc = NULL;
+    FH_CHECK(fh_calloc(&acc, (size_t)P, sizeof *acc, "FedDyn delta sum"));
+    for (int i = 0; i < m; i++) {
+        const float *y = u[i].state, *g = s->current;
+#pragma omp simd
+        for (int64_t j = 0; j < P; j++) acc[j] += (double)(y[j] - g[j]);
+    }
+    float *S = s->server_private;
+    for (int64_t j = 0; j < P; j++) {
+        S[j] = (float)((double)S[j] + acc[j]);
+        global[j] = (float)((double)global[j] + (double)S[j] / s->n_clients);
+    }
+    fh_free(&acc);
+    return FH_OK;
+}
+
+static const AlgoLocalTerm feddyn_term_part = { .grad_term = feddyn_term };
+static const AlgoClientReport feddyn_report_part = { .end = feddyn_end };
+static const AlgoServerUpdate feddyn_update_part = { .update = feddyn_update };
+
+/* ---- FedNova (spec A.7) ------------------------------------------------------------------------------- */
+
+/* a_k = [tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho), a_k = tau for rho = 0 (FedNova Eq. for momentum SGD) */
+static double fednova_norm(int64_t tau, double rho)
+{
+    if (rho == 0.0) return (double)tau;
+    return ((double)tau - rho * (1.0 - pow(rho, (double)tau)) / (1.0 - rho)) / (1.0 - rho);
+}
+
+/* upload scalar 0: a_k */
+static int fednova_end(AlgoClientCtx *c)
+{
+    c->upload_scalars[0] = fednova_norm(c->step, c->setup->momentum);
+    return FH_OK;
+}
+
+/* w^{t+1} = w^t - tau_eff sum_k p_k d_k, d_k = (w^t - w_k)/a_k, tau_eff = sum_k p_k a_k; written as
+ * avg + sum_k p_k (1 - tau_eff/a_k)(w^t - w_k), tau_eff = a_0 + sum_k p_k (a_k - a_0) (exactly a_0 when all
+ * a_k are equal, and then the state is the sample-weighted average: FedAvg) */
+static int fednova_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    FH_CHECK(algo_average(s, u, m, p, global));
+    double total = 0.0, tau_eff = 0.0;
+    for (int i = 0; i < m; i++) total += p[i];
+    const double a0 = u[0].scalars[0];
+    for (int i = 0; i < m; i++) tau_eff += p[i] / total * (u[i].scalars[0] - a0);
+    tau_eff += a0;
+    const int64_t P = s->n_params;
+    double *acc = NULL;
+    FH_CHECK(fh_calloc(&acc, (size_t)P, sizeof *acc, "FedNova correction"));
+    for (int i = 0; i < m; i++) {
+        const double a = u[i].scalars[0];
+        const double coef = a > 0.0 ? p[i] / total * (1.0 - tau_eff / a) : 0.0; /* no step: w_k = w^t */
+        if (coef == 0.0) continue;
+        const float *y = u[i].state, *g = s->current;
+#pragma omp simd
+        for (int64_t j = 0; j < P; j++) acc[j] += coef * ((double)g[j] - (double)y[j]);
+    }
+    for (int64_t j = 0; j < P; j++) global[j] = (float)((double)global[j] + acc[j]);
+    fh_free(&acc);
+    return FH_OK;
+}
+
+static int fednova_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    if (strcmp(s->optimizer, "sgd") != 0)
+        return algo_refuse(m, "its normaliser a_k assumes SGD with momentum rho = train.momentum: set train.optimizer "
+                           "= sgd (now %s)", s->optimizer);
+    return FH_OK;
+}
+
+static const AlgoClientReport fednova_report_part = { .end = fednova_end };
+static const AlgoServerUpdate fednova_update_part = { .update = fednova_update };
+
+/* ---- FedCM (spec A.8) --------------------------------------------------------------------------------- */
+
+enum { CM_ALPHA, CM_ETA_G };
+
+/* server vector 0: D = -mean(w_k - w^t) / (K_loc lr) of the previous round (0 in round 0);
+ * v = alpha g + (1 - alpha) D, clipped afterwards by the loop, then the SGD step with weight decay */
+void fedcm_correct(AlgoClientCtx *c, float *grad)
+{
+    const float a = (float)c->hp[CM_ALPHA], b = (float)(1.0 - c->hp[CM_ALPHA]);
+    const float *D = c->server_vecs;
+#pragma omp simd
+    for (int64_t j = 0; j < c->n_params; j++) grad[j] = a * grad[j] + b * D[j];
+}
+
+/* w^{t+1} = w^t + eta_g mean(w_k - w^t); D = (w^t - mean w_k) / (K_loc lr), K_loc = mean steps of this
+ * round's clients, lr = this round's lr (the "previous round" of the next round that uses D) */
+int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    FH_CHECK(algo_average(s, u, m, p, global));
+    const double eta = s->hp[CM_ETA_G];
+    double k_loc = 0.0;
+    for (int i = 0; i < m; i++) k_loc += (double)u[i].n_steps;
+    k_loc /= m;
+    const double scale = k_loc > 0.0 ? 1.0 / (k_loc * s->lr) : 0.0;
+    float *D = s->server_vecs;
+    for (int64_t j = 0; j < s->n_params; j++) {
+        const double avg = global[j], g = (double)s->current[j] - avg;
+        D[j] = (float)(g * scale);
+        global[j] = (float)(avg + (1.0 - eta) * g);
+    }
+    return FH_OK;
+}
+
+static const AlgoGradCorrection fedcm_correct_part = { .correct = fedcm_correct };
+static const AlgoServerUpdate fedcm_update_part = { .update = fedcm_update };
+
+/* ---- the registry rows -------------------------------------------------------------------------------- */
+
+const AlgoMethod algo_family_server[] = {
+    {
+        .name = "fedavgm",
+        .summary = "FedAvgM: sample-weighted average as a pseudo-gradient, server momentum (Hsu et al. 2019)",
+        .source = "spec A.3",
+        .state = "- | v (P, rank 0 only)",
+        .payload = "down 1, up 1",
+        .weights = &algo_weights_samples,
+        .update = &fedavgm_update_part,
+        .n_server_private = 1,
+        .n_hp = 3,
+        .hp = {
+            { "beta", 0.9, 0.0, 1.0, NULL,
+              "server momentum beta in [0, 1); spec default 0.9 [recon]; FLOOD uses 0.1, FedDecorr's EMA 0.9; "
+              "beta = 0 with eta_s = 1 is FedAvg; the effective step is eta_s/(1 - beta)", 0, 1 },
+            { "eta_s", 1.0, 0.0, 1000.0, NULL,
+              "server learning rate eta_s; spec default 1 (FedAvg step plus momentum), as in every reference code",
+              1, 0 },
+            { "variant", 0, 0, 0, "canonical|flood|ema|nesterov",
+              "canonical (Hsu et al.: v = beta v + g, w -= eta_s v; default), flood (FLOOD serverM.py: the same "
+              "algebra on client deltas, bit-identical to canonical; FLOOD runs it with beta = 0.1), ema (MOON, "
+              "FedDisco, FedDecorr: v = beta v + (1 - beta) g), nesterov (FL-bench: w -= eta_s (g + beta v))", 0, 0 },
+        },
+    },
+    {
+        .name = "fedprox",
+        .summary = "FedProx: local proximal term (mu/2)||w - w^t||^2 on the parameters",
+        .source = "spec A.4",
+        .state = "-",
+        .payload = "down 1, up 1",
+        .local_term = &fedprox_term_part,
+        .weights = &fedprox_weights_part,
+        .n_hp = 2,
+        .hp = {
+            { "mu", 0.01, 0.0, 1000.0, NULL,
+              "proximal coefficient mu >= 0; spec default 0.01 [recon] (FLOOD code 0.01, FLOOD paper 0.1, "
+              "NIID-Bench 0.001, FL-Simulator 0.1); mu = 0 is FedAvg", 0, 0 },
+            { "weights", 0, 0, 0, "samples|uniform",
+              "server average: samples (FLOOD, NIID-Bench; default) or uniform (FL-Simulator, seeds 003/004)", 0, 0 },
+        },
+    },
+    {
+        .name = "scaffold",
+        .summary = "SCAFFOLD: control variates c_k, c correct every local gradient (option II)",
+        .source = "spec A.5",
+        .state = "c_k (P) | c (P)",
+        .payload = "down 2, up 2",
+        .correction = &scaffold_correct_part,
+        .step = &scaffold_step_part,
+        .report = &scaffold_report_part,
+        .weights = &scaffold_weights_part,
+        .update = &scaffold_update_part,
+        .validate = scaffold_validate,
+        .sizes = scaffold_sizes,
+        .n_client_vectors = 1,
+        .n_server_vectors = 1,
+        .n_upload_vectors = 1,
+        .n_hp = 3,
+        .hp = {
+            { "variant", 0, 0, 0, "option2|flood",
+              "option2 (Karimireddy et al. option II; c - c_k added to the gradient before clipping as in "
+              "FL-Simulator; K_k = steps taken as in NIID-Bench; c += (1/K) sum delta c_k; default) or flood "
+              "(FLOOD code, seed 002 only: w -= lr (c - c_k) after each momentum-SGD step, then one extra epoch of "
+              "plain training from w_E with a fresh momentum buffer [recon], c_k = (w_E - w')/(k_b lr), w_E "
+              "uploaded, c = mean of the selected c_k; costs (E+1)/E local compute; FLOOD averages with "
+              "weights = samples)", 0, 0 },
+            { "weights", 0, 0, 0, "uniform|samples",
+              "model average: uniform (paper, FL-Simulator; default) or samples (NIID-Bench, FLOOD)", 0, 0 },
+            { "eta_g", 1.0, 0.0, 1000.0, NULL,
+              "global step size eta_g: w += eta_g avg(y_k - w^t); spec default 1 (paper, all codes)", 1, 0 },
+        },
+    },
+    {
+        .name = "feddyn",
+        .summary = "FedDyn: dynamic regulariser alpha<w, H_k - w^t> + wd alpha; server adds mean_K H_k",
+        .source = "spec A.6",
+        .state = "H_k (P) | sum_k H_k (P, rank 0)",
+        .payload = "down 1, up 1",
+        .local_term = &feddyn_term_part,
+        .report = &feddyn_report_part,
+        .weights = &algo_weights_uniform,
+        .update = &feddyn_update_part,
+        .n_client_vectors = 1,
+        .n_server_private = 1,
+        .n_hp = 1,
+        .hp = {
+            { "alpha", 0.1, 0.0, 1000.0, NULL,
+              "regularisation coefficient alpha >= 0; spec default 0.1 (FL-Simulator, A-FedSAM). FL-Simulator form "
+              "(gradient + alpha (w - w^t + H_k), H_k = sum of past deltas, w = mean_selected w_k + mean_K H_k); the "
+              "weight decay +alpha goes through the gradient term, so train.clip clips it too (FL-Simulator clips "
+              "before its optimiser adds it). The server's mean_K H_k does not depend on alpha: alpha = 0 still "
+              "differs from uniform averaging", 0, 0 },
+        },
+    },
+    {
+        .name = "fednova",
+        .summary = "FedNova: normalised averaging of client updates by their step counts a_k",
+        .source = "spec A.7",
+        .state = "-",
+        .payload = "down 1, up 1 + a_k",
+        .report = &fednova_report_part,
+        .weights = &algo_weights_samples,
+        .update = &fednova_update_part,
+        .validate = fednova_validate,
+        .n_upload_scalars = 1,
+        .n_hp = 0,
+    },
+    {
+        .name = "fedcm",
+        .summary = "FedCM: client steps mix alpha * gradient with (1 - alpha) * the server's global direction D",
+        .source = "spec A.8",
+        .state = "- | D (P)",
+        .payload = "down 2, up 1",
+        .correction = &fedcm_correct_part,
+        .weights = &algo_weights_uniform,
+        .update = &fedcm_update_part,
+        .n_server_vectors = 1,
+        .n_hp = 2,
+        .hp = {
+            { "alpha", 0.1, 0.0, 1.0, NULL,
+              "weight of the local gradient, in (0, 1]; spec default 0.1 (paper and FL-Simulator); alpha = 1 is "
+              "uniform averaging. D = -mean delta / (K_loc lr_prev), K_loc = mean steps of the previous round's "
+              "clients [recon; FL-Simulator uses E n_0/B]", 1, 0 },
+            { "eta_g", 1.0, 0.0, 1000.0, NULL, "global step size eta_g: w += eta_g mean(w_k - w^t); spec default 1",
+              1, 0 },
+        },
+    },
+};
+const int algo_family_server_count = sizeof algo_family_server / sizeof algo_family_server[0];

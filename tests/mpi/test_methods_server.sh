@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# End-to-end tests of the 'server' method family (spec A.3-A.8: fedavgm, fedprox, scaffold, feddyn, fednova,
+# fedcm) under mpirun with 3 ranks on the tiny synthetic set of tests/mpi/lib.sh: each method's paper
+# property against FedAvg / uniform averaging, identities of the persistent state read from the run's HDF5
+# file, bit-identical resume of every stateful method, variants that must change something, bad keys.
+# usage: tests/mpi/test_methods_server.sh [test_name]      (last line: "N passed, N failed")
+source "$(dirname "$0")/lib.sh"
+
+setup() { setup_tiny; }
+
+# state_mean FILE.h5 DATASET ROW SCALE WHAT: DATASET[ROW] == SCALE * sum_k /clients/vector_0[k] (within
+# float rounding) and is not zero; SCALE is 1/K (SCAFFOLD: c = mean c_k) or 1 (FedDyn: S = sum H_k)
+state_mean()
+{
+    local f=$1 ds=$2 row=$3 scale=$4 what=$5 out
+    dump_dataset "$f" "$ds" "$WORK/srv.bin" || { fail "$what: cannot read $ds of $f"; return 1; }
+    dump_dataset "$f" /clients/vector_0 "$WORK/cli.bin" || { fail "$what: cannot read /clients/vector_0 of $f"; return 1; }
+    dump_dataset "$f" /clients/has_state "$WORK/has.bin" || { fail "$what: cannot read /clients/has_state"; return 1; }
+    out=$(python3 - "$WORK/srv.bin" "$WORK/cli.bin" "$WORK/has.bin" "$row" "$scale" <<'EOF'
+import struct, sys
+def floats(path):
+    b = open(path, "rb").read()
+    return struct.unpack("<%df" % (len(b) // 4), b)
+srv, cli, has = floats(sys.argv[1]), floats(sys.argv[2]), floats(sys.argv[3])
+row, scale = int(sys.argv[4]), float(sys.argv[5])
+K = len(has); P = len(cli) // K
+s = srv[row * P:(row + 1) * P]
+worst, big = 0.0, 0.0
+for j in range(P):
+    ref = scale * sum(cli[k * P + j] for k in range(K))
+    big = max(big, abs(ref), abs(s[j]))
+    worst = max(worst, abs(s[j] - ref))
+print("K=%d P=%d trained=%d max|x|=%.3g max|diff|=%.3g" % (K, P, sum(1 for h in has if h), big, worst))
+sys.exit(0 if big > 0 and worst <= 1e-5 * big + 1e-7 else 1)
+EOF
+)
+    local rc=$?
+    [ "$rc" -eq 0 ] || { fail "$what: $ds is not $scale x the sum of the clients' vectors ($out)"; return 1; }
+    note "$what: $out"
+    return 0
+}
+
+# bad_key WHAT KEY OVERRIDES...: exit 1 and a message naming KEY, no run folder
+bad_key()
+{
+    local what=$1 key=$2 tag
+    tag=bad$(echo "$what" | tr -c 'a-zA-Z0-9' _)
+    shift 2
+    fh 3 "$tag" "$WORK/base.ini" output.name="$tag" "$@"
+    expect_rc "$what" 1 || return 1
+    grep -q -- "$key" "$WORK/$tag.err" || fail "$what: the message does not name $key: $(errline "$tag")"
+    [ -e "$WORK/out/$tag" ] && fail "$what: the run folder was made"
+    return 0
+}
+
+# ---- FedAvgM (A.3) -------------------------------------------------------------------------------------
+
+# beta = 0, eta_s = 1: FedAvg bit for bit (Hsu et al.)
+test_fedavgm_beta0_is_fedavg()
+{
+    equal_runs "fedavgm beta=0 == fedavg" 3 "algo.method=fedavgm algo.beta=0" "algo.method=fedavg"
+    equal_runs "fedavgm ema beta=0 == fedavg" 3 "algo.method=fedavgm algo.beta=0 algo.variant=ema" "algo.method=fedavg"
+}
+
+# the FLOOD delta form is the canonical algebra (spec A.3 variant 1); ema, nesterov and eta_s change the model
+test_fedavgm_variants()
+{
+    equal_runs "fedavgm flood == canonical" 3 "algo.method=fedavgm algo.beta=0.5 algo.variant=flood" \
+        "algo.method=fedavgm algo.beta=0.5"
+    differ_runs "fedavgm ema != canonical" 3 "algo.method=fedavgm algo.variant=ema" "algo.method=fedavgm"
+    differ_runs "fedavgm nesterov != canonical" 3 "algo.method=fedavgm algo.variant=nesterov" "algo.method=fedavgm"
+    differ_runs "fedavgm beta=0.9 != fedavg" 3 "algo.method=fedavgm" "algo.method=fedavg"
+    differ_runs "fedavgm eta_s=0.5 != eta_s=1" 3 "algo.method=fedavgm algo.beta=0 algo.eta_s=0.5" "algo.method=fedavg"
+}
+
+# ---- FedProx (A.4) -------------------------------------------------------------------------------------
+
+test_fedprox_mu0_is_fedavg()
+{
+    equal_runs "fedprox mu=0 == fedavg" 3 "algo.method=fedprox algo.mu=0" "algo.method=fedavg"
+    equal_runs "fedprox mu=0 weights=uniform == uniform" 3 "algo.method=fedprox algo.mu=0 algo.weights=uniform" \
+        "algo.method=uniform"
+    differ_runs "fedprox mu=0.5 != fedavg" 3 "algo.method=fedprox algo.mu=0.5" "algo.method=fedavg"
+}
+
+# ---- SCAFFOLD (A.5) ------------------------------------------------------------------------------------
+
+# c = c_k = 0 in round 0: one round of SCAFFOLD is one round of uniform averaging
+test_scaffold_round0_is_uniform()
+{
+    equal_runs "scaffold round 0 == uniform" 3 "fl.rounds=1 algo.method=scaffold" "fl.rounds=1 algo.method=uniform"
+    equal_runs "scaffold weights=samples round 0 == fedavg" 3 "fl.rounds=1 algo.method=scaffold algo.weights=samples" \
+        "fl.rounds=1 algo.method=fedavg"
+    differ_runs "scaffold != uniform after 3 rounds" 3 "algo.method=scaffold" "algo.method=uniform"
+}
+
+# full participation every round: c = (1/K) sum_k c_k (option II: c += (1/K) sum delta c_k); the identity
+# holds under partial participation too (c moves by 1/K of the selected clients' changes)
+test_scaffold_server_variate_is_mean()
+{
+    fh 3 scafall "$WORK/base.ini" output.name=scafall algo.method=scaffold fl.selection=all
+    expect_rc "scaffold selection=all" 0 || return
+    state_mean "$WORK/out/scafall/run.h5" /server/vectors 0 "$(python3 -c 'print(1/6)')" "scaffold all: c = mean c_k"
+    fh 3 scafhalf "$WORK/base.ini" output.name=scafhalf algo.method=scaffold fl.rounds=4
+    expect_rc "scaffold fraction 0.5" 0 || return
+    state_mean "$WORK/out/scafhalf/run.h5" /server/vectors 0 "$(python3 -c 'print(1/6)')" "scaffold half: c = mean c_k"
+}
+
+# FLOOD-code variant: one extra epoch (steps = 2 x batches per epoch with epochs = 1), other model
+test_scaffold_flood_variant()
+{
+    fh 3 scafflood "$WORK/base.ini" output.name=scafflood algo.method=scaffold algo.variant=flood algo.weights=samples
+    expect_rc "scaffold variant=flood" 0 || return
+    fh 3 scafopt "$WORK/base.ini" output.name=scafopt algo.method=scaffold algo.weights=samples
+    expect_rc "scaffold option2" 0 || return
+    local a b
+    a=$(column "$WORK/out/scafflood/clients.csv" steps | tr '\n' ' ')
+    b=$(column "$WORK/out/scafopt/clients.csv" steps | awk '{ printf "%d ", 2 * $1 }')
+    [ "$a" = "$b" ] || fail "flood steps '$a', expected twice option2's '$b'"
+    dump_global "$WORK/out/scafflood/run.h5" "$WORK/f1.bin" && dump_global "$WORK/out/scafopt/run.h5" "$WORK/f2.bin" &&
+        cmp -s "$WORK/f1.bin" "$WORK/f2.bin" && fail "variant flood gives the option2 model"
+    # flood: c is the plain mean of the selected clients' new c_k (replacement); the run must have set it
+    dump_dataset "$WORK/out/scafflood/run.h5" /server/vectors "$WORK/fc.bin" || { fail "no /server/vectors"; return; }
+    python3 -c 'import sys,struct; b=open(sys.argv[1],"rb").read(); sys.exit(0 if any(struct.unpack("<%df"%(len(b)//4),b)) else 1)' \
+        "$WORK/fc.bin" || fail "flood: the server control variate is zero"
+    differ_runs "scaffold weights samples != uniform" 3 "algo.method=scaffold algo.weights=samples" "algo.method=scaffold"
+}
+
+# ---- FedDyn (A.6) --------------------------------------------------------------------------------------
+
+# alpha = 0 removes the client term: round 0's clients train exactly as uniform's (same losses); the server
+# still adds mean_K H_k (spec A.6 FL-Simulator form), so the model differs; S = sum_k H_k on rank 0
+test_feddyn_alpha0_and_server_sum()
+{
+    fh 3 dyn0 "$WORK/base.ini" output.name=dyn0 algo.method=feddyn algo.alpha=0
+    expect_rc "feddyn alpha=0" 0 || return
+    fh 3 dynu "$WORK/base.ini" output.name=dynu algo.method=uniform
+    expect_rc "uniform" 0 || return
+    diff <(untimed "$WORK/out/dyn0/clients.csv" | awk -F, 'NR == 1 || $1 == 0') \
+         <(untimed "$WORK/out/dynu/clients.csv" | awk -F, 'NR == 1 || $1 == 0') >/dev/null ||
+        fail "feddyn alpha=0: round 0's client losses differ from uniform's"
+    dump_global "$WORK/out/dyn0/run.h5" "$WORK/d1.bin" && dump_global "$WORK/out/dynu/run.h5" "$WORK/d2.bin" &&
+        cmp -s "$WORK/d1.bin" "$WORK/d2.bin" && fail "feddyn alpha=0: the server correction mean_K H_k did nothing"
+    state_mean "$WORK/out/dyn0/run.h5" /server/private 0 1 "feddyn alpha=0: S = sum_k H_k"
+    fh 3 dyn1 "$WORK/base.ini" output.name=dyn1 algo.method=feddyn
+    expect_rc "feddyn alpha=0.1" 0 || return
+    state_mean "$WORK/out/dyn1/run.h5" /server/private 0 1 "feddyn alpha=0.1: S = sum_k H_k"
+    dump_global "$WORK/out/dyn1/run.h5" "$WORK/d3.bin" && cmp -s "$WORK/d1.bin" "$WORK/d3.bin" &&
+        fail "feddyn: alpha = 0.1 gives the alpha = 0 model"
+}
+
+# ---- FedNova (A.7) -------------------------------------------------------------------------------------
+
+# equal step counts (train.steps = 5 for every client): FedAvg, with and without local momentum
+test_fednova_equal_steps_is_fedavg()
+{
+    equal_runs "fednova steps=5 momentum=0 == fedavg" 3 "algo.method=fednova train.steps=5 train.momentum=0" \
+        "algo.method=fedavg train.steps=5 train.momentum=0"
+    equal_runs "fednova steps=5 momentum=0.9 == fedavg" 3 "algo.method=fednova train.steps=5" \
+        "algo.method=fedavg train.steps=5"
+    differ_runs "fednova epochs (unequal steps) != fedavg" 3 "algo.method=fednova" "algo.method=fedavg"
+}
+
+# ---- FedCM (A.8) ---------------------------------------------------------------------------------------
+
+# alpha = 1: the global direction has no weight; uniform averaging bit for bit
+test_fedcm_alpha1_is_uniform()
+{
+    equal_runs "fedcm alpha=1 == uniform" 3 "algo.method=fedcm algo.alpha=1" "algo.method=uniform"
+    differ_runs "fedcm alpha=0.1 != uniform" 3 "algo.method=fedcm" "algo.method=uniform"
+}
+
+# ---- resume --------------------------------------------------------------------------------------------
+
+test_resume_stateful()
+{
+    resume_identical "scaffold resume" algo.method=scaffold
+    resume_identical "scaffold flood resume" algo.method=scaffold algo.variant=flood
+    resume_identical "feddyn resume" algo.method=feddyn
+    resume_identical "fedavgm resume" algo.method=fedavgm
+    resume_identical "fedcm resume" algo.method=fedcm
+}
+
+# ---- bad input -----------------------------------------------------------------------------------------
+
+test_bad_keys()
+{
+    bad_key "fedprox mu=-1" mu algo.method=fedprox algo.mu=-1
+    bad_key "fedavgm beta=1" beta algo.method=fedavgm algo.beta=1
+    bad_key "fedavgm beta=-0.1" beta algo.method=fedavgm algo.beta=-0.1
+    bad_key "fedavgm eta_s=0" eta_s algo.method=fedavgm algo.eta_s=0
+    bad_key "mu with fedavg" mu algo.method=fedavg algo.mu=0.1
+    bad_key "beta with fedprox" beta algo.method=fedprox algo.beta=0.5
+    bad_key "fedavgm variant=bogus" variant algo.method=fedavgm algo.variant=bogus
+    bad_key "feddyn alpha=-1" alpha algo.method=feddyn algo.alpha=-1
+    bad_key "fedcm alpha=0" alpha algo.method=fedcm algo.alpha=0
+    bad_key "fedcm alpha=1.5" alpha algo.method=fedcm algo.alpha=1.5
+    bad_key "fednova adam" train.optimizer algo.method=fednova train.optimizer=adam
+    bad_key "scaffold flood adamw" train.optimizer algo.method=scaffold algo.variant=flood train.optimizer=adamw
+}
+
+TESTS=(fedavgm_beta0_is_fedavg fedavgm_variants fedprox_mu0_is_fedavg scaffold_round0_is_uniform
+       scaffold_server_variate_is_mean scaffold_flood_variant feddyn_alpha0_and_server_sum
+       fednova_equal_steps_is_fedavg fedcm_alpha1_is_uniform resume_stateful bad_keys)
+run_tests "$@"
