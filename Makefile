@@ -37,7 +37,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps deps-bench test test-unit run bench bench-partition bench-round bench-methods clean help check-tools
+.PHONY: all deps deps-bench test test-unit run sensitivity bench bench-partition bench-round bench-methods clean help check-tools
 
 all: check-tools bin/fedhet $(UNIT_BIN)
 
@@ -46,6 +46,7 @@ help:
 	@echo "make             build bin/fedhet and the unit tests (DEBUG=1: -O0 -g with sanitizers)"
 	@echo "make test        deps + build + every test; ends with 'N passed, N failed'"
 	@echo "make run         deps + build + the demo experiment"
+	@echo "make sensitivity deps + build + a 3-seed grid on Fashion-MNIST and its report (outputs/sensitivity-fedsam)"
 	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
 	@echo "make bench-partition / bench-round / bench-methods   one of them (methods: hook overhead over FedAvg)"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
@@ -91,6 +92,11 @@ test-unit: all
 run: deps
 	@$(MAKE) --no-print-directory all
 	@./tools/demo.sh
+
+# a 3-seed sensitivity grid on Fashion-MNIST (inputs/sensitivity-fedsam.ini) and its report
+sensitivity: deps
+	@$(MAKE) --no-print-directory all
+	@./tools/sensitivity.sh
 
 bench: all
 	@./tests/bench/engine.sh
