@@ -584,6 +584,7 @@ static int prepare(Grid *G, const GridOptions *o, int *quit)
         GridStatus s;
         status = grid_status_read(g->dir, name, &s);
         if (status != FH_OK) break;
+        if (s.state == GRID_FAILED && s.group == -1) continue; /* recorded by an earlier start */
         s.state = GRID_FAILED;
         s.exit_code = FH_ERR_USAGE;
         s.attempt++;
@@ -748,6 +749,15 @@ static int finish(const Grid *G, const GridOptions *o)
     else if (!unfinished)
         printf("[grid] summary tables and plots: fedhet report %s\n", g->dir);
     fflush(stdout);
+    if (o->member >= 0) {
+        /* an array task answers for its own member only */
+        char name[1024];
+        grid_member_name(g, o->member, name, sizeof name);
+        GridStatus s;
+        FH_CHECK(grid_status_read(g->dir, name, &s));
+        if (s.state != GRID_FAILED) return FH_OK;
+        FH_FAIL(GRID_EXIT_FAILED + 1, "member %ld (%s) failed (exit %d): %s", o->member, name, s.exit_code, s.message);
+    }
     if (count[GRID_FAILED] == 0) return FH_OK;
     const int64_t n = count[GRID_FAILED] > 100 ? 100 : count[GRID_FAILED];
     FH_FAIL(GRID_EXIT_FAILED + (int)n, "%lld of %lld members failed (exit code %d = 10 + failed members):%s",

@@ -19,12 +19,13 @@ LOCAL_SLURM=${FEDHET_LOCAL_SLURM:-$ROOT/../shared/tools/local-slurm.sh}
 export LOCAL_SLURM_DIR=${FEDHET_SLURM_DIR:-/tmp/fedhet-test-slurm}
 STARTED_SLURM=0
 SLURM_SKIP=""
+SUDO=()
 
 slurm_cleanup()
 {
     local p
     for p in $(pgrep -f -- "^$FEDHET (run|grid) .*$WORK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-    if [ "$STARTED_SLURM" = 1 ]; then "$LOCAL_SLURM" stop >/dev/null 2>&1; fi
+    if [ "$STARTED_SLURM" = 1 ]; then "${SUDO[@]}" "$LOCAL_SLURM" stop >/dev/null 2>&1; fi
 }
 trap 'slurm_cleanup; cleanup' EXIT
 
@@ -40,9 +41,14 @@ slurm_up()
         eval "$("$LOCAL_SLURM" env)"
         return
     fi
-    if [ "$(id -u)" != 0 ]; then SLURM_SKIP="no test cluster running and starting one needs root"; return; fi
+    # starting needs root: as another user, passwordless sudo will do (jobs then run as that user)
+    SUDO=()
+    if [ "$(id -u)" != 0 ]; then
+        sudo -n true 2>/dev/null || { SLURM_SKIP="no test cluster running and starting one needs root (or sudo -n)"; return; }
+        SUDO=(sudo -n env LOCAL_SLURM_DIR="$LOCAL_SLURM_DIR")
+    fi
     local out
-    if ! out=$("$LOCAL_SLURM" start 2>"$WORK/slurm-start.err"); then
+    if ! out=$("${SUDO[@]}" "$LOCAL_SLURM" start 2>"$WORK/slurm-start.err"); then
         SLURM_SKIP="local-slurm.sh start failed: $(tail -3 "$WORK/slurm-start.err" | tr '\n' ' ')"
         return
     fi
