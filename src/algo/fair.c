@@ -616,7 +616,8 @@ const AlgoMethod algo_family_fair[] = {
               "averaging" },
             { "variant", 0, 0, 0, "original|lossweight",
               "original (default; Li et al., fair_flearn: F_k = loss of w^t on the client's training set, "
-              "w^{t+1} = w^t - sum D_k / sum h_k with L = 1/lr, buffers sample-weighted) | lossweight (seed 001, "
+              "w^{t+1} = w^t - sum D_k / sum h_k with L = 1/lr, buffers sample-weighted; L = 1/lr presumes plain SGD: "
+              "with momentum or many local steps ||dw_k||^2 grows and the step shrinks, q > 0 then trains slowly) | lossweight (seed 001, "
               "FFL4MIA: w^{t+1} = sum p_k w_k, p_k proportional to (F_k + 1e-10)^q)" },
         },
     },
