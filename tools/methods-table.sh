@@ -3,16 +3,18 @@
 # a markdown table of final test accuracy, the best over the evaluated rounds, and seconds per round,
 # beside FedAvg's, into outputs/methods-table/table.md.
 # usage: tools/methods-table.sh [METHOD[:key=value,...] ...]   (default: every method of `fedhet methods`)
+# FEDHET=path runs another build (e.g. a copy, while the tree is rebuilt). NP: ranks (3).
 # e.g.   tools/methods-table.sh fedavg fedprox "afl:algo.variant=original,train.steps=1"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 NP=${NP:-3}
+FEDHET=${FEDHET:-bin/fedhet}
 CONFIG=inputs/methods-table.ini
 OUT=outputs/methods-table
 mkdir -p "$OUT"
 if [ $# -eq 0 ]; then
-    set -- $(bin/fedhet methods | awk 'NR > 1 && NF > 1 && $1 != "P" { print $1 }')
+    set -- $("$FEDHET" methods | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }')
 fi
 column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { print $c }' "$1"; }
 for spec in "$@"; do
@@ -25,7 +27,7 @@ for spec in "$@"; do
     fi
     echo "== $name"
     start=$(date +%s)
-    if mpirun --oversubscribe -np "$NP" bin/fedhet run "$CONFIG" algo.method="$method" "${extra[@]}" \
+    if mpirun --oversubscribe -np "$NP" "$FEDHET" run "$CONFIG" algo.method="$method" "${extra[@]}" \
         output.name="$name" --force >"$OUT/$name.log" 2>&1; then
         echo "   $(( $(date +%s) - start )) s"
     else
