@@ -410,9 +410,13 @@ static int draw(void *ctx, const char *dir, FILE *out, const char *image)
         }
     if (fclose(d) != 0) FH_FAIL(FH_ERR_IO, "%s: write failed", data);
     const double center = L->o.dims == 1 ? L->loss[P / 2] : L->loss[(size_t)(P / 2) * P + P / 2];
-    snprintf(title, sizeof title, "%s (round %lld): test loss along %s filter-normalised direction%s, %lld rows%s%.4g",
-             L->o.checkpoint, (long long)L->rounds_done, L->o.dims == 1 ? "a" : "two", L->o.dims == 1 ? "" : "s",
-             (long long)L->n_rows, P % 2 ? "; centre loss " : "", P % 2 ? center : 0.0);
+    /* the checkpoint's last two path parts: "run/run.h5" */
+    const char *shown = L->o.checkpoint + strlen(L->o.checkpoint);
+    for (int slashes = 0; shown > L->o.checkpoint; shown--)
+        if (shown[-1] == '/' && ++slashes == 2) break;
+    snprintf(title, sizeof title, "%s (round %lld): test loss, %s filter-normalised direction%s, %lld rows%s%.4g", shown,
+             (long long)L->rounds_done, L->o.dims == 1 ? "one" : "two", L->o.dims == 1 ? "" : "s", (long long)L->n_rows,
+             P % 2 ? "; centre " : "", P % 2 ? center : 0.0);
     if (L->o.dims == 1) {
         app_gp_terminal(out, 900, 600, image);
         fprintf(out, "set title ");
