@@ -11,6 +11,6 @@ if [ ! -f inputs/data/fmnist-dir0.5-k10.h5 ]; then
     bin/fedhet partition fashion-mnist inputs/data/fmnist-dir0.5-k10.h5 scheme=dirichlet alpha=0.5 clients=10
 fi
 mpirun --oversubscribe -np "$np" bin/fedhet grid inputs/sensitivity-fedsam.ini --force "$@"
-bin/fedhet report outputs/sensitivity-fedsam
+bin/fedhet report outputs/sensitivity-fedsam --last 3 --targets 0.5,0.6,0.7
 echo
 echo "tables: outputs/sensitivity-fedsam/summary.md (and .csv); plots: outputs/sensitivity-fedsam/*.png"
