@@ -77,13 +77,25 @@ int app_cmd_methods(int argc, char **argv)
         print_keys(m);
         return FH_OK;
     }
-    printf("%-12s %-26s %-34s %-22s %s\n", "method", "components", "state (client | server)", "payload", "summary");
+    /* columns as wide as their longest entry, so that every method stays on one line */
+    int wn = 6, wc = 10, ws = 23, wp = 7;
     for (int i = 0; i < algo_count(); i++) {
         const AlgoMethod *m = algo_at(i);
         char parts[128];
         components(m, parts, sizeof parts);
-        printf("%-12s %-26s %-34s %-22s %s\n", m->name, parts, m->state ? m->state : "-", m->payload ? m->payload : "-",
-               m->summary);
+        wn = (int)strlen(m->name) > wn ? (int)strlen(m->name) : wn;
+        wc = (int)strlen(parts) > wc ? (int)strlen(parts) : wc;
+        if (m->state && (int)strlen(m->state) > ws) ws = (int)strlen(m->state);
+        if (m->payload && (int)strlen(m->payload) > wp) wp = (int)strlen(m->payload);
+    }
+    printf("%-*s  %-*s  %-*s  %-*s  %s\n", wn, "method", wc, "components", ws, "state (client | server)", wp, "payload",
+           "summary");
+    for (int i = 0; i < algo_count(); i++) {
+        const AlgoMethod *m = algo_at(i);
+        char parts[128];
+        components(m, parts, sizeof parts);
+        printf("%-*s  %-*s  %-*s  %-*s  %s\n", wn, m->name, wc, parts, ws, m->state ? m->state : "-", wp,
+               m->payload ? m->payload : "-", m->summary);
     }
     printf("\nP = model size in floats; K = clients; m = clients per round. fedhet methods NAME lists a method's keys.\n"
            "Plug-ins (added to any method with [algo] plugin = NAME): %s\n", algo_plugin_choices() + 5);
