@@ -9,14 +9,16 @@
 #          uninterrupted one; link 3 finds it complete.
 #   lint   every #SBATCH line of jobs/*.sbatch carries a comment.
 # Without SLURM (sbatch, slurmctld, munged) or without root to start it, every test is skipped with a
-# visible message (make deps installs slurm-wlm and munge). The cluster is stopped at the end when this
-# script started it.
+# visible message (make deps installs slurm-wlm and munge). The cluster (state in /tmp/fedhet-test-slurm.PID)
+# is stopped and removed at the end when this script started it.
 # usage: tests/slurm/test_slurm.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 . "$(dirname "$0")/../mpi/lib.sh"
 
 JOBS=$ROOT/jobs
 LOCAL_SLURM=${FEDHET_LOCAL_SLURM:-$ROOT/../shared/tools/local-slurm.sh}
-export LOCAL_SLURM_DIR=${FEDHET_SLURM_DIR:-/tmp/fedhet-test-slurm}
+# a cluster of this run's own (concurrent test runs must not stop each other's), unless FEDHET_SLURM_DIR
+# names one to reuse
+export LOCAL_SLURM_DIR=${FEDHET_SLURM_DIR:-/tmp/fedhet-test-slurm.$$}
 STARTED_SLURM=0
 SLURM_SKIP=""
 SUDO=()
@@ -25,7 +27,10 @@ slurm_cleanup()
 {
     local p
     for p in $(pgrep -f -- "^$FEDHET (run|grid) .*$WORK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-    if [ "$STARTED_SLURM" = 1 ]; then "${SUDO[@]}" "$LOCAL_SLURM" stop >/dev/null 2>&1; fi
+    if [ "$STARTED_SLURM" = 1 ]; then
+        if [ -n "${FEDHET_SLURM_DIR:-}" ]; then "${SUDO[@]}" "$LOCAL_SLURM" stop >/dev/null 2>&1
+        else "${SUDO[@]}" "$LOCAL_SLURM" clean >/dev/null 2>&1; fi
+    fi
 }
 trap 'slurm_cleanup; cleanup' EXIT
 
