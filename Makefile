@@ -37,7 +37,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps deps-bench test test-unit run sensitivity bench bench-partition bench-round bench-methods clean help check-tools
+.PHONY: all deps deps-bench test test-unit run sensitivity bench bench-partition bench-round bench-methods bench-sam clean help check-tools
 
 all: check-tools bin/fedhet $(UNIT_BIN)
 
@@ -49,6 +49,7 @@ help:
 	@echo "make sensitivity deps + build + a 3-seed grid on Fashion-MNIST and its report (outputs/sensitivity-fedsam)"
 	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
 	@echo "make bench-partition / bench-round / bench-methods   one of them (methods: hook overhead over FedAvg)"
+	@echo "make bench-sam   SAM-family step cost over the SGD step (targets 2.1x, single-backprop 1.15x)"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make clean       remove build/ and bin/"
 
@@ -98,11 +99,19 @@ sensitivity: deps
 	@$(MAKE) --no-print-directory all
 	@./tools/sensitivity.sh
 
-bench: all
+bench: all $(BUILD)/bench/sam_step
 	@./tests/bench/engine.sh
 	@./tests/bench/partition.sh
 	@./tests/bench/round.sh
 	@./tests/bench/methods.sh
+	@./tests/bench/sam.sh
+
+bench-sam: all $(BUILD)/bench/sam_step
+	@./tests/bench/sam.sh
+
+$(BUILD)/bench/sam_step: tests/bench/sam_step.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 bench-partition: all
 	@./tests/bench/partition.sh

@@ -31,4 +31,14 @@ int algo_refuse(const AlgoMethod *m, const char *fmt, ...) __attribute__((format
 int algo_sam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
 double algo_sam_radius(const AlgoClientCtx *c);
 
+/* Parts other families reuse (spec algorithms-sam 4-7, 11 build on A.5, A.6, A.8, A.14, A.15). */
+void scaffold_correct(AlgoClientCtx *c, float *grad); /* server.c: grad += c - c_k (hp 0 = option2) */
+int feddyn_end(AlgoClientCtx *c);                     /* server.c: H_k += w_k - w^t (client vector 0) */
+int feddyn_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global); /* avg + sum H/K */
+void fedcm_correct(AlgoClientCtx *c, float *grad);    /* server.c: alpha g + (1 - alpha) D (hp 0 = alpha) */
+int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global); /* D, hp 1 eta_g */
+int upload_train_loss(AlgoClientCtx *c);              /* fair.c: upload scalar 0 = L_k */
+int fedlw_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);     /* fair.c (hp 0 times_samples) */
+int fednolowe_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p); /* fair.c */
+
 #endif

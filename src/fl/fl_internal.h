@@ -31,6 +31,8 @@ typedef struct {
     const char *selection;
     double fraction;
     int count, eval_every, checkpoint_every;
+    int sharpness_every, sharpness_probe; /* metrics.csv sharpness / perturbed_loss (spec algorithms-sam 12) */
+    double sharpness_rho;
     int64_t seed;
     const AlgoMethod *method;
     double hp[ALGO_MAX_HP];
@@ -141,7 +143,8 @@ int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int 
     X(t_eval) X(t_round) X(t_client_mean) X(t_client_max) X(test_accuracy) X(test_loss)                    \
     X(test_balanced_accuracy) X(test_auc_ovr_macro) X(test_auc_ovr_weighted) X(test_auc_ovo_macro)          \
     X(test_f1_macro) X(corrupted_accuracy) X(corrupted_loss) X(corrupted_balanced_accuracy)                 \
-    X(corrupted_auc_ovo_macro) X(train_loss) X(drift) X(drift_full) X(divergence) X(bytes_down) X(bytes_up)
+    X(corrupted_auc_ovo_macro) X(train_loss) X(drift) X(drift_full) X(divergence) X(bytes_down) X(bytes_up)       \
+    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss)
 #define X(name) FL_COL_##name,
 enum { FL_METRIC_COLUMNS FL_N_COLUMNS };
 #undef X
@@ -182,6 +185,9 @@ typedef struct {
     double *client_rows;      /* [cap_client_rows * FL_N_CCOLUMNS] */
     int64_t n_client_rows, cap_client_rows;
     FILE *metrics_csv, *clients_csv, *log;
+    float *probe_x, *probe_work; /* fl.sharpness_every: the probe set [n_probe rows] and scratch */
+    int32_t *probe_y;
+    int64_t n_probe;
 } FlRun;
 
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */

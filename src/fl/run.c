@@ -544,6 +544,15 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     row[FL_COL_train_loss] = samples > 0 ? loss_sum / (double)samples : NAN;
     row[FL_COL_t_client_mean] = t_client_sum / n_selected;
     row[FL_COL_t_client_max] = t_client_max;
+    /* SAM-family diagnostics: plain means over the clients of their per-round means (NaN without them) */
+    const int dp = run->z.upload_perturb_norm, dg = run->z.upload_grad_norm;
+    for (int i = 0; (dp || dg) && i < n_selected; i++) {
+        if (!i) row[FL_COL_perturb_norm] = row[FL_COL_grad_norm] = 0.0;
+        if (dp) row[FL_COL_perturb_norm] += L->uploads[i].scalars[dp - 1] / n_selected;
+        if (dg) row[FL_COL_grad_norm] += L->uploads[i].scalars[dg - 1] / n_selected;
+    }
+    if (!dp) row[FL_COL_perturb_norm] = NAN;
+    if (!dg) row[FL_COL_grad_norm] = NAN;
     nn_vec_copy(run->global, L->next, run->n_state);
     for (int i = 0; i < n_selected; i++) {
         if (run->n_client_rows == run->cap_client_rows) {
@@ -595,6 +604,44 @@ static int evaluate(FlRun *run, double *row)
         row[FL_COL_corrupted_balanced_accuracy] = e.balanced_accuracy;
         row[FL_COL_corrupted_auc_ovo_macro] = e.auc_ovo_macro;
     }
+    return FH_OK;
+}
+
+/* Rank 0: sharpness and perturbed loss of the global model on the probe set (fl.sharpness_every; spec
+ * algorithms-sam 12). The probe, read at the first call: the first rows of every client, in proportion to
+ * its size, normalised, not augmented. */
+static int sharpness(FlRun *run, double *row)
+{
+    NnModel *m = &run->work.model;
+    if (!run->probe_x) {
+        const DataPartFile *f = &run->data;
+        const int64_t N = f->n_rows, n = run->s.sharpness_probe < N ? run->s.sharpness_probe : N;
+        const size_t size = (size_t)f->c * f->h * f->w;
+        uint8_t *scratch = NULL;
+        float *lut = NULL;
+        FH_CHECK(fh_alloc_aligned(&run->probe_x, (size_t)n * size * sizeof(float), "sharpness probe"));
+        FH_CHECK(fh_calloc(&run->probe_y, (size_t)n, sizeof *run->probe_y, "sharpness probe labels"));
+        FH_CHECK(fh_calloc(&run->probe_work, (size_t)algo_sam_sharpness_work(m), sizeof(float), "sharpness scratch"));
+        int status = fh_calloc(&scratch, (size_t)n, size, "sharpness probe images");
+        if (status == FH_OK) status = fh_calloc(&lut, (size_t)f->c * 256, sizeof *lut, "normalisation table");
+        if (status == FH_OK) data_normal_lut(lut, f);
+        for (int k = 0, at = 0; status == FH_OK && k < f->n_clients; k++) {
+            const int64_t take = n * f->offsets[k + 1] / N - n * f->offsets[k] / N;
+            if (take > 0)
+                status = data_test_read(&run->data, lut, DATA_ROWS_CLIENTS, f->offsets[k], take,
+                                        run->probe_x + (size_t)at * size, run->probe_y + at, scratch);
+            at += (int)take;
+        }
+        fh_free(&scratch);
+        fh_free(&lut);
+        FH_CHECK(status);
+        run->n_probe = n;
+    }
+    double l0 = 0.0, l1 = 0.0;
+    FH_CHECK(algo_sam_sharpness(m, run->global, run->probe_x, run->probe_y, run->n_probe, run->s.sharpness_rho,
+                                run->probe_work, &l0, &l1));
+    row[FL_COL_sharpness] = l1 - l0 > 1e-10 ? l1 - l0 : 1e-10; /* S = max(L1 - L0, 1e-10) (FedISM) */
+    row[FL_COL_perturbed_loss] = l1;
     return FH_OK;
 }
 
@@ -695,6 +742,8 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         run->lr = plan.lr * s->lr_decay; /* spec 0.1.5: once at the end of every round */
         double t_eval = fh_time_now();
         if (ctl.eval) FH_CHECK(evaluate(run, row));
+        if (s->sharpness_every > 0 && ((t + 1) % s->sharpness_every == 0 || t == s->rounds - 1))
+            FH_CHECK(fl_agree(&run->comm, run->comm.rank == 0 ? sharpness(run, row) : FH_OK));
         t_eval = fh_time_now() - t_eval;
         if (run->comm.rank == 0) {
             row[FL_COL_t_eval] = t_eval;
@@ -734,6 +783,9 @@ static void run_free(FlRun *run)
     fh_free(&run->server_private);
     fh_free(&run->client_sizes);
     fh_free(&run->rows);
+    fh_free(&run->probe_x);
+    fh_free(&run->probe_y);
+    fh_free(&run->probe_work);
     free(run->client_rows);
     if (run->metrics_csv) fclose(run->metrics_csv);
     if (run->clients_csv) fclose(run->clients_csv);

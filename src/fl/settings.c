@@ -175,6 +175,13 @@ static void base_keys(void)
     add("fl", "seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "seed of model init, selection, shuffles, augmentation");
     add("fl", "eval_every", FH_CFG_INT, "1", 0, 1e8, NULL, "evaluate the global model every this many rounds (and after the last); 0: last only");
     add("fl", "checkpoint_every", FH_CFG_INT, "10", 0, 1e8, NULL, "checkpoint every this many rounds (and at the end); 0: end only");
+    add("fl", "sharpness_every", FH_CFG_INT, "0", 0, 1e8, NULL,
+        "metrics.csv sharpness S(rho) = L(rho) - L and perturbed loss L(rho) of the global model on a fixed probe set "
+        "(spec algorithms-sam 12; eval mode, plain CE, rank 0) every this many rounds and after the last; 0: off");
+    add("fl", "sharpness_rho", FH_CFG_FLOAT, "0.05", 0, 1e6, NULL, "radius rho of the sharpness diagnostic");
+    add("fl", "sharpness_probe", FH_CFG_INT, "1000", 1, 1e7, NULL,
+        "probe rows of the sharpness diagnostic: the first rows of every client, in proportion to its size (training "
+        "data, no augmentation)");
     add("algo", "method", FH_CFG_CHOICE, "fedavg", 1, 0, algo_choices(), "federated method (fedhet methods lists them)");
     add("algo", "plugin", FH_CFG_CHOICE, "none", 1, 0, algo_plugin_choices(),
         "a method added on top of `method` (flood: FLOOD's sample weighting and aggregation, spec 13)");
@@ -315,6 +322,9 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->seed = I("fl", "seed");
     s->eval_every = (int)I("fl", "eval_every");
     s->checkpoint_every = (int)I("fl", "checkpoint_every");
+    s->sharpness_every = (int)I("fl", "sharpness_every");
+    s->sharpness_rho = F("fl", "sharpness_rho");
+    s->sharpness_probe = (int)I("fl", "sharpness_probe");
     s->method = algo_find(S("algo", "method"));
     if (!s->method) FH_FAIL(FH_ERR_USAGE, "[algo] method = %s is unknown", S("algo", "method"));
     FH_CHECK(read_hp(cfg, s->method, s->hp, config_path));

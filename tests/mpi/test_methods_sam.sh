@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# End-to-end tests of the 'sam' method family (spec algorithms-sam 1-8, 11: fedsam, mofedsam, fedgamma,
+# fedspeed, fedsmoo, fedlesam, fedlesam-s, fedlesam-d, fedlwsam) under mpirun with 3 ranks on the tiny
+# synthetic set of tests/mpi/lib.sh: each method's reduction to a baseline, identities of the persistent
+# state read from the run's HDF5 file, bit-identical resume of every stateful method, the switches that must
+# (and must not) change results, the diagnostics columns, bad keys.
+# usage: tests/mpi/test_methods_sam.sh [test_name]      (last line: "N passed, N failed")
+source "$(dirname "$0")/lib.sh"
+
+setup() { setup_tiny; }
+
+# state_mean FILE.h5 DATASET ROW SCALE WHAT: DATASET[ROW] == SCALE * sum_k /clients/vector_0[k] over the
+# trainable part (within float rounding) and is not zero
+state_mean()
+{
+    local f=$1 ds=$2 row=$3 scale=$4 what=$5 out
+    dump_dataset "$f" "$ds" "$WORK/srv.bin" || { fail "$what: cannot read $ds of $f"; return 1; }
+    dump_dataset "$f" /clients/vector_0 "$WORK/cli.bin" || { fail "$what: cannot read /clients/vector_0 of $f"; return 1; }
+    dump_dataset "$f" /clients/has_state "$WORK/has.bin" || { fail "$what: cannot read /clients/has_state"; return 1; }
+    out=$(python3 - "$WORK/srv.bin" "$WORK/cli.bin" "$WORK/has.bin" "$row" "$scale" <<'EOF'
+import struct, sys
+def floats(path):
+    b = open(path, "rb").read()
+    return struct.unpack("<%df" % (len(b) // 4), b)
+srv, cli, has = floats(sys.argv[1]), floats(sys.argv[2]), floats(sys.argv[3])
+row, scale = int(sys.argv[4]), float(sys.argv[5])
+K = len(has); P = len(cli) // K
+s = srv[row * P:(row + 1) * P]
+worst = big = 0.0
+for j in range(P):
+    ref = scale * sum(cli[k * P + j] for k in range(K))
+    big = max(big, abs(ref), abs(s[j]))
+    worst = max(worst, abs(s[j] - ref))
+print("K=%d P=%d trained=%d max|x|=%.3g max|diff|=%.3g" % (K, P, sum(1 for h in has if h), big, worst))
+sys.exit(0 if big > 0 and worst <= 1e-5 * big + 1e-7 else 1)
+EOF
+)
+    [ $? -eq 0 ] || { fail "$what: $ds is not $scale x the sum of the clients' vectors ($out)"; return 1; }
+    note "$what: $out"
+    return 0
+}
+
+# bad_key WHAT KEY OVERRIDES...: exit 1 and a message naming KEY, no run folder
+bad_key()
+{
+    local what=$1 key=$2 tag
+    tag=bad$(echo "$what" | tr -c 'a-zA-Z0-9' _)
+    shift 2
+    fh 3 "$tag" "$WORK/base.ini" output.name="$tag" "$@"
+    expect_rc "$what" 1 || return 1
+    grep -q -- "$key" "$WORK/$tag.err" || fail "$what: the message does not name $key: $(errline "$tag")"
+    [ -e "$WORK/out/$tag" ] && fail "$what: the run folder was made"
+    return 0
+}
+
+# ---- SAM, ASAM, GSAM, FedSAM (spec 1-3) ---------------------------------------------------------------
+
+# rho = 0: every SAM step is the SGD step, so FedSAM is uniform averaging (its default weights) and, with
+# weights = samples, FedAvg, bit for bit
+test_fedsam_rho0_is_fedavg()
+{
+    equal_runs "fedsam rho=0 vs uniform" 3 "algo.method=fedsam algo.rho=0" "algo.method=uniform"
+    equal_runs "fedsam rho=0 samples vs fedavg" 3 "algo.method=fedsam algo.rho=0 algo.weights=samples" \
+        "algo.method=fedavg"
+    differ_runs "fedsam rho=0.1 vs uniform" 3 "algo.method=fedsam" "algo.method=uniform"
+}
+
+# GSAM with alpha = 0 is SAM (spec 2); alpha > 0 and ASAM change the result
+test_gsam_alpha0_is_sam()
+{
+    equal_runs "gsam alpha=0 vs sam" 3 "algo.method=fedsam algo.perturb=gsam algo.gsam_alpha=0" "algo.method=fedsam"
+    differ_runs "gsam alpha=0.4 vs sam" 3 "algo.method=fedsam algo.perturb=gsam" "algo.method=fedsam"
+    differ_runs "asam vs sam" 3 "algo.method=fedsam algo.perturb=asam" "algo.method=fedsam"
+}
+
+# metrics.csv: the mean perturbation norm is rho for SAM (and 0 < it <= rho for FedLESAM, 0 in its first
+# round), the gradient norm is positive; FedAvg leaves both empty; fl.sharpness_every fills sharpness and
+# perturbed_loss (L(rho) >= 0, S > 0) for any method, and leaves the model untouched
+test_diagnostics_columns()
+{
+    fh 3 diag "$WORK/base.ini" output.name=diag algo.method=fedsam algo.rho=0.05 fl.sharpness_every=1
+    expect_rc "fedsam with diagnostics" 0 || return
+    local csv=$WORK/out/diag/metrics.csv
+    column "$csv" perturb_norm | awk '{ if ($1 == "" || $1 < 0.0499 || $1 > 0.05001) bad = 1 } END { exit bad }' ||
+        fail "fedsam rho=0.05: perturb_norm is not 0.05: $(column "$csv" perturb_norm | tr '\n' ' ')"
+    column "$csv" grad_norm | awk '{ if ($1 == "" || !($1 > 0)) bad = 1 } END { exit bad }' ||
+        fail "fedsam: grad_norm not positive: $(column "$csv" grad_norm | tr '\n' ' ')"
+    column "$csv" sharpness | awk '{ if ($1 == "" || !($1 > 0)) bad = 1 } END { exit bad }' ||
+        fail "sharpness column empty or not positive: $(column "$csv" sharpness | tr '\n' ' ')"
+    paste -d, <(column "$csv" perturbed_loss) <(column "$csv" test_loss) |
+        awk -F, '{ if ($1 == "" || !($1 > 0)) bad = 1 } END { exit bad }' ||
+        fail "perturbed_loss column empty: $(column "$csv" perturbed_loss | tr '\n' ' ')"
+    fh 3 diagL "$WORK/base.ini" output.name=diagL algo.method=fedlesam algo.mode=code
+    if expect_rc "fedlesam code mode" 0; then
+        column "$WORK/out/diagL/metrics.csv" perturb_norm |
+            awk 'NR == 1 { if ($1 != 0) bad = 1 } NR > 1 { if (!($1 > 0) || $1 > 0.10001) bad = 1 } END { exit bad }' ||
+            fail "fedlesam rho=0.1: perturb_norm not 0 then (0, 0.1]: $(column "$WORK/out/diagL/metrics.csv" perturb_norm | tr '\n' ' ')"
+    fi
+    fh 3 diagA "$WORK/base.ini" output.name=diagA fl.sharpness_every=2
+    if expect_rc "fedavg with sharpness" 0; then
+        [ -z "$(column "$WORK/out/diagA/metrics.csv" perturb_norm | tr -d '\n')" ] || fail "fedavg has a perturb_norm"
+        [ "$(column "$WORK/out/diagA/metrics.csv" sharpness | awk 'NF' | wc -l)" = 2 ] ||
+            fail "sharpness_every=2 over 3 rounds: expected rounds 2 and 3: $(column "$WORK/out/diagA/metrics.csv" sharpness | tr '\n' ' ')"
+        fh 3 diagB "$WORK/base.ini" output.name=diagB
+        expect_rc "fedavg" 0 && same_global "$WORK/out/diagA/run.h5" "$WORK/out/diagB/run.h5" "sharpness_every changes the model"
+    fi
+}
+
+# ---- FedLESAM (spec 8) --------------------------------------------------------------------------------
+
+# round 0 has no global direction: FedLESAM (both modes, both compat settings) is uniform averaging; later
+# rounds perturb
+test_fedlesam_round0_is_fedavg()
+{
+    equal_runs "fedlesam round 0 vs uniform" 3 "algo.method=fedlesam fl.rounds=1" "algo.method=uniform fl.rounds=1"
+    equal_runs "fedlesam code round 0 vs uniform" 3 "algo.method=fedlesam algo.mode=code algo.compat=official fl.rounds=1" \
+        "algo.method=uniform fl.rounds=1"
+    differ_runs "fedlesam vs uniform" 3 "algo.method=fedlesam" "algo.method=uniform"
+}
+
+# full participation: w_old = w^{t-1} for every client, so the paper's rule is the code's bit for bit
+# (spec 8); under partial participation they differ
+test_fedlesam_modes()
+{
+    equal_runs "fedlesam paper vs code, all clients" 3 "algo.method=fedlesam fl.selection=all" \
+        "algo.method=fedlesam algo.mode=code fl.selection=all"
+    differ_runs "fedlesam paper vs code, half the clients" 3 "algo.method=fedlesam fl.rounds=4" \
+        "algo.method=fedlesam algo.mode=code fl.rounds=4"
+}
+
+# compat = official changes the perturbation only ([CODE-BUG], spec 8): nothing in round 0, where there is
+# none, and nothing for the methods without the switch; it changes later rounds
+test_compat_official()
+{
+    equal_runs "fedlesam-d compat, round 0" 3 "algo.method=fedlesam-d algo.compat=official fl.rounds=1" \
+        "algo.method=fedlesam-d fl.rounds=1"
+    differ_runs "fedlesam compat, code mode" 3 "algo.method=fedlesam algo.mode=code algo.compat=official" \
+        "algo.method=fedlesam algo.mode=code"
+    differ_runs "fedlesam-s compat" 3 "algo.method=fedlesam-s algo.compat=official fl.selection=all" \
+        "algo.method=fedlesam-s fl.selection=all"
+    bad_key "fedsam has no compat" compat algo.method=fedsam algo.compat=official
+}
+
+# ---- reductions to baselines --------------------------------------------------------------------------
+
+# MoFedSAM alpha = 1 is FedSAM (no momentum); FedLWSAM rho = 0 is FedLW / FedNoLoWe
+test_reductions()
+{
+    equal_runs "mofedsam alpha=1 vs fedsam" 3 "algo.method=mofedsam algo.alpha=1" "algo.method=fedsam"
+    differ_runs "mofedsam vs fedsam" 3 "algo.method=mofedsam" "algo.method=fedsam"
+    equal_runs "fedlwsam rho=0 vs fedlw" 3 "algo.method=fedlwsam algo.rho=0" "algo.method=fedlw"
+    equal_runs "fedlwsam rho=0 nolowe vs fednolowe" 3 "algo.method=fedlwsam algo.rho=0 algo.lw=nolowe" \
+        "algo.method=fednolowe"
+    equal_runs "fedgamma rho=0 actual vs scaffold, round 0" 3 "algo.method=fedgamma algo.rho=0 algo.k_norm=actual fl.rounds=1" \
+        "algo.method=scaffold fl.rounds=1"
+}
+
+# ---- persistent state -------------------------------------------------------------------------------
+
+# FedGAMMA and FedLESAM-S: c = (1/N) sum_i c_i (SCAFFOLD's identity, c += (1/N) sum dc_i from zero);
+# FedSpeed, FedSMOO and FedLESAM-D: the server's running sum of h equals sum_i h_i
+test_state_identities()
+{
+    local m
+    for m in fedgamma fedlesam-s; do
+        fh 3 id$m "$WORK/base.ini" output.name=id$m algo.method=$m
+        expect_rc "$m" 0 && state_mean "$WORK/out/id$m/run.h5" /server/vectors 0 0.16666666666666666 "$m c = mean c_i"
+    done
+    for m in fedspeed fedsmoo fedlesam-d; do
+        fh 3 id$m "$WORK/base.ini" output.name=id$m algo.method=$m
+        expect_rc "$m" 0 && state_mean "$WORK/out/id$m/run.h5" /server/private 0 1 "$m sum h = sum h_i"
+    done
+}
+
+# 4 rounds straight on 3 ranks == 2 rounds + --resume on 2 ranks, server and client state included
+test_resume()
+{
+    resume_identical "mofedsam" algo.method=mofedsam
+    resume_identical "fedgamma" algo.method=fedgamma
+    resume_identical "fedspeed" algo.method=fedspeed
+    resume_identical "fedsmoo" algo.method=fedsmoo
+    resume_identical "fedlesam paper" algo.method=fedlesam
+    resume_identical "fedlesam-s code" algo.method=fedlesam-s algo.mode=code
+    resume_identical "fedlesam-d" algo.method=fedlesam-d
+}
+
+# ---- bad input --------------------------------------------------------------------------------------
+
+test_bad_keys()
+{
+    bad_key "rho < 0" rho algo.method=fedsam algo.rho=-0.1
+    bad_key "rho nan" rho algo.method=fedsam algo.rho=nan
+    bad_key "rho inf" rho algo.method=fedlesam algo.rho=inf
+    bad_key "gsam_alpha > 1" gsam_alpha algo.method=fedsam algo.perturb=gsam algo.gsam_alpha=1.5
+    bad_key "mofedsam alpha = 0" alpha algo.method=mofedsam algo.alpha=0
+    bad_key "lambda of fedspeed on fedsam" lambda algo.method=fedsam algo.lambda=0.1
+    bad_key "unknown perturbation" perturb algo.method=fedsam algo.perturb=esam
+    bad_key "sharpness_rho < 0" sharpness_rho fl.sharpness_rho=-1
+}
+
+TESTS=(fedsam_rho0_is_fedavg gsam_alpha0_is_sam diagnostics_columns fedlesam_round0_is_fedavg fedlesam_modes
+       compat_official reductions state_identities resume bad_keys)
+run_tests "$@"
