@@ -47,6 +47,7 @@ typedef struct {
     int64_t steps;           /* fixed local steps, 0: epochs */
     int epochs, batch_size;
     int64_t seed;            /* fl.seed: w^0 = nn_model_init_params(seed); key of the method's Philox draws */
+    double lr_decay;         /* train.lr_decay: lr of round t+1 = lr_decay x lr of round t */
 } AlgoSetup;
 
 typedef struct {
@@ -63,6 +64,9 @@ typedef struct {
      * index of the upload scalar holding the client's mean perturbation norm / mean local gradient norm over
      * its steps; 0: the method has none (NaN) */
     int upload_perturb_norm, upload_grad_norm;
+    /* metrics.csv method_scalar: 1 + the index of the server scalar shown each round (its value during the round,
+     * before the update; the method's help names it, e.g. FedWMSAM's alpha_r); 0: none (NaN) */
+    int metric_scalar;
 } AlgoSizes;
 
 /* A model's quality on the client's whole training set (eval mode, no augmentation). */

@@ -15,6 +15,7 @@ ALGO_FAMILY(fair)     /* qfedavg, afl, fairfed, fedce, fedga, fedlw, fednolowe, 
 ALGO_FAMILY(repr)     /* moon, feddecorr, fedmr, fednp, fedgkd (A.17-A.21) */
 ALGO_FAMILY(sam)      /* fedsam, mofedsam, fedgamma, fedspeed, fedsmoo, fedlesam(-s,-d), fedlwsam (sam 3-8, 11) */
 ALGO_FAMILY(flood)    /* flood, also a plug-in (algorithms-sam 13) */
+ALGO_FAMILY(wmsam)    /* fedwmsam, afedsam (algorithms-sam 9, 15) */
 #undef ALGO_FAMILY
 
 /* OOD score of logits z (A.23; higher = more in-distribution): 0 energy, 1 msp, 2 maxlogit, 3 gen */
@@ -30,6 +31,27 @@ int algo_refuse(const AlgoMethod *m, const char *fmt, ...) __attribute__((format
  * of the method's step part; algo_sam_radius: the radius of client c's steps this round. */
 int algo_sam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
 double algo_sam_radius(const AlgoClientCtx *c);
+/* More of sam.c for family wmsam: its validation (rho), weights (hp 1 uniform|samples), sizes (work vectors of hp 2
+ * perturb, diagnostics), the diagnostics' sizes and running means, K_bar (spec 0.2) and its server_init (server
+ * scalar 0), the control variates of FedGAMMA (client vector 0 c_i, server vector 0 c, spec 5), and the official
+ * LESAM perturbation ([CODE-BUG], spec 8: d becomes it in place; first: scratch of one float per tensor). */
+int algo_sam_validate(const AlgoMethod *m, const AlgoSetup *s);
+int algo_sam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);
+void algo_sam_sizes(const AlgoSetup *s, AlgoSizes *z);
+void algo_sam_diag_sizes(AlgoSizes *z);
+void algo_sam_diag_add(AlgoClientCtx *c, double eps_norm, double grad_norm);
+double algo_sam_k_bar(const AlgoSetup *s, const int64_t *client_sizes);
+int algo_sam_k_bar_init(AlgoServerCtx *s, float *global);
+void algo_sam_cv_end(AlgoClientCtx *c, int hp_k_norm);
+int algo_sam_cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int hp_k_norm);
+void algo_lesam_official(const NnModel *m, float *d, double rho, float *first);
+/* A-FedSAM's parts (afedsam.c, spec algorithms-sam 15), for its row in fedwmsam.c's family table */
+extern const AlgoBatchTerm afedsam_term_part;
+extern const AlgoClientReport afedsam_report_part;
+extern const AlgoServerUpdate afedsam_update_part;
+int afedsam_init(AlgoServerCtx *s, float *global);
+int afedsam_validate(const AlgoMethod *m, const AlgoSetup *s);
+void afedsam_sizes(const AlgoSetup *s, AlgoSizes *z);
 
 /* Parts other families reuse (spec algorithms-sam 4-7, 11 build on A.5, A.6, A.8, A.14, A.15). */
 void scaffold_correct(AlgoClientCtx *c, float *grad); /* server.c: grad += c - c_k (hp 0 = option2) */

@@ -6,7 +6,11 @@
  *
  * Server steps of the form w^{t+1} = w^t - eta (w^t - avg) are written as avg + (1 - eta)(w^t - avg) + ...,
  * algebraically the same, so that the neutral settings (FedAvgM beta = 0, SCAFFOLD/FedCM eta_g = 1, FedNova
- * with equal step counts) give the plain average bit for bit. */
+ * with equal step counts) give the plain average bit for bit.
+ *
+ * scaffold_correct, feddyn_end, feddyn_update, fedcm_correct and fedcm_update are shared with the SAM family
+ * (algo_internal.h; FedGAMMA, FedSpeed/FedSMOO, MoFedSAM), which calls them with an hp view in this file's
+ * order: keep the enum orders below (SCAF_*, DYN_*, CM_*) stable. */
 #include "algo_internal.h"
 
 #include <math.h>

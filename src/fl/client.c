@@ -29,7 +29,7 @@ void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, i
                       .feature_size = m ? nn_model_features_size(m) : 0, .classes = classes,
                       .optimizer = s->optimizer, .lr = s->lr, .momentum = s->momentum,
                       .weight_decay = s->weight_decay, .clip = s->clip, .steps = s->steps, .epochs = s->epochs,
-                      .batch_size = s->batch_size, .seed = s->seed };
+                      .batch_size = s->batch_size, .seed = s->seed, .lr_decay = s->lr_decay };
 }
 
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned)

@@ -16,6 +16,7 @@
 /* The resolved config, typed (src/fl/settings.c). */
 typedef struct {
     const char *data_path, *data_source, *scheme, *corruption;
+    const char *variant; /* [data] variant of the scheme ("": its default) */
     double alpha;
     int n_clients_partition, min_size, classes_per_client, severity, corrupted, partition_seed;
     int eval_batch;
@@ -144,7 +145,7 @@ int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int 
     X(test_balanced_accuracy) X(test_auc_ovr_macro) X(test_auc_ovr_weighted) X(test_auc_ovo_macro)          \
     X(test_f1_macro) X(corrupted_accuracy) X(corrupted_loss) X(corrupted_balanced_accuracy)                 \
     X(corrupted_auc_ovo_macro) X(train_loss) X(drift) X(drift_full) X(divergence) X(bytes_down) X(bytes_up)       \
-    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss)
+    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss) X(method_scalar)
 #define X(name) FL_COL_##name,
 enum { FL_METRIC_COLUMNS FL_N_COLUMNS };
 #undef X

@@ -101,6 +101,7 @@ static int prepare_data(const FlSettings *s, const char *config_path)
     DataPartFileSpec spec;
     memset(&spec, 0, sizeof spec);
     spec.partition.scheme = s->scheme;
+    spec.partition.variant = *s->variant ? s->variant : NULL;
     spec.partition.n_clients = s->n_clients_partition;
     spec.partition.alpha = s->alpha;
     spec.partition.min_size = s->min_size;
@@ -113,8 +114,9 @@ static int prepare_data(const FlSettings *s, const char *config_path)
     spec.partition.n_corrupted = spec.n_corrupted;
     spec.deflate = 4;
     static char params[8192];
-    snprintf(params, sizeof params, "scheme=%s clients=%d alpha=%g min_size=%d classes_per_client=%d seed=%d corruption=%s "
-             "severity=%d corrupted=%d (from %s)", s->scheme, s->n_clients_partition, s->alpha, s->min_size,
+    snprintf(params, sizeof params, "scheme=%s%s%s clients=%d alpha=%g min_size=%d classes_per_client=%d seed=%d "
+             "corruption=%s severity=%d corrupted=%d (from %s)", s->scheme, *s->variant ? " variant=" : "", s->variant,
+             s->n_clients_partition, s->alpha, s->min_size,
              s->classes_per_client, s->partition_seed, s->corruption, s->severity, s->corrupted, config_path);
     spec.parameters = params;
     fh_log_info("making %s from %s", s->data_path, s->data_source);
@@ -519,6 +521,7 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
         const AlgoServerWeights *wp = m->weights ? m->weights : &algo_weights_samples;
         FH_CHECK(wp->weights(&sctx, L->uploads, n_selected, L->weights));
     }
+    if (run->z.metric_scalar) row[FL_COL_method_scalar] = run->server_scalars[run->z.metric_scalar - 1];
     if (m->update && m->update->update) FH_CHECK(m->update->update(&sctx, L->uploads, n_selected, L->weights, L->next));
     else FH_CHECK(algo_average(&sctx, L->uploads, n_selected, L->weights, L->next));
     for (int64_t j = 0; j < run->n_state; j++)

@@ -140,6 +140,9 @@ static void base_keys(void)
     add("data", "source", FH_CFG_STRING, "", 1, 0, NULL,
         "raw data set to partition into path when path does not exist (e.g. fashion-mnist); empty: path must exist");
     add("data", "scheme", FH_CFG_CHOICE, "dirichlet", 1, 0, "iid|dirichlet|pathological|quantity", "partition scheme (with source)");
+    add("data", "variant", FH_CFG_STRING, "", 1, 0, NULL,
+        "the scheme's variant (with source; spec B.3-B.5, as fedhet partition): iid niid-bench|flood|fl-simulator, "
+        "dirichlet niid-bench|prior|quality, pathological shard|class; empty: the scheme's default");
     add("data", "alpha", FH_CFG_FLOAT, "0.5", 1e-9, BIG, NULL, "Dirichlet / quantity concentration, > 0 (with source)");
     add("data", "clients", FH_CFG_INT, "10", 1, 1000000, NULL, "number of clients K (with source)");
     add("data", "min_size", FH_CFG_INT, "10", 0, 1e9, NULL, "smallest client (with source)");
@@ -289,6 +292,7 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->data_path = S("data", "path");
     s->data_source = S("data", "source");
     s->scheme = S("data", "scheme");
+    s->variant = S("data", "variant");
     s->alpha = F("data", "alpha");
     s->n_clients_partition = (int)I("data", "clients");
     s->min_size = (int)I("data", "min_size");
