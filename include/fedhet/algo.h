@@ -64,6 +64,13 @@ typedef struct {
      * index of the upload scalar holding the client's mean perturbation norm / mean local gradient norm over
      * its steps; 0: the method has none (NaN) */
     int upload_perturb_norm, upload_grad_norm;
+    /* metrics.csv rho: 1 + the index of the upload scalar holding the client's SAM radius of the round (the plain
+     * mean over the clients); 0: none (NaN) */
+    int upload_radius;
+    /* clients.csv: extra columns after the fixed ones, named by the comma-separated client_columns ("rho,h,c"),
+     * holding upload scalars client_column_first, client_column_first + 1, ...; NULL: none */
+    const char *client_columns;
+    int client_column_first;
     /* metrics.csv method_scalar: 1 + the index of the server scalar shown each round (its value during the round,
      * before the update; the method's help names it, e.g. FedWMSAM's alpha_r); 0: none (NaN) */
     int metric_scalar;
@@ -117,6 +124,13 @@ typedef struct AlgoClientCtx {
     int grad_pure;
     void (*grad_terms)(struct AlgoClientCtx *c, float *grad, double *loss);
     const struct AlgoMethod *method; /* the run's method (the host's row while a plug-in's hook runs) */
+    /* Probe gradients (FedSCAM's heterogeneity score and pilot, spec algorithms-sam 10), from report->begin only:
+     * minibatch `index` (0, 1, ...; the training batch size) of an extra shuffle of this client's data, Philox
+     * (seed, shuffle) with counter (client, round, epoch 0xFFFFFFFF), never a training step; forwarded at `state`
+     * in train mode with BatchNorm running statistics frozen; the mean CE loss (logit adjustment as in training, no
+     * sample weights, no method terms) into *loss and its gradient into model->grad. *rows: the batch's rows, 0
+     * past the client's last batch (the probe never starts a second pass). model->state is left as it was. */
+    int (*probe_grad)(struct AlgoClientCtx *c, int index, const float *state, double *loss, int64_t *rows);
 } AlgoClientCtx;
 
 /* Computes the mean loss of the current batch at model->state and its gradient (local terms and

@@ -207,6 +207,10 @@ int64_t data_loader_client_rows(const DataLoader *L, int client);
 /* Starts epoch 0 of `client` in `round`: order = a permutation keyed by Philox (seed, shuffle) with counter
  * (client, round, epoch). FH_ERR_USAGE if the client is not owned. */
 int data_loader_begin(DataLoader *L, DataBatchIter *it, int client, uint64_t seed, uint32_t round);
+/* The same, starting at epoch `epoch` (an extra shuffle outside the training epochs: FedSCAM's probe uses
+ * 0xFFFFFFFF). */
+int data_loader_begin_epoch(DataLoader *L, DataBatchIter *it, int client, uint64_t seed, uint32_t round,
+                            uint32_t epoch);
 /* The next batch of up to batch_size rows into x [count, c, h, w] and y [count]; returns count (> 0 for a
  * non-empty client). The last partial batch of an epoch is kept; the next call starts the next epoch,
  * reshuffled. Augmentation draws come from (seed, augment) with counter (client, round, epoch, position). */

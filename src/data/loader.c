@@ -119,6 +119,16 @@ int data_loader_begin(DataLoader *L, DataBatchIter *it, int client, uint64_t see
     return FH_OK;
 }
 
+int data_loader_begin_epoch(DataLoader *L, DataBatchIter *it, int client, uint64_t seed, uint32_t round,
+                            uint32_t epoch)
+{
+    int slot = loader_slot(L, client);
+    if (slot < 0) FH_FAIL(FH_ERR_USAGE, "client %d is not held by this rank's loader", client);
+    *it = (DataBatchIter){ slot, L->first[slot + 1] - L->first[slot], 0, seed, (uint32_t)client, round, epoch };
+    loader_shuffle(L, it);
+    return FH_OK;
+}
+
 /* One image, normalised, optionally cropped (offsets dy, dx in 0..2*PAD into the padded image) and flipped. */
 static void loader_emit(float *out, const uint8_t *img, const float *lut, int c, int h, int w, int dy, int dx, int flip)
 {

@@ -240,6 +240,50 @@ static int batch_grad(void *env_ptr, double *loss)
     return FH_OK;
 }
 
+/* AlgoClientCtx.probe_grad (FedSCAM, spec algorithms-sam 10): batch `index` of the extra shuffle (epoch
+ * 0xFFFFFFFF), kept in the batch buffers until another batch is asked for; the gradient of the mean CE at `state`
+ * in train mode, BatchNorm running statistics frozen. Only while report->begin runs: the shuffle shares the
+ * loader's order with training. */
+static int probe_grad(AlgoClientCtx *c, int index, const float *state, double *loss, int64_t *rows)
+{
+    FlClientWork *w = c->optimizer;
+    NnModel *m = c->model;
+    const int64_t batch = w->s->batch_size;
+    *rows = 0;
+    *loss = 0.0;
+    if (!w->probe_open) FH_FAIL(FH_ERR_USAGE, "method %s: probe gradients are available in report->begin only",
+                                w->s->method->name);
+    if (index < 0 || (int64_t)index * batch >= c->n_samples) return FH_OK; /* never into a second pass */
+    if (index < w->probe_loaded || w->probe_loaded < 0) {
+        FH_CHECK(data_loader_begin_epoch(&w->loader, &w->probe_it, c->client, (uint64_t)w->s->seed, (uint32_t)c->round,
+                                         0xFFFFFFFFu));
+        w->probe_loaded = -1;
+    }
+    while (w->probe_loaded < index) {
+        w->probe_rows = data_loader_next(&w->loader, &w->probe_it, batch, w->x, w->y);
+        w->probe_loaded++;
+    }
+    float *saved = m->state;
+    const int bn = m->bn_update_running;
+    m->state = (float *)state;
+    m->bn_update_running = 0;
+    m->dropout_ctr[0] = (uint32_t)c->round;
+    m->dropout_ctr[1] = (uint32_t)c->client;
+    m->dropout_ctr[2] = 0xFFFFFFFFu - (uint32_t)index;
+    nn_model_zero_grad(m);
+    const int status = nn_model_forward(m, w->x, (int)w->probe_rows);
+    if (status == FH_OK) {
+        memset(w->dlogits, 0, (size_t)w->probe_rows * m->classes * sizeof(float));
+        *loss = nn_softmax_xent(w->dlogits, NULL, nn_model_logits(m), w->y, NULL, w->logit_adjust, (int)w->probe_rows,
+                                m->classes);
+        nn_model_backward(m, w->dlogits, NULL);
+        *rows = w->probe_rows;
+    }
+    m->state = saved;
+    m->bn_update_running = bn;
+    return status;
+}
+
 /* spec A.22: tau log pi_c of the client's label distribution; absent classes are -inf (no mass, no gradient) */
 static void set_logit_adjust(FlClientWork *w, int client, int64_t n)
 {
@@ -284,11 +328,14 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
         .n_samples = n, .step = 0, .n_steps = n > 0 ? steps : 0, .n_params = m->n_params, .n_state = m->n_state,
         .lr = lr, .momentum_buf = !strcmp(s->optimizer, "sgd") ? w->sgd.buf : NULL,
         .optimizer_step = optimizer_step, .eval_local = eval_local, .for_each_local_batch = for_each_local_batch,
-        .optimizer = w, .grad_terms = grad_terms, .method = meth,
+        .optimizer = w, .grad_terms = grad_terms, .method = meth, .probe_grad = probe_grad,
     };
     for (int a = 0; a < w->z.aux_models; a++) c->aux[a] = &w->aux[a];
     w->weighed_step = -1;
+    w->probe_open = 1; /* probe_grad: from report->begin only */
+    w->probe_loaded = -1;
     if (meth->report && meth->report->begin) FH_CHECK(meth->report->begin(c));
+    w->probe_open = 0;
     if (c->momentum_kept && c->momentum_buf) w->sgd.steps = 1; /* PyTorch: a kept buffer is continued */
 
     DataBatchIter it;
