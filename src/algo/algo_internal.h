@@ -16,6 +16,7 @@ ALGO_FAMILY(repr)     /* moon, feddecorr, fedmr, fednp, fedgkd (A.17-A.21) */
 ALGO_FAMILY(sam)      /* fedsam, mofedsam, fedgamma, fedspeed, fedsmoo, fedlesam(-s,-d), fedlwsam (sam 3-8, 11) */
 ALGO_FAMILY(flood)    /* flood, also a plug-in (algorithms-sam 13) */
 ALGO_FAMILY(wmsam)    /* fedwmsam, afedsam (algorithms-sam 9, 15) */
+ALGO_FAMILY(fedscam)  /* fedscam, fedscam_wa, fedscam_sam (algorithms-sam 10) */
 #undef ALGO_FAMILY
 
 /* OOD score of logits z (A.23; higher = more in-distribution): 0 energy, 1 msp, 2 maxlogit, 3 gen */

@@ -20,6 +20,7 @@ static const Family families[] = {
     { algo_family_flood, &algo_family_flood_count },
     { algo_family_sam, &algo_family_sam_count },
     { algo_family_wmsam, &algo_family_wmsam_count },
+    { algo_family_fedscam, &algo_family_fedscam_count },
 };
 enum { N_FAMILIES = sizeof families / sizeof families[0] };
 

@@ -97,8 +97,8 @@ static int save_server_side(FlRun *run, FhH5File *f, int rounds_done)
                           run->rows));
     FH_CHECK(write_columns_attr(f, "/metrics/rounds", fl_column_names, FL_N_COLUMNS));
     FH_CHECK(write_matrix(f, "/metrics/clients", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)run->n_client_rows,
-                          FL_N_CCOLUMNS, run->client_rows));
-    FH_CHECK(write_columns_attr(f, "/metrics/clients", fl_client_column_names, FL_N_CCOLUMNS));
+                          (hsize_t)run->n_ccols, run->client_rows));
+    FH_CHECK(write_columns_attr(f, "/metrics/clients", run->ccol_names, run->n_ccols));
     return FH_OK;
 }
 
@@ -301,7 +301,7 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
     run->n_rows = (int)n_rows;
     fh_free(&rows);
     fh_free(&run->client_rows);
-    FH_CHECK(read_table(f, "/metrics/clients", FL_N_CCOLUMNS, &run->client_rows, &run->n_client_rows));
+    FH_CHECK(read_table(f, "/metrics/clients", run->n_ccols, &run->client_rows, &run->n_client_rows));
     run->cap_client_rows = run->n_client_rows > 0 ? run->n_client_rows : 1;
     return FH_OK;
 }

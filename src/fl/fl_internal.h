@@ -106,6 +106,9 @@ typedef struct {
     float *logit_adjust; /* [classes], train.logit_adjust > 0 */
     float *sample_w;     /* [batch], methods or plug-ins with sample weights */
     int64_t weighed_step; /* the step whose sample weights sample_w holds (-1: none yet this round) */
+    DataBatchIter probe_it; /* AlgoClientCtx.probe_grad: the extra shuffle, open during report->begin only */
+    int probe_open, probe_loaded; /* probe_loaded: the probe batch in x, y (-1: none) */
+    int64_t probe_rows;
     int host_upload_scalars; /* the method's own upload scalars; a plug-in's follow */
     NnSgd sgd;
     NnAdam adam;
@@ -145,7 +148,7 @@ int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int 
     X(test_balanced_accuracy) X(test_auc_ovr_macro) X(test_auc_ovr_weighted) X(test_auc_ovo_macro)          \
     X(test_f1_macro) X(corrupted_accuracy) X(corrupted_loss) X(corrupted_balanced_accuracy)                 \
     X(corrupted_auc_ovo_macro) X(train_loss) X(drift) X(drift_full) X(divergence) X(bytes_down) X(bytes_up)       \
-    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss) X(method_scalar)
+    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss) X(method_scalar) X(rho)
 #define X(name) FL_COL_##name,
 enum { FL_METRIC_COLUMNS FL_N_COLUMNS };
 #undef X
@@ -155,6 +158,7 @@ extern const char *const fl_column_names[FL_N_COLUMNS];
 enum { FL_CCOL_ROUND, FL_CCOL_CLIENT, FL_CCOL_SAMPLES, FL_CCOL_STEPS, FL_CCOL_LOSS, FL_CCOL_WEIGHT, FL_CCOL_SECONDS,
        FL_N_CCOLUMNS };
 extern const char *const fl_client_column_names[FL_N_CCOLUMNS];
+#define FL_MAX_CCOLUMNS (FL_N_CCOLUMNS + 24) /* with the method's own (AlgoSizes.client_columns) */
 
 typedef struct {
     FlComm comm;
@@ -183,7 +187,10 @@ typedef struct {
     /* rank 0 */
     double *rows;             /* [rounds * FL_N_COLUMNS] */
     int n_rows;
-    double *client_rows;      /* [cap_client_rows * FL_N_CCOLUMNS] */
+    double *client_rows;      /* [cap_client_rows * n_ccols] */
+    int n_ccols;              /* clients.csv columns: the fixed ones, then the method's */
+    const char *ccol_names[FL_MAX_CCOLUMNS];
+    char ccol_text[512];      /* the method's column names */
     int64_t n_client_rows, cap_client_rows;
     FILE *metrics_csv, *clients_csv, *log;
     float *probe_x, *probe_work; /* fl.sharpness_every: the probe set [n_probe rows] and scratch */

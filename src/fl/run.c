@@ -257,8 +257,8 @@ static int open_outputs(FlRun *run)
     if (!run->log) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
     fh_log_set_file(run->log);
     FH_CHECK(open_csv(&run->metrics_csv, run->dir, "metrics.csv", fl_column_names, FL_N_COLUMNS, run->rows, run->n_rows));
-    FH_CHECK(open_csv(&run->clients_csv, run->dir, "clients.csv", fl_client_column_names, FL_N_CCOLUMNS,
-                      run->client_rows, run->n_client_rows));
+    FH_CHECK(open_csv(&run->clients_csv, run->dir, "clients.csv", run->ccol_names, run->n_ccols, run->client_rows,
+                      run->n_client_rows));
     return FH_OK;
 }
 
@@ -556,16 +556,19 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     }
     if (!dp) row[FL_COL_perturb_norm] = NAN;
     if (!dg) row[FL_COL_grad_norm] = NAN;
+    const int dr = run->z.upload_radius; /* the mean SAM radius of the round's clients (FedSCAM's rho_i) */
+    row[FL_COL_rho] = dr ? 0.0 : NAN;
+    for (int i = 0; dr && i < n_selected; i++) row[FL_COL_rho] += L->uploads[i].scalars[dr - 1] / n_selected;
     nn_vec_copy(run->global, L->next, run->n_state);
     for (int i = 0; i < n_selected; i++) {
         if (run->n_client_rows == run->cap_client_rows) {
             int64_t cap = run->cap_client_rows * 2 + 64;
-            double *grown = realloc(run->client_rows, (size_t)cap * FL_N_CCOLUMNS * sizeof(double));
+            double *grown = realloc(run->client_rows, (size_t)cap * run->n_ccols * sizeof(double));
             if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
             run->client_rows = grown;
             run->cap_client_rows = cap;
         }
-        double *cr = run->client_rows + run->n_client_rows++ * FL_N_CCOLUMNS;
+        double *cr = run->client_rows + run->n_client_rows++ * run->n_ccols;
         const AlgoUpload *u = &L->uploads[i];
         cr[FL_CCOL_ROUND] = round;
         cr[FL_CCOL_CLIENT] = u->client;
@@ -574,7 +577,9 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
         cr[FL_CCOL_LOSS] = u->train_loss;
         cr[FL_CCOL_WEIGHT] = L->weights[i] / wsum;
         cr[FL_CCOL_SECONDS] = fl_record_header(L->recv + (size_t)L->order[i] * run->layout.bytes)->seconds;
-        csv_row(run->clients_csv, cr, FL_N_CCOLUMNS);
+        for (int c = FL_N_CCOLUMNS; c < run->n_ccols; c++) /* the method's columns */
+            cr[c] = u->scalars[run->z.client_column_first + c - FL_N_CCOLUMNS];
+        csv_row(run->clients_csv, cr, run->n_ccols);
     }
     return FH_OK;
 }
@@ -815,6 +820,27 @@ static void print_budget(const FlRun *run)
                 3 + run->z.server_vectors + run->z.server_private);
 }
 
+/* clients.csv: the fixed columns, then the method's upload scalars named by AlgoSizes.client_columns */
+static int client_columns(FlRun *run)
+{
+    run->n_ccols = FL_N_CCOLUMNS;
+    for (int c = 0; c < FL_N_CCOLUMNS; c++) run->ccol_names[c] = fl_client_column_names[c];
+    const char *list = run->z.client_columns;
+    if (!list || !*list) return FH_OK;
+    snprintf(run->ccol_text, sizeof run->ccol_text, "%s", list);
+    for (char *p = run->ccol_text; p;) {
+        char *comma = strchr(p, ',');
+        if (comma) *comma = '\0';
+        if (run->n_ccols == FL_MAX_CCOLUMNS || run->z.client_column_first + run->n_ccols - FL_N_CCOLUMNS >=
+                                                   run->z.upload_scalars)
+            FH_FAIL(FH_ERR_USAGE, "method %s: clients.csv columns \"%s\" exceed its upload scalars or %d columns",
+                    run->s.method->name, list, FL_MAX_CCOLUMNS - FL_N_CCOLUMNS);
+        run->ccol_names[run->n_ccols++] = p;
+        p = comma ? comma + 1 : NULL;
+    }
+    return FH_OK;
+}
+
 static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
     const FlSettings *s = &run->s;
@@ -854,7 +880,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
     run->cap_client_rows = 64;
-    run->client_rows = malloc((size_t)run->cap_client_rows * FL_N_CCOLUMNS * sizeof(double));
+    FH_CHECK(client_columns(run));
+    run->client_rows = malloc((size_t)run->cap_client_rows * run->n_ccols * sizeof(double));
     if (!run->client_rows) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
     run->lr = s->lr;
     if (opt->resume_dir) {

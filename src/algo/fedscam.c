@@ -1,0 +1,546 @@
+/* Method family 'fedscam' (spec algorithms-sam 10; seed 000, arXiv 2601.00853): FedSCAM and its two ablations.
+ *
+ *   fedscam      SAM local training with a per-client radius rho_i from a heterogeneity score h_i and the
+ *                alignment c_i of a pilot direction with the previous global direction; server weights
+ *                S_i = n_i/(1 + gamma_h h_adj_i) max(0, 1 + beta c_i) q_i, with optional clustered conflict
+ *                damping (q_i = lambda_c);
+ *   fedscam_wa   the same server weights, plain SGD local training, a plain-gradient pilot (paper's WA);
+ *   fedscam_sam  the adaptive radius only: the server averages with n_i but still computes u_t (paper's SAM).
+ *
+ * Client, round t (report->begin, before the first step; model->state = w_t):
+ *   h_i = (1/B) sum_b ||g(w_t; xi_b)||, xi_b the first B minibatches of an extra shuffle (c->probe_grad:
+ *        train mode, BatchNorm statistics frozen, not training steps);
+ *   pilot: e_p = rho_pilot g_1/||g_1||, rho_pilot = 0.5 rho_max/(1 + alpha_rho h_i), v_i = -g(w_t + e_p; xi_1)
+ *          (WA: v_i = -g_1, no extra pass);
+ *   s_i = Proj_d(Normalize(v_i)); c_i = cos(s_i, u_{t-1}) (0 while u = 0); h_adj_i = h_i max(0, 1 - kappa c_i);
+ *   rho_i = rho_max/(1 + alpha_rho h_adj_i), the radius of every SAM step (client_radius hook, sam.c's step).
+ * report->end: z_i = Proj_d(Normalize(Delta_i)), ||Delta_i||.
+ * Server: weights as above (fallback n_i when they sum to 0); w_{t+1} = weighted average (buffers too);
+ *   u_t = Proj_d(Normalize(w_{t+1} - w_t)) into the server scalars (d doubles, broadcast, checkpointed).
+ * Proj_d: a signed count sketch (or dense Gaussian) from Philox (seed, projection) with the coordinate as
+ * counter: the same on every rank, in every round, without a stored matrix. Projections and norms cover the
+ * trainable parameters [0, n_params).
+ *
+ * Upload scalars: rho_i, h_i, c_i, h_adj_i, ||Delta_i||, then z_i (d), then (SAM rows) the diagnostics mean ||eps||
+ * and mean ||g||. clients.csv gets rho, h, c, h_adj, delta_norm (WA: no rho); metrics.csv rho = mean rho_i. */
+#include "algo_internal.h"
+#include "fedscam.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fedhet/core.h"
+#include "fedhet/rng.h"
+
+#define SCAM_KMEANS_ITERS 50
+#define SCAM_SMALL_MODEL 1000000 /* trainable parameters below which d defaults to 256 (else 512) */
+/* second Philox counter word under (seed, projection): keeps these draws apart from each other and from
+ * fedhet landscape's (direction, tensor, 0) streams */
+#define TAG_SKETCH 0xF5CA0001u
+#define TAG_GAUSS 0xF5CA0002u
+#define TAG_KMEANS 0xF5CA0003u
+
+enum { UP_RHO, UP_H, UP_C, UP_HADJ, UP_DNORM, UP_Z };
+typedef enum { ROW_FULL, ROW_WA, ROW_SAM } ScamRow; /* the order of the rows in the table below */
+
+/* hp index of each key in a row; -1 where the row has no such key */
+typedef struct {
+    int rho_max, alpha_rho, gamma_h, beta, kappa, probe, dim, proj, cluster, clusters, lambda_c;
+} ScamKeys;
+
+static const ScamKeys keys_of_row[3] = {
+    [ROW_FULL] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 },
+    [ROW_WA] = { -1, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8 },
+    [ROW_SAM] = { 0, 1, -1, -1, 2, 3, 4, 5, -1, -1, -1 },
+};
+
+typedef struct {
+    ScamRow row;
+    double rho_max, alpha_rho, gamma_h, beta, kappa, lambda_c;
+    int probe, dim_key, gaussian, cluster, clusters;
+} ScamHp;
+
+static double key_or(const double *hp, int index, double absent) { return index >= 0 ? hp[index] : absent; }
+
+/* a row's keys; the keys it lacks take their neutral value (WA has no radius, SAM no weights) */
+static ScamHp scam_hp(ScamRow row, const double *hp)
+{
+    const ScamKeys *k = &keys_of_row[row];
+    return (ScamHp){ .row = row, .rho_max = key_or(hp, k->rho_max, 0.0), .alpha_rho = key_or(hp, k->alpha_rho, 0.0),
+                     .gamma_h = key_or(hp, k->gamma_h, 0.0), .beta = key_or(hp, k->beta, 0.0),
+                     .kappa = hp[k->kappa], .lambda_c = key_or(hp, k->lambda_c, 1.0), .probe = (int)hp[k->probe],
+                     .dim_key = (int)hp[k->dim], .gaussian = (int)hp[k->proj],
+                     .cluster = (int)key_or(hp, k->cluster, 0.0), .clusters = (int)key_or(hp, k->clusters, 1.0) };
+}
+
+static ScamRow row_of(const AlgoMethod *m)
+{
+    for (int r = 0; r < algo_family_fedscam_count; r++)
+        if (m == &algo_family_fedscam[r]) return (ScamRow)r;
+    return ROW_FULL;
+}
+
+/* d: proj_dim, or 0 = 512 (256 under 1M trainable parameters) */
+static int dim_of(const ScamHp *h, int64_t n_params)
+{
+    return h->dim_key > 0 ? h->dim_key : n_params < SCAM_SMALL_MODEL ? 256 : 512;
+}
+
+static double norm2(const float *x, int64_t n)
+{
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
+    return sqrt(s);
+}
+
+static double distance(const float *a, const float *b, int64_t n)
+{
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) {
+        const double d = (double)a[j] - (double)b[j];
+        s += d * d;
+    }
+    return sqrt(s);
+}
+
+/* cos(a, b), 0 when a norm is 0 (spec 0.1) */
+static double cosine(const double *a, const double *b, int d)
+{
+    double ab = 0.0, aa = 0.0, bb = 0.0;
+    for (int j = 0; j < d; j++) {
+        ab += a[j] * b[j];
+        aa += a[j] * a[j];
+        bb += b[j] * b[j];
+    }
+    return aa > 0.0 && bb > 0.0 ? ab / (sqrt(aa) * sqrt(bb)) : 0.0;
+}
+
+/* ---- the formulas -------------------------------------------------------------------------------------- */
+
+double fedscam_radius(double rho_max, double alpha_rho, double h_adj) { return rho_max / (1.0 + alpha_rho * h_adj); }
+
+double fedscam_weight(double n, double gamma_h, double h_adj, double beta, double c, double q)
+{
+    const double align = 1.0 + beta * c;
+    return n / (1.0 + gamma_h * h_adj) * (align > 0.0 ? align : 0.0) * q;
+}
+
+void fedscam_project(uint64_t seed, int gaussian, const float *a, const float *b, int64_t n, double scale, int d,
+                     double *out)
+{
+    memset(out, 0, (size_t)d * sizeof *out);
+    if (!gaussian) {
+        /* bucket(k) = floor(r0 d / 2^32), sign(k) = - when the top bit of r1 is set */
+        for (int64_t k = 0; k < n; k++) {
+            uint32_t r[4];
+            fh_rng_block(r, seed, FH_RNG_PROJECTION, (uint32_t)k, TAG_SKETCH, (uint32_t)(k >> 32), 0);
+            const double x = b ? (double)a[k] - (double)b[k] : (double)a[k];
+            const int j = (int)(((uint64_t)r[0] * (uint64_t)d) >> 32);
+            out[j] += r[1] >> 31 ? -x : x;
+        }
+    } else {
+        /* entry (j, k) ~ N(0, 1/d): Box-Muller on the words of block (k, tag, j/4), two pairs per block */
+        const double sd = 1.0 / sqrt((double)d), two_pi = 6.283185307179586;
+        for (int64_t k = 0; k < n; k++) {
+            const double x = b ? (double)a[k] - (double)b[k] : (double)a[k];
+            if (x == 0.0) continue;
+            for (int j0 = 0; j0 < d; j0 += 4) {
+                uint32_t r[4];
+                fh_rng_block(r, seed, FH_RNG_PROJECTION, (uint32_t)k, TAG_GAUSS, (uint32_t)(j0 / 4), (uint32_t)(k >> 32));
+                for (int p = 0; p < 2; p++) {
+                    const double u1 = ((double)r[2 * p] + 1.0) / 4294967296.0, u2 = (double)r[2 * p + 1] / 4294967296.0;
+                    const double rad = sd * sqrt(-2.0 * log(u1)) * x, ang = two_pi * u2;
+                    if (j0 + 2 * p < d) out[j0 + 2 * p] += rad * cos(ang);
+                    if (j0 + 2 * p + 1 < d) out[j0 + 2 * p + 1] += rad * sin(ang);
+                }
+            }
+        }
+    }
+    for (int j = 0; j < d; j++) out[j] *= scale;
+}
+
+static double sq_dist(const double *a, const double *b, int d)
+{
+    double s = 0.0;
+    for (int j = 0; j < d; j++) s += (a[j] - b[j]) * (a[j] - b[j]);
+    return s;
+}
+
+int fedscam_kmeans(const double *x, int m, int d, int k, uint64_t seed, uint32_t round, int *assign)
+{
+    if (k > m) k = m;
+    if (k < 1) k = 1;
+    double *cent = NULL, *d2 = NULL;
+    int *count = NULL, *chosen = NULL;
+    int status = fh_calloc(&cent, (size_t)k * d, sizeof *cent, "k-means centres");
+    if (status == FH_OK) status = fh_calloc(&d2, (size_t)m, sizeof *d2, "k-means distances");
+    if (status == FH_OK) status = fh_calloc(&count, (size_t)k, sizeof *count, "k-means counts");
+    if (status == FH_OK) status = fh_calloc(&chosen, (size_t)m, sizeof *chosen, "k-means seeds");
+    if (status == FH_OK) {
+        /* k-means++: the first centre uniform, then each with probability ~ squared distance to the nearest */
+        FhRng rng;
+        fh_rng_init(&rng, seed, FH_RNG_PROJECTION, round, TAG_KMEANS, 0);
+        int pick = (int)fh_rng_below(&rng, (uint64_t)m);
+        for (int c = 0; c < k; c++) {
+            if (c > 0) {
+                double total = 0.0;
+                for (int i = 0; i < m; i++) {
+                    double best = INFINITY;
+                    for (int e = 0; e < c; e++) {
+                        const double s = sq_dist(x + (size_t)i * d, cent + (size_t)e * d, d);
+                        if (s < best) best = s;
+                    }
+                    d2[i] = best;
+                    total += best;
+                }
+                if (total > 0.0) pick = (int)fh_rng_categorical(&rng, d2, m);
+                else /* every row sits on a centre: the first row not taken yet */
+                    for (pick = 0; chosen[pick]; pick++) {}
+            }
+            chosen[pick] = 1;
+            memcpy(cent + (size_t)c * d, x + (size_t)pick * d, (size_t)d * sizeof *cent);
+        }
+        /* Lloyd: assign to the nearest centre (ties: lower index), then centres = means (an empty cluster keeps
+         * its centre), until nothing moves */
+        for (int i = 0; i < m; i++) assign[i] = -1;
+        for (int it = 0; it < SCAM_KMEANS_ITERS; it++) {
+            int moved = 0;
+            for (int i = 0; i < m; i++) {
+                int best = 0;
+                double bd = sq_dist(x + (size_t)i * d, cent, d);
+                for (int c = 1; c < k; c++) {
+                    const double s = sq_dist(x + (size_t)i * d, cent + (size_t)c * d, d);
+                    if (s < bd) bd = s, best = c;
+                }
+                if (assign[i] != best) moved = 1, assign[i] = best;
+            }
+            if (!moved) break;
+            memset(count, 0, (size_t)k * sizeof *count);
+            for (int i = 0; i < m; i++) count[assign[i]]++;
+            for (int c = 0; c < k; c++)
+                if (count[c]) memset(cent + (size_t)c * d, 0, (size_t)d * sizeof *cent);
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < d; j++) cent[(size_t)assign[i] * d + j] += x[(size_t)i * d + j];
+            for (int c = 0; c < k; c++)
+                for (int j = 0; count[c] && j < d; j++) cent[(size_t)c * d + j] /= count[c];
+        }
+    }
+    fh_free(&cent);
+    fh_free(&d2);
+    fh_free(&count);
+    fh_free(&chosen);
+    return status;
+}
+
+/* ---- client -------------------------------------------------------------------------------------------- */
+
+/* h_i, the pilot direction, c_i, h_adj_i, rho_i into the upload scalars (s_i is kept where z_i goes later) */
+static int scam_begin(AlgoClientCtx *c)
+{
+    const ScamHp h = scam_hp(row_of(c->method), c->hp);
+    const int64_t P = c->n_params, N = c->n_state;
+    const int d = dim_of(&h, P);
+    const uint64_t seed = (uint64_t)c->setup->seed;
+    double *up = c->upload_scalars, *s = up + UP_Z;
+    const float *g = c->model->grad, *wt = c->global;
+    float *g1 = h.row == ROW_WA ? NULL : c->work; /* the first probe gradient, kept for the pilot */
+    double loss = 0.0, sum = 0.0, g1_norm = 0.0;
+    int64_t rows = 0;
+    int batches = 0;
+    memset(s, 0, (size_t)d * sizeof *s);
+    for (int b = 0; b < h.probe; b++) {
+        FH_CHECK(c->probe_grad(c, b, wt, &loss, &rows));
+        if (rows == 0) break;
+        const double norm = norm2(g, P);
+        sum += norm;
+        batches++;
+        if (b > 0) continue;
+        g1_norm = norm;
+        if (g1) nn_vec_copy(g1, g, P);
+        else if (norm > 0.0) fedscam_project(seed, h.gaussian, g, NULL, P, -1.0 / norm, d, s); /* WA: v = -g_1 */
+    }
+    const double h_i = batches ? sum / batches : 0.0;
+    if (g1 && batches) {
+        /* w_t + e_p, e_p = rho_pilot g_1/||g_1|| (buffers as w_t); v = -g(w_t + e_p; xi_1) */
+        const double rho_pilot = 0.5 * fedscam_radius(h.rho_max, h.alpha_rho, h_i);
+        const float scale = g1_norm > 0.0 ? (float)(rho_pilot / g1_norm) : 0.0f;
+        for (int64_t j = 0; j < P; j++) g1[j] = wt[j] + scale * g1[j];
+        if (N > P) memcpy(g1 + P, wt + P, (size_t)(N - P) * sizeof(float));
+        FH_CHECK(c->probe_grad(c, 0, g1, &loss, &rows));
+        const double norm = norm2(g, P);
+        if (norm > 0.0) fedscam_project(seed, h.gaussian, g, NULL, P, -1.0 / norm, d, s);
+    }
+    const double c_i = cosine(s, c->server_scalars, d), credit = 1.0 - h.kappa * c_i;
+    const double h_adj = h_i * (credit > 0.0 ? credit : 0.0);
+    up[UP_RHO] = h.row == ROW_WA ? NAN : fedscam_radius(h.rho_max, h.alpha_rho, h_adj);
+    up[UP_H] = h_i;
+    up[UP_C] = c_i;
+    up[UP_HADJ] = h_adj;
+    return FH_OK;
+}
+
+/* ||Delta_i|| and z_i = Proj_d(Normalize(Delta_i)) */
+static int scam_end(AlgoClientCtx *c)
+{
+    const ScamHp h = scam_hp(row_of(c->method), c->hp);
+    const int64_t P = c->n_params;
+    double *up = c->upload_scalars;
+    const double norm = distance(c->model->state, c->global, P);
+    up[UP_DNORM] = norm;
+    fedscam_project((uint64_t)c->setup->seed, h.gaussian, c->model->state, c->global, P, norm > 0.0 ? 1.0 / norm : 0.0,
+                    dim_of(&h, P), up + UP_Z);
+    return FH_OK;
+}
+
+/* the SAM radius of this client's steps: rho_i of report->begin */
+static double scam_client_radius(const AlgoClientCtx *c, double rho) { return c->upload_scalars[UP_RHO]; }
+
+/* sam.c's SAM step (spec 1) with rho_i, through a view of the keys it reads (rho at 0, perturb = sam at 2) */
+static int scam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
+{
+    const double *hp = c->hp, view[5] = { scam_hp(row_of(c->method), hp).rho_max, 0.0, 0.0, 0.0, 0.0 };
+    c->hp = view;
+    const int status = algo_sam_step(c, grad, env, loss);
+    c->hp = hp;
+    return status;
+}
+
+/* ---- server -------------------------------------------------------------------------------------------- */
+
+/* q_i = lambda_c for the clients flagged in a conflicting pair inside a k-means cluster of the unit z_i */
+static int damp_conflicts(const AlgoServerCtx *s, const AlgoUpload *u, int m, int d, const ScamHp *h, double *q)
+{
+    double *x = NULL;
+    int *assign = NULL, *flagged = NULL;
+    int status = fh_calloc(&x, (size_t)m * d, sizeof *x, "FedSCAM unit summaries");
+    if (status == FH_OK) status = fh_calloc(&assign, (size_t)m, sizeof *assign, "FedSCAM clusters");
+    if (status == FH_OK) status = fh_calloc(&flagged, (size_t)m, sizeof *flagged, "FedSCAM conflict flags");
+    if (status == FH_OK) {
+        for (int i = 0; i < m; i++) {
+            const double *z = u[i].scalars + UP_Z;
+            double n = 0.0;
+            for (int j = 0; j < d; j++) n += z[j] * z[j];
+            n = sqrt(n);
+            for (int j = 0; n > 0.0 && j < d; j++) x[(size_t)i * d + j] = z[j] / n;
+        }
+        const int k = h->clusters < m ? h->clusters : m;
+        status = fedscam_kmeans(x, m, d, k, (uint64_t)s->setup->seed, (uint32_t)s->round, assign);
+    }
+    for (int i = 0; status == FH_OK && i < m; i++)
+        for (int j = i + 1; j < m; j++) {
+            if (assign[i] != assign[j]) continue;
+            double dot = 0.0;
+            for (int e = 0; e < d; e++) dot += x[(size_t)i * d + e] * x[(size_t)j * d + e];
+            if (!(dot < 0.0)) continue;
+            /* the smaller ||Delta||; on a tie the larger client id (uploads are in ascending id) */
+            flagged[u[i].scalars[UP_DNORM] < u[j].scalars[UP_DNORM] ? i : j] = 1;
+        }
+    for (int i = 0; status == FH_OK && i < m; i++)
+        if (flagged[i]) q[i] = h->lambda_c;
+    fh_free(&x);
+    fh_free(&assign);
+    fh_free(&flagged);
+    return status;
+}
+
+static int scam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p, ScamRow row)
+{
+    const ScamHp h = scam_hp(row, s->hp);
+    for (int i = 0; i < m; i++) p[i] = 1.0; /* q_i */
+    if (h.cluster && m > 1) FH_CHECK(damp_conflicts(s, u, m, dim_of(&h, s->n_params), &h, p));
+    double total = 0.0;
+    for (int i = 0; i < m; i++) {
+        const double *sc = u[i].scalars;
+        p[i] = fedscam_weight((double)u[i].n_samples, h.gamma_h, sc[UP_HADJ], h.beta, sc[UP_C], p[i]);
+        total += p[i];
+    }
+    if (!(total > 0.0)) /* every weight 0 (all alignments <= -1/beta): sample counts [PROPOSED] */
+        for (int i = 0; i < m; i++) p[i] = (double)u[i].n_samples;
+    return FH_OK;
+}
+
+/* weighted average (buffers with the same weights), then u_t = Proj_d(Normalize(w_{t+1} - w_t)) */
+static int scam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global, ScamRow row)
+{
+    FH_CHECK(algo_average(s, u, m, p, global));
+    const ScamHp h = scam_hp(row, s->hp);
+    const int64_t P = s->n_params;
+    const double norm = distance(global, s->current, P);
+    fedscam_project((uint64_t)s->setup->seed, h.gaussian, global, s->current, P, norm > 0.0 ? 1.0 / norm : 0.0,
+                    dim_of(&h, P), s->server_scalars);
+    return FH_OK;
+}
+
+static void scam_sizes(const AlgoSetup *s, AlgoSizes *z, ScamRow row)
+{
+    const ScamHp h = scam_hp(row, s->hp);
+    const int d = dim_of(&h, s->n_params);
+    z->server_scalars = d;       /* u */
+    z->upload_scalars = UP_Z + d; /* rho_i, h_i, c_i, h_adj_i, ||Delta_i||, z_i */
+    if (row == ROW_WA) {
+        z->client_columns = "h,c,h_adj,delta_norm";
+        z->client_column_first = UP_H;
+        return;
+    }
+    z->client_columns = "rho,h,c,h_adj,delta_norm";
+    z->client_column_first = UP_RHO;
+    z->upload_radius = 1 + UP_RHO;
+    z->work_vectors = 1; /* the pilot's point, then SAM's saved weights */
+    z->upload_perturb_norm = z->upload_scalars + 1;
+    z->upload_grad_norm = z->upload_scalars + 2;
+    z->upload_scalars += 2;
+}
+
+/* whole numbers where the keys count things (the config reads every method key as a number) */
+static int scam_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    const ScamKeys *k = &keys_of_row[row_of(m)];
+    const int whole[3] = { k->probe, k->dim, k->clusters };
+    for (int i = 0; i < 3; i++)
+        if (whole[i] >= 0 && s->hp[whole[i]] != floor(s->hp[whole[i]]))
+            return algo_refuse(m, "[algo] %s = %g must be a whole number", m->hp[whole[i]].key, s->hp[whole[i]]);
+    return FH_OK;
+}
+
+static int full_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    return scam_weights(s, u, m, p, ROW_FULL);
+}
+static int wa_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    return scam_weights(s, u, m, p, ROW_WA);
+}
+static int full_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *g)
+{
+    return scam_update(s, u, m, p, g, ROW_FULL);
+}
+static int wa_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *g)
+{
+    return scam_update(s, u, m, p, g, ROW_WA);
+}
+static int sam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *g)
+{
+    return scam_update(s, u, m, p, g, ROW_SAM);
+}
+static void full_sizes(const AlgoSetup *s, AlgoSizes *z) { scam_sizes(s, z, ROW_FULL); }
+static void wa_sizes(const AlgoSetup *s, AlgoSizes *z) { scam_sizes(s, z, ROW_WA); }
+static void sam_sizes(const AlgoSetup *s, AlgoSizes *z) { scam_sizes(s, z, ROW_SAM); }
+
+static const AlgoLocalStep scam_step_part = { .step = scam_step, .client_radius = scam_client_radius };
+static const AlgoClientReport scam_report_part = { .begin = scam_begin, .end = scam_end };
+static const AlgoServerWeights full_weights_part = { .weights = full_weights };
+static const AlgoServerWeights wa_weights_part = { .weights = wa_weights };
+static const AlgoServerUpdate full_update_part = { .update = full_update };
+static const AlgoServerUpdate wa_update_part = { .update = wa_update };
+static const AlgoServerUpdate sam_update_part = { .update = sam_update };
+
+/* ---- the registry rows ---------------------------------------------------------------------------------- */
+
+#define KEY_RHO_MAX                                                                                             \
+    { "rho_max", 0.05, 0.0, 1e6, NULL,                                                                          \
+      "largest SAM radius rho_max >= 0: rho_i = rho_max/(1 + alpha_rho h_adj_i), the pilot uses 0.5 rho_max/(1 + "  \
+      "alpha_rho h_i); spec and paper default 0.05 (the paper sweeps 0.01, 0.05, 0.1; 0.1 gave its best final "    \
+      "accuracy)" }
+#define KEY_ALPHA_RHO                                                                                           \
+    { "alpha_rho", 1.0, 0.0, 1e6, NULL,                                                                         \
+      "radius modulation strength alpha_rho >= 0; spec default 1 [PROPOSED: the paper gives no value]; 0 puts "     \
+      "every client at rho_max. h_i is a raw gradient norm, so the scale depends on model, loss and batch size" }
+#define KEY_GAMMA_H                                                                                             \
+    { "gamma_h", 1.0, 0.0, 1e6, NULL,                                                                           \
+      "heterogeneity penalty gamma_h >= 0 in S_i = n_i/(1 + gamma_h h_adj_i) max(0, 1 + beta c_i) q_i; spec and "   \
+      "paper default 1 (the paper sweeps 0, 1, 5; 1 the most stable)" }
+#define KEY_BETA                                                                                                \
+    { "beta", 0.8, 0.0, 1e6, NULL,                                                                              \
+      "alignment boost beta >= 0 in max(0, 1 + beta c_i); spec default 0.8 [PROPOSED, inside the paper's sweep 0, " \
+      "0.8, 2; the paper finds no gain over 0 at Dirichlet 0.1]; 0 disables. Weights summing to 0 fall back to "    \
+      "n_i" }
+#define KEY_KAPPA                                                                                               \
+    { "kappa", 0.5, 0.0, 1e6, NULL,                                                                             \
+      "alignment credit kappa >= 0 in h_adj_i = h_i max(0, 1 - kappa c_i), c_i = cos(s_i, u_{t-1}) of the pilot "   \
+      "direction's summary with the previous global direction's; spec default 0.5 [PROPOSED: not in the paper]" }
+#define KEY_PROBE                                                                                               \
+    { "probe_batches", 3, 1, 1e6, NULL,                                                                         \
+      "B, minibatches of the heterogeneity score h_i = (1/B) sum ||g(w_t; xi_b)||: the first B of an extra "       \
+      "shuffle of the client's data (fewer if it has fewer), train mode, BatchNorm statistics frozen, not training " \
+      "steps [PROPOSED]; spec and paper default 3" }
+#define KEY_PROJ_DIM                                                                                            \
+    { "proj_dim", 0, 0, 1e6, NULL,                                                                              \
+      "d, the dimension of the projected summaries (u, s_i, z_i; d doubles each way): a whole number >= 1, or 0 = " \
+      "auto (default): 512, or 256 for models under 1M trainable parameters (spec [PROPOSED threshold]; the paper " \
+      "uses 256 for its small CNN, 512 for ResNet-18)" }
+#define KEY_PROJ                                                                                                \
+    { "proj", 0, 0, 0, "sketch|gaussian",                                                                       \
+      "Proj_d: sketch (signed count sketch, bucket and sign of coordinate k from Philox (fl.seed, projection) with " \
+      "counter k; O(P), no stored matrix; spec default [PROPOSED]) or gaussian (dense N(0, 1/d) entries from the "  \
+      "same counters; O(d P) per projection, slow on large models); the paper only says 'random projection'" }
+#define KEY_CLUSTER                                                                                             \
+    { "cluster", 0, 0, 0, "false|true",                                                                         \
+      "clustered conflict damping: k-means of the unit z_i (k-means++ seeding from Philox, Lloyd until stable or "  \
+      "50 iterations) into K_c = min(clusters, m) clusters; inside a cluster, of every pair with cos(z_i, z_j) < 0 " \
+      "the client with the smaller ||Delta|| (ties: the larger id) gets q_i = lambda_c, once [PROPOSED]; spec "     \
+      "default false (optional in the paper)" }
+#define KEY_CLUSTERS                                                                                            \
+    { "clusters", 3, 1, 1e6, NULL,                                                                              \
+      "K_c, the number of clusters (a whole number >= 1, capped at the round's client count m); spec default 3 "   \
+      "[PROPOSED: not in the paper]" }
+#define KEY_LAMBDA_C                                                                                            \
+    { "lambda_c", 0.5, 0.0, 1.0, NULL,                                                                          \
+      "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); spec default 0.5 " \
+      "[PROPOSED: not in the paper]", 1, 0 }
+
+const AlgoMethod algo_family_fedscam[] = {
+    [ROW_FULL] = {
+        .name = "fedscam",
+        .summary = "FedSCAM: SAM with a per-client radius from gradient heterogeneity and alignment, heterogeneity- "
+                   "and alignment-aware server weights (no public code: the pilot, projection, clustering and "
+                   "alpha_rho, kappa, beta, K_c, lambda_c are the spec's choices)",
+        .source = "spec algorithms-sam 10",
+        .state = "- | u (d scalars)",
+        .payload = "down 1 + d scalars, up 1 + 7 + d scalars",
+        .step = &scam_step_part,
+        .report = &scam_report_part,
+        .weights = &full_weights_part,
+        .update = &full_update_part,
+        .validate = scam_validate,
+        .sizes = full_sizes,
+        .n_hp = 11,
+        .hp = { KEY_RHO_MAX, KEY_ALPHA_RHO, KEY_GAMMA_H, KEY_BETA, KEY_KAPPA, KEY_PROBE, KEY_PROJ_DIM, KEY_PROJ,
+                KEY_CLUSTER, KEY_CLUSTERS, KEY_LAMBDA_C },
+    },
+    [ROW_WA] = {
+        .name = "fedscam_wa",
+        .summary = "FedSCAM (WA) ablation: FedSCAM's server weights over plain SGD local training (pilot = the plain "
+                   "first probe gradient)",
+        .source = "spec algorithms-sam 10 (ablations)",
+        .state = "- | u (d scalars)",
+        .payload = "down 1 + d scalars, up 1 + 5 + d scalars",
+        .report = &scam_report_part,
+        .weights = &wa_weights_part,
+        .update = &wa_update_part,
+        .validate = scam_validate,
+        .sizes = wa_sizes,
+        .n_hp = 9,
+        .hp = { KEY_GAMMA_H, KEY_BETA, KEY_KAPPA, KEY_PROBE, KEY_PROJ_DIM, KEY_PROJ, KEY_CLUSTER, KEY_CLUSTERS,
+                KEY_LAMBDA_C },
+    },
+    [ROW_SAM] = {
+        .name = "fedscam_sam",
+        .summary = "FedSCAM (SAM) ablation: FedSCAM's per-client radius, server average by sample counts (u_t still "
+                   "computed for the alignment)",
+        .source = "spec algorithms-sam 10 (ablations)",
+        .state = "- | u (d scalars)",
+        .payload = "down 1 + d scalars, up 1 + 7 + d scalars",
+        .step = &scam_step_part,
+        .report = &scam_report_part,
+        .weights = &algo_weights_samples,
+        .update = &sam_update_part,
+        .validate = scam_validate,
+        .sizes = sam_sizes,
+        .n_hp = 6,
+        .hp = { KEY_RHO_MAX, KEY_ALPHA_RHO, KEY_KAPPA, KEY_PROBE, KEY_PROJ_DIM, KEY_PROJ },
+    },
+};
+const int algo_family_fedscam_count = sizeof algo_family_fedscam / sizeof algo_family_fedscam[0];
