@@ -11,19 +11,6 @@ setup() { setup_tiny; }
 
 ZEROS="algo.alpha_rho=0 algo.gamma_h=0 algo.beta=0 algo.kappa=0"
 
-# bad_key WHAT KEY OVERRIDES...: exit 1 and a message naming KEY, no run folder
-bad_key()
-{
-    local what=$1 key=$2 tag
-    tag=bad$(echo "$what" | tr -c 'a-zA-Z0-9' _)
-    shift 2
-    fh 3 "$tag" "$WORK/base.ini" output.name="$tag" "$@"
-    expect_rc "$what" 1 || return 1
-    grep -q -- "$key" "$WORK/$tag.err" || fail "$what: the message does not name $key: $(errline "$tag")"
-    [ -e "$WORK/out/$tag" ] && fail "$what: the run folder was made"
-    return 0
-}
-
 # With alpha_rho = gamma_h = beta = kappa = 0 every radius is rho_max and every weight n_i: FedSCAM is FedSAM at
 # rho_max with sample weights, bit for bit (the probe and pilot passes change nothing, BatchNorm statistics
 # included); so is FedSCAM (SAM);

@@ -40,19 +40,6 @@ EOF
     return 0
 }
 
-# bad_key WHAT KEY OVERRIDES...: exit 1 and a message naming KEY, no run folder
-bad_key()
-{
-    local what=$1 key=$2 tag
-    tag=bad$(echo "$what" | tr -c 'a-zA-Z0-9' _)
-    shift 2
-    fh 3 "$tag" "$WORK/base.ini" output.name="$tag" "$@"
-    expect_rc "$what" 1 || return 1
-    grep -q -- "$key" "$WORK/$tag.err" || fail "$what: the message does not name $key: $(errline "$tag")"
-    [ -e "$WORK/out/$tag" ] && fail "$what: the run folder was made"
-    return 0
-}
-
 # ---- FedAvgM (A.3) -------------------------------------------------------------------------------------
 
 # beta = 0, eta_s = 1: FedAvg bit for bit (Hsu et al.)

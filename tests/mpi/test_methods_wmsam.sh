@@ -9,19 +9,6 @@ source "$(dirname "$0")/lib.sh"
 
 setup() { setup_tiny; }
 
-# bad_key WHAT KEY OVERRIDES...: exit 1 and a message naming KEY, no run folder
-bad_key()
-{
-    local what=$1 key=$2 tag
-    tag=bad$(echo "$what" | tr -c 'a-zA-Z0-9' _)
-    shift 2
-    fh 3 "$tag" "$WORK/base.ini" output.name="$tag" "$@"
-    expect_rc "$what" 1 || return 1
-    grep -q -- "$key" "$WORK/$tag.err" || fail "$what: the message does not name $key: $(errline "$tag")"
-    [ -e "$WORK/out/$tag" ] && fail "$what: the run folder was made"
-    return 0
-}
-
 # rel_diff A.h5 B.h5 DATASET_A DATASET_B: prints "max|diff|/max|x| n=... bit-equal=..." of two float datasets; a
 # longer A (several rows) is compared by its first row (exit 1 when unreadable or B is longer)
 rel_diff()
