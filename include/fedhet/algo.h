@@ -113,7 +113,8 @@ typedef struct AlgoClientCtx {
     /* evaluates `state` on this client's whole training set in eval mode, without augmentation (uses
      * model's activations and the batch buffers: call it from report hooks, not inside a step) */
     int (*eval_local)(struct AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out);
-    /* the same pass, calling fn(env, batch) for every batch (logits, features) */
+    /* the same pass, calling fn(env, batch) for every batch (logits, features); a value other than FH_OK from fn
+     * ends the pass and is returned */
     int (*for_each_local_batch)(struct AlgoClientCtx *c, NnModel *model, const float *state,
                                 int (*fn)(void *env, const struct AlgoBatch *b), void *env);
     void *optimizer;
@@ -263,6 +264,9 @@ typedef struct AlgoMethod {
      * cannot join: NULL, or a reason for host `host` */
     int plugin;
     const char *(*plugin_refuse)(const struct AlgoMethod *host, const double *host_hp);
+    /* 1: the method's paper compares clean and corrupted test sets (spec C.5, C.6; FedISM); a run whose data
+     * has no corrupted test set says at the start that those metrics are off */
+    int quality_shift;
     int n_hp;
     AlgoHyper hp[ALGO_MAX_HP];
 } AlgoMethod;

@@ -15,6 +15,7 @@ ALGO_FAMILY(fair)     /* qfedavg, afl, fairfed, fedce, fedga, fedlw, fednolowe, 
 ALGO_FAMILY(repr)     /* moon, feddecorr, fedmr, fednp, fedgkd (A.17-A.21) */
 ALGO_FAMILY(sam)      /* fedsam, mofedsam, fedgamma, fedspeed, fedsmoo, fedlesam(-s,-d), fedlwsam (sam 3-8, 11) */
 ALGO_FAMILY(flood)    /* flood, also a plug-in (algorithms-sam 13) */
+ALGO_FAMILY(fedism)   /* fedism, fedismplus (algorithms-sam 12) */
 ALGO_FAMILY(wmsam)    /* fedwmsam, afedsam (algorithms-sam 9, 15) */
 ALGO_FAMILY(fedscam)  /* fedscam, fedscam_wa, fedscam_sam (algorithms-sam 10) */
 #undef ALGO_FAMILY
@@ -32,6 +33,13 @@ int algo_refuse(const AlgoMethod *m, const char *fmt, ...) __attribute__((format
  * of the method's step part; algo_sam_radius: the radius of client c's steps this round. */
 int algo_sam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
 double algo_sam_radius(const AlgoClientCtx *c);
+/* FedISM (src/algo/fedism.c, spec algorithms-sam 12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
+ * hook); the sharpness definitions of algo_sam_sharpness over client c's whole local set (rows > 0: its first
+ * rows) at `state`, streamed through c->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
+ * n_state floats of scratch). */
+double algo_fedismplus_radius(const AlgoSetup *s, const double *hp, int round);
+int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,
+                         double *L0, double *L1);
 /* More of sam.c for family wmsam: its validation (rho), weights (hp 1 uniform|samples), sizes (work vectors of hp 2
  * perturb, diagnostics), the diagnostics' sizes and running means, K_bar (spec 0.2) and its server_init (server
  * scalar 0), the control variates of FedGAMMA (client vector 0 c_i, server vector 0 c, spec 5), and the official

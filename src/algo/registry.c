@@ -19,6 +19,7 @@ static const Family families[] = {
     { algo_family_repr, &algo_family_repr_count },
     { algo_family_flood, &algo_family_flood_count },
     { algo_family_sam, &algo_family_sam_count },
+    { algo_family_fedism, &algo_family_fedism_count },
     { algo_family_wmsam, &algo_family_wmsam_count },
     { algo_family_fedscam, &algo_family_fedscam_count },
 };

@@ -818,6 +818,10 @@ static void print_budget(const FlRun *run)
     fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors",
                 run->n_clients, (double)run->layout.bytes / mib, run->n_clients * (double)run->layout.bytes / mib,
                 3 + run->z.server_vectors + run->z.server_private);
+    if (m->quality_shift && !run->data.has_test_corrupted)
+        fh_log_info("%s: the data has no corrupted test set ([data] corruption = none): the clean/corrupted comparison "
+                    "is off (metrics.csv corrupted_*, client_auc_std, client_bacc_std stay empty; spec C.5, C.6)",
+                    m->name);
 }
 
 /* clients.csv: the fixed columns, then the method's upload scalars named by AlgoSizes.client_columns */

@@ -1,0 +1,311 @@
+/* Method family 'fedism' (spec algorithms-sam 12, with the GSAM step of 2): FedISM (constant radius) and
+ * FedISM+ (progressive radius rho(t) = rho_max ((t + 1)/T)^tau) with SAGA server weights from each client's
+ * sharpness S_i (FedISM+(S)) or perturbed loss PL_i (FedISM+(L)) measured on its whole local set at w^t.
+ *
+ * Local training (SALT) is sam.c's two-pass step (algo_sam_step: SAM / ASAM / GSAM, radius from this
+ * family's round_radius hook) on top of the configured [train] optimizer; the paper uses Adam (lr 3e-4,
+ * weight decay 5e-4 as L2) with logit-adjusted cross-entropy ([train] logit_adjust = 1).
+ *
+ * Key layout (algo_sam_step reads hp 0 and 2-4): hp 0 rho (FedISM) or rho_max (FedISM+), hp 1 saga, hp 2
+ * perturb, hp 3 asam_eta, hp 4 gsam_alpha, hp 5 q, hp 6 beta, hp 7 score_rows; FedISM+ adds hp 8 tau, hp 9
+ * horizon.
+ * Upload scalars: 0 = S_i or PL_i, 1 = mean ||eps|| of the steps, 2 = their mean ||g|| (diagnostics).
+ * Server scalars (broadcast, checkpointed; K-sized): [0, K) a_k, the SAGA moving average of every client;
+ * [K, 2K) 1 once client k has been aggregated (its first appearance uses wtilde, spec 12 [PROPOSED]). */
+#include "algo_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "fedhet/core.h"
+
+#define ISM_NORM_EPS 1e-12 /* e in rho g/(||g|| + e) of the local steps: FFL4MIA's gsam.py (spec 2, 12) */
+#define SAGA_FLOOR 1e-10   /* S_i = max(L1 - L0, 1e-10); + 1e-10 after normalising (train_Baseline.py) */
+
+enum { HP_RHO, HP_SAGA, HP_PERTURB, HP_ASAM_ETA, HP_GSAM_ALPHA, HP_Q, HP_BETA, HP_SCORE_ROWS, HP_TAU, HP_HORIZON };
+enum { SAGA_SHARPNESS, SAGA_LOSS };
+enum { PERTURB_SAM, PERTURB_ASAM, PERTURB_GSAM };
+enum { UP_SAGA, UP_PERTURB_NORM, UP_GRAD_NORM, UP_COUNT };
+
+/* ---- radius ----------------------------------------------------------------------------------------- */
+
+/* T of the schedule: [algo] horizon, or fl.rounds when it is 0 */
+static double ism_horizon(const AlgoSetup *s, const double *hp)
+{
+    return hp[HP_HORIZON] > 0.0 ? hp[HP_HORIZON] : (double)s->rounds;
+}
+
+/* FedISM+ (spec 12, Eq. 12; FFL4MIA get_current_rho): rho(t) = rho_max ((t + 1)/T)^tau, t = 0 .. T-1 */
+double algo_fedismplus_radius(const AlgoSetup *s, const double *hp, int round)
+{
+    return hp[HP_RHO] * pow(((double)round + 1.0) / ism_horizon(s, hp), hp[HP_TAU]);
+}
+
+static int ism_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    const double *hp = s->hp;
+    const int plus = m->step->round_radius != NULL;
+    const char *rho_key = plus ? "rho_max" : "rho";
+    if (!isfinite(hp[HP_RHO]) || hp[HP_RHO] < 0.0)
+        return algo_refuse(m, "[algo] %s = %g must be a finite number >= 0", rho_key, hp[HP_RHO]);
+    if (!isfinite(hp[HP_Q]) || hp[HP_Q] < 0.0)
+        return algo_refuse(m, "[algo] q = %g must be a finite number >= 0", hp[HP_Q]);
+    if (hp[HP_SCORE_ROWS] != floor(hp[HP_SCORE_ROWS]))
+        return algo_refuse(m, "[algo] score_rows = %g must be a whole number of rows (0: all)", hp[HP_SCORE_ROWS]);
+    if (!plus) return FH_OK;
+    if (!isfinite(hp[HP_TAU]) || !(hp[HP_TAU] > 0.0))
+        return algo_refuse(m, "[algo] tau = %g must be a finite number > 0", hp[HP_TAU]);
+    const double T = hp[HP_HORIZON];
+    if (T != floor(T) || (T > 0.0 && T < (double)s->rounds))
+        return algo_refuse(m, "[algo] horizon = %g must be 0 (T = fl.rounds) or a whole number of rounds >= "
+                           "fl.rounds = %d (rho(t) would pass rho_max)", T, s->rounds);
+    for (int t = 0; t < s->rounds; t++) {
+        const double r = algo_fedismplus_radius(s, hp, t);
+        if (!isfinite(r) || r < 0.0)
+            return algo_refuse(m, "the radius schedule gives rho(%d) = %g: check [algo] rho_max, tau and horizon", t, r);
+    }
+    return FH_OK;
+}
+
+/* ---- the client's report: sharpness on its whole local set at w^t (spec 12) --------------------------- */
+
+#define LOCAL_PASS_DONE (-1) /* a batch callback's value that ends for_each_local_batch early */
+
+typedef struct {
+    NnModel *model;
+    float *dlogits;
+    int with_grad;
+    int64_t rows; /* rows to use, 0: all */
+    double sum;
+    int64_t n;
+} LocalPass;
+
+/* plain CE of (the first rows of) one batch (eval mode); with_grad: + the gradient of their summed loss */
+static int local_pass_batch(void *env, const AlgoBatch *b)
+{
+    LocalPass *e = env;
+    const int use = e->rows > 0 && e->rows - e->n < b->count ? (int)(e->rows - e->n) : b->count;
+    memset(e->dlogits, 0, (size_t)b->count * b->classes * sizeof(float)); /* rows past `use`: no gradient */
+    const float l = nn_softmax_xent(e->dlogits, NULL, b->logits, b->y, NULL, NULL, use, b->classes);
+    e->sum += (double)l * use;
+    e->n += use;
+    if (e->with_grad) {
+        nn_vec_scale(e->dlogits, (float)use, (int64_t)use * b->classes); /* mean -> sum over the samples */
+        nn_model_backward(e->model, e->dlogits, NULL);                    /* accumulates over the batches */
+    }
+    return e->rows > 0 && e->n >= e->rows ? LOCAL_PASS_DONE : FH_OK;
+}
+
+/* algo_sam_sharpness's definitions over the client's whole local set (rows > 0: its first `rows` rows in file
+ * order), streamed batch by batch through c->for_each_local_batch (eval mode, no augmentation): G = sum of the
+ * per-sample CE gradients at `state`, e = rho G/(||G|| + 1e-12) on the trainable part, *L0 = mean CE at state,
+ * *L1 = mean CE at state + e. pert: n_state floats of scratch (holds state + e). Uses model's gradient and
+ * activations. */
+int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,
+                         double *L0, double *L1)
+{
+    LocalPass e = { .model = model, .with_grad = 1, .rows = rows };
+    FH_CHECK(fh_alloc_aligned(&e.dlogits, (size_t)model->max_batch * model->classes * sizeof(float), "logit gradients"));
+    nn_model_zero_grad(model);
+    int status = c->for_each_local_batch(c, model, state, local_pass_batch, &e);
+    if (status == LOCAL_PASS_DONE) status = FH_OK;
+    if (status == FH_OK) {
+        *L0 = e.n > 0 ? e.sum / (double)e.n : 0.0;
+        double sq = 0.0;
+        for (int64_t j = 0; j < model->n_params; j++) sq += (double)model->grad[j] * (double)model->grad[j];
+        const float scale = (float)(rho / (sqrt(sq) + 1e-12));
+        nn_vec_copy(pert, state, model->n_state);
+        nn_vec_axpy(pert, scale, model->grad, model->n_params);
+        e = (LocalPass){ .model = model, .dlogits = e.dlogits, .rows = rows };
+        status = c->for_each_local_batch(c, model, pert, local_pass_batch, &e);
+        if (status == LOCAL_PASS_DONE) status = FH_OK;
+        *L1 = e.n > 0 ? e.sum / (double)e.n : 0.0;
+    }
+    fh_free(&e.dlogits);
+    return status;
+}
+
+/* Before training (model->state = w^t): upload scalar 0 = S_i = max(L1 - L0, 1e-10) or PL_i = L1 at this
+ * round's radius. work[0] holds the perturbed state until the first step overwrites it. */
+static int ism_begin(AlgoClientCtx *c)
+{
+    double L0 = 0.0, L1 = 0.0;
+    FH_CHECK(algo_local_sharpness(c, c->model, c->global, algo_sam_radius(c), (int64_t)c->hp[HP_SCORE_ROWS], c->work,
+                                  &L0, &L1));
+    c->upload_scalars[UP_SAGA] = (int)c->hp[HP_SAGA] == SAGA_LOSS ? L1 : fmax(L1 - L0, SAGA_FLOOR);
+    return FH_OK;
+}
+
+/* ---- server: SAGA weights (spec 12, Eqs. 16-18) ------------------------------------------------------ */
+
+/* The participants' new moving averages a[i] (ascending client id):
+ *   wtilde_i = (v_i/sum v + 1e-10)^q / sum_j (v_j/sum v + 1e-10)^q     over the participants,
+ *   a_i <- a_i + beta (wtilde_i - a_i)   (= beta wtilde_i + (1 - beta) a_i; this form keeps a_i bit for bit
+ *                                          when wtilde_i = a_i, so q = 0 is uniform averaging exactly),
+ *   a_i  = wtilde_i at the client's first aggregation.
+ * The powers are taken of the ratios to the largest term (same value after the normalisation; no underflow of
+ * all terms at large q). */
+static int saga_compute(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *a)
+{
+    const double q = s->hp[HP_Q], beta = s->hp[HP_BETA];
+    const double *avg = s->server_scalars, *seen = s->server_scalars + s->n_clients;
+    double sum = 0.0;
+    for (int i = 0; i < m; i++) {
+        const double v = u[i].scalars[UP_SAGA];
+        if (!isfinite(v) || v < 0.0)
+            FH_FAIL(FH_ERR_NUMERIC, "round %d: client %d reports %s %g (SAGA needs a finite value >= 0)", s->round + 1,
+                    u[i].client, (int)s->hp[HP_SAGA] == SAGA_LOSS ? "perturbed loss" : "sharpness", v);
+        sum += v;
+    }
+    double top = 0.0;
+    for (int i = 0; i < m; i++) {
+        a[i] = (sum > 0.0 ? u[i].scalars[UP_SAGA] / sum : 0.0) + SAGA_FLOOR;
+        if (a[i] > top) top = a[i];
+    }
+    double total = 0.0;
+    for (int i = 0; i < m; i++) total += a[i] = pow(a[i] / top, q);
+    for (int i = 0; i < m; i++) {
+        const double wt = a[i] / total;
+        const int k = u[i].client;
+        a[i] = seen[k] != 0.0 ? avg[k] + beta * (wt - avg[k]) : wt;
+    }
+    return FH_OK;
+}
+
+/* p_i proportional to the participants' a_i (the update normalises: renormalised to sum 1 over the round's
+ * clients); scaled by the largest so that equal a_i give p_i = 1 exactly, as uniform averaging. No n_i. */
+static int saga_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    FH_CHECK(saga_compute(s, u, m, p));
+    double top = 0.0;
+    for (int i = 0; i < m; i++)
+        if (p[i] > top) top = p[i];
+    if (!(top > 0.0)) FH_FAIL(FH_ERR_NUMERIC, "round %d: SAGA weights are all zero", s->round + 1);
+    for (int i = 0; i < m; i++) p[i] /= top;
+    return FH_OK;
+}
+
+/* keeps the participants' moving averages, then w^{t+1} = sum p_i w_i / sum p_i over the whole state
+ * (BatchNorm statistics included, as the code's FedAvg) */
+static int saga_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    double *a = NULL;
+    FH_CHECK(fh_calloc(&a, (size_t)(m > 0 ? m : 1), sizeof *a, "SAGA weights"));
+    int status = saga_compute(s, u, m, a);
+    if (status == FH_OK) {
+        for (int i = 0; i < m; i++) {
+            s->server_scalars[u[i].client] = a[i];
+            s->server_scalars[s->n_clients + u[i].client] = 1.0;
+        }
+        status = algo_average(s, u, m, p, global);
+    }
+    fh_free(&a);
+    return status;
+}
+
+/* ---- parts and sizes ------------------------------------------------------------------------------- */
+
+/* upload: S_i + the step diagnostics; server: a and the seen flags (2K); work: the saved w (and g for GSAM),
+ * work[0] also holds w^t + e in the report */
+static void ism_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->upload_scalars = UP_COUNT;
+    z->upload_perturb_norm = UP_PERTURB_NORM + 1;
+    z->upload_grad_norm = UP_GRAD_NORM + 1;
+    z->server_scalars = 2 * (int64_t)s->n_clients;
+    z->work_vectors = (int)s->hp[HP_PERTURB] == PERTURB_GSAM ? 2 : 1;
+}
+
+static const AlgoLocalStep ism_step_part = { .step = algo_sam_step, .norm_eps = ISM_NORM_EPS };
+static const AlgoLocalStep ismplus_step_part = { .step = algo_sam_step, .round_radius = algo_fedismplus_radius,
+                                                 .norm_eps = ISM_NORM_EPS };
+static const AlgoClientReport ism_report_part = { .begin = ism_begin };
+static const AlgoServerWeights saga_weights_part = { .weights = saga_weights };
+static const AlgoServerUpdate saga_update_part = { .update = saga_update };
+
+#define KEY_SAGA                                                                                                \
+    { "saga", 0, 0, 0, "sharpness|loss",                                                                       \
+      "SAGA's client score, on the whole local set at w^t with the round's radius (eval mode, plain CE): "      \
+      "sharpness (S_i = max(L(w^t + e) - L(w^t), 1e-10), FedISM+(S); the official code's only variant; default) " \
+      "or loss (the perturbed loss PL_i = L(w^t + e), FedISM+(L), paper Eq. 17)" }
+#define KEY_PERTURB                                                                                             \
+    { "perturb", 2, 0, 0, "sam|asam|gsam",                                                                     \
+      "local optimiser of SALT, on top of [train] optimizer (the paper: Adam lr 3e-4, wd 5e-4, with [train] "   \
+      "logit_adjust = 1): gsam (GSAM, spec 2; FFL4MIA train_GSAM; default), sam (equal to gsam with gsam_alpha = 0) or asam; "     \
+      "eps = rho g/(||g|| + 1e-12) as FFL4MIA's gsam.py" },                                                     \
+    { "asam_eta", 0.2, 0.0, 1e6, NULL, "ASAM offset eta_a (perturb = asam only); spec 1 default 0.2" },        \
+    { "gsam_alpha", 0.1, 0.0, 1.0, NULL,                                                                       \
+      "GSAM alpha in [0, 1] (perturb = gsam): FedISM's code default 0.1 (spec 12); official GSAM example 0.4; " \
+      "0 is SAM" }
+#define KEY_SAGA_SERVER                                                                                              \
+    { "q", 2.0, 0.0, 100.0, NULL,                                                                              \
+      "SAGA exponent q in [0, 100]: wtilde_i ~ (S_i/sum S + 1e-10)^q; spec 12 default 2.0 (paper and code); "   \
+      "q = 0 gives uniform weights (averaging without n_i) [fedhet accepts 0 for that ablation]" },             \
+    { "beta", 0.5, 0.0, 1.0, NULL,                                                                             \
+      "SAGA moving average beta in (0, 1]: a_i <- beta wtilde_i + (1 - beta) a_i, a_i = wtilde_i at a client's " \
+      "first aggregation; spec 12 default 0.5; 1: no averaging. Partial participation [PROPOSED]: only the "    \
+      "participants' a_i move, renormalised over them", 1, 0 },                                                \
+    { "score_rows", 0, 0.0, 1e9, NULL,                                                                         \
+      "rows of the client's local set the SAGA score is measured on: 0 = all (spec 12, paper and code; default); " \
+      "N > 0: its first N rows in file order (a random subset for iid and dirichlet partitions, which are "     \
+      "shuffled per client) [PROPOSED cost cap: the score costs one forward-backward and one forward pass per "   \
+      "row, more than short local training; the quick configs use it]" }
+
+const AlgoMethod algo_family_fedism[] = {
+    {
+        .name = "fedism",
+        .summary = "FedISM: sharpness-aware local training (GSAM) at a constant radius, server weights growing "
+                   "with each client's sharpness on its local set (SAGA)",
+        .source = "spec algorithms-sam 12 (and 2)",
+        .state = "- | a_k and first-appearance flags (2K scalars)",
+        .payload = "down 1, up 1 + S_i",
+        .step = &ism_step_part,
+        .report = &ism_report_part,
+        .weights = &saga_weights_part,
+        .update = &saga_update_part,
+        .validate = ism_validate,
+        .sizes = ism_sizes,
+        .quality_shift = 1,
+        .n_hp = 8,
+        .hp = {
+            { "rho", 0.05, 0.0, 1e6, NULL,
+              "radius rho >= 0 of the local GSAM steps and of the sharpness S_i; spec 12 default 0.05 (FFL4MIA "
+              "options.py). The paper's setup also uses [train] optimizer = adam, lr 3e-4, weight_decay 5e-4, "
+              "batch 32, epochs 1, logit_adjust = 1" },
+            KEY_SAGA,
+            KEY_PERTURB,
+            KEY_SAGA_SERVER,
+        },
+    },
+    {
+        .name = "fedismplus",
+        .summary = "FedISM+: FedISM with a progressive radius rho(t) = rho_max ((t + 1)/T)^tau; SAGA from "
+                   "sharpness (S) or perturbed loss (L)",
+        .source = "spec algorithms-sam 12 (and 2)",
+        .state = "- | a_k and first-appearance flags (2K scalars)",
+        .payload = "down 1 (rho(t) computed on the client), up 1 + S_i or PL_i",
+        .step = &ismplus_step_part,
+        .report = &ism_report_part,
+        .weights = &saga_weights_part,
+        .update = &saga_update_part,
+        .validate = ism_validate,
+        .sizes = ism_sizes,
+        .quality_shift = 1,
+        .n_hp = 10,
+        .hp = {
+            { "rho_max", 0.1, 0.0, 1e6, NULL,
+              "largest radius rho_max >= 0 of rho(t) = rho_max ((t + 1)/T)^tau (paper Eq. 12 with t = 1..T; "
+              "FFL4MIA get_current_rho); spec 12 default 0.1. The paper's setup also uses [train] optimizer = adam, "
+              "lr 3e-4, weight_decay 5e-4, batch 32, epochs 1, logit_adjust = 1" },
+            KEY_SAGA,
+            KEY_PERTURB,
+            KEY_SAGA_SERVER,
+            { "tau", 0.5, 0.0, 1e3, NULL,
+              "growth exponent tau > 0 of rho(t) (tau < 1: fast early growth; 1: linear); spec 12 default 0.5", 1, 0 },
+            { "horizon", 0, 0.0, 1e9, NULL,
+              "T of rho(t) in rounds: 0 = fl.rounds (the paper); a whole number >= fl.rounds keeps the schedule "
+              "of a longer run (set it when a run is to be extended with --resume)" },
+        },
+    },
+};
+const int algo_family_fedism_count = sizeof algo_family_fedism / sizeof algo_family_fedism[0];
