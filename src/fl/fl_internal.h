@@ -148,6 +148,7 @@ int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int 
     X(test_balanced_accuracy) X(test_auc_ovr_macro) X(test_auc_ovr_weighted) X(test_auc_ovo_macro)          \
     X(test_f1_macro) X(corrupted_accuracy) X(corrupted_loss) X(corrupted_balanced_accuracy)                 \
     X(corrupted_auc_ovo_macro) X(train_loss) X(drift) X(drift_full) X(divergence) X(bytes_down) X(bytes_up)       \
+    X(client_auc_std) X(client_bacc_std)                                                                    \
     X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss) X(method_scalar) X(rho)
 #define X(name) FL_COL_##name,
 enum { FL_METRIC_COLUMNS FL_N_COLUMNS };

@@ -611,6 +611,14 @@ static int evaluate(FlRun *run, double *row)
         row[FL_COL_corrupted_loss] = e.loss;
         row[FL_COL_corrupted_balanced_accuracy] = e.balanced_accuracy;
         row[FL_COL_corrupted_auc_ovo_macro] = e.auc_ovo_macro;
+        /* spec C.6: each client scored on the test set of its own quality; population std over clients */
+        const int K = run->n_clients;
+        int corrupted = 0;
+        for (int k = 0; k < K; k++) corrupted += run->data.corruption[k] != 0;
+        const double p = (double)corrupted / K, spread = sqrt(p * (1 - p));
+        row[FL_COL_client_auc_std] = spread * fabs(row[FL_COL_test_auc_ovo_macro] - row[FL_COL_corrupted_auc_ovo_macro]);
+        row[FL_COL_client_bacc_std] =
+            spread * fabs(row[FL_COL_test_balanced_accuracy] - row[FL_COL_corrupted_balanced_accuracy]);
     }
     return FH_OK;
 }
