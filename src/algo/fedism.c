@@ -9,7 +9,8 @@
  * Key layout (algo_sam_step reads hp 0 and 2-4): hp 0 rho (FedISM) or rho_max (FedISM+), hp 1 saga, hp 2
  * perturb, hp 3 asam_eta, hp 4 gsam_alpha, hp 5 q, hp 6 beta, hp 7 score_rows; FedISM+ adds hp 8 tau, hp 9
  * horizon.
- * Upload scalars: 0 = S_i or PL_i, 1 = mean ||eps|| of the steps, 2 = their mean ||g|| (diagnostics).
+ * Upload scalars: 0 = S_i or PL_i, 1 = L0, 2 = L1 (the losses at w^t and w^t + e), 3 = rho(t) (clients.csv
+ * columns saga_score, l0, l1, rho; metrics.csv rho), 4 = mean ||eps|| of the steps, 5 = their mean ||g||.
  * Server scalars (broadcast, checkpointed; K-sized): [0, K) a_k, the SAGA moving average of every client;
  * [K, 2K) 1 once client k has been aggregated (its first appearance uses wtilde, spec 12 [PROPOSED]). */
 #include "algo_internal.h"
@@ -25,7 +26,7 @@
 enum { HP_RHO, HP_SAGA, HP_PERTURB, HP_ASAM_ETA, HP_GSAM_ALPHA, HP_Q, HP_BETA, HP_SCORE_ROWS, HP_TAU, HP_HORIZON };
 enum { SAGA_SHARPNESS, SAGA_LOSS };
 enum { PERTURB_SAM, PERTURB_ASAM, PERTURB_GSAM };
-enum { UP_SAGA, UP_PERTURB_NORM, UP_GRAD_NORM, UP_COUNT };
+enum { UP_SAGA, UP_L0, UP_L1, UP_RHO, UP_PERTURB_NORM, UP_GRAD_NORM, UP_COUNT };
 
 /* ---- radius ----------------------------------------------------------------------------------------- */
 
@@ -130,9 +131,12 @@ int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, d
 static int ism_begin(AlgoClientCtx *c)
 {
     double L0 = 0.0, L1 = 0.0;
-    FH_CHECK(algo_local_sharpness(c, c->model, c->global, algo_sam_radius(c), (int64_t)c->hp[HP_SCORE_ROWS], c->work,
-                                  &L0, &L1));
+    const double rho = algo_sam_radius(c);
+    FH_CHECK(algo_local_sharpness(c, c->model, c->global, rho, (int64_t)c->hp[HP_SCORE_ROWS], c->work, &L0, &L1));
     c->upload_scalars[UP_SAGA] = (int)c->hp[HP_SAGA] == SAGA_LOSS ? L1 : fmax(L1 - L0, SAGA_FLOOR);
+    c->upload_scalars[UP_L0] = L0;
+    c->upload_scalars[UP_L1] = L1;
+    c->upload_scalars[UP_RHO] = rho;
     return FH_OK;
 }
 
@@ -205,11 +209,14 @@ static int saga_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
 
 /* ---- parts and sizes ------------------------------------------------------------------------------- */
 
-/* upload: S_i + the step diagnostics; server: a and the seen flags (2K); work: the saved w (and g for GSAM),
- * work[0] also holds w^t + e in the report */
+/* upload: S_i, L0, L1, rho(t) (clients.csv columns, metrics.csv rho) and the step diagnostics; server: a and the
+ * seen flags (2K); work: the saved w (and g for GSAM), work[0] also holds w^t + e in the report */
 static void ism_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->upload_scalars = UP_COUNT;
+    z->client_columns = "saga_score,l0,l1,rho";
+    z->client_column_first = UP_SAGA;
+    z->upload_radius = UP_RHO + 1;
     z->upload_perturb_norm = UP_PERTURB_NORM + 1;
     z->upload_grad_norm = UP_GRAD_NORM + 1;
     z->server_scalars = 2 * (int64_t)s->n_clients;
@@ -258,7 +265,7 @@ const AlgoMethod algo_family_fedism[] = {
                    "with each client's sharpness on its local set (SAGA)",
         .source = "spec algorithms-sam 12 (and 2)",
         .state = "- | a_k and first-appearance flags (2K scalars)",
-        .payload = "down 1, up 1 + S_i",
+        .payload = "down 1, up 1 + S_i (+ L0, L1, rho for clients.csv)",
         .step = &ism_step_part,
         .report = &ism_report_part,
         .weights = &saga_weights_part,
@@ -283,7 +290,7 @@ const AlgoMethod algo_family_fedism[] = {
                    "sharpness (S) or perturbed loss (L)",
         .source = "spec algorithms-sam 12 (and 2)",
         .state = "- | a_k and first-appearance flags (2K scalars)",
-        .payload = "down 1 (rho(t) computed on the client), up 1 + S_i or PL_i",
+        .payload = "down 1 (rho(t) computed on the client), up 1 + S_i or PL_i (+ L0, L1, rho for clients.csv)",
         .step = &ismplus_step_part,
         .report = &ism_report_part,
         .weights = &saga_weights_part,

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end tests of the 'fedism' method family (spec algorithms-sam 12: fedism, fedismplus) under mpirun
 # with 3 ranks on the tiny synthetic set of tests/mpi/lib.sh: the radius each round's local steps apply follows
-# rho(t) = rho_max ((t + 1)/T)^tau (metrics.csv perturb_norm); SAGA with q = 0 (and with no sharpness at
-# radius 0) is uniform averaging bit for bit; the switches change the model; the SAGA state in the checkpoint;
-# bit-identical resume; the clean/corrupted message and metrics; bad keys.
+# rho(t) = rho_max ((t + 1)/T)^tau (metrics.csv perturb_norm and rho); the clients' scores and the first SAGA
+# weights in clients.csv; SAGA with q = 0 (and with no sharpness at radius 0) is uniform averaging bit for bit;
+# the switches change the model; the SAGA state in the checkpoint; bit-identical resume; the clean/corrupted
+# message and metrics; bad keys.
 # usage: tests/mpi/test_methods_fedism.sh [test_name]      (last line: "N passed, N failed")
 source "$(dirname "$0")/lib.sh"
 
@@ -14,29 +15,19 @@ setup()
         corruption=gaussian_noise severity=5 corrupted=2 >"$WORK/pq.out" 2>&1 || { cat "$WORK/pq.out"; return 1; }
 }
 
-# bad_key WHAT KEY OVERRIDES...: exit 1 and a message naming KEY, no run folder
-bad_key()
-{
-    local what=$1 key=$2 tag
-    tag=bad$(echo "$what" | tr -c 'a-zA-Z0-9' _)
-    shift 2
-    fh 3 "$tag" "$WORK/base.ini" output.name="$tag" "$@"
-    expect_rc "$what" 1 || return 1
-    grep -q -- "$key" "$WORK/$tag.err" || fail "$what: the message does not name $key: $(errline "$tag")"
-    [ -e "$WORK/out/$tag" ] && fail "$what: the run folder was made"
-    return 0
-}
-
 # radius_is RUN WHAT RHO...: metrics.csv perturb_norm (the clients' mean ||eps|| over their SAM steps, = the
-# radius up to the float rounding of rho g/(||g|| + 1e-12)) equals the given radius of every round
+# radius up to the float rounding of rho g/(||g|| + 1e-12)) equals the given radius of every round, and so
+# does the column rho (the radius the clients report, printed to 10 digits)
 radius_is()
 {
     local run=$1 what=$2
     shift 2
-    paste -d, <(metric_values "$run" perturb_norm) <(printf '%s\n' "$@") |
-        awk -F, '{ d = $1 - $2; if ($1 == "" || $2 == "" || d > 1e-6 * $2 || d < -1e-6 * $2) { print "round " NR ": " $1 " vs " $2; bad = 1 } }
+    paste -d, <(metric_values "$run" perturb_norm) <(printf '%s\n' "$@") <(metric_values "$run" rho) |
+        awk -F, '{ d = $1 - $2; e = $3 - $2
+                   if ($1 == "" || $2 == "" || d > 1e-6 * $2 || d < -1e-6 * $2) { print "round " NR ": " $1 " vs " $2; bad = 1 }
+                   if ($3 == "" || e > 1e-9 * $2 || e < -1e-9 * $2) { print "round " NR ": rho " $3 " vs " $2; bad = 1 } }
                  END { if (NR != '$#') { print NR " rows"; bad = 1 } exit bad }' >"$WORK/radius.check" ||
-        fail "$what: perturb_norm is not rho(t): $(head -3 "$WORK/radius.check" | tr '\n' ' ')"
+        fail "$what: perturb_norm or rho is not rho(t): $(head -3 "$WORK/radius.check" | tr '\n' ' ')"
 }
 
 # ---- the radius (spec 12, Eq. 12) ------------------------------------------------------------------------
@@ -82,6 +73,28 @@ test_q0_is_uniform()
         fail "q = 0: clients.csv weights are not all 1/3: $(echo $w | cut -c1-200)"
     [ "$(column "$WORK/out/dffedism_rho_0_saga_loss_vs_uniform_A/clients.csv" weight | sort -u | wc -l)" -gt 1 ] ||
         fail "saga = loss: the weights are uniform"
+}
+
+# clients.csv: saga_score = max(l1 - l0, 1e-10) (S) or l1 (L), l1 > l0, rho = rho(t) for every client of the
+# round; with all clients, round 1's weights are the first-appearance SAGA weights S_i^2 / sum_j S_j^2 (q = 2,
+# no sample counts)
+test_client_columns()
+{
+    local v
+    for v in sharpness loss; do
+        fh 3 cc$v "$WORK/base.ini" output.name=cc$v algo.method=fedismplus algo.saga=$v fl.selection=all fl.rounds=2
+        expect_rc "fedismplus saga=$v" 0 || continue
+        awk -F, -v v=$v '
+            NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+            { s = $c["saga_score"]; l0 = $c["l0"]; l1 = $c["l1"]; r = $c["rho"]; t = $c["round"]
+              want = v == "loss" ? l1 : (l1 - l0 > 1e-10 ? l1 - l0 : 1e-10)
+              if (s - want > 2e-9 || want - s > 2e-9 || !(l1 > l0)) { print "row " NR ": score " s " l0 " l0 " l1 " l1; bad = 1 }
+              rt = 0.1 * sqrt((t + 1) / 2); if (r - rt > 1e-9 || rt - r > 1e-9) { print "row " NR ": rho " r " vs " rt; bad = 1 }
+              if (t == 0) { w[NR] = $c["weight"]; q[NR] = s * s; sq += s * s } }
+            END { for (i in w) if (w[i] - q[i] / sq > 1e-6 || q[i] / sq - w[i] > 1e-6) { print "weight " w[i] " vs " q[i] / sq; bad = 1 }
+                  if (NR != 13) { print NR - 1 " rows"; bad = 1 } exit bad }' "$WORK/out/cc$v/clients.csv" >"$WORK/cc.check" ||
+            fail "saga=$v clients.csv: $(head -3 "$WORK/cc.check" | tr '\n' ' ')"
+    done
 }
 
 # the variants change the model: S vs L, q, beta, GSAM vs SAM, FedISM vs FedISM+, a cap on the score's rows
@@ -182,6 +195,6 @@ test_bad_keys()
     bad_key "rho on fedismplus" rho algo.method=fedismplus algo.rho=0.1
 }
 
-TESTS=(radius_schedule q0_is_uniform switches saga_state resume corrupted_message bad_keys)
+TESTS=(radius_schedule client_columns q0_is_uniform switches saga_state resume corrupted_message bad_keys)
 
 run_tests "$@"

@@ -211,12 +211,13 @@ static void test_local_sharpness(void)
     double scores[2][2];
     for (int r = 0; r < 2; r++) {
         const AlgoMethod *meth = algo_find(names[r]);
-        double hp[ALGO_MAX_HP], up[4] = { 0 };
+        double hp[ALGO_MAX_HP], up[6] = { 0 };
         defaults(meth, hp);
         AlgoSetup s = { .hp = hp, .rounds = 4, .n_params = m.n_params, .n_state = S };
         AlgoSizes z;
         algo_sizes(meth, &s, &z);
-        CHECK(z.upload_scalars == 3 && z.upload_perturb_norm == 2 && z.upload_grad_norm == 3 && z.work_vectors == 2);
+        CHECK(z.upload_scalars == 6 && z.upload_perturb_norm == 5 && z.upload_grad_norm == 6 && z.work_vectors == 2);
+        CHECK(z.upload_radius == 4 && z.client_column_first == 0 && !strcmp(z.client_columns, "saga_score,l0,l1,rho"));
         CHECK(z.server_scalars == 0 && z.client_vectors == 0);
         float *w = calloc((size_t)(z.work_vectors * S), sizeof(float));
         AlgoClientCtx cc = { .model = &m, .global = state, .upload_scalars = up, .hp = hp, .setup = &s, .sizes = &z,
@@ -231,6 +232,7 @@ static void test_local_sharpness(void)
         }
         CHECK_MSG(scores[r][0] == fmax(r1 - r0, 1e-10), "%s: S_i %.17g, expected %.17g", names[r], scores[r][0], r1 - r0);
         CHECK_MSG(scores[r][1] == r1, "%s: PL_i %.17g, expected %.17g", names[r], scores[r][1], r1);
+        CHECK(up[1] == r0 && up[2] == r1 && up[3] == rho);
         CHECK(scores[r][0] != scores[r][1] && scores[r][0] > 1e-10);
         CHECK(memcmp(m.state, copy, (size_t)S * 4) == 0 && m.training == 1);
         /* radius 0: no sharpness, the floor */
