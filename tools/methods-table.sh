@@ -43,7 +43,12 @@ done
         name=$(basename "$dir")
         csv=$dir/metrics.csv
         [ -f "$csv" ] || continue
-        acc=$(column "$csv" test_accuracy | grep -v nan | tail -1)
+        acc=$(column "$csv" test_accuracy | grep -v nan | grep . | tail -1)
+        # a run that stopped with an error (e.g. diverged) has no final accuracy to show
+        if [ -z "$acc" ] || grep -q error "$OUT/$name.log" 2>/dev/null; then
+            printf '| %s | failed (%s.log) | | | |\n' "$name" "$name"
+            continue
+        fi
         best=$(column "$csv" test_accuracy | grep -v nan | sort -g | tail -1)
         secs=$(column "$csv" t_round | awk '{ s += $1; n++ } END { if (n) printf "%.2f", s / n }')
         diff=$(awk -v a="$acc" -v b="$base" 'BEGIN { if (b == "") print "-"; else printf "%+.4f", a - b }')

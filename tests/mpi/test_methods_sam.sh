@@ -130,11 +130,12 @@ test_compat_official()
 
 # ---- reductions to baselines --------------------------------------------------------------------------
 
-# MoFedSAM alpha = 1 is FedSAM (no momentum); FedLWSAM rho = 0 is FedLW / FedNoLoWe
+# MoFedSAM alpha = 1 is FedSAM (no momentum) and rho = 0 is FedCM; FedLWSAM rho = 0 is FedLW / FedNoLoWe
 test_reductions()
 {
     equal_runs "mofedsam alpha=1 vs fedsam" 3 "algo.method=mofedsam algo.alpha=1" "algo.method=fedsam"
     differ_runs "mofedsam vs fedsam" 3 "algo.method=mofedsam" "algo.method=fedsam"
+    equal_runs "mofedsam rho=0 vs fedcm" 3 "algo.method=mofedsam algo.rho=0 algo.k_norm=actual" "algo.method=fedcm"
     equal_runs "fedlwsam rho=0 vs fedlw" 3 "algo.method=fedlwsam algo.rho=0" "algo.method=fedlw"
     equal_runs "fedlwsam rho=0 nolowe vs fednolowe" 3 "algo.method=fedlwsam algo.rho=0 algo.lw=nolowe" \
         "algo.method=fednolowe"
