@@ -37,7 +37,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps deps-bench test test-unit run sensitivity bench bench-partition bench-round bench-methods bench-sam clean help check-tools
+.PHONY: all deps deps-bench test test-unit run sensitivity quick-results bench bench-partition bench-round bench-methods bench-sam clean help check-tools
 
 all: check-tools bin/fedhet $(UNIT_BIN)
 
@@ -47,6 +47,7 @@ help:
 	@echo "make test        deps + build + every test; ends with 'N passed, N failed'"
 	@echo "make run         deps + build + the demo experiment"
 	@echo "make sensitivity deps + build + a 3-seed grid on Fashion-MNIST and its report (outputs/sensitivity-fedsam)"
+	@echo "make quick-results deps + build + every inputs/*-quick.ini over 3 seeds (outputs/quick-results)"
 	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
 	@echo "make bench-partition / bench-round / bench-methods   one of them (methods: hook overhead over FedAvg)"
 	@echo "make bench-sam   SAM-family step cost over the SGD step (targets 2.1x, single-backprop 1.15x)"
@@ -98,6 +99,11 @@ run: deps
 sensitivity: deps
 	@$(MAKE) --no-print-directory all
 	@./tools/sensitivity.sh
+
+# the seed methods' quick configs over 3 seeds each, as grids, and their reports
+quick-results: deps
+	@$(MAKE) --no-print-directory all
+	@./tools/quick-results.sh
 
 bench: all $(BUILD)/bench/sam_step
 	@./tests/bench/engine.sh
