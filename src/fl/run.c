@@ -358,18 +358,27 @@ typedef struct {
     int rounds_timed;
 } FlLoop;
 
+/* The most clients a round can select: m for count and fraction, K for all and bernoulli. Upload records
+ * are model-sized, so the buffers hold this many, not K. */
+static int max_selected(const FlRun *run)
+{
+    const int m = fl_clients_per_round(&run->s, run->n_clients);
+    return m > 0 ? m : run->n_clients;
+}
+
 static int loop_init(FlRun *run, FlLoop *L)
 {
     memset(L, 0, sizeof *L);
-    const int K = run->n_clients;
+    const int K = run->n_clients, m_max = max_selected(run);
     const size_t rec = run->layout.bytes;
     MPI_Type_contiguous((int)rec, MPI_BYTE, &L->record_type);
     MPI_Type_commit(&L->record_type);
     FH_CHECK(fh_calloc(&L->selected, (size_t)K, sizeof *L->selected, "selected clients"));
     if (run->comm.size > 1 && run->n_owned > 0)
-        FH_CHECK(fh_alloc_aligned(&L->send, (size_t)run->n_owned * rec, "upload records"));
+        FH_CHECK(fh_alloc_aligned(&L->send, (size_t)(run->n_owned < m_max ? run->n_owned : m_max) * rec,
+                                  "upload records"));
     if (run->comm.rank == 0) {
-        FH_CHECK(fh_alloc_aligned(&L->recv, (size_t)K * rec, "gathered upload records"));
+        FH_CHECK(fh_alloc_aligned(&L->recv, (size_t)m_max * rec, "gathered upload records"));
         FH_CHECK(fh_calloc(&L->counts, (size_t)run->comm.size, sizeof *L->counts, "gather counts"));
         FH_CHECK(fh_calloc(&L->displs, (size_t)run->comm.size, sizeof *L->displs, "gather offsets"));
         FH_CHECK(fh_calloc(&L->order, (size_t)K, sizeof *L->order, "upload order"));
@@ -820,11 +829,11 @@ static void print_budget(const FlRun *run)
                 run->comm.n_client_ranks, run->comm.n_client_ranks > 1 ? "s" : "", run->s.rounds);
     double model_work = ((double)nn_model_activation_bytes(model, run->s.batch_size)) / mib + 3 * state;
     fh_log_info("memory per client rank: model state + gradient + optimiser + activations %.1f MiB, its clients' data, "
-                "%d persistent vector%s per client (%.1f MiB each), upload records %.1f MiB per owned client",
+                "%d persistent vector%s per client (%.1f MiB each), upload records %.1f MiB per client it trains in a round",
                 model_work, run->z.client_vectors, run->z.client_vectors == 1 ? "" : "s", state,
                 (double)run->layout.bytes / mib);
     fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors",
-                run->n_clients, (double)run->layout.bytes / mib, run->n_clients * (double)run->layout.bytes / mib,
+                max_selected(run), (double)run->layout.bytes / mib, max_selected(run) * (double)run->layout.bytes / mib,
                 3 + run->z.server_vectors + run->z.server_private);
     if (m->quality_shift && !run->data.has_test_corrupted)
         fh_log_info("%s: the data has no corrupted test set ([data] corruption = none): the clean/corrupted comparison "
