@@ -9,37 +9,6 @@ source "$(dirname "$0")/lib.sh"
 
 setup() { setup_tiny; }
 
-# state_mean FILE.h5 DATASET ROW SCALE WHAT: DATASET[ROW] == SCALE * sum_k /clients/vector_0[k] over the
-# trainable part (within float rounding) and is not zero
-state_mean()
-{
-    local f=$1 ds=$2 row=$3 scale=$4 what=$5 out
-    dump_dataset "$f" "$ds" "$WORK/srv.bin" || { fail "$what: cannot read $ds of $f"; return 1; }
-    dump_dataset "$f" /clients/vector_0 "$WORK/cli.bin" || { fail "$what: cannot read /clients/vector_0 of $f"; return 1; }
-    dump_dataset "$f" /clients/has_state "$WORK/has.bin" || { fail "$what: cannot read /clients/has_state"; return 1; }
-    out=$(python3 - "$WORK/srv.bin" "$WORK/cli.bin" "$WORK/has.bin" "$row" "$scale" <<'EOF'
-import struct, sys
-def floats(path):
-    b = open(path, "rb").read()
-    return struct.unpack("<%df" % (len(b) // 4), b)
-srv, cli, has = floats(sys.argv[1]), floats(sys.argv[2]), floats(sys.argv[3])
-row, scale = int(sys.argv[4]), float(sys.argv[5])
-K = len(has); P = len(cli) // K
-s = srv[row * P:(row + 1) * P]
-worst = big = 0.0
-for j in range(P):
-    ref = scale * sum(cli[k * P + j] for k in range(K))
-    big = max(big, abs(ref), abs(s[j]))
-    worst = max(worst, abs(s[j] - ref))
-print("K=%d P=%d trained=%d max|x|=%.3g max|diff|=%.3g" % (K, P, sum(1 for h in has if h), big, worst))
-sys.exit(0 if big > 0 and worst <= 1e-5 * big + 1e-7 else 1)
-EOF
-)
-    [ $? -eq 0 ] || { fail "$what: $ds is not $scale x the sum of the clients' vectors ($out)"; return 1; }
-    note "$what: $out"
-    return 0
-}
-
 # ---- SAM, ASAM, GSAM, FedSAM (spec 1-3) ---------------------------------------------------------------
 
 # rho = 0: every SAM step is the SGD step, so FedSAM is uniform averaging (its default weights) and, with

@@ -9,78 +9,8 @@
 
 #include <stdlib.h>
 
-#include "../../src/algo/algo_internal.h"
+#include "fake_client.h"
 #include "fedhet/rng.h"
-
-/* ---- a client context around a model, with a fake runtime ----------------------------------------------- */
-
-typedef struct {
-    AlgoClientCtx c;
-    AlgoSetup setup;
-    AlgoSizes z;
-    double hp[ALGO_MAX_HP];
-    double up[8];
-    float *work, *client_vecs, *server_vecs, *global, *upload_vecs;
-    double server_scalars[4];
-    NnSgd sgd;
-    float *opt_seen; /* the weights the last optimiser step started from */
-} Fake;
-
-static void fake_grad_terms(AlgoClientCtx *c, float *grad, double *loss)
-{
-    if (c->method->correction) c->method->correction->correct(c, grad);
-    nn_clip_grad_norm(grad, c->n_params, 10.0f); /* FL-Simulator's clip (spec 0.2) */
-}
-
-static void fake_optimizer_step(AlgoClientCtx *c, float *w, const float *grad)
-{
-    Fake *f = c->optimizer;
-    if (f->opt_seen) memcpy(f->opt_seen, w, (size_t)c->n_params * sizeof(float));
-    nn_sgd_step(&f->sgd, w, grad, (float)c->lr);
-}
-
-/* method `name` with its default keys; then the caller may change f->hp and call fake_sizes */
-static void fake_init(Fake *f, const char *name, NnModel *m)
-{
-    memset(f, 0, sizeof *f);
-    const AlgoMethod *meth = algo_find(name);
-    CHECK(meth != NULL);
-    for (int h = 0; h < meth->n_hp; h++) f->hp[h] = meth->hp[h].default_value;
-    f->setup = (AlgoSetup){ .hp = f->hp, .n_clients = 2, .per_round = 2, .all_clients = 1, .rounds = 5,
-                            .n_params = m->n_params, .n_state = m->n_state, .classes = m->classes, .optimizer = "sgd",
-                            .lr = 0.1, .epochs = 1, .batch_size = 4 };
-    const size_t n = (size_t)m->n_state;
-    f->work = calloc(4 * n, sizeof(float));
-    f->client_vecs = calloc(4 * n, sizeof(float));
-    f->server_vecs = calloc(4 * n, sizeof(float));
-    f->global = calloc(n, sizeof(float));
-    f->upload_vecs = calloc(2 * n, sizeof(float));
-    CHECK_OK(nn_sgd_init(&f->sgd, m->n_params, 0.0f, 0.0f, 0));
-    f->c = (AlgoClientCtx){ .model = m, .global = f->global, .server_vecs = f->server_vecs,
-                            .server_scalars = f->server_scalars, .client_vecs = f->client_vecs,
-                            .upload_vecs = f->upload_vecs, .upload_scalars = f->up, .hp = f->hp, .setup = &f->setup,
-                            .sizes = &f->z, .work = f->work, .n_params = m->n_params, .n_state = m->n_state, .lr = 0.1,
-                            .n_steps = 4, .optimizer_step = fake_optimizer_step, .optimizer = f,
-                            .grad_terms = fake_grad_terms, .method = meth };
-    algo_sizes(meth, &f->setup, &f->z);
-}
-
-static void fake_free(Fake *f)
-{
-    free(f->work), free(f->client_vecs), free(f->server_vecs), free(f->global), free(f->upload_vecs);
-    free(f->opt_seen);
-    nn_sgd_free(&f->sgd);
-}
-
-/* A 2-parameter "model" for the hand-computed examples: only state and grad are used. */
-static void two_params(NnModel *m, float *state, float *grad)
-{
-    memset(m, 0, sizeof *m);
-    m->state = state;
-    m->grad = grad;
-    m->n_params = m->n_state = 2;
-    m->bn_update_running = 1;
-}
 
 /* conv 3x3 (bias) -> batch norm + relu -> gap -> linear: BN buffers, weights and biases */
 static void bn_model(NnModel *m)
