@@ -44,6 +44,8 @@ static void print_help(void)
            "      algo.rho = 0.01, 0.05, 0.1       ; section.key = comma-separated values\n"
            "      seed = 0..2                      ; a bare key naming one config key; A..B: integers A to B\n"
            "      zip = train.lr, train.epochs     ; keys that vary together (lists of one length), one line per group\n"
+           "      algo.rho = -, 0.05                ; -: this member leaves the key unset (zip it with algo.method to\n"
+           "                                        ; give each method only its own keys)\n"
            "      ranks_per_member = 2             ; ranks per federation (default: all ranks, one member at a time)\n"
            "  Members are the Cartesian product of the lists (the last key varies fastest). The N ranks are split\n"
            "  into N / ranks_per_member groups; each group runs one member at a time, as `fedhet run` would on that\n"

@@ -55,6 +55,8 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
 void grid_spec_free(GridSpec *g);
 
 /* Member i's value of axis a */
+/* a list item "-": the member does not set the key (it keeps its default) */
+int grid_value_is_unset(const char *value);
 const char *grid_member_value(const GridSpec *g, int64_t i, int a);
 /* "rho_max-0.05_seed-1": short_name-value per axis, joined by '_'; characters other than
  * [A-Za-z0-9.+-] in values become '~' */

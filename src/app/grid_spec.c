@@ -125,8 +125,8 @@ static int parse_range(const char *s, size_t n, long *lo, long *hi)
     return errno == 0 && *end1 == '\0' && *end2 == '\0' && dots[2] != '\0';
 }
 
-/* "0.01, 0.05, \"a, b\", 0..3": items split at commas outside double quotes, trimmed, unquoted;
- * integer ranges A..B expand. */
+/* "0.01, 0.05, \"a, b\", 0..3, -": items split at commas outside double quotes, trimmed, unquoted;
+ * integer ranges A..B expand; a bare - leaves the key unset for that member (it may repeat). */
 static int parse_list(GridAxis *a, const char *raw, const char *where)
 {
     const char *p = raw;
@@ -166,7 +166,7 @@ static int parse_list(GridAxis *a, const char *raw, const char *where)
     }
     for (int i = 0; i < a->n_values; i++)
         for (int j = 0; j < i; j++)
-            if (!strcmp(a->values[i], a->values[j]))
+            if (!grid_value_is_unset(a->values[i]) && !strcmp(a->values[i], a->values[j]))
                 FH_FAIL(FH_ERR_USAGE, "%s%s: value %s is listed twice", where, a->key, a->values[i]);
     return FH_OK;
 }
@@ -302,6 +302,11 @@ static int check_names_unique(const GridSpec *g)
     for (int64_t i = 0; i < g->n_members && status == FH_OK; i++) {
         char name[1024];
         grid_member_name(g, i, name, sizeof name);
+        if (!name[0]) {
+            status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: member %lld sets no key (every list gives "
+                                    "it -): it would have no folder name", g->path, (long long)i);
+            break;
+        }
         names[i] = strdup(name);
         if (!names[i]) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for member names");
     }
@@ -436,6 +441,21 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
     /* the grid folder: <[output] dir>/<[output] name, or the grid file's name> */
     AppIni base;
     FH_CHECK(app_ini_parse(&base, g->base_text, path));
+    /* "-" means the member leaves the key at its default; a value in the base config would win silently */
+    for (int a = 0; a < g->n_axes; a++) {
+        int has_unset = 0;
+        for (int v = 0; v < g->axes[a].n_values; v++) has_unset |= grid_value_is_unset(g->axes[a].values[v]);
+        char section[128];
+        snprintf(section, sizeof section, "%s", g->axes[a].key);
+        char *dot = strchr(section, '.');
+        *dot = '\0';
+        if (has_unset && app_ini_get(&base, section, dot + 1)) {
+            app_ini_free(&base);
+            FH_FAIL(FH_ERR_USAGE, "%s: [grid] %s (line %d; 0: the command line) lists - (unset) for some members, but "
+                    "[%s] sets %s: remove it there and give its value in the list", path, g->axes[a].key,
+                    g->axes[a].line, section, dot + 1);
+        }
+    }
     const char *dir = app_ini_get(&base, "output", "dir"), *name = app_ini_get(&base, "output", "name");
     snprintf(g->out_dir, sizeof g->out_dir, "%s", dir && *dir ? dir : "outputs");
     snprintf(g->name, sizeof g->name, "%s", name ? name : "");
@@ -480,12 +500,15 @@ const char *grid_member_value(const GridSpec *g, int64_t i, int a)
     return g->axes[a].values[dim_index(g, i, g->axes[a].dim)];
 }
 
+int grid_value_is_unset(const char *value) { return !strcmp(value, "-"); }
+
 void grid_member_name(const GridSpec *g, int64_t i, char *out, size_t size)
 {
     size_t used = 0;
     out[0] = '\0';
     for (int a = 0; a < g->n_axes && used + 1 < size; a++) {
-        used += (size_t)snprintf(out + used, size - used, "%s%s-", a ? "_" : "", g->axes[a].short_name);
+        if (grid_value_is_unset(grid_member_value(g, i, a))) continue;
+        used += (size_t)snprintf(out + used, size - used, "%s%s-", used ? "_" : "", g->axes[a].short_name);
         for (const char *v = grid_member_value(g, i, a); *v && used + 1 < size; v++)
             out[used++] = (isalnum((unsigned char)*v) || *v == '.' || *v == '+' || *v == '-') ? *v : '~';
         out[used < size ? used : size - 1] = '\0';
@@ -510,6 +533,7 @@ int grid_member_overrides(const GridSpec *g, int64_t i, char ***out, int *n)
     for (int j = 0; j < g->n_overrides; j++) v[k++] = strdup(g->overrides[j]);
     for (int a = 0; a < g->n_axes; a++) {
         const char *val = grid_member_value(g, i, a);
+        if (grid_value_is_unset(val)) continue;
         size_t len = strlen(g->axes[a].key) + strlen(val) + 2;
         if ((v[k] = malloc(len))) snprintf(v[k], len, "%s=%s", g->axes[a].key, val);
         k++;

@@ -124,6 +124,37 @@ static void test_zip(void)
     expect_error(BASE "[grid]\ntrain.lr = 0.1, 0.2\nzip = lr\n", NULL, 0, "at least two", NULL);
 }
 
+/* "-" leaves a key unset, so that one grid can compare methods whose keys differ */
+static void test_unset_values(void)
+{
+    GridSpec g;
+    CHECK_OK(load(&g, BASE "[grid]\nalgo.method = fedavg, fedsam, fedprox\nalgo.rho = -, 0.05, -\n"
+                           "algo.mu = -, -, 0.1\nzip = algo.method, algo.rho, algo.mu\nseed = 0, 1\n", NULL, 0));
+    CHECK(g.n_members == 6);
+    char name[256];
+    grid_member_name(&g, 0, name, sizeof name);
+    CHECK_MSG(!strcmp(name, "method-fedavg_seed-0"), "name %s", name);
+    grid_member_name(&g, 3, name, sizeof name);
+    CHECK_MSG(!strcmp(name, "method-fedsam_rho-0.05_seed-1"), "name %s", name);
+    char **ov = NULL;
+    int n = 0;
+    CHECK_OK(grid_member_overrides(&g, 0, &ov, &n));
+    CHECK_MSG(n == 4, "%d overrides", n);
+    for (int j = 0; j < n; j++) CHECK_MSG(strncmp(ov[j], "algo.rho", 8) && strncmp(ov[j], "algo.mu", 7), "%s", ov[j]);
+    grid_strings_free(ov, n);
+    CHECK_OK(grid_member_overrides(&g, 5, &ov, &n));
+    CHECK(n == 5 && !strcmp(ov[0], "algo.method=fedprox") && !strcmp(ov[1], "algo.mu=0.1"));
+    grid_strings_free(ov, n);
+    grid_spec_free(&g);
+    /* the base config's value would silently win over "-" */
+    expect_error(BASE "[algo]\nrho = 0.1\n[grid]\nalgo.method = fedavg, fedsam\nalgo.rho = -, 0.05\n"
+                      "zip = algo.method, algo.rho\n", NULL, 0, "algo.rho", "unset");
+    /* a member left with no key has no folder name */
+    expect_error(BASE "[grid]\nalgo.rho = -, 0.05\n", NULL, 0, "sets no key", NULL);
+    /* other values still may not repeat */
+    expect_error(BASE "[grid]\nalgo.rho = -, 0.05, -, 0.05\n", NULL, 0, "listed twice", NULL);
+}
+
 static void test_key_resolution(void)
 {
     char key[128];
@@ -294,6 +325,7 @@ int main(int argc, char **argv)
     RUN(test_lists_and_product);
     RUN(test_quoted_items_and_names);
     RUN(test_zip);
+    RUN(test_unset_values);
     RUN(test_key_resolution);
     RUN(test_bad_grids);
     RUN(test_command_line);
