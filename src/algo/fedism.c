@@ -3,7 +3,7 @@
  * sharpness S_i (FedISM+(S)) or perturbed loss PL_i (FedISM+(L)) measured on its whole local set at w^t.
  *
  * Local training (SALT) is sam.c's two-pass step (algo_sam_step: SAM / ASAM / GSAM, radius from this
- * family's round_radius hook) on top of the configured [train] optimizer; the paper uses Adam (lr 3e-4,
+ * family's round_radius hook) on top of the configured [train] optimizer, or plain steps (perturb = none); the paper uses Adam (lr 3e-4,
  * weight decay 5e-4 as L2) with logit-adjusted cross-entropy ([train] logit_adjust = 1).
  *
  * Key layout (algo_sam_step reads hp 0 and 2-4): hp 0 rho (FedISM) or rho_max (FedISM+), hp 1 saga, hp 2
@@ -25,7 +25,7 @@
 
 enum { HP_RHO, HP_SAGA, HP_PERTURB, HP_ASAM_ETA, HP_GSAM_ALPHA, HP_Q, HP_BETA, HP_SCORE_ROWS, HP_TAU, HP_HORIZON };
 enum { SAGA_SHARPNESS, SAGA_LOSS };
-enum { PERTURB_SAM, PERTURB_ASAM, PERTURB_GSAM };
+enum { PERTURB_SAM, PERTURB_ASAM, PERTURB_GSAM, PERTURB_NONE };
 enum { UP_SAGA, UP_L0, UP_L1, UP_RHO, UP_PERTURB_NORM, UP_GRAD_NORM, UP_COUNT };
 
 /* ---- radius ----------------------------------------------------------------------------------------- */
@@ -223,8 +223,17 @@ static void ism_sizes(const AlgoSetup *s, AlgoSizes *z)
     z->work_vectors = (int)s->hp[HP_PERTURB] == PERTURB_GSAM ? 2 : 1;
 }
 
-static const AlgoLocalStep ism_step_part = { .step = algo_sam_step, .norm_eps = ISM_NORM_EPS };
-static const AlgoLocalStep ismplus_step_part = { .step = algo_sam_step, .round_radius = algo_fedismplus_radius,
+/* SALT's step, or with perturb = none the runtime's plain step: SAGA alone (the paper's Table I ablation) */
+static int ism_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
+{
+    if ((int)c->hp[HP_PERTURB] != PERTURB_NONE) return algo_sam_step(c, grad, env, loss);
+    FH_CHECK(grad(env, loss));
+    c->optimizer_step(c, c->model->state, c->model->grad);
+    return FH_OK;
+}
+
+static const AlgoLocalStep ism_step_part = { .step = ism_step, .norm_eps = ISM_NORM_EPS };
+static const AlgoLocalStep ismplus_step_part = { .step = ism_step, .round_radius = algo_fedismplus_radius,
                                                  .norm_eps = ISM_NORM_EPS };
 static const AlgoClientReport ism_report_part = { .begin = ism_begin };
 static const AlgoServerWeights saga_weights_part = { .weights = saga_weights };
@@ -236,10 +245,11 @@ static const AlgoServerUpdate saga_update_part = { .update = saga_update };
       "sharpness (S_i = max(L(w^t + e) - L(w^t), 1e-10), FedISM+(S); the official code's only variant; default) " \
       "or loss (the perturbed loss PL_i = L(w^t + e), FedISM+(L), paper Eq. 17)" }
 #define KEY_PERTURB                                                                                             \
-    { "perturb", 2, 0, 0, "sam|asam|gsam",                                                                     \
+    { "perturb", 2, 0, 0, "sam|asam|gsam|none",                                                                \
       "local optimiser of SALT, on top of [train] optimizer (the paper: Adam lr 3e-4, wd 5e-4, with [train] "   \
       "logit_adjust = 1): gsam (GSAM, spec 2; FFL4MIA train_GSAM; default), sam (equal to gsam with gsam_alpha = 0) or asam; "     \
-      "eps = rho g/(||g|| + 1e-12) as FFL4MIA's gsam.py" },                                                     \
+      "eps = rho g/(||g|| + 1e-12) as FFL4MIA's gsam.py; none: plain [train] optimizer steps, SAGA alone "       \
+      "(the paper's Table I 'SAGA only' rows; the score keeps the round's radius)" },                            \
     { "asam_eta", 0.2, 0.0, 1e6, NULL, "ASAM offset eta_a (perturb = asam only); spec 1 default 0.2" },        \
     { "gsam_alpha", 0.1, 0.0, 1.0, NULL,                                                                       \
       "GSAM alpha in [0, 1] (perturb = gsam): FedISM's code default 0.1 (spec 12); official GSAM example 0.4; " \

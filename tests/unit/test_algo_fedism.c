@@ -29,7 +29,7 @@ static void test_radius_schedule(void)
 {
     const AlgoMethod *plus = algo_find("fedismplus"), *ism = algo_find("fedism");
     CHECK(plus && ism && plus->step && plus->step->round_radius == algo_fedismplus_radius);
-    CHECK(ism->step && ism->step->round_radius == NULL && ism->step->step == algo_sam_step);
+    CHECK(ism->step && ism->step->round_radius == NULL && ism->step->step == plus->step->step);
     double hp[ALGO_MAX_HP];
     defaults(plus, hp);
     CHECK(hp[HP_RHO] == 0.1 && hp[HP_TAU] == 0.5 && hp[HP_Q] == 2.0 && hp[HP_BETA] == 0.5 && hp[HP_HORIZON] == 0.0);

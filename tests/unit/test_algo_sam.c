@@ -101,6 +101,39 @@ static void test_sam_rho0_equals_sgd(void)
     nn_model_free(&a), nn_model_free(&b);
 }
 
+/* FedISM+ with perturb = none (SAGA alone): one gradient per step and the SGD step bit for bit, at any radius */
+static void test_fedism_perturb_none_is_sgd(void)
+{
+    NnModel a, b;
+    bn_model(&a);
+    bn_model(&b);
+    Fake f, g;
+    fake_init(&f, "fedismplus", &a);
+    fake_init(&g, "fedismplus", &b);
+    const AlgoMethod *meth = algo_find("fedismplus");
+    int perturb = -1;
+    for (int h = 0; h < meth->n_hp; h++)
+        if (!strcmp(meth->hp[h].key, "perturb")) perturb = h;
+    CHECK(perturb >= 0 && meth->hp[perturb].choices && strstr(meth->hp[perturb].choices, "|none"));
+    f.hp[perturb] = 3.0; /* none */
+    f.hp[0] = 0.5;       /* rho_max: ignored by the step */
+    Batch ba = { .m = &a, .c = &f.c }, bb = { .m = &b, .c = &g.c };
+    for (int step = 0; step < 3; step++) {
+        f.c.step = g.c.step = step;
+        batch_fill(&ba, step);
+        batch_fill(&bb, step);
+        double la = 0, lb = 0;
+        CHECK_OK(meth->step->step(&f.c, batch_grad, &ba, &la));
+        CHECK(ba.calls == 1);
+        CHECK_OK(batch_grad(&bb, &lb));
+        fake_optimizer_step(&g.c, b.state, b.grad);
+        CHECK(la == lb);
+    }
+    CHECK_MSG(memcmp(a.state, b.state, (size_t)a.n_state * sizeof(float)) == 0, "perturb = none differs from SGD");
+    fake_free(&f), fake_free(&g);
+    nn_model_free(&a), nn_model_free(&b);
+}
+
 /* rho = 0.3: the second pass runs at w + eps with ||eps|| = rho and eps parallel to the first gradient;
  * the optimiser starts from the pre-step weights bit for bit; running statistics as after one forward */
 static void test_sam_perturbation_and_restore(void)
@@ -550,6 +583,7 @@ int main(int argc, char **argv)
 {
     TEST_MAIN_BEGIN(argc, argv);
     RUN(test_sam_rho0_equals_sgd);
+    RUN(test_fedism_perturb_none_is_sgd);
     RUN(test_sam_perturbation_and_restore);
     RUN(test_asam_perturbation);
     RUN(test_gsam);
