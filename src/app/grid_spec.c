@@ -126,7 +126,8 @@ static int parse_range(const char *s, size_t n, long *lo, long *hi)
 }
 
 /* "0.01, 0.05, \"a, b\", 0..3, -": items split at commas outside double quotes, trimmed, unquoted;
- * integer ranges A..B expand; a bare - leaves the key unset for that member (it may repeat). */
+ * integer ranges A..B expand; a bare - leaves the key unset for that member. Repeats are checked once the
+ * zip lines are known (build_dims). */
 static int parse_list(GridAxis *a, const char *raw, const char *where)
 {
     const char *p = raw;
@@ -164,10 +165,6 @@ static int parse_list(GridAxis *a, const char *raw, const char *where)
         if (!*p) break;
         p++; /* the comma */
     }
-    for (int i = 0; i < a->n_values; i++)
-        for (int j = 0; j < i; j++)
-            if (!grid_value_is_unset(a->values[i]) && !strcmp(a->values[i], a->values[j]))
-                FH_FAIL(FH_ERR_USAGE, "%s%s: value %s is listed twice", where, a->key, a->values[i]);
     return FH_OK;
 }
 
@@ -262,6 +259,24 @@ static int build_dims(GridSpec *g, const ZipLine *zips, int n_zips)
         }
         if (n_keys < 2) FH_FAIL(FH_ERR_USAGE, "%sname at least two keys of [grid] that vary together", where);
     }
+    /* a value twice in one list would run the same member twice: refused, except inside a zip line, where
+     * only the same values of every key of the line at two positions are */
+    for (int a = 0; a < g->n_axes; a++)
+        for (int i = 0; i < g->axes[a].n_values; i++)
+            for (int j = 0; j < i; j++) {
+                int same = 1;
+                for (int b = 0; b < g->n_axes && same; b++)
+                    if (b == a || (zip_of[a] >= 0 && zip_of[b] == zip_of[a]))
+                        same = !strcmp(g->axes[b].values[i], g->axes[b].values[j]);
+                if (!same) continue;
+                char where[GRID_PATH + 64];
+                if (g->axes[a].line) snprintf(where, sizeof where, "%s:%d: [grid] ", g->path, g->axes[a].line);
+                else snprintf(where, sizeof where, "command line: grid.");
+                if (zip_of[a] < 0)
+                    FH_FAIL(FH_ERR_USAGE, "%s%s: value %s is listed twice", where, g->axes[a].key, g->axes[a].values[i]);
+                FH_FAIL(FH_ERR_USAGE, "%s%s: positions %d and %d of its zip line give the same values for every key of "
+                        "the line", where, g->axes[a].key, j + 1, i + 1);
+            }
     g->n_dims = 0;
     for (int a = 0; a < g->n_axes; a++) {
         if (g->axes[a].dim >= 0) continue;

@@ -151,8 +151,16 @@ static void test_unset_values(void)
                       "zip = algo.method, algo.rho\n", NULL, 0, "algo.rho", "unset");
     /* a member left with no key has no folder name */
     expect_error(BASE "[grid]\nalgo.rho = -, 0.05\n", NULL, 0, "sets no key", NULL);
-    /* other values still may not repeat */
-    expect_error(BASE "[grid]\nalgo.rho = -, 0.05, -, 0.05\n", NULL, 0, "listed twice", NULL);
+    /* outside a zip line a value may not repeat ("-" neither: the same member twice) */
+    expect_error(BASE "[grid]\nalgo.rho = 0.01, 0.05, 0.05\n", NULL, 0, "listed twice", NULL);
+    expect_error(BASE "[grid]\nalgo.rho = -, 0.05, -\n", NULL, 0, "listed twice", NULL);
+    /* inside one it may, as long as the zipped tuples differ */
+    CHECK_OK(load(&g, BASE "[grid]\nalgo.method = fedsam, fedlesam, fedprox\nalgo.rho = 0.05, 0.05, -\n"
+                           "zip = algo.method, algo.rho\n", NULL, 0));
+    CHECK(g.n_members == 3);
+    grid_spec_free(&g);
+    expect_error(BASE "[grid]\nalgo.method = fedsam, fedsam\nalgo.rho = 0.05, 0.05\nzip = algo.method, algo.rho\n",
+                 NULL, 0, "positions 1 and 2", NULL);
 }
 
 static void test_key_resolution(void)
