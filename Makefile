@@ -9,7 +9,7 @@ PYTHON   ?= python3
 # Every Debian package the project needs; `make deps` installs the missing ones.
 DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5-tools librandom123-dev \
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
-             slurm-wlm munge
+             slurm-wlm munge python3
 BENCH_PKGS = python3-torch python3-numpy
 
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
@@ -37,7 +37,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all deps deps-bench test test-unit run sensitivity quick-results bench bench-partition bench-round bench-methods bench-sam clean help check-tools
+.PHONY: all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam clean help check-tools
 
 all: check-tools bin/fedhet $(UNIT_BIN)
 
@@ -48,6 +48,7 @@ help:
 	@echo "make run         deps + build + the demo experiment"
 	@echo "make sensitivity deps + build + a 3-seed grid on Fashion-MNIST and its report (outputs/sensitivity-fedsam)"
 	@echo "make quick-results deps + build + every inputs/*-quick.ini over 3 seeds (outputs/quick-results)"
+	@echo "make reproduce CLAIM=T7  one claim of the reproduction study: its grid, report and verdicts (docs/repro/T7)"
 	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
 	@echo "make bench-partition / bench-round / bench-methods   one of them (methods: hook overhead over FedAvg)"
 	@echo "make bench-sam   SAM-family step cost over the SGD step (targets 2.1x, single-backprop 1.15x)"
@@ -99,6 +100,11 @@ run: deps
 sensitivity: deps
 	@$(MAKE) --no-print-directory all
 	@./tools/sensitivity.sh
+
+# one claim of the reproduction study (docs/reproduction.md): its grid (resumed if begun), report and verdicts
+reproduce: deps
+	@$(MAKE) --no-print-directory all
+	@./tools/reproduce.sh $(CLAIM)
 
 # the seed methods' quick configs over 3 seeds each, as grids, and their reports
 quick-results: deps
