@@ -412,18 +412,25 @@ static void test_inspect_partition(void)
     check_inspect_hetero(dst_path, r->out);
 }
 
+/* a copy of the fixture's partition file named `name` (in the test folder) without the HDF5 object `drop` */
+static const char *copy_without(const char *name, const char *drop)
+{
+    const char *copy = tmp_path(name);
+    size_t len = 0;
+    unsigned char *bytes = read_file(dst_path, &len);
+    CHECK(bytes && write_file(copy, bytes, len) == 0);
+    free(bytes);
+    hid_t h = H5Fopen(copy, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(h >= 0 && H5Ldelete(h, drop, H5P_DEFAULT) >= 0);
+    if (h >= 0) H5Fclose(h);
+    return copy;
+}
+
 /* a partition file made before /stats existed: inspect computes the same statistics from the label counts */
 static void test_inspect_without_stored_stats(void)
 {
     REQUIRE_FIXTURE();
-    const char *old_file = tmp_path("no_stats.h5");
-    size_t len = 0;
-    unsigned char *bytes = read_file(dst_path, &len);
-    CHECK(bytes && write_file(old_file, bytes, len) == 0);
-    free(bytes);
-    hid_t h = H5Fopen(old_file, H5F_ACC_RDWR, H5P_DEFAULT);
-    CHECK(h >= 0 && H5Ldelete(h, "/stats", H5P_DEFAULT) >= 0);
-    if (h >= 0) H5Fclose(h);
+    const char *old_file = copy_without("no_stats.h5", "/stats");
     RunResult *r = run_fedhet("inspect '%s'", old_file);
     EXPECT(r, 0, "computed from /clients/label_counts");
     check_inspect_hetero(old_file, r->out);
@@ -511,6 +518,27 @@ static void test_report_corrupted_partition(void)
     EXPECT(run_fedhet_env(env_tmpdir, "report --partition '%s' '%s'", dst_corrupted, png), 0, "wrote", "corrupted");
     check_png(png);
     check_no_leftovers();
+}
+
+/* the heterogeneity panel: drawn for a file without /stats too; a damaged /stats is an input error that
+ * leaves no image */
+static void test_report_partition_stats(void)
+{
+    REQUIRE_FIXTURE();
+    const char *png = tmp_path("out/no_stats.png");
+    tmp_record(png);
+    const char *old_file = copy_without("no_stats_report.h5", "/stats");
+    EXPECT(run_fedhet_env(env_tmpdir, "report --partition '%s' '%s'", old_file, png), 0, "wrote");
+    check_png(png);
+    check_no_leftovers();
+    const char *damaged = copy_without("damaged_stats.h5", "/stats/tv_to_global");
+    const char *png2 = tmp_path("out/damaged.png");
+    tmp_record(png2);
+    EXPECT(run_fedhet_env(env_tmpdir, "report --partition '%s' '%s'", damaged, png2), 2, "damaged_stats.h5",
+           "/stats/tv_to_global");
+    CHECK_MSG(!file_exists(png2), "%s written from a damaged file", png2);
+    check_no_leftovers();
+    EXPECT(run_fedhet("inspect '%s'", damaged), 2, "damaged_stats.h5", "/stats/tv_to_global");
 }
 
 static void test_report_bad_inputs(void)
@@ -605,6 +633,7 @@ int main(int argc, char **argv)
     RUN(test_inspect_errors);
     RUN(test_report_partition);
     RUN(test_report_corrupted_partition);
+    RUN(test_report_partition_stats);
     RUN(test_report_bad_inputs);
     RUN(test_report_gnuplot_failures);
     RUN(test_report_usage);
