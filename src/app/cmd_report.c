@@ -129,8 +129,16 @@ static int write_partition_script(const DataPartFile *f, const DataHetero *h, FI
     fprintf(out, "set tmargin at screen 0.55\nset bmargin at screen 0.38\n"
                  "unset colorbox\nset title ");
     app_gp_string(out, bars_title);
-    fprintf(out, "\nunset xlabel\nset ylabel 'samples'\nset yrange [0:*]\nset ytics autofreq\n"
-                 "set boxwidth %s absolute\nset style fill solid 0.9 noborder\nplot ",
+    /* about 4 ticks on the short panel: a 1, 2 or 5 times a power of ten */
+    int64_t largest_size = 1;
+    for (int k = 0; k < K; k++)
+        if (f->offsets[k + 1] - f->offsets[k] > largest_size) largest_size = f->offsets[k + 1] - f->offsets[k];
+    double tick = pow(10.0, floor(log10((double)largest_size / 4.0)));
+    if (tick * 5 <= largest_size / 4.0) tick *= 5;
+    else if (tick * 2 <= largest_size / 4.0) tick *= 2;
+    if (tick < 1) tick = 1;
+    fprintf(out, "\nunset xlabel\nset ylabel 'samples'\nset yrange [0:*]\nset ytics %.0f\n", tick);
+    fprintf(out, "set boxwidth %s absolute\nset style fill solid 0.9 noborder\nplot ",
             K <= 200 ? "0.8" : "1.0");
     /* one series per colour; a series with no points at all would be an error in gnuplot */
     int series = 0;
