@@ -2,9 +2,9 @@
  *
  * Modes: DIR (a run folder, a grid folder or any folder of run folders: summary.csv, summary.md and PNG
  * curves, src/app/report.c) and --partition DST.h5 OUT.png (a partition file: client x label heat map
- * over the client sizes and the per-client label entropy and TV). Each figure's numbers go to data files in a private temporary folder with a
- * gnuplot script; the image goes to OUT.tmp-<pid> and is renamed over OUT only when gnuplot succeeded,
- * so a failure never leaves a partial or stale-looking image. */
+ * over the client sizes and the per-client label entropy and TV). Each figure's numbers go to data files
+ * in a private temporary folder with a gnuplot script; the image goes to OUT.tmp-<pid> and is renamed
+ * over OUT only when gnuplot succeeded, so a failure never leaves a partial or stale-looking image. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -106,7 +106,7 @@ static int write_partition_script(const DataPartFile *f, const DataHetero *h, FI
     app_gp_terminal(out, 1100, 1000, image_path);
     fprintf(out, "set multiplot title ");
     app_gp_string(out, title);
-    /* fixed margins so that the two panels share the client axis */
+    /* fixed margins so that the three panels share the client axis */
     fprintf(out, "\nset lmargin at screen 0.08\nset rmargin at screen 0.88\n"
                  "set xrange [-0.5:%d.5]\n", K - 1);
     if (K <= 40) fprintf(out, "set xtics 1\n");
@@ -223,7 +223,7 @@ static void print_help(void)
            "  --metric     the metrics.csv column (default test_accuracy; e.g. test_balanced_accuracy, test_loss)\n"
            "  --seed-key   the key whose values are repetitions (default fl.seed)\n"
            "  --no-plots   tables only\n"
-           "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with two panels,\n"
+           "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with three panels,\n"
            "                      a heat map of the client x label counts (x: client, y: label, colour: samples;\n"
            "                      white: none), bars of the samples per client, corrupted clients in red, and the\n"
            "                      label heterogeneity per client: entropy in nats (bars) and the total-variation\n"

@@ -27,6 +27,7 @@
 #include "plot.h"
 
 #define MAX_KEYS GRID_MAX_AXES
+#define REPORT_PARTITION_STATS 5
 #define PATHN 4400
 
 void report_options_default(ReportOptions *o)
@@ -437,12 +438,14 @@ static void run_stats(const Report *R, Run *r)
 
 /* ---- the runs' partitions ------------------------------------------------------------------------------ */
 
-const char *const report_partition_columns[REPORT_PARTITION_STATS] = {
+/* summary.csv columns of the runs' partitions: client means of label entropy (nats), effective classes, TV
+ * and EMD to the global labels, and the size Gini (data.h DataHetero) */
+static const char *const partition_columns[REPORT_PARTITION_STATS] = {
     "partition_entropy_nats_mean", "partition_effective_classes_mean", "partition_tv_mean", "partition_emd_mean",
     "partition_size_gini",
 };
 
-int report_partition_summary(const char *path, double out[REPORT_PARTITION_STATS])
+static int partition_summary(const char *path, double out[REPORT_PARTITION_STATS])
 {
     DataPartFile f;
     FH_CHECK(data_partfile_open(&f, path));
@@ -467,10 +470,14 @@ int report_partition_summary(const char *path, double out[REPORT_PARTITION_STATS
  * without it (partition files are often kept elsewhere than the runs). */
 static void partition_stats(Report *R)
 {
+    const char *first = NULL;
     R->partitions_differ = 0;
-    for (int i = 1; i < R->n_runs && !R->partitions_differ; i++)
-        if (R->runs[i].data_path[0] && R->runs[0].data_path[0] && strcmp(R->runs[i].data_path, R->runs[0].data_path))
-            R->partitions_differ = 1;
+    for (int i = 0; i < R->n_runs && !R->partitions_differ; i++) {
+        const char *path = R->runs[i].data_path;
+        if (!path[0]) continue; /* no config.ini (a member that never started) */
+        if (!first) first = path;
+        else if (strcmp(path, first)) R->partitions_differ = 1;
+    }
     if (!R->partitions_differ) return;
     for (int i = 0; i < R->n_runs; i++) {
         Run *r = &R->runs[i];
@@ -482,7 +489,7 @@ static void partition_stats(Report *R)
             memcpy(r->partition, R->runs[seen].partition, sizeof r->partition);
             continue;
         }
-        if (report_partition_summary(r->data_path, r->partition) != FH_OK) {
+        if (partition_summary(r->data_path, r->partition) != FH_OK) {
             const char *message = fh_error_message(), *end = strchr(message, '\n');
             fprintf(stderr, "fedhet report: warning: run %s: its partition's statistics are left empty in summary.csv: "
                     "%.*s\n", r->name, end ? (int)(end - message) : (int)strlen(message), message);
@@ -582,7 +589,7 @@ static int write_summary_csv(const Report *R, const char *path)
     fprintf(f, ",runs,rounds,final_mean,final_std,last%d_mean,last%d_std,best_mean,best_std", o->last_k, o->last_k);
     for (int j = 0; j < o->n_targets; j++) fprintf(f, ",rounds_to_%g_mean,rounds_to_%g_reached", o->targets[j], o->targets[j]);
     fprintf(f, ",wall_s_mean,round_s_mean");
-    for (int p = 0; R->partitions_differ && p < REPORT_PARTITION_STATS; p++) fprintf(f, ",%s", report_partition_columns[p]);
+    for (int p = 0; R->partitions_differ && p < REPORT_PARTITION_STATS; p++) fprintf(f, ",%s", partition_columns[p]);
     fprintf(f, "\n");
     for (int g = 0; g < R->n_groups; g++) {
         const Run *first = &R->runs[R->group_first[g]];

@@ -19,14 +19,6 @@ typedef struct {
 void report_options_default(ReportOptions *o);
 int report_runs(const ReportOptions *o);
 
-/* summary.csv columns of the runs' partitions (only when the runs name different [data] path files): the
- * mean over clients of label entropy (nats), effective classes, TV and EMD to the global labels, and the
- * size Gini (data.h DataHetero) */
-#define REPORT_PARTITION_STATS 5
-extern const char *const report_partition_columns[REPORT_PARTITION_STATS];
-/* those five values of one partition file */
-int report_partition_summary(const char *path, double out[REPORT_PARTITION_STATS]);
-
 /* ---- statistics (spec C.2, C.3), exposed for tests ---- */
 /* mean, and sample std (divisor n - 1; NAN for n < 2) of the finite values among x[0..n) */
 void report_mean_std(const double *x, int n, double *mean, double *std, int *count);

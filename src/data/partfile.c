@@ -106,10 +106,9 @@ static int write_rows(const FhH5File *f, const char *group, const DataImageSet *
 static const char *const hetero_names[4] = { "/stats/label_entropy", "/stats/effective_classes", "/stats/tv_to_global",
                                              "/stats/emd_to_global" };
 
-static double **hetero_arrays(DataHetero *h, double *arrays[4])
+static void hetero_arrays(DataHetero *h, double *arrays[4])
 {
     arrays[0] = h->entropy, arrays[1] = h->effective_classes, arrays[2] = h->tv, arrays[3] = h->emd;
-    return arrays;
 }
 
 static int write_hetero(const FhH5File *f, const int32_t *counts, int K, int classes)
@@ -173,7 +172,8 @@ static int write_clients(const FhH5File *f, const DataImageSet *train, const Dat
         status = fh_h5_write(f, "/clients/label_counts", H5T_NATIVE_INT32, H5T_STD_I32LE, 2, dims_counts, NULL, counts);
     if (status == FH_OK)
         status = fh_h5_write(f, "/clients/corruption", H5T_NATIVE_INT32, H5T_STD_I32LE, 1, &dims_k, NULL, corruption);
-    if (status == FH_OK) status = write_hetero(f, counts, K, classes);
+    /* without training rows there is no label distribution to measure */
+    if (status == FH_OK && n > 0) status = write_hetero(f, counts, K, classes);
     if (status == FH_OK) {
         const FhH5Layout layout = { n > 0 ? 65536 : 0, spec->deflate, 0 };
         status = fh_h5_write(f, "/clients/source_index", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, &dims_n, &layout,
