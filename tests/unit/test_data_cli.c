@@ -294,7 +294,19 @@ static void test_partition_reproducible(void)
     tmp_record(a);
     tmp_record(b);
     const char *extra = "corruption=gaussian_noise corrupted=2";
-    EXPECT(run_fedhet("partition '%s' '%s' " PART_ARGS " %s", src_dir, a, extra), 0, "wrote");
+    RunResult *r = run_fedhet("partition '%s' '%s' " PART_ARGS " %s", src_dir, a, extra);
+    EXPECT(r, 0, "wrote", "label entropy (nats): min", "size Gini");
+    /* the heterogeneity summary it prints is the one inspect prints from the file's /stats */
+    char *made = strdup(r->out);
+    r = run_fedhet("inspect '%s'", a);
+    const char *from = made ? strstr(made, "\nentropy") : NULL, *to = from ? strstr(from, "\ncorrupted") : NULL;
+    CHECK_MSG(from && to, "no heterogeneity summary in the partition output:\n%s", made ? made : "");
+    if (from && to) {
+        char *summary = strndup(from, (size_t)(to - from + 1));
+        CHECK_MSG(summary && strstr(r->out, summary), "partition printed\n%s\nbut inspect\n%s", summary, r->out);
+        free(summary);
+    }
+    free(made);
     EXPECT(run_fedhet("partition '%s' '%s' " PART_ARGS " %s", src_dir, b, extra), 0, "wrote");
     time_t started = time(NULL);
     while (time(NULL) == started) {
