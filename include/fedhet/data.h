@@ -129,7 +129,9 @@ typedef struct {
 
 /* Writes the partitioned set atomically (PATH.tmp-<pid>, fsync, rename): on failure nothing is left at
  * path. Rows are copied and corrupted a block at a time: memory beyond the inputs is one block.
- * Corruption draws: training image at stored row r uses counter (tag, 0, r), test image i (tag, 1, i). */
+ * Corruption draws: training image at stored row r uses counter (tag, 0, r), test image i (tag, 1, i).
+ * The heterogeneity statistics (DataHetero) go under /stats: float64 [K] datasets label_entropy,
+ * effective_classes, tv_to_global, emd_to_global and the attribute size_gini. */
 int data_partfile_write(const char *path, const DataImageSet *train, const DataImageSet *test,
                         const DataPartition *part, const DataPartFileSpec *spec);
 
@@ -172,6 +174,35 @@ int data_partfile_read_rows(DataPartFile *f, DataRowGroup group, int64_t first, 
 void data_partfile_close(DataPartFile *f);
 /* Per-channel mean and population std of x/255 over the images: exact (histogram of byte values). */
 void data_channel_stats(const DataImageSet *set, double *mean, double *std);
+
+/* ---- heterogeneity statistics of a partition ---------------------------------------------------------- */
+
+/* Per client k with n_k rows and label distribution p_k = counts[k, :] / n_k, against the pooled (global)
+ * distribution q of all training rows; NAN for a client without rows. */
+typedef struct {
+    int n_clients, classes;
+    double *entropy;           /* [K] label entropy in nats: -sum_c p_kc ln p_kc (0 ln 0 = 0), 0 .. ln C */
+    double *effective_classes; /* [K] exp(entropy): 1 for one label, C for uniform labels */
+    double *tv;                /* [K] total-variation distance 1/2 sum_c |p_kc - q_c|, 0 .. 1 */
+    double *emd;               /* [K] earth mover's distance with ground distance |i - j| on the label index:
+                                * sum_{c < C-1} |P_k(c) - Q(c)| over the cumulative distributions, 0 .. C - 1 */
+    double size_gini;          /* Gini coefficient of the client sizes n_k: sum_ij |n_i - n_j| / (2 K sum n),
+                                * 0 = equal sizes, (K - 1) / K = one client holds every row */
+} DataHetero;
+
+/* From the label count matrix [K, classes] alone. FH_ERR_DATA for negative counts or no rows at all. */
+int data_hetero_compute(DataHetero *h, const int32_t *label_counts, int K, int classes);
+void data_hetero_free(DataHetero *h);
+/* min, median (the mean of the two middle values for an even count), max and mean of the finite values
+ * among v[0..n); NAN when none */
+void data_summary4(const double *v, int n, double out[4]);
+/* The summary lines `fedhet partition` and `fedhet inspect` print: min / median / max / mean of each
+ * per-client statistic and the size Gini. */
+void data_print_hetero_summary(FILE *out, const DataHetero *h);
+/* The statistics of an open partition file: read from /stats when the file has them (*stored = 1), else
+ * computed from /clients/label_counts (*stored = 0; files written before /stats existed). A /stats group
+ * of the wrong shape or with non-finite values where the client has rows is FH_ERR_DATA naming it. */
+int data_partfile_hetero(DataPartFile *f, DataHetero *h, int *stored);
 
 /* ---- batch loader (spec B.1) ----------------------------------------------------------------------------- */
 

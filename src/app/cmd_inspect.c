@@ -29,7 +29,11 @@ static void print_help(void)
            "  training and test rows, per-channel mean and std, seed, the scheme with the key=value parameters\n"
            "  it was made with, the corruption, the spread of client sizes, and the client x label count\n"
            "  matrix: one line per client (samples, corrupted yes/no, then one count per label; every client\n"
-           "  and every label is printed, however many).\n"
+           "  and every label is printed, however many), then the label heterogeneity of each client and its\n"
+           "  min / median / max / mean: label entropy (nats), effective classes exp(entropy), total-variation\n"
+           "  distance and earth mover's distance (ground distance |i - j| on the label index) of the client's\n"
+           "  label distribution to the pooled training labels, and the Gini coefficient of the client sizes.\n"
+           "  They are read from the file's /stats, or computed from /clients/label_counts when it has none.\n"
            "\n"
            "--model NAME: prints the model's layers (output shape, parameters, forward FLOPs), its trainable\n"
            "  and buffer counts, forward FLOPs per sample and memory per client.\n"
@@ -133,6 +137,19 @@ static void print_label_matrix(const DataPartFile *f)
     }
 }
 
+/* One line per client: the heterogeneity statistics of its labels (DataHetero). */
+static void print_hetero_table(const DataPartFile *f, const DataHetero *h)
+{
+    const int K = f->n_clients;
+    const int wk = digits(K - 1) > 6 ? digits(K - 1) : 6;
+    printf("\nlabel heterogeneity: one line per client; entropy in nats, TV and EMD (ground distance |i - j| on the "
+           "label index) to the global label distribution\n");
+    printf("%*s  %7s  %11s  %5s  %5s\n", wk, "client", "entropy", "eff classes", "TV", "EMD");
+    for (int k = 0; k < K; k++)
+        printf("%*d  %7.3f  %11.2f  %5.3f  %5.3f\n", wk, k, h->entropy[k], h->effective_classes[k], h->tv[k],
+               h->emd[k]);
+}
+
 static int inspect_partition(const char *path)
 {
     DataPartFile f;
@@ -153,8 +170,19 @@ static int inspect_partition(const char *path)
     printf("parameters  %s\n", *f.parameters ? f.parameters : "(not recorded)");
     print_corruption(&f);
 
+    DataHetero h;
+    int stored = 0;
+    int status = data_partfile_hetero(&f, &h, &stored);
+    if (status != FH_OK) {
+        data_partfile_close(&f);
+        return status;
+    }
     data_print_client_spread(stdout, f.offsets, f.label_counts, K, C);
+    data_print_hetero_summary(stdout, &h);
+    printf("(heterogeneity %s)\n", stored ? "as stored in /stats" : "computed from /clients/label_counts: the file has no /stats");
     print_label_matrix(&f);
+    print_hetero_table(&f, &h);
+    data_hetero_free(&h);
     data_partfile_close(&f);
     return FH_OK;
 }

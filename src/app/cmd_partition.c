@@ -42,7 +42,9 @@ static void print_help(void)
 {
     printf("usage: fedhet partition SRC DST.h5 [key=value ...] [--force]\n"
            "  Reads a raw data set, splits its training set over clients, optionally corrupts the last clients\n"
-           "  and a copy of the test set, and writes DST.h5 (atomically; an existing DST needs --force).\n"
+           "  and a copy of the test set, and writes DST.h5 (atomically; an existing DST needs --force), with the\n"
+           "  label heterogeneity of its clients under /stats (entropy in nats, effective classes, TV and EMD to\n"
+           "  the global labels, size Gini: see fedhet inspect --help), whose summary it prints.\n"
            "  SRC: fashion-mnist (= %s), a folder of IDX files (MNIST, Fashion-MNIST),\n"
            "       a folder of CIFAR-10/100 binary batches, or an HDF5 file (/train/images, /train/labels, /test/...).\n"
            "keys (default):\n",

@@ -2,12 +2,13 @@
  *
  * Modes: DIR (a run folder, a grid folder or any folder of run folders: summary.csv, summary.md and PNG
  * curves, src/app/report.c) and --partition DST.h5 OUT.png (a partition file: client x label heat map
- * over the client sizes). Each figure's numbers go to data files in a private temporary folder with a
- * gnuplot script; the image goes to OUT.tmp-<pid> and is renamed over OUT only when gnuplot succeeded,
- * so a failure never leaves a partial or stale-looking image. */
+ * over the client sizes and the per-client label entropy and TV). Each figure's numbers go to data files
+ * in a private temporary folder with a gnuplot script; the image goes to OUT.tmp-<pid> and is renamed
+ * over OUT only when gnuplot succeeded, so a failure never leaves a partial or stale-looking image. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +49,43 @@ static int write_partition_data(const DataPartFile *f, const char *counts_path, 
     return FH_OK;
 }
 
-static int write_partition_script(const DataPartFile *f, FILE *out, const char *counts_path, const char *sizes_path,
-                                  const char *image_path)
+/* client, entropy (nats), TV; clients without rows have no label distribution and are left out */
+static int write_hetero_data(const DataHetero *h, const char *path)
+{
+    FILE *out = fopen(path, "w");
+    if (!out) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    fprintf(out, "# client entropy_nats tv\n");
+    for (int k = 0; k < h->n_clients; k++)
+        if (isfinite(h->entropy[k])) fprintf(out, "%d %.9g %.9g\n", k, h->entropy[k], h->tv[k]);
+    if (ferror(out) | (fclose(out) != 0)) FH_FAIL(FH_ERR_IO, "%s: write failed", path);
+    return FH_OK;
+}
+
+/* the third panel: entropy bars (left axis, up to ln C) and TV points (right axis, 0..1) per client */
+static void write_hetero_panel(const DataPartFile *f, const DataHetero *h, FILE *out, const char *hetero_path)
+{
+    double tv[4], entropy[4];
+    data_summary4(h->tv, h->n_clients, tv);
+    data_summary4(h->entropy, h->n_clients, entropy);
+    char title[512];
+    snprintf(title, sizeof title, "label heterogeneity per client: entropy (bars, nats; mean %.3f of ln %d = %.3f) and "
+             "TV to the global labels (points; mean %.3f); size Gini %.3f", entropy[3], f->classes, log(f->classes),
+             tv[3], h->size_gini);
+    fprintf(out, "set tmargin at screen 0.31\nset bmargin at screen 0.06\nset title ");
+    app_gp_string(out, title);
+    fprintf(out, "\nset xlabel 'client'\nset ylabel 'entropy (nats)'\nset yrange [0:%.9g]\nset ytics autofreq nomirror\n"
+                 "set y2label 'total variation'\nset y2range [0:1]\nset y2tics 0.25\n"
+                 "set boxwidth %s absolute\nset style fill solid 0.6 noborder\nplot ",
+            1.05 * log(f->classes), f->n_clients <= 200 ? "0.8" : "1.0");
+    app_gp_string(out, hetero_path);
+    fprintf(out, " using 1:2 with boxes lc rgb '#88ccee' notitle, \\\n     ");
+    app_gp_string(out, hetero_path);
+    fprintf(out, " using 1:3 axes x1y2 with points pt 7 ps %s lc rgb '#aa3377' notitle\n",
+            f->n_clients <= 100 ? "1.0" : "0.5");
+}
+
+static int write_partition_script(const DataPartFile *f, const DataHetero *h, FILE *out, const char *counts_path,
+                                  const char *sizes_path, const char *hetero_path, const char *image_path)
 {
     const int K = f->n_clients, C = f->classes;
     int32_t largest = 1;
@@ -67,34 +103,42 @@ static int write_partition_script(const DataPartFile *f, FILE *out, const char *
                  f->corruption_name, f->severity);
     else snprintf(bars_title, sizeof bars_title, "samples per client");
 
-    app_gp_terminal(out, 1100, 760, image_path);
+    app_gp_terminal(out, 1100, 1000, image_path);
     fprintf(out, "set multiplot title ");
     app_gp_string(out, title);
-    /* fixed margins so that the two panels share the client axis */
+    /* fixed margins so that the three panels share the client axis */
     fprintf(out, "\nset lmargin at screen 0.08\nset rmargin at screen 0.88\n"
                  "set xrange [-0.5:%d.5]\n", K - 1);
     if (K <= 40) fprintf(out, "set xtics 1\n");
     else fprintf(out, "set xtics autofreq\n");
     fprintf(out, "set mxtics 1\nset grid noxtics noytics\n");
 
-    fprintf(out, "set tmargin at screen 0.91\nset bmargin at screen 0.46\n"
+    fprintf(out, "set tmargin at screen 0.93\nset bmargin at screen 0.62\n"
                  "set title 'label counts per client (white: none)'\n"
                  "set ylabel 'label'\nunset xlabel\n"
                  "set yrange [-0.5:%d.5]\n", C - 1);
     if (C <= 40) fprintf(out, "set ytics 1\n");
     fprintf(out, "set cbrange [0:%d]\nset cblabel 'samples'\n"
                  "set palette defined (0 '#deebf7', 0.5 '#4292c6', 1 '#08306b')\n"
-                 "set colorbox user origin screen 0.9, screen 0.46 size screen 0.02, screen 0.45\n"
+                 "set colorbox user origin screen 0.9, screen 0.62 size screen 0.02, screen 0.31\n"
                  "plot ",
             (int)largest);
     app_gp_string(out, counts_path);
     fprintf(out, " using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle solid 1.0 noborder lc palette notitle\n");
 
-    fprintf(out, "set tmargin at screen 0.33\nset bmargin at screen 0.07\n"
+    fprintf(out, "set tmargin at screen 0.55\nset bmargin at screen 0.38\n"
                  "unset colorbox\nset title ");
     app_gp_string(out, bars_title);
-    fprintf(out, "\nset xlabel 'client'\nset ylabel 'samples'\nset yrange [0:*]\nset ytics autofreq\n"
-                 "set boxwidth %s absolute\nset style fill solid 0.9 noborder\nplot ",
+    /* about 4 ticks on the short panel: a 1, 2 or 5 times a power of ten */
+    int64_t largest_size = 1;
+    for (int k = 0; k < K; k++)
+        if (f->offsets[k + 1] - f->offsets[k] > largest_size) largest_size = f->offsets[k + 1] - f->offsets[k];
+    double tick = pow(10.0, floor(log10((double)largest_size / 4.0)));
+    if (tick * 5 <= largest_size / 4.0) tick *= 5;
+    else if (tick * 2 <= largest_size / 4.0) tick *= 2;
+    if (tick < 1) tick = 1;
+    fprintf(out, "\nunset xlabel\nset ylabel 'samples'\nset yrange [0:*]\nset ytics %.0f\n", tick);
+    fprintf(out, "set boxwidth %s absolute\nset style fill solid 0.9 noborder\nplot ",
             K <= 200 ? "0.8" : "1.0");
     /* one series per colour; a series with no points at all would be an error in gnuplot */
     int series = 0;
@@ -108,19 +152,28 @@ static int write_partition_script(const DataPartFile *f, FILE *out, const char *
         app_gp_string(out, sizes_path);
         fprintf(out, " using 1:($3 != 0 ? $2 : 1/0) with boxes lc rgb '#cc3311' notitle");
     }
-    fprintf(out, "\nunset multiplot\nset output\n");
+    fprintf(out, "\n");
+    write_hetero_panel(f, h, out, hetero_path);
+    fprintf(out, "unset multiplot\nset output\n");
     return FH_OK;
 }
+
+typedef struct {
+    const DataPartFile *file;
+    const DataHetero *hetero;
+} PartitionFigure;
 
 /* AppPlotWriter: data files into dir, the script into out */
 static int draw_partition(void *ctx, const char *dir, FILE *out, const char *image_path)
 {
-    const DataPartFile *f = ctx;
-    char counts[REPORT_PATH_MAX], sizes[REPORT_PATH_MAX];
+    const PartitionFigure *fig = ctx;
+    char counts[REPORT_PATH_MAX], sizes[REPORT_PATH_MAX], hetero[REPORT_PATH_MAX];
     FH_CHECK(app_join_path(counts, sizeof counts, dir, "counts.dat"));
     FH_CHECK(app_join_path(sizes, sizeof sizes, dir, "sizes.dat"));
-    FH_CHECK(write_partition_data(f, counts, sizes));
-    return write_partition_script(f, out, counts, sizes, image_path);
+    FH_CHECK(app_join_path(hetero, sizeof hetero, dir, "hetero.dat"));
+    FH_CHECK(write_partition_data(fig->file, counts, sizes));
+    FH_CHECK(write_hetero_data(fig->hetero, hetero));
+    return write_partition_script(fig->file, fig->hetero, out, counts, sizes, hetero, image_path);
 }
 
 static int report_partition(const char *path, const char *out_path)
@@ -131,7 +184,16 @@ static int report_partition(const char *path, const char *out_path)
         FH_FAIL(FH_ERR_USAGE, "%s is the partition file itself; give another OUT.png", out_path);
     DataPartFile f;
     FH_CHECK(data_partfile_open(&f, path));
-    int status = app_plot_png(out_path, draw_partition, &f);
+    DataHetero h;
+    int stored;
+    int status = data_partfile_hetero(&f, &h, &stored);
+    if (status != FH_OK) {
+        data_partfile_close(&f);
+        return status;
+    }
+    PartitionFigure fig = { &f, &h };
+    status = app_plot_png(out_path, draw_partition, &fig);
+    data_hetero_free(&h);
     if (status == FH_OK)
         printf("wrote %s: %d client%s x %d labels, %lld training rows%s\n", out_path, f.n_clients,
                f.n_clients == 1 ? "" : "s", f.classes, (long long)f.n_rows,
@@ -151,15 +213,22 @@ static void print_help(void)
            "               rounds and the best value; rounds to each target; wall time: spec C.2, C.3), accuracy.png\n"
            "               (the metric per round, mean line and min-max band per configuration) and sensitivity-KEY.png\n"
            "               for each swept key (final value against the key's values, mean ± std). The swept keys are a\n"
-           "               grid's lists, or the config keys that differ between the runs' config.ini.\n"
+           "               grid's lists, or the config keys that differ between the runs' config.ini. When the runs'\n"
+           "               partition files ([data] path) differ, summary.csv adds their heterogeneity, the mean over\n"
+           "               the runs of each file's partition_entropy_nats_mean, partition_effective_classes_mean,\n"
+           "               partition_tv_mean, partition_emd_mean (client means) and partition_size_gini (see fedhet\n"
+           "               inspect --help); an unreadable file leaves them empty, with a warning.\n"
            "  --last K     window of the last-K mean (default 10)\n"
            "  --targets    accuracies for rounds-to-target (default 0.5,0.6,0.7,0.8)\n"
            "  --metric     the metrics.csv column (default test_accuracy; e.g. test_balanced_accuracy, test_loss)\n"
            "  --seed-key   the key whose values are repetitions (default fl.seed)\n"
            "  --no-plots   tables only\n"
-           "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with two panels,\n"
+           "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with three panels,\n"
            "                      a heat map of the client x label counts (x: client, y: label, colour: samples;\n"
-           "                      white: none) and bars of the samples per client, corrupted clients in red.\n"
+           "                      white: none), bars of the samples per client, corrupted clients in red, and the\n"
+           "                      label heterogeneity per client: entropy in nats (bars) and the total-variation\n"
+           "                      distance to the global label distribution (points), with the size Gini (see\n"
+           "                      fedhet inspect --help).\n"
            "  Figures are drawn by gnuplot (Debian package gnuplot-nox; `make deps` installs it), found on PATH,\n"
            "  with its pngcairo terminal when present, else png. An image appears only once it is complete.\n"
            "  Exit codes: 1 usage, 2 a missing or bad input file, 4 gnuplot missing or failing, outputs unwritable.\n");

@@ -5,7 +5,9 @@
  * from grid/status); else every subfolder holding metrics.csv. The swept keys are the grid's lists, or
  * for a plain folder the config keys whose values differ between the runs' config.ini (output.* aside).
  * Runs that differ only in the seed key form one configuration: per-run statistics first (final value,
- * mean of the last k rounds, best, rounds to each target), then mean and sample std over the runs. */
+ * mean of the last k rounds, best, rounds to each target), then mean and sample std over the runs.
+ * When the runs differ in their partition file ([data] path), summary.csv also carries its heterogeneity
+ * statistics (data.h DataHetero), so that the metric can be set against measured heterogeneity. */
 #include "report.h"
 
 #include <ctype.h>
@@ -19,11 +21,13 @@
 #include <unistd.h>
 
 #include "fedhet/core.h"
+#include "fedhet/data.h"
 #include "grid.h"
 #include "ini.h"
 #include "plot.h"
 
 #define MAX_KEYS GRID_MAX_AXES
+#define REPORT_PARTITION_STATS 5
 #define PATHN 4400
 
 void report_options_default(ReportOptions *o)
@@ -89,6 +93,8 @@ typedef struct {
     double final, last_k, best, wall, round_s;
     int to_target[REPORT_MAX_TARGETS];
     int group;
+    char data_path[PATHN];  /* [data] path of its config.ini */
+    double partition[REPORT_PARTITION_STATS]; /* its partition's heterogeneity; NAN when unknown */
 } Run;
 
 typedef struct {
@@ -106,6 +112,7 @@ typedef struct {
     int seed_key;               /* index into keys, -1 when the seed is not swept */
     int *group_first;           /* run index of each group's first run */
     int n_groups;
+    int partitions_differ;      /* the runs name more than one partition file */
 } Report;
 
 static int parse_double(const char *s, double *v)
@@ -209,6 +216,7 @@ static int add_run(Report *R, const char *dir, const char *name)
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     snprintf(r->name, sizeof r->name, "%s", name);
     r->final = r->last_k = r->best = NAN;
+    for (int i = 0; i < REPORT_PARTITION_STATS; i++) r->partition[i] = NAN;
     return FH_OK;
 }
 
@@ -220,6 +228,8 @@ static int read_run_config(Run *r, AppIni *ini)
     FH_CHECK(app_ini_load(ini, path, FH_ERR_DATA));
     const char *v = app_ini_get(ini, "fl", "rounds");
     r->rounds_planned = v ? atoi(v) : 0;
+    v = app_ini_get(ini, "data", "path");
+    snprintf(r->data_path, sizeof r->data_path, "%s", v ? v : "");
     return FH_OK;
 }
 
@@ -426,6 +436,69 @@ static void run_stats(const Report *R, Run *r)
     if (!r->state[0]) snprintf(r->state, sizeof r->state, "%s", usable(R, r) ? "done" : "incomplete");
 }
 
+/* ---- the runs' partitions ------------------------------------------------------------------------------ */
+
+/* summary.csv columns of the runs' partitions: client means of label entropy (nats), effective classes, TV
+ * and EMD to the global labels, and the size Gini (data.h DataHetero) */
+static const char *const partition_columns[REPORT_PARTITION_STATS] = {
+    "partition_entropy_nats_mean", "partition_effective_classes_mean", "partition_tv_mean", "partition_emd_mean",
+    "partition_size_gini",
+};
+
+static int partition_summary(const char *path, double out[REPORT_PARTITION_STATS])
+{
+    DataPartFile f;
+    FH_CHECK(data_partfile_open(&f, path));
+    DataHetero h;
+    int stored;
+    int status = data_partfile_hetero(&f, &h, &stored);
+    data_partfile_close(&f);
+    FH_CHECK(status);
+    const double *per_client[4] = { h.entropy, h.effective_classes, h.tv, h.emd };
+    for (int i = 0; i < 4; i++) {
+        double s[4];
+        data_summary4(per_client[i], h.n_clients, s);
+        out[i] = s[3];
+    }
+    out[4] = h.size_gini;
+    data_hetero_free(&h);
+    return FH_OK;
+}
+
+/* When the runs name different partition files, each run's heterogeneity summary (read once per file). A
+ * file that cannot be read leaves its runs' columns empty with a warning: the accuracy table stands
+ * without it (partition files are often kept elsewhere than the runs). */
+static void partition_stats(Report *R)
+{
+    const char *first = NULL;
+    R->partitions_differ = 0;
+    for (int i = 0; i < R->n_runs && !R->partitions_differ; i++) {
+        const char *path = R->runs[i].data_path;
+        if (!path[0]) continue; /* no config.ini (a member that never started) */
+        if (!first) first = path;
+        else if (strcmp(path, first)) R->partitions_differ = 1;
+    }
+    if (!R->partitions_differ) return;
+    for (int i = 0; i < R->n_runs; i++) {
+        Run *r = &R->runs[i];
+        if (!r->data_path[0]) continue;
+        int seen = -1;
+        for (int j = 0; j < i && seen < 0; j++)
+            if (!strcmp(R->runs[j].data_path, r->data_path)) seen = j;
+        if (seen >= 0) {
+            memcpy(r->partition, R->runs[seen].partition, sizeof r->partition);
+            continue;
+        }
+        if (partition_summary(r->data_path, r->partition) != FH_OK) {
+            const char *message = fh_error_message(), *end = strchr(message, '\n');
+            fprintf(stderr, "fedhet report: warning: run %s: its partition's statistics are left empty in summary.csv: "
+                    "%.*s\n", r->name, end ? (int)(end - message) : (int)strlen(message), message);
+            fh_error_clear();
+            for (int k = 0; k < REPORT_PARTITION_STATS; k++) r->partition[k] = NAN;
+        }
+    }
+}
+
 /* ---- group statistics ---------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -434,6 +507,7 @@ typedef struct {
     double to_m[REPORT_MAX_TARGETS];
     int to_n[REPORT_MAX_TARGETS];
     int rounds;                  /* most rows among its runs */
+    double partition[REPORT_PARTITION_STATS]; /* mean over its runs with a known partition */
 } GroupStats;
 
 static void group_stats(const Report *R, int g, GroupStats *G)
@@ -456,6 +530,13 @@ static void group_stats(const Report *R, int g, GroupStats *G)
     report_mean_std(b, n, &G->best_m, &G->best_s, &c);
     report_mean_std(w, n, &G->wall_m, &dummy, &c);
     report_mean_std(rs, n, &G->round_m, &dummy, &c);
+    for (int p = 0; p < REPORT_PARTITION_STATS; p++) {
+        double v[4096], std;
+        int m = 0;
+        for (int i = 0; i < R->n_runs; i++)
+            if (R->runs[i].group == g && usable(R, &R->runs[i]) && m < 4096) v[m++] = R->runs[i].partition[p];
+        report_mean_std(v, m, &G->partition[p], &std, &c);
+    }
     for (int j = 0; j < R->o->n_targets; j++) {
         double s = 0;
         int k = 0;
@@ -507,7 +588,9 @@ static int write_summary_csv(const Report *R, const char *path)
         if (k != R->seed_key) fprintf(f, ",%s", R->keys[k].key);
     fprintf(f, ",runs,rounds,final_mean,final_std,last%d_mean,last%d_std,best_mean,best_std", o->last_k, o->last_k);
     for (int j = 0; j < o->n_targets; j++) fprintf(f, ",rounds_to_%g_mean,rounds_to_%g_reached", o->targets[j], o->targets[j]);
-    fprintf(f, ",wall_s_mean,round_s_mean\n");
+    fprintf(f, ",wall_s_mean,round_s_mean");
+    for (int p = 0; R->partitions_differ && p < REPORT_PARTITION_STATS; p++) fprintf(f, ",%s", partition_columns[p]);
+    fprintf(f, "\n");
     for (int g = 0; g < R->n_groups; g++) {
         const Run *first = &R->runs[R->group_first[g]];
         GroupStats G;
@@ -530,7 +613,12 @@ static int write_summary_csv(const Report *R, const char *path)
         fmt_num(a, sizeof a, G.wall_m, "%.3f");
         fprintf(f, ",%s", a);
         fmt_num(a, sizeof a, G.round_m, "%.4f");
-        fprintf(f, ",%s\n", a);
+        fprintf(f, ",%s", a);
+        for (int p = 0; R->partitions_differ && p < REPORT_PARTITION_STATS; p++) {
+            fmt_num(a, sizeof a, G.partition[p], "%.6f");
+            fprintf(f, ",%s", a);
+        }
+        fprintf(f, "\n");
     }
     int bad = ferror(f);
     bad |= fclose(f) != 0;
@@ -900,6 +988,7 @@ static int summarise(Report *R)
             if (!r->values[k]) r->values[k] = strdup("");
         run_stats(R, r);
     }
+    partition_stats(R);
     int n_usable = 0;
     for (int i = 0; i < R->n_runs; i++) n_usable += usable(R, &R->runs[i]);
     if (!n_usable)

@@ -76,6 +76,11 @@ static void print_summary(const DataPartition *part, const DataImageSet *train, 
         for (int64_t r = part->offsets[k]; r < part->offsets[k + 1]; r++)
             counts[(size_t)k * train->classes + train->labels[part->indices[r]]]++;
     data_print_client_spread(stdout, part->offsets, counts, K, train->classes);
+    DataHetero h;
+    if (data_hetero_compute(&h, counts, K, train->classes) == FH_OK) {
+        data_print_hetero_summary(stdout, &h);
+        data_hetero_free(&h);
+    } else fh_error_clear(); /* the writer computes them again and reports the failure */
     free(counts);
     if (spec->n_corrupted > 0)
         printf("corrupted   clients %d..%d (%d of %d): %s severity %d, and a corrupted copy of the test set\n",

@@ -4,12 +4,15 @@
  *   /clients/offsets int64 [K+1], /clients/label_counts int32 [K,classes], /clients/corruption int32 [K],
  *   /clients/source_index int64 [N] (row of the source training set, for provenance),
  *   /test/images, /test/labels, /test_corrupted/images, /test_corrupted/labels;
+ *   /stats/label_entropy, /stats/effective_classes, /stats/tv_to_global, /stats/emd_to_global float64 [K]
+ *   and the /stats attributes size_gini and definition (a cache of data_hetero_compute on the label counts);
  *   root attributes: format, format_version, source, source_format, classes, shape, mean, std, scheme,
  *   variant, n_clients, alpha, min_size, classes_per_client, seed, corruption, severity, n_corrupted,
  *   corruption constants, parameters. */
 #include "fedhet/data.h"
 #include "fedhet/core.h"
 #include "fedhet/h5io.h"
+#include "hetero_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -99,6 +102,42 @@ static int write_rows(const FhH5File *f, const char *group, const DataImageSet *
     return status;
 }
 
+/* The names of the /stats datasets, in the order of the DataHetero arrays they hold */
+static const char *const hetero_names[4] = { "/stats/label_entropy", "/stats/effective_classes", "/stats/tv_to_global",
+                                             "/stats/emd_to_global" };
+
+static void hetero_arrays(DataHetero *h, double *arrays[4])
+{
+    arrays[0] = h->entropy, arrays[1] = h->effective_classes, arrays[2] = h->tv, arrays[3] = h->emd;
+}
+
+static int write_hetero(const FhH5File *f, const int32_t *counts, int K, int classes)
+{
+    DataHetero h;
+    FH_CHECK(data_hetero_compute(&h, counts, K, classes));
+    hid_t group;
+    int status = fh_h5_group(f, "/stats", &group);
+    if (status != FH_OK) {
+        data_hetero_free(&h);
+        return status;
+    }
+    double *arrays[4];
+    hetero_arrays(&h, arrays);
+    const hsize_t dims = (hsize_t)K;
+    for (int i = 0; i < 4 && status == FH_OK; i++)
+        status = fh_h5_write(f, hetero_names[i], H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, 1, &dims, NULL, arrays[i]);
+    if (status == FH_OK) status = fh_h5_attr_write_doubles(f, group, "size_gini", &h.size_gini, 1);
+    if (status == FH_OK)
+        status = fh_h5_attr_write_string(f, group, "definition",
+                                         "per client against the pooled training labels: label entropy in nats, "
+                                         "effective classes = exp(entropy), total variation, earth mover's distance "
+                                         "with ground distance |i - j| on the label index; size_gini: Gini "
+                                         "coefficient of the client sizes");
+    H5Gclose(group);
+    data_hetero_free(&h);
+    return status;
+}
+
 static int write_clients(const FhH5File *f, const DataImageSet *train, const DataPartition *part,
                          const DataPartFileSpec *spec, const DataCorruptionParams *corrupt)
 {
@@ -133,6 +172,8 @@ static int write_clients(const FhH5File *f, const DataImageSet *train, const Dat
         status = fh_h5_write(f, "/clients/label_counts", H5T_NATIVE_INT32, H5T_STD_I32LE, 2, dims_counts, NULL, counts);
     if (status == FH_OK)
         status = fh_h5_write(f, "/clients/corruption", H5T_NATIVE_INT32, H5T_STD_I32LE, 1, &dims_k, NULL, corruption);
+    /* without training rows there is no label distribution to measure */
+    if (status == FH_OK && n > 0) status = write_hetero(f, counts, K, classes);
     if (status == FH_OK) {
         const FhH5Layout layout = { n > 0 ? 65536 : 0, spec->deflate, 0 };
         status = fh_h5_write(f, "/clients/source_index", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, &dims_n, &layout,
@@ -424,6 +465,58 @@ int data_partfile_open(DataPartFile *f, const char *path)
         data_partfile_close(f);
         return fh_error_trace(status, __FILE__, __LINE__, "data_partfile_open");
     }
+    return FH_OK;
+}
+
+static int read_hetero(DataPartFile *f, DataHetero *h)
+{
+    FhH5File *file = &f->h5->file;
+    const int K = f->n_clients;
+    FH_CHECK(data_hetero_alloc(h, K, f->classes));
+    double *arrays[4];
+    hetero_arrays(h, arrays);
+    for (int i = 0; i < 4; i++) {
+        hsize_t dims[1];
+        hid_t d;
+        FH_CHECK(fh_h5_open_checked(file, hetero_names[i], H5T_FLOAT, 0, 1, dims, &d));
+        H5Dclose(d);
+        if (dims[0] != (hsize_t)K)
+            FH_FAIL(FH_ERR_DATA, "%s: %s has %llu entries; need n_clients = %d", f->path, hetero_names[i],
+                    (unsigned long long)dims[0], K);
+        FH_CHECK(fh_h5_read_all(file, hetero_names[i], H5T_NATIVE_DOUBLE, arrays[i]));
+        for (int k = 0; k < K; k++)
+            if (f->offsets[k + 1] > f->offsets[k] && !isfinite(arrays[i][k]))
+                FH_FAIL(FH_ERR_DATA, "%s: %s[%d] = %g but client %d has rows", f->path, hetero_names[i], k,
+                        arrays[i][k], k);
+    }
+    hid_t group = H5Gopen2(file->id, "/stats", H5P_DEFAULT);
+    if (group < 0) FH_FAIL(FH_ERR_DATA, "%s: cannot open /stats", f->path);
+    int status = fh_h5_attr_read_doubles(file, group, "size_gini", &h->size_gini, 1);
+    H5Gclose(group);
+    FH_CHECK(status);
+    if (!(h->size_gini >= 0 && h->size_gini <= 1))
+        FH_FAIL(FH_ERR_DATA, "%s: /stats attribute size_gini = %g (need 0..1)", f->path, h->size_gini);
+    return FH_OK;
+}
+
+int data_partfile_hetero(DataPartFile *f, DataHetero *h, int *stored)
+{
+    memset(h, 0, sizeof *h);
+    *stored = 0;
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    int has_stats = 0;
+    int status = fh_h5_exists(&f->h5->file, "/stats", &has_stats);
+    if (status == FH_OK && has_stats) {
+        status = read_hetero(f, h);
+        if (status != FH_OK) data_hetero_free(h);
+        else *stored = 1;
+    }
+    fh_h5_quiet_end(&quiet);
+    FH_CHECK(status);
+    if (*stored) return FH_OK;
+    if (f->n_rows == 0) FH_FAIL(FH_ERR_DATA, "%s: no training rows: no label distribution to measure", f->path);
+    FH_CHECK(data_hetero_compute(h, f->label_counts, f->n_clients, f->classes));
     return FH_OK;
 }
 

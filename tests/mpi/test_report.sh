@@ -139,6 +139,52 @@ test_report_failures()
     expect_rc "report --help" 0 && { grep -q "summary.md" "$WORK/rhelp.out" || fail "report --help does not mention summary.md"; }
 }
 
+# 3b. Runs on different partition files: summary.csv carries each partition's heterogeneity (the client
+#     means inspect prints, and the size Gini); runs on one partition file do not get these columns; an
+#     unreadable partition leaves its cells empty with a warning.
+test_report_partition_stats()
+{
+    "$FEDHET" partition "$WORK/idx" "$WORK/p6iid.h5" scheme=iid clients=6 seed=1 classes=4 >"$WORK/p6iid.out" 2>&1 ||
+        { fail "partition p6iid: $(tail -1 "$WORK/p6iid.out")"; return; }
+    fh 2 ha "$WORK/base.ini" output.dir="$WORK/hruns" output.name=dir
+    fh 2 hb "$WORK/base.ini" output.dir="$WORK/hruns" output.name=iid data.path="$WORK/p6iid.h5"
+    fh 2 hc "$WORK/base.ini" output.dir="$WORK/hruns" output.name=dir-seed4 fl.seed=4
+    fx 0 hrep report "$WORK/hruns" --no-plots
+    expect_rc "report of runs on two partitions" 0 || return
+    local csv=$WORK/hruns/summary.csv file i want got
+    local cols=(- - partition_entropy_nats_mean partition_effective_classes_mean partition_tv_mean partition_emd_mean)
+    [ "$(data_rows "$csv")" = 2 ] || fail "$(data_rows "$csv") configurations, expected 2 (the two partitions)"
+    for file in p6 p6iid; do
+        "$FEDHET" inspect "$WORK/$file.h5" >"$WORK/$file.inspect" 2>&1 || { fail "inspect $file.h5 failed"; continue; }
+        # the per-client table (client entropy eff_classes TV EMD): column means
+        for i in 2 3 4 5; do
+            want=$(awk -v c="$i" '/^ *client  entropy/ { on = 1; next } on && NF == 5 { s += $c; n++ } END { if (n) printf "%.6f", s / n }' "$WORK/$file.inspect")
+            got=$(csv_cell "$csv" "$file.h5" "${cols[$i]}")
+            close "$want" "$got" 0.003 || fail "$file.h5: ${cols[$i]} = '$got' in summary.csv, inspect's clients give '$want'"
+        done
+        want=$(awk '/^size Gini/ { print $3 }' "$WORK/$file.inspect")
+        got=$(csv_cell "$csv" "$file.h5" partition_size_gini)
+        close "$want" "$got" 0.0005 || fail "$file.h5: partition_size_gini = '$got', inspect says '$want'"
+    done
+    # IID clients of a 4-class set: close to the global label distribution, entropy close to ln 4
+    got=$(csv_cell "$csv" "p6iid.h5" partition_tv_mean)
+    awk -v v="$got" 'BEGIN { exit !(v != "" && v < 0.1) }' || fail "IID partition: partition_tv_mean = '$got', expected < 0.1"
+    awk -v a="$got" -v b="$(csv_cell "$csv" "p6.h5" partition_tv_mean)" 'BEGIN { exit !(b > a) }' ||
+        fail "Dirichlet(0.5) partition is not further from the global labels than the IID one"
+    # runs on one partition file: no partition columns
+    fx 0 hsame report "$WORK/out/sens" --no-plots --out "$WORK/sens_same"
+    expect_rc "report of a grid on one partition" 0 &&
+        { head -1 "$WORK/sens_same/summary.csv" | grep -q partition_ && fail "a grid on one partition got partition_ columns"; }
+    # a partition file that is gone: empty cells and a warning naming it
+    mv "$WORK/p6iid.h5" "$WORK/p6iid.moved"
+    fx 0 hgone report "$WORK/hruns" --no-plots --out "$WORK/hruns_gone"
+    mv "$WORK/p6iid.moved" "$WORK/p6iid.h5"
+    expect_rc "report with a missing partition file" 0 || return
+    grep -q "warning: run iid: .*p6iid.h5" "$WORK/hgone.err" || fail "no warning naming p6iid.h5: $(cat "$WORK/hgone.err")"
+    [ -z "$(csv_cell "$WORK/hruns_gone/summary.csv" "p6iid.h5" partition_tv_mean)" ] || fail "a missing partition has values"
+    [ -n "$(csv_cell "$WORK/hruns_gone/summary.csv" "p6.h5" partition_tv_mean)" ] || fail "the other partition lost its values"
+}
+
 # 4. The landscape: the centre point is the model itself (its loss = the run's final test loss); points
 #    spread over 1 or 3 ranks give the same numbers; 1-D and subsets.
 test_landscape()
@@ -183,5 +229,5 @@ test_landscape_bad()
     expect_rc "landscape --help" 0
 }
 
-TESTS=(report_grid report_runs report_failures landscape landscape_bad)
+TESTS=(report_grid report_runs report_failures report_partition_stats landscape landscape_bad)
 run_tests "$@"

@@ -294,7 +294,19 @@ static void test_partition_reproducible(void)
     tmp_record(a);
     tmp_record(b);
     const char *extra = "corruption=gaussian_noise corrupted=2";
-    EXPECT(run_fedhet("partition '%s' '%s' " PART_ARGS " %s", src_dir, a, extra), 0, "wrote");
+    RunResult *r = run_fedhet("partition '%s' '%s' " PART_ARGS " %s", src_dir, a, extra);
+    EXPECT(r, 0, "wrote", "label entropy (nats): min", "size Gini");
+    /* the heterogeneity summary it prints is the one inspect prints from the file's /stats */
+    char *made = strdup(r->out);
+    r = run_fedhet("inspect '%s'", a);
+    const char *from = made ? strstr(made, "\nentropy") : NULL, *to = from ? strstr(from, "\ncorrupted") : NULL;
+    CHECK_MSG(from && to, "no heterogeneity summary in the partition output:\n%s", made ? made : "");
+    if (from && to) {
+        char *summary = strndup(from, (size_t)(to - from + 1));
+        CHECK_MSG(summary && strstr(r->out, summary), "partition printed\n%s\nbut inspect\n%s", summary, r->out);
+        free(summary);
+    }
+    free(made);
     EXPECT(run_fedhet("partition '%s' '%s' " PART_ARGS " %s", src_dir, b, extra), 0, "wrote");
     time_t started = time(NULL);
     while (time(NULL) == started) {
@@ -361,14 +373,87 @@ static void check_inspect_matrix(const char *path, const char *out)
     data_partfile_close(&f);
 }
 
+/* Parses the per-client heterogeneity table printed by inspect and compares it with data_hetero_compute on
+ * the file's label counts (to the printed precision). */
+static void check_inspect_hetero(const char *path, const char *out)
+{
+    DataPartFile f;
+    int status = data_partfile_open(&f, path);
+    CHECK_MSG(status == FH_OK, "data_partfile_open(%s): %s", path, fh_error_message());
+    if (status != FH_OK) return;
+    DataHetero h;
+    CHECK_OK(data_hetero_compute(&h, f.label_counts, f.n_clients, f.classes));
+    const char *p = strstr(out, "client  entropy  eff classes     TV    EMD\n");
+    CHECK_MSG(p != NULL, "no heterogeneity table header in:\n%s", out);
+    if (p && h.entropy) {
+        p = strchr(p, '\n');
+        for (int k = 0; k < f.n_clients; k++) {
+            char *end;
+            long id = strtol(p + 1, &end, 10);
+            double v[4];
+            for (int i = 0; i < 4; i++) v[i] = strtod(end, &end);
+            CHECK_MSG(id == k, "row %d of the heterogeneity table: '%.60s'", k, p + 1);
+            CHECK_NEAR(v[0], h.entropy[k], 0.0005 + 1e-12);
+            CHECK_NEAR(v[1], h.effective_classes[k], 0.005 + 1e-12);
+            CHECK_NEAR(v[2], h.tv[k], 0.0005 + 1e-12);
+            CHECK_NEAR(v[3], h.emd[k], 0.0005 + 1e-12);
+            p = strchr(p + 1, '\n');
+            if (!p) break;
+        }
+        double s[4];
+        char line[200];
+        data_summary4(h.tv, f.n_clients, s);
+        snprintf(line, sizeof line, "TV          to the global label distribution: min %.3f / median %.3f / max %.3f / "
+                 "mean %.3f\n", s[0], s[1], s[2], s[3]);
+        CHECK_MSG(strstr(out, line) != NULL, "no line '%s' in:\n%s", line, out);
+        snprintf(line, sizeof line, "size Gini   %.3f ", h.size_gini);
+        CHECK_MSG(strstr(out, line) != NULL, "no line '%s' in:\n%s", line, out);
+    }
+    data_hetero_free(&h);
+    data_partfile_close(&f);
+}
+
 static void test_inspect_partition(void)
 {
     REQUIRE_FIXTURE();
     RunResult *r = run_fedhet("inspect '%s'", dst_path);
     EXPECT(r, 0, "dst.h5", "dirichlet", "variant default", "alpha=0.5", "clients=5", "min_size=2", "seed=3",
            "classes     4", "1x8x8", "200 rows over 5 clients", "40 rows; corrupted copy: no", "corruption  none",
-           "samples min");
+           "samples min", "label entropy (nats): min", "exp(entropy): min", "size Gini", "as stored in /stats");
     check_inspect_matrix(dst_path, r->out);
+    check_inspect_hetero(dst_path, r->out);
+}
+
+/* a copy of the fixture's partition file named `name` (in the test folder) without the HDF5 object `drop` */
+static const char *copy_without(const char *name, const char *drop)
+{
+    const char *copy = tmp_path(name);
+    size_t len = 0;
+    unsigned char *bytes = read_file(dst_path, &len);
+    CHECK(bytes && write_file(copy, bytes, len) == 0);
+    free(bytes);
+    hid_t h = H5Fopen(copy, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(h >= 0 && H5Ldelete(h, drop, H5P_DEFAULT) >= 0);
+    if (h >= 0) H5Fclose(h);
+    return copy;
+}
+
+/* a partition file made before /stats existed: inspect computes the same statistics from the label counts */
+static void test_inspect_without_stored_stats(void)
+{
+    REQUIRE_FIXTURE();
+    const char *old_file = copy_without("no_stats.h5", "/stats");
+    RunResult *r = run_fedhet("inspect '%s'", old_file);
+    EXPECT(r, 0, "computed from /clients/label_counts");
+    check_inspect_hetero(old_file, r->out);
+    char *with = strdup(r->out);
+    r = run_fedhet("inspect '%s'", dst_path);
+    /* from the summary on, the two outputs agree but for where the statistics came from */
+    const char *a = with ? strstr(with, "\nentropy") : NULL, *b = strstr(r->out, "\nentropy");
+    const char *a_end = a ? strstr(a, "\n(heterogeneity") : NULL, *b_end = b ? strstr(b, "\n(heterogeneity") : NULL;
+    CHECK(a && b && a_end && b_end && a_end - a == b_end - b && !memcmp(a, b, (size_t)(a_end - a)));
+    CHECK(a_end && b_end && !strcmp(strchr(a_end + 1, '\n'), strchr(b_end + 1, '\n')));
+    free(with);
 }
 
 static void test_inspect_corrupted_partition(void)
@@ -447,6 +532,27 @@ static void test_report_corrupted_partition(void)
     check_no_leftovers();
 }
 
+/* the heterogeneity panel: drawn for a file without /stats too; a damaged /stats is an input error that
+ * leaves no image */
+static void test_report_partition_stats(void)
+{
+    REQUIRE_FIXTURE();
+    const char *png = tmp_path("out/no_stats.png");
+    tmp_record(png);
+    const char *old_file = copy_without("no_stats_report.h5", "/stats");
+    EXPECT(run_fedhet_env(env_tmpdir, "report --partition '%s' '%s'", old_file, png), 0, "wrote");
+    check_png(png);
+    check_no_leftovers();
+    const char *damaged = copy_without("damaged_stats.h5", "/stats/tv_to_global");
+    const char *png2 = tmp_path("out/damaged.png");
+    tmp_record(png2);
+    EXPECT(run_fedhet_env(env_tmpdir, "report --partition '%s' '%s'", damaged, png2), 2, "damaged_stats.h5",
+           "/stats/tv_to_global");
+    CHECK_MSG(!file_exists(png2), "%s written from a damaged file", png2);
+    check_no_leftovers();
+    EXPECT(run_fedhet("inspect '%s'", damaged), 2, "damaged_stats.h5", "/stats/tv_to_global");
+}
+
 static void test_report_bad_inputs(void)
 {
     REQUIRE_FIXTURE();
@@ -512,7 +618,8 @@ static void test_report_usage(void)
 
 static void test_help(void)
 {
-    EXPECT(run_fedhet("inspect --help"), 0, "usage: fedhet inspect FILE.h5", "--model", "partition", "label");
+    EXPECT(run_fedhet("inspect --help"), 0, "usage: fedhet inspect FILE.h5", "--model", "partition", "label",
+           "entropy (nats)", "|i - j|", "Gini");
     EXPECT(run_fedhet("report --help"), 0, "usage: fedhet report --partition DST.h5 OUT.png", "gnuplot");
     EXPECT(run_fedhet("--help"), 0, "report", "partition", "inspect");
 }
@@ -533,10 +640,12 @@ int main(int argc, char **argv)
     RUN(test_partition_garbage_source);
     RUN(test_partition_reproducible);
     RUN(test_inspect_partition);
+    RUN(test_inspect_without_stored_stats);
     RUN(test_inspect_corrupted_partition);
     RUN(test_inspect_errors);
     RUN(test_report_partition);
     RUN(test_report_corrupted_partition);
+    RUN(test_report_partition_stats);
     RUN(test_report_bad_inputs);
     RUN(test_report_gnuplot_failures);
     RUN(test_report_usage);
