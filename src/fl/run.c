@@ -233,8 +233,13 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
         if (stat(run->checkpoint_path, &st) != 0) {
             if (errno != ENOENT)
                 FH_FAIL(FH_ERR_IO, "%s: cannot read: %s", run->checkpoint_path, strerror(errno));
-            /* stopped before its first checkpoint: nothing to continue, so the run starts again */
+            /* stopped before its first checkpoint: nothing to continue, so the run starts again; a finished
+             * run that lost its checkpoint is not replaced that way */
             char path[4300];
+            snprintf(path, sizeof path, "%s/run.h5", run->dir);
+            if (stat(path, &st) == 0)
+                FH_FAIL(FH_ERR_USAGE, "%s: no checkpoint to resume from, but the run's final model %s exists (--force "
+                        "runs it again)", run->checkpoint_path, path);
             snprintf(path, sizeof path, "%s/config.ini", run->dir);
             FhConfig *old = NULL;
             int status = fl_config_load(&old, path, NULL, 0);

@@ -99,6 +99,12 @@ test_resume_without_checkpoint()
     expect_rc "uninterrupted run" 0 || return
     same_state "$WORK/out/early_ref/run.h5" "$WORK/out/early/run.h5" "restarted vs uninterrupted"
     same_csv "$WORK/out/early_ref/metrics.csv" "$WORK/out/early/metrics.csv" "restarted vs uninterrupted"
+    # a finished run that lost its checkpoint is not restarted over its run.h5
+    rm "$WORK/out/early_ref/checkpoint.h5"
+    cp "$WORK/out/early_ref/run.h5" "$WORK/early_ref.h5"
+    fx lost run --resume "$WORK/out/early_ref"
+    refused "--resume of a finished run without its checkpoint" "final model"
+    cmp -s "$WORK/early_ref.h5" "$WORK/out/early_ref/run.h5" || fail "--resume without a checkpoint changed run.h5"
 }
 
 # 4. metrics.csv, clients.csv or log.txt replaced by a symbolic link: --resume refuses it naming the
