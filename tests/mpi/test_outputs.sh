@@ -57,8 +57,8 @@ test_folder_names()
     refused "report --out DIR/.." "= '..'"
 }
 
-# 2. Failures before the first checkpoint (a model that cannot be built, damaged test rows) leave no run
-#    folder, and --force over a finished run that then fails keeps that run.
+# 2. Failures before the first round (a model that cannot be built, damaged client or test rows) leave no
+#    run folder, and --force over a finished run that then fails keeps that run.
 test_setup_failures_leave_nothing()
 {
     fx gn run "$WORK/base.ini" output.name=gn model.name=resnet18_gn model.groups=1000
@@ -72,6 +72,13 @@ with h5py.File(sys.argv[1], 'r+') as f: f['/test/labels'][3] = 99" "$WORK/badtes
     expect_rc "a test label out of range" 2
     grep -q "out of range" "$WORK/badtest.err" || fail "damaged test rows: $(errline badtest)"
     [ -e "$WORK/out/badtest" ] && fail "damaged test rows left $WORK/out/badtest ($(ls "$WORK/out/badtest" | tr '\n' ' '))"
+    cp "$WORK/p6.h5" "$WORK/badclient.h5"
+    /usr/bin/python3 -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f: f['/clients/labels'][5] = 99" "$WORK/badclient.h5" || { fail "cannot damage a label"; return; }
+    fx badclient run "$WORK/base.ini" output.name=badclient data.path="$WORK/badclient.h5"
+    expect_rc "a client label out of range" 2
+    [ -e "$WORK/out/badclient" ] && fail "damaged client rows left $WORK/out/badclient ($(ls "$WORK/out/badclient" | tr '\n' ' '))"
     fh 2 badtest2 "$WORK/base.ini" output.name=badtest fl.rounds=1
     expect_rc "retry with good data, no --force" 0
     # --force over a finished run: a setup error keeps the finished run
