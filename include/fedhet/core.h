@@ -58,6 +58,14 @@ void fh_log_warn(const char *fmt, ...) FH_PRINTF(1, 2);  /* stderr */
 void fh_log_error(const char *fmt, ...) FH_PRINTF(1, 2); /* stderr, always */
 void fh_log_debug(const char *fmt, ...) FH_PRINTF(1, 2);
 
+/* ---- names and paths ---- */
+/* FH_OK when `name` can be one folder (or file) name: not empty, ".", ".." and without '/'; else
+ * FH_ERR_USAGE naming `what` (e.g. "[output] name"). */
+int fh_check_plain_name(const char *name, const char *what);
+/* `text` as one shell word in out: as is when it holds only safe characters, else in single quotes
+ * (an embedded ' as '\''); returns out. */
+const char *fh_shell_quote(const char *text, char *out, size_t size);
+
 /* ---- timers ---- */
 double fh_time_now(void); /* monotonic seconds */
 

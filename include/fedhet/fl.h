@@ -27,6 +27,10 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm);
  * grid, which runs many experiments in one process and must not start another after SIGTERM). */
 int fl_sigterm_seen(void);
 
+/* 1 when RUN_DIR/run.h5 exists and is not older than RUN_DIR/checkpoint.h5 (or there is no checkpoint):
+ * a run whose final checkpoint is newer was stopped before its final model was written. */
+int fl_final_model_current(const char *run_dir);
+
 /* Loads and checks a config exactly as fl_run would (file, overrides, every key and method rule), without
  * touching any file or starting work; no MPI needed. FH_OK or the error fl_run would report. */
 int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides);

@@ -342,7 +342,10 @@ static int plan_member(const Grid *G, int64_t i, int retry_failed, char *plan)
     snprintf(run_dir, sizeof run_dir, "%s/%s", G->g.dir, name);
     GridStatus s;
     FH_CHECK(grid_status_read(G->g.dir, name, &s));
-    if (s.state == GRID_DONE || exists(run_dir, "run.h5")) *plan = PLAN_SKIP_DONE;
+    /* done only with its final model: a kill while run.h5 was written leaves just the final checkpoint,
+     * from which a resume writes it */
+    const int final_current = fl_final_model_current(run_dir);
+    if (final_current && (s.state == GRID_DONE || !exists(run_dir, "checkpoint.h5"))) *plan = PLAN_SKIP_DONE;
     else if (s.state == GRID_FAILED && !retry_failed) *plan = PLAN_SKIP_FAILED;
     else if (exists(run_dir, "checkpoint.h5")) *plan = PLAN_RESUME;
     else if (exists(run_dir, ".")) *plan = PLAN_FRESH_FORCE; /* made, but killed before its first checkpoint */
@@ -745,9 +748,11 @@ static int finish(const Grid *G, const GridOptions *o)
            g->n_members == 1 ? "" : "s", (long long)count[GRID_DONE], (long long)count[GRID_FAILED]);
     if (unfinished) printf(", %lld not finished", (long long)unfinished);
     printf("; members.csv written\n");
-    if (unfinished && o->member < 0)
+    if (unfinished && o->member < 0) {
+        char quoted[4 * sizeof g->dir + 3];
         printf("[grid] %s: continue with fedhet grid --resume %s\n", stop_seen() ? "stopped by SIGTERM" : "incomplete",
-               g->dir);
+               fh_shell_quote(g->dir, quoted, sizeof quoted));
+    }
     else if (!unfinished)
         printf("[grid] summary tables and plots: fedhet report %s\n", g->dir);
     fflush(stdout);

@@ -106,7 +106,7 @@ static int parse_args(LsOptions *o, int argc, char **argv)
         }
     }
     if (!o->checkpoint) FH_FAIL(FH_ERR_USAGE, "give a checkpoint: fedhet landscape outputs/NAME/run.h5 (see --help)");
-    if (!*o->name || strchr(o->name, '/')) FH_FAIL(FH_ERR_USAGE, "name = '%s' must be a plain file name", o->name);
+    FH_CHECK(fh_check_plain_name(o->name, "name"));
     return FH_OK;
 }
 

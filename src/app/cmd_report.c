@@ -275,6 +275,15 @@ int app_cmd_report(int argc, char **argv)
         else if (!out) out = argv[i];
         else FH_FAIL(FH_ERR_USAGE, "unexpected argument '%s' (see fedhet report --help)", argv[i]);
     }
+    if (ro.out_dir) { /* a path, whose last part must name a folder of its own */
+        char last[4096];
+        size_t n = strlen(ro.out_dir);
+        while (n > 1 && ro.out_dir[n - 1] == '/') n--;
+        const char *start = ro.out_dir + n;
+        while (start > ro.out_dir && start[-1] != '/') start--;
+        snprintf(last, sizeof last, "%.*s", (int)(ro.out_dir + n - start), start);
+        FH_CHECK(fh_check_plain_name(last, "--out (its last part)"));
+    }
     if (partition) {
         if (!out) FH_FAIL(FH_ERR_USAGE, "--partition %s: give the image to write, OUT.png", partition);
         return report_partition(partition, out);

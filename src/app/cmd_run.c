@@ -14,7 +14,9 @@ static void print_help(void)
            "  Rank 0 is the server, ranks 1..N-1 train the clients (N = 1: one process does both).\n"
            "  Writes outputs/NAME/: config.ini (resolved), metrics.csv, clients.csv, run.h5, checkpoint.h5, log.txt.\n"
            "  --force    replace an existing run folder\n"
-           "  --resume   continue a run from its checkpoint (only fl.rounds may change)\n"
+           "  --resume   continue a run from its checkpoint (only fl.rounds may change); a finished run whose run.h5\n"
+           "             is missing or older than its checkpoint gets it written; a folder without a checkpoint\n"
+           "             (stopped before its first one) starts again from round 1\n"
            "  SIGTERM (SLURM's time limit) finishes the round, checkpoints and exits 0.\n\n"
            "config keys ([section] key, type, default, allowed values):\n");
     fl_print_config_help(stdout);

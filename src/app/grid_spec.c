@@ -485,8 +485,9 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
         char *dot = strrchr(g->name, '.');
         if (dot && dot != g->name) *dot = '\0';
     }
-    if (strchr(g->name, '/') || !strcmp(g->name, ".") || !strcmp(g->name, ".."))
-        FH_FAIL(FH_ERR_USAGE, "%s: the grid name '%s' ([output] name) must be a plain folder name", path, g->name);
+    char what[GRID_PATH + 64];
+    snprintf(what, sizeof what, "%.*s: the grid name ([output] name)", GRID_PATH, path);
+    FH_CHECK(fh_check_plain_name(g->name, what));
     if (snprintf(g->dir, sizeof g->dir, "%s/%s", g->out_dir, g->name) >= (int)sizeof g->dir - 600)
         FH_FAIL(FH_ERR_USAGE, "%s/%s: path too long", g->out_dir, g->name);
     if (g->n_members <= GRID_MEMBERS_ASK * 100) FH_CHECK(check_names_unique(g));

@@ -310,6 +310,31 @@ static int config_range_error(const FhConfigKey *k, const char *text, const char
     FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be in [%s, %s]", where, k->section, k->key, text, lo, hi);
 }
 
+/* The one number syntax of every numeric key: decimal, an optional sign, and for floats a fraction and
+ * an exponent (strtod alone would also take hexadecimal, inf and nan). */
+static int config_decimal(const char *text, int integer)
+{
+    const char *p = text;
+    if (*p == '+' || *p == '-') p++;
+    size_t digits = strspn(p, "0123456789");
+    p += digits;
+    if (integer) return digits > 0 && *p == '\0';
+    if (*p == '.') {
+        size_t frac = strspn(p + 1, "0123456789");
+        digits += frac;
+        p += 1 + frac;
+    }
+    if (!digits) return 0;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '+' || *p == '-') p++;
+        size_t exp = strspn(p, "0123456789");
+        if (!exp) return 0;
+        p += exp;
+    }
+    return *p == '\0';
+}
+
 /* Checks `text` against key k and stores the typed value in e. `where` starts the message
  * ("file:12: ", "command line: ", "config schema: default of "). */
 static int config_parse_value(const FhConfigKey *k, const char *text, const char *where, Entry *e)
@@ -330,10 +355,11 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
     char *end = NULL;
     switch (k->type) {
     case FH_CFG_INT: {
+        if (!config_decimal(text, 1))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not an integer (decimal digits with an optional sign; no "
+                    "hexadecimal, fraction or exponent)", where, k->section, k->key, text);
         errno = 0;
         long long v = strtoll(text, &end, 10);
-        if (end == text || *end != '\0' || isspace((unsigned char)text[0]))
-            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not an integer", where, k->section, k->key, text);
         if (errno == ERANGE)
             FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: outside the 64-bit integer range", where, k->section,
                     k->key, text);
@@ -342,9 +368,10 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
         break;
     }
     case FH_CFG_FLOAT: {
+        if (!config_decimal(text, 0))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not a number in decimal notation (such as 0.05, -2 or "
+                    "1e-3; hexadecimal, inf and nan are refused)", where, k->section, k->key, text);
         double v = strtod(text, &end);
-        if (end == text || *end != '\0' || isspace((unsigned char)text[0]))
-            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not a number", where, k->section, k->key, text);
         if (!isfinite(v))
             FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be a finite number", where, k->section, k->key, text);
         if (ranged && (v < k->lo || v > k->hi)) return config_range_error(k, text, where);

@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fedhet/core.h"
 #include "fedhet/h5io.h"
@@ -182,6 +183,9 @@ int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path)
     FhH5File f = { .id = H5I_INVALID_HID };
     FhH5Quiet quiet;
     int status = FH_OK;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char done_point[64];
+    snprintf(done_point, sizeof done_point, "%.50s:done", base);
     if (run->comm.rank == 0) {
         fh_h5_quiet_begin(&quiet);
         status = fh_h5_create(&f, path, FH_ERR_IO);
@@ -189,11 +193,31 @@ int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path)
     }
     status = save_client_state(run, &f, fl_agree(&run->comm, status));
     if (run->comm.rank == 0) {
-        if (status == FH_OK) status = fh_h5_commit(&f);
-        else fh_h5_discard(&f);
+        if (status == FH_OK) {
+            fl_injected_kill(base, rounds_done - 1);
+            status = fh_h5_commit(&f);
+            if (status == FH_OK) fl_injected_kill(done_point, rounds_done - 1);
+        } else fh_h5_discard(&f);
         fh_h5_quiet_end(&quiet);
     }
     return fl_agree(&run->comm, status);
+}
+
+static int modified_before(const struct stat *a, const struct stat *b)
+{
+    return a->st_mtim.tv_sec < b->st_mtim.tv_sec ||
+           (a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec < b->st_mtim.tv_nsec);
+}
+
+int fl_final_model_current(const char *run_dir)
+{
+    char path[4300];
+    struct stat final, ckpt;
+    snprintf(path, sizeof path, "%.4200s/run.h5", run_dir);
+    if (stat(path, &final) != 0) return 0;
+    snprintf(path, sizeof path, "%.4200s/checkpoint.h5", run_dir);
+    if (stat(path, &ckpt) != 0) return 1;
+    return !modified_before(&final, &ckpt);
 }
 
 /* ---- loading ---- */
@@ -223,7 +247,12 @@ static int read_table(const FhH5File *f, const char *name, int cols, double **ro
     FH_CHECK(fh_calloc(rows_out, dims[0] ? (size_t)dims[0] : 1, (size_t)cols * sizeof(double), name));
     *n_rows = (int64_t)dims[0];
     if (dims[0] == 0) return FH_OK;
-    return fh_h5_read_all(f, name, H5T_NATIVE_DOUBLE, *rows_out);
+    int status = fh_h5_read_all(f, name, H5T_NATIVE_DOUBLE, *rows_out);
+    if (status != FH_OK) { /* a failed checksum: nothing half-read is kept */
+        fh_free(rows_out);
+        *n_rows = 0;
+    }
+    return status;
 }
 
 int fl_checkpoint_read_config(const char *path, char **text)

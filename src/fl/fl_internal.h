@@ -184,6 +184,9 @@ typedef struct {
     AlgoSizes z;              /* the method's sizes for this run */
     int64_t *client_sizes;    /* [K] n_k */
     int start_round;          /* first round to run (after a resume) */
+    int restart;              /* --resume of a folder without a checkpoint: the run starts again */
+    int write_final;          /* run.h5 is written at the end (not when a resumed run's is current) */
+    int made_folder;          /* rank 0: this run made (or restarted) its folder */
     double lr;                /* lr of the next round */
     /* rank 0 */
     double *rows;             /* [rounds * FL_N_COLUMNS] */
@@ -209,5 +212,9 @@ int fl_checkpoint_load(FlRun *run);
 /* Rank 0: the config text stored in a checkpoint, to compare with the one given. */
 int fl_checkpoint_read_config(const char *path, char **text);
 uint64_t fl_layout_hash(const NnModel *m);
+
+/* Crash tests (src/fl/inject.c): with FEDHET_TEST_KILL_POINT=point (and FEDHET_TEST_KILL_ROUND=round,
+ * 0-based; unset: any round), a process reaching that point raises SIGKILL. */
+void fl_injected_kill(const char *point, int round);
 
 #endif

@@ -3,6 +3,7 @@
 #include "fl_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <math.h>
 #include <signal.h>
@@ -123,13 +124,33 @@ static int prepare_data(const FlSettings *s, const char *config_path)
     return data_partition_make(s->data_source, "auto", 10, s->data_path, &spec, NULL, NULL);
 }
 
+static int symlink_refused(const char *path)
+{
+    FH_FAIL(FH_ERR_IO, "%s is a symbolic link: fedhet does not write through it (replace it with a plain file)", path);
+}
+
+/* Outputs are opened without following symbolic links: a link in a run folder must not redirect a write,
+ * or the truncation of a resumed CSV, to a file elsewhere. */
+static int open_output(FILE **f, const char *path, int append)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | (append ? O_APPEND : O_TRUNC), 0666);
+    if (fd < 0 && errno == ELOOP) return symlink_refused(path);
+    if (fd < 0) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    *f = fdopen(fd, append ? "a" : "w");
+    if (!*f) {
+        int err = errno;
+        close(fd);
+        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(err));
+    }
+    return FH_OK;
+}
+
 static int open_csv(FILE **f, const char *dir, const char *name, const char *const *cols, int n_cols,
                     const double *rows, int64_t n_rows)
 {
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    *f = fopen(path, "w");
-    if (!*f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    FH_CHECK(open_output(f, path, 0));
     for (int c = 0; c < n_cols; c++) fprintf(*f, "%s%s", c ? "," : "", cols[c]);
     fputc('\n', *f);
     for (int64_t r = 0; r < n_rows; r++) {
@@ -185,7 +206,22 @@ static int check_rank_count(const FlRun *run, const char *data_path)
     return FH_OK;
 }
 
-/* Rank 0 before any work: data file, run folder (never replaced without --force), resolved config. */
+/* The config of a resumed run must be the one it started with, but for fl.rounds. */
+static int check_resume_config(const FhConfig *old, const FhConfig *cfg, const char *config_path, const char *against)
+{
+    char *diff = NULL;
+    FH_CHECK(fh_config_diff(old, cfg, resume_may_change, &diff));
+    if (!diff) return FH_OK;
+    int status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__,
+                                "%s: the config differs from %s (only fl.rounds may change on --resume): %s",
+                                config_path, against, diff);
+    free(diff);
+    return status;
+}
+
+/* Rank 0 before any work: data file, run folder name (never replaced without --force), a resumed run's
+ * config against its checkpoint's. Nothing is written here: create_run_folder does that once the whole
+ * setup has succeeded, so a setup error leaves no folder behind. */
 static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
     FH_CHECK(prepare_data(&run->s, config_path));
@@ -194,8 +230,27 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
     if (opt->resume_dir) {
         snprintf(run->dir, sizeof run->dir, "%s", opt->resume_dir);
         snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
-        if (stat(run->checkpoint_path, &st) != 0)
-            FH_FAIL(FH_ERR_USAGE, "%s: no checkpoint to resume from (%s)", run->checkpoint_path, strerror(errno));
+        if (stat(run->checkpoint_path, &st) != 0) {
+            if (errno != ENOENT)
+                FH_FAIL(FH_ERR_IO, "%s: cannot read: %s", run->checkpoint_path, strerror(errno));
+            /* stopped before its first checkpoint: nothing to continue, so the run starts again; a finished
+             * run that lost its checkpoint is not replaced that way */
+            char path[4300];
+            snprintf(path, sizeof path, "%s/run.h5", run->dir);
+            if (stat(path, &st) == 0)
+                FH_FAIL(FH_ERR_USAGE, "%s: no checkpoint to resume from, but the run's final model %s exists (--force "
+                        "runs it again)", run->checkpoint_path, path);
+            snprintf(path, sizeof path, "%s/config.ini", run->dir);
+            FhConfig *old = NULL;
+            int status = fl_config_load(&old, path, NULL, 0);
+            if (status == FH_OK) status = check_resume_config(old, run->cfg, config_path, path);
+            fh_config_free(&old);
+            FH_CHECK(status);
+            run->restart = 1;
+            fh_log_info("%s has no checkpoint (the run stopped before its first one): starting it again from round 1",
+                        run->dir);
+            return FH_OK;
+        }
         char *saved = NULL;
         FH_CHECK(fl_checkpoint_read_config(run->checkpoint_path, &saved));
         int n;
@@ -207,21 +262,9 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
             return fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__,
                                   "%s: the checkpoint's config does not load as a config of method %s (was it written "
                                   "by another method?)", run->checkpoint_path, run->s.method->name);
-        char *diff = NULL;
-        status = fh_config_diff(old, run->cfg, resume_may_change, &diff);
+        status = check_resume_config(old, run->cfg, config_path, "the checkpoint's");
         fh_config_free(&old);
-        FH_CHECK(status);
-        if (diff) {
-            status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__,
-                                    "%s: the config differs from the checkpoint's (only fl.rounds may change on "
-                                    "--resume): %s", config_path, diff);
-            free(diff);
-            return status;
-        }
-        remove_stale_temporaries(run->dir);
-        char path[4300];
-        snprintf(path, sizeof path, "%s/config.ini", run->dir);
-        return write_text_atomic(path, run->config_text); /* fl.rounds may have changed */
+        return status;
     }
     char name[4300];
     if (*run->s.name) snprintf(name, sizeof name, "%s", run->s.name);
@@ -230,31 +273,66 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
         snprintf(name, sizeof name, "%s", base ? base + 1 : config_path);
         char *dot = strrchr(name, '.');
         if (dot && dot != name) *dot = '\0';
+        char what[4400];
+        snprintf(what, sizeof what, "%.4300s: the run folder's name (the config file's name; set [output] name)",
+                 config_path);
+        FH_CHECK(fh_check_plain_name(name, what));
     }
     snprintf(run->dir, sizeof run->dir, "%.2000s/%.2000s", run->s.out_dir, name);
     snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
-    if (stat(run->dir, &st) == 0) {
-        if (!opt->force)
-            FH_FAIL(FH_ERR_USAGE, "%s already exists (--force replaces it, --resume %s continues it)", run->dir, run->dir);
-        const char *files[] = { "config.ini", "metrics.csv", "clients.csv", "run.h5", "checkpoint.h5", "log.txt" };
-        for (int i = 0; i < 6; i++) {
-            char p[4400];
-            snprintf(p, sizeof p, "%s/%s", run->dir, files[i]);
-            unlink(p);
+    if (stat(run->dir, &st) == 0 && !opt->force)
+        FH_FAIL(FH_ERR_USAGE, "%s already exists (--force replaces it, --resume %s continues it)", run->dir, run->dir);
+    return FH_OK;
+}
+
+/* Rank 0 once setup has succeeded: the run folder and its resolved config.ini. A run made anew (--force,
+ * or restarted by --resume) first loses the outputs of the one it replaces. */
+static int create_run_folder(FlRun *run, const FlRunOptions *opt)
+{
+    char path[4300];
+    struct stat st;
+    const char *outputs[] = { "log.txt", "metrics.csv", "clients.csv" };
+    for (int i = 0; i < 3; i++) { /* refused before anything is written (open_output is the guard) */
+        snprintf(path, sizeof path, "%s/%s", run->dir, outputs[i]);
+        if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) return symlink_refused(path);
+    }
+    if (opt->resume_dir) remove_stale_temporaries(run->dir);
+    if (!opt->resume_dir || run->restart) {
+        const char *files[] = { "metrics.csv", "clients.csv", "run.h5", "checkpoint.h5", "log.txt" };
+        for (int i = 0; i < 5; i++) {
+            if (run->restart && !strcmp(files[i], "log.txt")) continue; /* it tells why the run stopped */
+            snprintf(path, sizeof path, "%s/%s", run->dir, files[i]);
+            unlink(path);
         }
     }
     FH_CHECK(make_dirs(run->dir));
-    char path[4300];
+    run->made_folder = !opt->resume_dir || run->restart;
     snprintf(path, sizeof path, "%s/config.ini", run->dir);
-    return write_text_atomic(path, run->config_text);
+    return write_text_atomic(path, run->config_text); /* on --resume, fl.rounds may have changed */
 }
 
-static int open_outputs(FlRun *run)
+/* Rank 0 after an error: a folder this run made that holds no finished round and no checkpoint has nothing
+ * to read or resume, so it goes (the error is on stderr) and a retry needs no --force. After a finished
+ * round its metrics stay, for the diagnosis. */
+static void remove_empty_run_folder(const FlRun *run)
 {
+    struct stat st;
+    if (!run->made_folder || run->n_rows > 0 || stat(run->checkpoint_path, &st) == 0) return;
+    const char *files[] = { "config.ini", "log.txt", "metrics.csv", "clients.csv" };
+    char path[4300];
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", run->dir, files[i]);
+        unlink(path);
+    }
+    rmdir(run->dir); /* only when nothing else is in it */
+}
+
+static int open_outputs(FlRun *run, const FlRunOptions *opt)
+{
+    FH_CHECK(create_run_folder(run, opt));
     char path[4300];
     snprintf(path, sizeof path, "%s/log.txt", run->dir);
-    run->log = fopen(path, "a");
-    if (!run->log) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    FH_CHECK(open_output(&run->log, path, 1));
     fh_log_set_file(run->log);
     FH_CHECK(open_csv(&run->metrics_csv, run->dir, "metrics.csv", fl_column_names, FL_N_COLUMNS, run->rows, run->n_rows));
     FH_CHECK(open_csv(&run->clients_csv, run->dir, "clients.csv", run->ccol_names, run->n_ccols, run->client_rows,
@@ -706,6 +784,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         if (run->z.server_scalars)
             FH_CHECK(fl_bcast(&run->comm, run->server_scalars, run->z.server_scalars * (int64_t)sizeof(double)));
         const double t1 = fh_time_now();
+        fl_injected_kill("broadcast", t);
 
         int n_mine = 0, status = FH_OK;
         if (run->comm.rank != 0 || run->comm.size == 1) {
@@ -715,8 +794,10 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
                 return status;
             }
         }
+        fl_injected_kill("train", t);
         FH_CHECK(gather_records(run, L, plan.n_selected, n_mine));
         const double t2 = fh_time_now();
+        fl_injected_kill("gather", t);
 
         FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
         if (run->comm.rank == 0) {
@@ -756,6 +837,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             if (diverged) ctl.eval = ctl.checkpoint = 0;
         }
         FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));
+        fl_injected_kill("aggregate", t);
         if (ctl.stop == FL_PLAN_STOP_DIVERGED) {
             struct stat st;
             if (stat(run->checkpoint_path, &st) == 0)
@@ -781,12 +863,15 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             double per = L->rounds_timed ? L->round_seconds_sum / L->rounds_timed : row[FL_COL_t_round] + t_eval;
             progress_line(run, row, per * (s->rounds - 1 - t));
         }
+        fl_injected_kill("evaluate", t);
         if (ctl.checkpoint) FH_CHECK(fl_checkpoint_save(run, t + 1, run->checkpoint_path));
         if (ctl.stop == FL_PLAN_STOP_SIGNAL) {
             *stopped_by_signal = 1;
-            if (run->comm.rank == 0)
+            if (run->comm.rank == 0) {
+                char quoted[4 * sizeof run->dir + 3];
                 fh_log_info("stopped by SIGTERM after round %d of %d; checkpoint written. Resume with: fedhet run "
-                            "--resume %s", t + 1, s->rounds, run->dir);
+                            "--resume %s", t + 1, s->rounds, fh_shell_quote(run->dir, quoted, sizeof quoted));
+            }
             return FH_OK;
         }
     }
@@ -828,10 +913,19 @@ static void print_budget(const FlRun *run)
                 run->dir, m->name, run->s.model, (long long)run->n_state, state, run->n_clients,
                 run->comm.n_client_ranks, run->comm.n_client_ranks > 1 ? "s" : "", run->s.rounds);
     double model_work = ((double)nn_model_activation_bytes(model, run->s.batch_size)) / mib + 3 * state;
-    fh_log_info("memory per client rank: model state + gradient + optimiser + activations %.1f MiB, its clients' data, "
-                "%d persistent vector%s per client (%.1f MiB each), upload records %.1f MiB per client it trains in a round",
-                model_work, run->z.client_vectors, run->z.client_vectors == 1 ? "" : "s", state,
-                (double)run->layout.bytes / mib);
+    /* the busiest client rank: the most clients one rank owns, and the upload records it can hold at once */
+    int most_owned = 0;
+    for (int r = 0; r < run->comm.size; r++) {
+        int n = 0;
+        for (int k = 0; k < run->n_clients; k++) n += run->owner[k] == r;
+        if (n > most_owned) most_owned = n;
+    }
+    const int uploads = most_owned < max_selected(run) ? most_owned : max_selected(run);
+    fh_log_info("memory per client rank (at most %d client%s each): model state + gradient + optimiser + activations "
+                "%.1f MiB, its clients' data, persistent vectors %d x %d x %.1f MiB = %.1f MiB, upload records %d x "
+                "%.1f MiB = %.1f MiB", most_owned, most_owned == 1 ? "" : "s", model_work, most_owned,
+                run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
+                (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib);
     fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors",
                 max_selected(run), (double)run->layout.bytes / mib, max_selected(run) * (double)run->layout.bytes / mib,
                 3 + run->z.server_vectors + run->z.server_private);
@@ -870,6 +964,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     FH_CHECK(fl_agree(&run->comm, status));
     FH_CHECK(fl_bcast(&run->comm, run->dir, sizeof run->dir));
     FH_CHECK(fl_bcast(&run->comm, run->checkpoint_path, sizeof run->checkpoint_path));
+    FH_CHECK(fl_bcast(&run->comm, &run->restart, sizeof run->restart));
     status = rank == 0 ? data_partfile_open(&run->data, s->data_path) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));
     if (rank != 0) FH_CHECK(fl_agree(&run->comm, data_partfile_open(&run->data, s->data_path)));
@@ -905,10 +1000,18 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     run->client_rows = malloc((size_t)run->cap_client_rows * run->n_ccols * sizeof(double));
     if (!run->client_rows) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
     run->lr = s->lr;
-    if (opt->resume_dir) {
+    run->write_final = 1;
+    if (opt->resume_dir && !run->restart) {
         FH_CHECK(fl_checkpoint_load(run));
-        if (rank == 0 && run->start_round >= s->rounds)
-            fh_log_info("%s: all %d rounds are done (raise fl.rounds to continue)", run->dir, s->rounds);
+        if (rank == 0 && run->start_round >= s->rounds) {
+            /* a kill after the last checkpoint but before run.h5 was renamed into place */
+            run->write_final = !fl_final_model_current(run->dir);
+            if (run->write_final)
+                fh_log_info("%s: all %d rounds are done but run.h5 is missing or older than checkpoint.h5: writing it "
+                            "from the final checkpoint", run->dir, s->rounds);
+            else fh_log_info("%s: all %d rounds are done (raise fl.rounds to continue)", run->dir, s->rounds);
+        }
+        FH_CHECK(fl_bcast(&run->comm, &run->write_final, sizeof run->write_final));
     } else {
         nn_model_init_params(m, (uint64_t)s->seed);
         nn_vec_copy(run->global, m->state, run->n_state);
@@ -921,9 +1024,10 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
             FH_CHECK(fl_agree(&run->comm, status));
         }
     }
-    status = rank == 0 ? open_outputs(run) : FH_OK;
+    status = rank == 0 ? open_outputs(run, opt) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));
     if (rank == 0) print_budget(run);
+    fl_injected_kill("setup", run->start_round);
     return FH_OK;
 }
 
@@ -955,7 +1059,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
     int stopped = 0;
     if (status == FH_OK) status = fl_agree(&run.comm, loop_init(&run, &loop));
     if (status == FH_OK) status = run_rounds(&run, &loop, &stopped);
-    if (status == FH_OK && !stopped && run.start_round < run.s.rounds) {
+    if (status == FH_OK && !stopped && run.write_final) {
         char path[4300];
         snprintf(path, sizeof path, "%s/run.h5", run.dir);
         status = fl_checkpoint_save(&run, run.s.rounds, path);
@@ -970,6 +1074,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
         fprintf(run.log, "error: %s\n", fh_error_message());
         fflush(run.log);
     }
+    if (status != FH_OK && run.comm.rank == 0) remove_empty_run_folder(&run);
     if (opt->stopped) *opt->stopped = status == FH_OK && stopped;
     loop_free(&loop);
     run_free(&run);

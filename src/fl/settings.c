@@ -342,7 +342,10 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
         FH_FAIL(FH_ERR_USAGE, "%s: [data] corruption = %s but corrupted = 0 (how many clients?)",
                 config_path ? config_path : "config", s->corruption);
     if (!*s->out_dir) FH_FAIL(FH_ERR_USAGE, "%s: [output] dir is empty", config_path ? config_path : "config");
-    if (strchr(s->name, '/'))
-        FH_FAIL(FH_ERR_USAGE, "%s: [output] name = %s must not contain '/'", config_path ? config_path : "config", s->name);
+    if (*s->name) { /* empty: the config file's name, checked when the run folder is named */
+        char what[4200];
+        snprintf(what, sizeof what, "%.4000s: [output] name", config_path ? config_path : "config");
+        FH_CHECK(fh_check_plain_name(s->name, what));
+    }
     return FH_OK;
 }

@@ -195,7 +195,9 @@ static void test_int_values(void)
 {
     CHECK(fails_with("[train]\nrounds = 5x\n", NULL, 0, "cfg.ini:2: [train] rounds = 5x: not an integer", NULL));
     CHECK(fails_with("[train]\nrounds = 1.5\n", NULL, 0, "rounds = 1.5: not an integer", NULL));
-    CHECK(fails_with("[train]\nrounds = 0x10\n", NULL, 0, "not an integer", NULL));
+    CHECK(fails_with("[train]\nrounds = 0x10\n", NULL, 0, "rounds = 0x10: not an integer", "hexadecimal", NULL));
+    CHECK(fails_with("[train]\nrounds = 1e3\n", NULL, 0, "rounds = 1e3: not an integer", NULL));
+    CHECK(fails_with("[train]\nrounds = -\n", NULL, 0, "rounds = -: not an integer", NULL));
     CHECK(fails_with("[train]\nrounds =\n", NULL, 0, "cfg.ini:2: [train] rounds: the value is empty", NULL));
     CHECK(fails_with("[train]\nrounds = 1\nseed = 99999999999999999999\n", NULL, 0, "64-bit", NULL));
     CHECK(fails_with("[train]\nrounds = 0\n", NULL, 0, "[train] rounds = 0: must be in [1, 100000]", NULL));
@@ -213,8 +215,29 @@ static void test_float_values(void)
 {
     CHECK(fails_with("[train]\nrounds = 1\nlr = -0.1\n", NULL, 0, "cfg.ini:3: [train] lr = -0.1: must be in [0, 1e+06]",
                      NULL));
-    CHECK(fails_with("[train]\nrounds = 1\nlr = nan\n", NULL, 0, "lr = nan: must be a finite number", NULL));
-    CHECK(fails_with("[train]\nrounds = 1\nlr = inf\n", NULL, 0, "must be a finite number", NULL));
+    /* one decimal syntax for every numeric key: what strtod alone would take beyond it is refused */
+    CHECK(fails_with("[train]\nrounds = 1\nlr = nan\n", NULL, 0, "lr = nan: not a number in decimal notation", NULL));
+    CHECK(fails_with("[train]\nrounds = 1\nlr = inf\n", NULL, 0, "lr = inf: not a number in decimal notation", NULL));
+    CHECK(fails_with("[train]\nrounds = 1\nlr = -Infinity\n", NULL, 0, "not a number in decimal notation", NULL));
+    CHECK(fails_with("[train]\nrounds = 1\nlr = 0x10\n", NULL, 0, "cfg.ini:3: [train] lr = 0x10: not a number in "
+                     "decimal notation", "hexadecimal", NULL));
+    CHECK(fails_with("[train]\nrounds = 1\nlr = 0x1p-3\n", NULL, 0, "lr = 0x1p-3: not a number", NULL));
+    char *hex_override[] = { "train.lr=0X10" };
+    CHECK(fails_with("[train]\nrounds = 1\n", hex_override, 1, "command line: [train] lr = 0X10: not a number", NULL));
+    CHECK(fails_with("[train]\nrounds = 1\nlr = .\n", NULL, 0, "lr = .: not a number", NULL));
+    CHECK(fails_with("[train]\nrounds = 1\nlr = 1e\n", NULL, 0, "lr = 1e: not a number", NULL));
+    CHECK(fails_with("[train]\nrounds = 1\nlr = e5\n", NULL, 0, "lr = e5: not a number", NULL));
+    CHECK(fails_with("[train]\nrounds = 1\nlr = 1e+\n", NULL, 0, "lr = 1e+: not a number", NULL));
+    const char *decimals[] = { ".5", "5.", "+1e+2", "1E-3", "0.25e1", "007" };
+    const double values[] = { 0.5, 5.0, 100.0, 1e-3, 2.5, 7.0 };
+    for (int i = 0; i < 6; i++) {
+        char text[96];
+        snprintf(text, sizeof text, "[train]\nrounds = 1\nlr = %s\n", decimals[i]);
+        FhConfig *d = NULL;
+        CHECK_OK(load(&d, text, NULL, 0));
+        if (d) CHECK_MSG(fh_config_float(d, "train", "lr") == values[i], "lr = %s", decimals[i]);
+        fh_config_free(&d);
+    }
     CHECK(fails_with("[train]\nrounds = 1\nlr = 1e999\n", NULL, 0, "must be a finite number", NULL));
     CHECK(fails_with("[train]\nrounds = 1\nlr = 0.1.2\n", NULL, 0, "lr = 0.1.2: not a number", NULL));
     /* a bound %g would round is shown with the digits it needs */

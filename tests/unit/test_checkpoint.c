@@ -1,0 +1,178 @@
+/* Unit tests for src/fl/checkpoint.c on a hand-made one-process run: a checkpoint reads back what was
+ * saved; one flipped bit in /metrics/rounds is refused (Fletcher32) without leaking what was read so far
+ * (the heap does not grow over many refused loads); fl_final_model_current follows the files' ages.
+ *
+ * Run all:  build/tests/test_checkpoint            Run one:  build/tests/test_checkpoint test_damaged_rows_no_leak */
+#define _POSIX_C_SOURCE 200809L
+#include "test.h"
+#include "test_tmp.h"
+
+#include <fcntl.h>
+#include <malloc.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../src/fl/fl_internal.h"
+
+enum { N_STATE = 6, ROUNDS = 3, DONE = 2 };
+
+typedef struct {
+    FlRun run;
+    int owner[1], clients[1];
+    float client_state[1];
+} Fake;
+
+/* one client on rank 0, no method state: the smallest run a checkpoint can hold */
+static int fake_init(Fake *f, const char *dir)
+{
+    memset(f, 0, sizeof *f);
+    FlRun *r = &f->run;
+    FH_CHECK(fl_comm_init(&r->comm, MPI_COMM_WORLD));
+    r->s.rounds = ROUNDS;
+    r->s.seed = 7;
+    r->config_text = "[fl]\nrounds = 3\n";
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    snprintf(r->checkpoint_path, sizeof r->checkpoint_path, "%s/checkpoint.h5", dir);
+    r->n_clients = 1;
+    r->owner = f->owner;
+    r->work.n_owned = 1;
+    r->work.loader.clients = f->clients;
+    r->work.client_state = f->client_state;
+    r->work.block = 1;
+    r->n_state = N_STATE;
+    r->layout_hash = 0x1234;
+    r->lr = 0.05;
+    FH_CHECK(fh_alloc_aligned(&r->global, N_STATE * sizeof(float), "global"));
+    for (int i = 0; i < N_STATE; i++) r->global[i] = 0.25f * (float)(i + 1);
+    FH_CHECK(fh_calloc(&r->rows, ROUNDS, FL_N_COLUMNS * sizeof(double), "rows"));
+    /* distinct values, so that each 8-byte row value occurs once in the file */
+    for (int i = 0; i < DONE * FL_N_COLUMNS; i++) r->rows[i] = 1000.0 + 0.001 * i;
+    r->n_rows = DONE;
+    r->n_ccols = FL_N_CCOLUMNS;
+    for (int c = 0; c < FL_N_CCOLUMNS; c++) r->ccol_names[c] = fl_client_column_names[c];
+    FH_CHECK(fh_calloc(&r->client_rows, 2, FL_N_CCOLUMNS * sizeof(double), "client rows"));
+    r->n_client_rows = 2;
+    r->cap_client_rows = 2;
+    return FH_OK;
+}
+
+/* tmp_record takes paths of up to 600 bytes */
+static void record_checkpoint(const Fake *f)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%.590s", f->run.checkpoint_path);
+    tmp_record(path);
+}
+
+static void fake_free(Fake *f)
+{
+    fh_free(&f->run.global);
+    fh_free(&f->run.rows);
+    free(f->run.client_rows);
+}
+
+static void test_round_trip(void)
+{
+    Fake f;
+    CHECK_OK(fake_init(&f, tmp_root));
+    record_checkpoint(&f);
+    CHECK_OK(fl_checkpoint_save(&f.run, DONE, f.run.checkpoint_path));
+    double saved = f.run.rows[FL_N_COLUMNS + 3];
+    memset(f.run.global, 0, N_STATE * sizeof(float));
+    memset(f.run.rows, 0, ROUNDS * FL_N_COLUMNS * sizeof(double));
+    f.run.n_rows = 0;
+    CHECK_OK(fl_checkpoint_load(&f.run));
+    CHECK(f.run.start_round == DONE);
+    CHECK(f.run.n_rows == DONE);
+    CHECK(f.run.rows[FL_N_COLUMNS + 3] == saved);
+    CHECK(f.run.global[N_STATE - 1] == 0.25f * N_STATE);
+    fake_free(&f);
+}
+
+/* flips the lowest bit of the first byte of `value` (8 bytes) in the file; 0 when it occurs once */
+static int flip_value(const char *path, double value)
+{
+    FILE *fp = fopen(path, "r+b");
+    if (!fp) return -1;
+    static unsigned char data[1 << 20];
+    size_t n = fread(data, 1, sizeof data, fp);
+    long at = -1;
+    int count = 0;
+    for (size_t i = 0; i + 8 <= n; i++)
+        if (!memcmp(data + i, &value, 8)) at = (long)i, count++;
+    int ok = count == 1 && fseek(fp, at, SEEK_SET) == 0 && fputc(data[at] ^ 1, fp) != EOF;
+    fclose(fp);
+    return ok ? 0 : -1;
+}
+
+static void test_damaged_rows_no_leak(void)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/damaged", tmp_root);
+    mkdir(dir, 0777);
+    tmp_record(dir);
+    Fake f;
+    CHECK_OK(fake_init(&f, dir));
+    record_checkpoint(&f);
+    CHECK_OK(fl_checkpoint_save(&f.run, DONE, f.run.checkpoint_path));
+    CHECK(flip_value(f.run.checkpoint_path, f.run.rows[FL_N_COLUMNS + 5]) == 0);
+    fh_error_clear();
+    CHECK(fl_checkpoint_load(&f.run) == FH_ERR_IO);
+    CHECK_MSG(strstr(fh_error_message(), "/metrics/rounds") != NULL, "%s", fh_error_message());
+    /* each refused load used to keep the rows read so far (rows x columns doubles) */
+    for (int i = 0; i < 5; i++) fl_checkpoint_load(&f.run);
+    const size_t before = mallinfo2().uordblks;
+    const int loads = 400;
+    for (int i = 0; i < loads; i++) fl_checkpoint_load(&f.run);
+    const size_t after = mallinfo2().uordblks;
+    const size_t table = (size_t)DONE * FL_N_COLUMNS * sizeof(double);
+    CHECK_MSG(after < before + loads * table / 2, "the heap grew by %zu bytes over %d refused loads (%zu per load)",
+              after - before, loads, (after - before) / loads);
+    fh_error_clear();
+    fake_free(&f);
+}
+
+static void touch_at(const char *path, time_t when)
+{
+    FILE *fp = fopen(path, "w");
+    if (fp) fclose(fp);
+    tmp_record(path);
+    struct timespec t[2] = { { when, 0 }, { when, 0 } };
+    utimensat(AT_FDCWD, path, t, 0);
+}
+
+static void test_final_model_current(void)
+{
+    char dir[128], ck[160], fin[160];
+    snprintf(dir, sizeof dir, "%s/ages", tmp_root);
+    mkdir(dir, 0777);
+    tmp_record(dir);
+    snprintf(ck, sizeof ck, "%s/checkpoint.h5", dir);
+    snprintf(fin, sizeof fin, "%s/run.h5", dir);
+    CHECK(!fl_final_model_current(dir)); /* nothing: no final model */
+    touch_at(ck, 1000);
+    CHECK(!fl_final_model_current(dir)); /* the final checkpoint alone: killed before run.h5 */
+    touch_at(fin, 999);
+    CHECK(!fl_final_model_current(dir)); /* run.h5 older than the checkpoint: an extended run's old one */
+    touch_at(fin, 1000);
+    CHECK(fl_final_model_current(dir));
+    touch_at(fin, 1001);
+    CHECK(fl_final_model_current(dir));
+    remove(ck);
+    CHECK(fl_final_model_current(dir)); /* no checkpoint to be newer */
+}
+
+int main(int argc, char **argv)
+{
+    TEST_MAIN_BEGIN(argc, argv);
+    MPI_Init(&argc, &argv);
+    if (tmp_init("checkpoint") != 0) return 1;
+    RUN(test_round_trip);
+    RUN(test_damaged_rows_no_leak);
+    RUN(test_final_model_current);
+    tmp_cleanup();
+    MPI_Finalize();
+    return test_summary();
+}
