@@ -10,6 +10,7 @@
 #include "fedhet/config.h"
 #include "fedhet/data.h"
 #include "fedhet/fl.h"
+#include "fedhet/h5io.h"
 #include "fedhet/nn.h"
 #include "eval_metrics.h"
 
@@ -22,6 +23,7 @@ typedef struct {
     int eval_batch;
     const char *model, *norm;
     int groups;
+    const char *init; /* [model] init: HDF5 file of named tensors to start from ("": none) */
     const char *optimizer;
     double lr, momentum, weight_decay, clip, lr_decay, beta1, beta2, eps;
     int epochs, batch_size;
@@ -197,6 +199,7 @@ typedef struct {
     float *probe_x, *probe_work; /* fl.sharpness_every: the probe set [n_probe rows] and scratch */
     int32_t *probe_y;
     int64_t n_probe;
+    float *init_state;        /* rank 0, [n_state]: [model] init, read before the run folder exists */
 } FlRun;
 
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */
@@ -209,5 +212,14 @@ int fl_checkpoint_load(FlRun *run);
 /* Rank 0: the config text stored in a checkpoint, to compare with the one given. */
 int fl_checkpoint_read_config(const char *path, char **text);
 uint64_t fl_layout_hash(const NnModel *m);
+
+/* ---- the model as named tensors (src/fl/model_tensors.c) ----
+ * /model/<view name> in PyTorch's shapes (conv [out, in/groups, kh, kw], linear [out, in], norm [C]),
+ * plus a scalar <bn>.num_batches_tracked per BatchNorm, as torch's state_dict has it. The flat state
+ * (/server/global) stays the source of truth; these are a copy beside it. */
+int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const float *state);
+/* Reads the /model tensors of `path` into *state_out (malloc'd, n_state floats) for model s->model on
+ * shape/classes (aligned: release with fh_free). Every missing, extra or misshapen tensor is listed in one FH_ERR_DATA error. */
+int fl_model_tensors_read(const char *path, const FlSettings *s, NnShape shape, int classes, float **state_out);
 
 #endif

@@ -185,6 +185,17 @@ static int check_rank_count(const FlRun *run, const char *data_path)
     return FH_OK;
 }
 
+/* [model] init: the named tensors of the file, for the model on the data file's shape and classes */
+static int read_init(FlRun *run)
+{
+    DataPartFile f;
+    FH_CHECK(data_partfile_open(&f, run->s.data_path));
+    const NnShape shape = { f.c, f.h, f.w };
+    const int classes = f.classes;
+    data_partfile_close(&f);
+    return fl_model_tensors_read(run->s.init, &run->s, shape, classes, &run->init_state);
+}
+
 /* Rank 0 before any work: data file, run folder (never replaced without --force), resolved config. */
 static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
@@ -231,6 +242,8 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
         char *dot = strrchr(name, '.');
         if (dot && dot != name) *dot = '\0';
     }
+    /* a bad init file is input data: refused before the run folder exists */
+    if (*run->s.init) FH_CHECK(read_init(run));
     snprintf(run->dir, sizeof run->dir, "%.2000s/%.2000s", run->s.out_dir, name);
     snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
     if (stat(run->dir, &st) == 0) {
@@ -804,6 +817,7 @@ static void run_free(FlRun *run)
     fh_free(&run->owner);
     fh_free(&run->owned);
     fh_free(&run->global);
+    fh_free(&run->init_state);
     fh_free(&run->server_scalars);
     fh_free(&run->server_private);
     fh_free(&run->client_sizes);
@@ -911,6 +925,11 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
             fh_log_info("%s: all %d rounds are done (raise fl.rounds to continue)", run->dir, s->rounds);
     } else {
         nn_model_init_params(m, (uint64_t)s->seed);
+        if (*s->init) {
+            if (rank == 0) nn_vec_copy(m->state, run->init_state, run->n_state);
+            FH_CHECK(fl_bcast(&run->comm, m->state, run->n_state * (int64_t)sizeof(float)));
+            fh_free(&run->init_state);
+        }
         nn_vec_copy(run->global, m->state, run->n_state);
         if (s->method->server_init) {
             status = FH_OK;
