@@ -162,6 +162,32 @@ EOF
         { grep -q "checkpoint version 9; this fedhet reads 2 to 3" "$WORK/v9.err" || fail "version 9: $(errline v9)"; }
 }
 
+# --arch module:Class: the user's own module, with other names than the zoo's twin, gets the same model.
+test_user_module()
+{
+    [ -f "$WORK/cnn-fedhet.h5" ] || both_ways cnn
+    cat >"$WORK/usernet.py" <<'EOF'
+import torch.nn as nn
+
+class Net(nn.Module):
+    """fedhet's cnn under other names: features.0 / features.3 / head.1 / head.3"""
+    def __init__(self, c, h, w, classes):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2))
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 512), nn.ReLU(),
+                                  nn.Linear(512, classes))
+
+    def forward(self, x):
+        return self.head(self.features(x))
+EOF
+    (cd "$WORK" && "$TOOL" to-torch "$WORK/out/cnn/run.h5" "$WORK/user.pt" --arch usernet:Net) >"$WORK/user.out" 2>&1 ||
+        { fail "to-torch --arch usernet:Net: $(tail -1 "$WORK/user.out")"; return; }
+    (cd "$WORK" && $PY "$TORCH_PY" logits usernet:Net "$WORK/user.pt" "$WORK/cnn-fedhet.h5") >"$WORK/user-logits.out" 2>&1 ||
+        { fail "usernet:Net logits: $(tail -1 "$WORK/user-logits.out")"; return; }
+    note "$(cat "$WORK/user-logits.out")"
+}
+
 # The tool's help, usage errors (exit 1) and bad inputs (exit 2) name what is wrong.
 test_tool_errors()
 {
@@ -185,5 +211,5 @@ test_tool_errors()
     [ ! -e "$WORK/o.h5" ] && [ ! -e "$WORK/o.pt" ] || fail "a refused conversion left its output"
 }
 
-TESTS=(cnn resnet18_gn mobilenetv2 init_mismatch init_resume checkpoint_v2 tool_errors)
+TESTS=(cnn resnet18_gn mobilenetv2 user_module init_mismatch init_resume checkpoint_v2 tool_errors)
 run_tests "$@"

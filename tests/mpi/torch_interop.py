@@ -3,7 +3,7 @@
 
   torch_interop.py source OUT.h5                 a tiny learnable 3x16x16, 4-class HDF5 source set
   torch_interop.py logits MODEL STATE.pt FEDHET.h5
-        loads STATE.pt (strict) into tests/bench's MODEL, evaluation mode, logits on FEDHET.h5's /test_x;
+        loads STATE.pt (strict) into tests/bench's MODEL (or module:Class of the current folder), evaluation mode, logits on FEDHET.h5's /test_x;
         compares with its /test_logits (model_logits' output)
   torch_interop.py init MODEL OUT.pt             PyTorch's own initialisation (seed 0) with random BatchNorm
                                                  running statistics, as a state_dict file
@@ -38,6 +38,11 @@ C, H, W, CLASSES = 3, 16, 16, 4
 
 
 def build(name):
+    """A zoo twin of tests/bench, or module:Class built as Class(C, H, W, classes) (module in the cwd)."""
+    if ":" in name:
+        sys.path.insert(0, os.getcwd())
+        module, cls = name.split(":", 1)
+        return getattr(__import__(module), cls)(C, H, W, CLASSES)
     return torch_bench.build(name, C, H, W, CLASSES)
 
 
