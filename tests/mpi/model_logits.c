@@ -4,6 +4,7 @@
  *   /test_x [n, C, H, W]   the partition's test rows, normalised as evaluation normalises them
  *   /test_logits [n, K]    the model's logits on them in evaluation mode (running statistics), in batches
  *                          of at most 64 rows like fedhet's evaluation
+ *   /test_y [n]            their labels
  *   /train_x, /train_y     every training row, normalised (client after client), and its label */
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,7 @@ static int run(const char *run_path, const char *data_path, const char *out_path
         const hsize_t ldims[2] = { (hsize_t)d.n_test, (hsize_t)d.classes };
         if (status == FH_OK)
             status = fh_h5_write(&out, "/test_logits", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, 2, ldims, NULL, logits);
+        if (status == FH_OK) status = fh_h5_write(&out, "/test_y", H5T_NATIVE_INT32, H5T_STD_I32LE, 1, ldims, NULL, y);
     }
     if (status == FH_OK) status = data_partfile_read_rows(&d, DATA_ROWS_CLIENTS, 0, d.n_rows, images, y);
     if (status == FH_OK) {

@@ -64,7 +64,7 @@ both_ways()
         { fail "$m: model_logits: $(tail -1 "$WORK/$m-logits.out")"; return; }
     "$TOOL" to-torch "$WORK/out/$m/run.h5" "$WORK/$m.pt" >"$WORK/$m-to.out" 2>&1 ||
         { fail "$m: to-torch: $(tail -1 "$WORK/$m-to.out")"; return; }
-    py "$m" logits "$m" "$WORK/$m.pt" "$WORK/$m-fedhet.h5" + init "$m" "$WORK/$m-init.pt" || return
+    py "$m" logits "$m" "$WORK/$m.pt" "$WORK/$m-fedhet.h5" "$WORK/out/$m/metrics.csv" + init "$m" "$WORK/$m-init.pt" || return
     "$TOOL" from-torch "$WORK/$m-init.pt" "$WORK/$m-init.h5" --arch "$m" --input 3x16x16 --classes 4 \
         >"$WORK/$m-from.out" 2>&1 || { fail "$m: from-torch: $(tail -1 "$WORK/$m-from.out")"; return; }
     "$TOOL" to-torch "$WORK/$m-init.h5" "$WORK/$m-back.pt" >"$WORK/$m-back.out" 2>&1 ||

@@ -2,8 +2,8 @@
 """PyTorch side of tests/mpi/test_torch.sh (runs under /usr/bin/python3 with python3-torch, python3-h5py).
 
   torch_interop.py source OUT.h5                 a tiny learnable 3x16x16, 4-class HDF5 source set
-  torch_interop.py logits MODEL STATE.pt FEDHET.h5
-        loads STATE.pt (strict) into tests/bench's MODEL (or module:Class of the current folder), evaluation mode, logits on FEDHET.h5's /test_x;
+  torch_interop.py logits MODEL STATE.pt FEDHET.h5 [METRICS.csv]
+        (with METRICS.csv: FEDHET.h5's logits give the run's last test accuracy and loss), then loads STATE.pt (strict) into tests/bench's MODEL (or module:Class of the current folder), evaluation mode, logits on FEDHET.h5's /test_x;
         compares with its /test_logits (model_logits' output)
   torch_interop.py init MODEL OUT.pt             PyTorch's own initialisation (seed 0) with random BatchNorm
                                                  running statistics, as a state_dict file
@@ -70,9 +70,25 @@ def load(name, path):
     return model
 
 
-def logits(name, state, fedhet_h5):
+def run_evaluation(ref, y, metrics_csv):
+    """model_logits' logits give the run's own last test accuracy and loss: it evaluates that model."""
+    with open(metrics_csv) as f:
+        last = list(csv.DictReader(f))[-1]
+    z = ref.astype(np.float64)
+    z -= z.max(1, keepdims=True)
+    loss = float(np.mean(np.log(np.exp(z).sum(1)) - z[np.arange(len(y)), y]))
+    acc = float(np.mean(ref.argmax(1) == y))
+    ok = abs(acc - float(last["test_accuracy"])) < 1e-9 and abs(loss - float(last["test_loss"])) <= 1e-5 * loss
+    print("model_logits: accuracy %.4f loss %.6f; the run's metrics.csv: %s %s" % (acc, loss, last["test_accuracy"],
+                                                                                 last["test_loss"]))
+    return 0 if ok else 1
+
+
+def logits(name, state, fedhet_h5, metrics_csv=None):
     with h5py.File(fedhet_h5, "r") as f:
-        x, ref = torch.from_numpy(np.array(f["test_x"])), np.array(f["test_logits"])
+        x, ref, y = torch.from_numpy(np.array(f["test_x"])), np.array(f["test_logits"]), np.array(f["test_y"])
+    if metrics_csv and run_evaluation(ref, y, metrics_csv):
+        return 1
     model = load(name, state).eval()
     torch.manual_seed(0)
     fresh = build(name).eval()  # the same architecture untrained: how far a model that was not carried over is
