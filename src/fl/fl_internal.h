@@ -219,8 +219,8 @@ uint64_t fl_layout_hash(const NnModel *m);
  * (/server/global) stays the source of truth; these are a copy beside it. */
 int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const float *state);
 /* Reads the /model tensors of `path` into *state_out (n_state floats, fh_alloc_aligned: release with
- * fh_free) for model s->model on shape/classes. Every missing, extra or misshapen tensor is listed in one
- * FH_ERR_DATA error; a BatchNorm's num_batches_tracked is accepted and ignored. */
+ * fh_free) for model s->model on shape/classes. Every missing, extra, misshapen or non-finite tensor is
+ * listed in one FH_ERR_DATA error; a BatchNorm's num_batches_tracked is accepted and ignored. */
 int fl_model_tensors_read(const char *path, const FlSettings *s, NnShape shape, int classes, float **state_out);
 
 #endif

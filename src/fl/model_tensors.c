@@ -9,6 +9,7 @@
  *                       so that torch's load_state_dict(strict=True) finds every key it expects. */
 #include "fl_internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,7 +146,7 @@ static herr_t scan_extra(hid_t group, const char *name, const H5L_info_t *info, 
     return 0;
 }
 
-/* Reads view pv from the file into dst; a missing or misshapen tensor goes to `problems`. */
+/* Reads view pv from the file into dst; a missing, misshapen or non-finite tensor goes to `problems`. */
 static int read_view(const FhH5File *f, const NnParamView *pv, float *dst, TextBuf *problems, int *n_problems)
 {
     char path[128];
@@ -182,7 +183,15 @@ static int read_view(const FhH5File *f, const NnParamView *pv, float *dst, TextB
         ++*n_problems;
         return FH_OK;
     }
-    return fh_h5_read_all(f, path, H5T_NATIVE_FLOAT, dst);
+    FH_CHECK(fh_h5_read_all(f, path, H5T_NATIVE_FLOAT, dst));
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < pv->count; i++) nonfinite += !isfinite(dst[i]);
+    if (nonfinite) {
+        text_add(problems, "\n  nonfinite  %s: %lld of %lld values are NaN or infinite", pv->name, (long long)nonfinite,
+                 (long long)pv->count);
+        ++*n_problems;
+    }
+    return FH_OK;
 }
 
 static int read_tensors(const FhH5File *f, const NnModel *m, const char *what, float *state)
@@ -207,7 +216,7 @@ static int read_tensors(const FhH5File *f, const NnModel *m, const char *what, f
     }
     if (status == FH_OK && n_problems + scan.n_extra > 0)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__,
-                                "[model] init = %s: /model does not fit %s (%d missing or misshapen, %d extra tensors):%s%s", f->path,
+                                "[model] init = %s: /model does not fit %s (%d missing, misshapen or non-finite, %d extra tensors):%s%s", f->path,
                                 what, n_problems, scan.n_extra, problems.text ? problems.text : "",
                                 scan.extra.text ? scan.extra.text : "");
     free(problems.text);

@@ -89,7 +89,7 @@ test_init_mismatch()
     fh 2 mismatch "$WORK/base.ini" model.name=smallcnn output.name=mismatch model.init="$WORK/out/cnnsrc/run.h5"
     expect_rc "smallcnn from cnn's run.h5" 2 || return
     local err=$WORK/mismatch.err
-    grep -q "init = $WORK/out/cnnsrc/run.h5: /model does not fit model smallcnn on 3x16x16 with 4 classes (18 missing or misshapen, 2 extra tensors)" "$err" ||
+    grep -q "init = $WORK/out/cnnsrc/run.h5: /model does not fit model smallcnn on 3x16x16 with 4 classes (18 missing, misshapen or non-finite, 2 extra tensors)" "$err" ||
         fail "the error does not name the file, the model and the counts: $(errline mismatch)"
     local want
     for want in "misshapen  conv1.weight: \[32, 3, 5, 5\], the model has \[32, 3, 3, 3\]" "missing    bn3.running_var \[128\]" \
@@ -104,7 +104,13 @@ test_init_mismatch()
     expect_rc "a partition file as init" 2 && { grep -q "$WORK/p2.h5: no /model group" "$WORK/nomodel.err" || fail "no /model: $(errline nomodel)"; }
     fh 2 noinit "$WORK/base.ini" output.name=noinit model.init="$WORK/none.h5"
     expect_rc "a missing init file" 2 && { grep -q "$WORK/none.h5: cannot open" "$WORK/noinit.err" || fail "missing file: $(errline noinit)"; }
-    [ ! -e "$WORK/out/nomodel" ] && [ ! -e "$WORK/out/noinit" ] || fail "a refused init left a run folder"
+    # a NaN in a tensor of the right shape
+    cp "$WORK/out/cnnsrc/run.h5" "$WORK/nan.h5"
+    $PY -c 'import sys, h5py; f = h5py.File(sys.argv[1], "r+"); f["model/fc2.bias"][1] = float("nan"); f.close()' "$WORK/nan.h5"
+    fh 2 nan "$WORK/base.ini" output.name=nan model.init="$WORK/nan.h5"
+    expect_rc "an init file with a NaN" 2 &&
+        { grep -q "^  nonfinite  fc2.bias: 1 of 4 values are NaN or infinite$" "$WORK/nan.err" || fail "NaN: $(errline nan)"; }
+    [ ! -e "$WORK/out/nomodel" ] && [ ! -e "$WORK/out/noinit" ] && [ ! -e "$WORK/out/nan" ] || fail "a refused init left a run folder"
     # the tool refuses a model for another architecture the same way
     "$TOOL" to-torch "$WORK/out/cnnsrc/run.h5" "$WORK/x.pt" --arch lenet >"$WORK/tool.out" 2>&1
     local rc=$?
