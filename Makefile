@@ -9,7 +9,7 @@ PYTHON   ?= python3
 # Every Debian package the project needs; `make deps` installs the missing ones.
 DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5-tools librandom123-dev \
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
-             slurm-wlm munge python3
+             slurm-wlm munge python3 python3-torch python3-h5py python3-numpy
 BENCH_PKGS = python3-torch python3-numpy
 
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
@@ -39,7 +39,10 @@ UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam clean help check-tools
 
-all: check-tools bin/fedhet $(UNIT_BIN)
+# test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
+TEST_HELPERS = $(BUILD)/tests/model_logits
+
+all: check-tools bin/fedhet $(UNIT_BIN) $(TEST_HELPERS)
 
 help:
 	@echo "make deps        install the Debian packages fedhet needs (idempotent)"
@@ -82,6 +85,10 @@ $(BUILD)/%.o: %.c
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
+
+$(BUILD)/tests/model_logits: tests/mpi/model_logits.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 # `make test` alone works on a fresh machine: deps first, then a separate make for the build
 # (pkg-config results above are read at parse time, before deps could install anything).
@@ -137,4 +144,4 @@ bench-methods: all
 clean:
 	rm -rf $(BUILD) bin
 
--include $(OBJ:.o=.d) $(APP_OBJ:.o=.d) $(UNIT_BIN:=.d)
+-include $(OBJ:.o=.d) $(APP_OBJ:.o=.d) $(UNIT_BIN:=.d) $(TEST_HELPERS:=.d)

@@ -6,7 +6,9 @@
  *                [V_p, n_state] (server only), /server/scalars [S_s]
  *   /clients     /clients/vector_<i> [K, n_state] per persistent client vector, /clients/floats [K, F] (small
  *                per-client states), /clients/has_state [K, 1] (1 once the client has trained)
- *   /metrics     /metrics/rounds [rows, columns], /metrics/clients [rows, columns] (attribute columns) */
+ *   /metrics     /metrics/rounds [rows, columns], /metrics/clients [rows, columns] (attribute columns)
+ *   /model       the global state again as named tensors in PyTorch's names and shapes (model_tensors.c);
+ *                since version 3. Loading reads /server/global only, so version 2 files stay readable. */
 #include "fl_internal.h"
 
 #include <stdlib.h>
@@ -17,7 +19,8 @@
 #include "fedhet/h5io.h"
 
 #define CKPT_FORMAT "fedhet-checkpoint"
-#define CKPT_VERSION 2
+#define CKPT_VERSION 3
+#define CKPT_OLDEST_VERSION 2 /* version 2 lacks only /model */
 #define CKPT_CODE_VERSION "fedhet 0.1"
 
 uint64_t fl_layout_hash(const NnModel *m)
@@ -83,6 +86,7 @@ static int save_server_side(FlRun *run, FhH5File *f, int rounds_done)
     FH_CHECK(fh_h5_group(f, "/server", &g));
     H5Gclose(g);
     FH_CHECK(write_matrix(f, "/server/global", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)run->n_state, 0, run->global));
+    FH_CHECK(fl_model_tensors_write(f, &run->work.model, &run->s, run->global));
     if (run->z.server_vectors)
         FH_CHECK(write_matrix(f, "/server/vectors", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)run->z.server_vectors,
                               (hsize_t)run->n_state, run->server_vecs));
@@ -288,9 +292,9 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
     if (status == FH_OK && strcmp(format, CKPT_FORMAT))
         status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: format is \"%s\", not %s", f->path, format, CKPT_FORMAT);
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "format_version", &version, 1);
-    if (status == FH_OK && version != CKPT_VERSION)
-        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: checkpoint version %lld; this fedhet reads %d",
-                                f->path, (long long)version, CKPT_VERSION);
+    if (status == FH_OK && (version < CKPT_OLDEST_VERSION || version > CKPT_VERSION))
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: checkpoint version %lld; this fedhet reads %d to %d",
+                                f->path, (long long)version, CKPT_OLDEST_VERSION, CKPT_VERSION);
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "rounds_done", rounds_done, 1);
     if (status == FH_OK) status = fh_h5_attr_read_doubles(f, g, "lr", &run->lr, 1);
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "layout_hash", &hash, 1);

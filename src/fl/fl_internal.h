@@ -10,6 +10,7 @@
 #include "fedhet/config.h"
 #include "fedhet/data.h"
 #include "fedhet/fl.h"
+#include "fedhet/h5io.h"
 #include "fedhet/nn.h"
 #include "eval_metrics.h"
 
@@ -22,6 +23,7 @@ typedef struct {
     int eval_batch;
     const char *model, *norm;
     int groups;
+    const char *init; /* [model] init: HDF5 file of named tensors to start from ("": none) */
     const char *optimizer;
     double lr, momentum, weight_decay, clip, lr_decay, beta1, beta2, eps;
     int epochs, batch_size;
@@ -200,6 +202,7 @@ typedef struct {
     float *probe_x, *probe_work; /* fl.sharpness_every: the probe set [n_probe rows] and scratch */
     int32_t *probe_y;
     int64_t n_probe;
+    float *init_state;        /* rank 0, [n_state]: [model] init, read before the run folder exists */
 } FlRun;
 
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */
@@ -216,5 +219,15 @@ uint64_t fl_layout_hash(const NnModel *m);
 /* Crash tests (src/fl/inject.c): with FEDHET_TEST_KILL_POINT=point (and FEDHET_TEST_KILL_ROUND=round,
  * 0-based; unset: any round), a process reaching that point raises SIGKILL. */
 void fl_injected_kill(const char *point, int round);
+
+/* ---- the model as named tensors (src/fl/model_tensors.c) ----
+ * /model/<view name> in PyTorch's shapes (conv [out, in/groups, kh, kw], linear [out, in], norm [C]),
+ * plus a scalar <bn>.num_batches_tracked per BatchNorm, as torch's state_dict has it. The flat state
+ * (/server/global) stays the source of truth; these are a copy beside it. */
+int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const float *state);
+/* Reads the /model tensors of `path` into *state_out (n_state floats, fh_alloc_aligned: release with
+ * fh_free) for model s->model on shape/classes. Every missing, extra, misshapen or non-finite tensor is
+ * listed in one FH_ERR_DATA error; a BatchNorm's num_batches_tracked is accepted and ignored. */
+int fl_model_tensors_read(const char *path, const FlSettings *s, NnShape shape, int classes, float **state_out);
 
 #endif

@@ -206,6 +206,17 @@ static int check_rank_count(const FlRun *run, const char *data_path)
     return FH_OK;
 }
 
+/* [model] init: the named tensors of the file, for the model on the data file's shape and classes */
+static int read_init(FlRun *run)
+{
+    DataPartFile f;
+    FH_CHECK(data_partfile_open(&f, run->s.data_path));
+    const NnShape shape = { f.c, f.h, f.w };
+    const int classes = f.classes;
+    data_partfile_close(&f);
+    return fl_model_tensors_read(run->s.init, &run->s, shape, classes, &run->init_state);
+}
+
 /* The config of a resumed run must be the one it started with, but for fl.rounds. */
 static int check_resume_config(const FhConfig *old, const FhConfig *cfg, const char *config_path, const char *against)
 {
@@ -249,6 +260,8 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
             run->restart = 1;
             fh_log_info("%s has no checkpoint (the run stopped before its first one): starting it again from round 1",
                         run->dir);
+            /* a restart starts from the init file as the first attempt did */
+            if (*run->s.init) FH_CHECK(read_init(run));
             return FH_OK;
         }
         char *saved = NULL;
@@ -278,6 +291,8 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
                  config_path);
         FH_CHECK(fh_check_plain_name(name, what));
     }
+    /* a bad init file is input data: refused before the run folder exists */
+    if (*run->s.init) FH_CHECK(read_init(run));
     snprintf(run->dir, sizeof run->dir, "%.2000s/%.2000s", run->s.out_dir, name);
     snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
     if (stat(run->dir, &st) == 0 && !opt->force)
@@ -889,6 +904,7 @@ static void run_free(FlRun *run)
     fh_free(&run->owner);
     fh_free(&run->owned);
     fh_free(&run->global);
+    fh_free(&run->init_state);
     fh_free(&run->server_scalars);
     fh_free(&run->server_private);
     fh_free(&run->client_sizes);
@@ -1014,6 +1030,11 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
         FH_CHECK(fl_bcast(&run->comm, &run->write_final, sizeof run->write_final));
     } else {
         nn_model_init_params(m, (uint64_t)s->seed);
+        if (*s->init) {
+            if (rank == 0) nn_vec_copy(m->state, run->init_state, run->n_state);
+            FH_CHECK(fl_bcast(&run->comm, m->state, run->n_state * (int64_t)sizeof(float)));
+            fh_free(&run->init_state);
+        }
         nn_vec_copy(run->global, m->state, run->n_state);
         if (s->method->server_init) {
             status = FH_OK;

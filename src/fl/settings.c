@@ -155,6 +155,9 @@ static void base_keys(void)
     add("model", "name", FH_CFG_CHOICE, "cnn", 1, 0, "mlp|cnn|lenet|smallcnn|resnet8|resnet18|resnet18_gn|mobilenetv2", "model of the zoo");
     add("model", "norm", FH_CFG_CHOICE, "bn", 1, 0, "bn|gn", "resnet18 normalisation");
     add("model", "groups", FH_CFG_INT, "2", 1, 1024, NULL, "GroupNorm groups");
+    add("model", "init", FH_CFG_STRING, "", 1, 0, NULL,
+        "HDF5 file whose /model tensors start the run (a run.h5, checkpoint.h5 or tools/fedhet-torch export); "
+        "empty: fedhet's own initialisation from fl.seed");
     add("train", "optimizer", FH_CFG_CHOICE, "sgd", 1, 0, "sgd|adam|adamw", "local optimiser, fresh every round (spec 0.1)");
     add("train", "lr", FH_CFG_FLOAT, "0.01", 1e-12, BIG, NULL, "local learning rate, > 0");
     add("train", "momentum", FH_CFG_FLOAT, "0", 0, 0.999999, NULL, "SGD momentum");
@@ -305,6 +308,7 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->model = S("model", "name");
     s->norm = S("model", "norm");
     s->groups = (int)I("model", "groups");
+    s->init = S("model", "init");
     s->optimizer = S("train", "optimizer");
     s->lr = F("train", "lr");
     s->momentum = F("train", "momentum");

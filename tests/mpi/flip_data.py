@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Flips one bit of a dataset's raw bytes inside an HDF5 file (uncompressed chunks), standard library only.
-usage: flip_data.py FILE.h5 DUMP.bin
+usage: flip_data.py FILE.h5 DUMP.bin [COPIES]
 DUMP.bin is the dataset as `h5dump -b LE -o` wrote it. A window of its middle values that occurs exactly
-once in FILE.h5 is located and the lowest bit of its first byte is flipped; prints the file offset.
-Exits 1 when no unique window is found (e.g. the data are compressed)."""
+COPIES times (default 1: once) in FILE.h5 is located and the lowest bit of the first byte of every
+occurrence is flipped (COPIES > 1: files that store the same data twice); prints the first file offset.
+Exits 1 when no such window is found (e.g. the data are compressed)."""
 import sys
 
 def main():
     path, dump = sys.argv[1], sys.argv[2]
+    copies = int(sys.argv[3]) if len(sys.argv) > 3 else 1
     with open(path, "rb") as f:
         data = f.read()
     with open(dump, "rb") as f:
@@ -21,12 +23,16 @@ def main():
                 if i < 0 or (i + width // 4) > n:
                     continue
                 window = values[4 * i:4 * i + width]
-                at = data.find(window)
-                if at >= 0 and data.find(window, at + 1) < 0:
+                found, at = [], data.find(window)
+                while at >= 0 and len(found) <= copies:
+                    found.append(at)
+                    at = data.find(window, at + 1)
+                if len(found) == copies:
                     with open(path, "r+b") as f:
-                        f.seek(at)
-                        f.write(bytes([data[at] ^ 0x01]))
-                    print(at)
+                        for at in found:
+                            f.seek(at)
+                            f.write(bytes([data[at] ^ 0x01]))
+                    print(found[0])
                     return 0
             if step >= 64:
                 break
