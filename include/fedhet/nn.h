@@ -207,6 +207,58 @@ int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int m
 /* "mlp, cnn, ..." */
 const char *nn_zoo_names(void);
 
+/* ---- curvature: top Hessian eigenvalue and trace (src/nn/hessian.c) ------------------------------
+ * The estimators see the Hessian only through Hessian-vector products, so one code serves a single
+ * process and a probe set spread over MPI ranks. */
+typedef int (*NnHvFn)(void *ctx, const float *v, float *hv); /* hv = H v over n values; an fh status */
+
+/* Power iteration from a N(0, 1) start drawn from Philox (seed, FH_RNG_HESSIAN) at counter (ctr, 0, 0):
+ * *eig = the Rayleigh quotient v.Hv of the unit iterate, the eigenvalue largest in magnitude; stops when
+ * |eig_k - eig_{k-1}| <= tol |eig_k| or after max_iters products (*iters: how many). work: 2n floats. */
+int nn_hessian_top_eig(int64_t n, NnHvFn hv, void *ctx, int max_iters, double tol, uint64_t seed, uint32_t ctr,
+                       float *work, double *eig, int *iters);
+/* Hutchinson: *trace = mean over `samples` Rademacher vectors z of z.Hz, z drawn from Philox
+ * (seed, FH_RNG_HESSIAN) at counters (ctr, s + 1, 0); *std_error: that mean's standard error (NAN for
+ * one sample). work: 2n floats. */
+int nn_hessian_trace(int64_t n, NnHvFn hv, void *ctx, int samples, uint64_t seed, uint32_t ctr, float *work,
+                     double *trace, double *std_error);
+/* Step of the central difference Hv ~ (g(w + eps v) - g(w - eps v)) / (2 eps): eps ||v|| is
+ * step max(||w||, 1), a relative step (1e-3: small against the weights, far above the float rounding
+ * of the gradients). Across a ReLU or max-pool kink the gradient jumps: the difference then sees the
+ * loss smoothed at the scale of the step, not only its second derivative. */
+double nn_hessian_fd_eps(const float *w, const float *v, int64_t n, double step);
+
+/* Exact sums of float vectors: fixed point with 2^-48 resolution in 128-bit integers, so partial sums
+ * add up to the same bits in any order (and on any number of ranks). */
+__extension__ typedef __int128 NnExact;
+/* acc[j] += sign * x[j] in fixed point; FH_ERR_NUMERIC naming `what` when some |x[j]| >= 2^48 or is not finite */
+int nn_exact_add(NnExact *acc, const float *x, int64_t n, int sign, const char *what);
+double nn_exact_value(NnExact a);
+
+/* Hessian of the mean cross-entropy of a model on a probe set, in eval mode (BatchNorm running
+ * statistics), over the trainable parameters, by central differences of probe gradients. The probe is
+ * cut into batches of `batch` rows; this process computes batches first_batch, first_batch + stride, ...
+ * and `reduce` (NULL for one process), called by every process with its own status, returns the first
+ * failure of any process or FH_OK with acc summed over all of them. */
+typedef struct {
+    NnModel *model;
+    const float *x;                /* [n_rows, C, H, W] */
+    const int32_t *y;              /* [n_rows] */
+    int64_t n_rows;
+    int batch;                     /* <= model->max_batch */
+    int64_t first_batch, stride;
+    double step;                   /* relative step of nn_hessian_fd_eps */
+    const float *w;                /* [n_state] the point */
+    float *pert;                   /* [n_state] scratch */
+    float *dlogits;                /* [batch * classes] scratch */
+    NnExact *acc;                  /* [n_params] scratch */
+    int (*reduce)(void *reduce_ctx, int status, NnExact *acc, int64_t n);
+    void *reduce_ctx;
+    int64_t gradients;             /* probe gradients evaluated (two per product), counted here */
+} NnProbeHessian;
+/* NnHvFn over an NnProbeHessian (ctx); leaves model->state and its training mode as they were */
+int nn_probe_hvp(void *ctx, const float *v, float *hv);
+
 /* ---- threads ---- */
 void nn_set_threads(int n_threads);
 
