@@ -188,8 +188,8 @@ static void base_keys(void)
     add("fl", "hessian_every", FH_CFG_INT, "0", 0, 1e8, NULL,
         "metrics.csv hessian_max_eig (power iteration) and hessian_trace (Hutchinson) of the global model's mean CE "
         "on the sharpness probe set (fl.sharpness_probe rows; eval mode; Hessian-vector products by central "
-        "differences of gradients, 2 probe gradients each, spread over all ranks) every this many rounds and after "
-        "the last; 0: off");
+        "differences of gradients, 2 probe gradients each, spread over all ranks, the same bits on any rank count) "
+        "every this many rounds and after the last; 0: off");
     add("fl", "hessian_iters", FH_CFG_INT, "100", 1, 100000, NULL, "most power iterations for hessian_max_eig");
     add("fl", "hessian_tol", FH_CFG_FLOAT, "1e-3", 0, 1, NULL,
         "power iteration stops when the eigenvalue changes by at most this fraction between iterations; 0: always "
@@ -198,7 +198,7 @@ static void base_keys(void)
         "Rademacher vectors of the Hutchinson estimate hessian_trace (its standard error is in the log)");
     add("fl", "hessian_step", FH_CFG_FLOAT, "1e-3", 1e-6, 0.1, NULL,
         "central-difference step of the Hessian-vector products, relative: |eps v| = hessian_step * max(|w|, 1) "
-        "(ReLU and max-pool kinks within the step count as curvature)");
+        "(both gradients keep the ReLU / max-pool pattern of w, so no kink lies between them)");
     add("algo", "method", FH_CFG_CHOICE, "fedavg", 1, 0, algo_choices(), "federated method (fedhet methods lists them)");
     add("algo", "plugin", FH_CFG_CHOICE, "none", 1, 0, algo_plugin_choices(),
         "a method added on top of `method` (flood: FLOOD's sample weighting and aggregation, spec 13)");

@@ -1,6 +1,7 @@
 /* Curvature of a loss from Hessian-vector products: the top eigenvalue by power iteration, the trace by
  * Hutchinson's estimator, and the products themselves for a model on a probe set by central differences
- * of gradients summed exactly (so that the numbers do not depend on how the probe is split). */
+ * of gradients with the activation pattern held (so that no kink sits between the two points), summed
+ * exactly (so that the numbers do not depend on how the probe is split). */
 #include <math.h>
 #include <string.h>
 
@@ -102,23 +103,47 @@ double nn_exact_value(NnExact a) { return (double)a / EXACT_SCALE; }
 
 /* ---- Hessian-vector products of a model on a probe set ---- */
 
-/* sign * (sum over this process's batches of the per-sample CE gradients at p->pert) into p->acc */
-static int probe_gradient(NnProbeHessian *p, int sign)
+/* the CE gradient summed over `count` rows at m->state into m->grad */
+static int batch_gradient(NnProbeHessian *p, const float *x, const int32_t *y, int count)
+{
+    NnModel *m = p->model;
+    nn_model_zero_grad(m);
+    FH_CHECK(nn_model_forward(m, x, count));
+    memset(p->dlogits, 0, (size_t)count * m->classes * sizeof(float));
+    nn_softmax_xent(p->dlogits, NULL, nn_model_logits(m), y, NULL, NULL, count, m->classes);
+    nn_vec_scale(p->dlogits, (float)count, (int64_t)count * m->classes); /* mean -> sum over the rows */
+    nn_model_backward(m, p->dlogits, NULL);
+    return FH_OK;
+}
+
+static void perturb(float *pert, const float *w, const float *v, double step, int64_t n)
+{
+    for (int64_t j = 0; j < n; j++) pert[j] = (float)((double)w[j] + step * v[j]);
+}
+
+/* acc = sum over this process's batches of g(w + eps v) - g(w - eps v), each batch's pair with the
+ * activation pattern of w, so that no ReLU or max-pool kink lies between the two points */
+static int probe_difference(NnProbeHessian *p, const float *v, double eps)
 {
     NnModel *m = p->model;
     const int64_t row = m->tensors[m->input].size, n_batches = (p->n_rows + p->batch - 1) / p->batch;
     for (int64_t b = p->first_batch; b < n_batches; b += p->stride) {
         const int64_t first = b * p->batch;
         const int count = (int)(p->n_rows - first < p->batch ? p->n_rows - first : p->batch);
-        nn_model_zero_grad(m);
-        FH_CHECK(nn_model_forward(m, p->x + first * row, count));
-        memset(p->dlogits, 0, (size_t)count * m->classes * sizeof(float));
-        nn_softmax_xent(p->dlogits, NULL, nn_model_logits(m), p->y + first, NULL, NULL, count, m->classes);
-        nn_vec_scale(p->dlogits, (float)count, (int64_t)count * m->classes); /* mean -> sum over the rows */
-        nn_model_backward(m, p->dlogits, NULL);
-        FH_CHECK(nn_exact_add(p->acc, m->grad, m->n_params, sign, "probe gradient"));
+        const float *x = p->x + first * row;
+        m->state = (float *)p->w; /* eval mode: the forward reads the state only */
+        m->pattern = NN_PATTERN_RECORD;
+        FH_CHECK(nn_model_forward(m, x, count));
+        m->pattern = NN_PATTERN_REPLAY;
+        m->state = p->pert;
+        perturb(p->pert, p->w, v, eps, m->n_params);
+        FH_CHECK(batch_gradient(p, x, p->y + first, count));
+        FH_CHECK(nn_exact_add(p->acc, m->grad, m->n_params, +1, "probe gradient"));
+        perturb(p->pert, p->w, v, -eps, m->n_params);
+        FH_CHECK(batch_gradient(p, x, p->y + first, count));
+        FH_CHECK(nn_exact_add(p->acc, m->grad, m->n_params, -1, "probe gradient"));
     }
-    p->gradients++;
+    p->gradients += 2;
     return FH_OK;
 }
 
@@ -131,17 +156,15 @@ int nn_probe_hvp(void *ctx, const float *v, float *hv)
         FH_FAIL(FH_ERR_USAGE, "Hessian probe batch %d is outside 1..%d (the model's batch)", p->batch, m->max_batch);
     if (p->n_rows < 1) FH_FAIL(FH_ERR_USAGE, "Hessian probe set is empty");
     if (!(p->step > 0.0)) FH_FAIL(FH_ERR_USAGE, "Hessian finite-difference step %g is not positive", p->step);
+    FH_CHECK(nn_model_pattern_alloc(m));
     const double eps = nn_hessian_fd_eps(p->w, v, n, p->step);
     float *saved = m->state;
     const int training = m->training;
     nn_model_set_training(m, 0);
-    m->state = p->pert;
     memset(p->acc, 0, (size_t)n * sizeof *p->acc);
-    nn_vec_copy(p->pert, p->w, m->n_state);
-    for (int64_t j = 0; j < n; j++) p->pert[j] = (float)((double)p->w[j] + eps * v[j]);
-    int status = probe_gradient(p, +1);
-    for (int64_t j = 0; status == FH_OK && j < n; j++) p->pert[j] = (float)((double)p->w[j] - eps * v[j]);
-    if (status == FH_OK) status = probe_gradient(p, -1);
+    nn_vec_copy(p->pert, p->w, m->n_state); /* the buffers, unperturbed */
+    int status = probe_difference(p, v, eps);
+    m->pattern = NN_PATTERN_OFF;
     m->state = saved;
     nn_model_set_training(m, training);
     if (p->reduce) {

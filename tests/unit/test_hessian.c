@@ -1,6 +1,7 @@
 /* The Hessian estimators (src/nn/hessian.c): power iteration and Hutchinson on linear least squares, whose
  * Hessian X^T X / n is known; a tiny mlp's top eigenvalue and trace against the eigenvalues of its full
- * finite-difference Hessian; exact sums that do not depend on the order or on how the probe is split. */
+ * finite-difference Hessian; activation patterns (a replay gives a plain pass's bits; a step that crosses
+ * kinks changes nothing); exact sums that do not depend on the order or on how the probe is split. */
 #include "test.h"
 
 #include <stdlib.h>
@@ -324,6 +325,96 @@ static void test_tiny_mlp_full_hessian(void)
     nn_model_free(m);
 }
 
+/* a step large enough to cross kinks of the tiny mlp's ReLUs: with the pattern held the products are still
+ * those of the Hessian (within the step's truncation error) */
+static void test_large_step_no_kinks(void)
+{
+    static Tiny t;
+    tiny_make(&t);
+    NnModel *m = &t.m;
+    const int P = (int)m->n_params;
+    float w[64], work[128];
+    memcpy(w, m->state, (size_t)m->n_state * sizeof(float));
+    NnProbeHessian small = tiny_probe(&t, w, 8, 0, 1), large = small;
+    large.step = 5e-2;
+    double eig_small = 0.0, eig_large = 0.0, tr_small = 0.0, tr_large = 0.0, se = 0.0;
+    int iters = 0;
+    CHECK_OK(nn_hessian_top_eig(P, nn_probe_hvp, &small, 500, 1e-7, 4, 1, work, &eig_small, &iters));
+    CHECK_OK(nn_hessian_top_eig(P, nn_probe_hvp, &large, 500, 1e-7, 4, 1, work, &eig_large, &iters));
+    CHECK_OK(nn_hessian_trace(P, nn_probe_hvp, &small, 50, 4, 1, work, &tr_small, &se));
+    CHECK_OK(nn_hessian_trace(P, nn_probe_hvp, &large, 50, 4, 1, work, &tr_large, &se));
+    CHECK_MSG(fabs(eig_large - eig_small) <= 0.01 * fabs(eig_small), "step 5e-2: %.6g, 1e-3: %.6g", eig_large, eig_small);
+    CHECK_MSG(fabs(tr_large - tr_small) <= 0.01 * fabs(tr_small), "step 5e-2: %.6g, 1e-3: %.6g", tr_large, tr_small);
+    /* without the pattern the same step crosses kinks: the gradient difference is another one */
+    float v[64], pert[64];
+    double *gp = calloc((size_t)P, sizeof *gp), *gm = calloc((size_t)P, sizeof *gm);
+    float hv[64];
+    FhRng rng;
+    fh_rng_init(&rng, 5, FH_RNG_TEST, 9, 0, 0);
+    for (int j = 0; j < P; j++) v[j] = fh_rng_uniform_f(&rng) < 0.5f ? -1.0f : 1.0f;
+    CHECK_OK(nn_probe_hvp(&large, v, hv));
+    const double eps = nn_hessian_fd_eps(w, v, P, 5e-2);
+    memcpy(pert, w, sizeof pert);
+    for (int j = 0; j < P; j++) pert[j] = (float)(w[j] + eps * v[j]);
+    tiny_gradient(&t, pert, gp);
+    for (int j = 0; j < P; j++) pert[j] = (float)(w[j] - eps * v[j]);
+    tiny_gradient(&t, pert, gm);
+    double differ = 0.0, size = 0.0;
+    for (int j = 0; j < P; j++) {
+        differ = fmax(differ, fabs((gp[j] - gm[j]) / (2 * eps) - hv[j]));
+        size = fmax(size, fabs(hv[j]));
+    }
+    CHECK_MSG(differ > 0.05 * size, "no kink crossed: the test shows nothing (%g of %g)", differ, size);
+    free(gp);
+    free(gm);
+    nn_model_free(m);
+}
+
+/* replaying the pattern at the weights it was recorded at gives the plain forward's and backward's bits,
+ * for every activation and pooling kind of the zoo (conv + BatchNorm + ReLU + max-pool, ReLU6) */
+static void test_pattern_replay_same_bits(void)
+{
+    const char *names[] = { "smallcnn", "mobilenetv2", "resnet8" };
+    for (int k = 0; k < 3; k++) {
+        NnModel m;
+        memset(&m, 0, sizeof m);
+        CHECK_OK(nn_zoo_build(&m, names[k], (NnShape){ 3, 8, 8 }, 4, 3, NULL));
+        nn_model_init_params(&m, 2);
+        enum { B = 3 };
+        static float x[B * 3 * 8 * 8], logits[B * 4], dlogits[B * 4];
+        FhRng rng;
+        fh_rng_init(&rng, 6, FH_RNG_TEST, (uint32_t)k, 0, 0);
+        for (int i = 0; i < B * 192; i++) x[i] = (float)fh_rng_normal(&rng) * 2.0f;
+        for (int i = 0; i < B * 4; i++) dlogits[i] = (float)fh_rng_normal(&rng);
+        /* running statistics away from 0 / 1, so that eval mode is not the identity */
+        for (int v = 0; v < m.n_views; v++)
+            if (m.views[v].role == NN_ROLE_RUNNING_VAR)
+                for (int64_t j = 0; j < m.views[v].count; j++) m.state[m.views[v].offset + j] = 0.5f + 0.1f * (j % 7);
+        nn_model_set_training(&m, 0);
+        float *grad = calloc((size_t)m.n_state, sizeof *grad);
+        CHECK_OK(nn_model_forward(&m, x, B));
+        memcpy(logits, nn_model_logits(&m), sizeof logits);
+        nn_model_zero_grad(&m);
+        nn_model_backward(&m, dlogits, NULL);
+        memcpy(grad, m.grad, (size_t)m.n_state * sizeof *grad);
+        CHECK(m.pattern == NN_PATTERN_OFF);
+        m.pattern = NN_PATTERN_RECORD;
+        CHECK(nn_model_forward(&m, x, B) == FH_ERR_USAGE); /* buffers first */
+        CHECK_OK(nn_model_pattern_alloc(&m));
+        CHECK_OK(nn_model_forward(&m, x, B));
+        m.pattern = NN_PATTERN_REPLAY;
+        CHECK_OK(nn_model_forward(&m, x, B));
+        CHECK_MSG(memcmp(logits, nn_model_logits(&m), sizeof logits) == 0, "%s: replayed logits differ", names[k]);
+        nn_model_zero_grad(&m);
+        nn_model_backward(&m, dlogits, NULL);
+        CHECK_MSG(memcmp(grad, m.grad, (size_t)m.n_state * sizeof *grad) == 0, "%s: replayed gradient differs", names[k]);
+        nn_model_set_training(&m, 1);
+        CHECK(nn_model_forward(&m, x, B) == FH_ERR_USAGE); /* eval mode only */
+        free(grad);
+        nn_model_free(&m);
+    }
+}
+
 /* Hv products do not depend on the batches each process computes: two halves whose exact sums are
  * added give the bits of one process doing all */
 typedef struct {
@@ -383,6 +474,8 @@ int main(int argc, char **argv)
     RUN(test_not_finite);
     RUN(test_exact_sums_any_order);
     RUN(test_tiny_mlp_full_hessian);
+    RUN(test_large_step_no_kinks);
+    RUN(test_pattern_replay_same_bits);
     RUN(test_split_probe_same_bits);
     return test_summary();
 }
