@@ -55,6 +55,8 @@ typedef struct {
     float *save_mean, *save_invstd; /* norm statistics of the last training forward */
     int32_t *argmax;                /* max-pool winners */
     uint8_t *mask;                  /* dropout keep mask */
+    uint8_t *act_pattern;           /* NN_PATTERN_*: side of each activation output (layers with an activation) */
+    int32_t *pool_pattern;          /* NN_PATTERN_*: max-pool winners */
     int64_t flops;                  /* forward FLOPs per sample (2 x multiply-adds) */
     double seconds_forward, seconds_backward; /* accumulated while model->profile is set */
 } NnLayer;
@@ -95,6 +97,7 @@ typedef struct NnModel {
     int bn_update_running;  /* 1: training forward updates BN running stats; 0 freezes them (SAM's 2nd pass) */
     int need_input_grad;    /* 1: backward also fills tensors[input].grad (tests) */
     int profile;            /* 1: accumulate per-layer wall time in layers[i].seconds_* */
+    int pattern;            /* NN_PATTERN_OFF, _RECORD or _REPLAY (nn_model_pattern_alloc first) */
     uint64_t dropout_seed;
     uint32_t dropout_ctr[3]; /* (round, client, step) chosen by the caller before a forward */
     float *workspace;        /* im2col columns and gemm staging */
@@ -134,6 +137,14 @@ int nn_model_forward(NnModel *m, const float *input, int batch);
  * tensor [batch, features size] (MOON, FedDecorr). Accumulates into m->grad. */
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures);
 void nn_model_zero_grad(NnModel *m);
+/* Activation patterns (eval mode only): a forward with m->pattern = NN_PATTERN_RECORD keeps, per output,
+ * the side of every ReLU / ReLU6 and every max-pool's winner; with NN_PATTERN_REPLAY later forwards and
+ * backwards use that pattern instead of their own, so that the network is, for other weights, the
+ * piecewise-linear part it was at the recorded ones: smooth in the weights, with the same first and
+ * second derivatives there (no kink is crossed by a finite difference). Replaying at the recorded
+ * weights gives the same bits as a plain forward. The pattern belongs to the last recorded batch. */
+enum { NN_PATTERN_OFF = 0, NN_PATTERN_RECORD = 1, NN_PATTERN_REPLAY = 2 };
+int nn_model_pattern_alloc(NnModel *m);
 float *nn_model_logits(const NnModel *m);
 float *nn_model_features(const NnModel *m);
 int64_t nn_model_features_size(const NnModel *m);
@@ -206,6 +217,60 @@ int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int m
                  const NnZooOptions *opt);
 /* "mlp, cnn, ..." */
 const char *nn_zoo_names(void);
+
+/* ---- curvature: top Hessian eigenvalue and trace (src/nn/hessian.c) ------------------------------
+ * The estimators see the Hessian only through Hessian-vector products, so one code serves a single
+ * process and a probe set spread over MPI ranks. */
+typedef int (*NnHvFn)(void *ctx, const float *v, float *hv); /* hv = H v over n values; an fh status */
+
+/* Power iteration from a N(0, 1) start drawn from Philox (seed, FH_RNG_HESSIAN) at counter (ctr, 0, 0):
+ * *eig = the Rayleigh quotient v.Hv of the unit iterate, the eigenvalue largest in magnitude; stops when
+ * |eig_k - eig_{k-1}| <= tol |eig_k| or after max_iters products (*iters: how many). work: 2n floats. */
+int nn_hessian_top_eig(int64_t n, NnHvFn hv, void *ctx, int max_iters, double tol, uint64_t seed, uint32_t ctr,
+                       float *work, double *eig, int *iters);
+/* Hutchinson: *trace = mean over `samples` Rademacher vectors z of z.Hz, z drawn from Philox
+ * (seed, FH_RNG_HESSIAN) at counters (ctr, s + 1, 0); *std_error: that mean's standard error (NAN for
+ * one sample). work: 2n floats. */
+int nn_hessian_trace(int64_t n, NnHvFn hv, void *ctx, int samples, uint64_t seed, uint32_t ctr, float *work,
+                     double *trace, double *std_error);
+/* Step of the central difference Hv ~ (g(w + eps v) - g(w - eps v)) / (2 eps): eps ||v|| is
+ * step max(||w||, 1), a relative step (1e-3: small against the weights, far above the float rounding
+ * of the gradients). */
+double nn_hessian_fd_eps(const float *w, const float *v, int64_t n, double step);
+
+/* Exact sums of float vectors: fixed point with 2^-48 resolution in 128-bit integers, so partial sums
+ * add up to the same bits in any order (and on any number of ranks). */
+__extension__ typedef __int128 NnExact;
+/* acc[j] += sign * x[j] in fixed point; FH_ERR_NUMERIC naming `what` when some |x[j]| >= 2^48 or is not finite */
+int nn_exact_add(NnExact *acc, const float *x, int64_t n, int sign, const char *what);
+double nn_exact_value(NnExact a);
+
+/* Hessian of the mean cross-entropy of a model on a probe set, in eval mode (BatchNorm running
+ * statistics), over the trainable parameters, by central differences of probe gradients taken with the
+ * activation pattern at w (NN_PATTERN_*): the Hessian that exact second-order backpropagation gives,
+ * without the gradient jumps of ReLU and max-pool kinks inside the step. The probe is
+ * cut into batches of `batch` rows; this process computes batches first_batch, first_batch + stride, ...
+ * and `reduce` (NULL for one process), called by every process with its own status, returns the first
+ * failure of any process or FH_OK with acc summed over all of them. */
+typedef struct {
+    NnModel *model;
+    const float *x;                /* [n_rows, C, H, W] */
+    const int32_t *y;              /* [n_rows] */
+    int64_t n_rows;
+    int batch;                     /* <= model->max_batch */
+    int64_t first_batch, stride;
+    double step;                   /* relative step of nn_hessian_fd_eps */
+    const float *w;                /* [n_state] the point */
+    float *pert;                   /* [n_state] scratch */
+    float *dlogits;                /* [batch * classes] scratch */
+    NnExact *acc;                  /* [n_params] scratch */
+    int (*reduce)(void *reduce_ctx, int status, NnExact *acc, int64_t n);
+    void *reduce_ctx;
+    int64_t gradients;             /* probe gradients evaluated (two per product), counted here */
+} NnProbeHessian;
+/* NnHvFn over an NnProbeHessian (ctx); leaves model->state, its training mode and pattern as they were
+ * (the pattern buffers stay allocated) */
+int nn_probe_hvp(void *ctx, const float *v, float *hv);
 
 /* ---- threads ---- */
 void nn_set_threads(int n_threads);

@@ -16,6 +16,7 @@ typedef enum {
     FH_RNG_DROPOUT = 5,
     FH_RNG_PARTITION = 6,
     FH_RNG_PROJECTION = 7,
+    FH_RNG_HESSIAN = 8, /* power-iteration start and Hutchinson probe vectors */
     FH_RNG_TEST = 15 /* tests and benchmarks only */
 } FhRngPurpose;
 

@@ -36,6 +36,8 @@ typedef struct {
     int count, eval_every, checkpoint_every;
     int sharpness_every, sharpness_probe; /* metrics.csv sharpness / perturbed_loss (spec algorithms-sam 12) */
     double sharpness_rho;
+    int hessian_every, hessian_iters, hessian_samples; /* metrics.csv hessian_max_eig / hessian_trace */
+    double hessian_tol, hessian_step;
     int64_t seed;
     const AlgoMethod *method;
     double hp[ALGO_MAX_HP];
@@ -151,7 +153,8 @@ int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int 
     X(test_f1_macro) X(corrupted_accuracy) X(corrupted_loss) X(corrupted_balanced_accuracy)                 \
     X(corrupted_auc_ovo_macro) X(train_loss) X(drift) X(drift_full) X(divergence) X(bytes_down) X(bytes_up)       \
     X(client_auc_std) X(client_bacc_std)                                                                    \
-    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss) X(method_scalar) X(rho)
+    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss) X(method_scalar) X(rho)                 \
+    X(hessian_max_eig) X(hessian_trace)
 #define X(name) FL_COL_##name,
 enum { FL_METRIC_COLUMNS FL_N_COLUMNS };
 #undef X
@@ -203,7 +206,17 @@ typedef struct {
     int32_t *probe_y;
     int64_t n_probe;
     float *init_state;        /* rank 0, [n_state]: [model] init, read before the run folder exists */
+    struct FlHessian *hessian;   /* fl.hessian_every: its buffers, from the first estimate on */
 } FlRun;
+
+/* ---- the probe set and the Hessian columns (src/fl/hessian.c) ---- */
+typedef struct FlHessian FlHessian;
+/* run->probe_x, probe_y, n_probe: the first fl.sharpness_probe rows of every client in proportion to its
+ * size, normalised, not augmented; read once (any rank may call it) */
+int fl_probe_load(FlRun *run);
+/* Collective: hessian_max_eig and hessian_trace of the global state into row (rank 0), cost in the log */
+int fl_hessian(FlRun *run, int round, double *row);
+void fl_hessian_free(FlRun *run);
 
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */
 /* Writes PATH atomically: rounds done, lr, global state, server vectors and scalars, every client's

@@ -726,35 +726,13 @@ static int evaluate(FlRun *run, double *row)
 }
 
 /* Rank 0: sharpness and perturbed loss of the global model on the probe set (fl.sharpness_every; spec
- * algorithms-sam 12). The probe, read at the first call: the first rows of every client, in proportion to
- * its size, normalised, not augmented. */
+ * algorithms-sam 12). */
 static int sharpness(FlRun *run, double *row)
 {
     NnModel *m = &run->work.model;
-    if (!run->probe_x) {
-        const DataPartFile *f = &run->data;
-        const int64_t N = f->n_rows, n = run->s.sharpness_probe < N ? run->s.sharpness_probe : N;
-        const size_t size = (size_t)f->c * f->h * f->w;
-        uint8_t *scratch = NULL;
-        float *lut = NULL;
-        FH_CHECK(fh_alloc_aligned(&run->probe_x, (size_t)n * size * sizeof(float), "sharpness probe"));
-        FH_CHECK(fh_calloc(&run->probe_y, (size_t)n, sizeof *run->probe_y, "sharpness probe labels"));
+    FH_CHECK(fl_probe_load(run));
+    if (!run->probe_work)
         FH_CHECK(fh_calloc(&run->probe_work, (size_t)algo_sam_sharpness_work(m), sizeof(float), "sharpness scratch"));
-        int status = fh_calloc(&scratch, (size_t)n, size, "sharpness probe images");
-        if (status == FH_OK) status = fh_calloc(&lut, (size_t)f->c * 256, sizeof *lut, "normalisation table");
-        if (status == FH_OK) data_normal_lut(lut, f);
-        for (int k = 0, at = 0; status == FH_OK && k < f->n_clients; k++) {
-            const int64_t take = n * f->offsets[k + 1] / N - n * f->offsets[k] / N;
-            if (take > 0)
-                status = data_test_read(&run->data, lut, DATA_ROWS_CLIENTS, f->offsets[k], take,
-                                        run->probe_x + (size_t)at * size, run->probe_y + at, scratch);
-            at += (int)take;
-        }
-        fh_free(&scratch);
-        fh_free(&lut);
-        FH_CHECK(status);
-        run->n_probe = n;
-    }
     double l0 = 0.0, l1 = 0.0;
     FH_CHECK(algo_sam_sharpness(m, run->global, run->probe_x, run->probe_y, run->n_probe, run->s.sharpness_rho,
                                 run->probe_work, &l0, &l1));
@@ -866,6 +844,8 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         if (ctl.eval) FH_CHECK(evaluate(run, row));
         if (s->sharpness_every > 0 && ((t + 1) % s->sharpness_every == 0 || t == s->rounds - 1))
             FH_CHECK(fl_agree(&run->comm, run->comm.rank == 0 ? sharpness(run, row) : FH_OK));
+        if (s->hessian_every > 0 && ((t + 1) % s->hessian_every == 0 || t == s->rounds - 1))
+            FH_CHECK(fl_hessian(run, t, row));
         t_eval = fh_time_now() - t_eval;
         if (run->comm.rank == 0) {
             row[FL_COL_t_eval] = t_eval;
@@ -912,6 +892,7 @@ static void run_free(FlRun *run)
     fh_free(&run->probe_x);
     fh_free(&run->probe_y);
     fh_free(&run->probe_work);
+    fl_hessian_free(run);
     free(run->client_rows);
     if (run->metrics_csv) fclose(run->metrics_csv);
     if (run->clients_csv) fclose(run->clients_csv);

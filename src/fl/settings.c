@@ -188,6 +188,20 @@ static void base_keys(void)
     add("fl", "sharpness_probe", FH_CFG_INT, "1000", 1, 1e7, NULL,
         "probe rows of the sharpness diagnostic: the first rows of every client, in proportion to its size (training "
         "data, no augmentation)");
+    add("fl", "hessian_every", FH_CFG_INT, "0", 0, 1e8, NULL,
+        "metrics.csv hessian_max_eig (power iteration) and hessian_trace (Hutchinson) of the global model's mean CE "
+        "on the sharpness probe set (fl.sharpness_probe rows; eval mode; Hessian-vector products by central "
+        "differences of gradients, 2 probe gradients each, spread over all ranks, the same bits on any rank count) "
+        "every this many rounds and after the last; 0: off");
+    add("fl", "hessian_iters", FH_CFG_INT, "100", 1, 100000, NULL, "most power iterations for hessian_max_eig");
+    add("fl", "hessian_tol", FH_CFG_FLOAT, "1e-3", 0, 1, NULL,
+        "power iteration stops when the eigenvalue changes by at most this fraction between iterations; 0: always "
+        "fl.hessian_iters");
+    add("fl", "hessian_samples", FH_CFG_INT, "10", 1, 100000, NULL,
+        "Rademacher vectors of the Hutchinson estimate hessian_trace (its standard error is in the log)");
+    add("fl", "hessian_step", FH_CFG_FLOAT, "1e-3", 1e-6, 0.1, NULL,
+        "central-difference step of the Hessian-vector products, relative: |eps v| = hessian_step * max(|w|, 1) "
+        "(both gradients keep the ReLU / max-pool pattern of w, so no kink lies between them)");
     add("algo", "method", FH_CFG_CHOICE, "fedavg", 1, 0, algo_choices(), "federated method (fedhet methods lists them)");
     add("algo", "plugin", FH_CFG_CHOICE, "none", 1, 0, algo_plugin_choices(),
         "a method added on top of `method` (flood: FLOOD's sample weighting and aggregation, spec 13)");
@@ -333,6 +347,11 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->sharpness_every = (int)I("fl", "sharpness_every");
     s->sharpness_rho = F("fl", "sharpness_rho");
     s->sharpness_probe = (int)I("fl", "sharpness_probe");
+    s->hessian_every = (int)I("fl", "hessian_every");
+    s->hessian_iters = (int)I("fl", "hessian_iters");
+    s->hessian_tol = F("fl", "hessian_tol");
+    s->hessian_samples = (int)I("fl", "hessian_samples");
+    s->hessian_step = F("fl", "hessian_step");
     s->method = algo_find(S("algo", "method"));
     if (!s->method) FH_FAIL(FH_ERR_USAGE, "[algo] method = %s is unknown", S("algo", "method"));
     FH_CHECK(read_hp(cfg, s->method, s->hp, config_path));

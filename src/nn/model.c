@@ -403,6 +403,8 @@ void nn_model_free(NnModel *m)
         fh_free(&m->layers[i].save_invstd);
         fh_free(&m->layers[i].argmax);
         fh_free(&m->layers[i].mask);
+        fh_free(&m->layers[i].act_pattern);
+        fh_free(&m->layers[i].pool_pattern);
     }
     fh_free(&m->layers);
     fh_free(&m->tensors);
@@ -488,12 +490,59 @@ static void dropout_forward(NnModel *m, NnLayer *l, float *y, const float *x, in
     }
 }
 
+int nn_model_pattern_alloc(NnModel *m)
+{
+    const size_t B = (size_t)m->max_batch;
+    for (int i = 0; i < m->n_layers; i++) {
+        NnLayer *l = &m->layers[i];
+        const size_t out = B * (size_t)m->tensors[l->out].size;
+        if (l->act != NN_ACT_NONE && !l->act_pattern)
+            FH_CHECK(fh_calloc(&l->act_pattern, out, 1, "activation pattern"));
+        if (l->type == NN_OP_MAXPOOL && !l->pool_pattern)
+            FH_CHECK(fh_calloc(&l->pool_pattern, out, sizeof(int32_t), "max-pool pattern"));
+    }
+    return FH_OK;
+}
+
+/* 0: clamped at 0, 1: passed, 2: clamped at 6 (ReLU6); read off the output as nn_act_backward does */
+static void pattern_record(uint8_t *pattern, const float *y, int64_t n, NnAct act)
+{
+    for (int64_t i = 0; i < n; i++)
+        pattern[i] = y[i] > 0.0f ? (act == NN_ACT_RELU6 && y[i] >= 6.0f ? 2 : 1) : 0;
+}
+
+static void pattern_forward(float *y, const uint8_t *pattern, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (pattern[i] != 1) y[i] = pattern[i] == 2 ? 6.0f : 0.0f;
+}
+
+static void pattern_backward(float *dy, const uint8_t *pattern, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (pattern[i] != 1) dy[i] = 0.0f;
+}
+
+static void maxpool_replay(float *y, int32_t *argmax, const int32_t *winners, const float *x, int planes, int hw,
+                           int hwo)
+{
+    memcpy(argmax, winners, sizeof(int32_t) * (size_t)planes * hwo);
+    for (int p = 0; p < planes; p++)
+        for (int i = 0; i < hwo; i++) y[(int64_t)p * hwo + i] = x[(int64_t)p * hw + winners[(int64_t)p * hwo + i]];
+}
+
 int nn_model_forward(NnModel *m, const float *input, int batch)
 {
     if (!m->finalized) FH_FAIL(FH_ERR_USAGE, "model %s: forward before nn_model_finalize", m->arch);
     if (batch < 1 || batch > m->max_batch)
         FH_FAIL(FH_ERR_USAGE, "model %s: batch of %d samples is outside 1..%d (the size it was built for)", m->arch,
                 batch, m->max_batch);
+    if (m->pattern != NN_PATTERN_OFF && m->training)
+        FH_FAIL(FH_ERR_USAGE, "model %s: activation patterns need eval mode", m->arch);
+    const int replay = m->pattern == NN_PATTERN_REPLAY;
+    if (replay && batch != m->batch)
+        FH_FAIL(FH_ERR_USAGE, "model %s: replaying the pattern of a batch of %d with %d samples", m->arch, m->batch,
+                batch);
     m->batch = batch;
     m->tensors[m->input].data = (float *)input;
     for (int i = 0; i < m->n_layers; i++) {
@@ -504,18 +553,30 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
         int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
         int continue_without_act = 0; /* set by layers that apply their activation themselves */
+        const int use_pattern = m->pattern != NN_PATTERN_OFF && l->act != NN_ACT_NONE;
+        if (use_pattern && !l->act_pattern)
+            FH_FAIL(FH_ERR_USAGE, "model %s: activation patterns without nn_model_pattern_alloc", m->arch);
+        const NnAct kernel_act = replay ? NN_ACT_NONE : l->act; /* replay: the pattern acts instead */
         switch (l->type) {
         case NN_OP_LINEAR:
             nn_linear_forward(y, x, param(m, l->w_off), param(m, l->b_off), batch, l->cin, l->cout);
             break;
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, batch);
-            nn_conv2d_forward_act(y, x, param(m, l->w_off), param(m, l->b_off), &s, l->act, m->workspace);
+            nn_conv2d_forward_act(y, x, param(m, l->w_off), param(m, l->b_off), &s, kernel_act, m->workspace);
             continue_without_act = 1;
             break;
         }
         case NN_OP_MAXPOOL:
-            nn_maxpool_forward(y, l->argmax, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+            if (m->pattern != NN_PATTERN_OFF && !l->pool_pattern)
+                FH_FAIL(FH_ERR_USAGE, "model %s: activation patterns without nn_model_pattern_alloc", m->arch);
+            if (replay) {
+                maxpool_replay(y, l->argmax, l->pool_pattern, x, batch * si.c, si.h * si.w, so.h * so.w);
+            } else {
+                nn_maxpool_forward(y, l->argmax, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+                if (m->pattern == NN_PATTERN_RECORD)
+                    memcpy(l->pool_pattern, l->argmax, sizeof(int32_t) * (size_t)n_out);
+            }
             break;
         case NN_OP_AVGPOOL:
             nn_avgpool_forward(y, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
@@ -529,7 +590,7 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
                                                l->eps, l->momentum, l->act);
             else
                 nn_batchnorm_forward_eval_act(y, x, param(m, l->w_off), param(m, l->b_off), param(m, l->rm_off),
-                                              param(m, l->rv_off), batch, si.c, si.h * si.w, l->eps, l->act);
+                                              param(m, l->rv_off), batch, si.c, si.h * si.w, l->eps, kernel_act);
             continue_without_act = 1;
             break;
         case NN_OP_GROUPNORM:
@@ -548,7 +609,9 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         }
         case NN_OP_FLATTEN: break;
         }
-        if (!continue_without_act) nn_act_forward(y, n_out, l->act);
+        if (replay && use_pattern) pattern_forward(y, l->act_pattern, n_out);
+        else if (!continue_without_act) nn_act_forward(y, n_out, l->act);
+        if (m->pattern == NN_PATTERN_RECORD && use_pattern) pattern_record(l->act_pattern, y, n_out, l->act);
         if (m->profile) l->seconds_forward += fh_time_now() - t0;
     }
     return FH_OK;
@@ -577,7 +640,9 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
         /* conv and training-mode batch norm fold the activation's mask into their own passes */
         int fused_mask = l->type == NN_OP_CONV2D || (l->type == NN_OP_BATCHNORM && m->training);
-        if (!fused_mask) nn_act_backward(dy, y, n_out, l->act);
+        const int replay = m->pattern == NN_PATTERN_REPLAY && l->act != NN_ACT_NONE;
+        if (replay) pattern_backward(dy, l->act_pattern, n_out);
+        else if (!fused_mask) nn_act_backward(dy, y, n_out, l->act);
         switch (l->type) {
         case NN_OP_LINEAR:
             nn_linear_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), batch, l->cin,
@@ -586,7 +651,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, batch);
             nn_conv2d_backward_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x, param(m, l->w_off), &s,
-                                   l->act, m->workspace);
+                                   replay ? NN_ACT_NONE : l->act, m->workspace);
             break;
         }
         case NN_OP_MAXPOOL:
