@@ -12,6 +12,7 @@
 #include "fl_internal.h"
 
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -239,24 +240,59 @@ static int read_vector(const FhH5File *f, const char *name, hsize_t rows, hsize_
     return fh_h5_read_all(f, name, mem, out);
 }
 
-static int read_table(const FhH5File *f, const char *name, int cols, double **rows_out, int64_t *n_rows)
+/* A table in this version's columns `names`. Stored columns are matched by name (the dataset's "columns"
+ * attribute), so a checkpoint written before a column existed still resumes, the column empty (NaN) in its
+ * earlier rows; a stored column this version does not know is refused rather than dropped. */
+static int read_table(const FhH5File *f, const char *name, const char *const *names, int cols, double **rows_out,
+                      int64_t *n_rows)
 {
     hsize_t dims[2];
     hid_t d;
     FH_CHECK(fh_h5_open_checked(f, name, H5T_FLOAT, 8, 2, dims, &d));
+    char *stored = NULL;
+    int status = fh_h5_attr_read_string(f, d, "columns", &stored);
     H5Dclose(d);
-    if (dims[1] != (hsize_t)cols)
-        FH_FAIL(FH_ERR_IO, "%s: %s has %llu columns; this version writes %d", f->path, name,
-                (unsigned long long)dims[1], cols);
-    FH_CHECK(fh_calloc(rows_out, dims[0] ? (size_t)dims[0] : 1, (size_t)cols * sizeof(double), name));
-    *n_rows = (int64_t)dims[0];
-    if (dims[0] == 0) return FH_OK;
-    int status = fh_h5_read_all(f, name, H5T_NATIVE_DOUBLE, *rows_out);
+    FH_CHECK(status);
+    int *col_of = NULL; /* stored column j -> this version's column */
+    double *raw = NULL;
+    const int n_stored = (int)dims[1];
+    status = fh_calloc(&col_of, n_stored > 0 ? (size_t)n_stored : 1, sizeof *col_of, name);
+    int j = 0;
+    for (char *save = NULL, *tok = status == FH_OK ? strtok_r(stored, ",", &save) : NULL; tok && status == FH_OK;
+         tok = strtok_r(NULL, ",", &save), j++) {
+        int c = 0;
+        while (c < cols && strcmp(names[c], tok)) c++;
+        if (j >= n_stored)
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: %s names more columns than its %d", f->path,
+                                    name, n_stored);
+        else if (c == cols)
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: %s has a column %s that this version does not "
+                                    "write (a checkpoint of a newer fedhet?)", f->path, name, tok);
+        else col_of[j] = c;
+    }
+    if (status == FH_OK && j != n_stored)
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: %s has %d columns but names %d", f->path, name,
+                                n_stored, j);
+    free(stored);
+    if (status == FH_OK) status = fh_calloc(rows_out, dims[0] ? (size_t)dims[0] : 1, (size_t)cols * sizeof(double), name);
+    if (status == FH_OK && dims[0] > 0) {
+        status = fh_calloc(&raw, (size_t)dims[0], (size_t)n_stored * sizeof(double), name);
+        if (status == FH_OK) status = fh_h5_read_all(f, name, H5T_NATIVE_DOUBLE, raw);
+        for (hsize_t r = 0; status == FH_OK && r < dims[0]; r++) {
+            double *row = *rows_out + r * (size_t)cols;
+            for (int c = 0; c < cols; c++) row[c] = NAN;
+            for (int k = 0; k < n_stored; k++) row[col_of[k]] = raw[r * (size_t)n_stored + k];
+        }
+    }
+    fh_free(&raw);
+    fh_free(&col_of);
     if (status != FH_OK) { /* a failed checksum: nothing half-read is kept */
         fh_free(rows_out);
         *n_rows = 0;
+        return status;
     }
-    return status;
+    *n_rows = (int64_t)dims[0];
+    return FH_OK;
 }
 
 int fl_checkpoint_read_config(const char *path, char **text)
@@ -325,7 +361,7 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
                              run->server_scalars));
     double *rows = NULL;
     int64_t n_rows = 0;
-    FH_CHECK(read_table(f, "/metrics/rounds", FL_N_COLUMNS, &rows, &n_rows));
+    FH_CHECK(read_table(f, "/metrics/rounds", fl_column_names, FL_N_COLUMNS, &rows, &n_rows));
     if (n_rows > run->s.rounds) {
         fh_free(&rows);
         FH_FAIL(FH_ERR_IO, "%s: %lld metric rows for %d rounds", f->path, (long long)n_rows, run->s.rounds);
@@ -334,7 +370,8 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
     run->n_rows = (int)n_rows;
     fh_free(&rows);
     fh_free(&run->client_rows);
-    FH_CHECK(read_table(f, "/metrics/clients", run->n_ccols, &run->client_rows, &run->n_client_rows));
+    FH_CHECK(read_table(f, "/metrics/clients", run->ccol_names, run->n_ccols, &run->client_rows,
+                        &run->n_client_rows));
     run->cap_client_rows = run->n_client_rows > 0 ? run->n_client_rows : 1;
     return FH_OK;
 }

@@ -1,5 +1,5 @@
 /* Unit tests for src/fl/checkpoint.c on a hand-made one-process run: a checkpoint reads back what was
- * saved; one flipped bit in /metrics/rounds is refused (Fletcher32) without leaking what was read so far
+ * saved; a table written before a column existed reads back by column name; one flipped bit in /metrics/rounds is refused (Fletcher32) without leaking what was read so far
  * (the heap does not grow over many refused loads); fl_final_model_current follows the files' ages.
  *
  * Run all:  build/tests/test_checkpoint            Run one:  build/tests/test_checkpoint test_damaged_rows_no_leak */
@@ -32,6 +32,8 @@ static int fake_init(Fake *f, const char *dir)
     FH_CHECK(fl_comm_init(&r->comm, MPI_COMM_WORLD));
     r->s.rounds = ROUNDS;
     r->s.seed = 7;
+    r->s.model = "tiny";
+    r->s.norm = "none";
     r->config_text = "[fl]\nrounds = 3\n";
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     snprintf(r->checkpoint_path, sizeof r->checkpoint_path, "%s/checkpoint.h5", dir);
@@ -41,6 +43,13 @@ static int fake_init(Fake *f, const char *dir)
     r->work.loader.clients = f->clients;
     r->work.client_state = f->client_state;
     r->work.block = 1;
+    /* a model whose state is the N_STATE floats: 2 inputs -> linear 2 (weights 4, biases 2); the checkpoint
+     * writes its named tensors beside /server/global */
+    NnModel *m = &r->work.model;
+    FH_CHECK(nn_model_init(m, "tiny", (NnShape){ 1, 1, 2 }, 1));
+    const int x = nn_flatten(m, m->input);
+    FH_CHECK(nn_model_finalize(m, nn_linear(m, x, 2, 1, NN_ACT_NONE), x, 2));
+    if (m->n_state != N_STATE) FH_FAIL(FH_ERR_USAGE, "tiny model has %lld state values", (long long)m->n_state);
     r->n_state = N_STATE;
     r->layout_hash = 0x1234;
     r->lr = 0.05;
@@ -68,6 +77,7 @@ static void record_checkpoint(const Fake *f)
 
 static void fake_free(Fake *f)
 {
+    nn_model_free(&f->run.work.model);
     fh_free(&f->run.global);
     fh_free(&f->run.rows);
     free(f->run.client_rows);
@@ -88,6 +98,53 @@ static void test_round_trip(void)
     CHECK(f.run.n_rows == DONE);
     CHECK(f.run.rows[FL_N_COLUMNS + 3] == saved);
     CHECK(f.run.global[N_STATE - 1] == 0.25f * N_STATE);
+    fake_free(&f);
+}
+
+/* replaces the checkpoint's /metrics/rounds by a table of the given columns (values 10 r + c) */
+static int rewrite_rounds(const char *path, const char *columns, int n_cols)
+{
+    hid_t fid = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (fid < 0) return -1;
+    double v[DONE * 8];
+    for (int r = 0; r < DONE; r++)
+        for (int c = 0; c < n_cols; c++) v[r * n_cols + c] = 10.0 * r + c;
+    const hsize_t dims[2] = { DONE, (hsize_t)n_cols };
+    hid_t space = H5Screate_simple(2, dims, NULL);
+    int bad = H5Ldelete(fid, "/metrics/rounds", H5P_DEFAULT) < 0;
+    hid_t d = H5Dcreate2(fid, "/metrics/rounds", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    bad |= d < 0 || H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0;
+    FhH5File f = { .id = fid, .path = path, .fail_status = FH_ERR_IO };
+    bad |= d >= 0 && fh_h5_attr_write_string(&f, d, "columns", columns) != FH_OK;
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(space);
+    H5Fclose(fid);
+    return bad ? -1 : 0;
+}
+
+/* A checkpoint written before a column existed resumes: its columns are matched by name, the new ones are
+ * empty (NaN); a column this version does not know is refused naming it. */
+static void test_older_columns(void)
+{
+    Fake f;
+    CHECK_OK(fake_init(&f, tmp_root));
+    record_checkpoint(&f);
+    CHECK_OK(fl_checkpoint_save(&f.run, DONE, f.run.checkpoint_path));
+    CHECK(rewrite_rounds(f.run.checkpoint_path, "test_accuracy,round", 2) == 0);
+    CHECK_OK(fl_checkpoint_load(&f.run));
+    CHECK(f.run.n_rows == DONE);
+    int acc = -1;
+    for (int c = 0; c < FL_N_COLUMNS; c++)
+        if (!strcmp(fl_column_names[c], "test_accuracy")) acc = c;
+    CHECK(acc > 0 && !strcmp(fl_column_names[0], "round"));
+    if (acc > 0) {
+        CHECK(f.run.rows[FL_N_COLUMNS + acc] == 10.0 && f.run.rows[FL_N_COLUMNS + 0] == 11.0);
+        CHECK(isnan(f.run.rows[FL_N_COLUMNS + FL_N_COLUMNS - 1]));
+    }
+    CHECK(rewrite_rounds(f.run.checkpoint_path, "round,bogus_column", 2) == 0);
+    fh_error_clear();
+    CHECK(fl_checkpoint_load(&f.run) == FH_ERR_IO);
+    CHECK_MSG(strstr(fh_error_message(), "bogus_column") != NULL, "%s", fh_error_message());
     fake_free(&f);
 }
 
@@ -170,6 +227,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     if (tmp_init("checkpoint") != 0) return 1;
     RUN(test_round_trip);
+    RUN(test_older_columns);
     RUN(test_damaged_rows_no_leak);
     RUN(test_final_model_current);
     tmp_cleanup();
