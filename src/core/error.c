@@ -46,6 +46,14 @@ int fh_error_trace(int status, const char *file, int line, const char *expr)
 
 const char *fh_error_message(void) { return error_text; }
 
+int fh_error_adopt(int status, const char *chain)
+{
+    error_len = 0;
+    error_text[0] = '\0';
+    error_append("%s", chain);
+    return status;
+}
+
 void fh_error_clear(void)
 {
     error_len = 0;
