@@ -97,7 +97,8 @@ int fl_agree(FlComm *c, int status)
     if (fl_wait(&req) != FH_OK || from == 0 || from >= c->size) return all;
     static FlErrorNote n;
     if (c->rank == from) note_from(&n, status, from, fh_error_message());
-    if (MPI_Ibcast(&n, (int)sizeof n, MPI_BYTE, from, c->comm, &req) != MPI_SUCCESS || fl_wait(&req) != FH_OK) return all;
+    if (MPI_Ibcast(&n, (int)sizeof n, MPI_BYTE, from, c->comm, &req) != MPI_SUCCESS || fl_wait(&req) != FH_OK)
+        return all;
     if (c->rank != from) {
         n.text[sizeof n.text - 1] = '\0';
         char chain[FL_ERROR_TEXT + 32];

@@ -707,8 +707,8 @@ static void left_round_line(const FlRun *run, int t, int checkpointed)
                     checkpointed, run->dir);
     else
         fh_log_info("stopped by SIGTERM during round %d of %d (left between local steps after fl.term_grace = %g s) "
-                    "before any checkpoint was written (%s keeps per-client state): start it again with --force", t + 1, s->rounds,
-                    s->term_grace, s->method->name);
+                    "before any checkpoint was written (%s keeps per-client state): start it again with --force",
+                    t + 1, s->rounds, s->term_grace, s->method->name);
 }
 
 static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
@@ -779,10 +779,10 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             row[FL_COL_t_round] = t3 - t0;
             row[FL_COL_bytes_down] = (double)plan.n_selected * (double)bcast_bytes;
             row[FL_COL_bytes_up] = (double)plan.n_selected * (double)run->layout.bytes;
-            const int last = t == s->rounds - 1;
+            const int last = t == s->rounds - 1, stop = fh_stop_requested();
             ctl.eval = (s->eval_every > 0 && (t + 1) % s->eval_every == 0) || last;
-            ctl.checkpoint = (s->checkpoint_every > 0 && (t + 1) % s->checkpoint_every == 0) || last || fh_stop_requested();
-            ctl.stop = diverged ? FL_PLAN_STOP_DIVERGED : (fh_stop_requested() && !last) ? FL_PLAN_STOP_SIGNAL : FL_PLAN_RUN;
+            ctl.checkpoint = (s->checkpoint_every > 0 && (t + 1) % s->checkpoint_every == 0) || last || stop;
+            ctl.stop = diverged ? FL_PLAN_STOP_DIVERGED : (stop && !last) ? FL_PLAN_STOP_SIGNAL : FL_PLAN_RUN;
             if (diverged) ctl.eval = ctl.checkpoint = 0;
         }
         FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));
