@@ -7,6 +7,8 @@
 #   chain  jobs/chain.sbatch: link 1 (--time=1 --signal=TERM@55) is stopped by its time limit's signal,
 #          link 2 (submitted with --dependency=afterok) resumes, and the run ends bit-identical to an
 #          uninterrupted one; link 3 finds it complete.
+#   long_round  jobs/run.sbatch with one round of 2^32 + 1 local steps: SLURM's time-limit SIGTERM leaves it
+#          after fl.term_grace, exit 0 with a checkpoint, before SLURM's SIGKILL.
 #   lint   every #SBATCH line of jobs/*.sbatch carries a comment.
 # Starting the cluster needs root (or passwordless sudo) and slurm-wlm and munge (make deps installs them).
 # When no cluster can be had, every test that needs one FAILS with the reason: these tests run wherever
@@ -174,6 +176,20 @@ test_chain()
     same_csv "$WORK/chainref/long/metrics.csv" "$WORK/chain/long/metrics.csv" "chain vs uninterrupted"
 }
 
+# One round of 2^32 + 1 local steps under a time limit (--time=1 --signal=TERM@55): SLURM's SIGTERM comes
+# while the round runs, and the round is left fl.term_grace = 5 s later, long before SLURM's SIGKILL: the
+# job exits 0 with the checkpoint of the rounds before it (none: rounds_done 0) and the resume line.
+test_long_round()
+{
+    no_slurm && return
+    sb longround --ntasks=3 --time=1 --signal=TERM@55 "$JOBS/run.sbatch" "$WORK/base.ini" output.dir="$WORK/slurm" \
+        output.name=longround fl.rounds=2 train.steps=4294967297 fl.term_grace=5
+    expect_rc "sbatch --wait jobs/run.sbatch with a round of 2^32 + 1 steps" 0 || { note "job output: $(job_tail longround)"; return; }
+    grep -q "round 1 was left between local steps after fl.term_grace = 5 s; checkpoint written. Resume with" \
+        "$WORK/longround.out" || fail "the job did not leave its round: $(job_tail longround)"
+    [ "$(rounds_done "$WORK/slurm/longround/checkpoint.h5")" = 0 ] || fail "checkpoint rounds_done is not 0"
+}
+
 # every #SBATCH line says what it is for
 test_lint()
 {
@@ -187,7 +203,7 @@ test_lint()
     done
 }
 
-TESTS=(lint run grid array chain)
+TESTS=(lint run grid array chain long_round)
 slurm_up
 if [ -n "$SLURM_MISSING" ]; then
     echo "  FAIL: the SLURM job tests cannot run: $SLURM_MISSING"
