@@ -25,6 +25,8 @@ enum {
 #define FH_PRINTF(a, b)
 #endif
 
+#define FH_ERROR_CAPACITY 4096 /* bytes of the error chain, frames included */
+
 /* Records the first message of a new error (clearing any older chain) and returns status. */
 int fh_error_raise(int status, const char *file, int line, const char *fmt, ...) FH_PRINTF(4, 5);
 /* Appends a "  at file:line (expr)" frame to the current chain and returns status. */

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FH_ERROR_CAPACITY 4096
-
 static _Thread_local char error_text[FH_ERROR_CAPACITY];
 static _Thread_local size_t error_len;
 

@@ -12,13 +12,12 @@
 
 #define FL_CHUNK ((int64_t)1 << 30) /* MPI counts are int: large buffers go in pieces */
 #define FL_TAG_ERROR 7701              /* a client rank's error note to rank 0 (fl_fail_alone) */
-#define FL_ERROR_TEXT 4096             /* the error chain's capacity (src/core/error.c) */
 #define FL_ALONE_GRACE_S 5.0           /* how long a failing client rank waits for rank 0 to end the job */
 #define FL_TAG_LEAVE 7702              /* rank 0 to a client rank: leave this round */
 
 typedef struct {
     int32_t status, rank;
-    char text[FL_ERROR_TEXT];
+    char text[FH_ERROR_CAPACITY];
 } FlErrorNote;
 
 /* rank 0 of a federation of several ranks, while fl_run runs: fl_wait listens for error notes */
@@ -101,7 +100,7 @@ int fl_agree(FlComm *c, int status)
         return all;
     if (c->rank != from) {
         n.text[sizeof n.text - 1] = '\0';
-        char chain[FL_ERROR_TEXT + 32];
+        char chain[FH_ERROR_CAPACITY + 32];
         snprintf(chain, sizeof chain, "rank %d: %s", from, n.text);
         fh_error_adopt(all, chain);
     }
