@@ -47,7 +47,7 @@ all: check-tools bin/fedhet $(UNIT_BIN) $(TEST_HELPERS)
 help:
 	@echo "make deps        install the Debian packages fedhet needs (idempotent)"
 	@echo "make             build bin/fedhet and the unit tests (DEBUG=1: -O0 -g with sanitizers)"
-	@echo "make test        deps + build + every test; ends with 'N passed, N failed'"
+	@echo "make test        deps + build + every test; ends with 'N passed, N failed, N skipped'"
 	@echo "make run         deps + build + the demo experiment"
 	@echo "make sensitivity deps + build + a 3-seed grid on Fashion-MNIST and its report (outputs/sensitivity-fedsam)"
 	@echo "make quick-results deps + build + every inputs/*-quick.ini over 3 seeds (outputs/quick-results)"

@@ -1,29 +1,30 @@
 #!/usr/bin/env bash
 # Runs every unit test program in build/tests, then every MPI test script tests/mpi/test_*.sh and the
-# SLURM job tests tests/slurm/test_*.sh (skipped with a message when SLURM is missing), and adds
-# up their "N passed, N failed" lines.
+# SLURM job tests tests/slurm/test_*.sh (on a one-node SLURM that tools/test-slurm.sh starts), and adds
+# up their "N passed, N failed[, N skipped]" lines. Skipped tests are counted apart, never as passed.
 # One program alone: build/tests/test_layers [test_name]; one script: tests/mpi/test_run.sh [test_name]
 set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
-passed=0 failed=0 broken=()
+passed=0 failed=0 skipped=0 broken=()
 for t in build/tests/test_* tests/mpi/test_*.sh tests/slurm/test_*.sh; do
     case "$t" in *.d) continue ;; esac
     [ -x "$t" ] || continue
     echo "== $(basename "$t")"
     out=$("$t" 2>&1); rc=$?
     printf '%s\n' "$out"
-    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -n 1)
+    line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' | tail -n 1)
     if [ -z "$line" ]; then
         echo "   $(basename "$t") ended (exit $rc) without a summary line: counted as one failure"
         failed=$((failed + 1)); broken+=("$(basename "$t")"); continue
     fi
     p=${line%% passed*}; f=${line#*, }; f=${f%% failed*}
-    passed=$((passed + p)); failed=$((failed + f))
+    k=0; case "$line" in *skipped) k=${line##*failed, }; k=${k%% skipped} ;; esac
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + k))
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); broken+=("$(basename "$t")"); fi
     [ "$f" -gt 0 ] && broken+=("$(basename "$t")")
 done
 [ ${#broken[@]} -gt 0 ] && echo "failing programs: ${broken[*]}"
 if [ $((passed + failed)) -eq 0 ]; then echo "no test ran"; echo "0 passed, 1 failed"; exit 1; fi
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

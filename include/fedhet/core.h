@@ -25,11 +25,15 @@ enum {
 #define FH_PRINTF(a, b)
 #endif
 
+#define FH_ERROR_CAPACITY 4096 /* bytes of the error chain, frames included */
+
 /* Records the first message of a new error (clearing any older chain) and returns status. */
 int fh_error_raise(int status, const char *file, int line, const char *fmt, ...) FH_PRINTF(4, 5);
 /* Appends a "  at file:line (expr)" frame to the current chain and returns status. */
 int fh_error_trace(int status, const char *file, int line, const char *expr);
 const char *fh_error_message(void); /* the whole chain; "" when none */
+/* Replaces the chain by one recorded elsewhere (another MPI rank's) and returns status. */
+int fh_error_adopt(int status, const char *chain);
 void fh_error_clear(void);
 const char *fh_status_name(int status);
 
@@ -46,6 +50,13 @@ int fh_calloc(void *out_ptr, size_t count, size_t size, const char *what);
 /* 64-byte aligned, zeroed; release with fh_free. */
 int fh_alloc_aligned(void *out_ptr, size_t bytes, const char *what);
 void fh_free(void *ptr_to_ptr); /* frees *ptr and sets it to NULL */
+
+/* ---- stop requests ---- */
+/* SIGTERM (a scheduler's time limit) and SIGUSR1 (what mpirun forwards to the ranks) set a flag that long
+ * loops poll at their safe points. Installed first thing in main, so a signal that comes while MPI and
+ * the data are still starting up is not lost. */
+void fh_stop_signals_install(void);
+int fh_stop_requested(void);
 
 /* ---- logging ---- */
 enum { FH_LOG_QUIET = 0, FH_LOG_WARN = 1, FH_LOG_INFO = 2, FH_LOG_DEBUG = 3 };

@@ -20,12 +20,9 @@ typedef struct {
 } FlRunOptions;
 
 /* Runs one experiment on comm. Every rank returns the same status (the exit code); rank 0 prints the
- * error. SIGTERM makes the run finish its round, checkpoint and return FH_OK. */
+ * error. SIGTERM (fh_stop_requested) makes the run finish its round, or leave one
+ * that would outlast [fl] term_grace, checkpoint and return FH_OK. */
 int fl_run(const FlRunOptions *opt, MPI_Comm comm);
-
-/* 1 when SIGTERM arrived since the last fl_run began, even too late to stop it early (added for fedhet
- * grid, which runs many experiments in one process and must not start another after SIGTERM). */
-int fl_sigterm_seen(void);
 
 /* 1 when RUN_DIR/run.h5 exists and is not older than RUN_DIR/checkpoint.h5 (or there is no checkpoint):
  * a run whose final checkpoint is newer was stopped before its final model was written. */

@@ -17,7 +17,6 @@
 #include <fcntl.h>
 #include <math.h>
 #include <mpi.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +64,8 @@ static void print_help(void)
            "  --member I      run member I (0-based) alone on all ranks, resuming it when it has a checkpoint\n"
            "  --verbose       also print the members' round lines (they always go to each member's log.txt)\n"
            "  Every member is checked before any starts; a member whose config is invalid is recorded as failed.\n"
-           "  SIGTERM: running members finish their round and checkpoint, no new member starts, exit 0.\n"
+           "  SIGTERM (or SIGUSR1 to mpirun): running members finish their round (or leave one still running after\n"
+           "  fl.term_grace seconds) and checkpoint, no new member starts, exit 0.\n"
            "  Exit codes: 0 no member failed; 10+N: N members failed (N <= 100); 1 usage or config, 4 I/O, 5 MPI.\n",
            GRID_MEMBERS_ASK);
 }
@@ -120,18 +120,7 @@ static int parse_options(GridOptions *o, int argc, char **argv)
 
 /* ---- small helpers -------------------------------------------------------------------------------------- */
 
-static volatile sig_atomic_t grid_sigterm;
-static void on_sigterm(int sig) { grid_sigterm = 1; }
-
-static void install_handler(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigterm;
-    sigaction(SIGTERM, &sa, NULL);
-}
-
-static int stop_seen(void) { return grid_sigterm || fl_sigterm_seen(); }
+static int stop_seen(void) { return fh_stop_requested(); }
 
 /* MPI requests waited for politely: idle groups leave the cores to the groups that compute */
 static int wait_polite(MPI_Request *req)
@@ -680,7 +669,6 @@ static int run_member(Grid *G, const GridOptions *o, MPI_Comm group, int group_i
     fh_error_clear();
     status = fl_run(&opt, group);
     const double seconds = fh_time_now() - t0;
-    install_handler(); /* fl_run installed its own */
     fh_log_set_rank(-1);
     if (saved_stdout >= 0) {
         fflush(stdout);
@@ -848,7 +836,6 @@ int app_cmd_grid(int argc, char **argv)
         free(o.args);
         return status;
     }
-    install_handler();
     fh_log_set_rank(-1);
 
     Grid G;

@@ -14,10 +14,14 @@ static void print_help(void)
            "  Rank 0 is the server, ranks 1..N-1 train the clients (N = 1: one process does both).\n"
            "  Writes outputs/NAME/: config.ini (resolved), metrics.csv, clients.csv, run.h5, checkpoint.h5, log.txt.\n"
            "  --force    replace an existing run folder\n"
-           "  --resume   continue a run from its checkpoint (only fl.rounds may change); a finished run whose run.h5\n"
-           "             is missing or older than its checkpoint gets it written; a folder without a checkpoint\n"
-           "             (stopped before its first one) starts again from round 1\n"
-           "  SIGTERM (SLURM's time limit) finishes the round, checkpoints and exits 0.\n\n"
+           "  --resume   continue a run from its checkpoint (only fl.rounds and fl.term_grace may change); a\n"
+           "             finished run whose run.h5 is missing or older than its checkpoint gets it written; a folder\n"
+           "             without a checkpoint (stopped before its first one) starts again from round 1\n"
+           "  SIGTERM (SLURM's time limit; to every rank, not to mpirun) or SIGUSR1 (to mpirun, which forwards it)\n"
+           "  finishes the round, checkpoints and exits 0 with the line to resume. A round still running\n"
+           "  fl.term_grace seconds (default 60) after the signal is left between local steps instead: the run\n"
+           "  stops with the checkpoint of the round before (kept as it was for methods with per-client state).\n"
+           "  SIGTERM to mpirun itself kills the ranks 1 s later (Open MPI): no checkpoint, exit nonzero.\n\n"
            "config keys ([section] key, type, default, allowed values):\n");
     fl_print_config_help(stdout);
 }

@@ -13,17 +13,18 @@ typedef struct {
     int (*run)(int argc, char **argv);
     const char *summary;
     int needs_mpi; /* only these start MPI: the others run as plain programs */
+    int stops_on_signal; /* SIGTERM/SIGUSR1 end these at their next safe point (checkpoint, exit 0) */
 } AppCommand;
 
 static const AppCommand commands[] = {
-    {"run", app_cmd_run, "one experiment (mpirun -np N fedhet run CONFIG.ini [key=value ...])", 1},
-    {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])", 0},
-    {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)", 0},
-    {"methods", app_cmd_methods, "every federated method: components, state, payload (methods NAME: its keys)", 0},
-    {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0},
-    {"grid", app_cmd_grid, "many experiments in one MPI job: the lists of a [grid] section (GRID.ini [key=value ...])", 1},
-    {"report", app_cmd_report, "summary tables and plots of runs and grids (DIR), or a partition file (--partition DST.h5 OUT.png)", 0},
-    {"landscape", app_cmd_landscape, "loss around a model along random filter-normalised directions (CHECKPOINT.h5)", 1},
+    {"run", app_cmd_run, "one experiment (mpirun -np N fedhet run CONFIG.ini [key=value ...])", 1, 1},
+    {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])", 0, 0},
+    {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)", 0, 0},
+    {"methods", app_cmd_methods, "every federated method: components, state, payload (methods NAME: its keys)", 0, 0},
+    {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0, 0},
+    {"grid", app_cmd_grid, "many experiments in one MPI job: the lists of a [grid] section (GRID.ini [key=value ...])", 1, 1},
+    {"report", app_cmd_report, "summary tables and plots of runs and grids (DIR), or a partition file (--partition DST.h5 OUT.png)", 0, 0},
+    {"landscape", app_cmd_landscape, "loss around a model along random filter-normalised directions (CHECKPOINT.h5)", 1, 0},
 };
 
 static void usage(FILE *out)
@@ -47,6 +48,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
         int rank = 0;
+        /* before MPI_Init, which alone takes about half a second: a time limit's signal then is kept */
+        if (commands[i].stops_on_signal) fh_stop_signals_install();
         if (commands[i].needs_mpi) {
             if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
                 fprintf(stderr, "fedhet %s: error: MPI_Init failed\n", argv[1]);

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FH_ERROR_CAPACITY 4096
-
 static _Thread_local char error_text[FH_ERROR_CAPACITY];
 static _Thread_local size_t error_len;
 
@@ -45,6 +43,14 @@ int fh_error_trace(int status, const char *file, int line, const char *expr)
 }
 
 const char *fh_error_message(void) { return error_text; }
+
+int fh_error_adopt(int status, const char *chain)
+{
+    error_len = 0;
+    error_text[0] = '\0';
+    error_append("%s", chain);
+    return status;
+}
 
 void fh_error_clear(void)
 {

@@ -344,6 +344,10 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     int nonfinite = 0;
     GradEnv env = { w, 0 };
     for (c->step = 0; c->step < c->n_steps; c->step++) {
+        if (w->leave_poll && w->leave_poll(w->leave_arg)) {
+            w->left = 1; /* a stop request: the round is left, and nothing of this client is kept */
+            return FH_OK;
+        }
         env.count = data_loader_next(&w->loader, &it, s->batch_size, w->x, w->y);
         double loss = 0.0;
         if (meth->step && meth->step->step) {

@@ -4,11 +4,47 @@
 #include "fl_internal.h"
 
 #include <limits.h>
+#include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "fedhet/core.h"
 
 #define FL_CHUNK ((int64_t)1 << 30) /* MPI counts are int: large buffers go in pieces */
+#define FL_TAG_ERROR 7701              /* a client rank's error note to rank 0 (fl_fail_alone) */
+#define FL_ALONE_GRACE_S 5.0           /* how long a failing client rank waits for rank 0 to end the job */
+#define FL_TAG_LEAVE 7702              /* rank 0 to a client rank: leave this round */
+
+typedef struct {
+    int32_t status, rank;
+    char text[FH_ERROR_CAPACITY];
+} FlErrorNote;
+
+/* rank 0 of a federation of several ranks, while fl_run runs: fl_wait listens for error notes */
+static FlComm *error_watch;
+
+void fl_watch_errors(FlComm *c) { error_watch = c && c->rank == 0 && c->size > 1 ? c : NULL; }
+
+static void note_from(FlErrorNote *n, int status, int rank, const char *chain)
+{
+    n->status = status;
+    n->rank = rank;
+    snprintf(n->text, sizeof n->text, "%s", chain);
+}
+
+/* Rank 0: a client rank's note ends the job here, so that its message is in rank 0's stderr and log. */
+static void check_error_notes(FlComm *c)
+{
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, FL_TAG_ERROR, c->comm, &flag, &st) != MPI_SUCCESS || !flag) return;
+    static FlErrorNote n;
+    if (MPI_Recv(&n, (int)sizeof n, MPI_BYTE, st.MPI_SOURCE, FL_TAG_ERROR, c->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+        note_from(&n, FH_ERR_MPI, st.MPI_SOURCE, "its error message could not be received");
+    n.text[sizeof n.text - 1] = '\0';
+    fh_log_error("rank %d failed: %s", (int)n.rank, n.text);
+    MPI_Abort(c->comm, n.status != FH_OK ? n.status : FH_ERR_MPI);
+}
 
 int fl_comm_init(FlComm *c, MPI_Comm comm)
 {
@@ -25,6 +61,7 @@ int fl_wait(MPI_Request *req)
     long sleep_ns = 20000;
     while (!done) {
         if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) FH_FAIL(FH_ERR_MPI, "MPI_Test failed");
+        if (!done && error_watch) check_error_notes(error_watch);
         if (!done) {
             struct timespec ts = { 0, sleep_ns };
             nanosleep(&ts, NULL);
@@ -52,7 +89,44 @@ int fl_agree(FlComm *c, int status)
     MPI_Request req;
     if (MPI_Iallreduce(&status, &all, 1, MPI_INT, MPI_MAX, c->comm, &req) != MPI_SUCCESS) return FH_ERR_MPI;
     if (fl_wait(&req) != FH_OK) return FH_ERR_MPI;
+    if (all == FH_OK || c->size == 1) return all;
+    /* rank 0 prints the error: the lowest rank failing with that status sends it its message */
+    int mine = status == all ? c->rank : c->size, from = mine;
+    if (MPI_Iallreduce(&mine, &from, 1, MPI_INT, MPI_MIN, c->comm, &req) != MPI_SUCCESS) return all;
+    if (fl_wait(&req) != FH_OK || from == 0 || from >= c->size) return all;
+    static FlErrorNote n;
+    if (c->rank == from) note_from(&n, status, from, fh_error_message());
+    if (MPI_Ibcast(&n, (int)sizeof n, MPI_BYTE, from, c->comm, &req) != MPI_SUCCESS || fl_wait(&req) != FH_OK)
+        return all;
+    if (c->rank != from) {
+        n.text[sizeof n.text - 1] = '\0';
+        char chain[FH_ERROR_CAPACITY + 32];
+        snprintf(chain, sizeof chain, "rank %d: %s", from, n.text);
+        fh_error_adopt(all, chain);
+    }
     return all;
+}
+
+void fl_fail_alone(FlComm *c, int status)
+{
+    if (c->size > 1 && c->rank != 0) {
+        /* rank 0 prints the message (stderr and log.txt) and ends the job; this rank does so itself when
+         * rank 0 has not within the grace (busy elsewhere, or gone) */
+        static FlErrorNote n;
+        note_from(&n, status, c->rank, fh_error_message());
+        MPI_Request req;
+        if (MPI_Isend(&n, (int)sizeof n, MPI_BYTE, 0, FL_TAG_ERROR, c->comm, &req) == MPI_SUCCESS) {
+            const double until = fh_time_now() + FL_ALONE_GRACE_S;
+            int sent = 0;
+            while (fh_time_now() < until) {
+                if (!sent && MPI_Test(&req, &sent, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+                struct timespec ts = { 0, 1000000 };
+                nanosleep(&ts, NULL);
+            }
+        }
+    }
+    fh_log_error("%s", fh_error_message());
+    if (c->size > 1) MPI_Abort(c->comm, status);
 }
 
 void fl_record_layout(FlRecordLayout *l, const AlgoSizes *m, int64_t n_state)
@@ -63,4 +137,82 @@ void fl_record_layout(FlRecordLayout *l, const AlgoSizes *m, int64_t n_state)
     l->n_vectors = m->upload_vectors;
     l->n_state = n_state;
     l->bytes = l->header_bytes + (size_t)(1 + m->upload_vectors) * (size_t)n_state * sizeof(float);
+}
+
+/* ---- leaving a round after a stop request -------------------------------------------------------------- */
+
+int fl_leave_init(FlLeave *l, FlComm *c, double grace)
+{
+    memset(l, 0, sizeof *l);
+    l->comm = c;
+    l->grace = grace;
+    l->seen = -1.0;
+    if (c->rank == 0 && c->size > 1)
+        FH_CHECK(fh_calloc(&l->sends, (size_t)c->size, sizeof *l->sends, "round-leave requests"));
+    return FH_OK;
+}
+
+void fl_leave_free(FlLeave *l) { fh_free(&l->sends); }
+
+/* Rank 0: a stop was requested at least `grace` seconds ago (the clock starts when rank 0 first sees it) */
+static int leave_due(FlLeave *l)
+{
+    if (!fh_stop_requested()) return 0;
+    const double now = fh_time_now();
+    if (l->seen < 0) l->seen = now;
+    return now - l->seen >= l->grace;
+}
+
+int fl_leave_poll(void *arg)
+{
+    FlLeave *l = arg;
+    if (l->decided) return 1;
+    if (l->comm->size == 1) return l->decided = leave_due(l);
+    int flag = 0;
+    if (MPI_Iprobe(0, FL_TAG_LEAVE, l->comm->comm, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) return 0;
+    int32_t round;
+    if (MPI_Recv(&round, 1, MPI_INT32_T, 0, FL_TAG_LEAVE, l->comm->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+    return l->decided = 1;
+}
+
+int fl_leave_wait_gather(FlLeave *l, MPI_Request *req, int round)
+{
+    FlComm *c = l->comm;
+    int done = 0;
+    long sleep_ns = 20000;
+    while (!done) {
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) FH_FAIL(FH_ERR_MPI, "MPI_Test failed");
+        if (done) break;
+        if (error_watch) check_error_notes(error_watch);
+        if (!l->decided && leave_due(l)) {
+            /* every client rank gets exactly one note per left round: the ones that finished training read
+             * theirs in fl_leave_finish */
+            l->round = round;
+            for (int r = 1; r < c->size; r++)
+                if (MPI_Isend(&l->round, 1, MPI_INT32_T, r, FL_TAG_LEAVE, c->comm, &l->sends[r]) != MPI_SUCCESS)
+                    FH_FAIL(FH_ERR_MPI, "telling rank %d to leave round %d failed", r, round + 1);
+            l->decided = 1;
+        }
+        struct timespec ts = { 0, sleep_ns };
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000) sleep_ns += sleep_ns / 4;
+    }
+    return FH_OK;
+}
+
+int fl_leave_finish(FlLeave *l)
+{
+    FlComm *c = l->comm;
+    if (c->size == 1) return FH_OK;
+    if (c->rank == 0) {
+        for (int r = 1; r < c->size; r++) FH_CHECK(fl_wait(&l->sends[r]));
+        return FH_OK;
+    }
+    if (l->decided) return FH_OK;
+    MPI_Request req;
+    if (MPI_Irecv(&l->round, 1, MPI_INT32_T, 0, FL_TAG_LEAVE, c->comm, &req) != MPI_SUCCESS)
+        FH_FAIL(FH_ERR_MPI, "receiving the note to leave the round failed");
+    FH_CHECK(fl_wait(&req));
+    l->decided = 1;
+    return FH_OK;
 }

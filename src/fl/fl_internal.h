@@ -34,6 +34,7 @@ typedef struct {
     const char *selection;
     double fraction;
     int count, eval_every, checkpoint_every;
+    double term_grace; /* seconds a round may run on after a stop request */
     int sharpness_every, sharpness_probe; /* metrics.csv sharpness / perturbed_loss (spec algorithms-sam 12) */
     double sharpness_rho;
     int hessian_every, hessian_iters, hessian_samples; /* metrics.csv hessian_max_eig / hessian_trace */
@@ -66,11 +67,37 @@ int fl_comm_init(FlComm *c, MPI_Comm comm);
  * ranks that compute. */
 int fl_bcast(FlComm *c, void *buf, int64_t bytes);
 int fl_wait(MPI_Request *req);
-/* Every rank's status -> the first nonzero one (same on all ranks). */
+/* Every rank's status -> the largest (same on all ranks); on failure rank 0 also gets the message of the
+ * lowest rank that failed with it ("rank R: ..."), which it prints. */
 int fl_agree(FlComm *c, int status);
+/* A rank failing alone (the others cannot know): a client rank sends its message to rank 0, which prints
+ * it and ends the job (MPI_Abort); a single process just prints it. */
+void fl_fail_alone(FlComm *c, int status);
+/* Rank 0 of a run (c) or none (NULL): while set, rank 0's waits act on the client ranks' error notes. */
+void fl_watch_errors(FlComm *c);
+
+/* Leaving a round that would outlast [fl] term_grace after a stop request (SIGTERM): rank 0 alone decides,
+ * once the request is `grace` seconds old and the gather is not complete, and sends every client rank one
+ * note; a rank that trains polls for it between local steps, finishes its step and joins the gather at
+ * once. Every rank reaches the gather and the control broadcast after it, so no rank can wait forever. */
+typedef struct {
+    FlComm *comm;
+    double grace, seen; /* seen: when rank 0 first saw the request (-1: not yet) */
+    int decided;        /* this round is left (rank 0: notes sent; a client rank: its note read) */
+    int32_t round;
+    MPI_Request *sends; /* rank 0: one per client rank */
+} FlLeave;
+int fl_leave_init(FlLeave *l, FlComm *c, double grace);
+void fl_leave_free(FlLeave *l);
+/* between local steps on a rank that trains (the argument is the FlLeave): 1 when the round is left */
+int fl_leave_poll(void *leave);
+/* rank 0 of several ranks: waits for the gather of round `round`, deciding on the way */
+int fl_leave_wait_gather(FlLeave *l, MPI_Request *req, int round);
+/* after the control broadcast said the round is left: client ranks read their note if they have not */
+int fl_leave_finish(FlLeave *l);
 
 /* ---- round plan ---- */
-enum { FL_PLAN_RUN = 0, FL_PLAN_STOP_SIGNAL = 1, FL_PLAN_STOP_DIVERGED = 2 };
+enum { FL_PLAN_RUN = 0, FL_PLAN_STOP_SIGNAL = 1, FL_PLAN_STOP_DIVERGED = 2, FL_PLAN_STOP_LEFT = 3 };
 typedef struct {
     int32_t round, action, n_selected, eval;
     double lr;
@@ -123,6 +150,11 @@ typedef struct {
      * z.client_floats, then a has-state flag (1.0 once the client has trained) */
     float *client_state;
     int64_t block;
+    /* polled between local steps (NULL: never); when it returns 1 the client's training ends there and
+     * `left` is set: the record is incomplete and the round is not to be used */
+    int (*leave_poll)(void *arg);
+    void *leave_arg;
+    int left;
 } FlClientWork;
 
 /* clients per round when fixed by the selection rule; -1 for bernoulli */

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,14 +21,9 @@ const char *const fl_column_names[FL_N_COLUMNS] = { FL_METRIC_COLUMNS };
 const char *const fl_client_column_names[FL_N_CCOLUMNS] = { "round", "client", "samples", "steps",
                                                             "loss", "weight", "seconds" };
 
-static volatile sig_atomic_t stop_requested;
-static void on_sigterm(int sig) { stop_requested = 1; }
-
-int fl_sigterm_seen(void) { return stop_requested != 0; }
-
 /* ---- setup -------------------------------------------------------------------------------------------- */
 
-static const char *const resume_may_change[] = { "fl.rounds", NULL };
+static const char *const resume_may_change[] = { "fl.rounds", "fl.term_grace", NULL };
 
 static int load_config(FlRun *run, const FlRunOptions *opt, const char **path_out)
 {
@@ -449,6 +443,9 @@ typedef struct {
     float *next;                  /* the aggregated state */
     double round_seconds_sum;
     int rounds_timed;
+    FlLeave leave;                /* leaving a round after a stop request */
+    int *fresh, n_fresh;          /* owned clients that first trained in this round (their has-state flag) */
+    int checkpointed;             /* rounds done in the last checkpoint on disk (-1: none) */
 } FlLoop;
 
 /* The most clients a round can select: m for count and fraction, K for all and bernoulli. Upload records
@@ -467,6 +464,11 @@ static int loop_init(FlRun *run, FlLoop *L)
     MPI_Type_contiguous((int)rec, MPI_BYTE, &L->record_type);
     MPI_Type_commit(&L->record_type);
     FH_CHECK(fh_calloc(&L->selected, (size_t)K, sizeof *L->selected, "selected clients"));
+    FH_CHECK(fl_leave_init(&L->leave, &run->comm, run->s.term_grace));
+    FH_CHECK(fh_calloc(&L->fresh, (size_t)(run->n_owned > 0 ? run->n_owned : 1), sizeof *L->fresh, "fresh clients"));
+    L->checkpointed = run->start_round > 0 ? run->start_round : -1;
+    run->work.leave_poll = fl_leave_poll;
+    run->work.leave_arg = &L->leave;
     if (run->comm.size > 1 && run->n_owned > 0)
         FH_CHECK(fh_alloc_aligned(&L->send, (size_t)(run->n_owned < m_max ? run->n_owned : m_max) * rec,
                                   "upload records"));
@@ -488,19 +490,14 @@ static void loop_free(FlLoop *L)
     fh_free(&L->send);
     fh_free(&L->recv);
     fh_free(&L->selected);
+    fl_leave_free(&L->leave);
+    fh_free(&L->fresh);
     fh_free(&L->counts);
     fh_free(&L->displs);
     fh_free(&L->order);
     fh_free(&L->uploads);
     fh_free(&L->weights);
     fh_free(&L->next);
-}
-
-/* A rank failing alone cannot tell the others: it ends the whole job with its message (DESIGN.md). */
-static void fail_alone(FlRun *run, int status)
-{
-    fh_log_error("%s", fh_error_message());
-    if (run->comm.size > 1) MPI_Abort(run->comm.comm, status);
 }
 
 static int injected_failure(const FlRun *run, int round)
@@ -518,17 +515,25 @@ static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, doub
     *n_mine = 0;
     FH_CHECK(injected_failure(run, round));
     char *base = run->comm.size > 1 ? L->send : L->recv;
+    FlClientWork *w = &run->work;
+    L->n_fresh = 0;
     for (int i = 0; i < n_selected; i++) {
         int k = L->selected[i];
         if (run->owner[k] != run->comm.rank) continue;
-        FH_CHECK(fl_client_train(&run->work, &run->layout, run->global, run->server_vecs, run->server_scalars, k, i,
-                                 round, lr, base + (size_t)(*n_mine) * run->layout.bytes));
+        /* a left round still sends its count of records (the gather's shape), unused */
+        if (!w->left) {
+            if (fl_client_block(w, k)[w->block - 1] == 0.0f) L->fresh[L->n_fresh++] = k;
+            FH_CHECK(fl_client_train(w, &run->layout, run->global, run->server_vecs, run->server_scalars, k, i,
+                                     round, lr, base + (size_t)(*n_mine) * run->layout.bytes));
+        }
         (*n_mine)++;
     }
+    if (w->left) /* the checkpoint of the round before says these clients have not trained yet */
+        for (int j = 0; j < L->n_fresh; j++) fl_client_block(w, L->fresh[j])[w->block - 1] = 0.0f;
     return FH_OK;
 }
 
-static int gather_records(FlRun *run, FlLoop *L, int n_selected, int n_mine)
+static int gather_records(FlRun *run, FlLoop *L, int n_selected, int n_mine, int round)
 {
     if (run->comm.size == 1) return FH_OK;
     if (run->comm.rank == 0) {
@@ -543,7 +548,7 @@ static int gather_records(FlRun *run, FlLoop *L, int n_selected, int n_mine)
     if (MPI_Igatherv(L->send, n_mine, L->record_type, L->recv, L->counts, L->displs, L->record_type, 0,
                      run->comm.comm, &req) != MPI_SUCCESS)
         FH_FAIL(FH_ERR_MPI, "gathering the upload records failed");
-    return fl_wait(&req);
+    return run->comm.rank == 0 ? fl_leave_wait_gather(&L->leave, &req, round) : fl_wait(&req);
 }
 
 static double dist2(const float *a, const float *b, int64_t n)
@@ -758,6 +763,25 @@ static void progress_line(const FlRun *run, const double *row, double eta)
                 row[FL_COL_t_round], row[FL_COL_t_eval], eta);
 }
 
+/* The stop line of a round left after a stop request; `checkpointed`: rounds in the checkpoint on disk. */
+static void left_round_line(const FlRun *run, int t, int checkpointed)
+{
+    const FlSettings *s = &run->s;
+    if (checkpointed == t)
+        fh_log_info("stopped by SIGTERM after round %d of %d: round %d was left between local steps after "
+                    "fl.term_grace = %g s; checkpoint written. Resume with: fedhet run --resume %s",
+                    t, s->rounds, t + 1, s->term_grace, run->dir);
+    else if (checkpointed > 0)
+        fh_log_info("stopped by SIGTERM during round %d of %d (left between local steps after fl.term_grace = %g s); "
+                    "%s keeps per-client state that the round had changed, so the checkpoint stays at round %d. "
+                    "Resume with: fedhet run --resume %s", t + 1, s->rounds, s->term_grace, s->method->name,
+                    checkpointed, run->dir);
+    else
+        fh_log_info("stopped by SIGTERM during round %d of %d (left between local steps after fl.term_grace = %g s) "
+                    "before any checkpoint was written (%s keeps per-client state): start it again with --force",
+                    t + 1, s->rounds, s->term_grace, s->method->name);
+}
+
 static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
 {
     const FlSettings *s = &run->s;
@@ -780,24 +804,30 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         fl_injected_kill("broadcast", t);
 
         int n_mine = 0, status = FH_OK;
+        run->work.left = 0;
+        L->leave.decided = 0;
         if (run->comm.rank != 0 || run->comm.size == 1) {
             status = train_selected(run, L, plan.n_selected, t, plan.lr, &n_mine);
             if (status != FH_OK) {
-                fail_alone(run, status);
+                fl_fail_alone(&run->comm, status);
                 return status;
             }
         }
         fl_injected_kill("train", t);
-        FH_CHECK(gather_records(run, L, plan.n_selected, n_mine));
+        FH_CHECK(gather_records(run, L, plan.n_selected, n_mine, t));
         const double t2 = fh_time_now();
         fl_injected_kill("gather", t);
 
         FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
-        if (run->comm.rank == 0) {
+        if (run->comm.rank == 0 && L->leave.decided) {
+            /* the round before is all there is: a checkpoint of it unless clients' own state moved on */
+            ctl.stop = FL_PLAN_STOP_LEFT;
+            ctl.checkpoint = run->z.client_vectors == 0 && run->z.client_floats == 0 && L->checkpointed != t;
+        } else if (run->comm.rank == 0) {
             int diverged = 0;
             status = aggregate(run, L, plan.n_selected, t, plan.lr, row, &diverged);
             if (status != FH_OK) {
-                fail_alone(run, status);
+                fl_fail_alone(&run->comm, status);
                 return status;
             }
             const double t3 = fh_time_now();
@@ -823,14 +853,24 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             row[FL_COL_t_round] = t3 - t0;
             row[FL_COL_bytes_down] = (double)plan.n_selected * (double)bcast_bytes;
             row[FL_COL_bytes_up] = (double)plan.n_selected * (double)run->layout.bytes;
-            const int last = t == s->rounds - 1;
+            const int last = t == s->rounds - 1, stop = fh_stop_requested();
             ctl.eval = (s->eval_every > 0 && (t + 1) % s->eval_every == 0) || last;
-            ctl.checkpoint = (s->checkpoint_every > 0 && (t + 1) % s->checkpoint_every == 0) || last || stop_requested;
-            ctl.stop = diverged ? FL_PLAN_STOP_DIVERGED : (stop_requested && !last) ? FL_PLAN_STOP_SIGNAL : FL_PLAN_RUN;
+            ctl.checkpoint = (s->checkpoint_every > 0 && (t + 1) % s->checkpoint_every == 0) || last || stop;
+            ctl.stop = diverged ? FL_PLAN_STOP_DIVERGED : (stop && !last) ? FL_PLAN_STOP_SIGNAL : FL_PLAN_RUN;
             if (diverged) ctl.eval = ctl.checkpoint = 0;
         }
         FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));
         fl_injected_kill("aggregate", t);
+        if (ctl.stop == FL_PLAN_STOP_LEFT) {
+            FH_CHECK(fl_leave_finish(&L->leave));
+            if (ctl.checkpoint) {
+                FH_CHECK(fl_checkpoint_save(run, t, run->checkpoint_path));
+                L->checkpointed = t;
+            }
+            *stopped_by_signal = 1;
+            if (run->comm.rank == 0) left_round_line(run, t, L->checkpointed);
+            return FH_OK;
+        }
         if (ctl.stop == FL_PLAN_STOP_DIVERGED) {
             struct stat st;
             if (stat(run->checkpoint_path, &st) == 0)
@@ -859,7 +899,10 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             progress_line(run, row, per * (s->rounds - 1 - t));
         }
         fl_injected_kill("evaluate", t);
-        if (ctl.checkpoint) FH_CHECK(fl_checkpoint_save(run, t + 1, run->checkpoint_path));
+        if (ctl.checkpoint) {
+            FH_CHECK(fl_checkpoint_save(run, t + 1, run->checkpoint_path));
+            L->checkpointed = t + 1;
+        }
         if (ctl.stop == FL_PLAN_STOP_SIGNAL) {
             *stopped_by_signal = 1;
             if (run->comm.rank == 0) {
@@ -1040,11 +1083,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
     int status = fl_comm_init(&run.comm, comm);
     if (status != FH_OK) return status;
     fh_log_set_rank(run.comm.size > 1 ? run.comm.rank : -1);
-    stop_requested = 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigterm;
-    sigaction(SIGTERM, &sa, NULL);
+    fl_watch_errors(&run.comm);
 
     const char *config_path = NULL;
     /* every rank loads the same config and so fails the same way: only rank 0 prints */
@@ -1078,6 +1117,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
     }
     if (status != FH_OK && run.comm.rank == 0) remove_empty_run_folder(&run);
     if (opt->stopped) *opt->stopped = status == FH_OK && stopped;
+    fl_watch_errors(NULL);
     loop_free(&loop);
     run_free(&run);
     return status;

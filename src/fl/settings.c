@@ -181,6 +181,10 @@ static void base_keys(void)
     add("fl", "seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "seed of model init, selection, shuffles, augmentation");
     add("fl", "eval_every", FH_CFG_INT, "1", 0, 1e8, NULL, "evaluate the global model every this many rounds (and after the last); 0: last only");
     add("fl", "checkpoint_every", FH_CFG_INT, "10", 0, 1e8, NULL, "checkpoint every this many rounds (and at the end); 0: end only");
+    add("fl", "term_grace", FH_CFG_FLOAT, "60", 0, 1e7, NULL,
+        "seconds a round may still run after SIGTERM (or SIGUSR1); one still running then is left between local "
+        "steps and the run stops with the checkpoint of the round before (written unless the method keeps per-client "
+        "state, whose checkpoint stays as it was)");
     add("fl", "sharpness_every", FH_CFG_INT, "0", 0, 1e8, NULL,
         "metrics.csv sharpness S(rho) = L(rho) - L and perturbed loss L(rho) of the global model on a fixed probe set "
         "(spec algorithms-sam 12; eval mode, plain CE, rank 0) every this many rounds and after the last; 0: off");
@@ -344,6 +348,7 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->seed = I("fl", "seed");
     s->eval_every = (int)I("fl", "eval_every");
     s->checkpoint_every = (int)I("fl", "checkpoint_every");
+    s->term_grace = F("fl", "term_grace");
     s->sharpness_every = (int)I("fl", "sharpness_every");
     s->sharpness_rho = F("fl", "sharpness_rho");
     s->sharpness_probe = (int)I("fl", "sharpness_probe");

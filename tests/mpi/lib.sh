@@ -1,6 +1,7 @@
 # Shared by the MPI test scripts (tests/mpi/test_*.sh): a temporary work folder, `fh` to run
 # `mpirun -np N fedhet run`, comparisons of run outputs, and the runner that calls test_<name> for each
-# name in TESTS and prints "N passed, N failed". A script sources this file, defines setup() and its
+# name in TESTS and prints "N passed, N failed, N skipped" (a test that sets SKIP_WHY is skipped, never
+# passed). A script sources this file, defines setup() and its
 # test_* functions and TESTS, then calls run_tests "$@".
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -335,7 +336,7 @@ run_tests()
         echo "      ($took s)"
     done
 
-    echo "total $(elapsed_since "$T_START") s; skipped $SKIPPED"
-    echo "$PASSED passed, $FAILED failed"
+    echo "total $(elapsed_since "$T_START") s"
+    echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
     [ "$FAILED" -eq 0 ]
 }

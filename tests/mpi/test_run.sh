@@ -166,38 +166,6 @@ test_sigterm()
     fi
 }
 
-# 4b. SIGTERM to mpirun itself: reported, never failed.
-test_sigterm_mpirun()
-{
-    local name=sigmpi
-    timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe -np 3 "$FEDHET" run "$WORK/base.ini" output.name=$name \
-        fl.rounds=2000 fl.checkpoint_every=100000 train.epochs=5 >"$WORK/$name.out" 2>"$WORK/$name.err" &
-    local tpid=$!
-    BG_PIDS+=("$tpid")
-    if ! wait_rows "$WORK/out/$name/metrics.csv" 1 60 "$tpid"; then
-        wait "$tpid"
-        fail "the run ended (exit $?) or stalled before its first metrics row: $(errline $name)"
-        return
-    fi
-    local mp rows0 t0
-    mp=$(pgrep -P "$tpid" -x mpirun)
-    rows0=$(data_rows "$WORK/out/$name/metrics.csv")
-    t0=$(date +%s.%N)
-    kill -TERM "$mp"
-    wait "$tpid"
-    RC=$?
-    local took rd rows stop resume_rc=-
-    took=$(elapsed_since "$t0")
-    rd=$(rounds_done "$WORK/out/$name/checkpoint.h5")
-    rows=$(data_rows "$WORK/out/$name/metrics.csv")
-    grep -q "Resume with" "$WORK/$name.out" "$WORK/$name.err" && stop="the ranks printed 'Resume with'" || stop="no 'Resume with'"
-    if [ -n "$rd" ]; then
-        fh 3 sigmpi2 --resume "$WORK/out/$name" fl.rounds=$((rd + 1))
-        resume_rc=$RC
-    fi
-    SKIP_WHY="report only: mpirun exited $RC $took s after SIGTERM; $stop; rows at signal $rows0, at exit $rows; checkpoint rounds_done '${rd:-none}'; --resume exit $resume_rc"
-}
-
 # 5. SIGKILL of mpirun and every rank with checkpoint_every = 1: the checkpoint is valid and --resume
 #    finishes bit-identically to an uninterrupted run.
 test_sigkill()
@@ -502,7 +470,7 @@ test_quality_metrics()
         [ ! -f "$WORK/out/det1/metrics.csv" ] || fail "client_auc_std is set for a run without a corrupted test set"
 }
 
-TESTS=(determinism_ranks resume_bit_identical resume_after_extend one_client sigterm sigterm_mpirun sigkill
+TESTS=(determinism_ranks resume_bit_identical resume_after_extend one_client sigterm sigkill
        rank_failure divergence divergence_messages bad_configs no_leftover_folder damaged_checkpoint
        checkpoint_chunks help quality_metrics)
 

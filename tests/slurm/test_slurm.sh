@@ -1,60 +1,49 @@
 #!/usr/bin/env bash
-# The job scripts jobs/*.sbatch submitted to a REAL SLURM (a one-node cluster started by
-# ../shared/tools/local-slurm.sh when none is running) with `sbatch --wait`, on tiny configs:
+# The job scripts jobs/*.sbatch submitted to a REAL SLURM (a one-node cluster that tools/test-slurm.sh
+# starts, unless SLURM_CONF names a running one) with `sbatch --wait`, on tiny configs:
 #   run    jobs/run.sbatch: one experiment on 3 ranks, bit-identical to the same config under mpirun;
 #   grid   jobs/grid.sbatch: 4 members on 2 groups of 2 ranks, each bit-identical to the member run alone;
 #   array  jobs/array.sbatch: the same grid as a 4-task job array, each task equal to the grid's member;
 #   chain  jobs/chain.sbatch: link 1 (--time=1 --signal=TERM@55) is stopped by its time limit's signal,
 #          link 2 (submitted with --dependency=afterok) resumes, and the run ends bit-identical to an
 #          uninterrupted one; link 3 finds it complete.
+#   long_round  jobs/run.sbatch with one round of 2^32 + 1 local steps: SLURM's time-limit SIGTERM leaves it
+#          after fl.term_grace, exit 0 with a checkpoint, before SLURM's SIGKILL.
 #   lint   every #SBATCH line of jobs/*.sbatch carries a comment.
-# Without SLURM (sbatch, slurmctld, munged) or without root to start it, every test is skipped with a
-# visible message (make deps installs slurm-wlm and munge). The cluster (state in /tmp/fedhet-test-slurm.PID)
-# is stopped and removed at the end when this script started it.
-# usage: tests/slurm/test_slurm.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
+# Starting the cluster needs root (or passwordless sudo) and slurm-wlm and munge (make deps installs them).
+# When no cluster can be had, every test that needs one FAILS with the reason: these tests run wherever
+# `make test` runs. The cluster this script started (state in /tmp/fedhet-test-slurm.PID) is removed at
+# the end.
+# usage: tests/slurm/test_slurm.sh [test_name]      (last line: "N passed, N failed, N skipped"; exit 1 when any failed)
 . "$(dirname "$0")/../mpi/lib.sh"
 
 JOBS=$ROOT/jobs
-LOCAL_SLURM=${FEDHET_LOCAL_SLURM:-$ROOT/../shared/tools/local-slurm.sh}
-# a cluster of this run's own (concurrent test runs must not stop each other's), unless FEDHET_SLURM_DIR
-# names one to reuse
-export LOCAL_SLURM_DIR=${FEDHET_SLURM_DIR:-/tmp/fedhet-test-slurm.$$}
+TEST_SLURM=$ROOT/tools/test-slurm.sh
+# a cluster of this run's own: concurrent test runs must not stop each other's
+export FEDHET_TEST_SLURM_DIR=/tmp/fedhet-test-slurm.$$
 STARTED_SLURM=0
-SLURM_SKIP=""
+SLURM_MISSING=""
 SUDO=()
 
 slurm_cleanup()
 {
     local p
     for p in $(pgrep -f -- "^$FEDHET (run|grid) .*$WORK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-    if [ "$STARTED_SLURM" = 1 ]; then
-        if [ -n "${FEDHET_SLURM_DIR:-}" ]; then "${SUDO[@]}" "$LOCAL_SLURM" stop >/dev/null 2>&1
-        else "${SUDO[@]}" "$LOCAL_SLURM" clean >/dev/null 2>&1; fi
-    fi
+    [ "$STARTED_SLURM" = 1 ] && "${SUDO[@]}" "$TEST_SLURM" stop >/dev/null 2>&1
 }
 trap 'slurm_cleanup; cleanup' EXIT
 
-# Finds or starts a cluster; sets SLURM_SKIP when there is none to be had.
+# Uses the SLURM of SLURM_CONF when it answers, else starts one; sets SLURM_MISSING when neither works.
 slurm_up()
 {
-    local missing="" c
-    for c in sbatch squeue scontrol; do command -v "$c" >/dev/null 2>&1 || missing="$missing $c"; done
-    for c in slurmctld slurmd munged; do PATH=$PATH:/usr/sbin:/sbin command -v "$c" >/dev/null 2>&1 || missing="$missing $c"; done
-    if [ -n "$missing" ]; then SLURM_SKIP="SLURM is not installed (missing:$missing; make deps installs slurm-wlm munge)"; return; fi
-    if [ ! -x "$LOCAL_SLURM" ]; then SLURM_SKIP="no $LOCAL_SLURM to start a test cluster"; return; fi
-    if "$LOCAL_SLURM" status >/dev/null 2>&1; then
-        eval "$("$LOCAL_SLURM" env)"
-        return
-    fi
-    # starting needs root: as another user, passwordless sudo will do (jobs then run as that user)
-    SUDO=()
+    if [ -n "${SLURM_CONF:-}" ] && scontrol ping 2>/dev/null | grep -q 'is UP'; then return; fi
     if [ "$(id -u)" != 0 ]; then
-        sudo -n true 2>/dev/null || { SLURM_SKIP="no test cluster running and starting one needs root (or sudo -n)"; return; }
-        SUDO=(sudo -n env LOCAL_SLURM_DIR="$LOCAL_SLURM_DIR")
+        sudo -n true 2>/dev/null || { SLURM_MISSING="starting the test SLURM needs root (or sudo -n)"; return; }
+        SUDO=(sudo -n env FEDHET_TEST_SLURM_DIR="$FEDHET_TEST_SLURM_DIR")
     fi
     local out
-    if ! out=$("${SUDO[@]}" "$LOCAL_SLURM" start 2>"$WORK/slurm-start.err"); then
-        SLURM_SKIP="local-slurm.sh start failed: $(tail -3 "$WORK/slurm-start.err" | tr '\n' ' ')"
+    if ! out=$("${SUDO[@]}" "$TEST_SLURM" start 2>"$WORK/slurm-start.err"); then
+        SLURM_MISSING="tools/test-slurm.sh start failed: $(tail -3 "$WORK/slurm-start.err" | tr '\n' ' ')"
         return
     fi
     STARTED_SLURM=1
@@ -84,13 +73,14 @@ setup()
     cd "$ROOT" || return 1
 }
 
-skip_without_slurm() { [ -n "$SLURM_SKIP" ] && SKIP_WHY=$SLURM_SKIP; [ -n "$SLURM_SKIP" ]; }
+# a test that needs the cluster fails when there is none
+no_slurm() { [ -n "$SLURM_MISSING" ] && fail "no SLURM to run on: $SLURM_MISSING"; [ -n "$SLURM_MISSING" ]; }
 
 MEMBERS="lr-0.05_seed-1 lr-0.05_seed-2 lr-0.1_seed-1 lr-0.1_seed-2"
 
 test_run()
 {
-    skip_without_slurm && return
+    no_slurm && return
     sb run --ntasks=3 "$JOBS/run.sbatch" "$WORK/base.ini" output.dir="$WORK/slurm" output.name=run1
     expect_rc "sbatch --wait jobs/run.sbatch" 0 || { note "job output: $(job_tail run)"; return; }
     [ -f "$WORK/slurm/run1/run.h5" ] || { fail "no run.h5 ($(job_tail run))"; return; }
@@ -102,7 +92,7 @@ test_run()
 
 test_grid()
 {
-    skip_without_slurm && return
+    no_slurm && return
     sb grid --ntasks=4 "$JOBS/grid.sbatch" "$WORK/sweep.ini" output.dir="$WORK/slurm"
     expect_rc "sbatch --wait jobs/grid.sbatch (4 members, 2 groups)" 0 || { note "job output: $(job_tail grid)"; return; }
     local G=$WORK/slurm/sweep m lr seed
@@ -119,7 +109,7 @@ test_grid()
 
 test_array()
 {
-    skip_without_slurm && return
+    no_slurm && return
     local n
     n=$("$FEDHET" grid "$WORK/sweep.ini" --count 2>/dev/null)
     [ "$n" = 4 ] || { fail "fedhet grid --count printed '$n'"; return; }
@@ -145,7 +135,7 @@ test_array()
 # pass, within about 35 s) is always stopped by it; link 2 has time to finish.
 test_chain()
 {
-    skip_without_slurm && return
+    no_slurm && return
     local cfg=("$WORK/base.ini" train.epochs=2 fl.checkpoint_every=1000000)
     fh 2 calib "${cfg[@]}" output.dir="$WORK/calib" output.name=c fl.rounds=60
     expect_rc "calibration run" 0 || return
@@ -186,6 +176,20 @@ test_chain()
     same_csv "$WORK/chainref/long/metrics.csv" "$WORK/chain/long/metrics.csv" "chain vs uninterrupted"
 }
 
+# One round of 2^32 + 1 local steps under a time limit (--time=1 --signal=TERM@55): SLURM's SIGTERM comes
+# while the round runs, and the round is left fl.term_grace = 5 s later, long before SLURM's SIGKILL: the
+# job exits 0 with the checkpoint of the rounds before it (none: rounds_done 0) and the resume line.
+test_long_round()
+{
+    no_slurm && return
+    sb longround --ntasks=3 --time=1 --signal=TERM@55 "$JOBS/run.sbatch" "$WORK/base.ini" output.dir="$WORK/slurm" \
+        output.name=longround fl.rounds=2 train.steps=4294967297 fl.term_grace=5
+    expect_rc "sbatch --wait jobs/run.sbatch with a round of 2^32 + 1 steps" 0 || { note "job output: $(job_tail longround)"; return; }
+    grep -q "round 1 was left between local steps after fl.term_grace = 5 s; checkpoint written. Resume with" \
+        "$WORK/longround.out" || fail "the job did not leave its round: $(job_tail longround)"
+    [ "$(rounds_done "$WORK/slurm/longround/checkpoint.h5")" = 0 ] || fail "checkpoint rounds_done is not 0"
+}
+
 # every #SBATCH line says what it is for
 test_lint()
 {
@@ -199,12 +203,12 @@ test_lint()
     done
 }
 
-TESTS=(lint run grid array chain)
+TESTS=(lint run grid array chain long_round)
 slurm_up
-if [ -n "$SLURM_SKIP" ]; then
-    echo "  SKIP: the SLURM job tests cannot run: $SLURM_SKIP"
+if [ -n "$SLURM_MISSING" ]; then
+    echo "  FAIL: the SLURM job tests cannot run: $SLURM_MISSING"
 elif [ "$STARTED_SLURM" = 1 ]; then
-    echo "  started a one-node SLURM with $LOCAL_SLURM (SLURM_CONF=$SLURM_CONF); stopped at the end"
+    echo "  started a one-node SLURM with tools/test-slurm.sh (SLURM_CONF=$SLURM_CONF); removed at the end"
 else
     echo "  using the running SLURM of SLURM_CONF=$SLURM_CONF"
 fi

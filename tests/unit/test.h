@@ -1,16 +1,18 @@
 /* A tiny test harness: each tests/unit/test_*.c is one program whose main RUNs its tests and
- * returns test_summary(); it prints "N passed, N failed" and tests/run.sh adds the files up.
- * A test fails when any CHECK in it fails; CHECK prints file:line and carries on. */
+ * returns test_summary(); it prints "N passed, N failed, N skipped" and tests/run.sh adds the files up.
+ * A test fails when any CHECK in it fails; CHECK prints file:line and carries on. A test that cannot run
+ * here calls TEST_SKIP: it counts as skipped (never as passed), and as failed when CI is set. */
 #ifndef FEDHET_TEST_H
 #define FEDHET_TEST_H
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fedhet/core.h"
 
-static int test_n_passed, test_n_failed, test_current_failed;
+static int test_n_passed, test_n_failed, test_n_skipped, test_current_failed, test_current_skipped;
 static const char *test_only; /* argv[1]: run only the test of that name */
 
 #define CHECK(cond)                                                                      \
@@ -52,10 +54,20 @@ static const char *test_only; /* argv[1]: run only the test of that name */
         }                                                                                \
     } while (0)
 
+/* the test cannot run here (say why, printf-style); the caller returns */
+#define TEST_SKIP(...)                                                                   \
+    do {                                                                                 \
+        printf("(cannot run: ");                                                         \
+        printf(__VA_ARGS__);                                                             \
+        printf("%s) ", getenv("CI") ? "; CI is set, so this is a failure" : "");         \
+        if (getenv("CI")) test_current_failed = 1;                                       \
+        else test_current_skipped = 1;                                                   \
+    } while (0)
+
 static void test_run(const char *name, void (*fn)(void))
 {
     if (test_only && strcmp(test_only, name) != 0) return;
-    test_current_failed = 0;
+    test_current_failed = test_current_skipped = 0;
     fh_error_clear();
     printf("  %-44s ", name);
     fflush(stdout);
@@ -63,6 +75,9 @@ static void test_run(const char *name, void (*fn)(void))
     if (test_current_failed) {
         test_n_failed++;
         printf("  %-44s FAIL\n", name);
+    } else if (test_current_skipped) {
+        test_n_skipped++;
+        printf("SKIP\n");
     } else {
         test_n_passed++;
         printf("ok\n");
@@ -78,7 +93,7 @@ static void test_run(const char *name, void (*fn)(void))
 
 static int test_summary(void)
 {
-    printf("%d passed, %d failed\n", test_n_passed, test_n_failed);
+    printf("%d passed, %d failed, %d skipped\n", test_n_passed, test_n_failed, test_n_skipped);
     return test_n_failed ? 1 : 0;
 }
 

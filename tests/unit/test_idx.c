@@ -473,7 +473,7 @@ static void test_fashion_mnist_real(void)
 {
     struct stat st;
     if (stat(DATA_FASHION_MNIST_DIR, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        printf("(skipped: no %s) ", DATA_FASHION_MNIST_DIR);
+        TEST_SKIP("no %s: make deps installs Debian's dataset-fashion-mnist", DATA_FASHION_MNIST_DIR);
         return;
     }
     const char *prefixes[2] = { "train", "t10k" };

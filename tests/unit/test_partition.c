@@ -666,7 +666,7 @@ static void test_fashion_mnist_dirichlet_0_1_k100(void)
 {
     struct stat st;
     if (stat(DATA_FASHION_MNIST_DIR, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        printf("(skipped: no %s) ", DATA_FASHION_MNIST_DIR);
+        TEST_SKIP("no %s: make deps installs Debian's dataset-fashion-mnist", DATA_FASHION_MNIST_DIR);
         return;
     }
     int32_t *y = NULL;
