@@ -82,7 +82,8 @@ test_ranks()
 }
 
 # 3. FLOOD scores the trained model on the client's whole set once (forward only), apart from training,
-#    which costs what FedAvg's does
+#    which costs what FedAvg's does; FedISM measures each client's sharpness on its whole set (a pass with
+#    gradients at w, a forward pass at the perturbed w) beside its SAM steps
 test_scoring_passes()
 {
     fh 3 flood "$WORK/base.ini" output.name=flood algo.method=flood
@@ -91,6 +92,11 @@ test_scoring_passes()
     expect_zero flood cum_score_backward
     expect_counts flood cum_train_forward 1
     expect_counts flood cum_train_backward 1
+    fh 3 fedism "$WORK/base.ini" output.name=fedism algo.method=fedism
+    expect_rc "fedism" 0 || return
+    expect_counts fedism cum_score_forward 2
+    expect_counts fedism cum_score_backward 1
+    expect_counts fedism cum_train_backward 2
 }
 
 # 4. Evaluation: the test rows every evaluated round; the sharpness probe (n rows) adds two forward passes
