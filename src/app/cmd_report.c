@@ -143,8 +143,8 @@ static int report_partition(const char *path, const char *out_path)
 static void print_help(void)
 {
     printf("usage: fedhet report --partition DST.h5 OUT.png\n"
-           "       fedhet report DIR [--out DIR2] [--last K] [--targets T1,T2,...] [--metric NAME] [--seed-key KEY] "
-           "[--x round|passes|bytes|seconds] [--no-plots]\n"
+           "       fedhet report DIR [--out DIR2] [--last K] [--targets T1,T2,...] [--metric NAME] [--seed-key KEY]\n"
+           "                         [--x round|passes|bytes|seconds] [--no-plots]\n"
            "  DIR          a run folder (fedhet run), a grid folder (fedhet grid) or a folder of run folders. Writes into\n"
            "               DIR (or --out DIR2): summary.csv and summary.md (one row per configuration: the runs that differ\n"
            "               only in the seed key; mean ± sample std over them of the final value, the mean of the last K\n"
