@@ -104,6 +104,9 @@ typedef struct NnModel {
     size_t workspace_floats;
     int status;              /* first build error (sticky), FH_OK otherwise */
     int finalized;
+    /* samples through nn_model_forward / nn_model_backward since the build: callers take differences
+     * around a phase to count its compute where it happens (metrics.csv cum_* columns) */
+    int64_t forward_samples, backward_samples;
 } NnModel;
 
 /* ---- building ---------------------------------------------------------------------------------

@@ -205,8 +205,8 @@ static int report_partition(const char *path, const char *out_path)
 static void print_help(void)
 {
     printf("usage: fedhet report --partition DST.h5 OUT.png\n"
-           "       fedhet report DIR [--out DIR2] [--last K] [--targets T1,T2,...] [--metric NAME] [--seed-key KEY] "
-           "[--no-plots]\n"
+           "       fedhet report DIR [--out DIR2] [--last K] [--targets T1,T2,...] [--metric NAME] [--seed-key KEY]\n"
+           "                         [--x round|passes|bytes|seconds] [--no-plots]\n"
            "  DIR          a run folder (fedhet run), a grid folder (fedhet grid) or a folder of run folders. Writes into\n"
            "               DIR (or --out DIR2): summary.csv and summary.md (one row per configuration: the runs that differ\n"
            "               only in the seed key; mean ± sample std over them of the final value, the mean of the last K\n"
@@ -222,6 +222,13 @@ static void print_help(void)
            "  --targets    accuracies for rounds-to-target (default 0.5,0.6,0.7,0.8)\n"
            "  --metric     the metrics.csv column (default test_accuracy; e.g. test_balanced_accuracy, test_loss)\n"
            "  --seed-key   the key whose values are repetitions (default fl.seed)\n"
+           "  --x AXIS     the curves' x axis (default round): passes = cumulative per-sample backward passes of\n"
+           "               local training summed over the clients (metrics.csv cum_train_backward; a SAM step counts\n"
+           "               two), bytes = cumulative bytes sent down and up (cum_bytes_down + cum_bytes_up), seconds =\n"
+           "               cumulative wall seconds (cum_seconds); a configuration's x is the mean over its runs.\n"
+           "               The figure is METRIC-AXIS.png (e.g. accuracy-passes.png). summary.csv gives passes and\n"
+           "               bytes to each target beside the rounds (passes_to_T_mean, bytes_to_T_mean) whatever the axis.\n"
+           "               Runs made before metrics.csv had these columns: --x round only (others exit 2 naming the column).\n"
            "  --no-plots   tables only\n"
            "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with three panels,\n"
            "                      a heat map of the client x label counts (x: client, y: label, colour: samples;\n"
@@ -263,6 +270,11 @@ int app_cmd_report(int argc, char **argv)
         else if (!strcmp(argv[i], "--out")) FH_CHECK(app_option_value(argc, argv, &i, &ro.out_dir));
         else if (!strcmp(argv[i], "--metric")) FH_CHECK(app_option_value(argc, argv, &i, &ro.metric));
         else if (!strcmp(argv[i], "--seed-key")) FH_CHECK(app_option_value(argc, argv, &i, &ro.seed_key));
+        else if (!strcmp(argv[i], "--x")) {
+            FH_CHECK(app_option_value(argc, argv, &i, &ro.x));
+            if (strcmp(ro.x, "round") && strcmp(ro.x, "passes") && strcmp(ro.x, "bytes") && strcmp(ro.x, "seconds"))
+                FH_FAIL(FH_ERR_USAGE, "--x %s: expected round, passes, bytes or seconds", ro.x);
+        }
         else if (!strcmp(argv[i], "--no-plots")) ro.plots = 0;
         else if (!strcmp(argv[i], "--last")) {
             FH_CHECK(app_option_value(argc, argv, &i, &v));

@@ -35,6 +35,7 @@ void report_options_default(ReportOptions *o)
     memset(o, 0, sizeof *o);
     o->metric = "test_accuracy";
     o->seed_key = "fl.seed";
+    o->x = "round";
     o->last_k = 10;
     const double t[] = { 0.5, 0.6, 0.7, 0.8 };
     for (int i = 0; i < 4; i++) o->targets[i] = t[i];
@@ -87,11 +88,14 @@ typedef struct {
     int has_metrics;
     int rounds_planned, n_rows;
     double *metric, *t_round, *t_eval; /* [n_rows], by round index */
+    double *passes, *bytes, *seconds;   /* [n_rows] cumulative cost (NAN when metrics.csv predates the cum_* columns) */
+    unsigned columns;                   /* bit j: metrics.csv has column j of read_metrics (MC_*) */
     char state[32];         /* "done", "failed", "incomplete", ... */
     char message[1100];
     /* statistics */
     double final, last_k, best, wall, round_s;
     int to_target[REPORT_MAX_TARGETS];
+    double passes_to[REPORT_MAX_TARGETS], bytes_to[REPORT_MAX_TARGETS]; /* at that round; NAN when not reached */
     int group;
     char data_path[PATHN];  /* [data] path of its config.ini */
     double partition[REPORT_PARTITION_STATS]; /* its partition's heterogeneity; NAN when unknown */
@@ -124,15 +128,35 @@ static int parse_double(const char *s, double *v)
     return errno == 0 && *end == '\0' && end != s;
 }
 
-/* metrics.csv: the metric column and the round timings, NAN where empty */
+/* metrics.csv columns a report reads, in this order (the metric is --metric) */
+enum { MC_ROUND, MC_METRIC, MC_T_ROUND, MC_T_EVAL, MC_PASSES, MC_BYTES_DOWN, MC_BYTES_UP, MC_SECONDS, MC_N };
+static const char *const cost_column_names[MC_N] = { [MC_PASSES] = "cum_train_backward",
+                                                     [MC_BYTES_DOWN] = "cum_bytes_down",
+                                                     [MC_BYTES_UP] = "cum_bytes_up", [MC_SECONDS] = "cum_seconds" };
+
+/* The cost column that --x x needs and run r lacks, or NULL */
+static const char *missing_x_column(const Run *r, const char *x)
+{
+    int need[2] = { -1, -1 };
+    if (!strcmp(x, "passes")) need[0] = MC_PASSES;
+    else if (!strcmp(x, "bytes")) need[0] = MC_BYTES_DOWN, need[1] = MC_BYTES_UP;
+    else if (!strcmp(x, "seconds")) need[0] = MC_SECONDS;
+    for (int i = 0; i < 2; i++)
+        if (need[i] >= 0 && !(r->columns & (1u << need[i]))) return cost_column_names[need[i]];
+    return NULL;
+}
+
+/* metrics.csv: the metric column, the round timings and the cumulative cost, NAN where empty */
 static int read_metrics(Run *r, const char *metric)
 {
     char path[PATHN + 32];
     snprintf(path, sizeof path, "%s/metrics.csv", r->dir);
     char *text = NULL;
     FH_CHECK(app_read_file(path, &text, FH_ERR_DATA));
-    int cols[4] = { -1, -1, -1, -1 }; /* round, metric, t_round, t_eval */
-    const char *names[4] = { "round", metric, "t_round", "t_eval" };
+    int cols[MC_N];
+    const char *names[MC_N] = { "round", metric, "t_round", "t_eval" };
+    for (int j = MC_PASSES; j < MC_N; j++) names[j] = cost_column_names[j];
+    for (int j = 0; j < MC_N; j++) cols[j] = -1;
     char *save = NULL, *line = strtok_r(text, "\n", &save);
     if (!line) {
         free(text);
@@ -142,22 +166,25 @@ static int read_metrics(Run *r, const char *metric)
     for (char *p = line;; c++) {
         char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < MC_N; j++)
             if (strlen(names[j]) == n && !strncmp(p, names[j], n)) cols[j] = c;
         if (!comma) break;
         p = comma + 1;
     }
-    if (cols[1] < 0) {
+    if (cols[MC_METRIC] < 0) {
         free(text);
         FH_FAIL(FH_ERR_USAGE, "%s has no column %s (--metric names a column of metrics.csv, e.g. test_accuracy, "
                 "test_loss, test_balanced_accuracy)", path, metric);
     }
+    r->columns = 0;
+    for (int j = 0; j < MC_N; j++)
+        if (cols[j] >= 0) r->columns |= 1u << j;
     int cap = 64, n_rows = 0;
-    double *rows = malloc((size_t)cap * 4 * sizeof *rows);
+    double *rows = malloc((size_t)cap * MC_N * sizeof *rows);
     for (line = strtok_r(NULL, "\n", &save); line && rows; line = strtok_r(NULL, "\n", &save)) {
         if (n_rows == cap) {
             cap *= 2;
-            double *grown = realloc(rows, (size_t)cap * 4 * sizeof *rows);
+            double *grown = realloc(rows, (size_t)cap * MC_N * sizeof *rows);
             if (!grown) {
                 free(rows);
                 rows = NULL;
@@ -165,33 +192,37 @@ static int read_metrics(Run *r, const char *metric)
             }
             rows = grown;
         }
-        double v[4] = { NAN, NAN, NAN, NAN };
+        double v[MC_N];
+        for (int j = 0; j < MC_N; j++) v[j] = NAN;
         c = 0;
         for (char *p = line;; c++) {
             char *comma = strchr(p, ',');
             if (comma) *comma = '\0';
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < MC_N; j++)
                 if (cols[j] == c && !parse_double(p, &v[j])) v[j] = NAN;
             if (!comma) break;
             p = comma + 1;
         }
-        memcpy(rows + (size_t)n_rows * 4, v, sizeof v);
+        memcpy(rows + (size_t)n_rows * MC_N, v, sizeof v);
         n_rows++;
     }
     free(text);
     if (!rows) FH_FAIL(FH_ERR_IO, "out of memory reading %s", path);
     r->n_rows = n_rows;
-    r->metric = calloc((size_t)n_rows + 1, sizeof(double));
-    r->t_round = calloc((size_t)n_rows + 1, sizeof(double));
-    r->t_eval = calloc((size_t)n_rows + 1, sizeof(double));
-    if (!r->metric || !r->t_round || !r->t_eval) {
+    double **out[] = { &r->metric, &r->t_round, &r->t_eval, &r->passes, &r->bytes, &r->seconds };
+    for (size_t j = 0; j < sizeof out / sizeof *out; j++) *out[j] = calloc((size_t)n_rows + 1, sizeof(double));
+    if (!r->metric || !r->t_round || !r->t_eval || !r->passes || !r->bytes || !r->seconds) {
         free(rows);
         FH_FAIL(FH_ERR_IO, "out of memory reading %s", path);
     }
     for (int i = 0; i < n_rows; i++) {
-        r->metric[i] = rows[i * 4 + 1];
-        r->t_round[i] = rows[i * 4 + 2];
-        r->t_eval[i] = rows[i * 4 + 3];
+        const double *v = rows + (size_t)i * MC_N;
+        r->metric[i] = v[MC_METRIC];
+        r->t_round[i] = v[MC_T_ROUND];
+        r->t_eval[i] = v[MC_T_EVAL];
+        r->passes[i] = v[MC_PASSES];
+        r->bytes[i] = v[MC_BYTES_DOWN] + v[MC_BYTES_UP]; /* NAN when either is absent */
+        r->seconds[i] = v[MC_SECONDS];
     }
     free(rows);
     r->has_metrics = 1;
@@ -422,7 +453,12 @@ static void run_stats(const Report *R, Run *r)
     r->best = NAN;
     for (int t = 0; t < r->n_rows; t++)
         if (isfinite(r->metric[t]) && !(r->best >= r->metric[t])) r->best = r->metric[t];
-    for (int j = 0; j < o->n_targets; j++) r->to_target[j] = report_rounds_to(r->metric, r->n_rows, o->targets[j]);
+    for (int j = 0; j < o->n_targets; j++) {
+        r->to_target[j] = report_rounds_to(r->metric, r->n_rows, o->targets[j]);
+        const int at = r->to_target[j] - 1;
+        r->passes_to[j] = at >= 0 ? r->passes[at] : NAN;
+        r->bytes_to[j] = at >= 0 ? r->bytes[at] : NAN;
+    }
     r->wall = 0;
     double s = 0;
     int c = 0;
@@ -504,7 +540,7 @@ static void partition_stats(Report *R)
 typedef struct {
     int n;                       /* usable runs */
     double final_m, final_s, last_m, last_s, best_m, best_s, wall_m, round_m;
-    double to_m[REPORT_MAX_TARGETS];
+    double to_m[REPORT_MAX_TARGETS], passes_to_m[REPORT_MAX_TARGETS], bytes_to_m[REPORT_MAX_TARGETS];
     int to_n[REPORT_MAX_TARGETS];
     int rounds;                  /* most rows among its runs */
     double partition[REPORT_PARTITION_STATS]; /* mean over its runs with a known partition */
@@ -546,6 +582,14 @@ static void group_stats(const Report *R, int g, GroupStats *G)
         }
         G->to_n[j] = k;
         G->to_m[j] = k ? s / k : NAN;
+        /* passes and bytes at that round, over the same runs (NAN when a run predates the cum_* columns) */
+        double p = 0, b = 0;
+        for (int i = 0; i < R->n_runs; i++) {
+            const Run *r = &R->runs[i];
+            if (r->group == g && usable(R, r) && r->to_target[j] > 0) p += r->passes_to[j], b += r->bytes_to[j];
+        }
+        G->passes_to_m[j] = k ? p / k : NAN;
+        G->bytes_to_m[j] = k ? b / k : NAN;
     }
 }
 
@@ -587,7 +631,9 @@ static int write_summary_csv(const Report *R, const char *path)
     for (int k = 0; k < R->n_keys; k++)
         if (k != R->seed_key) fprintf(f, ",%s", R->keys[k].key);
     fprintf(f, ",runs,rounds,final_mean,final_std,last%d_mean,last%d_std,best_mean,best_std", o->last_k, o->last_k);
-    for (int j = 0; j < o->n_targets; j++) fprintf(f, ",rounds_to_%g_mean,rounds_to_%g_reached", o->targets[j], o->targets[j]);
+    for (int j = 0; j < o->n_targets; j++)
+        fprintf(f, ",rounds_to_%g_mean,rounds_to_%g_reached,passes_to_%g_mean,bytes_to_%g_mean", o->targets[j],
+                o->targets[j], o->targets[j], o->targets[j]);
     fprintf(f, ",wall_s_mean,round_s_mean");
     for (int p = 0; R->partitions_differ && p < REPORT_PARTITION_STATS; p++) fprintf(f, ",%s", partition_columns[p]);
     fprintf(f, "\n");
@@ -607,8 +653,11 @@ static int write_summary_csv(const Report *R, const char *path)
             fprintf(f, ",%s", a);
         }
         for (int j = 0; j < o->n_targets; j++) {
+            char p[64], b[64];
             fmt_num(a, sizeof a, G.to_m[j], "%.2f");
-            fprintf(f, ",%s,%d", a, G.to_n[j]);
+            fmt_num(p, sizeof p, G.passes_to_m[j], "%.1f");
+            fmt_num(b, sizeof b, G.bytes_to_m[j], "%.1f");
+            fprintf(f, ",%s,%d,%s,%s", a, G.to_n[j], p, b);
         }
         fmt_num(a, sizeof a, G.wall_m, "%.3f");
         fprintf(f, ",%s", a);
@@ -699,6 +748,30 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
         fmt_num(b, sizeof b, G.round_m, "%.3f");
         fprintf(f, " %s | %s |\n", a, b);
     }
+    int with_cost = 0;
+    for (int i = 0; i < R->n_runs; i++) with_cost |= usable(R, &R->runs[i]) && !missing_x_column(&R->runs[i], "passes");
+    if (with_cost && o->n_targets > 0) {
+        fprintf(f, "\nCost to τ: cumulative training backward passes (per sample, summed over clients) and bytes sent "
+                   "down and up until the round that reached τ, mean over the runs that reached it (metrics.csv "
+                   "`cum_train_backward`, `cum_bytes_down` + `cum_bytes_up`).\n\n| configuration |");
+        for (int j = 0; j < o->n_targets; j++) fprintf(f, " passes to %g | MiB to %g |", o->targets[j], o->targets[j]);
+        fprintf(f, "\n|---|");
+        for (int j = 0; j < o->n_targets; j++) fprintf(f, "---:|---:|");
+        fprintf(f, "\n");
+        for (int g = 0; g < R->n_groups; g++) {
+            GroupStats G;
+            group_stats(R, g, &G);
+            char label[1024], a[64], b[64];
+            group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
+            fprintf(f, "| %s |", label);
+            for (int j = 0; j < o->n_targets; j++) {
+                fmt_num(a, sizeof a, G.passes_to_m[j], "%.0f");
+                fmt_num(b, sizeof b, G.bytes_to_m[j] / 1048576.0, "%.1f");
+                fprintf(f, " %s | %s |", a[0] ? a : "—", b[0] ? b : "—");
+            }
+            fprintf(f, "\n");
+        }
+    }
     for (int i = 0; i < n_figures; i++) {
         const char *base = strrchr(figures[i], '/') ? strrchr(figures[i], '/') + 1 : figures[i];
         fprintf(f, "\n![%s](%s)\n", base, base);
@@ -745,23 +818,49 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
 
 static void gp_label(FILE *out, const char *s) { app_gp_string(out, s); }
 
-/* accuracy.png: per configuration the mean over its runs per round, band min..max */
+/* --x: the curves' x value of row t of run r */
+static double x_value(const Report *R, const Run *r, int t)
+{
+    const char *x = R->o->x;
+    if (!strcmp(x, "passes")) return r->passes[t];
+    if (!strcmp(x, "bytes")) return r->bytes[t];
+    if (!strcmp(x, "seconds")) return r->seconds[t];
+    return t + 1;
+}
+
+static const char *x_label(const char *x)
+{
+    if (!strcmp(x, "passes")) return "training backward passes (per sample, cumulative)";
+    if (!strcmp(x, "bytes")) return "bytes sent down + up (cumulative)";
+    if (!strcmp(x, "seconds")) return "wall seconds (cumulative)";
+    return "round";
+}
+
+/* accuracy.png: per configuration the mean over its runs per round, band min..max; against the round, or
+ * (--x) the mean over the runs of the round's cumulative passes, bytes or seconds */
 static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
 {
     const Report *R = ctx;
+    const int by_round = !strcmp(R->o->x, "round");
     app_gp_terminal(out, 1000, 640, image);
     char title[PATHN + 200];
     int bands = 0;
-    snprintf(title, sizeof title, "%s: %s per round", R->title, R->o->metric);
+    if (by_round) snprintf(title, sizeof title, "%s: %s per round", R->title, R->o->metric);
+    else snprintf(title, sizeof title, "%s: %s against %s", R->title, R->o->metric, x_label(R->o->x));
     fprintf(out, "set title ");
     gp_label(out, title);
-    fprintf(out, "\nset xlabel 'round'\nset ylabel ");
+    fprintf(out, "\nset xlabel ");
+    gp_label(out, x_label(R->o->x));
+    fprintf(out, "\nset ylabel ");
     gp_label(out, R->o->metric);
     int most = 0;
     for (int i = 0; i < R->n_runs; i++)
         if (R->runs[i].n_rows > most) most = R->runs[i].n_rows;
-    fprintf(out, "\nset key outside right top vertical\nset grid\nset style fill transparent solid 0.18 noborder\n"
-                 "set xrange [1:%d]\n%s\nplot ", most > 1 ? most : 2, most <= 20 ? "set xtics 1" : "set xtics autofreq");
+    fprintf(out, "\nset key outside right top vertical\nset grid\nset style fill transparent solid 0.18 noborder\n");
+    if (by_round)
+        fprintf(out, "set xrange [1:%d]\n%s\n", most > 1 ? most : 2, most <= 20 ? "set xtics 1" : "set xtics autofreq");
+    else fprintf(out, "set xrange [0:*]\nset xtics autofreq\nset format x '%%.1s%%c'\n");
+    fprintf(out, "plot ");
     int plotted = 0;
     for (int g = 0; g < R->n_groups; g++) {
         char path[PATHN];
@@ -770,20 +869,20 @@ static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
         if (!d) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
         int rows = 0, max_runs = 0;
         for (int t = 0;; t++) {
-            double s = 0, lo = INFINITY, hi = -INFINITY;
+            double s = 0, lo = INFINITY, hi = -INFINITY, xs = 0;
             int c = 0, any = 0;
             for (int i = 0; i < R->n_runs; i++) {
                 const Run *r = &R->runs[i];
                 if (r->group != g || !usable(R, r)) continue;
                 if (t < r->n_rows) any = 1;
-                if (t < r->n_rows && isfinite(r->metric[t])) {
-                    s += r->metric[t], c++;
+                if (t < r->n_rows && isfinite(r->metric[t]) && isfinite(x_value(R, r, t))) {
+                    s += r->metric[t], xs += x_value(R, r, t), c++;
                     if (r->metric[t] < lo) lo = r->metric[t];
                     if (r->metric[t] > hi) hi = r->metric[t];
                 }
             }
             if (!any) break;
-            if (c) fprintf(d, "%d %.8g %.8g %.8g\n", t + 1, s / c, lo, hi), rows++;
+            if (c) fprintf(d, "%.12g %.8g %.8g %.8g\n", xs / c, s / c, lo, hi), rows++;
             if (c > max_runs) max_runs = c;
         }
         if (fclose(d) != 0) FH_FAIL(FH_ERR_IO, "%s: write failed", path);
@@ -947,6 +1046,9 @@ static void report_free(Report *R)
         free(r->metric);
         free(r->t_round);
         free(r->t_eval);
+        free(r->passes);
+        free(r->bytes);
+        free(r->seconds);
     }
     free(R->runs);
     free(R->group_first);
@@ -984,6 +1086,10 @@ static int summarise(Report *R)
     for (int i = 0; i < R->n_runs; i++) {
         Run *r = &R->runs[i];
         if (exists_in(r->dir, "metrics.csv")) FH_CHECK(read_metrics(r, o->metric));
+        const char *missing = r->has_metrics ? missing_x_column(r, o->x) : NULL;
+        if (missing)
+            FH_FAIL(FH_ERR_DATA, "%s/metrics.csv has no column %s, which --x %s needs (the run was made before "
+                    "metrics.csv counted passes, bytes and seconds; --x round works with it)", r->dir, missing, o->x);
         for (int k = 0; k < R->n_keys; k++)
             if (!r->values[k]) r->values[k] = strdup("");
         run_stats(R, r);
@@ -1016,12 +1122,10 @@ static int summarise(Report *R)
     static char figures[MAX_KEYS + 1][PATHN];
     int n_fig = 0;
     if (o->plots) {
-        snprintf(figures[n_fig], PATHN, "%s/accuracy.png", out_dir);
-        if (strcmp(o->metric, "test_accuracy")) {
-            char part[200];
-            file_name_part(part, sizeof part, o->metric);
-            snprintf(figures[n_fig], PATHN, "%s/%s.png", out_dir, part);
-        }
+        char part[200] = "accuracy";
+        if (strcmp(o->metric, "test_accuracy")) file_name_part(part, sizeof part, o->metric);
+        if (strcmp(o->x, "round")) snprintf(figures[n_fig], PATHN, "%s/%s-%s.png", out_dir, part, o->x);
+        else snprintf(figures[n_fig], PATHN, "%s/%s.png", out_dir, part);
         FH_CHECK(app_plot_png(figures[n_fig], draw_curves, R));
         n_fig++;
         for (int k = 0; k < R->n_keys; k++) {

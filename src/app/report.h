@@ -10,6 +10,7 @@ typedef struct {
     const char *out_dir;  /* where summary.csv, summary.md and the PNGs go; NULL: dir */
     const char *metric;   /* metrics.csv column; NULL: test_accuracy */
     const char *seed_key; /* the key whose runs are repetitions; NULL: fl.seed */
+    const char *x;        /* the curves' x axis: round, passes, bytes or seconds; NULL: round */
     int last_k;           /* the "mean of the last k rounds" window */
     double targets[REPORT_MAX_TARGETS];
     int n_targets;

@@ -112,6 +112,27 @@ float *fl_client_block(FlClientWork *w, int client)
     return NULL;
 }
 
+/* Per-sample passes so far of every model instance the client trains with (the model and the method's
+ * extra models). */
+static void count_passes(const FlClientWork *w, int64_t *forward, int64_t *backward)
+{
+    *forward = w->model.forward_samples;
+    *backward = w->model.backward_samples;
+    for (int a = 0; a < w->z.aux_models; a++) {
+        *forward += w->aux[a].forward_samples;
+        *backward += w->aux[a].backward_samples;
+    }
+}
+
+/* Adds the passes made since (forward0, backward0) to the scoring services' tally. */
+static void add_service_passes(FlClientWork *w, int64_t forward0, int64_t backward0)
+{
+    int64_t forward, backward;
+    count_passes(w, &forward, &backward);
+    w->service_forward += forward - forward0;
+    w->service_backward += backward - backward0;
+}
+
 /* Every batch of the client's whole training set through `model` at `state`, in eval mode and file order,
  * in batches of the training batch size. */
 static int for_each_local_batch(AlgoClientCtx *c, NnModel *model, const float *state,
@@ -122,6 +143,8 @@ static int for_each_local_batch(AlgoClientCtx *c, NnModel *model, const float *s
     model->state = (float *)state;
     const int training = model->training;
     nn_model_set_training(model, 0);
+    int64_t forward0, backward0;
+    count_passes(w, &forward0, &backward0);
     int status = FH_OK;
     for (int64_t first = 0; status == FH_OK; first += w->s->batch_size) {
         const int64_t count = data_loader_rows(&w->loader, c->client, first, w->s->batch_size, w->x, w->y);
@@ -134,6 +157,7 @@ static int for_each_local_batch(AlgoClientCtx *c, NnModel *model, const float *s
     }
     model->state = saved;
     nn_model_set_training(model, training);
+    add_service_passes(w, forward0, backward0);
     return status;
 }
 
@@ -271,6 +295,8 @@ static int probe_grad(AlgoClientCtx *c, int index, const float *state, double *l
     m->dropout_ctr[1] = (uint32_t)c->client;
     m->dropout_ctr[2] = 0xFFFFFFFFu - (uint32_t)index;
     nn_model_zero_grad(m);
+    int64_t forward0, backward0;
+    count_passes(w, &forward0, &backward0);
     const int status = nn_model_forward(m, w->x, (int)w->probe_rows);
     if (status == FH_OK) {
         memset(w->dlogits, 0, (size_t)w->probe_rows * m->classes * sizeof(float));
@@ -279,6 +305,7 @@ static int probe_grad(AlgoClientCtx *c, int index, const float *state, double *l
         nn_model_backward(m, w->dlogits, NULL);
         *rows = w->probe_rows;
     }
+    add_service_passes(w, forward0, backward0);
     m->state = saved;
     m->bn_update_running = bn;
     return status;
@@ -332,6 +359,8 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     };
     for (int a = 0; a < w->z.aux_models; a++) c->aux[a] = &w->aux[a];
     w->weighed_step = -1;
+    int64_t forward0, backward0, forward1, backward1, forward2, backward2, forward3, backward3;
+    count_passes(w, &forward0, &backward0);
     w->probe_open = 1; /* probe_grad: from report->begin only */
     w->probe_loaded = -1;
     if (meth->report && meth->report->begin) FH_CHECK(meth->report->begin(c));
@@ -343,6 +372,8 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     double loss_sum = 0.0;
     int nonfinite = 0;
     GradEnv env = { w, 0 };
+    count_passes(w, &forward1, &backward1);
+    const int64_t service_forward1 = w->service_forward, service_backward1 = w->service_backward;
     for (c->step = 0; c->step < c->n_steps; c->step++) {
         if (w->leave_poll && w->leave_poll(w->leave_arg)) {
             w->left = 1; /* a stop request: the round is left, and nothing of this client is kept */
@@ -365,6 +396,10 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
             break;
         }
     }
+    count_passes(w, &forward2, &backward2);
+    /* the steps' passes, less what the scoring services did inside them (e.g. sample weights from a whole-set pass) */
+    h->train_forward = forward2 - forward1 - (w->service_forward - service_forward1);
+    h->train_backward = backward2 - backward1 - (w->service_backward - service_backward1);
     if (meth->report && meth->report->end) FH_CHECK(meth->report->end(c));
     const AlgoMethod *plugin = s->plugin;
     if (plugin && plugin->report && plugin->report->end) {
@@ -376,6 +411,9 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
         c->hp = s->hp;
     }
     block[w->block - 1] = 1.0f;
+    count_passes(w, &forward3, &backward3);
+    h->score_forward = forward3 - forward0 - h->train_forward;
+    h->score_backward = backward3 - backward0 - h->train_backward;
     h->client = client;
     h->n_samples = n;
     h->n_steps = c->step;

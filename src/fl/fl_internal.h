@@ -107,6 +107,9 @@ typedef struct {
 typedef struct {
     int64_t client, n_samples, n_steps, nonfinite;
     double train_loss, seconds;
+    /* per-sample passes of the round, counted by the model instances: the local steps (train_*), and the
+     * client's scoring and probe passes outside them (score_*: whole-set passes, probe gradients, hooks) */
+    int64_t train_forward, train_backward, score_forward, score_backward;
 } FlRecordHeader;
 
 typedef struct {
@@ -140,6 +143,7 @@ typedef struct {
     DataBatchIter probe_it; /* AlgoClientCtx.probe_grad: the extra shuffle, open during report->begin only */
     int probe_open, probe_loaded; /* probe_loaded: the probe batch in x, y (-1: none) */
     int64_t probe_rows;
+    int64_t service_forward, service_backward; /* passes made by for_each_local_batch and probe_grad */
     int host_upload_scalars; /* the method's own upload scalars; a plug-in's follow */
     NnSgd sgd;
     NnAdam adam;
@@ -185,8 +189,10 @@ int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int 
     X(test_f1_macro) X(corrupted_accuracy) X(corrupted_loss) X(corrupted_balanced_accuracy)                 \
     X(corrupted_auc_ovo_macro) X(train_loss) X(drift) X(drift_full) X(divergence) X(bytes_down) X(bytes_up)       \
     X(client_auc_std) X(client_bacc_std)                                                                    \
-    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss) X(method_scalar) X(rho)                 \
-    X(hessian_max_eig) X(hessian_trace)
+    X(perturb_norm) X(grad_norm) X(sharpness) X(perturbed_loss) X(method_scalar) X(rho)                    \
+    X(hessian_max_eig) X(hessian_trace)                                                                     \
+    X(cum_train_forward) X(cum_train_backward) X(cum_score_forward) X(cum_score_backward) X(cum_eval_forward)    \
+    X(cum_eval_backward) X(cum_bytes_down) X(cum_bytes_up) X(cum_seconds)
 #define X(name) FL_COL_##name,
 enum { FL_METRIC_COLUMNS FL_N_COLUMNS };
 #undef X
@@ -249,6 +255,19 @@ int fl_probe_load(FlRun *run);
 /* Collective: hessian_max_eig and hessian_trace of the global state into row (rank 0), cost in the log */
 int fl_hessian(FlRun *run, int round, double *row);
 void fl_hessian_free(FlRun *run);
+
+/* ---- compute accounting (src/fl/accounting.c): metrics.csv cum_* columns ---- */
+typedef struct {
+    int64_t train_forward, train_backward, score_forward, score_backward; /* clients' per-sample passes */
+    int64_t eval_forward, eval_backward; /* evaluation and the server's sharpness probe, all ranks */
+    double seconds;                      /* wall seconds since the previous row */
+} FlRoundCost;
+/* Rank 0: adds the passes of n gathered upload records. */
+void fl_cost_add_records(FlRoundCost *cost, const char *records, int n, size_t record_bytes);
+/* Collective: every rank's passes of m since (forward0, backward0), summed onto rank 0's eval_* */
+int fl_cost_reduce_passes(FlComm *comm, const NnModel *m, int64_t forward0, int64_t backward0, FlRoundCost *cost);
+/* The cum_* columns of row: prev's (NULL for a run's first round) plus the round's cost and row's bytes. */
+void fl_cost_row(double *row, const double *prev, const FlRoundCost *cost);
 
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */
 /* Writes PATH atomically: rounds done, lr, global state, server vectors and scalars, every client's

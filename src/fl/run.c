@@ -789,9 +789,11 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
     const int64_t bcast_floats = (int64_t)(1 + run->z.server_vectors) * run->n_state;
     const int64_t bcast_bytes = bcast_floats * (int64_t)sizeof(float) + run->z.server_scalars * (int64_t)sizeof(double);
     *stopped_by_signal = 0;
+    double cost_mark = fh_time_now(); /* cum_seconds: wall time between rows, checkpoint writes included */
     for (int t = run->start_round; t < s->rounds; t++) {
         double row[FL_N_COLUMNS];
         for (int c = 0; c < FL_N_COLUMNS; c++) row[c] = NAN;
+        FlRoundCost cost = { 0 };
         FlPlanHeader plan = { t, FL_PLAN_RUN, 0, 0, run->lr };
         if (run->comm.rank == 0) plan.n_selected = select_clients(s, K, t, L->selected);
         FH_CHECK(fl_bcast(&run->comm, &plan, sizeof plan));
@@ -853,6 +855,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             row[FL_COL_t_round] = t3 - t0;
             row[FL_COL_bytes_down] = (double)plan.n_selected * (double)bcast_bytes;
             row[FL_COL_bytes_up] = (double)plan.n_selected * (double)run->layout.bytes;
+            fl_cost_add_records(&cost, L->recv, plan.n_selected, run->layout.bytes);
             const int last = t == s->rounds - 1, stop = fh_stop_requested();
             ctl.eval = (s->eval_every > 0 && (t + 1) % s->eval_every == 0) || last;
             ctl.checkpoint = (s->checkpoint_every > 0 && (t + 1) % s->checkpoint_every == 0) || last || stop;
@@ -881,14 +884,21 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         }
         run->lr = plan.lr * s->lr_decay; /* spec 0.1.5: once at the end of every round */
         double t_eval = fh_time_now();
+        const int probe = s->sharpness_every > 0 && ((t + 1) % s->sharpness_every == 0 || t == s->rounds - 1);
+        const int64_t eval_forward0 = run->work.model.forward_samples, eval_backward0 = run->work.model.backward_samples;
         if (ctl.eval) FH_CHECK(evaluate(run, row));
-        if (s->sharpness_every > 0 && ((t + 1) % s->sharpness_every == 0 || t == s->rounds - 1))
-            FH_CHECK(fl_agree(&run->comm, run->comm.rank == 0 ? sharpness(run, row) : FH_OK));
-        if (s->hessian_every > 0 && ((t + 1) % s->hessian_every == 0 || t == s->rounds - 1))
-            FH_CHECK(fl_hessian(run, t, row));
+        if (probe) FH_CHECK(fl_agree(&run->comm, run->comm.rank == 0 ? sharpness(run, row) : FH_OK));
+        const int hessian = s->hessian_every > 0 && ((t + 1) % s->hessian_every == 0 || t == s->rounds - 1);
+        if (hessian) FH_CHECK(fl_hessian(run, t, row));
+        if (ctl.eval || probe || hessian)
+            FH_CHECK(fl_cost_reduce_passes(&run->comm, &run->work.model, eval_forward0, eval_backward0, &cost));
         t_eval = fh_time_now() - t_eval;
         if (run->comm.rank == 0) {
             row[FL_COL_t_eval] = t_eval;
+            const double now = fh_time_now();
+            cost.seconds = now - cost_mark;
+            cost_mark = now;
+            fl_cost_row(row, run->n_rows ? run->rows + (size_t)(run->n_rows - 1) * FL_N_COLUMNS : NULL, &cost);
             memcpy(run->rows + (size_t)run->n_rows++ * FL_N_COLUMNS, row, sizeof row);
             csv_row(run->metrics_csv, row, FL_N_COLUMNS);
             if (t > run->start_round || run->start_round == s->rounds - 1) {

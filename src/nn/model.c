@@ -544,6 +544,7 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         FH_FAIL(FH_ERR_USAGE, "model %s: replaying the pattern of a batch of %d with %d samples", m->arch, m->batch,
                 batch);
     m->batch = batch;
+    m->forward_samples += batch;
     m->tensors[m->input].data = (float *)input;
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
@@ -622,6 +623,7 @@ void nn_model_zero_grad(NnModel *m) { memset(m->grad, 0, sizeof(float) * (size_t
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
 {
     int batch = m->batch;
+    m->backward_samples += batch;
     for (int t = 0; t < m->n_tensors; t++) {
         NnTensor *x = &m->tensors[t];
         if (x->alias_of >= 0 || (t == m->input && !m->need_input_grad)) continue;

@@ -81,11 +81,11 @@ same_global()
     return 0
 }
 
-# untimed CSV: every column except the timing ones (t_*, seconds), chosen by header name
+# untimed CSV: every column except the timing ones (t_*, seconds, cum_seconds), chosen by header name
 untimed()
 {
     awk -F, '
-        NR == 1 { for (i = 1; i <= NF; i++) keep[i] = ($i !~ /^t_/ && $i != "seconds") }
+        NR == 1 { for (i = 1; i <= NF; i++) keep[i] = ($i !~ /^t_/ && $i != "seconds" && $i != "cum_seconds") }
         { out = ""; n = 0
           for (i = 1; i <= NF; i++) if (keep[i]) { out = out (n++ ? "," : "") $i }
           print out }' "$1"
