@@ -515,6 +515,48 @@ static void test_radius_hooks(void)
     nn_model_free(&a);
 }
 
+/* GSAM's lr-proportional radius (spec 2), hand-computed: lr 0.1 decaying by 0.9 over 4 rounds (0.1, 0.09, 0.081,
+ * 0.0729), rho = 0.05, rho_min = 0.01: rho_t = 0.01 + 0.04 (lr_t - 0.0729)/0.0271; the step perturbs by it */
+static void test_gsam_lr_radius(void)
+{
+    NnModel a;
+    bn_model(&a);
+    Fake f;
+    fake_init(&f, "fedsam", &a);
+    const AlgoMethod *meth = f.c.method;
+    const int sched = algo_hp_index(meth, "rho_schedule"), rmin = algo_hp_index(meth, "rho_min");
+    CHECK(sched == 5 && rmin == 6); /* the SAM step's keys: hp 2-6 in every row that has them */
+    CHECK(algo_hp_index(algo_find("mofedsam"), "rho_min") == 6 && algo_hp_index(algo_find("fedspeed"), "rho_min") == 6);
+    f.setup.lr = 0.1, f.setup.lr_decay = 0.9, f.setup.rounds = 4;
+    f.hp[0] = 0.05, f.hp[rmin] = 0.01;
+    for (int t = 0; t < 4; t++) CHECK(algo_sam_lr_radius(&f.setup, f.hp, t) == 0.05); /* constant: rho */
+    f.hp[sched] = 1; /* lr */
+    const double expect[4] = { 0.05, 0.01 + 0.04 * 0.0171 / 0.0271, 0.01 + 0.04 * 0.0081 / 0.0271, 0.01 };
+    for (int t = 0; t < 4; t++) CHECK_NEAR(algo_sam_lr_radius(&f.setup, f.hp, t), expect[t], 1e-12);
+    f.setup.lr_decay = 1.0; /* no schedule to follow: rho */
+    CHECK(algo_sam_lr_radius(&f.setup, f.hp, 2) == 0.05);
+    f.setup.lr_decay = 0.9;
+    /* the step's perturbation has the round's radius */
+    f.c.round = 2;
+    CHECK_NEAR(algo_sam_radius(&f.c), expect[2], 1e-12);
+    float *at[2] = { malloc(a.n_state * 4), malloc(a.n_state * 4) };
+    Batch ba = { .m = &a, .c = &f.c, .seen = { at[0], at[1] } };
+    batch_fill(&ba, 0);
+    double loss;
+    CHECK_OK(algo_sam_step(&f.c, batch_grad, &ba, &loss));
+    CHECK_NEAR(dist(at[1], at[0], a.n_params), expect[2], 1e-6);
+    /* validation: rho_min above rho is refused, naming both keys */
+    CHECK_OK(meth->validate(meth, &f.setup));
+    f.hp[rmin] = 0.06;
+    fh_error_clear();
+    CHECK(meth->validate(meth, &f.setup) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "rho_min") != NULL && strstr(fh_error_message(), "rho =") != NULL);
+    fh_error_clear();
+    free(at[0]), free(at[1]);
+    fake_free(&f);
+    nn_model_free(&a);
+}
+
 /* ---- the sharpness diagnostic (spec 12 definitions) ------------------------------------------------ */
 
 static void test_sharpness(void)
@@ -558,6 +600,7 @@ int main(int argc, char **argv)
     RUN(test_fedgamma_control_variates);
     RUN(test_fedlesam_perturbation);
     RUN(test_radius_hooks);
+    RUN(test_gsam_lr_radius);
     RUN(test_sharpness);
     return test_summary();
 }
