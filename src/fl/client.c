@@ -38,10 +38,14 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     w->s = s;
     w->data = f;
     w->n_owned = n_owned;
-    NnZooOptions zoo = { s->norm, s->groups, 0.0f };
+    const AlgoMethod *m = s->method;
+    /* the method may add to the architecture (MOON's projection head): its sizes before the model exists */
+    AlgoSizes arch;
+    fl_algo_setup(&w->setup, s, NULL, f->n_clients, f->classes);
+    algo_sizes(m, &w->setup, &arch);
+    NnZooOptions zoo = { s->norm, s->groups, 0.0f, arch.proj_dim };
     const NnShape shape = { f->c, f->h, f->w };
     FH_CHECK(nn_zoo_build(&w->model, s->model, shape, f->classes, s->batch_size, &zoo));
-    const AlgoMethod *m = s->method;
     fl_algo_setup(&w->setup, s, &w->model, f->n_clients, f->classes);
     algo_sizes(m, &w->setup, &w->z);
     w->host_upload_scalars = w->z.upload_scalars;
