@@ -2,8 +2,9 @@
  * rho = 0 is the SGD step bit for bit (BatchNorm statistics included); the perturbation has norm rho and
  * the weights are restored exactly; ASAM's and GSAM's formulas, GSAM alpha = 0 = SAM; FedSpeed's and
  * FedSMOO's dual variables after one full-participation round against a hand-computed 2-parameter example;
- * FedGAMMA's control variates against SCAFFOLD's identities; FedLESAM's perturbation (intended and the
- * official code's per-tensor indexing); the radius hooks and their validation; the sharpness diagnostic.
+ * MoFedSAM's first two rounds as FL-Simulator runs them (alpha lr in round 0, mom from K_bar); FedGAMMA's control variates against SCAFFOLD's identities; FedLESAM's perturbation (intended and the
+ * official code's per-tensor indexing); the radius hooks and their validation, GSAM's lr-proportional radius;
+ * the sharpness diagnostic.
  * usage: build/tests/test_algo_sam [test_name] */
 #include "test.h"
 
@@ -303,6 +304,54 @@ static void test_fedsmoo_two_params(void)
     fake_free(&f);
 }
 
+/* MoFedSAM's first rounds as FL-Simulator's code runs them (spec 4): round 0 has mom = 0, so the step is alpha lr
+ * g_s (not lr g_s); the server then sets mom = -Delta_bar / (K_bar lr), K_bar = E n_0 / B from client 0's size
+ * (k_norm = code; not the round's mean steps), and w^1 = w^0 + Delta_bar (uniform); round 1 steps along
+ * alpha g_s + (1 - alpha) mom */
+static void test_mofedsam_first_rounds(void)
+{
+    float w[2] = { 1.0f, 2.0f }, gbuf[2];
+    NnModel m;
+    two_params(&m, w, gbuf);
+    Fake f;
+    fake_init(&f, "mofedsam", &m);
+    f.global[0] = 1.0f, f.global[1] = 2.0f;
+    double loss;
+    CHECK_OK(f.c.method->step->step(&f.c, quad_grad, &f.c, &loss));
+    /* g = w, eps = 0.1 g/||g||, g_s = w + eps; w <- w - lr alpha g_s with lr 0.1, alpha 0.1 */
+    const double e0 = 0.1 / sqrt(5.0), e1 = 0.2 / sqrt(5.0);
+    const double w0 = 1.0 - 0.1 * 0.1 * (1.0 + e0), w1 = 2.0 - 0.1 * 0.1 * (2.0 + e1);
+    CHECK_NEAR(w[0], w0, 1e-7);
+    CHECK_NEAR(w[1], w1, 1e-7);
+    /* server: client 0 (8 samples) moved to w, client 1 (20 samples) to [0.5, 3]; E = 1, B = 4: K_bar = 8/4 = 2 */
+    float w_1[2] = { 0.5f, 3.0f }, next[2];
+    const float cur[2] = { 1.0f, 2.0f };
+    const int64_t sizes[2] = { 8, 20 };
+    AlgoUpload u[2] = { { 0, 8, 2, 0, NULL, w, NULL }, { 1, 20, 5, 0, NULL, w_1, NULL } };
+    AlgoServerCtx s = { .round = 0, .rounds = 5, .n_clients = 2, .n_selected = 2, .n_params = 2, .n_state = 2,
+                        .hp = f.hp, .setup = &f.setup, .sizes = &f.z, .lr = 0.1, .current = cur,
+                        .server_vecs = f.server_vecs, .client_sizes = sizes };
+    double p[2];
+    CHECK_OK(f.c.method->weights->weights(&s, u, 2, p));
+    CHECK_OK(f.c.method->update->update(&s, u, 2, p, next));
+    const double d0 = ((w0 - 1.0) + (0.5 - 1.0)) / 2, d1 = ((w1 - 2.0) + (3.0 - 2.0)) / 2;
+    CHECK_NEAR(next[0], 1.0 + d0, 1e-6);
+    CHECK_NEAR(next[1], 2.0 + d1, 1e-6);
+    CHECK_NEAR(f.server_vecs[0], -d0 / (2 * 0.1), 1e-5);
+    CHECK_NEAR(f.server_vecs[1], -d1 / (2 * 0.1), 1e-5);
+    /* round 1 from w^1: r = alpha g_s + (1 - alpha) mom */
+    const float mom[2] = { f.server_vecs[0], f.server_vecs[1] };
+    w[0] = next[0], w[1] = next[1];
+    f.global[0] = next[0], f.global[1] = next[1];
+    f.c.round = 1, f.c.step = 0;
+    CHECK_OK(f.c.method->step->step(&f.c, quad_grad, &f.c, &loss));
+    const double n = sqrt((double)next[0] * next[0] + (double)next[1] * next[1]);
+    const double gs0 = next[0] * (1 + 0.1 / n), gs1 = next[1] * (1 + 0.1 / n);
+    CHECK_NEAR(w[0], next[0] - 0.1 * (0.1 * gs0 + 0.9 * mom[0]), 1e-6);
+    CHECK_NEAR(w[1], next[1] - 0.1 * (0.1 * gs1 + 0.9 * mom[1]), 1e-6);
+    fake_free(&f);
+}
+
 static void test_fedspeed_two_params(void)
 {
     float w[2] = { 1.0f, 2.0f }, gbuf[2];
@@ -597,6 +646,7 @@ int main(int argc, char **argv)
     RUN(test_gsam);
     RUN(test_fedsmoo_two_params);
     RUN(test_fedspeed_two_params);
+    RUN(test_mofedsam_first_rounds);
     RUN(test_fedgamma_control_variates);
     RUN(test_fedlesam_perturbation);
     RUN(test_radius_hooks);
