@@ -59,6 +59,8 @@ typedef struct {
     int upload_vectors, upload_scalars;
     int eval_private;        /* -1: evaluate the global state; else this server-only vector */
     int aux_models;          /* extra model instances on client ranks (teachers, previous models) */
+    int proj_dim;            /* > 0: every model instance is built with a projection head of this width on its
+                              * representation (NnZooOptions.proj_dim; MOON); sizes() may not read n_params for it */
     int work_vectors;        /* scratch state vectors on client ranks */
     /* diagnostics (metrics.csv perturb_norm, grad_norm: the server's plain mean over the uploads): 1 + the
      * index of the upload scalar holding the client's mean perturbation norm / mean local gradient norm over

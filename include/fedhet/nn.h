@@ -213,6 +213,9 @@ typedef struct {
     const char *norm;  /* "bn" (default) or "gn", for resnet18 */
     int gn_groups;     /* GroupNorm groups, default 2 */
     float dropout;     /* unused by the spec's models; 0 */
+    int proj_dim;      /* > 0: a projection head Linear(f, f), ReLU, Linear(f, proj_dim) between the representation
+                        * (width f) and the classifier, whose input (the model's features) becomes its output
+                        * (MOON's ModelFedCon); 0: none */
 } NnZooOptions;
 /* Builds and finalises model `name` for input C x H x W and `classes`; parameters are NOT initialised
  * (call nn_model_init_params). Unknown names and inputs too small for the model are FH_ERR_USAGE. */

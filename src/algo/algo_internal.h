@@ -22,6 +22,11 @@ ALGO_FAMILY(fedscam)  /* fedscam, fedscam_wa, fedscam_sam (algorithms-sam 10) */
 
 /* OOD score of logits z (A.23; higher = more in-distribution): 0 energy, 1 msp, 2 maxlogit, 3 gen */
 double algo_ood_score(int score, const float *z, int classes);
+/* FLOOD's ASH scores (spec algorithms-sam 13; variant 4 ash-p, 5 ash-b, 6 ash-s as flood_score's choices): the
+ * energy of the classifier W [classes, D], b (NULL: none) on the activation a [D] shaped at its p-th percentile;
+ * sorted: D floats of scratch */
+double algo_ash_score(int variant, const float *a, int64_t D, const float *W, const float *b, int classes, double p,
+                      float *sorted);
 /* FLOOD's lambda_t for round t from its hyperparameters (schedule, amplitude, halt, start) */
 double algo_flood_lambda(const double *flood_hp, int round);
 
@@ -33,6 +38,9 @@ int algo_refuse(const AlgoMethod *m, const char *fmt, ...) __attribute__((format
  * of the method's step part; algo_sam_radius: the radius of client c's steps this round. */
 int algo_sam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
 double algo_sam_radius(const AlgoClientCtx *c);
+/* The round_radius hook of sam.c's rows with a choice of perturbation: rho (hp 0) every round, or GSAM's
+ * lr-proportional rho(t) after rho_schedule, rho_min at hp 5-6 (spec algorithms-sam 2). */
+double algo_sam_lr_radius(const AlgoSetup *s, const double *hp, int round);
 /* FedISM (src/algo/fedism.c, spec algorithms-sam 12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
  * hook); the sharpness definitions of algo_sam_sharpness over client c's whole local set (rows > 0: its first
  * rows) at `state`, streamed through c->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:

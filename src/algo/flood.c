@@ -9,8 +9,8 @@
 
 #include "fedhet/core.h"
 
-enum { HP_SCORE, HP_Q, HP_A, HP_HALT, HP_SCHEDULE, HP_START, HP_ALPHA, HP_COMPAT, HP_SHIFT, HP_LAMBDA };
-enum { SCORE_ENERGY, SCORE_MSP, SCORE_MAXLOGIT, SCORE_GEN };
+enum { HP_SCORE, HP_Q, HP_A, HP_HALT, HP_SCHEDULE, HP_START, HP_ALPHA, HP_COMPAT, HP_SHIFT, HP_LAMBDA, HP_ASH_P };
+enum { SCORE_ENERGY, SCORE_MSP, SCORE_MAXLOGIT, SCORE_GEN, SCORE_ASH_P, SCORE_ASH_B, SCORE_ASH_S };
 enum { SCHED_AUTO, SCHED_COSINE, SCHED_LINEAR, SCHED_QUADRATIC, SCHED_EXPONENTIAL, SCHED_LOGISTIC, SCHED_CONSTANT };
 enum { COMPAT_PAPER, COMPAT_CODE };
 
@@ -45,6 +45,83 @@ double algo_ood_score(int score, const float *z, int classes)
         gen += pow(p[j], g) * pow(1.0 - p[j], g);
     }
     return -gen;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* ASH (spec 13): a [D] the penultimate activation; t its p-th percentile (lower interpolation, as the batch
+ * quantile); values below t pruned; ASH-B sets the kept ones to s1/k, ASH-S scales them by exp(s1/s2) (s1 the
+ * sum before pruning, s2 after, k the count kept; s2 = 0 scores as ASH-P); Energy of W a' + b. Sums in double.
+ * sorted: D floats of scratch. */
+double algo_ash_score(int variant, const float *a, int64_t D, const float *W, const float *b, int classes, double p,
+                      float *sorted)
+{
+    memcpy(sorted, a, (size_t)D * sizeof *sorted);
+    qsort(sorted, (size_t)D, sizeof *sorted, cmp_float);
+    const float t = sorted[(int64_t)floor(p / 100.0 * (double)(D - 1))];
+    double s1 = 0.0, s2 = 0.0;
+    int64_t kept = 0;
+    for (int64_t j = 0; j < D; j++) {
+        s1 += a[j];
+        if (a[j] >= t) s2 += a[j], kept++;
+    }
+    /* every kept value becomes value * scale + shift */
+    double scale = 1.0, shift = 0.0;
+    if (variant == SCORE_ASH_B) scale = 0.0, shift = s1 / (double)kept;
+    else if (variant == SCORE_ASH_S && s2 != 0.0) scale = exp(s1 / s2);
+    double zmax = -INFINITY, z[FLOOD_MAX_CLASSES];
+    for (int k = 0; k < classes; k++) {
+        const float *wk = W + (int64_t)k * D;
+        double acc = 0.0;
+        for (int64_t j = 0; j < D; j++)
+            if (a[j] >= t) acc += (double)wk[j] * ((double)a[j] * scale + shift);
+        z[k] = acc + (b ? (double)b[k] : 0.0);
+        if (z[k] > zmax) zmax = z[k];
+    }
+    double sum = 0.0;
+    for (int k = 0; k < classes; k++) sum += exp(z[k] - zmax);
+    return zmax + log(sum);
+}
+
+static int is_ash(int score) { return score >= SCORE_ASH_P; }
+
+/* The model's classifier: the linear layer from the features to the logits (ASH reshapes its input). */
+static int ash_classifier(const NnModel *m, const NnLayer **out)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        const NnLayer *l = &m->layers[i];
+        if (l->type == NN_OP_LINEAR && l->in == m->features && l->out == m->logits) {
+            *out = l;
+            return FH_OK;
+        }
+    }
+    FH_FAIL(FH_ERR_USAGE, "[algo] flood_score = ash-p|ash-b|ash-s shapes the classifier's input, but model %s has no "
+            "linear layer from its features to its logits: choose energy, msp, maxlogit or gen", m->arch);
+}
+
+/* Scores of a batch's samples into sc[count]: from the logits, or ASH from the features through `model`'s
+ * classifier at model->state */
+static int batch_scores(const double *hp, const NnModel *model, const AlgoBatch *b, double *sc)
+{
+    const int score = (int)hp[HP_SCORE];
+    if (!is_ash(score)) {
+        for (int i = 0; i < b->count; i++) sc[i] = algo_ood_score(score, b->logits + (int64_t)i * b->classes, b->classes);
+        return FH_OK;
+    }
+    const NnLayer *l = NULL;
+    FH_CHECK(ash_classifier(model, &l));
+    float *sorted = NULL;
+    FH_CHECK(fh_calloc(&sorted, (size_t)b->feature_size, sizeof *sorted, "ASH scratch"));
+    const float *W = model->state + l->w_off, *bias = l->b_off >= 0 ? model->state + l->b_off : NULL;
+    for (int i = 0; i < b->count; i++)
+        sc[i] = algo_ash_score(score, b->features + (int64_t)i * b->feature_size, b->feature_size, W, bias, b->classes,
+                               hp[HP_ASH_P], sorted);
+    fh_free(&sorted);
+    return FH_OK;
 }
 
 /* The amplitude and schedule after `compat`: the paper's cosine with a = 200, the code's logistic with a = 50. */
@@ -102,7 +179,12 @@ static int flood_weigh(AlgoClientCtx *c, const AlgoBatch *b, float *weights)
             return FH_ERR_IO;
         }
     }
-    for (int i = 0; i < b->count; i++) sc[i] = srt[i] = algo_ood_score((int)c->hp[HP_SCORE], b->logits + (int64_t)i * b->classes, b->classes);
+    const int status = batch_scores(c->hp, c->model, b, sc);
+    if (status != FH_OK) {
+        if (sc != scores) fh_free(&sc), fh_free(&srt);
+        return status;
+    }
+    memcpy(srt, sc, (size_t)b->count * sizeof *srt);
     qsort(srt, (size_t)b->count, sizeof *srt, cmp_double);
     const double tau = srt[(int)floor(c->hp[HP_Q] * (double)(b->count - 1))];
     const float lambda = (float)algo_flood_lambda(c->hp, c->round);
@@ -115,7 +197,8 @@ static int flood_weigh(AlgoClientCtx *c, const AlgoBatch *b, float *weights)
 }
 
 typedef struct {
-    int score;
+    const double *hp;
+    const NnModel *model;
     double sum;
     int64_t n;
 } ScoreSum;
@@ -123,15 +206,19 @@ typedef struct {
 static int add_scores(void *env, const AlgoBatch *b)
 {
     ScoreSum *s = env;
-    for (int i = 0; i < b->count; i++) s->sum += algo_ood_score(s->score, b->logits + (int64_t)i * b->classes, b->classes);
+    double *sc = NULL;
+    FH_CHECK(fh_calloc(&sc, (size_t)b->count, sizeof *sc, "OOD scores"));
+    const int status = batch_scores(s->hp, s->model, b, sc);
+    for (int i = 0; status == FH_OK && i < b->count; i++) s->sum += sc[i];
+    fh_free(&sc);
     s->n += b->count;
-    return FH_OK;
+    return status;
 }
 
 /* phi_i: mean score of the trained local model over the local training set, eval mode, no augmentation */
 static int flood_end(AlgoClientCtx *c)
 {
-    ScoreSum s = { (int)c->hp[HP_SCORE], 0.0, 0 };
+    ScoreSum s = { c->hp, c->model, 0.0, 0 };
     FH_CHECK(c->for_each_local_batch(c, c->model, c->model->state, add_scores, &s));
     c->upload_scalars[0] = s.n ? s.sum / (double)s.n : 0.0;
     return FH_OK;
@@ -209,11 +296,14 @@ const AlgoMethod algo_family_flood[] = {
         .plugin = 1,
         .plugin_refuse = flood_refuse,
         .n_upload_scalars = 1,
-        .n_hp = 10,
+        .n_hp = 11,
         .hp = {
-            { "flood_score", SCORE_ENERGY, 0, 0, "energy|msp|maxlogit|gen",
+            { "flood_score", SCORE_ENERGY, 0, 0, "energy|msp|maxlogit|gen|ash-p|ash-b|ash-s",
               "OOD score of ASW and phi (higher = more in-distribution): energy (T = 1, paper and code), msp, maxlogit, "
-              "gen (gamma 0.1, top 10)" },
+              "gen (gamma 0.1, top 10), or the paper's Table VI ASH scores (spec 13; not in the released code): the "
+              "classifier's input a (the penultimate activation) pruned below its flood_ash_percentile-th percentile "
+              "(ash-p), the kept values then set to sum(a)/kept (ash-b) or scaled by exp(sum a / sum kept) (ash-s), "
+              "scored by the energy of the classifier on it; training logits are unchanged" },
             { "flood_q", 0.7, 0, 1, NULL,
               "batch quantile below which samples are pseudo-OOD (lower interpolation; 0.7: about 70 % of each batch)",
               1, 1 },
@@ -228,6 +318,9 @@ const AlgoMethod algo_family_flood[] = {
             { "flood_dac_shift", 0, 0, 0, "false|true",
               "shift the participants' phi by -min + 1e-6 before normalising (scores that can be negative)" },
             { "flood_lambda", 1, 0, 1e6, NULL, "the weight of pseudo-OOD samples with flood_schedule = constant" },
+            { "flood_ash_percentile", 90, 0, 100, NULL,
+              "ASH's pruning percentile p (flood_score = ash-*): values below the p-th percentile of a sample's "
+              "penultimate activation (lower interpolation) are zeroed; spec 13 default 90" },
         },
     },
 };

@@ -33,7 +33,7 @@ static int work_vectors_for(int64_t floats, int64_t n_state)
 
 /* ==== MOON (spec A.17) ================================================================================= */
 
-enum { MOON_MU, MOON_TAU };
+enum { MOON_MU, MOON_TAU, MOON_PROJ_DIM };
 #define MOON_COS_EPS 1e-8 /* PyTorch cosine_similarity: x.y / (max(|x|, eps) max(|y|, eps)) */
 
 /* MOON's model-contrastive loss (Li et al. 2021, Eq. 3) of the rows of z [n, d] against the positives zg
@@ -104,7 +104,21 @@ static int moon_end(AlgoClientCtx *c)
     return FH_OK;
 }
 
-static void moon_sizes(const AlgoSetup *s, AlgoSizes *z) { z->aux_models = 2; }
+/* proj_dim > 0: the models carry MOON's projection head, so its parameters are trained, averaged and checkpointed
+ * with the rest of the state, and the features contrasted (and classified) are its output */
+static void moon_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->aux_models = 2;
+    z->proj_dim = (int)s->hp[MOON_PROJ_DIM];
+}
+
+static int moon_validate(const AlgoMethod *m, const AlgoSetup *s)
+{
+    if (s->hp[MOON_PROJ_DIM] != floor(s->hp[MOON_PROJ_DIM]))
+        return algo_refuse(m, "[algo] proj_dim = %g must be a whole number of features (0: no projection head)",
+                           s->hp[MOON_PROJ_DIM]);
+    return FH_OK;
+}
 
 static const AlgoBatchTerm moon_term_part = { moon_batch_term };
 static const AlgoClientReport moon_report_part = { moon_begin, moon_end };
@@ -655,17 +669,23 @@ const AlgoMethod algo_family_repr[] = {
         .report = &moon_report_part,
         .weights = &algo_weights_samples,
         .sizes = moon_sizes,
+        .validate = moon_validate,
         .n_client_vectors = 1,
-        .n_hp = 2,
+        .n_hp = 3,
         .hp = {
             { "mu", 1.0, 0.0, 1e6, NULL,
               "contrastive weight mu >= 0; spec default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
-              "mu = 0 is FedAvg. FLOOD form: z = the classifier's input (penultimate features), no projection "
-              "head (official MOON's head and moon.proj_dim are not offered); cos with eps 1e-8; negatives in "
-              "eval mode; w_k^prev starts as the initial global w^0 (FLOOD; official MOON: no negative in round 0)",
+              "mu = 0 is FedAvg. z = the classifier's input (penultimate features, or the projection head's output "
+              "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
+              "w^0 (FLOOD; official MOON: no negative in round 0)",
               0, 0 },
             { "tau", 0.5, 0.0, 1e6, NULL, "temperature tau > 0 of the contrastive softmax; spec default 0.5 (MOON, FLOOD)",
               1, 0 },
+            { "proj_dim", 0, 0, 65536, NULL,
+              "projection head width: 0 (FLOOD's form, no head; spec default) or > 0 (official MOON's ModelFedCon: "
+              "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
+              "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
+              "checkpointed). Not for mobilenetv2 (its classifier is a convolution)" },
         },
     },
     {

@@ -11,7 +11,8 @@
  *      adds the weight decay and steps.
  *
  * Key layout shared by the rows: hp 0 rho, hp 1 weights (uniform|samples; FedLWSAM: lw); the rows with a
- * choice of perturbation have perturb, asam_eta, gsam_alpha at hp 2-4 (algo_sam_step reads them there).
+ * choice of perturbation have perturb, asam_eta, gsam_alpha at hp 2-4 (algo_sam_step reads them there) and
+ * rho_schedule, rho_min at hp 5-6 (read by this file's radius hook, algo_sam_lr_radius).
  * Upload scalars: the row's own first, then the diagnostics (mean ||eps|| and mean ||g|| of the client's
  * steps, AlgoSizes.upload_perturb_norm / upload_grad_norm). Parameters-only rules (control variates, dual
  * variables, momentum) cover [0, n_params); buffers are averaged with the method's weights (spec 0.3). */
@@ -26,8 +27,9 @@
 #define GSAM_EPS 1e-12     /* GSAM's cosine and projection (spec 2) */
 
 enum { HP_RHO, HP_WEIGHTS };
-enum { HP_PERTURB = 2, HP_ASAM_ETA, HP_GSAM_ALPHA, HP_SAM_END };
+enum { HP_PERTURB = 2, HP_ASAM_ETA, HP_GSAM_ALPHA, HP_RHO_SCHEDULE, HP_RHO_MIN, HP_SAM_END };
 enum { PERTURB_SAM, PERTURB_ASAM, PERTURB_GSAM };
+enum { RHO_CONSTANT, RHO_LR };
 enum { MO_ALPHA = HP_SAM_END, MO_K_NORM };       /* MoFedSAM */
 enum { GAMMA_K_NORM = HP_SAM_END };              /* FedGAMMA */
 enum { SPEED_LAMBDA = HP_SAM_END, SPEED_MERGE }; /* FedSpeed */
@@ -101,11 +103,35 @@ static double k_bar(const AlgoSetup *s, const int64_t *client_sizes)
     return (double)s->epochs * (double)client_sizes[0] / (double)s->batch_size;
 }
 
+/* GSAM's radius schedule (spec 2): rho_t - rho_min is proportional to lr_t - lr_min, rho_t = rho_max = rho at
+ * lr_max, rho_min at lr_min, over the run's schedule lr_t = lr lr_decay^t, t = 0..T-1 (lr_t multiplied
+ * round by round as the runtime does, so that the values are the rounds' own). A constant lr gives rho, as
+ * GSAM's scheduler does when its max and min lr are equal. */
+double algo_sam_lr_radius(const AlgoSetup *s, const double *hp, int round)
+{
+    const double rho = hp[HP_RHO];
+    if ((int)hp[HP_RHO_SCHEDULE] != RHO_LR) return rho;
+    double lr_t = s->lr, lr_min = s->lr;
+    for (int t = 1; t < s->rounds; t++) {
+        lr_min *= s->lr_decay;
+        if (t == round) lr_t = lr_min;
+    }
+    if (round >= s->rounds) lr_t = lr_min; /* past the schedule's end (not reached by a run) */
+    const double lr_max = s->lr;
+    if (!(lr_max > lr_min)) return rho;
+    const double rho_min = hp[HP_RHO_MIN];
+    return rho_min + (rho - rho_min) * (lr_t - lr_min) / (lr_max - lr_min);
+}
+
 /* rho finite and >= 0 (also rho(t) of a round_radius hook, every round); refuses naming the keys */
 static int sam_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
     if (!isfinite(s->hp[HP_RHO]) || s->hp[HP_RHO] < 0.0)
         return algo_refuse(m, "[algo] rho = %g must be a finite number >= 0", s->hp[HP_RHO]);
+    if (algo_hp_index(m, "rho_schedule") == HP_RHO_SCHEDULE && (int)s->hp[HP_RHO_SCHEDULE] == RHO_LR &&
+        s->hp[HP_RHO_MIN] > s->hp[HP_RHO])
+        return algo_refuse(m, "[algo] rho_min = %g is larger than rho = %g (rho is the largest radius of "
+                           "rho_schedule = lr): lower rho_min or raise rho", s->hp[HP_RHO_MIN], s->hp[HP_RHO]);
     const AlgoLocalStep *st = m->step;
     if (st && st->round_radius)
         for (int t = 0; t < s->rounds; t++) {
@@ -288,8 +314,8 @@ static void sam_pick_sizes(const AlgoSetup *s, AlgoSizes *z)
     diag_sizes(z);
 }
 
-static const AlgoLocalStep sam_step_part = { .step = algo_sam_step };
-static const AlgoLocalStep speed_step_part = { .step = speed_step };
+static const AlgoLocalStep sam_step_part = { .step = algo_sam_step, .round_radius = algo_sam_lr_radius };
+static const AlgoLocalStep speed_step_part = { .step = speed_step, .round_radius = algo_sam_lr_radius };
 static const AlgoLocalStep smoo_step_part = { .step = smoo_step };
 
 /* ---- FedDyn-style prox correction (FedSpeed, FedSMOO, FedLESAM-D; spec 6) ----------------------------- */
@@ -655,7 +681,14 @@ static void one_work_sizes(const AlgoSetup *s, AlgoSizes *z)
       "ASAM offset eta_a in T = |w| + eta_a (perturb = asam); spec 1: Caldarola's FedASAM 0.2; FL-Simulator's "  \
       "adaptive ESAM has 0" },                                                                                 \
     { "gsam_alpha", 0.4, 0.0, 1.0, NULL,                                                                       \
-      "GSAM alpha in [0, 1] (perturb = gsam): official GSAM example 0.4 (default), FedISM 0.1; 0 is SAM" }
+      "GSAM alpha in [0, 1] (perturb = gsam): official GSAM example 0.4 (default), FedISM 0.1; 0 is SAM" },      \
+    { "rho_schedule", 0, 0, 0, "constant|lr",                                                                  \
+      "radius over the rounds: constant (rho every round; default) or lr (GSAM's scheduler, spec 2: rho_t = "   \
+      "rho_min + (rho - rho_min)(lr_t - lr_min)/(lr_max - lr_min) over the run's lr schedule lr lr_decay^t, "   \
+      "t = 0..T-1, so rho in round 0 and rho_min in the last; rho throughout when train.lr_decay = 1). Any "   \
+      "perturbation; T is fl.rounds, so extending a run on resume stretches the rest of the schedule" },       \
+    { "rho_min", 0.0, 0.0, 1e6, NULL,                                                                          \
+      "smallest radius of rho_schedule = lr (at the last round's lr), <= rho; default 0" }
 #define KEY_K_NORM                                                                                              \
     { "k_norm", 0, 0, 0, "code|actual",                                                                        \
       "local step count K in the server formulas: code (K_bar = E n_0/B from client 0's size, for every client, " \
@@ -685,7 +718,7 @@ const AlgoMethod algo_family_sam[] = {
         .weights = &sam_weights_part,
         .validate = sam_validate,
         .sizes = sam_pick_sizes,
-        .n_hp = 5,
+        .n_hp = 7,
         .hp = {
             { "rho", 0.1, 0.0, 1e6, NULL,
               "SAM radius rho >= 0; spec default 0.1 (FL-Simulator train.py, Caldarola's FedSAM); rho = 0 is "
@@ -707,7 +740,7 @@ const AlgoMethod algo_family_sam[] = {
         .validate = sam_validate,
         .sizes = sam_pick_sizes,
         .n_server_vectors = 1,
-        .n_hp = 7,
+        .n_hp = 9,
         .hp = {
             { "rho", 0.1, 0.0, 1e6, NULL, "SAM radius rho >= 0; spec default 0.1 (FL-Simulator)" },
             KEY_WEIGHTS,
@@ -736,7 +769,7 @@ const AlgoMethod algo_family_sam[] = {
         .n_client_vectors = 1,
         .n_server_vectors = 1,
         .n_server_scalars = 1,
-        .n_hp = 6,
+        .n_hp = 8,
         .hp = {
             { "rho", 0.01, 0.0, 1e6, NULL,
               "SAM radius rho >= 0; spec default 0.01 (FL-Simulator README's SAM lr for FedGamma). The control "
@@ -761,7 +794,7 @@ const AlgoMethod algo_family_sam[] = {
         .sizes = speed_sizes,
         .n_client_vectors = 1,
         .n_server_private = 1,
-        .n_hp = 7,
+        .n_hp = 9,
         .hp = {
             { "rho", 0.1, 0.0, 1e6, NULL, "SAM radius rho >= 0; spec default 0.1 (FL-Simulator)" },
             KEY_WEIGHTS,
@@ -890,7 +923,7 @@ const AlgoMethod algo_family_sam[] = {
         .validate = sam_validate,
         .sizes = sam_pick_sizes,
         .n_upload_scalars = 1,
-        .n_hp = 5,
+        .n_hp = 7,
         .hp = {
             { "rho", 0.05, 0.0, 1e6, NULL,
               "SAM radius rho >= 0; spec default 0.05 = FedSCAM's rho_max [PROPOSED, to match the FedSCAM "

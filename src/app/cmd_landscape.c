@@ -118,7 +118,7 @@ typedef struct {
     int64_t rounds_done, n_state;
     float *center;       /* [n_state] the checkpoint's global state */
     char data_path[4096], model[64], norm[16];
-    int groups;
+    int groups, proj_dim;
     DataPartFile f;
     int f_open;
     NnModel m;
@@ -179,6 +179,9 @@ static int settings_from_config(Landscape *L)
     snprintf(L->norm, sizeof L->norm, "%s", v ? v : "bn");
     v = app_ini_get(&ini, "model", "groups");
     L->groups = v ? atoi(v) : 2;
+    v = app_ini_get(&ini, "algo", "method"); /* MOON's projection head is part of the model */
+    const char *proj = v && !strcmp(v, "moon") ? app_ini_get(&ini, "algo", "proj_dim") : NULL;
+    L->proj_dim = proj ? atoi(proj) : 0;
     v = app_ini_get(&ini, "data", "path");
     snprintf(L->data_path, sizeof L->data_path, "%s", L->o.data ? L->o.data : v ? v : "");
     app_ini_free(&ini);
@@ -192,7 +195,7 @@ static int setup_model(Landscape *L)
     FH_CHECK(data_partfile_open(&L->f, L->data_path));
     L->f_open = 1;
     if (L->f.n_test == 0) FH_FAIL(FH_ERR_DATA, "%s has no test set: the landscape needs test rows", L->data_path);
-    NnZooOptions zoo = { L->norm, L->groups, 0.0f };
+    NnZooOptions zoo = { L->norm, L->groups, 0.0f, L->proj_dim };
     FH_CHECK(nn_zoo_build(&L->m, L->model, (NnShape){ L->f.c, L->f.h, L->f.w }, L->f.classes, L->o.batch, &zoo));
     L->m_built = 1;
     if (L->m.n_state != L->n_state)

@@ -32,16 +32,26 @@ void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, i
                       .batch_size = s->batch_size, .seed = s->seed, .lr_decay = s->lr_decay };
 }
 
+NnZooOptions fl_zoo_options(const FlSettings *s, int n_clients, int classes)
+{
+    /* the method may add to the architecture (MOON's projection head): its sizes before the model exists */
+    AlgoSetup setup;
+    AlgoSizes arch;
+    fl_algo_setup(&setup, s, NULL, n_clients, classes);
+    algo_sizes(s->method, &setup, &arch);
+    return (NnZooOptions){ s->norm, s->groups, 0.0f, arch.proj_dim };
+}
+
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned)
 {
     memset(w, 0, sizeof *w);
     w->s = s;
     w->data = f;
     w->n_owned = n_owned;
-    NnZooOptions zoo = { s->norm, s->groups, 0.0f };
+    const AlgoMethod *m = s->method;
+    const NnZooOptions zoo = fl_zoo_options(s, f->n_clients, f->classes);
     const NnShape shape = { f->c, f->h, f->w };
     FH_CHECK(nn_zoo_build(&w->model, s->model, shape, f->classes, s->batch_size, &zoo));
-    const AlgoMethod *m = s->method;
     fl_algo_setup(&w->setup, s, &w->model, f->n_clients, f->classes);
     algo_sizes(m, &w->setup, &w->z);
     w->host_upload_scalars = w->z.upload_scalars;

@@ -165,6 +165,8 @@ typedef struct {
 int fl_clients_per_round(const FlSettings *s, int K);
 /* What the method sees of the config; m may be NULL before the model exists (sizes then 0). */
 void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, int classes);
+/* The zoo options of the run's model, the method's additions (MOON's projection head) included. */
+NnZooOptions fl_zoo_options(const FlSettings *s, int n_clients, int classes);
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned);
 void fl_client_free(FlClientWork *w);
 /* the persistent block of owned client `client` */
@@ -292,6 +294,7 @@ int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings
 /* Reads the /model tensors of `path` into *state_out (n_state floats, fh_alloc_aligned: release with
  * fh_free) for model s->model on shape/classes. Every missing, extra, misshapen or non-finite tensor is
  * listed in one FH_ERR_DATA error; a BatchNorm's num_batches_tracked is accepted and ignored. */
-int fl_model_tensors_read(const char *path, const FlSettings *s, NnShape shape, int classes, float **state_out);
+int fl_model_tensors_read(const char *path, const FlSettings *s, NnShape shape, int classes, int n_clients,
+                          float **state_out);
 
 #endif

@@ -224,11 +224,12 @@ static int read_tensors(const FhH5File *f, const NnModel *m, const char *what, f
     return status;
 }
 
-int fl_model_tensors_read(const char *path, const FlSettings *s, NnShape shape, int classes, float **state_out)
+int fl_model_tensors_read(const char *path, const FlSettings *s, NnShape shape, int classes, int n_clients,
+                          float **state_out)
 {
     *state_out = NULL;
     NnModel m;
-    const NnZooOptions zoo = { s->norm, s->groups, 0.0f };
+    const NnZooOptions zoo = fl_zoo_options(s, n_clients, classes);
     FH_CHECK(nn_zoo_build(&m, s->model, shape, classes, 1, &zoo));
     char what[160];
     snprintf(what, sizeof what, "model %s on %dx%dx%d with %d classes", s->model, shape.c, shape.h, shape.w, classes);

@@ -206,9 +206,9 @@ static int read_init(FlRun *run)
     DataPartFile f;
     FH_CHECK(data_partfile_open(&f, run->s.data_path));
     const NnShape shape = { f.c, f.h, f.w };
-    const int classes = f.classes;
+    const int classes = f.classes, n_clients = f.n_clients;
     data_partfile_close(&f);
-    return fl_model_tensors_read(run->s.init, &run->s, shape, classes, &run->init_state);
+    return fl_model_tensors_read(run->s.init, &run->s, shape, classes, n_clients, &run->init_state);
 }
 
 /* The config of a resumed run must be the one it started with, but for fl.rounds. */

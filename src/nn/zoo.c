@@ -8,7 +8,21 @@ typedef struct {
     NnModel *m;
     int use_gn;
     int gn_groups;
+    int proj_dim; /* NnZooOptions.proj_dim */
 } ZooCtx;
+
+/* The classifier on representation x, which becomes the model's features; with a projection head (MOON's
+ * ModelFedCon: Linear(f, f), ReLU, Linear(f, proj_dim)) the classifier and the features move onto its output. */
+static int zoo_classifier(ZooCtx *z, int x, int classes, int *features)
+{
+    if (z->proj_dim > 0) {
+        const int f = z->m->status == FH_OK ? (int)z->m->tensors[x].size : 1;
+        x = nn_linear(z->m, x, f, 1, NN_ACT_RELU);
+        x = nn_linear(z->m, x, z->proj_dim, 1, NN_ACT_NONE);
+    }
+    *features = x;
+    return nn_linear(z->m, x, classes, 1, NN_ACT_NONE);
+}
 
 static int zoo_norm(ZooCtx *z, int x, NnAct act)
 {
@@ -35,8 +49,8 @@ static int build_mlp(ZooCtx *z, int x, int classes, int *features)
 {
     x = nn_flatten(z->m, x);
     x = nn_linear(z->m, x, 200, 1, NN_ACT_RELU);
-    x = *features = nn_linear(z->m, x, 200, 1, NN_ACT_RELU);
-    return nn_linear(z->m, x, classes, 1, NN_ACT_NONE);
+    x = nn_linear(z->m, x, 200, 1, NN_ACT_RELU);
+    return zoo_classifier(z, x, classes, features);
 }
 
 static int build_cnn(ZooCtx *z, int x, int classes, int *features)
@@ -46,8 +60,8 @@ static int build_cnn(ZooCtx *z, int x, int classes, int *features)
     x = nn_conv2d(z->m, x, 64, 5, 1, 2, 1, 1, NN_ACT_RELU);
     x = nn_maxpool(z->m, x, 2, 2, 0);
     x = nn_flatten(z->m, x);
-    x = *features = nn_linear(z->m, x, 512, 1, NN_ACT_RELU);
-    return nn_linear(z->m, x, classes, 1, NN_ACT_NONE);
+    x = nn_linear(z->m, x, 512, 1, NN_ACT_RELU);
+    return zoo_classifier(z, x, classes, features);
 }
 
 static int build_lenet(ZooCtx *z, int x, int classes, int *features)
@@ -58,8 +72,8 @@ static int build_lenet(ZooCtx *z, int x, int classes, int *features)
     x = nn_maxpool(z->m, x, 2, 2, 0);
     x = nn_flatten(z->m, x);
     x = nn_linear(z->m, x, 384, 1, NN_ACT_RELU);
-    x = *features = nn_linear(z->m, x, 192, 1, NN_ACT_RELU);
-    return nn_linear(z->m, x, classes, 1, NN_ACT_NONE);
+    x = nn_linear(z->m, x, 192, 1, NN_ACT_RELU);
+    return zoo_classifier(z, x, classes, features);
 }
 
 static int build_smallcnn(ZooCtx *z, int x, int classes, int *features)
@@ -71,15 +85,15 @@ static int build_smallcnn(ZooCtx *z, int x, int classes, int *features)
         x = nn_maxpool(z->m, x, 2, 2, 0);
     }
     x = nn_flatten(z->m, x);
-    x = *features = nn_linear(z->m, x, 128, 1, NN_ACT_RELU);
-    return nn_linear(z->m, x, classes, 1, NN_ACT_NONE);
+    x = nn_linear(z->m, x, 128, 1, NN_ACT_RELU);
+    return zoo_classifier(z, x, classes, features);
 }
 
 static int build_resnet_head(ZooCtx *z, int x, int classes, int *features)
 {
     x = nn_gap(z->m, x);
-    x = *features = nn_flatten(z->m, x);
-    return nn_linear(z->m, x, classes, 1, NN_ACT_NONE);
+    x = nn_flatten(z->m, x);
+    return zoo_classifier(z, x, classes, features);
 }
 
 static int build_resnet8(ZooCtx *z, int x, int classes, int *features)
@@ -171,7 +185,7 @@ int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int m
         if (strcmp(zoo_table[i].name, name) == 0) build = zoo_table[i].build;
     if (!build) FH_FAIL(FH_ERR_USAGE, "unknown model '%s' (known: %s)", name, nn_zoo_names());
     if (classes < 2) FH_FAIL(FH_ERR_USAGE, "model %s: class count %d must be at least 2", name, classes);
-    ZooCtx z = {m, 0, 2};
+    ZooCtx z = {m, 0, 2, 0};
     if (opt && opt->norm && strcmp(opt->norm, "bn") != 0) {
         if (strcmp(opt->norm, "gn") != 0)
             FH_FAIL(FH_ERR_USAGE, "model %s: norm '%s' must be bn or gn", name, opt->norm);
@@ -180,6 +194,13 @@ int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int m
     if (opt && opt->gn_groups) {
         if (opt->gn_groups < 1) FH_FAIL(FH_ERR_USAGE, "model %s: GroupNorm groups %d must be >= 1", name, opt->gn_groups);
         z.gn_groups = opt->gn_groups;
+    }
+    if (opt && opt->proj_dim) {
+        if (opt->proj_dim < 0) FH_FAIL(FH_ERR_USAGE, "model %s: projection head width %d must be >= 0", name, opt->proj_dim);
+        if (build == build_mobilenetv2)
+            FH_FAIL(FH_ERR_USAGE, "model %s: a projection head needs a linear classifier (mobilenetv2's is a 1x1 "
+                    "convolution): use another model or no head", name);
+        z.proj_dim = opt->proj_dim;
     }
     int status = nn_model_init(m, name, input, max_batch);
     if (status == FH_OK) {

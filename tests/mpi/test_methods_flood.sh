@@ -30,6 +30,17 @@ test_switches_change_results()
         "algo.method=flood algo.flood_schedule=constant algo.flood_lambda=1 algo.flood_alpha=0.5"
 }
 
+# the ASH scores (002 Table VI) shape the classifier's input: the mask and phi change, the run completes with DAC
+test_ash_scores()
+{
+    local asw="algo.method=flood algo.flood_schedule=constant algo.flood_lambda=3 algo.flood_alpha=0"
+    differ_runs "flood ash-p vs energy" 3 "$asw" "$asw algo.flood_score=ash-p"
+    differ_runs "flood ash-s vs ash-b" 3 "$asw algo.flood_score=ash-b" "$asw algo.flood_score=ash-s"
+    fh 3 ashdac "$WORK/base.ini" output.name=ashdac algo.method=flood algo.flood_score=ash-s algo.flood_dac_shift=true \
+        algo.flood_halt=3 algo.flood_a=1
+    expect_rc "flood ash-s with DAC" 0
+}
+
 test_resume()
 {
     resume_identical "flood" algo.method=flood algo.flood_halt=3 algo.flood_a=1
@@ -51,5 +62,5 @@ test_bad_keys()
     [ ! -d "$WORK/out/badq" ] && [ ! -d "$WORK/out/twice" ] || fail "a refused config left a run folder"
 }
 
-TESTS=(neutral_equals_fedavg plugin_on_fedavg switches_change_results resume bad_keys)
+TESTS=(neutral_equals_fedavg plugin_on_fedavg switches_change_results ash_scores resume bad_keys)
 run_tests

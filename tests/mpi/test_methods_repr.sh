@@ -72,6 +72,22 @@ test_moon_mu0_is_fedavg()
 
 test_moon_resume() { resume_identical "moon" algo.method=moon; }
 
+# MOON's projection head (proj_dim > 0): the run completes, its model has the head's parameters (more state
+# values than without), it resumes bit for bit, and proj_dim = 0 is the head-less default
+test_moon_projection_head()
+{
+    ref moon algo.method=moon || return
+    same_as moon "moon proj_dim=0" algo.method=moon algo.proj_dim=0
+    fh 3 moonhead "$WORK/base.ini" output.name=moonhead algo.method=moon algo.proj_dim=8
+    expect_rc "moon proj_dim=8" 0 || return
+    local n0 n1 # h5ls: "Dataset {N}", N the state size
+    n0=$(h5ls "$WORK/out/moon/run.h5/server/global" 2>/dev/null)
+    n1=$(h5ls "$WORK/out/moonhead/run.h5/server/global" 2>/dev/null)
+    [ -n "$n0" ] && [ -n "$n1" ] && [ "$n0" != "$n1" ] ||
+        fail "moon proj_dim=8: the global state has the head-less size (${n1:-unreadable} vs ${n0:-unreadable})"
+    resume_identical "moon head" algo.method=moon algo.proj_dim=8
+}
+
 # ---- FedDecorr (A.18) ----------------------------------------------------------------------------------
 
 test_feddecorr_beta0_is_fedavg()
@@ -141,6 +157,8 @@ test_bad_keys()
 {
     refused "moon tau=0" 'tau' algo.method=moon algo.tau=0
     refused "moon mu<0" '\bmu\b' algo.method=moon algo.mu=-1
+    refused "moon proj_dim=2.5" 'proj_dim' algo.method=moon algo.proj_dim=2.5
+    refused "moon proj_dim on mobilenetv2" 'projection head' algo.method=moon algo.proj_dim=8 model.name=mobilenetv2
     refused "feddecorr beta<0" 'beta' algo.method=feddecorr algo.beta=-0.1
     refused "fedgkd buffer_length=0" 'buffer_length' algo.method=fedgkd algo.buffer_length=0
     refused "fedgkd buffer_length=2.5" 'buffer_length' algo.method=fedgkd algo.buffer_length=2.5
@@ -152,6 +170,6 @@ test_bad_keys()
     refused "fedmr bernoulli" 'selection' algo.method=fedmr fl.selection=bernoulli
 }
 
-TESTS=(moon_mu0_is_fedavg moon_resume feddecorr_beta0_is_fedavg fedmr_off_is_uniform fedmr_resume
+TESTS=(moon_mu0_is_fedavg moon_resume moon_projection_head feddecorr_beta0_is_fedavg fedmr_off_is_uniform fedmr_resume
        fedgkd_gamma0_is_fedavg fedgkd_resume fednp_lambda0_is_fedavg fednp_resume logit_adjust bad_keys)
 run_tests "$@"

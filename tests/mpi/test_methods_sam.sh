@@ -29,6 +29,24 @@ test_gsam_alpha0_is_sam()
     differ_runs "asam vs sam" 3 "algo.method=fedsam algo.perturb=asam" "algo.method=fedsam"
 }
 
+# GSAM's lr-proportional radius: with no lr decay it is the constant rho; with one it changes the run, and
+# metrics.csv's perturbation norm goes from rho (round 0) to rho_min (the last round)
+test_gsam_rho_schedule()
+{
+    equal_runs "rho_schedule=lr without decay vs constant" 3 "algo.method=fedsam algo.rho_schedule=lr algo.rho_min=0.02" \
+        "algo.method=fedsam"
+    differ_runs "rho_schedule=lr vs constant, decay 0.5" 3 \
+        "algo.method=fedsam algo.perturb=gsam algo.rho_schedule=lr algo.rho_min=0.02 train.lr_decay=0.5" \
+        "algo.method=fedsam algo.perturb=gsam train.lr_decay=0.5"
+    fh 3 rhosched "$WORK/base.ini" output.name=rhosched algo.method=fedsam algo.rho_schedule=lr algo.rho_min=0.02 \
+        train.lr_decay=0.5
+    expect_rc "rho_schedule=lr" 0 || return
+    local norms
+    norms=$(metric_values rhosched perturb_norm | tr '\n' ' ')
+    echo "$norms" | awk '{ exit !(NF == 3 && $1 > 0.0999 && $1 <= 0.1 && $2 > 0.0466 && $2 < 0.0468 && $3 > 0.0199 && $3 <= 0.02) }' ||
+        fail "rho_schedule=lr: perturbation norms $norms, expected 0.1, 0.02 + 0.08/3 = 0.0467, 0.02 (lr 0.05, 0.025, 0.0125)"
+}
+
 # metrics.csv: the mean perturbation norm is rho for SAM (and 0 < it <= rho for FedLESAM, 0 in its first
 # round), the gradient norm is positive; FedAvg leaves both empty; fl.sharpness_every fills sharpness and
 # perturbed_loss (L(rho) >= 0, S > 0) for any method, and leaves the model untouched
@@ -148,6 +166,8 @@ test_bad_keys()
     bad_key "rho < 0" rho algo.method=fedsam algo.rho=-0.1
     bad_key "rho nan" rho algo.method=fedsam algo.rho=nan
     bad_key "rho inf" rho algo.method=fedlesam algo.rho=inf
+    bad_key "rho_min > rho" rho_min algo.method=fedsam algo.rho_schedule=lr algo.rho_min=0.5
+    bad_key "unknown rho_schedule" rho_schedule algo.method=fedsam algo.rho_schedule=cosine
     bad_key "gsam_alpha > 1" gsam_alpha algo.method=fedsam algo.perturb=gsam algo.gsam_alpha=1.5
     bad_key "mofedsam alpha = 0" alpha algo.method=mofedsam algo.alpha=0
     bad_key "lambda of fedspeed on fedsam" lambda algo.method=fedsam algo.lambda=0.1
@@ -155,6 +175,6 @@ test_bad_keys()
     bad_key "sharpness_rho < 0" sharpness_rho fl.sharpness_rho=-1
 }
 
-TESTS=(fedsam_rho0_is_fedavg gsam_alpha0_is_sam diagnostics_columns fedlesam_round0_is_fedavg fedlesam_modes
+TESTS=(fedsam_rho0_is_fedavg gsam_alpha0_is_sam gsam_rho_schedule diagnostics_columns fedlesam_round0_is_fedavg fedlesam_modes
        compat_official reductions state_identities resume bad_keys)
 run_tests "$@"

@@ -1,13 +1,15 @@
 /* FLOOD's parts against the spec (algorithms-sam 13, A.23): the pseudo-OOD mask marks exactly the samples
  * below the batch's lower-interpolated q-quantile, the lambda schedules and their timing, the OOD scores,
- * and DAC weights (alpha = 0 gives FedAvg's weights exactly). */
+ * the ASH scores against hand-computed values and through the mask on a model, and DAC weights (alpha = 0
+ * gives FedAvg's weights exactly). */
 #include "test.h"
 
 #include <stdlib.h>
 
 #include "../../src/algo/algo_internal.h"
 
-enum { HP_SCORE, HP_Q, HP_A, HP_HALT, HP_SCHEDULE, HP_START, HP_ALPHA, HP_COMPAT, HP_SHIFT, HP_LAMBDA };
+enum { HP_SCORE, HP_Q, HP_A, HP_HALT, HP_SCHEDULE, HP_START, HP_ALPHA, HP_COMPAT, HP_SHIFT, HP_LAMBDA, HP_ASH_P };
+enum { ASH_P = 4, ASH_B, ASH_S };
 
 static void defaults(const AlgoMethod *m, double *hp)
 {
@@ -101,6 +103,85 @@ static void test_scores(void)
     CHECK_NEAR(algo_ood_score(3, z, 3), -gen, 1e-12);
 }
 
+static double lse2(double a, double b) { return log(exp(a) + exp(b)); }
+
+/* ASH-P, -B, -S by hand: a = (0, 1, 2, 3, 4), p = 60: t = a sorted [floor(0.6 * 4) = 2] = 2, kept {2, 3, 4};
+ * s1 = 10, s2 = 9, k = 3; W = [[.1 .2 .3 .4 .5], [.5 -.1 0 .2 -.3]], b = (.1, -.2) */
+static void test_ash_scores(void)
+{
+    const float a[5] = { 3.0f, 0.0f, 4.0f, 1.0f, 2.0f }; /* scrambled: the percentile sorts */
+    const float W[10] = { 0.4f, 0.1f, 0.5f, 0.2f, 0.3f, 0.2f, 0.5f, -0.3f, -0.1f, 0.0f }; /* columns follow a */
+    const float b[2] = { 0.1f, -0.2f };
+    float scratch[5];
+    /* ASH-P: z = (.3*2 + .4*3 + .5*4 + .1, 0*2 + .2*3 - .3*4 - .2) = (3.9, -0.8) */
+    CHECK_NEAR(algo_ash_score(ASH_P, a, 5, W, b, 2, 60.0, scratch), lse2(3.9, -0.8), 1e-6);
+    /* ASH-B: kept values 10/3: z = (1.2 * 10/3 + .1, -.1 * 10/3 - .2) */
+    CHECK_NEAR(algo_ash_score(ASH_B, a, 5, W, b, 2, 60.0, scratch), lse2(4.1, -1.0 / 3 - 0.2), 1e-6);
+    /* ASH-S: kept values times e^(10/9): z = (3.8 f + .1, -.6 f - .2) */
+    const double f = exp(10.0 / 9.0);
+    CHECK_NEAR(algo_ash_score(ASH_S, a, 5, W, b, 2, 60.0, scratch), lse2(3.8 * f + 0.1, -0.6 * f - 0.2), 1e-6);
+    /* p = 0 keeps everything: ASH-P is the plain energy of W a + b */
+    CHECK_NEAR(algo_ash_score(ASH_P, a, 5, W, b, 2, 0.0, scratch), lse2(4.1, -0.1 + 0.6 - 1.2 - 0.2), 1e-6);
+    /* p = 100 keeps the largest (4): ASH-B puts s1 = 10 there */
+    CHECK_NEAR(algo_ash_score(ASH_B, a, 5, W, b, 2, 100.0, scratch), lse2(0.5 * 10 + 0.1, -0.3 * 10 - 0.2), 1e-6);
+    /* an all-zero activation: s2 = 0, ASH-S scores as ASH-P (the bias alone) */
+    const float zero[5] = { 0 };
+    CHECK_NEAR(algo_ash_score(ASH_S, zero, 5, W, b, 2, 90.0, scratch), lse2(0.1, -0.2), 1e-7);
+    CHECK_NEAR(algo_ash_score(ASH_B, zero, 5, W, b, 2, 90.0, scratch), lse2(0.1, -0.2), 1e-7);
+}
+
+/* ASH through FLOOD's mask on a real model: the scores come from the features and the model's classifier, and
+ * a model without a linear classifier on its features is refused naming the key */
+static void test_ash_in_the_mask(void)
+{
+    const AlgoMethod *m = algo_find("flood");
+    double hp[ALGO_MAX_HP];
+    defaults(m, hp);
+    CHECK(hp[HP_ASH_P] == 90.0);
+    hp[HP_SCHEDULE] = 6, hp[HP_LAMBDA] = 3.0, hp[HP_Q] = 0.5, hp[HP_SCORE] = ASH_B;
+    NnModel net;
+    CHECK_OK(nn_model_init(&net, "mlp2", (NnShape){ 1, 1, 6 }, 8));
+    int x = nn_flatten(&net, net.input);
+    x = nn_linear(&net, x, 10, 1, NN_ACT_RELU);
+    int y = nn_linear(&net, x, 3, 1, NN_ACT_NONE);
+    CHECK_OK(nn_model_finalize(&net, y, x, 3));
+    nn_model_init_params(&net, 3);
+    float in[5 * 6];
+    for (int i = 0; i < 30; i++) in[i] = (float)sin(1.7 * i);
+    CHECK_OK(nn_model_forward(&net, in, 5));
+    const NnLayer *cls = &net.layers[net.n_layers - 1];
+    AlgoClientCtx c;
+    memset(&c, 0, sizeof c);
+    c.hp = hp, c.round = 2, c.model = &net;
+    AlgoBatch b = { in, NULL, 5, 3, nn_model_logits(&net), nn_model_features(&net), nn_model_features_size(&net) };
+    float weights[5], scratch[10];
+    double sc[5], sorted[5];
+    CHECK_OK(m->sample_weights->weigh(&c, &b, weights));
+    for (int i = 0; i < 5; i++)
+        sorted[i] = sc[i] = algo_ash_score(ASH_B, b.features + i * 10, 10, net.state + cls->w_off, net.state + cls->b_off,
+                                           3, 90.0, scratch);
+    for (int i = 1; i < 5; i++) /* insertion sort: the threshold is the 2nd smallest (floor(0.5 * 4)) */
+        for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) {
+            double t = sorted[j];
+            sorted[j] = sorted[j - 1], sorted[j - 1] = t;
+        }
+    int marked = 0;
+    for (int i = 0; i < 5; i++) {
+        CHECK(weights[i] == (sc[i] < sorted[2] ? 3.0f : 1.0f));
+        marked += weights[i] == 3.0f;
+    }
+    CHECK(marked == 2);
+    /* the ASH score is not the energy of the unshaped logits */
+    CHECK(fabs(sc[0] - algo_ood_score(0, b.logits, 3)) > 1e-6);
+    /* no classifier on the features: refused */
+    net.features = net.input;
+    fh_error_clear();
+    CHECK(m->sample_weights->weigh(&c, &b, weights) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "flood_score") != NULL);
+    fh_error_clear();
+    nn_model_free(&net);
+}
+
 static void test_dac_weights(void)
 {
     const AlgoMethod *m = algo_find("flood");
@@ -135,6 +216,8 @@ int main(int argc, char **argv)
     RUN(test_mask_marks_the_quantile);
     RUN(test_lambda_schedules);
     RUN(test_scores);
+    RUN(test_ash_scores);
+    RUN(test_ash_in_the_mask);
     RUN(test_dac_weights);
     return test_summary();
 }

@@ -3,6 +3,7 @@
  * FedMR's recombination (a per-tensor permutation of the slots; off: every slot is the uniform average),
  * FedGKD's FIFO of past globals and its teacher, and logit adjustment (spec A.22: absent classes get no
  * mass and no gradient; equal priors give plain cross-entropy).
+ * MOON's projection head: the zoo's architecture and the contrastive gradient through it, by central differences.
  * Includes src/algo/repr.c to reach its static parts (the registry then uses this copy).
  * usage: build/tests/test_algo_repr [test_name] */
 #include "test.h"
@@ -107,6 +108,85 @@ static void test_moon_contrastive_gradient(void)
     CHECK(!g.training && !prev.training);
     free(wg), free(wp);
     nn_model_free(&g), nn_model_free(&prev), nn_model_free(&fresh);
+}
+
+/* MOON's projection head (proj_dim > 0, official MOON's ModelFedCon): the zoo puts Linear(f, f), ReLU,
+ * Linear(f, proj_dim) between the representation and the classifier, the features become the head's output,
+ * and the gradient of mu l_con through the head and the layers below matches central differences of the term's
+ * value; the classifier gets none of it */
+static void test_moon_head_gradient(void)
+{
+    enum { B = 4, PROJ = 5 };
+    const AlgoMethod *moon = algo_find("moon");
+    CHECK(algo_hp_index(moon, "proj_dim") == MOON_PROJ_DIM && moon->hp[MOON_PROJ_DIM].default_value == 0.0);
+    double hp[3] = { 1.3, 0.5, PROJ };
+    AlgoSetup setup = { .hp = hp, .seed = 5 };
+    AlgoSizes z = { 0 };
+    moon_sizes(&setup, &z);
+    CHECK(z.proj_dim == PROJ && z.aux_models == 2);
+    const NnShape in = { 1, 1, 6 };
+    NnZooOptions head = { "bn", 2, 0.0f, PROJ }, none = { "bn", 2, 0.0f, 0 };
+    NnModel m, g, prev, plain;
+    CHECK_OK(nn_zoo_build(&m, "mlp", in, 3, B, &head));
+    CHECK_OK(nn_zoo_build(&g, "mlp", in, 3, B, &head));
+    CHECK_OK(nn_zoo_build(&prev, "mlp", in, 3, B, &head));
+    CHECK_OK(nn_zoo_build(&plain, "mlp", in, 3, B, &none));
+    /* mlp: 6 -> 200 -> 200 (representation) -> [200 -> 200, ReLU, -> PROJ] -> 3 */
+    CHECK(nn_model_features_size(&m) == PROJ && nn_model_features_size(&plain) == 200);
+    CHECK(m.n_params == plain.n_params - (200 * 3 + 3) + (200 * 200 + 200) + (200 * PROJ + PROJ) + (PROJ * 3 + 3));
+    const NnLayer *cls = &m.layers[m.n_layers - 1], *h2 = &m.layers[m.n_layers - 2], *h1 = &m.layers[m.n_layers - 3],
+                  *rep = &m.layers[m.n_layers - 4];
+    CHECK(cls->in == m.features && cls->cin == PROJ && h2->out == m.features && h1->cout == 200 && h1->act == NN_ACT_RELU);
+    nn_model_init_params(&m, 11);
+    float *wg = malloc((size_t)m.n_state * sizeof(float)), *wp = malloc((size_t)m.n_state * sizeof(float));
+    nn_model_init_params(&g, 12);
+    nn_model_init_params(&prev, 13);
+    memcpy(wg, g.state, (size_t)m.n_state * sizeof(float));
+    memcpy(wp, prev.state, (size_t)m.n_state * sizeof(float));
+    AlgoClientCtx c = { .global = wg, .client_vecs = wp, .has_state = 1, .hp = hp, .setup = &setup, .n_state = m.n_state };
+    c.aux[0] = &g;
+    c.aux[1] = &prev;
+    CHECK_OK(moon_begin(&c));
+    float x[B * 6], dlogits[B * 3] = { 0 }, dfeat[B * PROJ];
+    fill(x, B * 6, -1, 1, 9);
+    /* the analytic gradient: the term's d/dfeatures back through the model */
+    CHECK_OK(nn_model_forward(&m, x, B));
+    AlgoBatch b = { x, NULL, B, 3, nn_model_logits(&m), nn_model_features(&m), PROJ };
+    memset(dfeat, 0, sizeof dfeat);
+    const double L = moon_batch_term(&c, &b, dlogits, dfeat);
+    CHECK(L > 0.0);
+    nn_model_zero_grad(&m);
+    nn_model_backward(&m, dlogits, dfeat);
+    for (int64_t j = cls->w_off; j < cls->w_off + 3 * PROJ; j++) CHECK(m.grad[j] == 0.0f);
+    /* central differences at the 4 largest-gradient weights of the head's two layers and the representation */
+    const NnLayer *layers[3] = { h2, h1, rep };
+    const float step = 1.0f / 4096; /* small: a ReLU of the head sits near its kink at a larger step */
+    for (int t = 0; t < 3; t++) {
+        const int64_t off = layers[t]->w_off, n = (int64_t)layers[t]->cin * layers[t]->cout;
+        double worst = 0, scale = 0;
+        for (int pick = 0; pick < 4; pick++) {
+            int64_t best = off;
+            for (int64_t j = off; j < off + n; j++)
+                if (fabsf(m.grad[j]) > fabsf(m.grad[best])) best = j;
+            const float w0 = m.state[best], g0 = m.grad[best];
+            m.grad[best] = 0.0f; /* the next pick is another weight */
+            float scratch[B * PROJ];
+            m.state[best] = w0 + step;
+            CHECK_OK(nn_model_forward(&m, x, B));
+            const double up = moon_batch_term(&c, &b, dlogits, scratch);
+            m.state[best] = w0 - step;
+            CHECK_OK(nn_model_forward(&m, x, B));
+            const double down = moon_batch_term(&c, &b, dlogits, scratch);
+            m.state[best] = w0;
+            const double fd = (up - down) / (2.0 * step);
+            worst = fmax(worst, fabs(fd - g0));
+            scale = fmax(scale, fabs(fd));
+        }
+        CHECK_MSG(scale > 1e-4 && worst <= 2e-3 * scale, "layer %d: largest |fd - analytic| %.3g of %.3g", t, worst,
+                  scale);
+    }
+    free(wg), free(wp);
+    nn_model_free(&m), nn_model_free(&g), nn_model_free(&prev), nn_model_free(&plain);
 }
 
 /* ---- FedDecorr ------------------------------------------------------------------------------------------ */
@@ -487,6 +567,7 @@ int main(int argc, char **argv)
     test_only = argc > 1 ? argv[1] : NULL;
     if (tmp_init("algorepr") != 0) return 1;
     RUN(test_moon_contrastive_gradient);
+    RUN(test_moon_head_gradient);
     RUN(test_decorr_gradient);
     RUN(test_fedmr_recombination);
     RUN(test_fedgkd_buffer);

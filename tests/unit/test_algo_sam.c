@@ -2,8 +2,9 @@
  * rho = 0 is the SGD step bit for bit (BatchNorm statistics included); the perturbation has norm rho and
  * the weights are restored exactly; ASAM's and GSAM's formulas, GSAM alpha = 0 = SAM; FedSpeed's and
  * FedSMOO's dual variables after one full-participation round against a hand-computed 2-parameter example;
- * FedGAMMA's control variates against SCAFFOLD's identities; FedLESAM's perturbation (intended and the
- * official code's per-tensor indexing); the radius hooks and their validation; the sharpness diagnostic.
+ * MoFedSAM's first two rounds as FL-Simulator runs them (alpha lr in round 0, mom from K_bar); FedGAMMA's control variates against SCAFFOLD's identities; FedLESAM's perturbation (intended and the
+ * official code's per-tensor indexing); the radius hooks and their validation, GSAM's lr-proportional radius;
+ * the sharpness diagnostic.
  * usage: build/tests/test_algo_sam [test_name] */
 #include "test.h"
 
@@ -336,6 +337,54 @@ static void test_fedsmoo_two_params(void)
     fake_free(&f);
 }
 
+/* MoFedSAM's first rounds as FL-Simulator's code runs them (spec 4): round 0 has mom = 0, so the step is alpha lr
+ * g_s (not lr g_s); the server then sets mom = -Delta_bar / (K_bar lr), K_bar = E n_0 / B from client 0's size
+ * (k_norm = code; not the round's mean steps), and w^1 = w^0 + Delta_bar (uniform); round 1 steps along
+ * alpha g_s + (1 - alpha) mom */
+static void test_mofedsam_first_rounds(void)
+{
+    float w[2] = { 1.0f, 2.0f }, gbuf[2];
+    NnModel m;
+    two_params(&m, w, gbuf);
+    Fake f;
+    fake_init(&f, "mofedsam", &m);
+    f.global[0] = 1.0f, f.global[1] = 2.0f;
+    double loss;
+    CHECK_OK(f.c.method->step->step(&f.c, quad_grad, &f.c, &loss));
+    /* g = w, eps = 0.1 g/||g||, g_s = w + eps; w <- w - lr alpha g_s with lr 0.1, alpha 0.1 */
+    const double e0 = 0.1 / sqrt(5.0), e1 = 0.2 / sqrt(5.0);
+    const double w0 = 1.0 - 0.1 * 0.1 * (1.0 + e0), w1 = 2.0 - 0.1 * 0.1 * (2.0 + e1);
+    CHECK_NEAR(w[0], w0, 1e-7);
+    CHECK_NEAR(w[1], w1, 1e-7);
+    /* server: client 0 (8 samples) moved to w, client 1 (20 samples) to [0.5, 3]; E = 1, B = 4: K_bar = 8/4 = 2 */
+    float w_1[2] = { 0.5f, 3.0f }, next[2];
+    const float cur[2] = { 1.0f, 2.0f };
+    const int64_t sizes[2] = { 8, 20 };
+    AlgoUpload u[2] = { { 0, 8, 2, 0, NULL, w, NULL }, { 1, 20, 5, 0, NULL, w_1, NULL } };
+    AlgoServerCtx s = { .round = 0, .rounds = 5, .n_clients = 2, .n_selected = 2, .n_params = 2, .n_state = 2,
+                        .hp = f.hp, .setup = &f.setup, .sizes = &f.z, .lr = 0.1, .current = cur,
+                        .server_vecs = f.server_vecs, .client_sizes = sizes };
+    double p[2];
+    CHECK_OK(f.c.method->weights->weights(&s, u, 2, p));
+    CHECK_OK(f.c.method->update->update(&s, u, 2, p, next));
+    const double d0 = ((w0 - 1.0) + (0.5 - 1.0)) / 2, d1 = ((w1 - 2.0) + (3.0 - 2.0)) / 2;
+    CHECK_NEAR(next[0], 1.0 + d0, 1e-6);
+    CHECK_NEAR(next[1], 2.0 + d1, 1e-6);
+    CHECK_NEAR(f.server_vecs[0], -d0 / (2 * 0.1), 1e-5);
+    CHECK_NEAR(f.server_vecs[1], -d1 / (2 * 0.1), 1e-5);
+    /* round 1 from w^1: r = alpha g_s + (1 - alpha) mom */
+    const float mom[2] = { f.server_vecs[0], f.server_vecs[1] };
+    w[0] = next[0], w[1] = next[1];
+    f.global[0] = next[0], f.global[1] = next[1];
+    f.c.round = 1, f.c.step = 0;
+    CHECK_OK(f.c.method->step->step(&f.c, quad_grad, &f.c, &loss));
+    const double n = sqrt((double)next[0] * next[0] + (double)next[1] * next[1]);
+    const double gs0 = next[0] * (1 + 0.1 / n), gs1 = next[1] * (1 + 0.1 / n);
+    CHECK_NEAR(w[0], next[0] - 0.1 * (0.1 * gs0 + 0.9 * mom[0]), 1e-6);
+    CHECK_NEAR(w[1], next[1] - 0.1 * (0.1 * gs1 + 0.9 * mom[1]), 1e-6);
+    fake_free(&f);
+}
+
 static void test_fedspeed_two_params(void)
 {
     float w[2] = { 1.0f, 2.0f }, gbuf[2];
@@ -548,6 +597,48 @@ static void test_radius_hooks(void)
     nn_model_free(&a);
 }
 
+/* GSAM's lr-proportional radius (spec 2), hand-computed: lr 0.1 decaying by 0.9 over 4 rounds (0.1, 0.09, 0.081,
+ * 0.0729), rho = 0.05, rho_min = 0.01: rho_t = 0.01 + 0.04 (lr_t - 0.0729)/0.0271; the step perturbs by it */
+static void test_gsam_lr_radius(void)
+{
+    NnModel a;
+    bn_model(&a);
+    Fake f;
+    fake_init(&f, "fedsam", &a);
+    const AlgoMethod *meth = f.c.method;
+    const int sched = algo_hp_index(meth, "rho_schedule"), rmin = algo_hp_index(meth, "rho_min");
+    CHECK(sched == 5 && rmin == 6); /* the SAM step's keys: hp 2-6 in every row that has them */
+    CHECK(algo_hp_index(algo_find("mofedsam"), "rho_min") == 6 && algo_hp_index(algo_find("fedspeed"), "rho_min") == 6);
+    f.setup.lr = 0.1, f.setup.lr_decay = 0.9, f.setup.rounds = 4;
+    f.hp[0] = 0.05, f.hp[rmin] = 0.01;
+    for (int t = 0; t < 4; t++) CHECK(algo_sam_lr_radius(&f.setup, f.hp, t) == 0.05); /* constant: rho */
+    f.hp[sched] = 1; /* lr */
+    const double expect[4] = { 0.05, 0.01 + 0.04 * 0.0171 / 0.0271, 0.01 + 0.04 * 0.0081 / 0.0271, 0.01 };
+    for (int t = 0; t < 4; t++) CHECK_NEAR(algo_sam_lr_radius(&f.setup, f.hp, t), expect[t], 1e-12);
+    f.setup.lr_decay = 1.0; /* no schedule to follow: rho */
+    CHECK(algo_sam_lr_radius(&f.setup, f.hp, 2) == 0.05);
+    f.setup.lr_decay = 0.9;
+    /* the step's perturbation has the round's radius */
+    f.c.round = 2;
+    CHECK_NEAR(algo_sam_radius(&f.c), expect[2], 1e-12);
+    float *at[2] = { malloc(a.n_state * 4), malloc(a.n_state * 4) };
+    Batch ba = { .m = &a, .c = &f.c, .seen = { at[0], at[1] } };
+    batch_fill(&ba, 0);
+    double loss;
+    CHECK_OK(algo_sam_step(&f.c, batch_grad, &ba, &loss));
+    CHECK_NEAR(dist(at[1], at[0], a.n_params), expect[2], 1e-6);
+    /* validation: rho_min above rho is refused, naming both keys */
+    CHECK_OK(meth->validate(meth, &f.setup));
+    f.hp[rmin] = 0.06;
+    fh_error_clear();
+    CHECK(meth->validate(meth, &f.setup) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "rho_min") != NULL && strstr(fh_error_message(), "rho =") != NULL);
+    fh_error_clear();
+    free(at[0]), free(at[1]);
+    fake_free(&f);
+    nn_model_free(&a);
+}
+
 /* ---- the sharpness diagnostic (spec 12 definitions) ------------------------------------------------ */
 
 static void test_sharpness(void)
@@ -589,9 +680,11 @@ int main(int argc, char **argv)
     RUN(test_gsam);
     RUN(test_fedsmoo_two_params);
     RUN(test_fedspeed_two_params);
+    RUN(test_mofedsam_first_rounds);
     RUN(test_fedgamma_control_variates);
     RUN(test_fedlesam_perturbation);
     RUN(test_radius_hooks);
+    RUN(test_gsam_lr_radius);
     RUN(test_sharpness);
     return test_summary();
 }
