@@ -223,7 +223,9 @@ static int read_table(const FhH5File *f, const char *name, int cols, double **ro
     FH_CHECK(fh_calloc(rows_out, dims[0] ? (size_t)dims[0] : 1, (size_t)cols * sizeof(double), name));
     *n_rows = (int64_t)dims[0];
     if (dims[0] == 0) return FH_OK;
-    return fh_h5_read_all(f, name, H5T_NATIVE_DOUBLE, *rows_out);
+    const int status = fh_h5_read_all(f, name, H5T_NATIVE_DOUBLE, *rows_out);
+    if (status != FH_OK) fh_free(rows_out); /* nothing for the caller to free on failure */
+    return status;
 }
 
 int fl_checkpoint_read_config(const char *path, char **text)
