@@ -29,7 +29,8 @@ for t in $targets; do
     elif "$bin" "${files[@]}" >"$work/$t-replay.log" 2>&1; then
         pass "$t replay (${#files[@]} inputs)"
     else
-        fail "$t replay" "$(grep -m1 -E 'ERROR|fuzz property|Running:' "$work/$t-replay.log" | tail -n 1) (log $work/$t-replay.log)"
+        # libFuzzer prints "Running: FILE" before each input: the last one is the input that failed
+        fail "$t replay" "$(grep -E '^Running:' "$work/$t-replay.log" | tail -n 1 | sed 's/^Running: //'): $(grep -m1 -E 'ERROR|fuzz property' "$work/$t-replay.log") (log $work/$t-replay.log)"
     fi
     mkdir -p "$work/$t-corpus" "$work/$t-found"
     if "$bin" -seed=1 -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$work/$t-found/" \
