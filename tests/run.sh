@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Runs every unit test program in build/tests, then every MPI test script tests/mpi/test_*.sh and the
-# SLURM job tests tests/slurm/test_*.sh (on a one-node SLURM that tools/test-slurm.sh starts), and adds
-# up their "N passed, N failed[, N skipped]" lines. Skipped tests are counted apart, never as passed.
-# One program alone: build/tests/test_layers [test_name]; one script: tests/mpi/test_run.sh [test_name]
+# SLURM job tests tests/slurm/test_*.sh (on a one-node SLURM that tools/test-slurm.sh starts) and the fuzz
+# targets (tests/fuzz/test_fuzz.sh: their seeds and kept crash inputs, a few seconds of fuzzing each), and
+# adds up their "N passed, N failed[, N skipped]" lines. Skipped tests are counted apart, never as passed.
+# One program alone: build/tests/test_layers [test_name]; one script: tests/mpi/test_run.sh [test_name];
+# some of them, added up: tests/run.sh build/tests/test_* tests/mpi/test_run.sh
 set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 passed=0 failed=0 skipped=0 broken=()
-for t in build/tests/test_* tests/mpi/test_*.sh tests/slurm/test_*.sh; do
+if [ $# -gt 0 ]; then all=("$@"); else all=(build/tests/test_* tests/mpi/test_*.sh tests/slurm/test_*.sh tests/fuzz/test_*.sh); fi
+for t in "${all[@]}"; do
     case "$t" in *.d) continue ;; esac
     [ -x "$t" ] || continue
     echo "== $(basename "$t")"

@@ -52,9 +52,8 @@ static int add_entry(AppIni *ini, const char *section, const char *key, size_t l
     return FH_OK;
 }
 
-int app_ini_parse(AppIni *ini, const char *text, const char *source)
+static int parse_lines(AppIni *ini, const char *text, const char *source)
 {
-    memset(ini, 0, sizeof *ini);
     char section[128] = "";
     int line = 0;
     for (const char *p = text; *p;) {
@@ -105,6 +104,14 @@ int app_ini_parse(AppIni *ini, const char *text, const char *source)
         FH_CHECK(add_entry(ini, section, key, lk, raw, lr, val, lval, line));
     }
     return FH_OK;
+}
+
+int app_ini_parse(AppIni *ini, const char *text, const char *source)
+{
+    memset(ini, 0, sizeof *ini);
+    int status = parse_lines(ini, text, source);
+    if (status != FH_OK) app_ini_free(ini); /* the entries before the bad line */
+    return status;
 }
 
 int app_read_file(const char *path, char **text, int fail_status)

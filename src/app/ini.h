@@ -18,7 +18,8 @@ typedef struct {
     int n, cap;
 } AppIni;
 
-/* Parses text; `source` names it in messages ("FILE:LINE: ..."), FH_ERR_USAGE on a syntax error. */
+/* Parses text; `source` names it in messages ("FILE:LINE: ..."), FH_ERR_USAGE on a syntax error (ini is
+ * then empty: nothing to free). */
 int app_ini_parse(AppIni *ini, const char *text, const char *source);
 /* Reads and parses a file; an unreadable file is `fail_status`. */
 int app_ini_load(AppIni *ini, const char *path, int fail_status);

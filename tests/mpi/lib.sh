@@ -9,6 +9,10 @@ ROOT=$PWD
 FEDHET=$ROOT/bin/fedhet
 HERE=$ROOT/tests/mpi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+# A sanitized build (make DEBUG=1) runs here with AddressSanitizer and UBSan but without leak detection:
+# Open MPI 4.1 never frees what MPI_Init allocates and unloads its plug-ins at MPI_Finalize, so those
+# leaks point into unnamed modules that no suppression can match. The unit tests keep leak detection.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 # one run may not take longer than this (a hang is a failure, not a stuck test)
 RUN_LIMIT=${FEDHET_MPI_TEST_LIMIT:-120}
 
