@@ -55,6 +55,31 @@ fh()
     return 0
 }
 
+# fg NP TAG ARGS...: fedhet grid ARGS on NP ranks (NP 1: without mpirun, unless MPI_X is set); output in
+# $WORK/TAG.out/.err; sets RC
+fg()
+{
+    local np=$1 tag=$2
+    LAST_TAG=$tag
+    shift 2
+    if [ "$np" = 1 ] && [ ${#MPI_X[@]} -eq 0 ]; then
+        timeout -k 5 "$RUN_LIMIT" "$FEDHET" grid "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err"
+    else
+        timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe "${MPI_X[@]}" -np "$np" "$FEDHET" grid "$@" \
+            >"$WORK/$tag.out" 2>"$WORK/$tag.err"
+    fi
+    RC=$?
+    [ "$RC" -eq 124 ] && note "$tag: timed out after $RUN_LIMIT s"
+    return 0
+}
+
+# member_state GRID_DIR MEMBER: its state in members.csv
+member_state()
+{
+    awk -F, -v m="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "state") c = i; next } $2 == m { print $c }' \
+        "$1/members.csv" 2>/dev/null
+}
+
 # the first line of a run's error message (stderr), for failure reasons
 errline() { grep -m1 -E 'error|Error' "$WORK/$1.err" 2>/dev/null | cut -c1-300; }
 

@@ -85,41 +85,24 @@ test_missing_final_model()
     same_run "$WORK/out/gone_ref" "$WORK/out/gone" "run.h5 removed + --resume vs the original"
 }
 
-# fgk NP TAG ARGS...: mpirun fedhet grid with MPI_X; sets RC
-fgk()
-{
-    local np=$1 tag=$2
-    LAST_TAG=$tag
-    shift 2
-    timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe "${MPI_X[@]}" -np "$np" "$FEDHET" grid "$@" \
-        >"$WORK/$tag.out" 2>"$WORK/$tag.err"
-    RC=$?
-    [ "$RC" -eq 124 ] && note "$tag: timed out after $RUN_LIMIT s"
-    return 0
-}
 
-member_state()
-{
-    awk -F, -v m="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "state") c = i; next } $2 == m { print $c }' \
-        "$1/members.csv" 2>/dev/null
-}
 
 # A grid of 2 members (one at a time on 2 ranks), its first member killed at a point; `fedhet grid
 # --resume` finishes both, each identical to the members of an uninterrupted grid and recorded done.
 test_kill_points_grid()
 {
-    fgk 2 gref "$WORK/sweep.ini" output.name=gref
+    fg 2 gref "$WORK/sweep.ini" output.name=gref
     expect_rc "uninterrupted grid" 0 || return
     local case point round name m
     for case in train@1 checkpoint.h5:done@2 run.h5@2; do
         point=${case%@*} round=${case#*@}
         name=gk_$(echo "$case" | tr -c 'a-zA-Z0-9\n' _)
         kill_env "$point" "$round"
-        fgk 2 "$name" "$WORK/sweep.ini" output.name="$name"
+        fg 2 "$name" "$WORK/sweep.ini" output.name="$name"
         MPI_X=()
         if [ "$RC" -eq 0 ] || [ "$RC" -eq 124 ]; then fail "grid $case: the grid was not killed (exit $RC)"; continue; fi
         [ -e "$WORK/out/$name/lr-0.05/run.h5" ] && { fail "grid $case: run.h5 exists after the kill"; continue; }
-        fgk 2 "${name}_resume" --resume "$WORK/out/$name"
+        fg 2 "${name}_resume" --resume "$WORK/out/$name"
         expect_rc "grid $case: grid --resume" 0 || continue
         for m in lr-0.05 lr-0.1; do
             same_run "$WORK/out/gref/$m" "$WORK/out/$name/$m" "grid $case: member $m" || continue
@@ -133,12 +116,12 @@ test_kill_points_grid()
 # instead of counting the member done.
 test_missing_final_model_grid()
 {
-    fgk 2 gdone "$WORK/sweep.ini" output.name=gdone
+    fg 2 gdone "$WORK/sweep.ini" output.name=gdone
     expect_rc "uninterrupted grid" 0 || return
     local G=$WORK/out/gdone
     cp -r "$G/lr-0.1" "$WORK/gdone_lr-0.1"
     rm "$G/lr-0.1/run.h5"
-    fgk 2 gdone2 --resume "$G"
+    fg 2 gdone2 --resume "$G"
     expect_rc "grid --resume without a member's run.h5" 0 || return
     same_run "$WORK/gdone_lr-0.1" "$G/lr-0.1" "member lr-0.1: run.h5 removed + grid --resume vs the original"
     [ "$(member_state "$G" lr-0.1)" = done ] || fail "member lr-0.1 is '$(member_state "$G" lr-0.1)' in members.csv"

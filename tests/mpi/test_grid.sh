@@ -14,28 +14,7 @@ grid_cleanup()
 }
 trap 'grid_cleanup; cleanup' EXIT
 
-# fg NP TAG ARGS...: mpirun -np NP fedhet grid ARGS; output in $WORK/TAG.out/.err; sets RC
-fg()
-{
-    local np=$1 tag=$2
-    LAST_TAG=$tag
-    shift 2
-    if [ "$np" = 1 ]; then # a singleton: no mpirun needed for one rank
-        timeout -k 5 "$RUN_LIMIT" "$FEDHET" grid "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err"
-    else
-        timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe -np "$np" "$FEDHET" grid "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err"
-    fi
-    RC=$?
-    [ "$RC" -eq 124 ] && note "$tag: timed out after $RUN_LIMIT s"
-    return 0
-}
 
-# member_state GRID_DIR MEMBER: its state in members.csv
-member_state()
-{
-    awk -F, -v m="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "state") c = i; next } $2 == m { print $c }' \
-        "$1/members.csv" 2>/dev/null
-}
 
 setup()
 {
