@@ -29,6 +29,13 @@ static inline void fake_run_init(FlRun *run)
     if (fl_comm_init(&run->comm, MPI_COMM_SELF) != FH_OK) abort();
     run->s.rounds = FAKE_ROUNDS;
     run->s.seed = 7;
+    run->s.model = "tiny";
+    run->s.norm = "none";
+    /* a model whose state is the FAKE_N_STATE floats (2 inputs -> linear 2): checkpoints write its tensors */
+    NnModel *m = &run->work.model;
+    if (nn_model_init(m, "tiny", (NnShape){ 1, 1, 2 }, 1) != FH_OK) abort();
+    const int x = nn_flatten(m, m->input);
+    if (nn_model_finalize(m, nn_linear(m, x, 2, 1, NN_ACT_NONE), x, 2) != FH_OK || m->n_state != FAKE_N_STATE) abort();
     run->n_state = FAKE_N_STATE;
     run->layout_hash = 0x5eedULL;
     run->lr = 0.05;
@@ -74,6 +81,7 @@ static inline void fake_run_set_rounds(FlRun *run, int n_rows)
 
 static inline void fake_run_free(FlRun *run)
 {
+    nn_model_free(&run->work.model);
     free(run->global);
     free(run->server_private);
     free(run->server_scalars);
