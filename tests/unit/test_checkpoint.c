@@ -18,6 +18,12 @@
 
 enum { N_STATE = 6, ROUNDS = 3, DONE = 2 };
 
+/* Under make DEBUG=1: Open MPI 4.1 leaks from MPI_Init inside plug-ins it unloads at exit, which no
+ * LeakSanitizer suppression can name (the MPI scripts turn leak detection off for the same reason); this
+ * test watches its own leak by heap growth instead. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "detect_leaks=0"; }
+
 typedef struct {
     FlRun run;
     int owner[1], clients[1];
