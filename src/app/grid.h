@@ -19,12 +19,13 @@
 #define GRID_PATH 4096
 #define GRID_MEMBERS_ASK 1000     /* more members than this need --yes */
 #define GRID_MEMBERS_MAX 10000000 /* never more than this */
+#define GRID_VALUES_MAX 100000    /* values in one list */
 
 typedef struct {
     char key[128];        /* resolved "section.key" */
     char short_name[128]; /* the key in member names: the part after the dot, or all of it when ambiguous */
     char **values;
-    int n_values;
+    int n_values, cap_values;
     int dim;              /* dimension of the product (keys on one zip line share one) */
     int line;             /* line in the grid file; 0: command line */
 } GridAxis;

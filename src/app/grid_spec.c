@@ -97,9 +97,15 @@ int grid_resolve_key(const char *given, const char *where, char *out, size_t siz
 
 static int push_value(GridAxis *a, const char *v, size_t n)
 {
-    char **grown = realloc(a->values, (size_t)(a->n_values + 1) * sizeof *grown);
-    if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for grid values");
-    a->values = grown;
+    if (a->n_values >= GRID_VALUES_MAX)
+        FH_FAIL(FH_ERR_USAGE, "[grid] %s: more than %d values in one list", a->key, GRID_VALUES_MAX);
+    if (a->n_values == a->cap_values) { /* doubling: a range of 100,000 values is 17 reallocations */
+        const int cap = a->cap_values ? 2 * a->cap_values : 8;
+        char **grown = realloc(a->values, (size_t)cap * sizeof *grown);
+        if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for grid values");
+        a->values = grown;
+        a->cap_values = cap;
+    }
     a->values[a->n_values] = malloc(n + 1);
     if (!a->values[a->n_values]) FH_FAIL(FH_ERR_IO, "out of memory for grid values");
     memcpy(a->values[a->n_values], v, n);
@@ -226,6 +232,66 @@ static int set_ranks(GridSpec *g, const char *v, const char *where)
     return FH_OK;
 }
 
+/* One position of a list (or of a zip line's lists): its values joined, for sorting */
+typedef struct {
+    char *tuple;
+    int pos;
+} GridTuple;
+
+static int cmp_tuple(const void *a, const void *b)
+{
+    const GridTuple *x = a, *y = b;
+    const int c = strcmp(x->tuple, y->tuple);
+    return c ? c : x->pos - y->pos;
+}
+
+/* Refuses a value listed twice in axis a's list, or, for a zip line (zip_of[a] >= 0), two positions with the same
+ * values of every key of the line. Sorted, so that long lists (ranges of up to GRID_VALUES_MAX) stay fast. */
+static int check_repeats(const GridSpec *g, int a, const int *zip_of)
+{
+    const int n = g->axes[a].n_values;
+    GridTuple *t = calloc(n > 0 ? (size_t)n : 1, sizeof *t);
+    if (!t) FH_FAIL(FH_ERR_IO, "out of memory for the grid's lists");
+    int status = FH_OK;
+    for (int i = 0; i < n && status == FH_OK; i++) {
+        size_t len = 1;
+        for (int b = 0; b < g->n_axes; b++)
+            if (b == a || (zip_of[a] >= 0 && zip_of[b] == zip_of[a])) len += strlen(g->axes[b].values[i]) + 1;
+        t[i].pos = i;
+        t[i].tuple = malloc(len);
+        if (!t[i].tuple) {
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for the grid's lists");
+            break;
+        }
+        char *p = t[i].tuple;
+        for (int b = 0; b < g->n_axes; b++)
+            if (b == a || (zip_of[a] >= 0 && zip_of[b] == zip_of[a])) {
+                const size_t l = strlen(g->axes[b].values[i]);
+                memcpy(p, g->axes[b].values[i], l);
+                p += l;
+                *p++ = '\x1f'; /* unit separator: not in a config value */
+            }
+        *p = '\0';
+    }
+    if (status == FH_OK) qsort(t, (size_t)n, sizeof *t, cmp_tuple);
+    for (int i = 1; i < n && status == FH_OK; i++) {
+        if (strcmp(t[i].tuple, t[i - 1].tuple)) continue;
+        char where[GRID_PATH + 64];
+        if (g->axes[a].line) snprintf(where, sizeof where, "%s:%d: [grid] ", g->path, g->axes[a].line);
+        else snprintf(where, sizeof where, "command line: grid.");
+        if (zip_of[a] < 0)
+            status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s%s: value %s is listed twice", where,
+                                    g->axes[a].key, g->axes[a].values[t[i].pos]);
+        else
+            status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s%s: positions %d and %d of its zip line give "
+                                    "the same values for every key of the line", where, g->axes[a].key,
+                                    t[i - 1].pos + 1, t[i].pos + 1);
+    }
+    for (int i = 0; i < n; i++) free(t[i].tuple);
+    free(t);
+    return status;
+}
+
 /* The dimensions: each zip line is one (at the place of its first key), every other key its own. */
 static int build_dims(GridSpec *g, const ZipLine *zips, int n_zips)
 {
@@ -261,22 +327,15 @@ static int build_dims(GridSpec *g, const ZipLine *zips, int n_zips)
     }
     /* a value twice in one list would run the same member twice: refused, except inside a zip line, where
      * only the same values of every key of the line at two positions are */
-    for (int a = 0; a < g->n_axes; a++)
-        for (int i = 0; i < g->axes[a].n_values; i++)
-            for (int j = 0; j < i; j++) {
-                int same = 1;
-                for (int b = 0; b < g->n_axes && same; b++)
-                    if (b == a || (zip_of[a] >= 0 && zip_of[b] == zip_of[a]))
-                        same = !strcmp(g->axes[b].values[i], g->axes[b].values[j]);
-                if (!same) continue;
-                char where[GRID_PATH + 64];
-                if (g->axes[a].line) snprintf(where, sizeof where, "%s:%d: [grid] ", g->path, g->axes[a].line);
-                else snprintf(where, sizeof where, "command line: grid.");
-                if (zip_of[a] < 0)
-                    FH_FAIL(FH_ERR_USAGE, "%s%s: value %s is listed twice", where, g->axes[a].key, g->axes[a].values[i]);
-                FH_FAIL(FH_ERR_USAGE, "%s%s: positions %d and %d of its zip line give the same values for every key of "
-                        "the line", where, g->axes[a].key, j + 1, i + 1);
-            }
+    for (int a = 0; a < g->n_axes; a++) {
+        if (zip_of[a] >= 0) {
+            int first = -1;
+            for (int b = 0; b < a && first < 0; b++)
+                if (zip_of[b] == zip_of[a]) first = b;
+            if (first >= 0) continue; /* the line is checked once, at its first key */
+        }
+        FH_CHECK(check_repeats(g, a, zip_of));
+    }
     g->n_dims = 0;
     for (int a = 0; a < g->n_axes; a++) {
         if (g->axes[a].dim >= 0) continue;

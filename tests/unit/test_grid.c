@@ -163,6 +163,18 @@ static void test_unset_values(void)
                  NULL, 0, "positions 1 and 2", NULL);
 }
 
+/* the longest list a grid takes: 100,000 values (its repeats found by sorting, its storage grown by doubling,
+ * so that a fuzzed range list loads in milliseconds); one more is refused */
+static void test_long_lists(void)
+{
+    GridSpec g;
+    CHECK_OK(load(&g, BASE "[grid]\nfl.seed = 0..99999\n", NULL, 0));
+    CHECK(g.axes[0].n_values == 100000 && g.n_members == 100000);
+    grid_spec_free(&g);
+    expect_error(BASE "[grid]\nfl.seed = 0..99999, 100000\n", NULL, 0, "more than 100000 values", NULL);
+    expect_error(BASE "[grid]\nfl.seed = 0..50000, 50000..60000\n", NULL, 0, "value 50000 is listed twice", NULL);
+}
+
 static void test_key_resolution(void)
 {
     char key[128];
@@ -334,6 +346,7 @@ int main(int argc, char **argv)
     RUN(test_quoted_items_and_names);
     RUN(test_zip);
     RUN(test_unset_values);
+    RUN(test_long_lists);
     RUN(test_key_resolution);
     RUN(test_bad_grids);
     RUN(test_command_line);
