@@ -24,11 +24,11 @@ T_START=$(date +%s.%N)
 
 cleanup()
 {
-    # background jobs this script started, and the rank processes of their runs (their command lines
-    # name a config inside $WORK, so nothing else matches)
+    # background jobs this script started, and the rank processes of its runs, grids and landscapes (their
+    # command lines name a file inside $WORK, so nothing else matches)
     local p
     for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    for p in $(pgrep -f -- "^$FEDHET run .*$WORK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+    for p in $(pgrep -f -- "^$FEDHET (run|grid|landscape) .*$WORK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
     if [ -n "${FEDHET_MPI_TEST_KEEP:-}" ]; then echo "kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT

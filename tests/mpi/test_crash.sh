@@ -8,12 +8,6 @@
 # usage: tests/mpi/test_crash.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 source "$(dirname "$0")/lib.sh"
 
-grid_cleanup()
-{
-    local p
-    for p in $(pgrep -f -- "^$FEDHET grid .*$WORK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-}
-trap 'grid_cleanup; cleanup' EXIT
 
 setup()
 {

@@ -6,13 +6,6 @@
 # usage: tests/mpi/test_grid.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 . "$(dirname "$0")/lib.sh"
 
-# rank processes of this script's grids (their command lines name a grid file inside $WORK)
-grid_cleanup()
-{
-    local p
-    for p in $(pgrep -f -- "^$FEDHET grid .*$WORK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-}
-trap 'grid_cleanup; cleanup' EXIT
 
 
 

@@ -6,12 +6,6 @@
 # usage: tests/mpi/test_report.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 . "$(dirname "$0")/lib.sh"
 
-grid_cleanup()
-{
-    local p
-    for p in $(pgrep -f -- "^$FEDHET (grid|landscape) .*$WORK" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
-}
-trap 'grid_cleanup; cleanup' EXIT
 
 # fx NP TAG COMMAND ARGS...: mpirun -np NP fedhet COMMAND ARGS (NP 0: no mpirun); sets RC
 fx()
