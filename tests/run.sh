@@ -3,7 +3,7 @@
 # SLURM job tests tests/slurm/test_*.sh (on a one-node SLURM that tools/test-slurm.sh starts) and the fuzz
 # targets (tests/fuzz/test_fuzz.sh: their seeds and kept crash inputs, a few seconds of fuzzing each), and
 # adds up their "N passed, N failed[, N skipped]" lines. Skipped tests are counted apart, never as passed.
-# One program alone: build/tests/test_layers [test_name]; one script: tests/mpi/test_run.sh [test_name];
+# One program alone: build/tests/test_layers_conv [test_name]; one script: tests/mpi/test_run.sh [test_name];
 # some of them, added up: tests/run.sh build/tests/test_* tests/mpi/test_run.sh
 set -u
 cd "$(dirname "$0")/.."

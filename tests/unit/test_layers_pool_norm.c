@@ -1,0 +1,268 @@
+/* Pooling and normalisation (src/nn): finite-difference gradients (layer_check.h) of max-, average and
+ * global average pooling and of batch and group norm (train and eval), batch-norm running statistics
+ * (PyTorch's rule) and normalisation, group-norm normalisation, and bad pooling shapes.
+ * Run: make build/tests/test_layers_pool_norm && build/tests/test_layers_pool_norm [test_name] */
+#include "test.h"
+
+#include "layer_check.h"
+
+/* ============================== layer gradient tests ============================== */
+
+static void test_grad_maxpool(void)
+{
+    layer_case("maxpool_2x2s2", (NnShape){2, 6, 6}, (LayerArg){.op = NN_OP_MAXPOOL, .k = 2, .stride = 2});
+    layer_case("maxpool_3x3s2p1", (NnShape){2, 7, 7}, (LayerArg){.op = NN_OP_MAXPOOL, .k = 3, .stride = 2, .pad = 1});
+    layer_case("maxpool_3x3s1", (NnShape){2, 5, 6}, (LayerArg){.op = NN_OP_MAXPOOL, .k = 3, .stride = 1});
+}
+
+static void test_grad_avgpool(void)
+{
+    layer_case("avgpool_2x2s2", (NnShape){2, 6, 6}, (LayerArg){.op = NN_OP_AVGPOOL, .k = 2, .stride = 2});
+    layer_case("avgpool_3x3s2p1", (NnShape){2, 7, 7}, (LayerArg){.op = NN_OP_AVGPOOL, .k = 3, .stride = 2, .pad = 1});
+}
+
+static void test_grad_gap(void) { layer_case("gap", (NnShape){3, 4, 5}, (LayerArg){.op = NN_OP_GAP}); }
+
+static void test_grad_batchnorm(void)
+{
+    layer_case("bn_train", (NnShape){3, 4, 4}, (LayerArg){.op = NN_OP_BATCHNORM, .x_scale = 2, .batch = 4});
+    layer_case("bn_train_flat", (NnShape){5, 1, 1}, (LayerArg){.op = NN_OP_BATCHNORM, .batch = 6});
+    layer_case("bn_eval", (NnShape){3, 4, 4}, (LayerArg){.op = NN_OP_BATCHNORM, .eval = 1});
+}
+
+static void test_grad_groupnorm(void)
+{
+    layer_case("gn_groups1", (NnShape){4, 3, 3}, (LayerArg){.op = NN_OP_GROUPNORM, .groups = 1, .batch = 2});
+    layer_case("gn_groups2", (NnShape){4, 3, 3}, (LayerArg){.op = NN_OP_GROUPNORM, .groups = 2, .batch = 2});
+    layer_case("gn_groups_c", (NnShape){4, 3, 3}, (LayerArg){.op = NN_OP_GROUPNORM, .groups = 4, .batch = 2});
+    layer_case("gn_eval", (NnShape){6, 2, 2}, (LayerArg){.op = NN_OP_GROUPNORM, .groups = 3, .eval = 1});
+}
+
+/* ============================== batch norm statistics ============================== */
+
+static void test_batchnorm_running_stats(void)
+{
+    enum { B = 5, C = 3, HW = 16 };
+    NnModel m;
+    CHECK_OK(nn_model_init(&m, "bn", (NnShape){C, 4, 4}, B));
+    int bn = nn_batchnorm(&m, m.input, NN_ACT_NONE);
+    int f = nn_flatten(&m, bn);
+    CHECK_OK(nn_model_finalize(&m, f, f, C * HW));
+    if (!m.finalized) {
+        nn_model_free(&m);
+        return;
+    }
+    nn_model_init_params(&m, SEED);
+    const NnParamView *vm = nn_model_view(&m, "bn1.running_mean"), *vv = nn_model_view(&m, "bn1.running_var");
+    const NnParamView *vg = nn_model_view(&m, "bn1.weight"), *vb = nn_model_view(&m, "bn1.bias");
+    CHECK(vm && vv && vg && vb);
+    if (!vm || !vv || !vg || !vb) {
+        nn_model_free(&m);
+        return;
+    }
+    CHECK(!vm->trainable && !vv->trainable && vm->offset >= m.n_params && vv->offset >= m.n_params);
+    for (int c = 0; c < C; c++) { /* PyTorch's initial values, gamma = 1, beta = 0 */
+        CHECK(m.state[vg->offset + c] == 1.0f && m.state[vb->offset + c] == 0.0f);
+        CHECK(m.state[vm->offset + c] == 0.0f && m.state[vv->offset + c] == 1.0f);
+    }
+    float *rm = m.state + vm->offset, *rv = m.state + vv->offset;
+    const float rm0[C] = {0.2f, -0.3f, 0.5f}, rv0[C] = {1.5f, 0.7f, 2.0f};
+    memcpy(rm, rm0, sizeof rm0);
+    memcpy(rv, rv0, sizeof rv0);
+
+    FhRng rng = rng_for("bn_running", 0);
+    float x[B * C * HW];
+    for (int b = 0; b < B; b++)
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < HW; i++)
+                x[(b * C + c) * HW + i] = (float)(1.5 * (c + 1) * fh_rng_normal(&rng) + 2.0 * c - 1.0);
+    CHECK_OK(nn_model_forward(&m, x, B));
+    const float *y = nn_model_logits(&m);
+    for (int c = 0; c < C; c++) {
+        double s = 0.0, sy = 0.0;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) {
+                s += x[(b * C + c) * HW + i];
+                sy += y[(b * C + c) * HW + i];
+            }
+        double n = B * HW, mean = s / n, ymean = sy / n, ss = 0.0, syy = 0.0;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) {
+                double d = x[(b * C + c) * HW + i] - mean, e = y[(b * C + c) * HW + i] - ymean;
+                ss += d * d;
+                syy += e * e;
+            }
+        double var_biased = ss / n, var_unbiased = ss / (n - 1);
+        /* PyTorch: momentum 0.1, unbiased variance for the running estimate */
+        CHECK_NEAR(rm[c], 0.9 * rm0[c] + 0.1 * mean, 1e-5 * (1.0 + fabs(mean)));
+        CHECK_NEAR(rv[c], 0.9 * rv0[c] + 0.1 * var_unbiased, 1e-5 * (1.0 + var_unbiased));
+        /* and the biased one to normalise: per-channel mean 0, variance var / (var + eps) ~ 1 */
+        CHECK_NEAR(ymean, 0.0, 1e-5);
+        CHECK_NEAR(syy / n, var_biased / (var_biased + 1e-5), 1e-4);
+        CHECK_NEAR(syy / n, 1.0, 1e-3);
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) {
+                double want = (x[(b * C + c) * HW + i] - mean) / sqrt(var_biased + 1e-5);
+                CHECK_NEAR(y[(b * C + c) * HW + i], want, 1e-4);
+            }
+    }
+
+    /* bn_update_running = 0 (SAM's second pass): batch statistics, running stats frozen */
+    float rm1[C], rv1[C];
+    memcpy(rm1, rm, sizeof rm1);
+    memcpy(rv1, rv, sizeof rv1);
+    for (int i = 0; i < B * C * HW; i++) x[i] = 3.0f * x[i] + 0.5f;
+    m.bn_update_running = 0;
+    CHECK_OK(nn_model_forward(&m, x, B));
+    CHECK(memcmp(rm1, rm, sizeof rm1) == 0 && memcmp(rv1, rv, sizeof rv1) == 0);
+    for (int c = 0; c < C; c++) {
+        double s = 0.0;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) s += y[(b * C + c) * HW + i];
+        CHECK_NEAR(s / (B * HW), 0.0, 1e-5);
+    }
+    m.bn_update_running = 1;
+
+    /* eval: running statistics normalise, and stay put; gamma and beta apply */
+    for (int c = 0; c < C; c++) {
+        m.state[vg->offset + c] = 0.5f + (float)c;
+        m.state[vb->offset + c] = 0.25f - (float)c;
+    }
+    nn_model_set_training(&m, 0);
+    CHECK_OK(nn_model_forward(&m, x, 2));
+    CHECK(memcmp(rm1, rm, sizeof rm1) == 0 && memcmp(rv1, rv, sizeof rv1) == 0);
+    for (int b = 0; b < 2; b++)
+        for (int c = 0; c < C; c++)
+            for (int i = 0; i < HW; i++) {
+                int j = (b * C + c) * HW + i;
+                double want = (x[j] - rm[c]) / sqrt((double)rv[c] + 1e-5) * (0.5 + c) + (0.25 - c);
+                CHECK_NEAR(y[j], want, 1e-4 * (1.0 + fabs(want)));
+            }
+    /* a second training step moves the running statistics on from where they are */
+    nn_model_set_training(&m, 1);
+    CHECK_OK(nn_model_forward(&m, x, B));
+    for (int c = 0; c < C; c++) {
+        double s = 0.0, ss = 0.0, n = B * HW;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) s += x[(b * C + c) * HW + i];
+        double mean = s / n;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) ss += (x[(b * C + c) * HW + i] - mean) * (x[(b * C + c) * HW + i] - mean);
+        CHECK_NEAR(rm[c], 0.9 * rm1[c] + 0.1 * mean, 1e-5 * (1.0 + fabs(mean)));
+        CHECK_NEAR(rv[c], 0.9 * rv1[c] + 0.1 * ss / (n - 1), 1e-5 * (1.0 + ss / (n - 1)));
+    }
+    nn_model_free(&m);
+}
+
+/* a channel whose mean is large against its spread (1000 +- 0.1): no cancellation in the variance */
+static void test_batchnorm_large_offset(void)
+{
+    enum { B = 4, C = 2, HW = 25 };
+    NnModel m;
+    CHECK_OK(nn_model_init(&m, "bn_offset", (NnShape){C, 5, 5}, B));
+    int f = nn_flatten(&m, nn_batchnorm(&m, m.input, NN_ACT_NONE));
+    CHECK_OK(nn_model_finalize(&m, f, f, C * HW));
+    if (!m.finalized) {
+        nn_model_free(&m);
+        return;
+    }
+    nn_model_init_params(&m, SEED);
+    FhRng rng = rng_for("bn_offset", 0);
+    float x[B * C * HW];
+    for (int i = 0; i < B * C * HW; i++)
+        x[i] = (float)((i / HW) % C == 0 ? 1000.0 + 0.1 * fh_rng_normal(&rng) : -3e4 + 2.0 * fh_rng_normal(&rng));
+    CHECK_OK(nn_model_forward(&m, x, B));
+    const float *y = nn_model_logits(&m);
+    for (int c = 0; c < C; c++) {
+        double s = 0.0, ss = 0.0, n = B * HW;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) s += x[(b * C + c) * HW + i];
+        double mean = s / n;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) ss += (x[(b * C + c) * HW + i] - mean) * (x[(b * C + c) * HW + i] - mean);
+        double inv = 1.0 / sqrt(ss / n + 1e-5);
+        double err = 0.0;
+        for (int b = 0; b < B; b++)
+            for (int i = 0; i < HW; i++) {
+                int j = (b * C + c) * HW + i;
+                err = fmax(err, fabs(y[j] - (x[j] - mean) * inv));
+            }
+        CHECK_MSG(err <= 1e-2, "channel %d: max error %.3g of the normalised output", c, err);
+    }
+    nn_model_free(&m);
+}
+
+static void test_groupnorm_normalises(void)
+{
+    enum { B = 2, C = 6, HW = 9, G = 3 };
+    NnModel m;
+    CHECK_OK(nn_model_init(&m, "gn", (NnShape){C, 3, 3}, B));
+    int gn = nn_groupnorm(&m, m.input, G, NN_ACT_NONE);
+    int f = nn_flatten(&m, gn);
+    CHECK_OK(nn_model_finalize(&m, f, f, C * HW));
+    if (!m.finalized) {
+        nn_model_free(&m);
+        return;
+    }
+    nn_model_init_params(&m, SEED);
+    CHECK(m.n_buffers == 0);
+    FhRng rng = rng_for("gn_normalises", 0);
+    float x[B * C * HW];
+    for (int i = 0; i < B * C * HW; i++) x[i] = (float)(3.0 * fh_rng_normal(&rng) + 1.0 + (i % 7));
+    CHECK_OK(nn_model_forward(&m, x, B));
+    const float *y = nn_model_logits(&m);
+    int n = C / G * HW;
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < G; g++) {
+            const float *xg = x + (b * C + g * (C / G)) * HW, *yg = y + (b * C + g * (C / G)) * HW;
+            double s = 0.0, ss = 0.0;
+            for (int i = 0; i < n; i++) s += xg[i];
+            double mean = s / n;
+            for (int i = 0; i < n; i++) ss += (xg[i] - mean) * (xg[i] - mean);
+            double inv = 1.0 / sqrt(ss / n + 1e-5);
+            for (int i = 0; i < n; i++) CHECK_NEAR(yg[i], (xg[i] - mean) * inv, 1e-4);
+        }
+    nn_model_free(&m);
+}
+
+/* ============================== bad input ============================== */
+
+static void test_bad_pool(void)
+{
+    NnModel m;
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 3}, 2));
+    CHECK(nn_maxpool(&m, m.input, 5, 1, 0) < 0);
+    CHECK(m.status == FH_ERR_USAGE);
+    CHECK_MSG_HAS("maxpool1");
+    CHECK_MSG_HAS("2x3x3");
+    nn_model_free(&m);
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 3}, 2));
+    CHECK(nn_avgpool(&m, m.input, 4, 2, 0) < 0);
+    CHECK_MSG_HAS("avgpool1");
+    CHECK_MSG_HAS("2x3x3");
+    nn_model_free(&m);
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 8, 8}, 2));
+    CHECK(nn_maxpool(&m, m.input, 3, 2, 2) < 0); /* pad above half the kernel */
+    CHECK_MSG_HAS("maxpool1");
+    CHECK_MSG_HAS("pad 2");
+    nn_model_free(&m);
+}
+
+/* ============================== main ============================== */
+
+int main(int argc, char **argv)
+{
+    TEST_MAIN_BEGIN(argc, argv);
+    layer_tests_init();
+
+    RUN(test_grad_maxpool);
+    RUN(test_grad_avgpool);
+    RUN(test_grad_gap);
+    RUN(test_grad_batchnorm);
+    RUN(test_grad_groupnorm);
+    RUN(test_batchnorm_running_stats);
+    RUN(test_batchnorm_large_offset);
+    RUN(test_groupnorm_normalises);
+    RUN(test_bad_pool);
+    return test_summary();
+}
