@@ -42,12 +42,17 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: FORCE fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam clean help check-tools
+.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam clean help check-tools
 
 # test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
 TEST_HELPERS = $(BUILD)/tests/model_logits
+# programs left in build/tests by a unit test since renamed or split: tests/run.sh would run them too
+STALE_UNIT_BIN = $(filter-out $(UNIT_BIN),$(patsubst %.d,%,$(wildcard $(BUILD)/tests/test_*)))
 
-all: check-tools bin/fedhet $(UNIT_BIN) $(TEST_HELPERS)
+all: check-tools bin/fedhet $(UNIT_BIN) $(TEST_HELPERS) prune-stale-tests
+
+prune-stale-tests:
+	@rm -f $(STALE_UNIT_BIN) $(STALE_UNIT_BIN:=.d)
 
 help:
 	@echo "make deps        install the Debian packages fedhet needs (idempotent)"
