@@ -37,9 +37,12 @@ typedef enum {
 typedef struct {
     NnShape shape;
     int64_t size;     /* c*h*w, per sample */
-    float *data;      /* [max_batch * size] */
-    float *grad;      /* [max_batch * size] */
+    float *data;      /* [max_batch * size]; a slice of the model's data pool when backward never reads it,
+                       * shared with tensors that are never live at the same time */
+    float *grad;      /* [max_batch * size]: a slice of the model's gradient pool, shared with tensors whose
+                       * gradients are never live at the same time (the input's is its own) */
     int alias_of;     /* -1, or the tensor whose buffers this one shares */
+    int grad_from_start; /* its gradient is zeroed when backward starts (logits, features, tensors nothing reads) */
 } NnTensor;
 
 typedef struct {
@@ -50,6 +53,7 @@ typedef struct {
     int64_t w_off, b_off;   /* trainable offsets into state, -1 if absent */
     int64_t rm_off, rv_off; /* BatchNorm running mean / var offsets into state (buffers), -1 if absent */
     int cin, cout, k, stride, pad, groups;
+    unsigned char zero_in, zero_in2; /* backward zeroes the gradient of in / in2 first: the first step to write it */
     float eps, momentum, p; /* norm eps, BN momentum, dropout probability */
     /* per-layer scratch sized for max_batch */
     float *save_mean, *save_invstd; /* norm statistics of the last training forward */
@@ -100,6 +104,12 @@ typedef struct NnModel {
     int pattern;            /* NN_PATTERN_OFF, _RECORD or _REPLAY (nn_model_pattern_alloc first) */
     uint64_t dropout_seed;
     uint32_t dropout_ctr[3]; /* (round, client, step) chosen by the caller before a forward */
+    /* activation memory planned by liveness at finalize: every activation gradient, and the activations that
+     * backward never reads, are slices of two pools */
+    float *grad_pool, *data_pool;
+    int64_t grad_pool_floats, data_pool_floats; /* per sample */
+    int no_activation_reuse; /* set before finalize: every activation and gradient in a buffer of its own (tests
+                              * check that the planned model computes the same bits) */
     float *workspace;        /* im2col columns and gemm staging */
     size_t workspace_floats;
     int status;              /* first build error (sticky), FH_OK otherwise */
@@ -152,7 +162,8 @@ float *nn_model_logits(const NnModel *m);
 float *nn_model_features(const NnModel *m);
 int64_t nn_model_features_size(const NnModel *m);
 int64_t nn_model_flops_forward(const NnModel *m); /* per sample */
-/* activations + their gradients + scratch + workspace for `batch` samples (computed from shapes) */
+/* activations + their gradients (the liveness-planned pool) + scratch + workspace for `batch` samples, from
+ * the shapes of a finalised model (one finalised for batch 1 reports any batch) */
 size_t nn_model_activation_bytes(const NnModel *m, int batch);
 /* The named view, or NULL */
 const NnParamView *nn_model_view(const NnModel *m, const char *name);
@@ -216,6 +227,7 @@ typedef struct {
     int proj_dim;      /* > 0: a projection head Linear(f, f), ReLU, Linear(f, proj_dim) between the representation
                         * (width f) and the classifier, whose input (the model's features) becomes its output
                         * (MOON's ModelFedCon); 0: none */
+    int no_activation_reuse; /* NnModel.no_activation_reuse (tests) */
 } NnZooOptions;
 /* Builds and finalises model `name` for input C x H x W and `classes`; parameters are NOT initialised
  * (call nn_model_init_params). Unknown names and inputs too small for the model are FH_ERR_USAGE. */

@@ -195,7 +195,7 @@ static int setup_model(Landscape *L)
     FH_CHECK(data_partfile_open(&L->f, L->data_path));
     L->f_open = 1;
     if (L->f.n_test == 0) FH_FAIL(FH_ERR_DATA, "%s has no test set: the landscape needs test rows", L->data_path);
-    NnZooOptions zoo = { L->norm, L->groups, 0.0f, L->proj_dim };
+    NnZooOptions zoo = { .norm = L->norm, .gn_groups = L->groups, .proj_dim = L->proj_dim };
     FH_CHECK(nn_zoo_build(&L->m, L->model, (NnShape){ L->f.c, L->f.h, L->f.w }, L->f.classes, L->o.batch, &zoo));
     L->m_built = 1;
     if (L->m.n_state != L->n_state)

@@ -315,6 +315,141 @@ static NnConvShape conv_shape(const NnModel *m, const NnLayer *l, int batch)
 
 static int model_finalize(NnModel *m, int logits, int features, int classes);
 
+static int root_of(const NnModel *m, int t)
+{
+    while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
+    return t;
+}
+
+/* Packs buffers of per-sample sizes size[t] that are live over steps [first[t], last[t]] into one pool: buffers whose
+ * spans do not overlap share a slot. The n_ids tensors ids[] are taken in order of first step (stable), each
+ * into the free slot that fits best (the smallest that is large enough, else the largest, grown). offset[t]
+ * receives the per-sample offset of t's slice (share = 0: every buffer a slot of its own); returns the pool's floats per sample (slices 64-byte aligned),
+ * -1 when out of memory. */
+static int64_t pack_spans(int *ids, int n_ids, const int *first, const int *last, const NnTensor *tensors,
+                          int share, int64_t *offset)
+{
+    int *busy = calloc((size_t)n_ids + 1, sizeof *busy);
+    int64_t *size = calloc((size_t)n_ids + 1, sizeof *size), total = -1;
+    if (!busy || !size) goto out;
+    for (int i = 1; i < n_ids; i++) { /* insertion sort by first step, stable */
+        int t = ids[i], j = i;
+        for (; j > 0 && first[ids[j - 1]] > first[t]; j--) ids[j] = ids[j - 1];
+        ids[j] = t;
+    }
+    int n_slots = 0;
+    for (int k = 0; k < n_ids; k++) {
+        const int t = ids[k];
+        const int64_t need = tensors[t].size;
+        int best = -1;
+        for (int q = 0; q < n_slots; q++) {
+            if (!share || busy[q] >= first[t]) continue;
+            if (best < 0 || (size[best] >= need ? size[q] >= need && size[q] < size[best] : size[q] > size[best]))
+                best = q;
+        }
+        if (best < 0) best = n_slots++;
+        if (size[best] < need) size[best] = need;
+        busy[best] = last[t];
+        offset[t] = best;
+    }
+    total = 0;
+    for (int q = 0; q < n_slots; q++) { /* slot sizes become slot offsets */
+        const int64_t at = total;
+        total += (size[q] + 15) & ~(int64_t)15;
+        size[q] = at;
+    }
+    for (int k = 0; k < n_ids; k++) offset[ids[k]] = size[offset[ids[k]]];
+out:
+    free(busy);
+    free(size);
+    return total;
+}
+
+/* Whether backward reads the data of root tensor t: a layer's output when its activation's mask is taken from it,
+ * an input of the layers whose backward needs x; the logits and features are read by callers after forward. */
+static int data_read_by_backward(const NnModel *m, int t)
+{
+    if (t == root_of(m, m->logits) || t == root_of(m, m->features)) return 1;
+    for (int i = 0; i < m->n_layers; i++) {
+        const NnLayer *l = &m->layers[i];
+        if (l->type == NN_OP_FLATTEN) continue;
+        if (root_of(m, l->out) == t && l->act != NN_ACT_NONE) return 1;
+        const int needs_x = l->type == NN_OP_LINEAR || l->type == NN_OP_CONV2D || l->type == NN_OP_BATCHNORM ||
+                            l->type == NN_OP_GROUPNORM;
+        if (needs_x && (root_of(m, l->in) == t || (l->in2 >= 0 && root_of(m, l->in2) == t))) return 1;
+    }
+    return 0;
+}
+
+/* Activation memory by liveness, planned from shapes at finalize.
+ * Gradients: backward visits the layers last to first (layer i at step L - 1 - i, -1 being its start); a tensor's
+ * gradient is live from the first step that writes it (that of the last layer reading the tensor, or the start
+ * for the logits, the features and tensors nothing reads) to its producer's step, which reads it last; a layer's
+ * dx and dy overlap at its step, so they never share. Sets grad_from_start and the layers' zero_in / zero_in2.
+ * Data: a tensor that backward never reads (data_read_by_backward) is live from its producer's forward step to its
+ * last reader's; the others stay live until backward ends, in buffers of their own.
+ * grad_offset[t] / data_offset[t]: per-sample offsets into the two pools (data_offset -1: its own buffer); returns
+ * FH_OK with the pools' floats per sample in m->grad_pool_floats and m->data_pool_floats. The input's buffers are
+ * not planned (its data is the caller's; its gradient, for need_input_grad, its own). */
+static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offset)
+{
+    const int n = m->n_tensors, L = m->n_layers;
+    int *first = calloc((size_t)n + 1, sizeof *first), *last = calloc((size_t)n + 1, sizeof *last);
+    int *ids = calloc((size_t)n + 1, sizeof *ids);
+    int status = FH_ERR_IO;
+    if (!first || !last || !ids) goto out;
+    for (int t = 0; t < n; t++) first[t] = last[t] = L;
+    for (int i = 0; i < L; i++) {
+        NnLayer *l = &m->layers[i];
+        l->zero_in = l->zero_in2 = 0;
+        if (l->type == NN_OP_FLATTEN) continue; /* a view: its gradient is its input's */
+        last[root_of(m, l->out)] = L - 1 - i;
+        const int ins[2] = { l->in, l->in2 };
+        for (int k = 0; k < 2; k++)
+            if (ins[k] >= 0 && L - 1 - i < first[root_of(m, ins[k])]) first[root_of(m, ins[k])] = L - 1 - i;
+    }
+    first[root_of(m, m->logits)] = first[root_of(m, m->features)] = -1;
+    int n_ids = 0;
+    for (int t = 0; t < n; t++) {
+        m->tensors[t].grad_from_start = 0;
+        if (m->tensors[t].alias_of >= 0 || t == m->input) continue;
+        if (first[t] == L) first[t] = -1; /* nothing reads it: zeros from the start */
+        m->tensors[t].grad_from_start = first[t] < 0;
+        if (first[t] >= 0) {
+            NnLayer *w = &m->layers[L - 1 - first[t]];
+            if (root_of(m, w->in) == t) w->zero_in = 1;
+            else w->zero_in2 = 1;
+        }
+        ids[n_ids++] = t;
+    }
+    m->grad_pool_floats = pack_spans(ids, n_ids, first, last, m->tensors, !m->no_activation_reuse, grad_offset);
+    if (m->grad_pool_floats < 0) goto out;
+
+    /* data: forward steps; a producer writes at its step, readers read at theirs */
+    for (int t = 0; t < n; t++) first[t] = last[t] = -1;
+    for (int i = 0; i < L; i++) {
+        const NnLayer *l = &m->layers[i];
+        if (l->type != NN_OP_FLATTEN) first[root_of(m, l->out)] = last[root_of(m, l->out)] = i;
+        const int ins[2] = { l->in, l->in2 };
+        for (int k = 0; k < 2; k++)
+            if (ins[k] >= 0 && i > last[root_of(m, ins[k])]) last[root_of(m, ins[k])] = i;
+    }
+    n_ids = 0;
+    for (int t = 0; t < n; t++) {
+        data_offset[t] = -1;
+        if (m->tensors[t].alias_of >= 0 || t == m->input || data_read_by_backward(m, t)) continue;
+        ids[n_ids++] = t;
+    }
+    m->data_pool_floats = pack_spans(ids, n_ids, first, last, m->tensors, !m->no_activation_reuse, data_offset);
+    if (m->data_pool_floats >= 0) status = FH_OK;
+out:
+    free(first);
+    free(last);
+    free(ids);
+    if (status != FH_OK) FH_FAIL(status, "out of memory planning the activations of model %s", m->arch);
+    return FH_OK;
+}
+
 int nn_model_finalize(NnModel *m, int logits, int features, int classes)
 {
     if (m->status != FH_OK) return m->status;
@@ -350,12 +485,29 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
     m->state = m->own_state;
 
     size_t B = (size_t)m->max_batch;
-    for (int t = 0; t < m->n_tensors; t++) {
+    int64_t *grad_offset = calloc((size_t)m->n_tensors, sizeof *grad_offset);
+    int64_t *data_offset = calloc((size_t)m->n_tensors, sizeof *data_offset);
+    int status = grad_offset && data_offset ? plan_activations(m, grad_offset, data_offset) : FH_ERR_IO;
+    if (status == FH_OK)
+        status = fh_alloc_aligned(&m->grad_pool, sizeof(float) * B * (size_t)(m->grad_pool_floats + 1),
+                                  "activation gradients");
+    if (status == FH_OK)
+        status = fh_alloc_aligned(&m->data_pool, sizeof(float) * B * (size_t)(m->data_pool_floats + 1), "activations");
+    for (int t = 0; status == FH_OK && t < m->n_tensors; t++) {
         NnTensor *x = &m->tensors[t];
         if (x->alias_of >= 0) continue;
-        if (t != m->input) FH_CHECK(fh_alloc_aligned(&x->data, sizeof(float) * B * (size_t)x->size, "activations"));
-        FH_CHECK(fh_alloc_aligned(&x->grad, sizeof(float) * B * (size_t)x->size, "activation gradients"));
+        if (t == m->input) {
+            status = fh_alloc_aligned(&x->grad, sizeof(float) * B * (size_t)x->size, "input gradients");
+            continue;
+        }
+        x->grad = m->grad_pool + B * (size_t)grad_offset[t];
+        if (data_offset[t] >= 0) x->data = m->data_pool + B * (size_t)data_offset[t];
+        else status = fh_alloc_aligned(&x->data, sizeof(float) * B * (size_t)x->size, "activations");
     }
+    free(grad_offset);
+    free(data_offset);
+    if (status == FH_ERR_IO && !m->grad_pool) FH_FAIL(FH_ERR_IO, "out of memory planning the activations of %s", m->arch);
+    FH_CHECK(status);
     int64_t ws = 0;
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
@@ -390,14 +542,22 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
     return FH_OK;
 }
 
+static int in_pool(const float *p, const float *pool, int64_t pool_floats, int max_batch)
+{
+    return pool && p >= pool && p < pool + (size_t)max_batch * (size_t)(pool_floats + 1);
+}
+
 void nn_model_free(NnModel *m)
 {
     if (!m) return;
     for (int t = 0; t < m->n_tensors; t++) {
         if (m->tensors[t].alias_of >= 0) continue;
-        if (t != m->input) fh_free(&m->tensors[t].data);
-        fh_free(&m->tensors[t].grad);
+        if (t == m->input) fh_free(&m->tensors[t].grad);
+        else if (!in_pool(m->tensors[t].data, m->data_pool, m->data_pool_floats, m->max_batch))
+            fh_free(&m->tensors[t].data);
     }
+    fh_free(&m->grad_pool);
+    fh_free(&m->data_pool);
     for (int i = 0; i < m->n_layers; i++) {
         fh_free(&m->layers[i].save_mean);
         fh_free(&m->layers[i].save_invstd);
@@ -626,7 +786,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
     m->backward_samples += batch;
     for (int t = 0; t < m->n_tensors; t++) {
         NnTensor *x = &m->tensors[t];
-        if (x->alias_of >= 0 || (t == m->input && !m->need_input_grad)) continue;
+        if (x->alias_of >= 0 || !(t == m->input ? m->need_input_grad : x->grad_from_start)) continue;
         memset(x->grad, 0, sizeof(float) * (size_t)batch * (size_t)x->size);
     }
     nn_vec_axpy(tgrad(m, m->logits), 1.0f, dlogits, (int64_t)batch * m->classes);
@@ -635,6 +795,8 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
     for (int i = m->n_layers - 1; i >= 0; i--) {
         NnLayer *l = &m->layers[i];
         double t0 = m->profile ? fh_time_now() : 0.0;
+        if (l->zero_in) memset(tgrad(m, l->in), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->in].size);
+        if (l->zero_in2) memset(tgrad(m, l->in2), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->in2].size);
         const float *x = tdata(m, l->in), *y = tdata(m, l->out);
         float *dy = tgrad(m, l->out);
         float *dx = (is_input(m, l->in) && !m->need_input_grad) ? NULL : tgrad(m, l->in);
@@ -723,8 +885,10 @@ size_t nn_model_activation_bytes(const NnModel *m, int batch)
     size_t bytes = 0, B = (size_t)batch;
     int64_t ws = 0;
     for (int t = 0; t < m->n_tensors; t++)
-        if (m->tensors[t].alias_of < 0)
-            bytes += sizeof(float) * B * (size_t)m->tensors[t].size * (t == m->input ? 1 : 2);
+        if (m->tensors[t].alias_of < 0 && (t == m->input || !in_pool(m->tensors[t].data, m->data_pool,
+                                                                      m->data_pool_floats, m->max_batch)))
+            bytes += sizeof(float) * B * (size_t)m->tensors[t].size; /* the input's: its gradient */
+    bytes += sizeof(float) * B * (size_t)(m->grad_pool_floats + m->data_pool_floats);
     for (int i = 0; i < m->n_layers; i++) {
         const NnLayer *l = &m->layers[i];
         size_t out = B * (size_t)m->tensors[l->out].size;

@@ -204,6 +204,7 @@ int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int m
     }
     int status = nn_model_init(m, name, input, max_batch);
     if (status == FH_OK) {
+        m->no_activation_reuse = opt && opt->no_activation_reuse;
         int features = -1;
         int logits = build(&z, m->input, classes, &features);
         status = m->status != FH_OK ? m->status : nn_model_finalize(m, logits, features, classes);

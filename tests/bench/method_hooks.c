@@ -44,7 +44,7 @@ int main(int argc, char **argv)
     }
     nn_set_threads(1);
     NnModel model;
-    NnZooOptions zoo = { "bn", 2, 0.0f };
+    NnZooOptions zoo = { .norm = "bn", .gn_groups = 2 };
     if (nn_zoo_build(&model, "cnn", (NnShape){ 1, 28, 28 }, 10, BATCH, &zoo) != FH_OK) {
         fprintf(stderr, "%s\n", fh_error_message());
         return 1;

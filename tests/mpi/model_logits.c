@@ -32,7 +32,7 @@ static int read_model(const char *path, NnModel *m, const DataPartFile *data)
     if (status == FH_OK) status = fh_h5_attr_read_string(&f, g, "norm", &norm);
     if (status == FH_OK) status = fh_h5_attr_read_int64s(&f, g, "groups", &groups, 1);
     H5Gclose(g);
-    const NnZooOptions zoo = { norm, (int)groups, 0.0f, 0 }; /* no projection head (MOON proj_dim) */
+    const NnZooOptions zoo = { .norm = norm, .gn_groups = (int)groups }; /* no projection head (MOON proj_dim) */
     if (status == FH_OK)
         status = nn_zoo_build(m, arch, (NnShape){ data->c, data->h, data->w }, data->classes, EVAL_BATCH, &zoo);
     if (status == FH_OK) {

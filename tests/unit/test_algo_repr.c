@@ -125,7 +125,7 @@ static void test_moon_head_gradient(void)
     moon_sizes(&setup, &z);
     CHECK(z.proj_dim == PROJ && z.aux_models == 2);
     const NnShape in = { 1, 1, 6 };
-    NnZooOptions head = { "bn", 2, 0.0f, PROJ }, none = { "bn", 2, 0.0f, 0 };
+    NnZooOptions head = { .norm = "bn", .gn_groups = 2, .proj_dim = PROJ }, none = { .norm = "bn", .gn_groups = 2 };
     NnModel m, g, prev, plain;
     CHECK_OK(nn_zoo_build(&m, "mlp", in, 3, B, &head));
     CHECK_OK(nn_zoo_build(&g, "mlp", in, 3, B, &head));

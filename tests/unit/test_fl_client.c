@@ -73,7 +73,7 @@ static void test_one_client_fedavg_equals_centralised(void)
 
     /* the centralised reference: its own model, loader and optimiser */
     NnModel ref;
-    NnZooOptions zoo = { "bn", 2, 0, 0 };
+    NnZooOptions zoo = { .norm = "bn", .gn_groups = 2 };
     CHECK_OK(nn_zoo_build(&ref, "mlp", (NnShape){ 1, 6, 6 }, 3, 16, &zoo));
     memcpy(ref.state, global, (size_t)P * sizeof(float));
     DataLoader L;

@@ -97,7 +97,7 @@ static const ZooCase zoo_cases[] = {
 
 static int build_case(NnModel *m, const ZooCase *zc, int classes, int max_batch)
 {
-    NnZooOptions opt = {zc->norm, 0, 0.0f, 0};
+    NnZooOptions opt = { .norm = zc->norm };
     return nn_zoo_build(m, zc->name, (NnShape){zc->c, zc->h, zc->w}, classes, max_batch, &opt);
 }
 
@@ -412,7 +412,7 @@ static void test_bn_buffers_match_bn_layers(void)
     /* GroupNorm variants: 2 groups by default, eps 1e-5; the option changes the group count */
     for (int groups = 0; groups <= 4; groups += 4) {
         NnModel m;
-        NnZooOptions opt = {"gn", groups, 0.0f, 0};
+        NnZooOptions opt = { .norm = "gn", .gn_groups = groups };
         int st = nn_zoo_build(&m, "resnet18", (NnShape){3, 32, 32}, 10, 1, &opt);
         CHECK_OK(st);
         if (st != FH_OK) continue;
@@ -703,11 +703,11 @@ static void test_bad_input(void)
     expect_build_error("mobilenetv2", mnist, -10, 1, NULL, (const char *[]){"class", NULL});
     expect_build_error("cnn", mnist, 10, 0, NULL, (const char *[]){"batch", NULL});
     /* bad options */
-    NnZooOptions bad_norm = {"ln", 0, 0.0f, 0};
+    NnZooOptions bad_norm = { .norm = "ln" };
     expect_build_error("resnet18", (NnShape){3, 32, 32}, 10, 1, &bad_norm, (const char *[]){"ln", NULL});
-    NnZooOptions bad_groups = {"gn", 3, 0.0f, 0}; /* 64 channels are not divisible by 3 */
+    NnZooOptions bad_groups = { .norm = "gn", .gn_groups = 3 }; /* 64 channels are not divisible by 3 */
     expect_build_error("resnet18", (NnShape){3, 32, 32}, 10, 1, &bad_groups, (const char *[]){"groups", NULL});
-    NnZooOptions neg_groups = {"gn", -2, 0.0f, 0};
+    NnZooOptions neg_groups = { .norm = "gn", .gn_groups = -2 };
     expect_build_error("resnet18", (NnShape){3, 32, 32}, 10, 1, &neg_groups, (const char *[]){"groups", NULL});
 
     /* a forward outside 1..max_batch is refused */
