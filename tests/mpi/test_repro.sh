@@ -137,5 +137,27 @@ test_reproduce_unknown_claim()
     grep -q "T1" "$WORK/make.out" || fail "the valid claims are not listed: $(head -3 "$WORK/make.out")"
 }
 
-TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim)
+# the summary table: a claim is reproduced when all its comparisons are, contradicted when any is, pending
+# while one has no verdict; S1 counts once per paper; --update rewrites only the marked block
+test_summary_table()
+{
+    mkdir -p "$WORK/repro/A" "$WORK/repro/B"
+    printf 'id,verdict\nT1a,reproduced\nT1b,inconclusive\nT7a-dir0.1,reproduced\nT7b,reproduced\n' >"$WORK/repro/A/verdicts.csv"
+    printf 'id,verdict\nT12a,reproduced\nS3,contradicted\nS1-afedsam-up,reproduced\nS7-up,incomplete (2 and 3 runs)\n' \
+        >"$WORK/repro/B/verdicts.csv"
+    "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >"$WORK/summary.md" 2>&1 || fail "repro-summary.py failed"
+    grep -q '^| 000 FedSCAM |.*| 0 | 0 | 1 (T1) | 8 (' "$WORK/summary.md" || fail "T1 not inconclusive: $(grep 000 "$WORK/summary.md")"
+    grep -q '^| 002 FLOOD |.*| 1 (T7) | 0 | 0 | 3 (' "$WORK/summary.md" || fail "T7 not reproduced: $(grep 002 "$WORK/summary.md")"
+    grep -q '^| 003 A-FedSAM |.*| 2 (T12, S1) | 1 (S3) | 0 | 1 (S7) |' "$WORK/summary.md" ||
+        fail "A-FedSAM row wrong: $(grep 003 "$WORK/summary.md")"
+    printf 'before\n<!-- summary -->\nold table\n<!-- /summary -->\nafter\n' >"$WORK/doc.md"
+    "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/doc.md" "$WORK/repro" || fail "--update failed"
+    grep -q 'old table' "$WORK/doc.md" && fail "--update kept the old table"
+    [ "$(head -1 "$WORK/doc.md")" = before ] && [ "$(tail -1 "$WORK/doc.md")" = after ] || fail "--update changed text outside the block"
+    printf 'no markers\n' >"$WORK/plain.md"
+    "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/plain.md" "$WORK/repro" 2>"$WORK/upd.err" && fail "--update without markers succeeded"
+    grep -q "plain.md has no" "$WORK/upd.err" || fail "no message naming the file: $(cat "$WORK/upd.err")"
+}
+
+TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table)
 run_tests "$@"
