@@ -177,10 +177,29 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
                     const double *server_scalars, int client, int slot_in_round, int round, double lr, void *record);
 
 /* ---- evaluation (src/fl/eval.c) ---- */
-/* Every rank evaluates a share of the fixed-size test batches (batch b on rank b mod size) of the
- * model whose state is `state`; rank 0 gathers the logits in sample order and computes the metrics,
- * so results do not depend on the number of ranks. */
-int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int eval_batch, FlEvalMetrics *out);
+/* The evaluation's buffers, made at setup for the data file's test set (the corrupted copy has the same
+ * rows), so that evaluating allocates nothing. */
+typedef struct {
+    int eval_batch;
+    int64_t mine;            /* test rows this rank evaluates */
+    float *x;                /* [eval_batch, c, h, w] */
+    int32_t *y;              /* [eval_batch] */
+    uint8_t *scratch;        /* [eval_batch, c, h, w] as stored */
+    float *logits;           /* [mine, classes] */
+    float *lut;              /* [c * 256] normalisation table */
+    /* rank 0 */
+    int *counts, *displs;    /* [ranks]: the gather of the logits */
+    float *all, *ordered;    /* [n_test, classes]: gathered in rank order, then in sample order */
+    int32_t *labels;         /* [n_test] */
+    FlEvalMetricsWork metrics;
+    int64_t bytes;           /* all of the above, for the memory line */
+} FlEval;
+int fl_eval_init(FlEval *e, const FlComm *c, const DataPartFile *f, int eval_batch);
+void fl_eval_free(FlEval *e);
+/* Every rank evaluates a share of the fixed-size test batches (batch b on rank b mod size) of model m;
+ * rank 0 gathers the logits in sample order and computes the metrics, so results do not depend on the
+ * number of ranks. Collective. */
+int fl_evaluate(FlComm *c, FlEval *e, NnModel *m, DataPartFile *f, DataRowGroup group, FlEvalMetrics *out);
 
 /* ---- one run (src/fl/run.c) ---- */
 /* metrics.csv columns (spec C.11), one double each; FL_METRIC_COLUMNS names them in order */
@@ -247,6 +266,7 @@ typedef struct {
     int64_t n_probe;
     float *init_state;        /* rank 0, [n_state]: [model] init, read before the run folder exists */
     struct FlHessian *hessian;   /* fl.hessian_every: its buffers, from the first estimate on */
+    FlEval eval;              /* a data file with a test set */
 } FlRun;
 
 /* ---- the probe set and the Hessian columns (src/fl/hessian.c) ---- */

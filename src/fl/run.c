@@ -701,7 +701,7 @@ static int evaluate(FlRun *run, double *row)
                                                       : run->global, run->n_state);
     FH_CHECK(fl_bcast(&run->comm, m->state, run->n_state * (int64_t)sizeof(float)));
     FlEvalMetrics e;
-    FH_CHECK(fl_evaluate(&run->comm, m, &run->data, DATA_ROWS_TEST, run->s.eval_batch, &e));
+    FH_CHECK(fl_evaluate(&run->comm, &run->eval, m, &run->data, DATA_ROWS_TEST, &e));
     if (run->comm.rank == 0) {
         row[FL_COL_test_accuracy] = e.accuracy;
         row[FL_COL_test_loss] = e.loss;
@@ -712,7 +712,7 @@ static int evaluate(FlRun *run, double *row)
         row[FL_COL_test_f1_macro] = e.f1_macro;
     }
     if (!run->data.has_test_corrupted) return FH_OK;
-    FH_CHECK(fl_evaluate(&run->comm, m, &run->data, DATA_ROWS_TEST_CORRUPTED, run->s.eval_batch, &e));
+    FH_CHECK(fl_evaluate(&run->comm, &run->eval, m, &run->data, DATA_ROWS_TEST_CORRUPTED, &e));
     if (run->comm.rank == 0) {
         row[FL_COL_corrupted_accuracy] = e.accuracy;
         row[FL_COL_corrupted_loss] = e.loss;
@@ -946,6 +946,7 @@ static void run_free(FlRun *run)
     fh_free(&run->probe_y);
     fh_free(&run->probe_work);
     fl_hessian_free(run);
+    fl_eval_free(&run->eval);
     free(run->client_rows);
     if (run->metrics_csv) fclose(run->metrics_csv);
     if (run->clients_csv) fclose(run->clients_csv);
@@ -1034,6 +1035,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     run->layout_hash = fl_layout_hash(m);
     run->z = run->work.z;
     fl_record_layout(&run->layout, &run->z, run->n_state);
+    if (run->data.n_test > 0) FH_CHECK(fl_agree(&run->comm, fl_eval_init(&run->eval, &run->comm, &run->data, s->eval_batch)));
     FH_CHECK(fh_alloc_aligned(&run->global, (size_t)(1 + run->z.server_vectors) * run->n_state * sizeof(float),
                               "global state"));
     run->server_vecs = run->global + run->n_state;
