@@ -441,6 +441,7 @@ typedef struct {
     AlgoUpload *uploads;
     double *weights;
     float *next;                  /* the aggregated state */
+    double *rank_seconds;         /* [ranks]: training seconds of each rank in the round */
     double round_seconds_sum;
     int rounds_timed;
     FlLeave leave;                /* leaving a round after a stop request */
@@ -480,6 +481,7 @@ static int loop_init(FlRun *run, FlLoop *L)
         FH_CHECK(fh_calloc(&L->uploads, (size_t)K, sizeof *L->uploads, "uploads"));
         FH_CHECK(fh_calloc(&L->weights, (size_t)K, sizeof *L->weights, "weights"));
         FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
+        FH_CHECK(fh_calloc(&L->rank_seconds, (size_t)run->comm.size, sizeof *L->rank_seconds, "training seconds"));
     }
     return FH_OK;
 }
@@ -498,6 +500,7 @@ static void loop_free(FlLoop *L)
     fh_free(&L->uploads);
     fh_free(&L->weights);
     fh_free(&L->next);
+    fh_free(&L->rank_seconds);
 }
 
 static int injected_failure(const FlRun *run, int round)
@@ -668,13 +671,9 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     for (int i = 0; dr && i < n_selected; i++) row[FL_COL_rho] += L->uploads[i].scalars[dr - 1] / n_selected;
     nn_vec_copy(run->global, L->next, run->n_state);
     for (int i = 0; i < n_selected; i++) {
-        if (run->n_client_rows == run->cap_client_rows) {
-            int64_t cap = run->cap_client_rows * 2 + 64;
-            double *grown = realloc(run->client_rows, (size_t)cap * run->n_ccols * sizeof(double));
-            if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
-            run->client_rows = grown;
-            run->cap_client_rows = cap;
-        }
+        if (run->n_client_rows == run->cap_client_rows)
+            FH_FAIL(FH_ERR_USAGE, "round %d: more clients.csv rows than the %lld the selection plan holds", round + 1,
+                    (long long)run->cap_client_rows);
         double *cr = run->client_rows + run->n_client_rows++ * run->n_ccols;
         const AlgoUpload *u = &L->uploads[i];
         cr[FL_CCOL_ROUND] = round;
@@ -841,13 +840,13 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             /* training is overlapped across ranks: the slowest rank's total is the phase's length */
             double per_rank_max = 0.0;
             if (!diverged) {
-                double *sum = calloc((size_t)run->comm.size, sizeof *sum);
-                for (int i = 0; sum && i < plan.n_selected; i++) {
+                double *sum = L->rank_seconds;
+                memset(sum, 0, (size_t)run->comm.size * sizeof *sum);
+                for (int i = 0; i < plan.n_selected; i++) {
                     int r = run->owner[L->uploads[i].client];
                     sum[r] += fl_record_header(L->recv + (size_t)L->order[i] * run->layout.bytes)->seconds;
                     if (sum[r] > per_rank_max) per_rank_max = sum[r];
                 }
-                free(sum);
             }
             row[FL_COL_t_train] = per_rank_max;
             row[FL_COL_t_gather] = (t2 - t1) - per_rank_max > 0 ? (t2 - t1) - per_rank_max : 0.0;
@@ -947,7 +946,7 @@ static void run_free(FlRun *run)
     fh_free(&run->probe_work);
     fl_hessian_free(run);
     fl_eval_free(&run->eval);
-    free(run->client_rows);
+    fh_free(&run->client_rows);
     if (run->metrics_csv) fclose(run->metrics_csv);
     if (run->clients_csv) fclose(run->clients_csv);
     fh_log_set_file(NULL);
@@ -1007,6 +1006,28 @@ static int client_columns(FlRun *run)
     return FH_OK;
 }
 
+/* Rank 0: room for every clients.csv row of the run, those of a resumed checkpoint and one per selected
+ * client of each round still to run (the selection plan is drawn here as the rounds will draw it), so that
+ * the rounds allocate nothing; the checkpoint writes them all. */
+static int reserve_client_rows(FlRun *run)
+{
+    const int K = run->n_clients, per_round = fl_clients_per_round(&run->s, K);
+    int64_t rows = run->n_client_rows;
+    int32_t *ids = NULL;
+    if (per_round < 0) FH_CHECK(fh_calloc(&ids, (size_t)K, sizeof *ids, "selection plan"));
+    for (int t = run->start_round; t < run->s.rounds; t++)
+        rows += per_round >= 0 ? per_round : select_clients(&run->s, K, t, ids);
+    fh_free(&ids);
+    double *room = NULL;
+    FH_CHECK(fh_calloc(&room, (size_t)(rows > 0 ? rows : 1), (size_t)run->n_ccols * sizeof(double), "clients.csv rows"));
+    if (run->n_client_rows > 0)
+        memcpy(room, run->client_rows, (size_t)run->n_client_rows * run->n_ccols * sizeof(double));
+    fh_free(&run->client_rows);
+    run->client_rows = room;
+    run->cap_client_rows = rows;
+    return FH_OK;
+}
+
 static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
     const FlSettings *s = &run->s;
@@ -1047,10 +1068,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
         memset(run->server_private, 0, (size_t)run->z.server_private * run->n_state * sizeof(float));
     }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
-    run->cap_client_rows = 64;
     FH_CHECK(client_columns(run));
-    run->client_rows = malloc((size_t)run->cap_client_rows * run->n_ccols * sizeof(double));
-    if (!run->client_rows) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
     run->lr = s->lr;
     run->write_final = 1;
     if (opt->resume_dir && !run->restart) {
@@ -1081,6 +1099,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
             FH_CHECK(fl_agree(&run->comm, status));
         }
     }
+    status = rank == 0 ? reserve_client_rows(run) : FH_OK;
+    FH_CHECK(fl_agree(&run->comm, status));
     status = rank == 0 ? open_outputs(run, opt) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));
     if (rank == 0) print_budget(run);
