@@ -261,11 +261,12 @@ typedef struct {
     char ccol_text[512];      /* the method's column names */
     int64_t n_client_rows, cap_client_rows;
     FILE *metrics_csv, *clients_csv, *log;
-    float *probe_x, *probe_work; /* fl.sharpness_every: the probe set [n_probe rows] and scratch */
+    float *probe_x, *probe_work; /* the probe set [n_probe rows] (fl.sharpness_every, fl.hessian_every) and the
+                                  * sharpness scratch (rank 0) */
     int32_t *probe_y;
     int64_t n_probe;
     float *init_state;        /* rank 0, [n_state]: [model] init, read before the run folder exists */
-    struct FlHessian *hessian;   /* fl.hessian_every: its buffers, from the first estimate on */
+    struct FlHessian *hessian;   /* fl.hessian_every: its buffers */
     FlEval eval;              /* a data file with a test set */
 } FlRun;
 
@@ -274,6 +275,9 @@ typedef struct FlHessian FlHessian;
 /* run->probe_x, probe_y, n_probe: the first fl.sharpness_probe rows of every client in proportion to its
  * size, normalised, not augmented; read once (any rank may call it) */
 int fl_probe_load(FlRun *run);
+/* Collective, at setup with fl.hessian_every: the estimate's buffers, the model's activation patterns and
+ * the probe set */
+int fl_hessian_init(FlRun *run);
 /* Collective: hessian_max_eig and hessian_trace of the global state into row (rank 0), cost in the log */
 int fl_hessian(FlRun *run, int round, double *row);
 void fl_hessian_free(FlRun *run);

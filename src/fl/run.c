@@ -729,14 +729,19 @@ static int evaluate(FlRun *run, double *row)
     return FH_OK;
 }
 
+/* Rank 0 at setup, with fl.sharpness_every: the probe set and the sharpness scratch */
+static int sharpness_init(FlRun *run)
+{
+    FH_CHECK(fl_probe_load(run));
+    return fh_calloc(&run->probe_work, (size_t)algo_sam_sharpness_work(&run->work.model), sizeof(float),
+                     "sharpness scratch");
+}
+
 /* Rank 0: sharpness and perturbed loss of the global model on the probe set (fl.sharpness_every; spec
  * algorithms-sam 12). */
 static int sharpness(FlRun *run, double *row)
 {
     NnModel *m = &run->work.model;
-    FH_CHECK(fl_probe_load(run));
-    if (!run->probe_work)
-        FH_CHECK(fh_calloc(&run->probe_work, (size_t)algo_sam_sharpness_work(m), sizeof(float), "sharpness scratch"));
     double l0 = 0.0, l1 = 0.0;
     FH_CHECK(algo_sam_sharpness(m, run->global, run->probe_x, run->probe_y, run->n_probe, run->s.sharpness_rho,
                                 run->probe_work, &l0, &l1));
@@ -1057,6 +1062,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     run->z = run->work.z;
     fl_record_layout(&run->layout, &run->z, run->n_state);
     if (run->data.n_test > 0) FH_CHECK(fl_agree(&run->comm, fl_eval_init(&run->eval, &run->comm, &run->data, s->eval_batch)));
+    if (s->sharpness_every > 0) FH_CHECK(fl_agree(&run->comm, rank == 0 ? sharpness_init(run) : FH_OK));
+    if (s->hessian_every > 0) FH_CHECK(fl_agree(&run->comm, fl_hessian_init(run)));
     FH_CHECK(fh_alloc_aligned(&run->global, (size_t)(1 + run->z.server_vectors) * run->n_state * sizeof(float),
                               "global state"));
     run->server_vecs = run->global + run->n_state;
