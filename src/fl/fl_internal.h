@@ -268,6 +268,10 @@ typedef struct {
     float *init_state;        /* rank 0, [n_state]: [model] init, read before the run folder exists */
     struct FlHessian *hessian;   /* fl.hessian_every: its buffers */
     FlEval eval;              /* a data file with a test set */
+    /* rank 0, for the checkpoints: one client's persistent block on its way to or from a file, and the
+     * /model tensor names */
+    float *ckpt_block;
+    char *tensor_names;
 } FlRun;
 
 /* ---- the probe set and the Hessian columns (src/fl/hessian.c) ---- */
@@ -296,6 +300,10 @@ int fl_cost_reduce_passes(FlComm *comm, const NnModel *m, int64_t forward0, int6
 void fl_cost_row(double *row, const double *prev, const FlRoundCost *cost);
 
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */
+/* Rank 0 at setup (the model and the client blocks' size known): the buffers of fl_checkpoint_save and
+ * fl_checkpoint_load, so that writing a checkpoint allocates nothing; fl_checkpoint_free releases them. */
+int fl_checkpoint_init(FlRun *run);
+void fl_checkpoint_free(FlRun *run);
 /* Writes PATH atomically: rounds done, lr, global state, server vectors and scalars, every client's
  * persistent vectors (sent to rank 0 one client at a time), metrics rows, config text, layout hash. */
 int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path);
@@ -314,7 +322,11 @@ void fl_injected_kill(const char *point, int round);
  * /model/<view name> in PyTorch's shapes (conv [out, in/groups, kh, kw], linear [out, in], norm [C]),
  * plus a scalar <bn>.num_batches_tracked per BatchNorm, as torch's state_dict has it. The flat state
  * (/server/global) stays the source of truth; these are a copy beside it. */
-int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const float *state);
+int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const char *names,
+                           const float *state);
+/* The /model attribute `tensors` of model m: its tensor names in state_dict order, comma-separated
+ * (malloc'd), made once so that writing a checkpoint allocates nothing. */
+int fl_model_tensor_names(const NnModel *m, char **names_out);
 /* Reads the /model tensors of `path` into *state_out (n_state floats, fh_alloc_aligned: release with
  * fh_free) for model s->model on shape/classes. Every missing, extra, misshapen or non-finite tensor is
  * listed in one FH_ERR_DATA error; a BatchNorm's num_batches_tracked is accepted and ignored. */

@@ -951,6 +951,7 @@ static void run_free(FlRun *run)
     fh_free(&run->probe_work);
     fl_hessian_free(run);
     fl_eval_free(&run->eval);
+    fl_checkpoint_free(run);
     fh_free(&run->client_rows);
     if (run->metrics_csv) fclose(run->metrics_csv);
     if (run->clients_csv) fclose(run->clients_csv);
@@ -1076,6 +1077,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
     FH_CHECK(client_columns(run));
+    FH_CHECK(fl_agree(&run->comm, rank == 0 ? fl_checkpoint_init(run) : FH_OK));
     run->lr = s->lr;
     run->write_final = 1;
     if (opt->resume_dir && !run->restart) {
