@@ -29,11 +29,19 @@ static int64_t rows_of_rank(int64_t n, int eval_batch, int rank, int size)
     return rows;
 }
 
-/* one allocation of the workspace, its bytes added to e->bytes */
-static int eval_alloc(FlEval *e, void *out, size_t count, size_t size, const char *what)
+int64_t fl_eval_bytes(const DataPartFile *f, int eval_batch, int rank, int size)
 {
-    e->bytes += (int64_t)(count * size);
-    return fh_calloc(out, count, size, what);
+    if (f->n_test == 0) return 0;
+    const int64_t n = f->n_test, classes = f->classes, row = (int64_t)f->c * f->h * f->w,
+                  mine = rows_of_rank(n, eval_batch, rank, size);
+    /* x, scratch, y, logits, lut; rank 0: counts, displs, all, ordered, labels, the metrics' work */
+    int64_t bytes = eval_batch * row * (int64_t)(sizeof(float) + sizeof(uint8_t)) +
+                    eval_batch * (int64_t)sizeof(int32_t) + (mine > 0 ? mine : 1) * classes * (int64_t)sizeof(float) +
+                    f->c * 256 * (int64_t)sizeof(float);
+    if (rank == 0)
+        bytes += 2 * size * (int64_t)sizeof(int) + 2 * n * classes * (int64_t)sizeof(float) +
+                 n * (int64_t)sizeof(int32_t) + fl_eval_metrics_work_bytes(n, (int)classes);
+    return bytes;
 }
 
 int fl_eval_init(FlEval *e, const FlComm *c, const DataPartFile *f, int eval_batch)
@@ -44,20 +52,19 @@ int fl_eval_init(FlEval *e, const FlComm *c, const DataPartFile *f, int eval_bat
     const size_t row = (size_t)f->c * f->h * f->w;
     e->eval_batch = eval_batch;
     e->mine = rows_of_rank(n, eval_batch, c->rank, c->size);
-    e->bytes = (int64_t)eval_batch * (int64_t)row * (int64_t)sizeof(float);
     FH_CHECK(fh_alloc_aligned(&e->x, (size_t)eval_batch * row * sizeof(float), "evaluation batch"));
-    FH_CHECK(eval_alloc(e, &e->y, (size_t)eval_batch, sizeof *e->y, "evaluation labels"));
-    FH_CHECK(eval_alloc(e, &e->scratch, (size_t)eval_batch, row, "evaluation images"));
-    FH_CHECK(eval_alloc(e, &e->logits, (size_t)(e->mine > 0 ? e->mine : 1) * classes, sizeof *e->logits, "logits"));
-    FH_CHECK(eval_alloc(e, &e->lut, (size_t)f->c * 256, sizeof *e->lut, "normalisation table"));
+    FH_CHECK(fh_calloc(&e->y, (size_t)eval_batch, sizeof *e->y, "evaluation labels"));
+    FH_CHECK(fh_calloc(&e->scratch, (size_t)eval_batch, row, "evaluation images"));
+    FH_CHECK(fh_calloc(&e->logits, (size_t)(e->mine > 0 ? e->mine : 1) * classes, sizeof *e->logits, "logits"));
+    FH_CHECK(fh_calloc(&e->lut, (size_t)f->c * 256, sizeof *e->lut, "normalisation table"));
     data_normal_lut(e->lut, f);
     if (c->rank != 0) return FH_OK;
     /* rank 0 gathers every rank's logits (in rank order) and puts them back in sample order */
-    FH_CHECK(eval_alloc(e, &e->counts, (size_t)c->size, sizeof *e->counts, "gather counts"));
-    FH_CHECK(eval_alloc(e, &e->displs, (size_t)c->size, sizeof *e->displs, "gather offsets"));
-    FH_CHECK(eval_alloc(e, &e->all, (size_t)n * classes, sizeof *e->all, "all logits"));
-    FH_CHECK(eval_alloc(e, &e->ordered, (size_t)n * classes, sizeof *e->ordered, "ordered logits"));
-    FH_CHECK(eval_alloc(e, &e->labels, (size_t)n, sizeof *e->labels, "test labels"));
+    FH_CHECK(fh_calloc(&e->counts, (size_t)c->size, sizeof *e->counts, "gather counts"));
+    FH_CHECK(fh_calloc(&e->displs, (size_t)c->size, sizeof *e->displs, "gather offsets"));
+    FH_CHECK(fh_calloc(&e->all, (size_t)n * classes, sizeof *e->all, "all logits"));
+    FH_CHECK(fh_calloc(&e->ordered, (size_t)n * classes, sizeof *e->ordered, "ordered logits"));
+    FH_CHECK(fh_calloc(&e->labels, (size_t)n, sizeof *e->labels, "test labels"));
     int64_t off = 0;
     for (int r = 0; r < c->size; r++) {
         const int64_t rows = rows_of_rank(n, eval_batch, r, c->size);
@@ -65,7 +72,6 @@ int fl_eval_init(FlEval *e, const FlComm *c, const DataPartFile *f, int eval_bat
         e->displs[r] = (int)(off * classes);
         off += rows;
     }
-    e->bytes += fl_eval_metrics_work_bytes(n, classes);
     return fl_eval_metrics_work_init(&e->metrics, n, classes);
 }
 

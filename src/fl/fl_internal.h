@@ -192,9 +192,10 @@ typedef struct {
     float *all, *ordered;    /* [n_test, classes]: gathered in rank order, then in sample order */
     int32_t *labels;         /* [n_test] */
     FlEvalMetricsWork metrics;
-    int64_t bytes;           /* all of the above, for the memory line */
 } FlEval;
 int fl_eval_init(FlEval *e, const FlComm *c, const DataPartFile *f, int eval_batch);
+/* the bytes fl_eval_init allocates on rank `rank` of `size` (0 without a test set) */
+int64_t fl_eval_bytes(const DataPartFile *f, int eval_batch, int rank, int size);
 void fl_eval_free(FlEval *e);
 /* Every rank evaluates a share of the fixed-size test batches (batch b on rank b mod size) of model m;
  * rank 0 gathers the logits in sample order and computes the metrics, so results do not depend on the

@@ -977,14 +977,20 @@ static void print_budget(const FlRun *run)
         if (n > most_owned) most_owned = n;
     }
     const int uploads = most_owned < max_selected(run) ? most_owned : max_selected(run);
+    const int size = run->comm.size, client_rank = size > 1 ? 1 : 0; /* rank 1 evaluates the most batches of them */
     fh_log_info("memory per client rank (at most %d client%s each): model state + gradient + optimiser + activations "
                 "%.1f MiB, its clients' data, persistent vectors %d x %d x %.1f MiB = %.1f MiB, upload records %d x "
-                "%.1f MiB = %.1f MiB", most_owned, most_owned == 1 ? "" : "s", model_work, most_owned,
-                run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
-                (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib);
-    fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors",
-                max_selected(run), (double)run->layout.bytes / mib, max_selected(run) * (double)run->layout.bytes / mib,
-                3 + run->z.server_vectors + run->z.server_private);
+                "%.1f MiB = %.1f MiB, evaluation %.1f MiB", most_owned, most_owned == 1 ? "" : "s", model_work,
+                most_owned, run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
+                (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib,
+                (double)fl_eval_bytes(&run->data, run->s.eval_batch, client_rank, size) / mib);
+    /* the metrics.csv rows and every clients.csv row of the run, kept for the checkpoints */
+    const double rows = ((double)run->s.rounds * FL_N_COLUMNS + (double)run->cap_client_rows * run->n_ccols) * 8 / mib;
+    fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors, "
+                "evaluation %.1f MiB, metric rows %.1f MiB", max_selected(run), (double)run->layout.bytes / mib,
+                max_selected(run) * (double)run->layout.bytes / mib,
+                3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors,
+                (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows);
     if (m->quality_shift && !run->data.has_test_corrupted)
         fh_log_info("%s: the data has no corrupted test set ([data] corruption = none): the clean/corrupted comparison "
                     "is off (metrics.csv corrupted_*, client_auc_std, client_bacc_std stay empty; spec C.5, C.6)",
@@ -1062,7 +1068,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     run->layout_hash = fl_layout_hash(m);
     run->z = run->work.z;
     fl_record_layout(&run->layout, &run->z, run->n_state);
-    if (run->data.n_test > 0) FH_CHECK(fl_agree(&run->comm, fl_eval_init(&run->eval, &run->comm, &run->data, s->eval_batch)));
+    if (run->data.n_test > 0)
+        FH_CHECK(fl_agree(&run->comm, fl_eval_init(&run->eval, &run->comm, &run->data, s->eval_batch)));
     if (s->sharpness_every > 0) FH_CHECK(fl_agree(&run->comm, rank == 0 ? sharpness_init(run) : FH_OK));
     if (s->hessian_every > 0) FH_CHECK(fl_agree(&run->comm, fl_hessian_init(run)));
     FH_CHECK(fh_alloc_aligned(&run->global, (size_t)(1 + run->z.server_vectors) * run->n_state * sizeof(float),
