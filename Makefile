@@ -104,6 +104,11 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
+# test_round_alloc counts every allocation the library makes: its calls are redirected to the test's counters
+# at link time (and fl_injected_kill, whose calls mark the rounds)
+ALLOC_WRAP = malloc calloc realloc aligned_alloc posix_memalign strdup strndup fl_injected_kill
+$(BUILD)/tests/test_round_alloc: LDFLAGS += $(ALLOC_WRAP:%=-Wl,--wrap=%)
+
 $(BUILD)/tests/model_logits: tests/mpi/model_logits.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)

@@ -2,8 +2,6 @@
 #include "fedhet/algo.h"
 #include "fedhet/core.h"
 
-#include <stdlib.h>
-
 /* FedAvg (A.1): p_k proportional to n_k over the selected clients */
 static int weights_samples(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
@@ -21,22 +19,27 @@ static int weights_uniform(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
 const AlgoServerWeights algo_weights_samples = { weights_samples };
 const AlgoServerWeights algo_weights_uniform = { weights_uniform };
 
+/* Elements per block of the accumulation: the block's double sums stay in L1 while every upload streams
+ * past them once, and the accumulator lives on the stack (the round allocates nothing). */
+enum { AVERAGE_BLOCK = 512 };
+
 int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int vec, int64_t from,
                        int64_t to, float *out)
 {
     double total = 0.0;
     for (int i = 0; i < m; i++) total += p[i];
     if (!(total > 0.0)) FH_FAIL(FH_ERR_NUMERIC, "round %d: aggregation weights sum to %g", s->round + 1, total);
-    if (to <= from) return FH_OK;
-    double *acc = NULL;
-    FH_CHECK(fh_calloc(&acc, (size_t)(to - from), sizeof *acc, "aggregation accumulator"));
-    for (int i = 0; i < m; i++) {
-        const double w = p[i] / total;
-        const float *x = (vec < 0 ? u[i].state : u[i].vecs + (size_t)vec * s->n_state) + from;
-        for (int64_t j = 0; j < to - from; j++) acc[j] += w * (double)x[j];
+    double acc[AVERAGE_BLOCK];
+    for (int64_t lo = from; lo < to; lo += AVERAGE_BLOCK) {
+        const int64_t n = to - lo < AVERAGE_BLOCK ? to - lo : AVERAGE_BLOCK;
+        for (int64_t j = 0; j < n; j++) acc[j] = 0.0;
+        for (int i = 0; i < m; i++) { /* each element summed in ascending client id, as a whole-vector pass would */
+            const double w = p[i] / total;
+            const float *x = (vec < 0 ? u[i].state : u[i].vecs + (size_t)vec * s->n_state) + lo;
+            for (int64_t j = 0; j < n; j++) acc[j] += w * (double)x[j];
+        }
+        for (int64_t j = 0; j < n; j++) out[lo + j] = (float)acc[j];
     }
-    for (int64_t j = 0; j < to - from; j++) out[from + j] = (float)acc[j];
-    fh_free(&acc);
     return FH_OK;
 }
 

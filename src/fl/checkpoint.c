@@ -87,7 +87,7 @@ static int save_server_side(FlRun *run, FhH5File *f, int rounds_done)
     FH_CHECK(fh_h5_group(f, "/server", &g));
     H5Gclose(g);
     FH_CHECK(write_matrix(f, "/server/global", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)run->n_state, 0, run->global));
-    FH_CHECK(fl_model_tensors_write(f, &run->work.model, &run->s, run->global));
+    FH_CHECK(fl_model_tensors_write(f, &run->work.model, &run->s, run->tensor_names, run->global));
     if (run->z.server_vectors)
         FH_CHECK(write_matrix(f, "/server/vectors", H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, (hsize_t)run->z.server_vectors,
                               (hsize_t)run->n_state, run->server_vecs));
@@ -142,13 +142,12 @@ static int save_client_state(FlRun *run, FhH5File *f, int status)
     const int64_t block = run->work.block;
     BlockPiece pieces[MAX_PIECES];
     const int n_pieces = block_pieces(run, pieces, MAX_PIECES);
-    float *buf = NULL;
+    float *buf = run->ckpt_block;
     hid_t dsets[MAX_PIECES];
     int n_open = 0;
     if (run->comm.rank == 0 && status == FH_OK) {
-        status = fh_alloc_aligned(&buf, (size_t)block * sizeof(float), "client state buffer");
         hid_t g;
-        if (status == FH_OK) status = fh_h5_group(f, "/clients", &g);
+        status = fh_h5_group(f, "/clients", &g);
         if (status == FH_OK) H5Gclose(g);
         for (int i = 0; i < n_pieces && status == FH_OK; i++) {
             const hsize_t dims[2] = { (hsize_t)K, (hsize_t)pieces[i].length };
@@ -179,8 +178,19 @@ static int save_client_state(FlRun *run, FhH5File *f, int status)
         }
     }
     for (int i = 0; i < n_open; i++) H5Dclose(dsets[i]);
-    fh_free(&buf);
     return fl_agree(&run->comm, status);
+}
+
+int fl_checkpoint_init(FlRun *run)
+{
+    FH_CHECK(fh_alloc_aligned(&run->ckpt_block, (size_t)run->work.block * sizeof(float), "client state buffer"));
+    return fl_model_tensor_names(&run->work.model, &run->tensor_names);
+}
+
+void fl_checkpoint_free(FlRun *run)
+{
+    fh_free(&run->ckpt_block);
+    fh_free(&run->tensor_names);
 }
 
 int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path)
@@ -402,9 +412,8 @@ int fl_checkpoint_load(FlRun *run)
     const int64_t block = run->work.block;
     BlockPiece pieces[MAX_PIECES];
     const int n_pieces = block_pieces(run, pieces, MAX_PIECES);
-    float *buf = NULL;
+    float *buf = run->ckpt_block;
     if (status == FH_OK && run->comm.rank == 0) {
-        status = fh_alloc_aligned(&buf, (size_t)block * sizeof(float), "client state buffer");
         for (int i = 0; i < n_pieces && status == FH_OK; i++) {
             hsize_t dims[2];
             hid_t d;
@@ -444,7 +453,6 @@ int fl_checkpoint_load(FlRun *run)
         /* a read failure on rank 0 would leave an owner waiting: agree after every client */
         status = fl_agree(&run->comm, status);
     }
-    fh_free(&buf);
     if (run->comm.rank == 0) {
         fh_h5_close(&f);
         fh_h5_quiet_end(&quiet);

@@ -20,86 +20,111 @@ static int eval_batch_logits(NnModel *m, DataPartFile *f, const float *lut, Data
     return FH_OK;
 }
 
-int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int eval_batch, FlEvalMetrics *out)
+/* rows of the test batches b = rank, rank + size, ... (those rank `rank` evaluates) */
+static int64_t rows_of_rank(int64_t n, int eval_batch, int rank, int size)
 {
-    const int64_t n = f->n_test, n_batches = (n + eval_batch - 1) / eval_batch;
+    const int64_t n_batches = (n + eval_batch - 1) / eval_batch;
+    int64_t rows = 0;
+    for (int64_t b = rank; b < n_batches; b += size) rows += (b + 1) * eval_batch < n ? eval_batch : n - b * eval_batch;
+    return rows;
+}
+
+int64_t fl_eval_bytes(const DataPartFile *f, int eval_batch, int rank, int size)
+{
+    if (f->n_test == 0) return 0;
+    const int64_t n = f->n_test, classes = f->classes, row = (int64_t)f->c * f->h * f->w,
+                  mine = rows_of_rank(n, eval_batch, rank, size);
+    /* x, scratch, y, logits, lut; rank 0: counts, displs, all, ordered, labels, the metrics' work */
+    int64_t bytes = eval_batch * row * (int64_t)(sizeof(float) + sizeof(uint8_t)) +
+                    eval_batch * (int64_t)sizeof(int32_t) + (mine > 0 ? mine : 1) * classes * (int64_t)sizeof(float) +
+                    f->c * 256 * (int64_t)sizeof(float);
+    if (rank == 0)
+        bytes += 2 * size * (int64_t)sizeof(int) + 2 * n * classes * (int64_t)sizeof(float) +
+                 n * (int64_t)sizeof(int32_t) + fl_eval_metrics_work_bytes(n, (int)classes);
+    return bytes;
+}
+
+int fl_eval_init(FlEval *e, const FlComm *c, const DataPartFile *f, int eval_batch)
+{
+    memset(e, 0, sizeof *e);
+    const int64_t n = f->n_test;
     const int classes = f->classes;
     const size_t row = (size_t)f->c * f->h * f->w;
-    int64_t mine = 0; /* rows this rank evaluates: batches b with b mod size == rank */
-    for (int64_t b = c->rank; b < n_batches; b += c->size)
-        mine += (b + 1) * eval_batch < n ? eval_batch : n - b * eval_batch;
-    float *x = NULL, *logits = NULL, *all = NULL, *lut = NULL;
-    int32_t *y = NULL, *labels = NULL;
-    uint8_t *scratch = NULL;
-    int *counts = NULL, *displs = NULL;
-    int status = fh_alloc_aligned(&x, (size_t)eval_batch * row * sizeof(float), "evaluation batch");
-    if (status == FH_OK) status = fh_calloc(&y, (size_t)eval_batch, sizeof *y, "evaluation labels");
-    if (status == FH_OK) status = fh_calloc(&scratch, (size_t)eval_batch, row, "evaluation images");
-    if (status == FH_OK) status = fh_calloc(&logits, (size_t)(mine > 0 ? mine : 1) * classes, sizeof *logits, "logits");
-    if (status == FH_OK) status = fh_calloc(&lut, (size_t)f->c * 256, sizeof *lut, "normalisation table");
-    if (status != FH_OK) goto done;
-    data_normal_lut(lut, f);
+    e->eval_batch = eval_batch;
+    e->mine = rows_of_rank(n, eval_batch, c->rank, c->size);
+    FH_CHECK(fh_alloc_aligned(&e->x, (size_t)eval_batch * row * sizeof(float), "evaluation batch"));
+    FH_CHECK(fh_calloc(&e->y, (size_t)eval_batch, sizeof *e->y, "evaluation labels"));
+    FH_CHECK(fh_calloc(&e->scratch, (size_t)eval_batch, row, "evaluation images"));
+    FH_CHECK(fh_calloc(&e->logits, (size_t)(e->mine > 0 ? e->mine : 1) * classes, sizeof *e->logits, "logits"));
+    FH_CHECK(fh_calloc(&e->lut, (size_t)f->c * 256, sizeof *e->lut, "normalisation table"));
+    data_normal_lut(e->lut, f);
+    if (c->rank != 0) return FH_OK;
+    /* rank 0 gathers every rank's logits (in rank order) and puts them back in sample order */
+    FH_CHECK(fh_calloc(&e->counts, (size_t)c->size, sizeof *e->counts, "gather counts"));
+    FH_CHECK(fh_calloc(&e->displs, (size_t)c->size, sizeof *e->displs, "gather offsets"));
+    FH_CHECK(fh_calloc(&e->all, (size_t)n * classes, sizeof *e->all, "all logits"));
+    FH_CHECK(fh_calloc(&e->ordered, (size_t)n * classes, sizeof *e->ordered, "ordered logits"));
+    FH_CHECK(fh_calloc(&e->labels, (size_t)n, sizeof *e->labels, "test labels"));
+    int64_t off = 0;
+    for (int r = 0; r < c->size; r++) {
+        const int64_t rows = rows_of_rank(n, eval_batch, r, c->size);
+        e->counts[r] = (int)(rows * classes);
+        e->displs[r] = (int)(off * classes);
+        off += rows;
+    }
+    return fl_eval_metrics_work_init(&e->metrics, n, classes);
+}
+
+void fl_eval_free(FlEval *e)
+{
+    fh_free(&e->x);
+    fh_free(&e->y);
+    fh_free(&e->scratch);
+    fh_free(&e->logits);
+    fh_free(&e->lut);
+    fh_free(&e->counts);
+    fh_free(&e->displs);
+    fh_free(&e->all);
+    fh_free(&e->ordered);
+    fh_free(&e->labels);
+    fl_eval_metrics_work_free(&e->metrics);
+    memset(e, 0, sizeof *e);
+}
+
+int fl_evaluate(FlComm *c, FlEval *e, NnModel *m, DataPartFile *f, DataRowGroup group, FlEvalMetrics *out)
+{
+    const int eval_batch = e->eval_batch;
+    const int64_t n = f->n_test, n_batches = (n + eval_batch - 1) / eval_batch;
+    const int classes = f->classes;
+    int status = FH_OK;
     nn_model_set_training(m, 0);
     int64_t at = 0;
     for (int64_t b = c->rank; b < n_batches && status == FH_OK; b += c->size) {
         int64_t first = b * eval_batch, count = first + eval_batch < n ? eval_batch : n - first;
-        status = eval_batch_logits(m, f, lut, group, first, count, x, y, scratch, logits + (size_t)at * classes);
+        status = eval_batch_logits(m, f, e->lut, group, first, count, e->x, e->y, e->scratch,
+                                   e->logits + (size_t)at * classes);
         at += count;
     }
     nn_model_set_training(m, 1);
     status = fl_agree(c, status);
-    if (status != FH_OK) goto done;
+    if (status != FH_OK) return status;
 
-    /* rank 0 gathers every rank's logits (in rank order) and puts them back in sample order */
-    if (c->rank == 0) {
-        status = fh_calloc(&counts, (size_t)c->size, sizeof *counts, "gather counts");
-        if (status == FH_OK) status = fh_calloc(&displs, (size_t)c->size, sizeof *displs, "gather offsets");
-        if (status == FH_OK) status = fh_calloc(&all, (size_t)n * classes, sizeof *all, "all logits");
-        if (status == FH_OK) status = fh_calloc(&labels, (size_t)n, sizeof *labels, "test labels");
-        if (status != FH_OK) goto done; /* out of memory on rank 0 alone: the caller aborts the job */
-        int64_t off = 0;
-        for (int r = 0; r < c->size; r++) {
-            int64_t rows = 0;
-            for (int64_t b = r; b < n_batches; b += c->size) rows += (b + 1) * eval_batch < n ? eval_batch : n - b * eval_batch;
-            counts[r] = (int)(rows * classes);
-            displs[r] = (int)(off * classes);
-            off += rows;
-        }
-    }
     MPI_Request req;
-    if (MPI_Igatherv(logits, (int)(mine * classes), MPI_FLOAT, c->rank == 0 ? all : NULL, counts,
-                     displs, MPI_FLOAT, 0, c->comm, &req) != MPI_SUCCESS) {
-        status = fh_error_raise(FH_ERR_MPI, __FILE__, __LINE__, "gathering test logits failed");
-        goto done;
-    }
+    if (MPI_Igatherv(e->logits, (int)(e->mine * classes), MPI_FLOAT, c->rank == 0 ? e->all : NULL, e->counts,
+                     e->displs, MPI_FLOAT, 0, c->comm, &req) != MPI_SUCCESS)
+        FH_FAIL(FH_ERR_MPI, "gathering test logits failed");
     status = fl_wait(&req);
-    if (status == FH_OK && c->rank == 0) {
-        /* reorder: rank r's rows are its batches in ascending order */
-        float *ordered = NULL;
-        status = fh_calloc(&ordered, (size_t)n * classes, sizeof *ordered, "ordered logits");
-        if (status == FH_OK) {
-            int64_t src = 0;
-            for (int r = 0; r < c->size; r++)
-                for (int64_t b = r; b < n_batches; b += c->size) {
-                    int64_t first = b * eval_batch, count = first + eval_batch < n ? eval_batch : n - first;
-                    memcpy(ordered + (size_t)first * classes, all + (size_t)src * classes,
-                           (size_t)count * classes * sizeof(float));
-                    src += count;
-                }
-            status = data_partfile_read_rows(f, group, 0, n, NULL, labels);
-            if (status == FH_OK) status = fl_eval_metrics(out, ordered, labels, n, classes);
-            fh_free(&ordered);
+    if (status != FH_OK || c->rank != 0) return status;
+    /* reorder: rank r's rows are its batches in ascending order */
+    int64_t src = 0;
+    for (int r = 0; r < c->size; r++)
+        for (int64_t b = r; b < n_batches; b += c->size) {
+            int64_t first = b * eval_batch, count = first + eval_batch < n ? eval_batch : n - first;
+            memcpy(e->ordered + (size_t)first * classes, e->all + (size_t)src * classes,
+                   (size_t)count * classes * sizeof(float));
+            src += count;
         }
-    }
-done:
-    fh_free(&x);
-    fh_free(&y);
-    fh_free(&scratch);
-    fh_free(&logits);
-    fh_free(&lut);
-    fh_free(&all);
-    fh_free(&labels);
-    fh_free(&counts);
-    fh_free(&displs);
+    status = data_partfile_read_rows(f, group, 0, n, NULL, e->labels);
+    if (status == FH_OK) status = fl_eval_metrics_with(out, &e->metrics, e->ordered, e->labels, n, classes);
     return status;
 }

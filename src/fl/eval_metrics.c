@@ -17,7 +17,7 @@
 
 #include "fedhet/core.h"
 
-typedef struct {
+typedef struct ScoreItem {
     double s;
     int32_t y;
 } ScoreItem;
@@ -122,17 +122,7 @@ static inline double softmax_prob(float z, double row_max, double row_sum)
     return exp((double)z - row_max) / row_sum;
 }
 
-typedef struct {
-    double *row_max, *row_sum, *row_buf; /* [n], [n], [classes] */
-    int64_t *n_true, *n_pred, *n_tp;     /* [classes] */
-    int64_t *start, *fill;               /* [classes + 1], [classes]: per-class runs of the split column */
-    ScoreItem *items;                    /* [2n]: sort buffer and its scratch */
-    double *runs;                        /* [n]: column scores split by label, each run sorted */
-    double *auc_ovr;                     /* [classes] */
-    double *auc_pair;                    /* [classes * classes]: A_ab at a * classes + b */
-} EvalWork;
-
-static void work_free(EvalWork *w)
+void fl_eval_metrics_work_free(FlEvalMetricsWork *w)
 {
     fh_free(&w->row_max);
     fh_free(&w->row_sum);
@@ -146,32 +136,52 @@ static void work_free(EvalWork *w)
     fh_free(&w->runs);
     fh_free(&w->auc_ovr);
     fh_free(&w->auc_pair);
+    w->n = 0;
+    w->classes = 0;
 }
 
-static int work_alloc(EvalWork *w, int64_t n, int classes)
+int64_t fl_eval_metrics_work_bytes(int64_t n, int classes)
 {
+    const int64_t c = classes;
+    return n * (int64_t)(2 * sizeof(double) + 2 * sizeof(ScoreItem) + sizeof(double)) +
+           c * (int64_t)(2 * sizeof(double) + 5 * sizeof(int64_t)) + (int64_t)sizeof(int64_t) +
+           c * c * (int64_t)sizeof(double);
+}
+
+int fl_eval_metrics_work_init(FlEvalMetricsWork *w, int64_t n, int classes)
+{
+    memset(w, 0, sizeof *w);
     size_t un = (size_t)n, uc = (size_t)classes;
-    FH_CHECK(fh_calloc(&w->row_max, un, sizeof(double), "eval metrics: row maxima"));
-    FH_CHECK(fh_calloc(&w->row_sum, un, sizeof(double), "eval metrics: row sums"));
-    FH_CHECK(fh_calloc(&w->row_buf, uc, sizeof(double), "eval metrics: row buffer"));
-    FH_CHECK(fh_calloc(&w->n_true, uc, sizeof(int64_t), "eval metrics: class counts"));
-    FH_CHECK(fh_calloc(&w->n_pred, uc, sizeof(int64_t), "eval metrics: prediction counts"));
-    FH_CHECK(fh_calloc(&w->n_tp, uc, sizeof(int64_t), "eval metrics: true positives"));
-    FH_CHECK(fh_calloc(&w->start, uc + 1, sizeof(int64_t), "eval metrics: class offsets"));
-    FH_CHECK(fh_calloc(&w->fill, uc, sizeof(int64_t), "eval metrics: class fill"));
-    FH_CHECK(fh_calloc(&w->auc_ovr, uc, sizeof(double), "eval metrics: one-vs-rest AUCs"));
-    FH_CHECK(fh_calloc(&w->auc_pair, uc, uc * sizeof(double), "eval metrics: one-vs-one AUC table"));
-    FH_CHECK(fh_calloc(&w->items, un, 2 * sizeof(ScoreItem), "eval metrics: sort buffer"));
-    FH_CHECK(fh_calloc(&w->runs, un, sizeof(double), "eval metrics: per-class score runs"));
+    int status = fh_calloc(&w->row_max, un, sizeof(double), "eval metrics: row maxima");
+    if (status == FH_OK) status = fh_calloc(&w->row_sum, un, sizeof(double), "eval metrics: row sums");
+    if (status == FH_OK) status = fh_calloc(&w->row_buf, uc, sizeof(double), "eval metrics: row buffer");
+    if (status == FH_OK) status = fh_calloc(&w->n_true, uc, sizeof(int64_t), "eval metrics: class counts");
+    if (status == FH_OK) status = fh_calloc(&w->n_pred, uc, sizeof(int64_t), "eval metrics: prediction counts");
+    if (status == FH_OK) status = fh_calloc(&w->n_tp, uc, sizeof(int64_t), "eval metrics: true positives");
+    if (status == FH_OK) status = fh_calloc(&w->start, uc + 1, sizeof(int64_t), "eval metrics: class offsets");
+    if (status == FH_OK) status = fh_calloc(&w->fill, uc, sizeof(int64_t), "eval metrics: class fill");
+    if (status == FH_OK) status = fh_calloc(&w->auc_ovr, uc, sizeof(double), "eval metrics: one-vs-rest AUCs");
+    if (status == FH_OK) status = fh_calloc(&w->auc_pair, uc, uc * sizeof(double), "eval metrics: one-vs-one AUC table");
+    if (status == FH_OK) status = fh_calloc(&w->items, un, 2 * sizeof(ScoreItem), "eval metrics: sort buffer");
+    if (status == FH_OK) status = fh_calloc(&w->runs, un, sizeof(double), "eval metrics: per-class score runs");
+    if (status != FH_OK) {
+        fl_eval_metrics_work_free(w);
+        return fh_error_trace(status, __FILE__, __LINE__, "fl_eval_metrics_work_init");
+    }
+    w->n = n;
+    w->classes = classes;
     return FH_OK;
 }
 
 /* everything but the AUCs, plus the per-row softmax statistics */
-static void eval_rows(FlEvalMetrics *out, EvalWork *w, const float *logits, const int32_t *labels, int64_t n,
+static void eval_rows(FlEvalMetrics *out, FlEvalMetricsWork *w, const float *logits, const int32_t *labels, int64_t n,
                       int classes)
 {
     double loss_sum = 0.0;
     int64_t correct = 0;
+    memset(w->n_true, 0, (size_t)classes * sizeof *w->n_true);
+    memset(w->n_pred, 0, (size_t)classes * sizeof *w->n_pred);
+    memset(w->n_tp, 0, (size_t)classes * sizeof *w->n_tp);
     for (int64_t i = 0; i < n; i++) {
         const float *z = logits + i * classes;
         double m = z[0];
@@ -218,7 +228,7 @@ static void eval_rows(FlEvalMetrics *out, EvalWork *w, const float *logits, cons
     out->f1_macro = f1_sum / n_f1;
 }
 
-static void eval_aucs(FlEvalMetrics *out, EvalWork *w, const float *logits, const int32_t *labels, int64_t n,
+static void eval_aucs(FlEvalMetrics *out, FlEvalMetricsWork *w, const float *logits, const int32_t *labels, int64_t n,
                       int classes)
 {
     int n_present = 0;
@@ -275,29 +285,36 @@ static void eval_aucs(FlEvalMetrics *out, EvalWork *w, const float *logits, cons
     out->auc_ovo_macro = ovo / (double)n_pairs;
 }
 
+int fl_eval_metrics_with(FlEvalMetrics *out, FlEvalMetricsWork *w, const float *logits, const int32_t *labels,
+                         int64_t n, int classes)
+{
+    if (!out || !logits || !labels) FH_FAIL(FH_ERR_USAGE, "eval metrics: NULL output, logits or labels");
+    if (n < 1) FH_FAIL(FH_ERR_USAGE, "eval metrics: need at least one sample, got n = %lld", (long long)n);
+    if (classes < 2) FH_FAIL(FH_ERR_USAGE, "eval metrics: need at least 2 classes, got %d", classes);
+    if (n > w->n || classes > w->classes)
+        FH_FAIL(FH_ERR_USAGE, "eval metrics: %lld samples of %d classes, but the work arrays hold %lld of %d",
+                (long long)n, classes, (long long)w->n, w->classes);
+    for (int64_t i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            FH_FAIL(FH_ERR_USAGE, "eval metrics: label %d at row %lld is outside [0, %d)", (int)labels[i],
+                    (long long)i, classes);
+    FlEvalMetrics m;
+    memset(&m, 0, sizeof m);
+    m.n = n;
+    eval_rows(&m, w, logits, labels, n, classes);
+    eval_aucs(&m, w, logits, labels, n, classes);
+    *out = m;
+    return FH_OK;
+}
+
 int fl_eval_metrics(FlEvalMetrics *out, const float *logits, const int32_t *labels, int64_t n, int classes)
 {
     if (!out || !logits || !labels) FH_FAIL(FH_ERR_USAGE, "eval metrics: NULL output, logits or labels");
     if (n < 1) FH_FAIL(FH_ERR_USAGE, "eval metrics: need at least one sample, got n = %lld", (long long)n);
     if (classes < 2) FH_FAIL(FH_ERR_USAGE, "eval metrics: need at least 2 classes, got %d", classes);
-    for (int64_t i = 0; i < n; i++)
-        if (labels[i] < 0 || labels[i] >= classes)
-            FH_FAIL(FH_ERR_USAGE, "eval metrics: label %d at row %lld is outside [0, %d)", (int)labels[i],
-                    (long long)i, classes);
-
-    EvalWork w;
-    memset(&w, 0, sizeof w);
-    int status = work_alloc(&w, n, classes);
-    if (status != FH_OK) {
-        work_free(&w);
-        return fh_error_trace(status, __FILE__, __LINE__, "work_alloc(&w, n, classes)");
-    }
-    FlEvalMetrics m;
-    memset(&m, 0, sizeof m);
-    m.n = n;
-    eval_rows(&m, &w, logits, labels, n, classes);
-    eval_aucs(&m, &w, logits, labels, n, classes);
-    work_free(&w);
-    *out = m;
-    return FH_OK;
+    FlEvalMetricsWork w;
+    FH_CHECK(fl_eval_metrics_work_init(&w, n, classes));
+    const int status = fl_eval_metrics_with(out, &w, logits, labels, n, classes);
+    fl_eval_metrics_work_free(&w);
+    return status;
 }

@@ -37,6 +37,26 @@ typedef struct {
  * label and its row) / a NULL pointer, FH_ERR_IO when memory runs out (fh_calloc). */
 int fl_eval_metrics(FlEvalMetrics *out, const float *logits, const int32_t *labels, int64_t n, int classes);
 
+/* The work arrays of the metrics for up to n samples of up to `classes` classes: O(n + classes^2) doubles
+ * (fl_eval_metrics_work_bytes), made once so that repeated evaluations allocate nothing. */
+typedef struct {
+    int64_t n;
+    int classes;
+    double *row_max, *row_sum, *row_buf; /* [n], [n], [classes] */
+    int64_t *n_true, *n_pred, *n_tp;     /* [classes] */
+    int64_t *start, *fill;               /* [classes + 1], [classes]: per-class runs of the split column */
+    struct ScoreItem *items;             /* [2n]: sort buffer and its scratch */
+    double *runs;                        /* [n]: column scores split by label, each run sorted */
+    double *auc_ovr;                     /* [classes] */
+    double *auc_pair;                    /* [classes * classes]: A_ab at a * classes + b */
+} FlEvalMetricsWork;
+int fl_eval_metrics_work_init(FlEvalMetricsWork *w, int64_t n, int classes);
+void fl_eval_metrics_work_free(FlEvalMetricsWork *w);
+int64_t fl_eval_metrics_work_bytes(int64_t n, int classes);
+/* fl_eval_metrics in the work arrays w (n and classes at most w's); allocates nothing */
+int fl_eval_metrics_with(FlEvalMetrics *out, FlEvalMetricsWork *w, const float *logits, const int32_t *labels,
+                         int64_t n, int classes);
+
 /* Mann–Whitney AUC with average ranks for ties (ties count 1/2): scores [n], positive[n] in {0,1}
  * (any non-zero value counts as positive). AUC = (sum of the positives' ranks - P(P+1)/2) / (P N).
  * NaN scores rank above every number and tie with each other.

@@ -177,10 +177,30 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
                     const double *server_scalars, int client, int slot_in_round, int round, double lr, void *record);
 
 /* ---- evaluation (src/fl/eval.c) ---- */
-/* Every rank evaluates a share of the fixed-size test batches (batch b on rank b mod size) of the
- * model whose state is `state`; rank 0 gathers the logits in sample order and computes the metrics,
- * so results do not depend on the number of ranks. */
-int fl_evaluate(FlComm *c, NnModel *m, DataPartFile *f, DataRowGroup group, int eval_batch, FlEvalMetrics *out);
+/* The evaluation's buffers, made at setup for the data file's test set (the corrupted copy has the same
+ * rows), so that evaluating allocates nothing. */
+typedef struct {
+    int eval_batch;
+    int64_t mine;            /* test rows this rank evaluates */
+    float *x;                /* [eval_batch, c, h, w] */
+    int32_t *y;              /* [eval_batch] */
+    uint8_t *scratch;        /* [eval_batch, c, h, w] as stored */
+    float *logits;           /* [mine, classes] */
+    float *lut;              /* [c * 256] normalisation table */
+    /* rank 0 */
+    int *counts, *displs;    /* [ranks]: the gather of the logits */
+    float *all, *ordered;    /* [n_test, classes]: gathered in rank order, then in sample order */
+    int32_t *labels;         /* [n_test] */
+    FlEvalMetricsWork metrics;
+} FlEval;
+int fl_eval_init(FlEval *e, const FlComm *c, const DataPartFile *f, int eval_batch);
+/* the bytes fl_eval_init allocates on rank `rank` of `size` (0 without a test set) */
+int64_t fl_eval_bytes(const DataPartFile *f, int eval_batch, int rank, int size);
+void fl_eval_free(FlEval *e);
+/* Every rank evaluates a share of the fixed-size test batches (batch b on rank b mod size) of model m;
+ * rank 0 gathers the logits in sample order and computes the metrics, so results do not depend on the
+ * number of ranks. Collective. */
+int fl_evaluate(FlComm *c, FlEval *e, NnModel *m, DataPartFile *f, DataRowGroup group, FlEvalMetrics *out);
 
 /* ---- one run (src/fl/run.c) ---- */
 /* metrics.csv columns (spec C.11), one double each; FL_METRIC_COLUMNS names them in order */
@@ -242,11 +262,17 @@ typedef struct {
     char ccol_text[512];      /* the method's column names */
     int64_t n_client_rows, cap_client_rows;
     FILE *metrics_csv, *clients_csv, *log;
-    float *probe_x, *probe_work; /* fl.sharpness_every: the probe set [n_probe rows] and scratch */
+    float *probe_x, *probe_work; /* the probe set [n_probe rows] (fl.sharpness_every, fl.hessian_every) and the
+                                  * sharpness scratch (rank 0) */
     int32_t *probe_y;
     int64_t n_probe;
     float *init_state;        /* rank 0, [n_state]: [model] init, read before the run folder exists */
-    struct FlHessian *hessian;   /* fl.hessian_every: its buffers, from the first estimate on */
+    struct FlHessian *hessian;   /* fl.hessian_every: its buffers */
+    FlEval eval;              /* a data file with a test set */
+    /* rank 0, for the checkpoints: one client's persistent block on its way to or from a file, and the
+     * /model tensor names */
+    float *ckpt_block;
+    char *tensor_names;
 } FlRun;
 
 /* ---- the probe set and the Hessian columns (src/fl/hessian.c) ---- */
@@ -254,6 +280,9 @@ typedef struct FlHessian FlHessian;
 /* run->probe_x, probe_y, n_probe: the first fl.sharpness_probe rows of every client in proportion to its
  * size, normalised, not augmented; read once (any rank may call it) */
 int fl_probe_load(FlRun *run);
+/* Collective, at setup with fl.hessian_every: the estimate's buffers, the model's activation patterns and
+ * the probe set */
+int fl_hessian_init(FlRun *run);
 /* Collective: hessian_max_eig and hessian_trace of the global state into row (rank 0), cost in the log */
 int fl_hessian(FlRun *run, int round, double *row);
 void fl_hessian_free(FlRun *run);
@@ -272,6 +301,10 @@ int fl_cost_reduce_passes(FlComm *comm, const NnModel *m, int64_t forward0, int6
 void fl_cost_row(double *row, const double *prev, const FlRoundCost *cost);
 
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */
+/* Rank 0 at setup (the model and the client blocks' size known): the buffers of fl_checkpoint_save and
+ * fl_checkpoint_load, so that writing a checkpoint allocates nothing; fl_checkpoint_free releases them. */
+int fl_checkpoint_init(FlRun *run);
+void fl_checkpoint_free(FlRun *run);
 /* Writes PATH atomically: rounds done, lr, global state, server vectors and scalars, every client's
  * persistent vectors (sent to rank 0 one client at a time), metrics rows, config text, layout hash. */
 int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path);
@@ -290,7 +323,11 @@ void fl_injected_kill(const char *point, int round);
  * /model/<view name> in PyTorch's shapes (conv [out, in/groups, kh, kw], linear [out, in], norm [C]),
  * plus a scalar <bn>.num_batches_tracked per BatchNorm, as torch's state_dict has it. The flat state
  * (/server/global) stays the source of truth; these are a copy beside it. */
-int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const float *state);
+int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const char *names,
+                           const float *state);
+/* The /model attribute `tensors` of model m: its tensor names in state_dict order, comma-separated
+ * (malloc'd), made once so that writing a checkpoint allocates nothing. */
+int fl_model_tensor_names(const NnModel *m, char **names_out);
 /* Reads the /model tensors of `path` into *state_out (n_state floats, fh_alloc_aligned: release with
  * fh_free) for model s->model on shape/classes. Every missing, extra, misshapen or non-finite tensor is
  * listed in one FH_ERR_DATA error; a BatchNorm's num_batches_tracked is accepted and ignored. */

@@ -92,9 +92,9 @@ static int has_batchnorm(const NnModel *m)
     return 0;
 }
 
-static int hessian_alloc(FlRun *run)
+int fl_hessian_init(FlRun *run)
 {
-    const NnModel *m = &run->work.model;
+    NnModel *m = &run->work.model;
     FH_CHECK(fh_calloc(&run->hessian, 1, sizeof *run->hessian, "Hessian estimate"));
     FlHessian *h = run->hessian;
     FH_CHECK(fh_alloc_aligned(&h->w, (size_t)m->n_state * sizeof(float), "Hessian: global state"));
@@ -102,6 +102,7 @@ static int hessian_alloc(FlRun *run)
     FH_CHECK(fh_alloc_aligned(&h->work, (size_t)m->n_params * 2 * sizeof(float), "Hessian: vectors"));
     FH_CHECK(fh_alloc_aligned(&h->dlogits, (size_t)m->max_batch * m->classes * sizeof(float), "Hessian: logit gradients"));
     FH_CHECK(fh_alloc_aligned(&h->acc, (size_t)m->n_params * sizeof(NnExact), "Hessian: exact gradient sums"));
+    FH_CHECK(nn_model_pattern_alloc(m)); /* what the Hessian-vector products would make on first use */
     FH_CHECK(fl_probe_load(run));
     return FH_OK;
 }
@@ -122,14 +123,13 @@ int fl_hessian(FlRun *run, int round, double *row)
 {
     const FlSettings *s = &run->s;
     NnModel *m = &run->work.model;
-    const int first = run->hessian == NULL;
-    if (first) FH_CHECK(fl_agree(&run->comm, hessian_alloc(run)));
     FlHessian *h = run->hessian;
     if (run->comm.rank == 0) nn_vec_copy(h->w, run->global, m->n_state);
     FH_CHECK(fl_bcast(&run->comm, h->w, m->n_state * (int64_t)sizeof(float)));
-    if (first && run->comm.rank == 0 && has_batchnorm(m))
+    if (!h->announced && run->comm.rank == 0 && has_batchnorm(m))
         fh_log_info("hessian: model %s has BatchNorm: the Hessian is of the eval-mode loss (running statistics, "
                     "not batch statistics)", s->model);
+    h->announced = 1;
     NnProbeHessian p = {
         .model = m, .x = run->probe_x, .y = run->probe_y, .n_rows = run->n_probe, .batch = m->max_batch,
         .first_batch = run->comm.rank, .stride = run->comm.size, .step = s->hessian_step, .w = h->w, .pert = h->pert,

@@ -72,35 +72,69 @@ static void view_dims(const NnParamView *pv, hsize_t *dims)
     for (int i = 0; i < pv->ndim; i++) dims[i] = (hsize_t)pv->dims[i];
 }
 
-int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const float *state)
+/* The model's tensors in state_dict order: each layer's views (weight, bias, running_mean, running_var), then
+ * a BatchNorm layer's num_batches_tracked (pv NULL). The walk ends at fn's first error. */
+static int each_tensor(const NnModel *m, int (*fn)(void *env, const char *name, const NnParamView *pv), void *env)
 {
-    hid_t g;
-    FH_CHECK(fh_h5_group(f, "/model", &g));
-    TextBuf names = { 0 };
-    char path[128];
     int status = FH_OK;
     for (int li = 0; li < m->n_layers && status == FH_OK; li++) {
         const NnParamView *views[4];
         const int n = layer_views(m, li, views);
-        for (int i = 0; i < n && status == FH_OK; i++) {
-            const NnParamView *pv = views[i];
-            hsize_t dims[4];
-            view_dims(pv, dims);
-            /* one chunk per tensor, for the Fletcher32 checksum every checkpoint dataset carries */
-            const FhH5Layout layout = { dims[0], 0, 1 };
-            snprintf(path, sizeof path, "/model/%s", pv->name);
-            status = fh_h5_write(f, path, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, pv->ndim, dims, &layout,
-                                 state + pv->offset);
-            text_add(&names, "%s%s", names.len ? "," : "", pv->name);
-        }
+        for (int i = 0; i < n && status == FH_OK; i++) status = fn(env, views[i]->name, views[i]);
         if (m->layers[li].type == NN_OP_BATCHNORM && status == FH_OK) {
-            const int64_t zero = 0;
-            const hsize_t one = 1;
+            char path[128];
             snprintf(path, sizeof path, "/model/%s" NBT_SUFFIX, m->layers[li].name);
-            status = fh_h5_write(f, path, H5T_NATIVE_INT64, H5T_STD_I64LE, 0, &one, NULL, &zero);
-            text_add(&names, ",%s", path + strlen("/model/"));
+            status = fn(env, path + strlen("/model/"), NULL);
         }
     }
+    return status;
+}
+
+static int add_name(void *env, const char *name, const NnParamView *pv)
+{
+    TextBuf *names = env;
+    text_add(names, "%s%s", names->len ? "," : "", name);
+    return FH_OK;
+}
+
+int fl_model_tensor_names(const NnModel *m, char **names_out)
+{
+    TextBuf names = { 0 };
+    each_tensor(m, add_name, &names);
+    if (!names.text) FH_CHECK(fh_calloc(&names.text, 1, 1, "tensor names")); /* a model without tensors */
+    *names_out = names.text;
+    return FH_OK;
+}
+
+typedef struct {
+    const FhH5File *f;
+    const float *state;
+} TensorWrite;
+
+static int write_tensor(void *env, const char *name, const NnParamView *pv)
+{
+    const TensorWrite *w = env;
+    char path[128];
+    snprintf(path, sizeof path, "/model/%s", name);
+    if (!pv) {
+        const int64_t zero = 0;
+        const hsize_t one = 1;
+        return fh_h5_write(w->f, path, H5T_NATIVE_INT64, H5T_STD_I64LE, 0, &one, NULL, &zero);
+    }
+    hsize_t dims[4];
+    view_dims(pv, dims);
+    /* one chunk per tensor, for the Fletcher32 checksum every checkpoint dataset carries */
+    const FhH5Layout layout = { dims[0], 0, 1 };
+    return fh_h5_write(w->f, path, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, pv->ndim, dims, &layout, w->state + pv->offset);
+}
+
+int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings *s, const char *names,
+                           const float *state)
+{
+    hid_t g;
+    FH_CHECK(fh_h5_group(f, "/model", &g));
+    TensorWrite w = { f, state };
+    int status = each_tensor(m, write_tensor, &w);
     const int64_t input[3] = { m->tensors[m->input].shape.c, m->tensors[m->input].shape.h,
                                m->tensors[m->input].shape.w };
     const int64_t classes = m->classes, groups = s->groups;
@@ -109,8 +143,7 @@ int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings
     if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "groups", &groups, 1);
     if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "input", input, 3);
     if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "classes", &classes, 1);
-    if (status == FH_OK) status = fh_h5_attr_write_string(f, g, "tensors", names.text ? names.text : "");
-    free(names.text);
+    if (status == FH_OK) status = fh_h5_attr_write_string(f, g, "tensors", names);
     H5Gclose(g);
     return status;
 }

@@ -441,6 +441,7 @@ typedef struct {
     AlgoUpload *uploads;
     double *weights;
     float *next;                  /* the aggregated state */
+    double *rank_seconds;         /* [ranks]: training seconds of each rank in the round */
     double round_seconds_sum;
     int rounds_timed;
     FlLeave leave;                /* leaving a round after a stop request */
@@ -480,6 +481,7 @@ static int loop_init(FlRun *run, FlLoop *L)
         FH_CHECK(fh_calloc(&L->uploads, (size_t)K, sizeof *L->uploads, "uploads"));
         FH_CHECK(fh_calloc(&L->weights, (size_t)K, sizeof *L->weights, "weights"));
         FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
+        FH_CHECK(fh_calloc(&L->rank_seconds, (size_t)run->comm.size, sizeof *L->rank_seconds, "training seconds"));
     }
     return FH_OK;
 }
@@ -498,6 +500,7 @@ static void loop_free(FlLoop *L)
     fh_free(&L->uploads);
     fh_free(&L->weights);
     fh_free(&L->next);
+    fh_free(&L->rank_seconds);
 }
 
 static int injected_failure(const FlRun *run, int round)
@@ -668,13 +671,9 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     for (int i = 0; dr && i < n_selected; i++) row[FL_COL_rho] += L->uploads[i].scalars[dr - 1] / n_selected;
     nn_vec_copy(run->global, L->next, run->n_state);
     for (int i = 0; i < n_selected; i++) {
-        if (run->n_client_rows == run->cap_client_rows) {
-            int64_t cap = run->cap_client_rows * 2 + 64;
-            double *grown = realloc(run->client_rows, (size_t)cap * run->n_ccols * sizeof(double));
-            if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
-            run->client_rows = grown;
-            run->cap_client_rows = cap;
-        }
+        if (run->n_client_rows == run->cap_client_rows)
+            FH_FAIL(FH_ERR_USAGE, "round %d: more clients.csv rows than the %lld the selection plan holds", round + 1,
+                    (long long)run->cap_client_rows);
         double *cr = run->client_rows + run->n_client_rows++ * run->n_ccols;
         const AlgoUpload *u = &L->uploads[i];
         cr[FL_CCOL_ROUND] = round;
@@ -701,7 +700,7 @@ static int evaluate(FlRun *run, double *row)
                                                       : run->global, run->n_state);
     FH_CHECK(fl_bcast(&run->comm, m->state, run->n_state * (int64_t)sizeof(float)));
     FlEvalMetrics e;
-    FH_CHECK(fl_evaluate(&run->comm, m, &run->data, DATA_ROWS_TEST, run->s.eval_batch, &e));
+    FH_CHECK(fl_evaluate(&run->comm, &run->eval, m, &run->data, DATA_ROWS_TEST, &e));
     if (run->comm.rank == 0) {
         row[FL_COL_test_accuracy] = e.accuracy;
         row[FL_COL_test_loss] = e.loss;
@@ -712,7 +711,7 @@ static int evaluate(FlRun *run, double *row)
         row[FL_COL_test_f1_macro] = e.f1_macro;
     }
     if (!run->data.has_test_corrupted) return FH_OK;
-    FH_CHECK(fl_evaluate(&run->comm, m, &run->data, DATA_ROWS_TEST_CORRUPTED, run->s.eval_batch, &e));
+    FH_CHECK(fl_evaluate(&run->comm, &run->eval, m, &run->data, DATA_ROWS_TEST_CORRUPTED, &e));
     if (run->comm.rank == 0) {
         row[FL_COL_corrupted_accuracy] = e.accuracy;
         row[FL_COL_corrupted_loss] = e.loss;
@@ -730,14 +729,19 @@ static int evaluate(FlRun *run, double *row)
     return FH_OK;
 }
 
+/* Rank 0 at setup, with fl.sharpness_every: the probe set and the sharpness scratch */
+static int sharpness_init(FlRun *run)
+{
+    FH_CHECK(fl_probe_load(run));
+    return fh_calloc(&run->probe_work, (size_t)algo_sam_sharpness_work(&run->work.model), sizeof(float),
+                     "sharpness scratch");
+}
+
 /* Rank 0: sharpness and perturbed loss of the global model on the probe set (fl.sharpness_every; spec
  * algorithms-sam 12). */
 static int sharpness(FlRun *run, double *row)
 {
     NnModel *m = &run->work.model;
-    FH_CHECK(fl_probe_load(run));
-    if (!run->probe_work)
-        FH_CHECK(fh_calloc(&run->probe_work, (size_t)algo_sam_sharpness_work(m), sizeof(float), "sharpness scratch"));
     double l0 = 0.0, l1 = 0.0;
     FH_CHECK(algo_sam_sharpness(m, run->global, run->probe_x, run->probe_y, run->n_probe, run->s.sharpness_rho,
                                 run->probe_work, &l0, &l1));
@@ -841,13 +845,13 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             /* training is overlapped across ranks: the slowest rank's total is the phase's length */
             double per_rank_max = 0.0;
             if (!diverged) {
-                double *sum = calloc((size_t)run->comm.size, sizeof *sum);
-                for (int i = 0; sum && i < plan.n_selected; i++) {
+                double *sum = L->rank_seconds;
+                memset(sum, 0, (size_t)run->comm.size * sizeof *sum);
+                for (int i = 0; i < plan.n_selected; i++) {
                     int r = run->owner[L->uploads[i].client];
                     sum[r] += fl_record_header(L->recv + (size_t)L->order[i] * run->layout.bytes)->seconds;
                     if (sum[r] > per_rank_max) per_rank_max = sum[r];
                 }
-                free(sum);
             }
             row[FL_COL_t_train] = per_rank_max;
             row[FL_COL_t_gather] = (t2 - t1) - per_rank_max > 0 ? (t2 - t1) - per_rank_max : 0.0;
@@ -946,7 +950,9 @@ static void run_free(FlRun *run)
     fh_free(&run->probe_y);
     fh_free(&run->probe_work);
     fl_hessian_free(run);
-    free(run->client_rows);
+    fl_eval_free(&run->eval);
+    fl_checkpoint_free(run);
+    fh_free(&run->client_rows);
     if (run->metrics_csv) fclose(run->metrics_csv);
     if (run->clients_csv) fclose(run->clients_csv);
     fh_log_set_file(NULL);
@@ -971,14 +977,20 @@ static void print_budget(const FlRun *run)
         if (n > most_owned) most_owned = n;
     }
     const int uploads = most_owned < max_selected(run) ? most_owned : max_selected(run);
+    const int size = run->comm.size, client_rank = size > 1 ? 1 : 0; /* rank 1 evaluates the most batches of them */
     fh_log_info("memory per client rank (at most %d client%s each): model state + gradient + optimiser + activations "
                 "%.1f MiB, its clients' data, persistent vectors %d x %d x %.1f MiB = %.1f MiB, upload records %d x "
-                "%.1f MiB = %.1f MiB", most_owned, most_owned == 1 ? "" : "s", model_work, most_owned,
-                run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
-                (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib);
-    fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors",
-                max_selected(run), (double)run->layout.bytes / mib, max_selected(run) * (double)run->layout.bytes / mib,
-                3 + run->z.server_vectors + run->z.server_private);
+                "%.1f MiB = %.1f MiB, evaluation %.1f MiB", most_owned, most_owned == 1 ? "" : "s", model_work,
+                most_owned, run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
+                (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib,
+                (double)fl_eval_bytes(&run->data, run->s.eval_batch, client_rank, size) / mib);
+    /* the metrics.csv rows and every clients.csv row of the run, kept for the checkpoints */
+    const double rows = ((double)run->s.rounds * FL_N_COLUMNS + (double)run->cap_client_rows * run->n_ccols) * 8 / mib;
+    fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors, "
+                "evaluation %.1f MiB, metric rows %.1f MiB", max_selected(run), (double)run->layout.bytes / mib,
+                max_selected(run) * (double)run->layout.bytes / mib,
+                3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors,
+                (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows);
     if (m->quality_shift && !run->data.has_test_corrupted)
         fh_log_info("%s: the data has no corrupted test set ([data] corruption = none): the clean/corrupted comparison "
                     "is off (metrics.csv corrupted_*, client_auc_std, client_bacc_std stay empty; spec C.5, C.6)",
@@ -1003,6 +1015,28 @@ static int client_columns(FlRun *run)
         run->ccol_names[run->n_ccols++] = p;
         p = comma ? comma + 1 : NULL;
     }
+    return FH_OK;
+}
+
+/* Rank 0: room for every clients.csv row of the run, those of a resumed checkpoint and one per selected
+ * client of each round still to run (the selection plan is drawn here as the rounds will draw it), so that
+ * the rounds allocate nothing; the checkpoint writes them all. */
+static int reserve_client_rows(FlRun *run)
+{
+    const int K = run->n_clients, per_round = fl_clients_per_round(&run->s, K);
+    int64_t rows = run->n_client_rows;
+    int32_t *ids = NULL;
+    if (per_round < 0) FH_CHECK(fh_calloc(&ids, (size_t)K, sizeof *ids, "selection plan"));
+    for (int t = run->start_round; t < run->s.rounds; t++)
+        rows += per_round >= 0 ? per_round : select_clients(&run->s, K, t, ids);
+    fh_free(&ids);
+    double *room = NULL;
+    FH_CHECK(fh_calloc(&room, (size_t)(rows > 0 ? rows : 1), (size_t)run->n_ccols * sizeof(double), "clients.csv rows"));
+    if (run->n_client_rows > 0)
+        memcpy(room, run->client_rows, (size_t)run->n_client_rows * run->n_ccols * sizeof(double));
+    fh_free(&run->client_rows);
+    run->client_rows = room;
+    run->cap_client_rows = rows;
     return FH_OK;
 }
 
@@ -1034,6 +1068,10 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     run->layout_hash = fl_layout_hash(m);
     run->z = run->work.z;
     fl_record_layout(&run->layout, &run->z, run->n_state);
+    if (run->data.n_test > 0)
+        FH_CHECK(fl_agree(&run->comm, fl_eval_init(&run->eval, &run->comm, &run->data, s->eval_batch)));
+    if (s->sharpness_every > 0) FH_CHECK(fl_agree(&run->comm, rank == 0 ? sharpness_init(run) : FH_OK));
+    if (s->hessian_every > 0) FH_CHECK(fl_agree(&run->comm, fl_hessian_init(run)));
     FH_CHECK(fh_alloc_aligned(&run->global, (size_t)(1 + run->z.server_vectors) * run->n_state * sizeof(float),
                               "global state"));
     run->server_vecs = run->global + run->n_state;
@@ -1045,10 +1083,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
         memset(run->server_private, 0, (size_t)run->z.server_private * run->n_state * sizeof(float));
     }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
-    run->cap_client_rows = 64;
     FH_CHECK(client_columns(run));
-    run->client_rows = malloc((size_t)run->cap_client_rows * run->n_ccols * sizeof(double));
-    if (!run->client_rows) FH_FAIL(FH_ERR_IO, "out of memory for the per-client metrics");
+    FH_CHECK(fl_agree(&run->comm, rank == 0 ? fl_checkpoint_init(run) : FH_OK));
     run->lr = s->lr;
     run->write_final = 1;
     if (opt->resume_dir && !run->restart) {
@@ -1079,6 +1115,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
             FH_CHECK(fl_agree(&run->comm, status));
         }
     }
+    status = rank == 0 ? reserve_client_rows(run) : FH_OK;
+    FH_CHECK(fl_agree(&run->comm, status));
     status = rank == 0 ? open_outputs(run, opt) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));
     if (rank == 0) print_budget(run);

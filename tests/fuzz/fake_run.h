@@ -64,6 +64,7 @@ static inline void fake_run_init(FlRun *run)
     run->server_scalars[0] = 1.5;
     run->server_scalars[1] = -2.0;
     for (int64_t i = 0; i < FAKE_CLIENTS * run->work.block; i++) run->work.client_state[i] = 0.5f * (float)i;
+    if (fl_checkpoint_init(run) != FH_OK) abort();
 }
 
 /* n_rows rounds done, each with one clients.csv row per client */
@@ -88,6 +89,7 @@ static inline void fake_run_free(FlRun *run)
     free(run->rows);
     free(run->client_rows);
     free(run->work.client_state);
+    fl_checkpoint_free(run);
     memset(run, 0, sizeof *run);
 }
 

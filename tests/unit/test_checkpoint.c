@@ -70,7 +70,7 @@ static int fake_init(Fake *f, const char *dir)
     FH_CHECK(fh_calloc(&r->client_rows, 2, FL_N_CCOLUMNS * sizeof(double), "client rows"));
     r->n_client_rows = 2;
     r->cap_client_rows = 2;
-    return FH_OK;
+    return fl_checkpoint_init(r);
 }
 
 /* tmp_record takes paths of up to 600 bytes */
@@ -87,6 +87,7 @@ static void fake_free(Fake *f)
     fh_free(&f->run.global);
     fh_free(&f->run.rows);
     free(f->run.client_rows);
+    fl_checkpoint_free(&f->run);
 }
 
 static void test_round_trip(void)
