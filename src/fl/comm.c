@@ -136,7 +136,9 @@ void fl_record_layout(FlRecordLayout *l, const AlgoSizes *m, int64_t n_state)
     l->n_scalars = m->upload_scalars;
     l->n_vectors = m->upload_vectors;
     l->n_state = n_state;
-    l->bytes = l->header_bytes + (size_t)(1 + m->upload_vectors) * (size_t)n_state * sizeof(float);
+    /* records lie back to back in the gather buffers: a multiple of 8 bytes keeps every header's int64 and
+     * double fields aligned when (1 + vectors) x n_state is odd */
+    l->bytes = (l->header_bytes + (size_t)(1 + m->upload_vectors) * (size_t)n_state * sizeof(float) + 7) / 8 * 8;
 }
 
 /* ---- leaving a round after a stop request -------------------------------------------------------------- */

@@ -114,7 +114,7 @@ typedef struct {
 
 typedef struct {
     size_t header_bytes; /* header + scalars, rounded up to 64 */
-    size_t bytes;        /* header_bytes + (1 + n_upload_vectors) * n_state * 4 */
+    size_t bytes;        /* header_bytes + (1 + n_upload_vectors) * n_state * 4, rounded up to 8 */
     int n_scalars, n_vectors;
     int64_t n_state;
 } FlRecordLayout;

@@ -139,11 +139,29 @@ static void test_uniform_equals_fedavg_for_equal_sizes(void)
     CHECK_NEAR(g1[0], (40 * 1 + 40 * -1 + 120 * 0.5) / 200.0, 1e-6);
 }
 
+/* records lie back to back in the gather buffer: every record starts 8-byte aligned (its header holds int64 and
+ * double fields) whatever the state size, odd ones included */
+static void test_record_layout_aligned(void)
+{
+    for (int64_t n_state = 1; n_state <= 9; n_state++)
+        for (int vectors = 0; vectors <= 2; vectors++)
+            for (int scalars = 0; scalars <= 3; scalars++) {
+                AlgoSizes z = { .upload_vectors = vectors, .upload_scalars = scalars };
+                FlRecordLayout l;
+                fl_record_layout(&l, &z, n_state);
+                CHECK_MSG(l.bytes % 8 == 0 && l.header_bytes % 64 == 0, "n_state %lld, %d vectors: record of %zu bytes",
+                          (long long)n_state, vectors, l.bytes);
+                CHECK(l.bytes >= l.header_bytes + (size_t)(1 + vectors) * (size_t)n_state * sizeof(float));
+                CHECK(l.bytes < l.header_bytes + (size_t)(1 + vectors) * (size_t)n_state * sizeof(float) + 8);
+            }
+}
+
 int main(int argc, char **argv)
 {
     TEST_MAIN_BEGIN(argc, argv);
     if (tmp_init("flclient") != 0) return 1;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    RUN(test_record_layout_aligned);
     RUN(test_one_client_fedavg_equals_centralised);
     RUN(test_uniform_equals_fedavg_for_equal_sizes);
     tmp_cleanup();
