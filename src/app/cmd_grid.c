@@ -150,30 +150,6 @@ static int barrier_polite(MPI_Comm comm)
     return wait_polite(&req);
 }
 
-static int make_dirs(const char *path)
-{
-    char dir[GRID_PATH];
-    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) FH_FAIL(FH_ERR_IO, "%s: path too long", path);
-    for (char *p = dir + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST) FH_FAIL(FH_ERR_IO, "cannot create folder %s: %s", dir, strerror(errno));
-            *p = saved;
-            if (!saved) break;
-        }
-    }
-    return FH_OK;
-}
-
-static int exists(const char *dir, const char *name)
-{
-    char path[GRID_PATH + 1200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
 /* Removes the plain files of a folder (grid/claims) */
 static void clear_dir(const char *dir)
 {
@@ -295,7 +271,7 @@ static int validate_members(const GridSpec *g, char *invalid, int64_t *n_invalid
     if (!mkdtemp(dir)) FH_FAIL(FH_ERR_IO, "cannot create a temporary folder %s: %s", dir, strerror(errno));
     const char *base = strrchr(g->path, '/') ? strrchr(g->path, '/') + 1 : g->path;
     snprintf(path, sizeof path, "%s/%s", dir, base);
-    int status = app_write_file_atomic(path, g->base_text);
+    int status = fh_write_file_atomic(path, g->base_text);
     *n_invalid = 0;
     first_error[0] = '\0';
     for (int64_t i = 0; i < g->n_members && status == FH_OK; i++) {
@@ -334,10 +310,10 @@ static int plan_member(const Grid *G, int64_t i, int retry_failed, char *plan)
     /* done only with its final model: a kill while run.h5 was written leaves just the final checkpoint,
      * from which a resume writes it */
     const int final_current = fl_final_model_current(run_dir);
-    if (final_current && (s.state == GRID_DONE || !exists(run_dir, "checkpoint.h5"))) *plan = PLAN_SKIP_DONE;
+    if (final_current && (s.state == GRID_DONE || !fh_path_exists(run_dir, "checkpoint.h5"))) *plan = PLAN_SKIP_DONE;
     else if (s.state == GRID_FAILED && !retry_failed) *plan = PLAN_SKIP_FAILED;
-    else if (exists(run_dir, "checkpoint.h5")) *plan = PLAN_RESUME;
-    else if (exists(run_dir, ".")) *plan = PLAN_FRESH_FORCE; /* made, but killed before its first checkpoint */
+    else if (fh_path_exists(run_dir, "checkpoint.h5")) *plan = PLAN_RESUME;
+    else if (fh_path_exists(run_dir, ".")) *plan = PLAN_FRESH_FORCE; /* made, but killed before its first checkpoint */
     else *plan = PLAN_FRESH;
     return FH_OK;
 }
@@ -346,33 +322,32 @@ static int write_grid_files(const Grid *G, const GridOptions *o, int array_mode)
 {
     const GridSpec *g = &G->g;
     char path[GRID_PATH + 64];
-    FH_CHECK(make_dirs(g->dir));
+    FH_CHECK(fh_mkdir_p(g->dir));
     snprintf(path, sizeof path, "%s/grid/status", g->dir);
-    FH_CHECK(make_dirs(path));
+    FH_CHECK(fh_mkdir_p(path));
     snprintf(path, sizeof path, "%s/grid/claims", g->dir);
-    FH_CHECK(make_dirs(path));
+    FH_CHECK(fh_mkdir_p(path));
     snprintf(path, sizeof path, "%s/grid/grid.ini", g->dir);
-    struct stat st;
-    if (array_mode && stat(path, &st) == 0) {
+    if (array_mode && fh_path_exists(path, NULL)) {
         /* array tasks share the folder: it must hold this very grid */
         char *old = NULL;
-        FH_CHECK(app_read_file(path, &old, FH_ERR_IO));
+        FH_CHECK(fh_read_file(path, &old, FH_ERR_IO));
         int same = !strcmp(old, g->text);
         free(old);
         if (!same) FH_FAIL(FH_ERR_USAGE, "%s holds another grid file (%s differs from %s)", g->dir, path, g->path);
     }
-    FH_CHECK(app_write_file_atomic(path, g->text));
+    FH_CHECK(fh_write_file_atomic(path, g->text));
     size_t len = 1;
     for (int i = 0; i < o->n_args; i++) len += strlen(o->args[i]) + 1;
     char *args = calloc(len, 1);
     if (!args) FH_FAIL(FH_ERR_IO, "out of memory");
     for (int i = 0; i < o->n_args; i++) strcat(strcat(args, o->args[i]), "\n");
     snprintf(path, sizeof path, "%s/grid/args.txt", g->dir);
-    int status = app_write_file_atomic(path, args);
+    int status = fh_write_file_atomic(path, args);
     free(args);
     FH_CHECK(status);
     snprintf(path, sizeof path, "%s/grid/base.ini", g->dir);
-    return app_write_file_atomic(path, g->base_text);
+    return fh_write_file_atomic(path, g->base_text);
 }
 
 /* CSV field, quoted when it must be */
@@ -393,11 +368,11 @@ static void csv_field(FILE *f, const char *s)
 /* members.csv from the status files; counts of each state */
 static int write_members_csv(const GridSpec *g, int64_t count[5], char *failed_list, size_t size)
 {
-    char path[GRID_PATH + 64], tmp[GRID_PATH + 100];
+    char path[GRID_PATH + 64];
     snprintf(path, sizeof path, "%s/members.csv", g->dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    FhAtomicFile out;
+    FH_CHECK(fh_atomic_open(&out, path));
+    FILE *f = out.f;
     fprintf(f, "index,member");
     for (int a = 0; a < g->n_axes; a++) fprintf(f, ",%s", g->axes[a].key);
     fprintf(f, ",state,exit,attempts,seconds,rounds_done,final_accuracy,message\n");
@@ -427,12 +402,11 @@ static int write_members_csv(const GridSpec *g, int64_t count[5], char *failed_l
             used += (size_t)snprintf(failed_list + used, size - used, "\n  %s (exit %d): %s", name, s.exit_code, s.message);
         if (used >= size) used = size - 1;
     }
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (status == FH_OK && (bad || rename(tmp, path) != 0))
-        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot write: %s", path, strerror(errno));
-    if (status != FH_OK) unlink(tmp);
-    return status;
+    if (status != FH_OK) {
+        fh_atomic_discard(&out);
+        return status;
+    }
+    return fh_atomic_commit(&out);
 }
 
 /* ---- rank 0 before any member: load, check, validate, prepare the folder -------------------------------- */
@@ -443,10 +417,9 @@ static int load_spec(Grid *G, const GridOptions *o)
     /* --resume DIR: the grid file and arguments it was started with */
     char path[GRID_PATH + 64], *args_text = NULL;
     snprintf(path, sizeof path, "%s/grid/args.txt", o->resume_dir);
-    struct stat st;
-    if (stat(path, &st) != 0)
+    if (!fh_path_exists(path, NULL))
         FH_FAIL(FH_ERR_USAGE, "%s is not a grid folder (no grid/args.txt; fedhet grid GRID.ini starts one)", o->resume_dir);
-    FH_CHECK(app_read_file(path, &args_text, FH_ERR_IO));
+    FH_CHECK(fh_read_file(path, &args_text, FH_ERR_IO));
     char *args[512];
     int n = 0;
     for (char *save = NULL, *line = strtok_r(args_text, "\n", &save); line && n < 512; line = strtok_r(NULL, "\n", &save))
@@ -542,9 +515,8 @@ static int prepare(Grid *G, const GridOptions *o, int *quit)
     /* the folder */
     char path[GRID_PATH + 64];
     snprintf(path, sizeof path, "%s/grid/grid.ini", g->dir);
-    struct stat st;
-    const int is_grid = stat(path, &st) == 0;
-    if (status == FH_OK && !*quit && !o->resume_dir && !only && stat(g->dir, &st) == 0 && !o->force) {
+    const int is_grid = fh_path_exists(path, NULL);
+    if (status == FH_OK && !*quit && !o->resume_dir && !only && fh_path_exists(g->dir, NULL) && !o->force) {
         if (is_grid)
             status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s already exists (fedhet grid --resume %s "
                                     "continues it, --force replaces its members)", g->dir, g->dir);

@@ -396,8 +396,8 @@ static int draw(void *ctx, const char *dir, FILE *out, const char *image)
     const Landscape *L = ctx;
     const int P = L->n_points;
     char data[4200], cont[4200], title[8400];
-    FH_CHECK(app_join_path(data, sizeof data, dir, "landscape.dat"));
-    FH_CHECK(app_join_path(cont, sizeof cont, dir, "contours.dat"));
+    FH_CHECK(fh_path_join(data, sizeof data, dir, "landscape.dat"));
+    FH_CHECK(fh_path_join(cont, sizeof cont, dir, "contours.dat"));
     FILE *d = fopen(data, "w");
     if (!d) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", data, strerror(errno));
     if (L->o.dims == 1)
@@ -572,9 +572,7 @@ static int run(Landscape *L, int rank, int size)
             if (slash) *slash = '\0';
             else snprintf(dir, sizeof dir, ".");
         }
-        struct stat st;
-        if (stat(dir, &st) != 0 && mkdir(dir, 0777) != 0)
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot create: %s", dir, strerror(errno));
+        status = fh_mkdir_p(dir);
         snprintf(h5, sizeof h5, "%s/%s.h5", dir, L->o.name);
         snprintf(png, sizeof png, "%s/%s.png", dir, L->o.name);
         if (status == FH_OK) status = write_h5(L, h5);

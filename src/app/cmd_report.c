@@ -168,9 +168,9 @@ static int draw_partition(void *ctx, const char *dir, FILE *out, const char *ima
 {
     const PartitionFigure *fig = ctx;
     char counts[REPORT_PATH_MAX], sizes[REPORT_PATH_MAX], hetero[REPORT_PATH_MAX];
-    FH_CHECK(app_join_path(counts, sizeof counts, dir, "counts.dat"));
-    FH_CHECK(app_join_path(sizes, sizeof sizes, dir, "sizes.dat"));
-    FH_CHECK(app_join_path(hetero, sizeof hetero, dir, "hetero.dat"));
+    FH_CHECK(fh_path_join(counts, sizeof counts, dir, "counts.dat"));
+    FH_CHECK(fh_path_join(sizes, sizeof sizes, dir, "sizes.dat"));
+    FH_CHECK(fh_path_join(hetero, sizeof hetero, dir, "hetero.dat"));
     FH_CHECK(write_partition_data(fig->file, counts, sizes));
     FH_CHECK(write_hetero_data(fig->hetero, hetero));
     return write_partition_script(fig->file, fig->hetero, out, counts, sizes, hetero, image_path);

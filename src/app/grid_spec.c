@@ -443,7 +443,7 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         FH_FAIL(FH_ERR_USAGE, "%s is a folder; give the grid file (or --resume %s to continue a grid)", path, path);
-    FH_CHECK(app_read_file(path, &g->text, FH_ERR_USAGE));
+    FH_CHECK(fh_read_file(path, &g->text, FH_ERR_USAGE));
     int n_sections = 0;
     FH_CHECK(split_text(g, &n_sections));
     if (n_sections == 0)
@@ -649,8 +649,7 @@ int grid_status_read(const char *grid_dir, const char *member, GridStatus *s)
     s->final_accuracy = NAN;
     char path[GRID_PATH + 1200];
     FH_CHECK(status_path(path, sizeof path, grid_dir, member));
-    struct stat st;
-    if (stat(path, &st) != 0) return FH_OK;
+    if (!fh_path_exists(path, NULL)) return FH_OK;
     AppIni ini;
     FH_CHECK(app_ini_load(&ini, path, FH_ERR_IO));
     const char *v = app_ini_get(&ini, "member", "state");
@@ -683,5 +682,5 @@ int grid_status_write(const char *grid_dir, const char *member, const GridStatus
              "group = %d\nattempt = %d\nrounds_done = %d\nfinal_accuracy = %s\nmessage = \"%s\"\n",
              member, member, state_names[s->state], s->exit_code, s->seconds, s->group, s->attempt, s->rounds_done, acc,
              msg);
-    return app_write_file_atomic(path, text);
+    return fh_write_file_atomic(path, text);
 }

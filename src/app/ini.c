@@ -2,11 +2,9 @@
 #include "ini.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "fedhet/core.h"
 
@@ -114,49 +112,11 @@ int app_ini_parse(AppIni *ini, const char *text, const char *source)
     return status;
 }
 
-int app_read_file(const char *path, char **text, int fail_status)
-{
-    *text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) FH_FAIL(fail_status, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *grown = realloc(buf, cap * 2);
-            if (!grown) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) FH_FAIL(FH_ERR_IO, "%s: out of memory reading it", path);
-    if (bad) {
-        free(buf);
-        FH_FAIL(fail_status, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    if (strlen(buf) != n) {
-        free(buf);
-        FH_FAIL(fail_status, "%s: not a text file (it holds a NUL byte)", path);
-    }
-    *text = buf;
-    return FH_OK;
-}
-
 int app_ini_load(AppIni *ini, const char *path, int fail_status)
 {
     memset(ini, 0, sizeof *ini);
     char *text = NULL;
-    FH_CHECK(app_read_file(path, &text, fail_status));
+    FH_CHECK(fh_read_file(path, &text, fail_status));
     int status = app_ini_parse(ini, text, path);
     free(text);
     return status;
@@ -179,23 +139,4 @@ void app_ini_free(AppIni *ini)
     }
     free(ini->entries);
     memset(ini, 0, sizeof *ini);
-}
-
-int app_write_file_atomic(const char *path, const char *text)
-{
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        FH_FAIL(FH_ERR_IO, "%s: path too long", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    int ok = fputs(text, f) >= 0;
-    ok = (fflush(f) == 0) && ok;
-    ok = (fsync(fileno(f)) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(err));
-    }
-    return FH_OK;
 }

@@ -27,9 +27,4 @@ int app_ini_load(AppIni *ini, const char *path, int fail_status);
 const char *app_ini_get(const AppIni *ini, const char *section, const char *key);
 void app_ini_free(AppIni *ini);
 
-/* A whole file into a malloc'd NUL-terminated buffer (free() it); `fail_status` when unreadable. */
-int app_read_file(const char *path, char **text, int fail_status);
-/* Writes text to path through path.tmp-<pid>, fsync and rename. */
-int app_write_file_atomic(const char *path, const char *text);
-
 #endif

@@ -7,8 +7,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define APP_PATH_MAX 4096
-
 /* Writes the figure's data files into `dir` and its gnuplot script into `script` (an open file), which
  * must draw into `image`. */
 typedef int (*AppPlotWriter)(void *ctx, const char *dir, FILE *script, const char *image);
@@ -21,8 +19,6 @@ int app_plot_png(const char *out_path, AppPlotWriter write, void *ctx);
 void app_gp_string(FILE *out, const char *s);
 /* "set terminal pngcairo size W,H noenhanced font ',10'" (png when cairo is missing) and "set output" */
 void app_gp_terminal(FILE *out, int width, int height, const char *image);
-/* dir/name, failing when too long */
-int app_join_path(char *out, size_t size, const char *dir, const char *name);
 /* The first executable `name` on PATH; FH_ERR_IO naming the package otherwise. */
 int app_find_program(const char *name, const char *package, char *out, size_t size);
 

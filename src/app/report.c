@@ -152,7 +152,7 @@ static int read_metrics(Run *r, const char *metric)
     char path[PATHN + 32];
     snprintf(path, sizeof path, "%s/metrics.csv", r->dir);
     char *text = NULL;
-    FH_CHECK(app_read_file(path, &text, FH_ERR_DATA));
+    FH_CHECK(fh_read_file(path, &text, FH_ERR_DATA));
     int cols[MC_N];
     const char *names[MC_N] = { "round", metric, "t_round", "t_eval" };
     for (int j = MC_PASSES; j < MC_N; j++) names[j] = cost_column_names[j];
@@ -229,14 +229,6 @@ static int read_metrics(Run *r, const char *metric)
     return FH_OK;
 }
 
-static int exists_in(const char *dir, const char *name)
-{
-    char path[PATHN + 300];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
 static int add_run(Report *R, const char *dir, const char *name)
 {
     Run *grown = realloc(R->runs, (size_t)(R->n_runs + 1) * sizeof *grown);
@@ -285,7 +277,7 @@ static int collect_folder(Report *R, const char *dir)
         if (e->d_name[0] == '.') continue;
         char sub[PATHN];
         snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-        if (!exists_in(sub, "metrics.csv")) continue;
+        if (!fh_path_exists(sub, "metrics.csv")) continue;
         char **grown = realloc(names, (size_t)(n + 1) * sizeof *names);
         if (!grown) break;
         names = grown;
@@ -352,7 +344,7 @@ static int collect_grid(Report *R, const char *dir)
 {
     char path[PATHN], *args_text = NULL;
     snprintf(path, sizeof path, "%s/grid/args.txt", dir);
-    FH_CHECK(app_read_file(path, &args_text, FH_ERR_DATA));
+    FH_CHECK(fh_read_file(path, &args_text, FH_ERR_DATA));
     char *args[512];
     int n = 0;
     for (char *save = NULL, *line = strtok_r(args_text, "\n", &save); line && n < 512; line = strtok_r(NULL, "\n", &save))
@@ -381,7 +373,7 @@ static int collect_grid(Report *R, const char *dir)
         snprintf(r->state, sizeof r->state, "%s", grid_state_name(s.state));
         if (s.state == GRID_FAILED) snprintf(r->message, sizeof r->message, "exit %d: %s", s.exit_code, s.message);
         AppIni cfg;
-        if (exists_in(sub, "config.ini") && read_run_config(r, &cfg) == FH_OK) app_ini_free(&cfg);
+        if (fh_path_exists(sub, "config.ini") && read_run_config(r, &cfg) == FH_OK) app_ini_free(&cfg);
         else fh_error_clear();
     }
     grid_spec_free(&g);
@@ -623,10 +615,9 @@ static void fmt_pm(char *out, size_t size, double m, double s)
 static int write_summary_csv(const Report *R, const char *path)
 {
     const ReportOptions *o = R->o;
-    char tmp[PATHN + 40];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    FhAtomicFile out;
+    FH_CHECK(fh_atomic_open(&out, path));
+    FILE *f = out.f;
     fprintf(f, "config");
     for (int k = 0; k < R->n_keys; k++)
         if (k != R->seed_key) fprintf(f, ",%s", R->keys[k].key);
@@ -669,13 +660,7 @@ static int write_summary_csv(const Report *R, const char *path)
         }
         fprintf(f, "\n");
     }
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        FH_FAIL(FH_ERR_IO, "%s: cannot write", path);
-    }
-    return FH_OK;
+    return fh_atomic_commit(&out);
 }
 
 static void key_list(const Report *R, int k, char *out, size_t size)
@@ -693,10 +678,9 @@ static void key_list(const Report *R, int k, char *out, size_t size)
 static int write_summary_md(const Report *R, const char *path, char figures[][PATHN], int n_figures)
 {
     const ReportOptions *o = R->o;
-    char tmp[PATHN + 40];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    FhAtomicFile out;
+    FH_CHECK(fh_atomic_open(&out, path));
+    FILE *f = out.f;
     int n_usable = 0;
     for (int i = 0; i < R->n_runs; i++) n_usable += usable(R, &R->runs[i]);
     fprintf(f, "# %s\n\n", R->title);
@@ -805,13 +789,7 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
             }
         }
     }
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        FH_FAIL(FH_ERR_IO, "%s: cannot write", path);
-    }
-    return FH_OK;
+    return fh_atomic_commit(&out);
 }
 
 /* ---- figures ------------------------------------------------------------------------------------------- */
@@ -1067,14 +1045,14 @@ static int summarise(Report *R)
 {
     const ReportOptions *o = R->o;
     const char *dir = o->dir;
-    if (exists_in(dir, "metrics.csv")) {
+    if (fh_path_exists(dir, "metrics.csv")) {
         R->single = 1;
         const char *base = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
         FH_CHECK(add_run(R, dir, base));
         AppIni cfg;
         FH_CHECK(read_run_config(&R->runs[0], &cfg));
         app_ini_free(&cfg);
-    } else if (exists_in(dir, "grid/grid.ini")) {
+    } else if (fh_path_exists(dir, "grid/grid.ini")) {
         R->grid = 1;
         FH_CHECK(collect_grid(R, dir));
     } else
@@ -1085,7 +1063,7 @@ static int summarise(Report *R)
     find_seed_key(R);
     for (int i = 0; i < R->n_runs; i++) {
         Run *r = &R->runs[i];
-        if (exists_in(r->dir, "metrics.csv")) FH_CHECK(read_metrics(r, o->metric));
+        if (fh_path_exists(r->dir, "metrics.csv")) FH_CHECK(read_metrics(r, o->metric));
         const char *missing = r->has_metrics ? missing_x_column(r, o->x) : NULL;
         if (missing)
             FH_FAIL(FH_ERR_DATA, "%s/metrics.csv has no column %s, which --x %s needs (the run was made before "
@@ -1116,9 +1094,7 @@ static int summarise(Report *R)
     }
 
     const char *out_dir = o->out_dir ? o->out_dir : dir;
-    struct stat st;
-    if (stat(out_dir, &st) != 0 && mkdir(out_dir, 0777) != 0)
-        FH_FAIL(FH_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
+    FH_CHECK(fh_mkdir_p(out_dir));
     static char figures[MAX_KEYS + 1][PATHN];
     int n_fig = 0;
     if (o->plots) {
