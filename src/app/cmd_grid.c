@@ -28,7 +28,6 @@
 #include "fedhet/core.h"
 #include "fedhet/fl.h"
 #include "grid.h"
-#include "ini.h"
 
 #define GRID_EXIT_FAILED 10 /* + number of failed members */
 

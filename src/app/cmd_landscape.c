@@ -27,7 +27,6 @@
 #include "fedhet/h5io.h"
 #include "fedhet/nn.h"
 #include "fedhet/rng.h"
-#include "ini.h"
 #include "plot.h"
 
 #define LS_FORMAT "fedhet-landscape"
@@ -171,20 +170,20 @@ static int read_checkpoint(Landscape *L)
 /* every rank: model and data settings from the config text */
 static int settings_from_config(Landscape *L)
 {
-    AppIni ini;
-    FH_CHECK(app_ini_parse(&ini, L->config, L->o.checkpoint));
-    const char *v = app_ini_get(&ini, "model", "name");
+    FhIni ini;
+    FH_CHECK(fh_ini_parse(&ini, L->config, L->o.checkpoint));
+    const char *v = fh_ini_get(&ini, "model", "name");
     snprintf(L->model, sizeof L->model, "%s", v ? v : "cnn");
-    v = app_ini_get(&ini, "model", "norm");
+    v = fh_ini_get(&ini, "model", "norm");
     snprintf(L->norm, sizeof L->norm, "%s", v ? v : "bn");
-    v = app_ini_get(&ini, "model", "groups");
+    v = fh_ini_get(&ini, "model", "groups");
     L->groups = v ? atoi(v) : 2;
-    v = app_ini_get(&ini, "algo", "method"); /* MOON's projection head is part of the model */
-    const char *proj = v && !strcmp(v, "moon") ? app_ini_get(&ini, "algo", "proj_dim") : NULL;
+    v = fh_ini_get(&ini, "algo", "method"); /* MOON's projection head is part of the model */
+    const char *proj = v && !strcmp(v, "moon") ? fh_ini_get(&ini, "algo", "proj_dim") : NULL;
     L->proj_dim = proj ? atoi(proj) : 0;
-    v = app_ini_get(&ini, "data", "path");
+    v = fh_ini_get(&ini, "data", "path");
     snprintf(L->data_path, sizeof L->data_path, "%s", L->o.data ? L->o.data : v ? v : "");
-    app_ini_free(&ini);
+    fh_ini_free(&ini);
     if (!L->data_path[0])
         FH_FAIL(FH_ERR_USAGE, "%s: its config names no [data] path; give data=PARTITION.h5", L->o.checkpoint);
     return FH_OK;

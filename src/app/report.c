@@ -23,7 +23,7 @@
 #include "fedhet/core.h"
 #include "fedhet/data.h"
 #include "grid.h"
-#include "ini.h"
+#include "fedhet/config.h"
 #include "plot.h"
 
 #define MAX_KEYS GRID_MAX_AXES
@@ -244,14 +244,14 @@ static int add_run(Report *R, const char *dir, const char *name)
 }
 
 /* fl.rounds and the values of `keys` from the run's config.ini */
-static int read_run_config(Run *r, AppIni *ini)
+static int read_run_config(Run *r, FhIni *ini)
 {
     char path[PATHN + 32];
     snprintf(path, sizeof path, "%s/config.ini", r->dir);
-    FH_CHECK(app_ini_load(ini, path, FH_ERR_DATA));
-    const char *v = app_ini_get(ini, "fl", "rounds");
+    FH_CHECK(fh_ini_load(ini, path, FH_ERR_DATA));
+    const char *v = fh_ini_get(ini, "fl", "rounds");
     r->rounds_planned = v ? atoi(v) : 0;
-    v = app_ini_get(ini, "data", "path");
+    v = fh_ini_get(ini, "data", "path");
     snprintf(r->data_path, sizeof r->data_path, "%s", v ? v : "");
     return FH_OK;
 }
@@ -299,12 +299,12 @@ static int collect_folder(Report *R, const char *dir)
                 "folder or a folder of runs; --partition DST.h5 OUT.png draws a partition file)", dir);
 
     /* every run's config; keys whose values differ are swept */
-    AppIni *cfg = calloc((size_t)R->n_runs, sizeof *cfg);
+    FhIni *cfg = calloc((size_t)R->n_runs, sizeof *cfg);
     if (!cfg) FH_FAIL(FH_ERR_IO, "out of memory");
     for (int i = 0; i < R->n_runs && status == FH_OK; i++) status = read_run_config(&R->runs[i], &cfg[i]);
     for (int i = 0; i < R->n_runs && status == FH_OK; i++)
         for (int j = 0; j < cfg[i].n && status == FH_OK; j++) {
-            const AppIniEntry *en = &cfg[i].entries[j];
+            const FhIniEntry *en = &cfg[i].entries[j];
             if (!strcmp(en->section, "output")) continue;
             char key[128];
             snprintf(key, sizeof key, "%s.%s", en->section, en->key);
@@ -313,7 +313,7 @@ static int collect_folder(Report *R, const char *dir)
             if (known) continue;
             int differs = 0;
             for (int m = 0; m < R->n_runs && !differs; m++) {
-                const char *v = app_ini_get(&cfg[m], en->section, en->key);
+                const char *v = fh_ini_get(&cfg[m], en->section, en->key);
                 differs = !v || !values_equal(v, en->value);
             }
             if (!differs) continue;
@@ -331,10 +331,10 @@ static int collect_folder(Report *R, const char *dir)
             snprintf(sec, sizeof sec, "%s", R->keys[k].key);
             char *dot = strchr(sec, '.');
             *dot = '\0';
-            const char *v = app_ini_get(&cfg[i], sec, dot + 1);
+            const char *v = fh_ini_get(&cfg[i], sec, dot + 1);
             R->runs[i].values[k] = strdup(v ? v : "(default)");
         }
-    for (int i = 0; i < R->n_runs; i++) app_ini_free(&cfg[i]);
+    for (int i = 0; i < R->n_runs; i++) fh_ini_free(&cfg[i]);
     free(cfg);
     return status;
 }
@@ -372,8 +372,8 @@ static int collect_grid(Report *R, const char *dir)
         if (status != FH_OK) break;
         snprintf(r->state, sizeof r->state, "%s", grid_state_name(s.state));
         if (s.state == GRID_FAILED) snprintf(r->message, sizeof r->message, "exit %d: %s", s.exit_code, s.message);
-        AppIni cfg;
-        if (fh_path_exists(sub, "config.ini") && read_run_config(r, &cfg) == FH_OK) app_ini_free(&cfg);
+        FhIni cfg;
+        if (fh_path_exists(sub, "config.ini") && read_run_config(r, &cfg) == FH_OK) fh_ini_free(&cfg);
         else fh_error_clear();
     }
     grid_spec_free(&g);
@@ -1049,9 +1049,9 @@ static int summarise(Report *R)
         R->single = 1;
         const char *base = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
         FH_CHECK(add_run(R, dir, base));
-        AppIni cfg;
+        FhIni cfg;
         FH_CHECK(read_run_config(&R->runs[0], &cfg));
-        app_ini_free(&cfg);
+        fh_ini_free(&cfg);
     } else if (fh_path_exists(dir, "grid/grid.ini")) {
         R->grid = 1;
         FH_CHECK(collect_grid(R, dir));
