@@ -32,6 +32,11 @@ int fl_final_model_current(const char *run_dir);
  * touching any file or starting work; no MPI needed. FH_OK or the error fl_run would report. */
 int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides);
 
+/* Waits for req politely: MPI_Test with short sleeps between polls (src/fl/comm.c has the backoff), so
+ * that waiting ranks leave the cores to ranks that compute (more ranks than cores is the usual case on a
+ * workstation). Every wait of fl and of the grid goes through it. */
+int fl_wait(MPI_Request *req);
+
 /* The config schema of `fedhet run` */
 const FhConfigKey *fl_config_schema(int *n);
 void fl_print_config_help(FILE *out);

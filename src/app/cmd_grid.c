@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "app.h"
@@ -121,32 +120,18 @@ static int parse_options(GridOptions *o, int argc, char **argv)
 
 static int stop_seen(void) { return fh_stop_requested(); }
 
-/* MPI requests waited for politely: idle groups leave the cores to the groups that compute */
-static int wait_polite(MPI_Request *req)
-{
-    long ns = 100000;
-    for (;;) {
-        int done = 0;
-        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) FH_FAIL(FH_ERR_MPI, "MPI_Test failed");
-        if (done) return FH_OK;
-        struct timespec ts = { 0, ns };
-        nanosleep(&ts, NULL);
-        if (ns < 20000000) ns += ns / 2;
-    }
-}
-
 static int bcast_polite(void *buf, int bytes, MPI_Comm comm)
 {
     MPI_Request req;
     if (MPI_Ibcast(buf, bytes, MPI_BYTE, 0, comm, &req) != MPI_SUCCESS) FH_FAIL(FH_ERR_MPI, "MPI_Ibcast failed");
-    return wait_polite(&req);
+    return fl_wait(&req);
 }
 
 static int barrier_polite(MPI_Comm comm)
 {
     MPI_Request req;
     if (MPI_Ibarrier(comm, &req) != MPI_SUCCESS) FH_FAIL(FH_ERR_MPI, "MPI_Ibarrier failed");
-    return wait_polite(&req);
+    return fl_wait(&req);
 }
 
 /* Removes the plain files of a folder (grid/claims) */

@@ -63,10 +63,8 @@ typedef struct {
 } FlComm;
 /* Rank that trains clients: rank 0 alone, else 1..size-1 */
 int fl_comm_init(FlComm *c, MPI_Comm comm);
-/* Collectives that wait politely (MPI_Test + short sleeps) so that idle ranks leave the cores to
- * ranks that compute. */
+/* A broadcast from rank 0 that waits politely (fl_wait) */
 int fl_bcast(FlComm *c, void *buf, int64_t bytes);
-int fl_wait(MPI_Request *req);
 /* Every rank's status -> the largest (same on all ranks); on failure rank 0 also gets the message of the
  * lowest rank that failed with it ("rank R: ..."), which it prints. */
 int fl_agree(FlComm *c, int status);
