@@ -24,6 +24,7 @@
 #include "fedhet/config.h"
 #include "fedhet/core.h"
 #include "fedhet/data.h"
+#include "fedhet/fl.h"
 #include "fedhet/h5io.h"
 #include "fedhet/nn.h"
 #include "fedhet/rng.h"
@@ -133,40 +134,6 @@ typedef struct {
     double *loss, *acc;  /* [n_total] */
 } Landscape;
 
-/* rank 0: the checkpoint's config text, rounds, state */
-static int read_checkpoint(Landscape *L)
-{
-    FhH5Quiet quiet;
-    fh_h5_quiet_begin(&quiet);
-    FhH5File f;
-    int status = fh_h5_open(&f, L->o.checkpoint, FH_ERR_IO);
-    hid_t g = H5I_INVALID_HID;
-    int exists = 0;
-    if (status == FH_OK) status = fh_h5_exists(&f, "/meta", &exists);
-    if (status == FH_OK && !exists)
-        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: not a fedhet checkpoint or run file (no /meta)",
-                                L->o.checkpoint);
-    if (status == FH_OK) g = H5Gopen2(f.id, "/meta", H5P_DEFAULT);
-    if (status == FH_OK) status = fh_h5_attr_read_string(&f, g, "config", &L->config);
-    if (status == FH_OK) status = fh_h5_attr_read_int64s(&f, g, "rounds_done", &L->rounds_done, 1);
-    if (status == FH_OK) status = fh_h5_attr_read_int64s(&f, g, "n_state", &L->n_state, 1);
-    if (g >= 0) H5Gclose(g);
-    hsize_t dims[1];
-    hid_t d;
-    if (status == FH_OK) status = fh_h5_open_checked(&f, "/server/global", H5T_FLOAT, 0, 1, dims, &d);
-    if (status == FH_OK) {
-        H5Dclose(d);
-        if ((int64_t)dims[0] != L->n_state)
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: /server/global has %llu values, /meta n_state says "
-                                    "%lld", L->o.checkpoint, (unsigned long long)dims[0], (long long)L->n_state);
-    }
-    if (status == FH_OK) status = fh_alloc_aligned(&L->center, (size_t)L->n_state * sizeof(float), "model state");
-    if (status == FH_OK) status = fh_h5_read_all(&f, "/server/global", H5T_NATIVE_FLOAT, L->center);
-    fh_h5_close(&f);
-    fh_h5_quiet_end(&quiet);
-    return status;
-}
-
 /* every rank: model and data settings from the config text */
 static int settings_from_config(Landscape *L)
 {
@@ -197,10 +164,7 @@ static int setup_model(Landscape *L)
     NnZooOptions zoo = { L->norm, L->groups, 0.0f, L->proj_dim };
     FH_CHECK(nn_zoo_build(&L->m, L->model, (NnShape){ L->f.c, L->f.h, L->f.w }, L->f.classes, L->o.batch, &zoo));
     L->m_built = 1;
-    if (L->m.n_state != L->n_state)
-        FH_FAIL(FH_ERR_USAGE, "%s: the checkpoint holds %lld state values but model %s on %dx%dx%d with %d classes has "
-                "%lld (is data=%s the run's partition file?)", L->o.checkpoint, (long long)L->n_state, L->model,
-                L->f.c, L->f.h, L->f.w, L->f.classes, (long long)L->m.n_state, L->data_path);
+    L->n_state = L->m.n_state;
     nn_set_threads(L->o.threads);
     nn_model_set_training(&L->m, 0);
     return FH_OK;
@@ -496,31 +460,44 @@ static int agree(int status)
     return worst;
 }
 
+/* rank 0: the checkpoint's state through fl's reader, which refuses a file of another model layout */
+static int read_state(Landscape *L)
+{
+    int status = fl_checkpoint_read_global(L->o.checkpoint, &L->m, L->center, &L->rounds_done);
+    if (status != FH_ERR_USAGE) return status;
+    /* the usual cause: the model was built for another data set's shape */
+    char first[2048];
+    const char *m = fh_error_message();
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(m, "\n"), m);
+    FH_FAIL(status, "%s; the model was built for %dx%dx%d inputs and %d classes: is data=%s the run's partition file?",
+            first, L->f.c, L->f.h, L->f.w, L->f.classes, L->data_path);
+}
+
 static int run(Landscape *L, int rank, int size)
 {
-    /* rank 0 reads the checkpoint; everyone gets its config text and state */
-    int status = rank == 0 ? read_checkpoint(L) : FH_OK;
+    /* rank 0 reads the checkpoint's config; every rank builds the model it describes */
+    int status = rank == 0 ? fl_checkpoint_read_config(L->o.checkpoint, &L->config) : FH_OK;
     FH_CHECK(agree(status));
-    int64_t head[2] = { L->rounds_done, L->n_state };
     int64_t config_len = rank == 0 ? (int64_t)strlen(L->config) + 1 : 0;
-    MPI_Bcast(head, 2, MPI_INT64_T, 0, MPI_COMM_WORLD);
     MPI_Bcast(&config_len, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-    L->rounds_done = head[0];
-    L->n_state = head[1];
     if (rank != 0) {
         L->config = calloc((size_t)config_len, 1);
-        status = L->config ? fh_alloc_aligned(&L->center, (size_t)L->n_state * sizeof(float), "model state")
-                           : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+        if (!L->config) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
     }
     FH_CHECK(agree(status));
     MPI_Bcast(L->config, (int)config_len, MPI_CHAR, 0, MPI_COMM_WORLD);
+    status = settings_from_config(L);
+    if (status == FH_OK) status = setup_model(L);
+    if (status == FH_OK) status = fh_alloc_aligned(&L->center, (size_t)L->n_state * sizeof(float), "model state");
+    FH_CHECK(agree(status));
+    /* rank 0 reads the state; everyone gets it */
+    FH_CHECK(agree(rank == 0 ? read_state(L) : FH_OK));
+    MPI_Bcast(&L->rounds_done, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     for (int64_t off = 0; off < L->n_state; off += 1 << 28) {
         int n = (int)(L->n_state - off < (1 << 28) ? L->n_state - off : (1 << 28));
         MPI_Bcast(L->center + off, n, MPI_FLOAT, 0, MPI_COMM_WORLD);
     }
-    status = settings_from_config(L);
-    if (status == FH_OK) status = setup_model(L);
-    if (status == FH_OK) status = read_rows(L);
+    status = read_rows(L);
     const size_t row = (size_t)L->f.c * L->f.h * L->f.w;
     if (status == FH_OK) status = fh_alloc_aligned(&L->x, (size_t)L->o.batch * row * sizeof(float), "input batch");
     if (status == FH_OK) status = fh_calloc(&L->lut, (size_t)L->f.c * 256, sizeof *L->lut, "normalisation table");

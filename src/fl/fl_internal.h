@@ -276,8 +276,6 @@ int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path);
 /* Reads the checkpoint of run->dir into run (rank 0 reads; state is broadcast or sent to owners).
  * A damaged file is FH_ERR_IO and nothing is changed on disk. */
 int fl_checkpoint_load(FlRun *run);
-/* Rank 0: the config text stored in a checkpoint, to compare with the one given. */
-int fl_checkpoint_read_config(const char *path, char **text);
 uint64_t fl_layout_hash(const NnModel *m);
 
 /* Crash tests (src/fl/inject.c): with FEDHET_TEST_KILL_POINT=point (and FEDHET_TEST_KILL_ROUND=round,
