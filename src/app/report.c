@@ -22,7 +22,7 @@
 
 #include "fedhet/core.h"
 #include "fedhet/data.h"
-#include "grid.h"
+#include "fedhet/grid.h"
 #include "fedhet/config.h"
 #include "plot.h"
 

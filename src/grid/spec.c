@@ -1,6 +1,6 @@
 /* Grid files (grid.h): the [grid] section, its lists and zip lines, member names and overrides, and the
- * per-member state files. No MPI here: tests/unit/test_grid.c includes this file. */
-#include "grid.h"
+ * per-member state files. No MPI here (tests/unit/test_grid.c runs it as a plain program). */
+#include "fedhet/grid.h"
 
 #include <ctype.h>
 #include <errno.h>
