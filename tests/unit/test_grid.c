@@ -1,16 +1,13 @@
-/* Unit tests of grid files (src/grid/spec.c) and the report statistics (src/app/report.c, spec C.2 / C.3):
+/* Unit tests of grid files (src/grid/spec.c) and the report statistics (src/analysis/report.c, spec C.2 / C.3):
  * lists, ranges, zip lines, key resolution, member order and names, overrides, bad grid files, member state
- * files. The MPI side (groups, claims, SIGTERM,
- * resume) is tests/mpi/test_grid.sh.
+ * files. The MPI side (groups, claims, SIGTERM, resume) is tests/mpi/test_grid.sh.
  * Run alone: make build/tests/test_grid && build/tests/test_grid [test_name] */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "test_tmp.h"
 
-#include "../../src/app/plot.c"
-#include "../../src/app/report.c"
-
 #include "fedhet/algo.h"
+#include "fedhet/analysis.h"
 #include "fedhet/fl.h"
 #include "fedhet/grid.h"
 

@@ -1,4 +1,4 @@
-/* fedhet report DIR (report.h): run folders -> summary.csv, summary.md, accuracy.png and one
+/* fedhet report DIR (analysis.h): run folders -> summary.csv, summary.md, accuracy.png and one
  * sensitivity-<key>.png per swept key.
  *
  * Runs: DIR itself when it holds metrics.csv; the members of a grid folder (grid/grid.ini, their states
@@ -8,7 +8,7 @@
  * mean of the last k rounds, best, rounds to each target), then mean and sample std over the runs.
  * When the runs differ in their partition file ([data] path), summary.csv also carries its heterogeneity
  * statistics (data.h DataHetero), so that the metric can be set against measured heterogeneity. */
-#include "report.h"
+#include "fedhet/analysis.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -24,7 +24,6 @@
 #include "fedhet/data.h"
 #include "fedhet/grid.h"
 #include "fedhet/config.h"
-#include "plot.h"
 
 #define MAX_KEYS GRID_MAX_AXES
 #define REPORT_PARTITION_STATS 5
@@ -794,7 +793,7 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
 
 /* ---- figures ------------------------------------------------------------------------------------------- */
 
-static void gp_label(FILE *out, const char *s) { app_gp_string(out, s); }
+static void gp_label(FILE *out, const char *s) { plot_gp_string(out, s); }
 
 /* --x: the curves' x value of row t of run r */
 static double x_value(const Report *R, const Run *r, int t)
@@ -820,7 +819,7 @@ static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
 {
     const Report *R = ctx;
     const int by_round = !strcmp(R->o->x, "round");
-    app_gp_terminal(out, 1000, 640, image);
+    plot_gp_terminal(out, 1000, 640, image);
     char title[PATHN + 200];
     int bands = 0;
     if (by_round) snprintf(title, sizeof title, "%s: %s per round", R->title, R->o->metric);
@@ -870,13 +869,13 @@ static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
         const int color = g % 8 + 1;
         if (max_runs > 1) {
             fprintf(out, "%s", plotted ? ", \\\n     " : "");
-            app_gp_string(out, path);
+            plot_gp_string(out, path);
             fprintf(out, " using 1:3:4 with filledcurves lc %d notitle", color);
             plotted = 1;
             bands = 1;
         }
         fprintf(out, "%s", plotted ? ", \\\n     " : "");
-        app_gp_string(out, path);
+        plot_gp_string(out, path);
         fprintf(out, " using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc %d title ", color);
         gp_label(out, label);
         plotted = 1;
@@ -922,7 +921,7 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
         }
     }
     const int logx = numeric && lo > 0 && hi / lo >= 20;
-    app_gp_terminal(out, 900, 600, image);
+    plot_gp_terminal(out, 900, 600, image);
     char title[PATHN + 300];
     int n_seeds = 0;
     for (int i = 0; i < R->n_runs; i++) n_seeds += R->runs[i].group == R->runs[0].group && usable(R, &R->runs[i]);
@@ -944,7 +943,7 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
         fprintf(out, "set xtics (");
         for (int j = 0; j < nv; j++) {
             fprintf(out, "%s", j ? ", " : "");
-            app_gp_string(out, vals[j]);
+            plot_gp_string(out, vals[j]);
             fprintf(out, " %d", j);
         }
         fprintf(out, ")\nset xrange [-0.5:%d.5]\n", nv - 1);
@@ -998,7 +997,7 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
         fclose(d);
         if (!rows) continue;
         fprintf(out, "%s", plotted ? ", \\\n     " : "");
-        app_gp_string(out, path);
+        plot_gp_string(out, path);
         fprintf(out, " using 1:2:3 with yerrorlines lw 2 pt 7 lc %d ", s % 8 + 1);
         if (label[0]) {
             fprintf(out, "title ");
@@ -1102,7 +1101,7 @@ static int summarise(Report *R)
         if (strcmp(o->metric, "test_accuracy")) file_name_part(part, sizeof part, o->metric);
         if (strcmp(o->x, "round")) snprintf(figures[n_fig], PATHN, "%s/%s-%s.png", out_dir, part, o->x);
         else snprintf(figures[n_fig], PATHN, "%s/%s.png", out_dir, part);
-        FH_CHECK(app_plot_png(figures[n_fig], draw_curves, R));
+        FH_CHECK(plot_png(figures[n_fig], draw_curves, R));
         n_fig++;
         for (int k = 0; k < R->n_keys; k++) {
             if (k == R->seed_key) continue;
@@ -1113,7 +1112,7 @@ static int summarise(Report *R)
             file_name_part(part, sizeof part, R->keys[k].label);
             snprintf(figures[n_fig], PATHN, "%s/sensitivity-%s.png", out_dir, part);
             SensCtx S = { R, k };
-            FH_CHECK(app_plot_png(figures[n_fig], draw_sensitivity, &S));
+            FH_CHECK(plot_png(figures[n_fig], draw_sensitivity, &S));
             n_fig++;
         }
     }

@@ -1,5 +1,5 @@
-/* gnuplot figures (plot.h): temporary folder, script, gnuplot run, atomic rename of the image. */
-#include "plot.h"
+/* gnuplot figures (analysis.h): temporary folder, script, gnuplot run, atomic replacement of the image. */
+#include "fedhet/analysis.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -41,7 +41,7 @@ static void tmpdir_remove(const char *dir)
 }
 
 /* s as a single-quoted gnuplot string: inside one, only a quote needs escaping (doubled) */
-void app_gp_string(FILE *out, const char *s)
+void plot_gp_string(FILE *out, const char *s)
 {
     fputc('\'', out);
     for (; *s; s++) {
@@ -51,7 +51,7 @@ void app_gp_string(FILE *out, const char *s)
     fputc('\'', out);
 }
 
-void app_gp_terminal(FILE *out, int width, int height, const char *image)
+void plot_gp_terminal(FILE *out, int width, int height, const char *image)
 {
     /* noenhanced: names like gaussian_noise or rho_max must not turn into subscripts */
     fprintf(out, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
@@ -61,11 +61,12 @@ void app_gp_terminal(FILE *out, int width, int height, const char *image)
                  "}\n"
                  "set output ",
             width, height, width, height);
-    app_gp_string(out, image);
+    plot_gp_string(out, image);
     fputc('\n', out);
 }
 
-int app_find_program(const char *name, const char *package, char *out, size_t size)
+/* The first executable `name` on PATH; FH_ERR_IO naming the package otherwise. */
+static int find_program(const char *name, const char *package, char *out, size_t size)
 {
     const char *path = getenv("PATH");
     if (!path || !*path) path = "/usr/bin:/bin";
@@ -128,7 +129,7 @@ static int run_gnuplot(const char *gnuplot, const char *script, const char *err_
     FH_FAIL(FH_ERR_IO, "%s failed (exit %d); its stderr ends:\n%s", gnuplot, WEXITSTATUS(status), tail);
 }
 
-static int draw(const char *gnuplot, const char *dir, const char *image, AppPlotWriter write, void *ctx)
+static int draw(const char *gnuplot, const char *dir, const char *image, PlotWriter write, void *ctx)
 {
     char script[FH_PATH_MAX], err[FH_PATH_MAX];
     FH_CHECK(fh_path_join(script, sizeof script, dir, "figure.gp"));
@@ -146,11 +147,11 @@ static int draw(const char *gnuplot, const char *dir, const char *image, AppPlot
     return FH_OK;
 }
 
-int app_plot_png(const char *out_path, AppPlotWriter write, void *ctx)
+int plot_png(const char *out_path, PlotWriter write, void *ctx)
 {
     char gnuplot[FH_PATH_MAX], dir[FH_PATH_MAX];
     dir[0] = '\0';
-    FH_CHECK(app_find_program("gnuplot", "gnuplot-nox", gnuplot, sizeof gnuplot));
+    FH_CHECK(find_program("gnuplot", "gnuplot-nox", gnuplot, sizeof gnuplot));
     /* the temporary image is made here first, so an unwritable destination is reported plainly before
      * gnuplot runs; gnuplot writes into it by name */
     FhAtomicFile image;
