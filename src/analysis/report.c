@@ -611,6 +611,20 @@ static void fmt_pm(char *out, size_t size, double m, double s)
     else snprintf(out, size, "%.4f ± %.4f", m, s);
 }
 
+/* configuration g's statistics, and the cells every table shows of it: label, final, last-k, best */
+typedef struct {
+    char label[1024], final[64], last[64], best[64];
+} GroupCells;
+
+static void group_row(const Report *R, int g, GroupStats *G, GroupCells *cells)
+{
+    group_stats(R, g, G);
+    group_label(R, &R->runs[R->group_first[g]], cells->label, sizeof cells->label);
+    fmt_pm(cells->final, sizeof cells->final, G->final_m, G->final_s);
+    fmt_pm(cells->last, sizeof cells->last, G->last_m, G->last_s);
+    fmt_pm(cells->best, sizeof cells->best, G->best_m, G->best_s);
+}
+
 static int write_summary_csv(const Report *R, const char *path)
 {
     const ReportOptions *o = R->o;
@@ -716,20 +730,17 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
     fprintf(f, "---:|---:|\n");
     for (int g = 0; g < R->n_groups; g++) {
         GroupStats G;
-        group_stats(R, g, &G);
-        char label[1024], a[64], b[64], c[64];
-        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
-        fmt_pm(a, sizeof a, G.final_m, G.final_s);
-        fmt_pm(b, sizeof b, G.last_m, G.last_s);
-        fmt_pm(c, sizeof c, G.best_m, G.best_s);
-        fprintf(f, "| %s | %d | %s | %s | %s |", label, G.n, a, b, c);
+        GroupCells cells;
+        group_row(R, g, &G, &cells);
+        fprintf(f, "| %s | %d | %s | %s | %s |", cells.label, G.n, cells.final, cells.last, cells.best);
         for (int j = 0; j < o->n_targets; j++) {
             if (G.to_n[j]) fprintf(f, " %.1f (%d/%d) |", G.to_m[j], G.to_n[j], G.n);
             else fprintf(f, " — (0/%d) |", G.n);
         }
-        fmt_num(a, sizeof a, G.wall_m, G.wall_m < 10 ? "%.2f" : "%.1f");
-        fmt_num(b, sizeof b, G.round_m, "%.3f");
-        fprintf(f, " %s | %s |\n", a, b);
+        char wall[64], round_s[64];
+        fmt_num(wall, sizeof wall, G.wall_m, G.wall_m < 10 ? "%.2f" : "%.1f");
+        fmt_num(round_s, sizeof round_s, G.round_m, "%.3f");
+        fprintf(f, " %s | %s |\n", wall, round_s);
     }
     int with_cost = 0;
     for (int i = 0; i < R->n_runs; i++) with_cost |= usable(R, &R->runs[i]) && !missing_x_column(&R->runs[i], "passes");
@@ -1130,13 +1141,10 @@ static int summarise(Report *R)
     printf("  %-40s %4s  %-17s  %-17s  %-17s  %8s\n", "configuration", "runs", "final", lastk, "best", "wall s");
     for (int g = 0; g < R->n_groups; g++) {
         GroupStats G;
-        group_stats(R, g, &G);
-        char label[1024], a[64], b[64], c[64];
-        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
-        fmt_pm(a, sizeof a, G.final_m, G.final_s);
-        fmt_pm(b, sizeof b, G.last_m, G.last_s);
-        fmt_pm(c, sizeof c, G.best_m, G.best_s);
-        printf("  %-40s %4d  %-17s  %-17s  %-17s  %8.2f\n", label, G.n, a, b, c, G.wall_m);
+        GroupCells cells;
+        group_row(R, g, &G, &cells);
+        printf("  %-40s %4d  %-17s  %-17s  %-17s  %8.2f\n", cells.label, G.n, cells.final, cells.last, cells.best,
+               G.wall_m);
     }
     printf("wrote %s/summary.csv, %s/summary.md", out_dir, out_dir);
     for (int i = 0; i < n_fig; i++) printf(", %s", strrchr(figures[i], '/') + 1);

@@ -82,6 +82,18 @@ static void record_checkpoint(const Fake *f)
     tmp_record(path);
 }
 
+/* fake_init in a fresh folder tmp_root/sub, its checkpoint recorded for removal */
+static int fake_init_in(Fake *f, const char *sub)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
+    mkdir(dir, 0777);
+    tmp_record(dir);
+    FH_CHECK(fake_init(f, dir));
+    record_checkpoint(f);
+    return FH_OK;
+}
+
 static void fake_free(Fake *f)
 {
     nn_model_free(&f->run.work.model);
@@ -173,13 +185,8 @@ static int flip_value(const char *path, double value)
 
 static void test_damaged_rows_no_leak(void)
 {
-    char dir[128];
-    snprintf(dir, sizeof dir, "%s/damaged", tmp_root);
-    mkdir(dir, 0777);
-    tmp_record(dir);
     Fake f;
-    CHECK_OK(fake_init(&f, dir));
-    record_checkpoint(&f);
+    CHECK_OK(fake_init_in(&f, "damaged"));
     CHECK_OK(fl_checkpoint_save(&f.run, DONE, f.run.checkpoint_path));
     CHECK(flip_value(f.run.checkpoint_path, f.run.rows[FL_N_COLUMNS + 5]) == 0);
     fh_error_clear();
@@ -202,13 +209,8 @@ static void test_damaged_rows_no_leak(void)
  * of another layout with the same number of state values is refused, naming the file. */
 static void test_read_global_layout(void)
 {
-    char dir[128];
-    snprintf(dir, sizeof dir, "%s/layout", tmp_root);
-    mkdir(dir, 0777);
-    tmp_record(dir);
     Fake f;
-    CHECK_OK(fake_init(&f, dir));
-    record_checkpoint(&f);
+    CHECK_OK(fake_init_in(&f, "layout"));
     f.run.layout_hash = fl_layout_hash(&f.run.work.model);
     CHECK_OK(fl_checkpoint_save(&f.run, DONE, f.run.checkpoint_path));
     float state[N_STATE] = { 0 };
