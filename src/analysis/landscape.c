@@ -1,5 +1,6 @@
-/* The landscape (analysis.h; fedhet landscape CHECKPOINT.h5): the test loss around a model along random directions
- * (Li, Xu, Taylor, Studer, Goldstein, "Visualizing the Loss Landscape of Neural Nets", NeurIPS 2018).
+/* The landscape (analysis.h; fedhet landscape CHECKPOINT.h5): the test loss around a model along random
+ * directions (Li, Xu, Taylor, Studer, Goldstein, "Visualizing the Loss Landscape of Neural Nets", NeurIPS
+ * 2018).
  *
  * Directions: Gaussian vectors from Philox (seed, purpose projection) with counter (direction, tensor),
  * filter-normalised: each filter (a slice along the tensor's first dimension: a conv output channel, a

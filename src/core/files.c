@@ -76,12 +76,14 @@ int fh_mkdir_p(const char *path)
         if (*p != '/' && *p != '\0') continue;
         const char saved = *p;
         *p = '\0';
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST) FH_FAIL(FH_ERR_IO, "cannot create folder %s: %s", dir, strerror(errno));
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+            FH_FAIL(FH_ERR_IO, "cannot create folder %s: %s", dir, strerror(errno));
         *p = saved;
         if (!saved) break;
     }
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) FH_FAIL(FH_ERR_IO, "cannot create folder %s: a file is in the way", dir);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        FH_FAIL(FH_ERR_IO, "cannot create folder %s: a file is in the way", dir);
     return FH_OK;
 }
 
@@ -125,7 +127,8 @@ int fh_atomic_replace(const char *tmp, const char *path)
 int fh_atomic_open(FhAtomicFile *a, const char *path)
 {
     memset(a, 0, sizeof *a);
-    if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path) FH_FAIL(FH_ERR_IO, "%s: path too long", path);
+    if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
+        FH_FAIL(FH_ERR_IO, "%s: path too long", path);
     FH_CHECK(fh_atomic_tmp_path(a->tmp, sizeof a->tmp, path));
     a->f = fopen(a->tmp, "w");
     if (!a->f) FH_FAIL(FH_ERR_IO, "%s: cannot write (creating %s: %s)", path, a->tmp, strerror(errno));

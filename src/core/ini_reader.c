@@ -81,7 +81,8 @@ static void reader_value(Reader *r, const char *v, size_t n)
     const char *close = lr > 1 && raw[0] == '"' ? memchr(raw + 1, '"', lr - 1) : NULL;
     size_t after = close ? (size_t)(close - raw) + 1 : 0;
     while (close && after < lr && isspace((unsigned char)raw[after])) after++;
-    if (close && (after == lr || raw[after] == ';' || raw[after] == '#')) copy_n(r->value, raw + 1, (size_t)(close - raw) - 1);
+    if (close && (after == lr || raw[after] == ';' || raw[after] == '#'))
+        copy_n(r->value, raw + 1, (size_t)(close - raw) - 1);
     else copy_n(r->value, raw, lr);
 }
 
@@ -179,7 +180,8 @@ int fh_ini_read(const char *text, const char *source, FhIniHandler handler, void
     if (rc < 0) FH_FAIL(FH_ERR_IO, "%s: libinih failed (%d): out of memory?", r.source, rc);
     /* libinih goes on after its own syntax errors, so an earlier one of those beats ours */
     if (rc > 0 && (r.status == FH_OK || rc < r.status_line)) FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error", r.source, rc);
-    if (r.status != FH_OK) return fh_error_trace(r.status, __FILE__, __LINE__, "ini_parse_stream(ini_read_line, &r, ...)");
+    if (r.status != FH_OK)
+        return fh_error_trace(r.status, __FILE__, __LINE__, "ini_parse_stream(ini_read_line, &r, ...)");
     return FH_OK;
 }
 
@@ -235,7 +237,8 @@ int fh_ini_load(FhIni *ini, const char *path, int fail_status)
 const char *fh_ini_get(const FhIni *ini, const char *section, const char *key)
 {
     for (int i = ini->n - 1; i >= 0; i--)
-        if (!strcmp(ini->entries[i].section, section) && !strcmp(ini->entries[i].key, key)) return ini->entries[i].value;
+        if (!strcmp(ini->entries[i].section, section) && !strcmp(ini->entries[i].key, key))
+            return ini->entries[i].value;
     return NULL;
 }
 
