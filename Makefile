@@ -34,7 +34,7 @@ LDFLAGS += $(OPTFLAGS)
 LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -linih -lz -lm
 
 BUILD   = build
-SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c src/algo/*.c src/fl/*.c)
+SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c src/algo/*.c src/fl/*.c src/grid/*.c src/analysis/*.c)
 APP_SRC = $(wildcard src/app/*.c)
 OBJ     = $(SRC:%.c=$(BUILD)/%.o)
 APP_OBJ = $(APP_SRC:%.c=$(BUILD)/%.o)

@@ -74,6 +74,42 @@ void fh_config_print_help(FILE *out, const FhConfigKey *schema, int n);
  * whether or not they were defaults. */
 uint64_t fh_config_hash(const FhConfig *c);
 
+/* ---- INI text (src/core/ini_reader.c): the one reader of the syntax above ----
+ * The config loader checks each line against its schema; fh_ini_parse keeps every entry, for what has no
+ * schema of its own: a grid file's [grid] section, the config.ini of run folders whatever their method,
+ * grid state files. */
+typedef struct {
+    const char *section; /* the current section (a "[section]" line: the one it opens) */
+    const char *key;     /* NULL on a "[section]" line */
+    const char *raw;     /* after the '=' or ':' up to a comment outside double quotes, trimmed, quotes kept
+                          * (a quote left open runs to the end of the line) */
+    const char *value;   /* raw without the double quotes when raw is one quoted string (a comment may follow
+                          * its closing quote), else raw */
+    int line;            /* 1-based */
+} FhIniLine;
+/* Called for each "[section]" line and each key line in order; a status other than FH_OK stops reading. */
+typedef int (*FhIniHandler)(void *user, const FhIniLine *line);
+/* Reads INI text; `source` names it in messages ("SOURCE:LINE: ..."; NULL: "config"). Syntax errors,
+ * keys outside a section and name lines too long are FH_ERR_USAGE; the first error (the reader's or the
+ * handler's) is returned. */
+int fh_ini_read(const char *text, const char *source, FhIniHandler handler, void *user);
+
+typedef struct {
+    char *section, *key, *value, *raw; /* as in FhIniLine */
+    int line;
+} FhIniEntry;
+typedef struct {
+    FhIniEntry *entries;
+    int n, cap;
+} FhIni;
+/* Every key line of text; on an error ini is empty (nothing to free). */
+int fh_ini_parse(FhIni *ini, const char *text, const char *source);
+/* The same from a file; one that cannot be read is `fail_status`. */
+int fh_ini_load(FhIni *ini, const char *path, int fail_status);
+/* The value of the last entry section.key, or NULL */
+const char *fh_ini_get(const FhIni *ini, const char *section, const char *key);
+void fh_ini_free(FhIni *ini);
+
 /* The nearest of `candidates` to `word` by optimal-string-alignment (Damerau-Levenshtein) distance,
  * ignoring case; NULL when none is within max(2, strlen(word)/3) or the nearest would replace the whole
  * word. Ties go to the earlier candidate. For suggesting names anywhere a name can be mistyped. */

@@ -77,6 +77,38 @@ int fh_check_plain_name(const char *name, const char *what);
  * (an embedded ' as '\''); returns out. */
 const char *fh_shell_quote(const char *text, char *out, size_t size);
 
+/* ---- files and folders (src/core/files.c) ---- */
+#define FH_PATH_MAX 4096
+/* A whole file into a malloc'd NUL-terminated buffer (free() it); `fail_status` when it cannot be opened or
+ * read or holds a NUL byte, FH_ERR_IO when memory runs out. */
+int fh_read_file(const char *path, char **text, int fail_status);
+/* dir/name into out; FH_ERR_IO when it does not fit */
+int fh_path_join(char *out, size_t size, const char *dir, const char *name);
+/* 1 when dir/name exists (any kind of file; name NULL or "": dir itself), else 0 */
+int fh_path_exists(const char *dir, const char *name);
+/* mkdir -p: path and every missing folder above it; FH_ERR_IO naming the folder that cannot be made */
+int fh_mkdir_p(const char *path);
+
+/* Atomic replacement: the new content is written to PATH.tmp-<pid>, synced, renamed over PATH and the
+ * folder synced, so that a reader or a crash sees the old file or the whole new one; on any failure the
+ * temporary is removed and PATH is left as it was. */
+/* PATH.tmp-<pid> into out */
+int fh_atomic_tmp_path(char *out, size_t size, const char *path);
+/* The last step, for a temporary written by other means (an HDF5 library, another program): sync tmp,
+ * rename it over path, sync the folder; tmp is removed on failure. */
+int fh_atomic_replace(const char *tmp, const char *path);
+/* A file written as a stream: fh_atomic_open creates the temporary (f), fh_atomic_commit puts it in
+ * place (any earlier write error fails it), fh_atomic_discard drops it. */
+typedef struct {
+    FILE *f;
+    char path[FH_PATH_MAX], tmp[FH_PATH_MAX + 32];
+} FhAtomicFile;
+int fh_atomic_open(FhAtomicFile *a, const char *path);
+int fh_atomic_commit(FhAtomicFile *a);
+void fh_atomic_discard(FhAtomicFile *a);
+/* text as the whole new content of path */
+int fh_write_file_atomic(const char *path, const char *text);
+
 /* ---- timers ---- */
 double fh_time_now(void); /* monotonic seconds */
 

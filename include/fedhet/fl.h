@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "fedhet/config.h"
+#include "fedhet/nn.h"
 
 typedef struct {
     const char *config_path;   /* INI file; NULL with resume_dir (the run folder's config.ini) */
@@ -28,9 +29,22 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm);
  * a run whose final checkpoint is newer was stopped before its final model was written. */
 int fl_final_model_current(const char *run_dir);
 
+/* Reading a checkpoint or run file (checkpoint.h5, run.h5) outside a run, e.g. for fedhet landscape: */
+/* the resolved config text it was written with (free() it); FH_ERR_IO for a file that is no checkpoint */
+int fl_checkpoint_read_config(const char *path, char **text);
+/* Its global state, for model m (built from that config): the format, the version and the model layout
+ * are checked first; a file written by another model is FH_ERR_USAGE naming the file, even one of the same
+ * size. state: [m->n_state]; rounds_done (optional): the rounds the file holds. */
+int fl_checkpoint_read_global(const char *path, const NnModel *m, float *state, int64_t *rounds_done);
+
 /* Loads and checks a config exactly as fl_run would (file, overrides, every key and method rule), without
  * touching any file or starting work; no MPI needed. FH_OK or the error fl_run would report. */
 int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides);
+
+/* Waits for req politely: MPI_Test with short sleeps between polls (src/fl/comm.c has the backoff), so
+ * that waiting ranks leave the cores to ranks that compute (more ranks than cores is the usual case on a
+ * workstation). Every wait of fl and of the grid goes through it. */
+int fl_wait(MPI_Request *req);
 
 /* The config schema of `fedhet run` */
 const FhConfigKey *fl_config_schema(int *n);

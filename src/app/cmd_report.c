@@ -1,7 +1,7 @@
-/* fedhet report: tables and figures from fedhet's files, figures drawn by gnuplot (plot.h).
+/* fedhet report: tables and figures from fedhet's files, figures drawn by gnuplot (analysis.h).
  *
  * Modes: DIR (a run folder, a grid folder or any folder of run folders: summary.csv, summary.md and PNG
- * curves, src/app/report.c) and --partition DST.h5 OUT.png (a partition file: client x label heat map
+ * curves, src/analysis/report.c) and --partition DST.h5 OUT.png (a partition file: client x label heat map
  * over the client sizes and the per-client label entropy and TV). Each figure's numbers go to data files
  * in a private temporary folder with a gnuplot script; the image goes to OUT.tmp-<pid> and is renamed
  * over OUT only when gnuplot succeeded, so a failure never leaves a partial or stale-looking image. */
@@ -19,9 +19,8 @@
 
 #include "app.h"
 #include "fedhet/core.h"
+#include "fedhet/analysis.h"
 #include "fedhet/data.h"
-#include "plot.h"
-#include "report.h"
 
 #define REPORT_PATH_MAX 4096
 
@@ -72,14 +71,14 @@ static void write_hetero_panel(const DataPartFile *f, const DataHetero *h, FILE 
              "TV to the global labels (points; mean %.3f); size Gini %.3f", entropy[3], f->classes, log(f->classes),
              tv[3], h->size_gini);
     fprintf(out, "set tmargin at screen 0.31\nset bmargin at screen 0.06\nset title ");
-    app_gp_string(out, title);
+    plot_gp_string(out, title);
     fprintf(out, "\nset xlabel 'client'\nset ylabel 'entropy (nats)'\nset yrange [0:%.9g]\nset ytics autofreq nomirror\n"
                  "set y2label 'total variation'\nset y2range [0:1]\nset y2tics 0.25\n"
                  "set boxwidth %s absolute\nset style fill solid 0.6 noborder\nplot ",
             1.05 * log(f->classes), f->n_clients <= 200 ? "0.8" : "1.0");
-    app_gp_string(out, hetero_path);
+    plot_gp_string(out, hetero_path);
     fprintf(out, " using 1:2 with boxes lc rgb '#88ccee' notitle, \\\n     ");
-    app_gp_string(out, hetero_path);
+    plot_gp_string(out, hetero_path);
     fprintf(out, " using 1:3 axes x1y2 with points pt 7 ps %s lc rgb '#aa3377' notitle\n",
             f->n_clients <= 100 ? "1.0" : "0.5");
 }
@@ -103,9 +102,9 @@ static int write_partition_script(const DataPartFile *f, const DataHetero *h, FI
                  f->corruption_name, f->severity);
     else snprintf(bars_title, sizeof bars_title, "samples per client");
 
-    app_gp_terminal(out, 1100, 1000, image_path);
+    plot_gp_terminal(out, 1100, 1000, image_path);
     fprintf(out, "set multiplot title ");
-    app_gp_string(out, title);
+    plot_gp_string(out, title);
     /* fixed margins so that the three panels share the client axis */
     fprintf(out, "\nset lmargin at screen 0.08\nset rmargin at screen 0.88\n"
                  "set xrange [-0.5:%d.5]\n", K - 1);
@@ -123,12 +122,12 @@ static int write_partition_script(const DataPartFile *f, const DataHetero *h, FI
                  "set colorbox user origin screen 0.9, screen 0.62 size screen 0.02, screen 0.31\n"
                  "plot ",
             (int)largest);
-    app_gp_string(out, counts_path);
+    plot_gp_string(out, counts_path);
     fprintf(out, " using 1:2:(0.5):(0.5):3 with boxxyerror fillstyle solid 1.0 noborder lc palette notitle\n");
 
     fprintf(out, "set tmargin at screen 0.55\nset bmargin at screen 0.38\n"
                  "unset colorbox\nset title ");
-    app_gp_string(out, bars_title);
+    plot_gp_string(out, bars_title);
     /* about 4 ticks on the short panel: a 1, 2 or 5 times a power of ten */
     int64_t largest_size = 1;
     for (int k = 0; k < K; k++)
@@ -143,13 +142,13 @@ static int write_partition_script(const DataPartFile *f, const DataHetero *h, FI
     /* one series per colour; a series with no points at all would be an error in gnuplot */
     int series = 0;
     if (n_corrupted < K) {
-        app_gp_string(out, sizes_path);
+        plot_gp_string(out, sizes_path);
         fprintf(out, " using 1:($3 == 0 ? $2 : 1/0) with boxes lc rgb '#4477aa' notitle");
         series++;
     }
     if (n_corrupted > 0) {
         if (series) fprintf(out, ", \\\n     ");
-        app_gp_string(out, sizes_path);
+        plot_gp_string(out, sizes_path);
         fprintf(out, " using 1:($3 != 0 ? $2 : 1/0) with boxes lc rgb '#cc3311' notitle");
     }
     fprintf(out, "\n");
@@ -163,14 +162,14 @@ typedef struct {
     const DataHetero *hetero;
 } PartitionFigure;
 
-/* AppPlotWriter: data files into dir, the script into out */
+/* PlotWriter: data files into dir, the script into out */
 static int draw_partition(void *ctx, const char *dir, FILE *out, const char *image_path)
 {
     const PartitionFigure *fig = ctx;
     char counts[REPORT_PATH_MAX], sizes[REPORT_PATH_MAX], hetero[REPORT_PATH_MAX];
-    FH_CHECK(app_join_path(counts, sizeof counts, dir, "counts.dat"));
-    FH_CHECK(app_join_path(sizes, sizeof sizes, dir, "sizes.dat"));
-    FH_CHECK(app_join_path(hetero, sizeof hetero, dir, "hetero.dat"));
+    FH_CHECK(fh_path_join(counts, sizeof counts, dir, "counts.dat"));
+    FH_CHECK(fh_path_join(sizes, sizeof sizes, dir, "sizes.dat"));
+    FH_CHECK(fh_path_join(hetero, sizeof hetero, dir, "hetero.dat"));
     FH_CHECK(write_partition_data(fig->file, counts, sizes));
     FH_CHECK(write_hetero_data(fig->hetero, hetero));
     return write_partition_script(fig->file, fig->hetero, out, counts, sizes, hetero, image_path);
@@ -192,7 +191,7 @@ static int report_partition(const char *path, const char *out_path)
         return status;
     }
     PartitionFigure fig = { &f, &h };
-    status = app_plot_png(out_path, draw_partition, &fig);
+    status = plot_png(out_path, draw_partition, &fig);
     data_hetero_free(&h);
     if (status == FH_OK)
         printf("wrote %s: %d client%s x %d labels, %lld training rows%s\n", out_path, f.n_clients,

@@ -1,13 +1,8 @@
 /* The experiment configuration: an INI file checked against a caller's schema, plus command-line
  * overrides "section.key=value".
  *
- * libinih's stream parser reads the text through config_read_line, which hands it one line at a time
- * after doing three things libinih cannot be told to do at run time in a portable way: counting lines
- * (Debian builds libinih without line numbers in the handler), owning the value syntax (its inline
- * comments know only ';' and would cut a quoted " ; ", and it would read an indented line as a second
- * value of the previous key) and keeping long values whole (its line buffer is 200 bytes). So libinih
- * sees "[section]", "name=" and blank lines and finds the syntax errors; the value of the line being
- * handled waits in the Parser.
+ * The text is read by the INI reader (src/core/ini_reader.c, shared with the readers that have no schema);
+ * config_on_line checks each line against the schema as it comes.
  *
  * Values are kept as text as given and parsed once, after the file and the overrides, so a bad value in
  * the file that an override replaces is no error. */
@@ -17,7 +12,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <ini.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -457,189 +451,39 @@ static int config_check_schema(const FhConfigKey *schema, int n)
 
 /* ---- reading the file ---- */
 
-typedef struct {
-    FhConfig *cfg;
-    const char *text;
-    size_t len, pos;
-    int line;            /* the line last handed to libinih, from 1 */
-    const char *section; /* the current section (the schema's string), NULL before the first header */
-    char *value;         /* the value of that line, unquoted (room for the whole text) */
-    int status;          /* first error found by the reader or the handler */
-    int status_line;
-} Parser;
-
-static void parser_where(const Parser *p, char *where, size_t cap)
-{
-    snprintf(where, cap, "%s:%d: ", p->cfg->source, p->line);
-}
-
-/* Copies line[0..n) into libinih's buffer with a newline, or fails when it does not fit. */
-static int parser_emit(const Parser *p, char *out, size_t cap, const char *s, size_t n)
-{
-    if (n + 2 > cap)
-        FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error (a section or key name longer than %zu characters)",
-                p->cfg->source, p->line, cap - 2);
-    memcpy(out, s, n);
-    out[n] = '\n';
-    out[n + 1] = '\0';
-    return FH_OK;
-}
-
 static void trim(const char **s, size_t *n)
 {
     while (*n && isspace((unsigned char)**s)) (*s)++, (*n)--;
     while (*n && isspace((unsigned char)(*s)[*n - 1])) (*n)--;
 }
 
-/* A ';' or '#' after whitespace starts a comment (and so does one opening the line). */
-static int is_comment_at(const char *line, size_t i)
+/* FhIniHandler: a section must be in the schema; a key is set from its line once. A value that opens with
+ * a double quote is one quoted string (followed by a comment at most); elsewhere in a value double quotes
+ * are an error of config_parse_value. */
+static int config_on_line(void *user, const FhIniLine *l)
 {
-    return (line[i] == ';' || line[i] == '#') && (i == 0 || isspace((unsigned char)line[i - 1]));
-}
-
-/* The value part of a key line, from just after '=' or ':', into p->value. */
-static int parser_value(Parser *p, const char *v, size_t n, const char *key)
-{
+    FhConfig *c = user;
     char where[WHERE_CAP];
-    parser_where(p, where, sizeof where);
-    size_t i = 0;
-    while (i < n && isspace((unsigned char)v[i])) i++;
-    const char *start;
-    size_t len;
-    if (i < n && v[i] == '"') {
-        const char *close = memchr(v + i + 1, '"', n - i - 1);
-        if (!close) FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: unterminated double quote", where, p->section, key);
-        size_t j = (size_t)(close - v) + 1;
-        while (j < n && isspace((unsigned char)v[j])) j++;
-        if (j < n && v[j] != ';' && v[j] != '#')
-            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: text after the closing double quote", where, p->section, key);
-        start = v + i + 1;
-        len = (size_t)(close - start);
-    } else {
-        size_t end = i;
-        while (end < n && !((v[end] == ';' || v[end] == '#') && end > 0 && isspace((unsigned char)v[end - 1])))
-            end++;
-        start = v + i;
-        len = end - i;
-        while (len && isspace((unsigned char)start[len - 1])) len--;
+    snprintf(where, sizeof where, "%s:%d: ", c->source, l->line);
+    if (!l->key) {
+        if (config_find_section(c->schema, c->n, l->section) < 0)
+            return config_unknown_section(c->schema, c->n, where, l->section);
+        return FH_OK;
     }
-    memcpy(p->value, start, len);
-    p->value[len] = '\0';
-    return FH_OK;
-}
-
-/* One physical line -> what libinih sees ("[section]", "name=", a blank line, or a line it will call a
- * syntax error). Unknown sections, keys outside a section and quoting errors are found here, where the
- * line is known. */
-static int parser_line(Parser *p, const char *s, size_t n, char *out, size_t cap)
-{
-    char where[WHERE_CAP];
-    parser_where(p, where, sizeof where);
-    if (p->line == 1 && n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, n -= 3; /* UTF-8 BOM */
-    trim(&s, &n);
-    if (n == 0 || is_comment_at(s, 0)) return parser_emit(p, out, cap, "", 0);
-    if (s[0] == '[') {
-        const char *close = memchr(s, ']', n);
-        if (!close) return parser_emit(p, out, cap, s, n); /* libinih reports it */
-        size_t j = (size_t)(close - s) + 1;
-        while (j < n && isspace((unsigned char)s[j])) j++;
-        if (j < n && !is_comment_at(s, j))
-            FH_FAIL(FH_ERR_USAGE, "%ssyntax error (text after the section header)", where);
-        const char *name = s + 1;
-        size_t ln = (size_t)(close - name);
-        trim(&name, &ln);
-        char sec[WHERE_CAP];
-        snprintf(sec, sizeof sec, "%.*s", (int)ln, name);
-        int k = config_find_section(p->cfg->schema, p->cfg->n, sec);
-        if (k < 0) return config_unknown_section(p->cfg->schema, p->cfg->n, where, sec);
-        p->section = p->cfg->schema[k].section;
-        char hdr[WHERE_CAP];
-        int lh = snprintf(hdr, sizeof hdr, "[%s]", p->section);
-        return parser_emit(p, out, cap, hdr, (size_t)lh);
+    if (l->raw[0] == '"' && !strcmp(l->value, l->raw)) {
+        if (!strchr(l->raw + 1, '"'))
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: unterminated double quote", where, l->section, l->key);
+        FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: text after the closing double quote", where, l->section, l->key);
     }
-    /* the name ends at the first '=' or ':' (as in libinih); a comment before it leaves no separator */
-    size_t cut = 0;
-    while (cut < n && s[cut] != '=' && s[cut] != ':' && !is_comment_at(s, cut)) cut++;
-    if (cut == n || is_comment_at(s, cut)) {
-        n = cut;
-        trim(&s, &n);
-        return parser_emit(p, out, cap, s, n); /* libinih reports it */
-    }
-    const char *name = s;
-    size_t ln = cut;
-    trim(&name, &ln);
-    if (ln == 0) FH_FAIL(FH_ERR_USAGE, "%ssyntax error (no key name before the '%c')", where, s[cut]);
-    char key[WHERE_CAP];
-    snprintf(key, sizeof key, "%.*s", (int)ln, name);
-    if (!p->section)
-        FH_FAIL(FH_ERR_USAGE, "%skey '%s' is outside any section; put it under a [section] header", where, key);
-    FH_CHECK(parser_value(p, s + cut + 1, n - cut - 1, key));
-    char kv[WHERE_CAP];
-    int lk = snprintf(kv, sizeof kv, "%s=", key);
-    return parser_emit(p, out, cap, kv, (size_t)lk);
-}
-
-static char *config_read_line(char *out, int num, void *stream)
-{
-    Parser *p = stream;
-    if (p->status != FH_OK || p->pos >= p->len) return NULL;
-    const char *s = p->text + p->pos;
-    const char *nl = memchr(s, '\n', p->len - p->pos);
-    size_t n = nl ? (size_t)(nl - s) : p->len - p->pos;
-    p->pos += n + (nl != NULL);
-    p->line++;
-    p->value[0] = '\0';
-    int st = parser_line(p, s, n, out, num > 0 ? (size_t)num : 0);
-    if (st != FH_OK) {
-        p->status = st;
-        p->status_line = p->line;
-        return NULL;
-    }
-    return out;
-}
-
-static int config_set_from_file(Parser *p, const char *name)
-{
-    FhConfig *c = p->cfg;
-    const char *section = p->section; /* checked by parser_line, and not cut to libinih's 50 bytes */
-    char where[WHERE_CAP];
-    parser_where(p, where, sizeof where);
-    int k = config_find(c->schema, c->n, section, name);
-    if (k < 0) return config_unknown_key(c->schema, c->n, where, section, name);
+    int k = config_find(c->schema, c->n, l->section, l->key);
+    if (k < 0) return config_unknown_key(c->schema, c->n, where, l->section, l->key);
     Entry *e = &c->entries[k];
     if (e->line > 0)
-        FH_FAIL(FH_ERR_USAGE, "%s[%s] %s is given twice (lines %d and %d)", where, section, name, e->line, p->line);
+        FH_FAIL(FH_ERR_USAGE, "%s[%s] %s is given twice (lines %d and %d)", where, l->section, l->key, e->line,
+                l->line);
     fh_free(&e->given);
-    FH_CHECK(config_strndup(&e->given, p->value, strlen(p->value), "config value"));
-    e->line = p->line;
-    return FH_OK;
-}
-
-static int config_on_key(void *user, const char *section, const char *name, const char *value)
-{
-    (void)section, (void)value; /* libinih saw only "[section]" and "name="; the rest is in the Parser */
-    Parser *p = user;
-    int st = config_set_from_file(p, name);
-    if (st != FH_OK) {
-        p->status = st;
-        p->status_line = p->line;
-        return 0;
-    }
-    return 1;
-}
-
-static int config_parse_text(FhConfig *c, const char *text)
-{
-    Parser p = {.cfg = c, .text = text, .len = strlen(text)};
-    FH_CHECK(fh_calloc(&p.value, p.len + 1, 1, "config line value"));
-    int rc = ini_parse_stream(config_read_line, &p, config_on_key, &p);
-    fh_free(&p.value);
-    if (rc < 0) FH_FAIL(FH_ERR_IO, "%s: libinih failed (%d): out of memory?", c->source, rc);
-    /* libinih goes on after its own syntax errors, so an earlier one of those beats ours */
-    if (rc > 0 && (p.status == FH_OK || rc < p.status_line))
-        FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error", c->source, rc);
-    if (p.status != FH_OK)
-        return fh_error_trace(p.status, __FILE__, __LINE__, "ini_parse_stream(config_read_line, &p, ...)");
+    FH_CHECK(config_strndup(&e->given, l->value, strlen(l->value), "config value"));
+    e->line = l->line;
     return FH_OK;
 }
 
@@ -677,7 +521,7 @@ static int config_override(FhConfig *c, const char *arg)
 static int config_fill(FhConfig *c, const char *text, char *const *overrides, int n_overrides)
 {
     FH_CHECK(fh_calloc(&c->entries, (size_t)c->n + 1, sizeof *c->entries, "config entries"));
-    if (text) FH_CHECK(config_parse_text(c, text));
+    if (text) FH_CHECK(fh_ini_read(text, c->source, config_on_line, c));
     for (int i = 0; i < n_overrides; i++) FH_CHECK(config_override(c, overrides[i]));
     for (int k = 0; k < c->n; k++) {
         const FhConfigKey *key = &c->schema[k];

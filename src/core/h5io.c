@@ -3,7 +3,6 @@
 #include "fedhet/core.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,11 +370,7 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
     f->id = H5I_INVALID_HID;
     f->tmp_path[0] = '\0';
     if (!path || !*path) FH_FAIL(fail_status, "output file path is empty");
-    int len = snprintf(f->tmp_path, sizeof f->tmp_path, "%s.tmp-%ld", path, (long)getpid());
-    if (len < 0 || (size_t)len >= sizeof f->tmp_path) {
-        f->tmp_path[0] = '\0';
-        H5_FAIL(f, "%s: path too long", path);
-    }
+    FH_CHECK(fh_atomic_tmp_path(f->tmp_path, sizeof f->tmp_path, path));
     /* fixed file-space settings and no timestamps keep the bytes of equal content equal */
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     H5Pset_obj_track_times(fcpl, 0); /* the root group too */
@@ -396,15 +391,6 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
     return FH_OK;
 }
 
-static int fsync_path(const char *path, int flags)
-{
-    int fd = open(path, flags);
-    if (fd < 0) return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 int fh_h5_commit(FhH5File *f)
 {
     char msg[256];
@@ -415,21 +401,10 @@ int fh_h5_commit(FhH5File *f)
         H5_FAIL(f, "%s: finishing the file failed (HDF5: %s)", f->path, msg);
     }
     f->id = H5I_INVALID_HID;
-    if (fsync_path(f->tmp_path, O_RDONLY) != 0 || rename(f->tmp_path, f->path) != 0) {
-        int err = errno;
-        fh_h5_discard(f);
-        H5_FAIL(f, "%s: cannot put the file in place: %s", f->path, strerror(err));
-    }
+    /* fh_atomic_replace removes the temporary itself on failure */
+    const int status = fh_atomic_replace(f->tmp_path, f->path);
     f->tmp_path[0] = '\0';
-    /* the rename itself is durable only once the folder is synced */
-    char dir[FH_H5_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", f->path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
-    fsync_path(dir, O_RDONLY | O_DIRECTORY);
-    return FH_OK;
+    return status;
 }
 
 void fh_h5_discard(FhH5File *f)

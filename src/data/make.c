@@ -92,22 +92,12 @@ static void print_summary(const DataPartition *part, const DataImageSet *train, 
 /* mkdir -p of path's folder */
 static int make_parent_dirs(const char *path)
 {
-    char dir[4096];
+    char dir[FH_PATH_MAX];
     if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) FH_FAIL(FH_ERR_USAGE, "%s: path too long", path);
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir) return FH_OK;
     *slash = '\0';
-    for (char *p = dir + 1; ; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-                FH_FAIL(FH_ERR_IO, "%s: cannot create folder %s: %s", path, dir, strerror(errno));
-            *p = saved;
-            if (saved == '\0') break;
-        }
-    }
-    return FH_OK;
+    return fh_mkdir_p(dir);
 }
 
 int data_partition_make(const char *src, const char *format, int idx_classes, const char *dst, DataPartFileSpec *spec,

@@ -325,15 +325,20 @@ int fl_checkpoint_read_config(const char *path, char **text)
     return status;
 }
 
-/* rank 0: everything but client vectors, into run */
-static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
+/* /meta: what a reader checks before it trusts the rest of the file */
+typedef struct {
+    int64_t rounds_done, layout_hash, n_state;
+    double lr;
+} CkptMeta;
+
+static int read_meta(const FhH5File *f, CkptMeta *meta)
 {
     int exists = 0;
     FH_CHECK(fh_h5_exists(f, "/meta", &exists));
     if (!exists) FH_FAIL(FH_ERR_IO, "%s: not a fedhet checkpoint (no /meta)", f->path);
     hid_t g = H5Gopen2(f->id, "/meta", H5P_DEFAULT);
     char *format = NULL;
-    int64_t version = 0, hash = 0, n_state = 0;
+    int64_t version = 0;
     int status = fh_h5_attr_read_string(f, g, "format", &format);
     if (status == FH_OK && strcmp(format, CKPT_FORMAT))
         status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: format is \"%s\", not %s", f->path, format, CKPT_FORMAT);
@@ -341,21 +346,51 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
     if (status == FH_OK && (version < CKPT_OLDEST_VERSION || version > CKPT_VERSION))
         status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: checkpoint version %lld; this fedhet reads %d to %d",
                                 f->path, (long long)version, CKPT_OLDEST_VERSION, CKPT_VERSION);
-    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "rounds_done", rounds_done, 1);
-    if (status == FH_OK) status = fh_h5_attr_read_doubles(f, g, "lr", &run->lr, 1);
-    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "layout_hash", &hash, 1);
-    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "n_state", &n_state, 1);
-    if (status == FH_OK && *rounds_done > run->s.rounds)
-        status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__,
-                                "%s: %lld rounds are done but fl.rounds = %d (raise fl.rounds to continue)", f->path,
-                                (long long)*rounds_done, run->s.rounds);
-    if (status == FH_OK && ((uint64_t)hash != run->layout_hash || n_state != run->n_state))
-        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__,
-                                "%s: the model layout differs from this run's (%lld state values vs %lld)", f->path,
-                                (long long)n_state, (long long)run->n_state);
+    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "rounds_done", &meta->rounds_done, 1);
+    if (status == FH_OK) status = fh_h5_attr_read_doubles(f, g, "lr", &meta->lr, 1);
+    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "layout_hash", &meta->layout_hash, 1);
+    if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "n_state", &meta->n_state, 1);
     free(format);
     H5Gclose(g);
-    FH_CHECK(status);
+    return status;
+}
+
+int fl_checkpoint_read_global(const char *path, const NnModel *m, float *state, int64_t *rounds_done)
+{
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    FhH5File f;
+    CkptMeta meta;
+    int status = fh_h5_open(&f, path, FH_ERR_IO);
+    if (status == FH_OK) status = read_meta(&f, &meta);
+    const uint64_t hash = fl_layout_hash(m);
+    /* the same size is not enough: another model of that size would read as nonsense */
+    if (status == FH_OK && ((uint64_t)meta.layout_hash != hash || meta.n_state != m->n_state))
+        status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__,
+                                "%s: written by a model of another layout (%lld state values, layout hash %016llx) "
+                                "than model %s (%lld state values, layout hash %016llx)", path,
+                                (long long)meta.n_state, (unsigned long long)meta.layout_hash, m->arch,
+                                (long long)m->n_state, (unsigned long long)hash);
+    if (status == FH_OK) status = read_vector(&f, "/server/global", (hsize_t)m->n_state, 0, H5T_NATIVE_FLOAT, state);
+    if (status == FH_OK && rounds_done) *rounds_done = meta.rounds_done;
+    fh_h5_close(&f);
+    fh_h5_quiet_end(&quiet);
+    return status;
+}
+
+/* rank 0: everything but client vectors, into run */
+static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
+{
+    CkptMeta meta;
+    FH_CHECK(read_meta(f, &meta));
+    *rounds_done = meta.rounds_done;
+    run->lr = meta.lr;
+    if (*rounds_done > run->s.rounds)
+        FH_FAIL(FH_ERR_USAGE, "%s: %lld rounds are done but fl.rounds = %d (raise fl.rounds to continue)", f->path,
+                (long long)*rounds_done, run->s.rounds);
+    if ((uint64_t)meta.layout_hash != run->layout_hash || meta.n_state != run->n_state)
+        FH_FAIL(FH_ERR_IO, "%s: the model layout differs from this run's (%lld state values vs %lld)", f->path,
+                (long long)meta.n_state, (long long)run->n_state);
     if (*rounds_done < 0 || *rounds_done > run->s.rounds)
         FH_FAIL(FH_ERR_IO, "%s: rounds_done = %lld is outside 0..%d (fl.rounds)", f->path, (long long)*rounds_done,
                 run->s.rounds);

@@ -55,21 +55,27 @@ int fl_comm_init(FlComm *c, MPI_Comm comm)
     return FH_OK;
 }
 
-int fl_wait(MPI_Request *req)
+/* The one polite wait: MPI_Test, and between polls a sleep growing from 20 us by a quarter per poll up to
+ * 1 ms. It serves every wait, the grid's idle groups included: the 1 ms ceiling bounds what a wait adds to
+ * a round (rounds of small models take milliseconds), while a thousand polls a second cost a waiting rank
+ * a small fraction of a core (the grid's former 20 ms ceiling saved little of that, and would have added up
+ * to 20 ms to every broadcast of a round). on_poll (optional) runs between polls; its error ends the wait. */
+static int wait_polite(MPI_Request *req, int (*on_poll)(void *arg), void *arg)
 {
-    int done = 0;
     long sleep_ns = 20000;
-    while (!done) {
+    for (;;) {
+        int done = 0;
         if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) FH_FAIL(FH_ERR_MPI, "MPI_Test failed");
-        if (!done && error_watch) check_error_notes(error_watch);
-        if (!done) {
-            struct timespec ts = { 0, sleep_ns };
-            nanosleep(&ts, NULL);
-            if (sleep_ns < 1000000) sleep_ns += sleep_ns / 4; /* up to 1 ms between polls */
-        }
+        if (done) return FH_OK;
+        if (error_watch) check_error_notes(error_watch);
+        if (on_poll) FH_CHECK(on_poll(arg));
+        struct timespec ts = { 0, sleep_ns };
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000) sleep_ns += sleep_ns / 4;
     }
-    return FH_OK;
 }
+
+int fl_wait(MPI_Request *req) { return wait_polite(req, NULL, NULL); }
 
 int fl_bcast(FlComm *c, void *buf, int64_t bytes)
 {
@@ -177,29 +183,32 @@ int fl_leave_poll(void *arg)
     return l->decided = 1;
 }
 
+typedef struct {
+    FlLeave *leave;
+    int round;
+} LeaveCheck;
+
+/* between the polls of rank 0's gather: leave the round once the stop request is old enough */
+static int leave_decide(void *arg)
+{
+    LeaveCheck *lc = arg;
+    FlLeave *l = lc->leave;
+    FlComm *c = l->comm;
+    if (l->decided || !leave_due(l)) return FH_OK;
+    /* every client rank gets exactly one note per left round: the ones that finished training read theirs
+     * in fl_leave_finish */
+    l->round = lc->round;
+    for (int r = 1; r < c->size; r++)
+        if (MPI_Isend(&l->round, 1, MPI_INT32_T, r, FL_TAG_LEAVE, c->comm, &l->sends[r]) != MPI_SUCCESS)
+            FH_FAIL(FH_ERR_MPI, "telling rank %d to leave round %d failed", r, lc->round + 1);
+    l->decided = 1;
+    return FH_OK;
+}
+
 int fl_leave_wait_gather(FlLeave *l, MPI_Request *req, int round)
 {
-    FlComm *c = l->comm;
-    int done = 0;
-    long sleep_ns = 20000;
-    while (!done) {
-        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) FH_FAIL(FH_ERR_MPI, "MPI_Test failed");
-        if (done) break;
-        if (error_watch) check_error_notes(error_watch);
-        if (!l->decided && leave_due(l)) {
-            /* every client rank gets exactly one note per left round: the ones that finished training read
-             * theirs in fl_leave_finish */
-            l->round = round;
-            for (int r = 1; r < c->size; r++)
-                if (MPI_Isend(&l->round, 1, MPI_INT32_T, r, FL_TAG_LEAVE, c->comm, &l->sends[r]) != MPI_SUCCESS)
-                    FH_FAIL(FH_ERR_MPI, "telling rank %d to leave round %d failed", r, round + 1);
-            l->decided = 1;
-        }
-        struct timespec ts = { 0, sleep_ns };
-        nanosleep(&ts, NULL);
-        if (sleep_ns < 1000000) sleep_ns += sleep_ns / 4;
-    }
-    return FH_OK;
+    LeaveCheck lc = { l, round };
+    return wait_polite(req, leave_decide, &lc);
 }
 
 int fl_leave_finish(FlLeave *l)

@@ -63,10 +63,8 @@ typedef struct {
 } FlComm;
 /* Rank that trains clients: rank 0 alone, else 1..size-1 */
 int fl_comm_init(FlComm *c, MPI_Comm comm);
-/* Collectives that wait politely (MPI_Test + short sleeps) so that idle ranks leave the cores to
- * ranks that compute. */
+/* A broadcast from rank 0 that waits politely (fl_wait) */
 int fl_bcast(FlComm *c, void *buf, int64_t bytes);
-int fl_wait(MPI_Request *req);
 /* Every rank's status -> the largest (same on all ranks); on failure rank 0 also gets the message of the
  * lowest rank that failed with it ("rank R: ..."), which it prints. */
 int fl_agree(FlComm *c, int status);
@@ -311,8 +309,6 @@ int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path);
 /* Reads the checkpoint of run->dir into run (rank 0 reads; state is broadcast or sent to owners).
  * A damaged file is FH_ERR_IO and nothing is changed on disk. */
 int fl_checkpoint_load(FlRun *run);
-/* Rank 0: the config text stored in a checkpoint, to compare with the one given. */
-int fl_checkpoint_read_config(const char *path, char **text);
 uint64_t fl_layout_hash(const NnModel *m);
 
 /* Crash tests (src/fl/inject.c): with FEDHET_TEST_KILL_POINT=point (and FEDHET_TEST_KILL_ROUND=round,

@@ -49,42 +49,6 @@ int fl_config_validate(const char *config_path, char *const *overrides, int n_ov
     return status;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *path)
-{
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    for (char *p = dir + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-                FH_FAIL(FH_ERR_IO, "cannot create folder %s: %s", dir, strerror(errno));
-            *p = saved;
-            if (!saved) break;
-        }
-    }
-    return FH_OK;
-}
-
-static int write_text_atomic(const char *path, const char *text)
-{
-    char tmp[4400];
-    snprintf(tmp, sizeof tmp, "%.4300s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    int ok = fputs(text, f) >= 0;
-    ok = (fflush(f) == 0) && ok;
-    ok = (fsync(fileno(f)) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int err = errno;
-        unlink(tmp);
-        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(err));
-    }
-    return FH_OK;
-}
-
 /* The partition file: used as is, or made from [data] source when it does not exist yet. */
 static int prepare_data(const FlSettings *s, const char *config_path)
 {
@@ -314,10 +278,10 @@ static int create_run_folder(FlRun *run, const FlRunOptions *opt)
             unlink(path);
         }
     }
-    FH_CHECK(make_dirs(run->dir));
+    FH_CHECK(fh_mkdir_p(run->dir));
     run->made_folder = !opt->resume_dir || run->restart;
     snprintf(path, sizeof path, "%s/config.ini", run->dir);
-    return write_text_atomic(path, run->config_text); /* on --resume, fl.rounds may have changed */
+    return fh_write_file_atomic(path, run->config_text); /* on --resume, fl.rounds may have changed */
 }
 
 /* Rank 0 after an error: a folder this run made that holds no finished round and no checkpoint has nothing

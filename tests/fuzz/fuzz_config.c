@@ -1,10 +1,11 @@
-/* libFuzzer target: run configs (INI text), through the loader `fedhet run` uses (fl_config_load: the
- * INI parser of src/core/config.c, the schema with the method's keys, fl_settings_from_config) and the
- * schema-free INI reader of src/app/ini.c. Property: a config that loads gives resolved text that loads
- * again to the same values and the same text (what run folders and --resume rely on). */
+/* libFuzzer target: run configs (INI text), through the loader `fedhet run` uses (fl_config_load: the INI
+ * reader of src/core/ini_reader.c checked against the schema with the method's keys, then
+ * fl_settings_from_config) and through the reader alone without a schema (fh_ini_parse). Property: a
+ * config that loads gives resolved text that loads again to the same values and the same text (what run
+ * folders and --resume rely on). */
 #include "fuzz.h"
 
-#include "../../src/app/ini.h"
+#include "fedhet/config.h"
 #include "../../src/fl/fl_internal.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { return 0; }
@@ -12,8 +13,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) { return 0; }
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *text = fuzz_text(data, size);
-    AppIni ini;
-    if (app_ini_parse(&ini, text, "fuzz.ini") == FH_OK) app_ini_free(&ini);
+    FhIni ini;
+    if (fh_ini_parse(&ini, text, "fuzz.ini") == FH_OK) fh_ini_free(&ini);
     fh_error_clear();
 
     char path[512];

@@ -2,7 +2,7 @@
  * for the first members, as `fedhet grid --list` prints them. */
 #include "fuzz.h"
 
-#include "../../src/app/grid.h"
+#include "fedhet/grid.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { return 0; }
 

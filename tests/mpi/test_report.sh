@@ -2,7 +2,8 @@
 # End-to-end tests of `fedhet report DIR` (summary tables and plots of runs and grids, spec C.2 / C.3) and
 # `fedhet landscape` (loss around a checkpoint) on tiny synthetic data (tests/mpi/lib.sh): the numbers in
 # summary.csv against the runs' metrics.csv, folders of runs, failed members listed, PNGs written; the
-# landscape's centre equal to the run's test loss, the same numbers on 1 and 3 ranks, bad inputs.
+# landscape's centre equal to the run's test loss, the same numbers on 1 and 3 ranks, bad inputs, a checkpoint
+# of another model layout refused.
 # usage: tests/mpi/test_report.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 . "$(dirname "$0")/lib.sh"
 
@@ -223,5 +224,23 @@ test_landscape_bad()
     expect_rc "landscape --help" 0
 }
 
-TESTS=(report_grid report_runs report_failures report_partition_stats landscape landscape_bad)
+# 5. A checkpoint written by a model of another layout with the same number of state values (here: the run's
+#    file with another layout hash) is refused by the landscape, which reads it through fl's checkpoint
+#    reader, naming the file: numbers of another layout would otherwise read as nonsense.
+test_landscape_layout()
+{
+    local R=$WORK/out/sens/lr-0.05_seed-1 py=/usr/bin/python3
+    $py -c 'import h5py' 2>/dev/null || { SKIP_WHY="$py lacks h5py (make deps installs python3-h5py)"; return; }
+    cp "$R/run.h5" "$WORK/other_layout.h5"
+    $py -c 'import sys, h5py
+with h5py.File(sys.argv[1], "r+") as f:
+    meta = f["/meta"].attrs
+    meta.modify("layout_hash", meta["layout_hash"] ^ 1)' "$WORK/other_layout.h5" || { fail "cannot rewrite the layout hash"; return; }
+    fx 0 lslayout landscape "$WORK/other_layout.h5" points=3 out="$WORK/lslayout"
+    expect_rc "landscape of a checkpoint of another model layout" 1 || return
+    grep -q "other_layout.h5: written by a model of another layout" "$WORK/lslayout.err" || fail "$(errline lslayout)"
+    [ ! -e "$WORK/lslayout/landscape.h5" ] || fail "a landscape was written"
+}
+
+TESTS=(report_grid report_runs report_failures report_partition_stats landscape landscape_bad landscape_layout)
 run_tests "$@"

@@ -1,6 +1,7 @@
 /* Unit tests for src/fl/checkpoint.c on a hand-made one-process run: a checkpoint reads back what was
  * saved; a table written before a column existed reads back by column name; one flipped bit in /metrics/rounds is refused (Fletcher32) without leaking what was read so far
- * (the heap does not grow over many refused loads); fl_final_model_current follows the files' ages.
+ * (the heap does not grow over many refused loads); fl_final_model_current follows the files' ages; the state
+ * read outside a run (fl_checkpoint_read_global) is refused to a model of another layout of the same size.
  *
  * Run all:  build/tests/test_checkpoint            Run one:  build/tests/test_checkpoint test_damaged_rows_no_leak */
 #define _POSIX_C_SOURCE 200809L
@@ -79,6 +80,18 @@ static void record_checkpoint(const Fake *f)
     char path[600];
     snprintf(path, sizeof path, "%.590s", f->run.checkpoint_path);
     tmp_record(path);
+}
+
+/* fake_init in a fresh folder tmp_root/sub, its checkpoint recorded for removal */
+static int fake_init_in(Fake *f, const char *sub)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/%s", tmp_root, sub);
+    mkdir(dir, 0777);
+    tmp_record(dir);
+    FH_CHECK(fake_init(f, dir));
+    record_checkpoint(f);
+    return FH_OK;
 }
 
 static void fake_free(Fake *f)
@@ -173,13 +186,8 @@ static int flip_value(const char *path, double value)
 
 static void test_damaged_rows_no_leak(void)
 {
-    char dir[128];
-    snprintf(dir, sizeof dir, "%s/damaged", tmp_root);
-    mkdir(dir, 0777);
-    tmp_record(dir);
     Fake f;
-    CHECK_OK(fake_init(&f, dir));
-    record_checkpoint(&f);
+    CHECK_OK(fake_init_in(&f, "damaged"));
     CHECK_OK(fl_checkpoint_save(&f.run, DONE, f.run.checkpoint_path));
     CHECK(flip_value(f.run.checkpoint_path, f.run.rows[FL_N_COLUMNS + 5]) == 0);
     fh_error_clear();
@@ -195,6 +203,34 @@ static void test_damaged_rows_no_leak(void)
     CHECK_MSG(after < before + loads * table / 2, "the heap grew by %zu bytes over %d refused loads (%zu per load)",
               after - before, loads, (after - before) / loads);
     fh_error_clear();
+    fake_free(&f);
+}
+
+/* Reading the global state outside a run (fedhet landscape): the model that wrote it reads it back; a model
+ * of another layout with the same number of state values is refused, naming the file. */
+static void test_read_global_layout(void)
+{
+    Fake f;
+    CHECK_OK(fake_init_in(&f, "layout"));
+    f.run.layout_hash = fl_layout_hash(&f.run.work.model);
+    CHECK_OK(fl_checkpoint_save(&f.run, DONE, f.run.checkpoint_path));
+    float state[N_STATE] = { 0 };
+    int64_t rounds = -1;
+    CHECK_OK(fl_checkpoint_read_global(f.run.checkpoint_path, &f.run.work.model, state, &rounds));
+    CHECK(rounds == DONE && state[N_STATE - 1] == 0.25f * N_STATE);
+    /* 2 inputs -> linear 1 without bias (2) -> linear 2 (2 + 2): six state values too */
+    NnModel other;
+    CHECK_OK(nn_model_init(&other, "other", (NnShape){ 1, 1, 2 }, 1));
+    const int x = nn_flatten(&other, other.input);
+    const int h = nn_linear(&other, x, 1, 0, NN_ACT_NONE);
+    CHECK_OK(nn_model_finalize(&other, nn_linear(&other, h, 2, 1, NN_ACT_NONE), h, 2));
+    CHECK(other.n_state == N_STATE);
+    fh_error_clear();
+    CHECK(fl_checkpoint_read_global(f.run.checkpoint_path, &other, state, NULL) == FH_ERR_USAGE);
+    CHECK_MSG(strstr(fh_error_message(), f.run.checkpoint_path) && strstr(fh_error_message(), "another layout"), "%s",
+              fh_error_message());
+    fh_error_clear();
+    nn_model_free(&other);
     fake_free(&f);
 }
 
@@ -236,6 +272,7 @@ int main(int argc, char **argv)
     RUN(test_round_trip);
     RUN(test_older_columns);
     RUN(test_damaged_rows_no_leak);
+    RUN(test_read_global_layout);
     RUN(test_final_model_current);
     tmp_cleanup();
     MPI_Finalize();

@@ -1,7 +1,7 @@
 /* Unit tests for src/core/config.c, the schema-driven INI configuration: defaults, file values and
  * overrides; every kind of config error with the line, key and suggestion its message must carry; the
  * value syntax (comments, quotes, long lines); the resolved text round trip, diff, hash and help; and
- * the name suggestions of fh_nearest_name.
+ * the name suggestions of fh_nearest_name; the INI reader alone, without a schema (src/core/ini_reader.c).
  *
  * Run all:  build/tests/test_config            Run one:  build/tests/test_config test_overrides */
 #define _POSIX_C_SOURCE 200809L
@@ -517,6 +517,38 @@ static void test_error_chain(void)
     CHECK(strstr(msg, "\n  at ") != NULL);
 }
 
+/* The reader without a schema (fh_ini_parse): every entry in order, raw (quotes kept, for grid lists) and
+ * value (unquoted), comments cut outside quotes only; errors name the source and line. */
+static void test_ini_reader(void)
+{
+    FhIni ini;
+    CHECK_OK(fh_ini_parse(&ini, "\xEF\xBB\xBF; head\n[a]\nk = v ; c\nq: \"x ; y\"\n[b]\nk=2\n"
+                                "list = \"a, b\", c ; both\nc = \"x\"# after\nopen = \"x ; y\n", "t"));
+    CHECK(ini.n == 6);
+    CHECK(!strcmp(fh_ini_get(&ini, "a", "k"), "v"));
+    CHECK(!strcmp(fh_ini_get(&ini, "a", "q"), "x ; y"));
+    CHECK(ini.n > 1 && !strcmp(ini.entries[1].raw, "\"x ; y\"") && ini.entries[1].line == 4);
+    CHECK(!strcmp(fh_ini_get(&ini, "b", "k"), "2"));
+    CHECK(fh_ini_get(&ini, "b", "q") == NULL);
+    CHECK(ini.n > 3 && !strcmp(ini.entries[3].raw, "\"a, b\", c") && !strcmp(ini.entries[3].value, "\"a, b\", c"));
+    CHECK(!strcmp(fh_ini_get(&ini, "b", "c"), "x"));
+    CHECK(!strcmp(fh_ini_get(&ini, "b", "open"), "\"x ; y")); /* an open quote runs to the end of the line */
+    fh_ini_free(&ini);
+    const char *bad[][2] = {
+        { "k = v\n", "t:1: key 'k' is outside any section" },
+        { "[a]\nk = 1\njunk\n", "t:3: syntax error" },
+        { "[a\nk = 1\n", "t:1: syntax error" },
+        { "[a] x\nk = 1\n", "t:1: syntax error (text after the section header)" },
+        { "[a]\n= 1\n", "t:2: syntax error (no key name" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fh_error_clear();
+        CHECK_MSG(fh_ini_parse(&ini, bad[i][0], "t") == FH_ERR_USAGE && ini.n == 0 && !ini.entries, "%s", bad[i][0]);
+        CHECK_MSG(strstr(fh_error_message(), bad[i][1]) != NULL, "%s", fh_error_message());
+    }
+    fh_error_clear();
+}
+
 int main(int argc, char **argv)
 {
     TEST_MAIN_BEGIN(argc, argv);
@@ -543,6 +575,7 @@ int main(int argc, char **argv)
     RUN(test_help);
     RUN(test_schema_errors);
     RUN(test_error_chain);
+    RUN(test_ini_reader);
     tmp_cleanup();
     return test_summary();
 }

@@ -1,18 +1,15 @@
-/* Unit tests of grid files (src/app/grid_spec.c), the schema-free INI reader (src/app/ini.c) and the
- * report statistics (src/app/report.c, spec C.2 / C.3): lists, ranges, zip lines, key resolution, member
- * order and names, overrides, bad grid files, member state files. The MPI side (groups, claims, SIGTERM,
- * resume) is tests/mpi/test_grid.sh.
+/* Unit tests of grid files (src/grid/spec.c) and the report statistics (src/analysis/report.c, spec C.2 / C.3):
+ * lists, ranges, zip lines, key resolution, member order and names, overrides, bad grid files, member state
+ * files. The MPI side (groups, claims, SIGTERM, resume) is tests/mpi/test_grid.sh.
  * Run alone: make build/tests/test_grid && build/tests/test_grid [test_name] */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "test_tmp.h"
 
-#include "../../src/app/grid_spec.c"
-#include "../../src/app/ini.c"
-#include "../../src/app/plot.c"
-#include "../../src/app/report.c"
-
+#include "fedhet/algo.h"
+#include "fedhet/analysis.h"
 #include "fedhet/fl.h"
+#include "fedhet/grid.h"
 
 /* writes text to tmp/name and returns the path */
 static const char *write_tmp(const char *name, const char *text)
@@ -294,23 +291,6 @@ static void test_status_files(void)
     CHECK_MSG(!strcmp(r.message, "round 5 diverged; 'lower' lr # really|second line"), "message '%s'", r.message);
 }
 
-static void test_ini_reader(void)
-{
-    AppIni ini;
-    CHECK_OK(app_ini_parse(&ini, "; head\n[a]\nk = v ; c\nq: \"x ; y\"\n[b]\nk=2\n", "t"));
-    CHECK(ini.n == 3);
-    CHECK(!strcmp(app_ini_get(&ini, "a", "k"), "v"));
-    CHECK(!strcmp(app_ini_get(&ini, "a", "q"), "x ; y"));
-    CHECK(!strcmp(app_ini_get(&ini, "b", "k"), "2"));
-    CHECK(app_ini_get(&ini, "b", "q") == NULL);
-    app_ini_free(&ini);
-    fh_error_clear();
-    CHECK(app_ini_parse(&ini, "k = v\n", "t") == FH_ERR_USAGE);
-    CHECK(strstr(fh_error_message(), "t:1") != NULL);
-    app_ini_free(&ini);
-    fh_error_clear();
-}
-
 static void test_report_statistics(void)
 {
     /* spec C.2: sample std over seeds (divisor n - 1) */
@@ -352,7 +332,6 @@ int main(int argc, char **argv)
     RUN(test_command_line);
     RUN(test_base_text_validates);
     RUN(test_status_files);
-    RUN(test_ini_reader);
     RUN(test_report_statistics);
     tmp_cleanup();
     return test_summary();

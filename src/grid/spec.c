@@ -1,6 +1,6 @@
 /* Grid files (grid.h): the [grid] section, its lists and zip lines, member names and overrides, and the
- * per-member state files. No MPI here: tests/unit/test_grid.c includes this file. */
-#include "grid.h"
+ * per-member state files. No MPI here (tests/unit/test_grid.c runs it as a plain program). */
+#include "fedhet/grid.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -13,7 +13,7 @@
 #include "fedhet/algo.h"
 #include "fedhet/core.h"
 #include "fedhet/fl.h"
-#include "ini.h"
+#include "fedhet/config.h"
 
 /* ---- config keys --------------------------------------------------------------------------------------- */
 
@@ -443,19 +443,19 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         FH_FAIL(FH_ERR_USAGE, "%s is a folder; give the grid file (or --resume %s to continue a grid)", path, path);
-    FH_CHECK(app_read_file(path, &g->text, FH_ERR_USAGE));
+    FH_CHECK(fh_read_file(path, &g->text, FH_ERR_USAGE));
     int n_sections = 0;
     FH_CHECK(split_text(g, &n_sections));
     if (n_sections == 0)
         FH_FAIL(FH_ERR_USAGE, "%s has no [grid] section: add one with the lists to sweep, e.g.\n[grid]\nalgo.rho = "
                 "0.01, 0.05, 0.1\nseed = 0, 1, 2", path);
     if (n_sections > 1) FH_FAIL(FH_ERR_USAGE, "%s: [grid] appears %d times; write one [grid] section", path, n_sections);
-    AppIni ini;
-    FH_CHECK(app_ini_parse(&ini, g->text, path));
+    FhIni ini;
+    FH_CHECK(fh_ini_parse(&ini, g->text, path));
     ZipLine zips[GRID_MAX_AXES];
     int n_zips = 0, status = FH_OK;
     for (int i = 0; i < ini.n && status == FH_OK; i++) {
-        const AppIniEntry *e = &ini.entries[i];
+        const FhIniEntry *e = &ini.entries[i];
         if (strcmp(e->section, "grid")) continue;
         char where[GRID_PATH + 64];
         snprintf(where, sizeof where, "%s:%d: [grid] ", path, e->line);
@@ -468,7 +468,7 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
             }
         } else status = set_axis(g, e->key, e->raw, e->line);
     }
-    app_ini_free(&ini);
+    fh_ini_free(&ini);
     FH_CHECK(status);
 
     /* the command line: grid.X=LIST, then overrides */
@@ -513,8 +513,8 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
     short_names(g);
 
     /* the grid folder: <[output] dir>/<[output] name, or the grid file's name> */
-    AppIni base;
-    FH_CHECK(app_ini_parse(&base, g->base_text, path));
+    FhIni base;
+    FH_CHECK(fh_ini_parse(&base, g->base_text, path));
     /* "-" means the member leaves the key at its default; a value in the base config would win silently */
     for (int a = 0; a < g->n_axes; a++) {
         int has_unset = 0;
@@ -523,17 +523,17 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
         snprintf(section, sizeof section, "%s", g->axes[a].key);
         char *dot = strchr(section, '.');
         *dot = '\0';
-        if (has_unset && app_ini_get(&base, section, dot + 1)) {
-            app_ini_free(&base);
+        if (has_unset && fh_ini_get(&base, section, dot + 1)) {
+            fh_ini_free(&base);
             FH_FAIL(FH_ERR_USAGE, "%s: [grid] %s (line %d; 0: the command line) lists - (unset) for some members, but "
                     "[%s] sets %s: remove it there and give its value in the list", path, g->axes[a].key,
                     g->axes[a].line, section, dot + 1);
         }
     }
-    const char *dir = app_ini_get(&base, "output", "dir"), *name = app_ini_get(&base, "output", "name");
+    const char *dir = fh_ini_get(&base, "output", "dir"), *name = fh_ini_get(&base, "output", "name");
     snprintf(g->out_dir, sizeof g->out_dir, "%s", dir && *dir ? dir : "outputs");
     snprintf(g->name, sizeof g->name, "%s", name ? name : "");
-    app_ini_free(&base);
+    fh_ini_free(&base);
     for (int i = 0; i < g->n_overrides; i++) {
         if (!strncmp(g->overrides[i], "output.dir=", 11)) snprintf(g->out_dir, sizeof g->out_dir, "%s", g->overrides[i] + 11);
         if (!strncmp(g->overrides[i], "output.name=", 12)) snprintf(g->name, sizeof g->name, "%s", g->overrides[i] + 12);
@@ -649,21 +649,20 @@ int grid_status_read(const char *grid_dir, const char *member, GridStatus *s)
     s->final_accuracy = NAN;
     char path[GRID_PATH + 1200];
     FH_CHECK(status_path(path, sizeof path, grid_dir, member));
-    struct stat st;
-    if (stat(path, &st) != 0) return FH_OK;
-    AppIni ini;
-    FH_CHECK(app_ini_load(&ini, path, FH_ERR_IO));
-    const char *v = app_ini_get(&ini, "member", "state");
+    if (!fh_path_exists(path, NULL)) return FH_OK;
+    FhIni ini;
+    FH_CHECK(fh_ini_load(&ini, path, FH_ERR_IO));
+    const char *v = fh_ini_get(&ini, "member", "state");
     for (int i = 0; v && i < 5; i++)
         if (!strcmp(v, state_names[i])) s->state = (GridState)i;
-    if ((v = app_ini_get(&ini, "member", "exit"))) s->exit_code = atoi(v);
-    if ((v = app_ini_get(&ini, "member", "seconds"))) s->seconds = atof(v);
-    if ((v = app_ini_get(&ini, "member", "group"))) s->group = atoi(v);
-    if ((v = app_ini_get(&ini, "member", "attempt"))) s->attempt = atoi(v);
-    if ((v = app_ini_get(&ini, "member", "rounds_done"))) s->rounds_done = atoi(v);
-    if ((v = app_ini_get(&ini, "member", "final_accuracy")) && *v) s->final_accuracy = atof(v);
-    if ((v = app_ini_get(&ini, "member", "message"))) snprintf(s->message, sizeof s->message, "%s", v);
-    app_ini_free(&ini);
+    if ((v = fh_ini_get(&ini, "member", "exit"))) s->exit_code = atoi(v);
+    if ((v = fh_ini_get(&ini, "member", "seconds"))) s->seconds = atof(v);
+    if ((v = fh_ini_get(&ini, "member", "group"))) s->group = atoi(v);
+    if ((v = fh_ini_get(&ini, "member", "attempt"))) s->attempt = atoi(v);
+    if ((v = fh_ini_get(&ini, "member", "rounds_done"))) s->rounds_done = atoi(v);
+    if ((v = fh_ini_get(&ini, "member", "final_accuracy")) && *v) s->final_accuracy = atof(v);
+    if ((v = fh_ini_get(&ini, "member", "message"))) snprintf(s->message, sizeof s->message, "%s", v);
+    fh_ini_free(&ini);
     return FH_OK;
 }
 
@@ -683,5 +682,5 @@ int grid_status_write(const char *grid_dir, const char *member, const GridStatus
              "group = %d\nattempt = %d\nrounds_done = %d\nfinal_accuracy = %s\nmessage = \"%s\"\n",
              member, member, state_names[s->state], s->exit_code, s->seconds, s->group, s->attempt, s->rounds_done, acc,
              msg);
-    return app_write_file_atomic(path, text);
+    return fh_write_file_atomic(path, text);
 }

@@ -1,5 +1,5 @@
-/* fedhet grid: a grid file is a run config plus a [grid] section whose keys hold lists; the Cartesian
- * product of the lists (keys named on one `zip` line vary together) gives the members, each one
+/* fedhet grid (src/grid): a grid file is a run config plus a [grid] section whose keys hold lists; the
+ * Cartesian product of the lists (keys named on one `zip` line vary together) gives the members, each one
  * federation with its own run folder <[output] dir>/<grid name>/<member>/.
  *
  * The grid folder:
@@ -9,8 +9,8 @@
  *   grid/base.ini          the grid file without [grid] (its lines blanked): every member's config file
  *   grid/status/<member>.ini   the member's state, written by the rank that serves it
  *   grid/claims/<member>   made (O_EXCL) by the group that takes the member, so each runs once */
-#ifndef FEDHET_APP_GRID_H
-#define FEDHET_APP_GRID_H
+#ifndef FEDHET_GRID_H
+#define FEDHET_GRID_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -70,7 +70,7 @@ void grid_strings_free(char **v, int n);
  * "section.key"; FH_ERR_USAGE with the nearest key otherwise. `where` prefixes the message. */
 int grid_resolve_key(const char *given, const char *where, char *out, size_t size);
 
-/* ---- member states (grid/status/<member>.ini) ---- */
+/* ---- member states (grid/status/<member>.ini; src/grid/spec.c) ---- */
 typedef enum { GRID_PENDING = 0, GRID_RUNNING, GRID_DONE, GRID_FAILED, GRID_STOPPED } GridState;
 
 typedef struct {
@@ -87,5 +87,54 @@ const char *grid_state_name(GridState s);
 /* Reads grid_dir/grid/status/<member>.ini; a missing file is GRID_PENDING. */
 int grid_status_read(const char *grid_dir, const char *member, GridStatus *s);
 int grid_status_write(const char *grid_dir, const char *member, const GridStatus *s);
+
+/* ---- the grid run (src/grid/run.c) ----
+ * MPI_COMM_WORLD is split into groups of ranks_per_member ranks; each group runs one member at a time
+ * (fl_run on the group), claiming the next by creating grid/claims/<index>, until none is left. Rank 0
+ * alone loads, checks and prepares (grid_load, grid_check, grid_prepare: a command that only prints stops
+ * between them); then every rank calls grid_run. */
+#define GRID_EXIT_FAILED 10 /* grid_run's status when members failed: this + their number (at most 100) */
+
+typedef struct {
+    const char *grid_path;  /* the grid file; NULL with resume_dir */
+    const char *resume_dir; /* a grid folder to continue (its grid/grid.ini and grid/args.txt) */
+    char **args;            /* section.key=value and grid.KEY=LIST */
+    int n_args;
+    int force;              /* replace an existing grid folder's members */
+    int yes;                /* allow more than GRID_MEMBERS_ASK members */
+    int list;               /* the members are only listed: no rank count or --yes check */
+    int verbose;            /* members' round lines on stdout too (they always go to their log.txt) */
+    int retry_failed;       /* run failed members again (resume_dir or member) */
+    long member;            /* run this member alone on all ranks; -1: every member */
+} GridOptions;
+
+typedef struct {
+    GridSpec g;
+    char *plan;                      /* [n_members] what this session does with each member */
+    char *invalid;                   /* [n_members] grid_check: 1 where the member's config fails */
+    char **messages;                 /* [n_members] grid_check: the first line of that error, else NULL */
+    int64_t n_invalid;
+    char first_error[4096];          /* the first invalid member's whole message */
+    char base_path[GRID_PATH + 64];  /* grid/base.ini: every member's config file */
+    int world_rank, world_size, ranks_per_member, n_groups;
+} Grid;
+
+/* Zeroes G and records this rank's place in MPI_COMM_WORLD. */
+void grid_init(Grid *G);
+/* The grid of o: its file and arguments, or with resume_dir those it was started with (the members then
+ * live where the folder is now). */
+int grid_load(Grid *G, const GridOptions *o);
+/* Rank 0: o->member in range, more than GRID_MEMBERS_ASK members only with --yes, a rank count that fits
+ * (both unless o->list), then every member's config checked as fl_run would (G->invalid, G->messages). */
+int grid_check(Grid *G, const GridOptions *o);
+/* Rank 0, before any member starts: refuses a grid whose every member (or o->member) is invalid and an
+ * existing folder (unless resumed or forced), writes grid/ (grid.ini, args.txt, base.ini), plans each
+ * member (skip finished ones, resume those with a checkpoint) and records the invalid ones as failed. */
+int grid_prepare(Grid *G, const GridOptions *o);
+/* Every rank: rank 0's status and whether the command only printed (quit) are broadcast; then the other
+ * ranks load the same grid, the groups run the planned members, and rank 0 writes members.csv and the
+ * summary lines. The same status on every rank (see GRID_EXIT_FAILED). */
+int grid_run(Grid *G, const GridOptions *o, int rank0_status, int rank0_quit);
+void grid_free(Grid *G);
 
 #endif

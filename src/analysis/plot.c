@@ -1,5 +1,5 @@
-/* gnuplot figures (plot.h): temporary folder, script, gnuplot run, atomic rename of the image. */
-#include "plot.h"
+/* gnuplot figures (analysis.h): temporary folder, script, gnuplot run, atomic replacement of the image. */
+#include "fedhet/analysis.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,12 +12,6 @@
 #include <unistd.h>
 
 #include "fedhet/core.h"
-
-int app_join_path(char *out, size_t size, const char *dir, const char *name)
-{
-    if (snprintf(out, size, "%s/%s", dir, name) >= (int)size) FH_FAIL(FH_ERR_IO, "%s/%s: path too long", dir, name);
-    return FH_OK;
-}
 
 /* A fresh private folder under $TMPDIR (or /tmp). */
 static int tmpdir_make(char *dir, size_t size)
@@ -36,7 +30,7 @@ static void tmpdir_remove(const char *dir)
     DIR *d = opendir(dir);
     if (d) {
         struct dirent *e;
-        char path[APP_PATH_MAX];
+        char path[FH_PATH_MAX];
         while ((e = readdir(d)) != NULL) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
             if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) unlink(path);
@@ -47,7 +41,7 @@ static void tmpdir_remove(const char *dir)
 }
 
 /* s as a single-quoted gnuplot string: inside one, only a quote needs escaping (doubled) */
-void app_gp_string(FILE *out, const char *s)
+void plot_gp_string(FILE *out, const char *s)
 {
     fputc('\'', out);
     for (; *s; s++) {
@@ -57,7 +51,7 @@ void app_gp_string(FILE *out, const char *s)
     fputc('\'', out);
 }
 
-void app_gp_terminal(FILE *out, int width, int height, const char *image)
+void plot_gp_terminal(FILE *out, int width, int height, const char *image)
 {
     /* noenhanced: names like gaussian_noise or rho_max must not turn into subscripts */
     fprintf(out, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
@@ -67,11 +61,12 @@ void app_gp_terminal(FILE *out, int width, int height, const char *image)
                  "}\n"
                  "set output ",
             width, height, width, height);
-    app_gp_string(out, image);
+    plot_gp_string(out, image);
     fputc('\n', out);
 }
 
-int app_find_program(const char *name, const char *package, char *out, size_t size)
+/* The first executable `name` on PATH; FH_ERR_IO naming the package otherwise. */
+static int find_program(const char *name, const char *package, char *out, size_t size)
 {
     const char *path = getenv("PATH");
     if (!path || !*path) path = "/usr/bin:/bin";
@@ -134,11 +129,11 @@ static int run_gnuplot(const char *gnuplot, const char *script, const char *err_
     FH_FAIL(FH_ERR_IO, "%s failed (exit %d); its stderr ends:\n%s", gnuplot, WEXITSTATUS(status), tail);
 }
 
-static int draw(const char *gnuplot, const char *dir, const char *image, AppPlotWriter write, void *ctx)
+static int draw(const char *gnuplot, const char *dir, const char *image, PlotWriter write, void *ctx)
 {
-    char script[APP_PATH_MAX], err[APP_PATH_MAX];
-    FH_CHECK(app_join_path(script, sizeof script, dir, "figure.gp"));
-    FH_CHECK(app_join_path(err, sizeof err, dir, "gnuplot.stderr"));
+    char script[FH_PATH_MAX], err[FH_PATH_MAX];
+    FH_CHECK(fh_path_join(script, sizeof script, dir, "figure.gp"));
+    FH_CHECK(fh_path_join(err, sizeof err, dir, "gnuplot.stderr"));
     FILE *out = fopen(script, "w");
     if (!out) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", script, strerror(errno));
     int status = write(ctx, dir, out, image);
@@ -152,23 +147,19 @@ static int draw(const char *gnuplot, const char *dir, const char *image, AppPlot
     return FH_OK;
 }
 
-int app_plot_png(const char *out_path, AppPlotWriter write, void *ctx)
+int plot_png(const char *out_path, PlotWriter write, void *ctx)
 {
-    char gnuplot[APP_PATH_MAX], image_tmp[APP_PATH_MAX], dir[APP_PATH_MAX];
+    char gnuplot[FH_PATH_MAX], dir[FH_PATH_MAX];
     dir[0] = '\0';
-    FH_CHECK(app_find_program("gnuplot", "gnuplot-nox", gnuplot, sizeof gnuplot));
-    if (snprintf(image_tmp, sizeof image_tmp, "%s.tmp-%ld", out_path, (long)getpid()) >= (int)sizeof image_tmp)
-        FH_FAIL(FH_ERR_USAGE, "%s: path too long", out_path);
-    /* made here first, so an unwritable destination is reported plainly before gnuplot runs */
-    int fd = open(image_tmp, O_WRONLY | O_CREAT | O_EXCL, 0666);
-    if (fd < 0) FH_FAIL(FH_ERR_IO, "%s: cannot write here (creating %s: %s)", out_path, image_tmp, strerror(errno));
-    close(fd);
+    FH_CHECK(find_program("gnuplot", "gnuplot-nox", gnuplot, sizeof gnuplot));
+    /* the temporary image is made here first, so an unwritable destination is reported plainly before
+     * gnuplot runs; gnuplot writes into it by name */
+    FhAtomicFile image;
+    FH_CHECK(fh_atomic_open(&image, out_path));
     int status = tmpdir_make(dir, sizeof dir);
-    if (status == FH_OK) status = draw(gnuplot, dir, image_tmp, write, ctx);
-    if (status == FH_OK && rename(image_tmp, out_path) != 0)
-        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot rename %s over it: %s", out_path, image_tmp,
-                                strerror(errno));
-    if (status != FH_OK) unlink(image_tmp);
+    if (status == FH_OK) status = draw(gnuplot, dir, image.tmp, write, ctx);
+    if (status == FH_OK) status = fh_atomic_commit(&image);
+    else fh_atomic_discard(&image);
     if (dir[0]) tmpdir_remove(dir);
     return status;
 }

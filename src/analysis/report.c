@@ -1,4 +1,4 @@
-/* fedhet report DIR (report.h): run folders -> summary.csv, summary.md, accuracy.png and one
+/* fedhet report DIR (analysis.h): run folders -> summary.csv, summary.md, accuracy.png and one
  * sensitivity-<key>.png per swept key.
  *
  * Runs: DIR itself when it holds metrics.csv; the members of a grid folder (grid/grid.ini, their states
@@ -8,7 +8,7 @@
  * mean of the last k rounds, best, rounds to each target), then mean and sample std over the runs.
  * When the runs differ in their partition file ([data] path), summary.csv also carries its heterogeneity
  * statistics (data.h DataHetero), so that the metric can be set against measured heterogeneity. */
-#include "report.h"
+#include "fedhet/analysis.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -22,9 +22,8 @@
 
 #include "fedhet/core.h"
 #include "fedhet/data.h"
-#include "grid.h"
-#include "ini.h"
-#include "plot.h"
+#include "fedhet/grid.h"
+#include "fedhet/config.h"
 
 #define MAX_KEYS GRID_MAX_AXES
 #define REPORT_PARTITION_STATS 5
@@ -152,7 +151,7 @@ static int read_metrics(Run *r, const char *metric)
     char path[PATHN + 32];
     snprintf(path, sizeof path, "%s/metrics.csv", r->dir);
     char *text = NULL;
-    FH_CHECK(app_read_file(path, &text, FH_ERR_DATA));
+    FH_CHECK(fh_read_file(path, &text, FH_ERR_DATA));
     int cols[MC_N];
     const char *names[MC_N] = { "round", metric, "t_round", "t_eval" };
     for (int j = MC_PASSES; j < MC_N; j++) names[j] = cost_column_names[j];
@@ -229,14 +228,6 @@ static int read_metrics(Run *r, const char *metric)
     return FH_OK;
 }
 
-static int exists_in(const char *dir, const char *name)
-{
-    char path[PATHN + 300];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
 static int add_run(Report *R, const char *dir, const char *name)
 {
     Run *grown = realloc(R->runs, (size_t)(R->n_runs + 1) * sizeof *grown);
@@ -252,14 +243,14 @@ static int add_run(Report *R, const char *dir, const char *name)
 }
 
 /* fl.rounds and the values of `keys` from the run's config.ini */
-static int read_run_config(Run *r, AppIni *ini)
+static int read_run_config(Run *r, FhIni *ini)
 {
     char path[PATHN + 32];
     snprintf(path, sizeof path, "%s/config.ini", r->dir);
-    FH_CHECK(app_ini_load(ini, path, FH_ERR_DATA));
-    const char *v = app_ini_get(ini, "fl", "rounds");
+    FH_CHECK(fh_ini_load(ini, path, FH_ERR_DATA));
+    const char *v = fh_ini_get(ini, "fl", "rounds");
     r->rounds_planned = v ? atoi(v) : 0;
-    v = app_ini_get(ini, "data", "path");
+    v = fh_ini_get(ini, "data", "path");
     snprintf(r->data_path, sizeof r->data_path, "%s", v ? v : "");
     return FH_OK;
 }
@@ -285,7 +276,7 @@ static int collect_folder(Report *R, const char *dir)
         if (e->d_name[0] == '.') continue;
         char sub[PATHN];
         snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-        if (!exists_in(sub, "metrics.csv")) continue;
+        if (!fh_path_exists(sub, "metrics.csv")) continue;
         char **grown = realloc(names, (size_t)(n + 1) * sizeof *names);
         if (!grown) break;
         names = grown;
@@ -307,12 +298,12 @@ static int collect_folder(Report *R, const char *dir)
                 "folder or a folder of runs; --partition DST.h5 OUT.png draws a partition file)", dir);
 
     /* every run's config; keys whose values differ are swept */
-    AppIni *cfg = calloc((size_t)R->n_runs, sizeof *cfg);
+    FhIni *cfg = calloc((size_t)R->n_runs, sizeof *cfg);
     if (!cfg) FH_FAIL(FH_ERR_IO, "out of memory");
     for (int i = 0; i < R->n_runs && status == FH_OK; i++) status = read_run_config(&R->runs[i], &cfg[i]);
     for (int i = 0; i < R->n_runs && status == FH_OK; i++)
         for (int j = 0; j < cfg[i].n && status == FH_OK; j++) {
-            const AppIniEntry *en = &cfg[i].entries[j];
+            const FhIniEntry *en = &cfg[i].entries[j];
             if (!strcmp(en->section, "output")) continue;
             char key[128];
             snprintf(key, sizeof key, "%s.%s", en->section, en->key);
@@ -321,7 +312,7 @@ static int collect_folder(Report *R, const char *dir)
             if (known) continue;
             int differs = 0;
             for (int m = 0; m < R->n_runs && !differs; m++) {
-                const char *v = app_ini_get(&cfg[m], en->section, en->key);
+                const char *v = fh_ini_get(&cfg[m], en->section, en->key);
                 differs = !v || !values_equal(v, en->value);
             }
             if (!differs) continue;
@@ -339,10 +330,10 @@ static int collect_folder(Report *R, const char *dir)
             snprintf(sec, sizeof sec, "%s", R->keys[k].key);
             char *dot = strchr(sec, '.');
             *dot = '\0';
-            const char *v = app_ini_get(&cfg[i], sec, dot + 1);
+            const char *v = fh_ini_get(&cfg[i], sec, dot + 1);
             R->runs[i].values[k] = strdup(v ? v : "(default)");
         }
-    for (int i = 0; i < R->n_runs; i++) app_ini_free(&cfg[i]);
+    for (int i = 0; i < R->n_runs; i++) fh_ini_free(&cfg[i]);
     free(cfg);
     return status;
 }
@@ -352,7 +343,7 @@ static int collect_grid(Report *R, const char *dir)
 {
     char path[PATHN], *args_text = NULL;
     snprintf(path, sizeof path, "%s/grid/args.txt", dir);
-    FH_CHECK(app_read_file(path, &args_text, FH_ERR_DATA));
+    FH_CHECK(fh_read_file(path, &args_text, FH_ERR_DATA));
     char *args[512];
     int n = 0;
     for (char *save = NULL, *line = strtok_r(args_text, "\n", &save); line && n < 512; line = strtok_r(NULL, "\n", &save))
@@ -380,8 +371,8 @@ static int collect_grid(Report *R, const char *dir)
         if (status != FH_OK) break;
         snprintf(r->state, sizeof r->state, "%s", grid_state_name(s.state));
         if (s.state == GRID_FAILED) snprintf(r->message, sizeof r->message, "exit %d: %s", s.exit_code, s.message);
-        AppIni cfg;
-        if (exists_in(sub, "config.ini") && read_run_config(r, &cfg) == FH_OK) app_ini_free(&cfg);
+        FhIni cfg;
+        if (fh_path_exists(sub, "config.ini") && read_run_config(r, &cfg) == FH_OK) fh_ini_free(&cfg);
         else fh_error_clear();
     }
     grid_spec_free(&g);
@@ -620,13 +611,26 @@ static void fmt_pm(char *out, size_t size, double m, double s)
     else snprintf(out, size, "%.4f ± %.4f", m, s);
 }
 
+/* configuration g's statistics, and the cells every table shows of it: label, final, last-k, best */
+typedef struct {
+    char label[1024], final[64], last[64], best[64];
+} GroupCells;
+
+static void group_row(const Report *R, int g, GroupStats *G, GroupCells *cells)
+{
+    group_stats(R, g, G);
+    group_label(R, &R->runs[R->group_first[g]], cells->label, sizeof cells->label);
+    fmt_pm(cells->final, sizeof cells->final, G->final_m, G->final_s);
+    fmt_pm(cells->last, sizeof cells->last, G->last_m, G->last_s);
+    fmt_pm(cells->best, sizeof cells->best, G->best_m, G->best_s);
+}
+
 static int write_summary_csv(const Report *R, const char *path)
 {
     const ReportOptions *o = R->o;
-    char tmp[PATHN + 40];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    FhAtomicFile out;
+    FH_CHECK(fh_atomic_open(&out, path));
+    FILE *f = out.f;
     fprintf(f, "config");
     for (int k = 0; k < R->n_keys; k++)
         if (k != R->seed_key) fprintf(f, ",%s", R->keys[k].key);
@@ -669,13 +673,7 @@ static int write_summary_csv(const Report *R, const char *path)
         }
         fprintf(f, "\n");
     }
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        FH_FAIL(FH_ERR_IO, "%s: cannot write", path);
-    }
-    return FH_OK;
+    return fh_atomic_commit(&out);
 }
 
 static void key_list(const Report *R, int k, char *out, size_t size)
@@ -693,10 +691,9 @@ static void key_list(const Report *R, int k, char *out, size_t size)
 static int write_summary_md(const Report *R, const char *path, char figures[][PATHN], int n_figures)
 {
     const ReportOptions *o = R->o;
-    char tmp[PATHN + 40];
-    snprintf(tmp, sizeof tmp, "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
+    FhAtomicFile out;
+    FH_CHECK(fh_atomic_open(&out, path));
+    FILE *f = out.f;
     int n_usable = 0;
     for (int i = 0; i < R->n_runs; i++) n_usable += usable(R, &R->runs[i]);
     fprintf(f, "# %s\n\n", R->title);
@@ -733,20 +730,17 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
     fprintf(f, "---:|---:|\n");
     for (int g = 0; g < R->n_groups; g++) {
         GroupStats G;
-        group_stats(R, g, &G);
-        char label[1024], a[64], b[64], c[64];
-        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
-        fmt_pm(a, sizeof a, G.final_m, G.final_s);
-        fmt_pm(b, sizeof b, G.last_m, G.last_s);
-        fmt_pm(c, sizeof c, G.best_m, G.best_s);
-        fprintf(f, "| %s | %d | %s | %s | %s |", label, G.n, a, b, c);
+        GroupCells cells;
+        group_row(R, g, &G, &cells);
+        fprintf(f, "| %s | %d | %s | %s | %s |", cells.label, G.n, cells.final, cells.last, cells.best);
         for (int j = 0; j < o->n_targets; j++) {
             if (G.to_n[j]) fprintf(f, " %.1f (%d/%d) |", G.to_m[j], G.to_n[j], G.n);
             else fprintf(f, " — (0/%d) |", G.n);
         }
-        fmt_num(a, sizeof a, G.wall_m, G.wall_m < 10 ? "%.2f" : "%.1f");
-        fmt_num(b, sizeof b, G.round_m, "%.3f");
-        fprintf(f, " %s | %s |\n", a, b);
+        char wall[64], round_s[64];
+        fmt_num(wall, sizeof wall, G.wall_m, G.wall_m < 10 ? "%.2f" : "%.1f");
+        fmt_num(round_s, sizeof round_s, G.round_m, "%.3f");
+        fprintf(f, " %s | %s |\n", wall, round_s);
     }
     int with_cost = 0;
     for (int i = 0; i < R->n_runs; i++) with_cost |= usable(R, &R->runs[i]) && !missing_x_column(&R->runs[i], "passes");
@@ -805,18 +799,12 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
             }
         }
     }
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        FH_FAIL(FH_ERR_IO, "%s: cannot write", path);
-    }
-    return FH_OK;
+    return fh_atomic_commit(&out);
 }
 
 /* ---- figures ------------------------------------------------------------------------------------------- */
 
-static void gp_label(FILE *out, const char *s) { app_gp_string(out, s); }
+static void gp_label(FILE *out, const char *s) { plot_gp_string(out, s); }
 
 /* --x: the curves' x value of row t of run r */
 static double x_value(const Report *R, const Run *r, int t)
@@ -842,7 +830,7 @@ static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
 {
     const Report *R = ctx;
     const int by_round = !strcmp(R->o->x, "round");
-    app_gp_terminal(out, 1000, 640, image);
+    plot_gp_terminal(out, 1000, 640, image);
     char title[PATHN + 200];
     int bands = 0;
     if (by_round) snprintf(title, sizeof title, "%s: %s per round", R->title, R->o->metric);
@@ -892,13 +880,13 @@ static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
         const int color = g % 8 + 1;
         if (max_runs > 1) {
             fprintf(out, "%s", plotted ? ", \\\n     " : "");
-            app_gp_string(out, path);
+            plot_gp_string(out, path);
             fprintf(out, " using 1:3:4 with filledcurves lc %d notitle", color);
             plotted = 1;
             bands = 1;
         }
         fprintf(out, "%s", plotted ? ", \\\n     " : "");
-        app_gp_string(out, path);
+        plot_gp_string(out, path);
         fprintf(out, " using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc %d title ", color);
         gp_label(out, label);
         plotted = 1;
@@ -944,7 +932,7 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
         }
     }
     const int logx = numeric && lo > 0 && hi / lo >= 20;
-    app_gp_terminal(out, 900, 600, image);
+    plot_gp_terminal(out, 900, 600, image);
     char title[PATHN + 300];
     int n_seeds = 0;
     for (int i = 0; i < R->n_runs; i++) n_seeds += R->runs[i].group == R->runs[0].group && usable(R, &R->runs[i]);
@@ -966,7 +954,7 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
         fprintf(out, "set xtics (");
         for (int j = 0; j < nv; j++) {
             fprintf(out, "%s", j ? ", " : "");
-            app_gp_string(out, vals[j]);
+            plot_gp_string(out, vals[j]);
             fprintf(out, " %d", j);
         }
         fprintf(out, ")\nset xrange [-0.5:%d.5]\n", nv - 1);
@@ -1020,7 +1008,7 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
         fclose(d);
         if (!rows) continue;
         fprintf(out, "%s", plotted ? ", \\\n     " : "");
-        app_gp_string(out, path);
+        plot_gp_string(out, path);
         fprintf(out, " using 1:2:3 with yerrorlines lw 2 pt 7 lc %d ", s % 8 + 1);
         if (label[0]) {
             fprintf(out, "title ");
@@ -1067,14 +1055,14 @@ static int summarise(Report *R)
 {
     const ReportOptions *o = R->o;
     const char *dir = o->dir;
-    if (exists_in(dir, "metrics.csv")) {
+    if (fh_path_exists(dir, "metrics.csv")) {
         R->single = 1;
         const char *base = strrchr(dir, '/') && strrchr(dir, '/')[1] ? strrchr(dir, '/') + 1 : dir;
         FH_CHECK(add_run(R, dir, base));
-        AppIni cfg;
+        FhIni cfg;
         FH_CHECK(read_run_config(&R->runs[0], &cfg));
-        app_ini_free(&cfg);
-    } else if (exists_in(dir, "grid/grid.ini")) {
+        fh_ini_free(&cfg);
+    } else if (fh_path_exists(dir, "grid/grid.ini")) {
         R->grid = 1;
         FH_CHECK(collect_grid(R, dir));
     } else
@@ -1085,7 +1073,7 @@ static int summarise(Report *R)
     find_seed_key(R);
     for (int i = 0; i < R->n_runs; i++) {
         Run *r = &R->runs[i];
-        if (exists_in(r->dir, "metrics.csv")) FH_CHECK(read_metrics(r, o->metric));
+        if (fh_path_exists(r->dir, "metrics.csv")) FH_CHECK(read_metrics(r, o->metric));
         const char *missing = r->has_metrics ? missing_x_column(r, o->x) : NULL;
         if (missing)
             FH_FAIL(FH_ERR_DATA, "%s/metrics.csv has no column %s, which --x %s needs (the run was made before "
@@ -1116,9 +1104,7 @@ static int summarise(Report *R)
     }
 
     const char *out_dir = o->out_dir ? o->out_dir : dir;
-    struct stat st;
-    if (stat(out_dir, &st) != 0 && mkdir(out_dir, 0777) != 0)
-        FH_FAIL(FH_ERR_IO, "%s: cannot create: %s", out_dir, strerror(errno));
+    FH_CHECK(fh_mkdir_p(out_dir));
     static char figures[MAX_KEYS + 1][PATHN];
     int n_fig = 0;
     if (o->plots) {
@@ -1126,7 +1112,7 @@ static int summarise(Report *R)
         if (strcmp(o->metric, "test_accuracy")) file_name_part(part, sizeof part, o->metric);
         if (strcmp(o->x, "round")) snprintf(figures[n_fig], PATHN, "%s/%s-%s.png", out_dir, part, o->x);
         else snprintf(figures[n_fig], PATHN, "%s/%s.png", out_dir, part);
-        FH_CHECK(app_plot_png(figures[n_fig], draw_curves, R));
+        FH_CHECK(plot_png(figures[n_fig], draw_curves, R));
         n_fig++;
         for (int k = 0; k < R->n_keys; k++) {
             if (k == R->seed_key) continue;
@@ -1137,7 +1123,7 @@ static int summarise(Report *R)
             file_name_part(part, sizeof part, R->keys[k].label);
             snprintf(figures[n_fig], PATHN, "%s/sensitivity-%s.png", out_dir, part);
             SensCtx S = { R, k };
-            FH_CHECK(app_plot_png(figures[n_fig], draw_sensitivity, &S));
+            FH_CHECK(plot_png(figures[n_fig], draw_sensitivity, &S));
             n_fig++;
         }
     }
@@ -1155,13 +1141,10 @@ static int summarise(Report *R)
     printf("  %-40s %4s  %-17s  %-17s  %-17s  %8s\n", "configuration", "runs", "final", lastk, "best", "wall s");
     for (int g = 0; g < R->n_groups; g++) {
         GroupStats G;
-        group_stats(R, g, &G);
-        char label[1024], a[64], b[64], c[64];
-        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
-        fmt_pm(a, sizeof a, G.final_m, G.final_s);
-        fmt_pm(b, sizeof b, G.last_m, G.last_s);
-        fmt_pm(c, sizeof c, G.best_m, G.best_s);
-        printf("  %-40s %4d  %-17s  %-17s  %-17s  %8.2f\n", label, G.n, a, b, c, G.wall_m);
+        GroupCells cells;
+        group_row(R, g, &G, &cells);
+        printf("  %-40s %4d  %-17s  %-17s  %-17s  %8.2f\n", cells.label, G.n, cells.final, cells.last, cells.best,
+               G.wall_m);
     }
     printf("wrote %s/summary.csv, %s/summary.md", out_dir, out_dir);
     for (int i = 0; i < n_fig; i++) printf(", %s", strrchr(figures[i], '/') + 1);

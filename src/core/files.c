@@ -1,0 +1,173 @@
+/* Files and folders (core.h): whole text files read and written, atomic replacement, mkdir -p, existence.
+ *
+ * Atomic replacement: the new content goes to PATH.tmp-<pid> (one writer per process, so the pid keeps
+ * concurrent writers of one path apart), which is synced to disk and renamed over PATH, and the folder is
+ * synced so that the rename survives a crash too. A reader, or a crash at any point, sees the old file or
+ * the whole new one; on a failure the temporary is removed and PATH keeps its old content. */
+#define _POSIX_C_SOURCE 200809L
+#include "fedhet/core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int fh_read_file(const char *path, char **text, int fail_status)
+{
+    *text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) FH_FAIL(fail_status, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *grown = realloc(buf, cap * 2);
+            if (!grown) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) FH_FAIL(FH_ERR_IO, "%s: out of memory reading it", path);
+    if (bad) {
+        free(buf);
+        FH_FAIL(fail_status, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    if (strlen(buf) != n) {
+        free(buf);
+        FH_FAIL(fail_status, "%s: not a text file (it holds a NUL byte)", path);
+    }
+    *text = buf;
+    return FH_OK;
+}
+
+int fh_path_join(char *out, size_t size, const char *dir, const char *name)
+{
+    if (snprintf(out, size, "%s/%s", dir, name) >= (int)size) FH_FAIL(FH_ERR_IO, "%s/%s: path too long", dir, name);
+    return FH_OK;
+}
+
+int fh_path_exists(const char *dir, const char *name)
+{
+    char path[FH_PATH_MAX];
+    struct stat st;
+    if (!name || !*name) return stat(dir, &st) == 0;
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) return 0;
+    return stat(path, &st) == 0;
+}
+
+int fh_mkdir_p(const char *path)
+{
+    char dir[FH_PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) FH_FAIL(FH_ERR_IO, "%s: path too long", path);
+    /* each prefix ending at a '/', then the whole path; EEXIST is fine (made by us earlier, or by another rank) */
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        const char saved = *p;
+        *p = '\0';
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+            FH_FAIL(FH_ERR_IO, "cannot create folder %s: %s", dir, strerror(errno));
+        *p = saved;
+        if (!saved) break;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        FH_FAIL(FH_ERR_IO, "cannot create folder %s: a file is in the way", dir);
+    return FH_OK;
+}
+
+/* ---- atomic replacement ---- */
+
+int fh_atomic_tmp_path(char *out, size_t size, const char *path)
+{
+    if (snprintf(out, size, "%s.tmp-%ld", path, (long)getpid()) >= (int)size) {
+        if (size) out[0] = '\0';
+        FH_FAIL(FH_ERR_IO, "%s: path too long", path);
+    }
+    return FH_OK;
+}
+
+static int fsync_path(const char *path, int flags)
+{
+    int fd = open(path, flags);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+int fh_atomic_replace(const char *tmp, const char *path)
+{
+    if (fsync_path(tmp, O_RDONLY) != 0 || rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        FH_FAIL(FH_ERR_IO, "%s: cannot put the file in place: %s", path, strerror(err));
+    }
+    char dir[FH_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    fsync_path(dir, O_RDONLY | O_DIRECTORY); /* best effort: some file systems refuse to sync a folder */
+    return FH_OK;
+}
+
+int fh_atomic_open(FhAtomicFile *a, const char *path)
+{
+    memset(a, 0, sizeof *a);
+    if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
+        FH_FAIL(FH_ERR_IO, "%s: path too long", path);
+    FH_CHECK(fh_atomic_tmp_path(a->tmp, sizeof a->tmp, path));
+    a->f = fopen(a->tmp, "w");
+    if (!a->f) FH_FAIL(FH_ERR_IO, "%s: cannot write (creating %s: %s)", path, a->tmp, strerror(errno));
+    return FH_OK;
+}
+
+int fh_atomic_commit(FhAtomicFile *a)
+{
+    if (!a->f) FH_FAIL(FH_ERR_IO, "%s: not open for writing", a->path);
+    errno = 0;
+    int ok = ferror(a->f) == 0;
+    ok = (fflush(a->f) == 0) && ok;
+    ok = (fclose(a->f) == 0) && ok;
+    const int err = errno;
+    a->f = NULL;
+    if (!ok) {
+        unlink(a->tmp);
+        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", a->path, err ? strerror(err) : "write error");
+    }
+    return fh_atomic_replace(a->tmp, a->path);
+}
+
+void fh_atomic_discard(FhAtomicFile *a)
+{
+    if (a->f) {
+        fclose(a->f);
+        a->f = NULL;
+        unlink(a->tmp);
+    }
+}
+
+int fh_write_file_atomic(const char *path, const char *text)
+{
+    FhAtomicFile a;
+    FH_CHECK(fh_atomic_open(&a, path));
+    if (fputs(text, a.f) < 0) {
+        int err = errno;
+        fh_atomic_discard(&a);
+        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(err));
+    }
+    return fh_atomic_commit(&a);
+}
