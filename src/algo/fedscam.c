@@ -87,25 +87,6 @@ static int dim_of(const ScamHp *h, int64_t n_params)
     return h->dim_key > 0 ? h->dim_key : n_params < SCAM_SMALL_MODEL ? 256 : 512;
 }
 
-static double norm2(const float *x, int64_t n)
-{
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
-    return sqrt(s);
-}
-
-static double distance(const float *a, const float *b, int64_t n)
-{
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) {
-        const double d = (double)a[j] - (double)b[j];
-        s += d * d;
-    }
-    return sqrt(s);
-}
-
 /* cos(a, b), 0 when a norm is 0 (spec 0.1) */
 static double cosine(const double *a, const double *b, int d)
 {
@@ -254,7 +235,7 @@ static int scam_begin(AlgoClientCtx *c)
     for (int b = 0; b < h.probe; b++) {
         FH_CHECK(c->probe_grad(c, b, wt, &loss, &rows));
         if (rows == 0) break;
-        const double norm = norm2(g, P);
+        const double norm = nn_vec_norm_f64(g, P);
         sum += norm;
         batches++;
         if (b > 0) continue;
@@ -270,7 +251,7 @@ static int scam_begin(AlgoClientCtx *c)
         for (int64_t j = 0; j < P; j++) g1[j] = wt[j] + scale * g1[j];
         if (N > P) memcpy(g1 + P, wt + P, (size_t)(N - P) * sizeof(float));
         FH_CHECK(c->probe_grad(c, 0, g1, &loss, &rows));
-        const double norm = norm2(g, P);
+        const double norm = nn_vec_norm_f64(g, P);
         if (norm > 0.0) fedscam_project(seed, h.gaussian, g, NULL, P, -1.0 / norm, d, s);
     }
     const double c_i = cosine(s, c->server_scalars, d), credit = 1.0 - h.kappa * c_i;
@@ -288,7 +269,7 @@ static int scam_end(AlgoClientCtx *c)
     const ScamHp h = scam_hp(row_of(c->method), c->hp);
     const int64_t P = c->n_params;
     double *up = c->upload_scalars;
-    const double norm = distance(c->model->state, c->global, P);
+    const double norm = nn_vec_dist_f64(c->model->state, c->global, P);
     up[UP_DNORM] = norm;
     fedscam_project((uint64_t)c->setup->seed, h.gaussian, c->model->state, c->global, P, norm > 0.0 ? 1.0 / norm : 0.0,
                     dim_of(&h, P), up + UP_Z);
@@ -368,7 +349,7 @@ static int scam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
     FH_CHECK(algo_average(s, u, m, p, global));
     const ScamHp h = scam_hp(row, s->hp);
     const int64_t P = s->n_params;
-    const double norm = distance(global, s->current, P);
+    const double norm = nn_vec_dist_f64(global, s->current, P);
     fedscam_project((uint64_t)s->setup->seed, h.gaussian, global, s->current, P, norm > 0.0 ? 1.0 / norm : 0.0,
                     dim_of(&h, P), s->server_scalars);
     return FH_OK;

@@ -29,14 +29,6 @@ enum { WM_SC_K_BAR, WM_SC_ALPHA };
 enum { WM_SV_C, WM_SV_MOM };
 enum { WM_W_MOMK, WM_W_TARGET, WM_W_EPS, WM_W_SAVED, WM_N_WORK };
 
-static double norm2(const float *x, int64_t n)
-{
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
-    return sqrt(s);
-}
-
 /* alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9) (spec 9; the code's lambda = 0.01) */
 static double wmsam_next_alpha(double alpha, double lambda, double mean_s)
 {
@@ -96,7 +88,7 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
     if (rho > 0.0) {
 #pragma omp simd
         for (int64_t j = 0; j < P; j++) eps[j] = target[j] - w[j];
-        const double n = norm2(eps, P);
+        const double n = nn_vec_norm_f64(eps, P);
         if (n > 0.0) {
             if ((int)c->hp[WM_COMPAT] == WM_OFFICIAL) {
                 nn_vec_scale(eps, -1.0f, P); /* LESAM.py negates its input: away from the target */
@@ -104,7 +96,7 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
             } else {
                 nn_vec_scale(eps, (float)(rho / (n + WM_NORM_EPS)), P);
             }
-            eps_norm = norm2(eps, P);
+            eps_norm = nn_vec_norm_f64(eps, P);
         }
     }
     if (eps_norm > 0.0) {
@@ -116,7 +108,7 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
     c->grad_pure = 0;
     if (eps_norm > 0.0) nn_vec_copy(w, saved, P);
     FH_CHECK(status);
-    algo_sam_diag_add(c, eps_norm, norm2(g, P));
+    algo_sam_diag_add(c, eps_norm, nn_vec_norm_f64(g, P));
     c->grad_terms(c, g, loss); /* the blend (wmsam_correct), then clip */
     c->optimizer_step(c, w, g); /* + weight decay, after the clip */
     nn_vec_axpy(target, 1.0f, momk, P);
@@ -148,7 +140,7 @@ static int wmsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
     const int64_t P = s->n_params, N = s->n_state;
     float *mom = s->server_vecs + (size_t)WM_SV_MOM * N;
     const float *x = s->current;
-    const double mom_norm = norm2(mom, P);
+    const double mom_norm = nn_vec_norm_f64(mom, P);
     double s_sum = 0.0, k_mean = 0.0;
     for (int i = 0; i < m; i++) {
         const float *y = u[i].state;

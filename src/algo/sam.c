@@ -42,22 +42,6 @@ enum { SC_K_BAR };                               /* server scalar 0 of FedGAMMA,
 
 /* ---- shared ------------------------------------------------------------------------------------------- */
 
-static double norm2(const float *x, int64_t n)
-{
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
-    return sqrt(s);
-}
-
-static double dot2(const float *x, const float *y, int64_t n)
-{
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)y[j];
-    return s;
-}
-
 /* Running means over the round's steps (c->step counts from 0; the scalars start at 0). */
 static void diag_add(AlgoClientCtx *c, double eps_norm, double grad_norm)
 {
@@ -217,7 +201,7 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
         c->grad_pure = 0;
         return status;
     }
-    const double gnorm = norm2(g, P);
+    const double gnorm = nn_vec_norm_f64(g, P);
     if (g0) nn_vec_copy(g0, g, P);
     double eps_norm;
     if (o->mu) {
@@ -226,7 +210,7 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
         const float *s = o->s;
 #pragma omp simd
         for (int64_t j = 0; j < P; j++) g[j] = g[j] - mu[j] - s[j];
-        const float scale = (float)(o->rho / (norm2(g, P) + e));
+        const float scale = (float)(o->rho / (nn_vec_norm_f64(g, P) + e));
         double sq = 0.0;
 #pragma omp simd reduction(+ : sq)
         for (int64_t j = 0; j < P; j++) {
@@ -258,7 +242,7 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
     FH_CHECK(status);
     if (o->perturb == PERTURB_GSAM && o->gsam_alpha != 0.0) {
         /* GSAM: d = g_p - alpha (g - cos ||g|| g_p/||g_p||), the ascent on the part of g orthogonal to g_p */
-        const double gpn = norm2(g, P), cosq = dot2(g0, g, P) / (gnorm * gpn + GSAM_EPS);
+        const double gpn = nn_vec_norm_f64(g, P), cosq = nn_vec_dot_f64(g0, g, P) / (gnorm * gpn + GSAM_EPS);
         const float coef = (float)(cosq * gnorm / (gpn + GSAM_EPS)), a = (float)o->gsam_alpha;
 #pragma omp simd
         for (int64_t j = 0; j < P; j++) g[j] = g[j] - a * (g0[j] - coef * g[j]);
@@ -413,7 +397,7 @@ static int smoo_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
     FH_CHECK(feddyn_update(s, u, m, p, global));
     float *sv = s->server_vecs;
     FH_CHECK(algo_average_range(s, u, m, p, 0, 0, s->n_params, sv));
-    const float scale = (float)(s->hp[HP_RHO] / (norm2(sv, s->n_params) + SAM_NORM_EPS));
+    const float scale = (float)(s->hp[HP_RHO] / (nn_vec_norm_f64(sv, s->n_params) + SAM_NORM_EPS));
     nn_vec_scale(sv, scale, s->n_params);
     return FH_OK;
 }
@@ -517,11 +501,11 @@ static int lesam_begin(AlgoClientCtx *c)
         algo_lesam_official(c->model, eps, rho, c->work + N);
     } else {
         /* intended: eps = rho d/(||d|| + e) */
-        const double n = norm2(eps, P);
+        const double n = nn_vec_norm_f64(eps, P);
         nn_vec_scale(eps, n > 0.0 ? (float)(rho / (n + norm_eps(c))) : 0.0f, P);
     }
     /* the round's ||eps|| is the diagnostic's running mean from the start; the step reads it back */
-    c->upload_scalars[c->sizes->upload_perturb_norm - 1] = norm2(eps, P);
+    c->upload_scalars[c->sizes->upload_perturb_norm - 1] = nn_vec_norm_f64(eps, P);
     return FH_OK;
 }
 
@@ -540,7 +524,7 @@ static int lesam_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
     c->grad_pure = 0;
     if (eps_norm > 0.0) nn_vec_copy(w, saved, P);
     FH_CHECK(status);
-    diag_add(c, eps_norm, norm2(g, P));
+    diag_add(c, eps_norm, nn_vec_norm_f64(g, P));
     c->grad_terms(c, g, loss);
     if (extra_decay != 0.0) nn_vec_axpy(g, (float)extra_decay, w, P);
     c->optimizer_step(c, w, g);
