@@ -20,22 +20,110 @@
  *
  * Sizes are data: how many persistent per-client vectors, server vectors (broadcast each round) and
  * server-only vectors, server scalars (broadcast), upload scalars and vectors a method needs; a method whose
- * sizes depend on its hyperparameters or on K computes them in `sizes`. All vectors have the model's state
+ * sizes depend on its options or on K computes them in `sizes`. All vectors have the model's state
  * layout (n_state floats: trainable parameters first, then buffers). */
 #ifndef FEDHET_ALGO_H
 #define FEDHET_ALGO_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fedhet/nn.h"
 
-#define ALGO_MAX_HP 12 /* hyperparameters per method */
 #define ALGO_MAX_AUX 2 /* extra model instances per client rank */
+
+struct AlgoMethod;
+
+/* ---- named options ----------------------------------------------------------------------------------
+ * A part of a method (the SAM step, the FedCM blend, FLOOD, a method's own rules) reads its [algo] keys from
+ * its own struct, declared once with a table of AlgoOption (key = the field's name, its offset, default,
+ * range, help): an AlgoOptionPart. A method row lists the parts it uses (AlgoMethod.parts, in the order
+ * fedhet methods NAME lists their keys); the config fills one block per run with every part of the row at its
+ * own aligned offset, and hooks fetch their part's struct from the view with algo_options(view, &part),
+ * usually through a typed accessor of the part. */
+
+#define ALGO_MAX_PARTS 8        /* option parts per method row */
+#define ALGO_MAX_TUNES 4        /* per-row defaults / help of shared parts' keys */
+#define ALGO_OPTIONS_BYTES 512  /* one run's options: the row's parts at aligned offsets (the registry test checks) */
+
+typedef enum { ALGO_OPTION_NUMBER, ALGO_OPTION_CHOICE } AlgoOptionType;
+
+typedef struct {
+    const char *key;      /* config key in [algo]: the field's name */
+    size_t offset;        /* offsetof the field in the part's struct: a double (number) or an int (choice index) */
+    AlgoOptionType type;
+    double default_value; /* a number, or the index of the default choice */
+    double lo, hi;        /* inclusive range of a number, unless lo_open / hi_open */
+    const char *choices;  /* a choice's "a|b|c" (NULL for a number) */
+    const char *help;
+    unsigned char lo_open, hi_open;
+} AlgoOption;
+
+/* The first members of an AlgoOption: the key named after field `f` of struct T, checked to be a double
+ * (number) or an int (choice) at compile time. */
+#define ALGO_FIELD_(T, f, C) #f, offsetof(T, f) + 0 * sizeof(char[_Generic(((T *)0)->f, C: 1, default: -1)])
+#define ALGO_NUMBER(T, f) ALGO_FIELD_(T, f, double), ALGO_OPTION_NUMBER
+#define ALGO_CHOICE(T, f) ALGO_FIELD_(T, f, int), ALGO_OPTION_CHOICE
+
+typedef struct AlgoOptionPart {
+    const char *name;        /* in messages and tests */
+    size_t size;             /* sizeof the part's struct */
+    int n;
+    const AlgoOption *keys;  /* [n] */
+} AlgoOptionPart;
+#define ALGO_OPTION_PART(name, T, keys) { name, sizeof(T), (int)(sizeof keys / sizeof keys[0]), keys }
+/* A part's typed accessor: `const T *fn(AlgoOptions o)`, its struct in the view */
+#define ALGO_OPTIONS_OF(fn, T, part) \
+    static inline const T *fn(AlgoOptions o) { return (const T *)algo_options(o, &(part)); }
+
+/* A row's own default and help for a key of a shared part (a method whose radius or text differs). */
+typedef struct {
+    const char *key;
+    double default_value; /* NAN: the part's */
+    const char *help;     /* NULL: the part's */
+} AlgoOptionTune;
+
+/* One run's options: storage for a row's parts, filled at setup (algo_options_reset, algo_option_set). */
+typedef union {
+    max_align_t align;
+    unsigned char bytes[ALGO_OPTIONS_BYTES];
+} AlgoOptionBlock;
+
+/* What hooks see: the row whose parts are in the block (a plug-in's hooks get the plug-in's view). */
+typedef struct {
+    const struct AlgoMethod *row;
+    const AlgoOptionBlock *block;
+} AlgoOptions;
+
+/* The struct of `part` in view o; a row without that part aborts naming both (a programming error). */
+const void *algo_options(AlgoOptions o, const AlgoOptionPart *part);
+/* The same, NULL when the row does not list the part (for a hook shared by rows with and without it). */
+const void *algo_options_find(AlgoOptions o, const AlgoOptionPart *part);
+/* The row's keys, part by part: i in [0, algo_option_count(m)). */
+int algo_option_count(const struct AlgoMethod *m);
+const AlgoOption *algo_option_at(const struct AlgoMethod *m, int i);
+/* key `key` of m, NULL if m has none */
+const AlgoOption *algo_option_find(const struct AlgoMethod *m, const char *key);
+/* the key's default and help for row m (the row's tune, else the part's) */
+double algo_option_default(const struct AlgoMethod *m, const AlgoOption *o);
+const char *algo_option_help(const struct AlgoMethod *m, const AlgoOption *o);
+/* choice `index` of o: its text (not NUL-terminated) and length; NULL past the last */
+const char *algo_option_choice(const AlgoOption *o, int index, int *len);
+/* the index of choice `text` of o, -1 if it is none of them */
+int algo_option_choice_index(const AlgoOption *o, const char *text);
+/* bytes m's block uses (its parts at aligned offsets) */
+size_t algo_options_size(const struct AlgoMethod *m);
+/* every key of m at its default */
+void algo_options_reset(AlgoOptionBlock *b, const struct AlgoMethod *m);
+/* key `key` of m := value (a choice: its index); FH_ERR_USAGE for a key m does not have */
+int algo_option_set(AlgoOptionBlock *b, const struct AlgoMethod *m, const char *key, double value);
+/* the value of key o in view (o a key of view.row; a choice: its index) */
+double algo_option_value(AlgoOptions view, const AlgoOption *o);
 
 /* What a method may know of the run's configuration (validation, sizes, hooks). */
 typedef struct {
-    const double *hp;        /* the method's hyperparameters, in the order of AlgoMethod.hp */
+    AlgoOptions options;     /* the method's [algo] keys */
     int n_clients;           /* K */
     int per_round;           /* clients per round when fixed (selection all|count|fraction), -1 (bernoulli) */
     int all_clients;         /* 1: selection = all */
@@ -96,7 +184,7 @@ typedef struct AlgoClientCtx {
     int has_state;            /* 0 until this client has finished a round (its persistent state is unset) */
     float *upload_vecs;       /* [upload_vectors * n_state] sent besides the model */
     double *upload_scalars;   /* [upload_scalars] */
-    const double *hp;         /* the method's hyperparameters, in the order of AlgoMethod.hp */
+    AlgoOptions options;      /* the method's keys (a plug-in's hooks: the plug-in's) */
     const AlgoSetup *setup;
     const AlgoSizes *sizes;
     NnModel *aux[ALGO_MAX_AUX]; /* [sizes.aux_models] models of the same architecture, for extra forwards */
@@ -174,12 +262,13 @@ typedef struct {
     /* one local step; the default calls grad once and then c->optimizer_step */
     int (*step)(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
     /* SAM-family steps only (src/algo/sam.c; NULL / 0: the default). The radius of a step is
-     * client_radius(c, round_radius(setup, hp, round)): round_radius gives rho(t) of every client of a round
-     * (FedISM+'s progressive radius; NULL: the method's key `rho`), and is checked for every round at
+     * client_radius(c, round_radius(setup, options, round)): round_radius gives rho(t) of every client of a round
+     * (FedISM+'s progressive radius; NULL: the key rho of the shared part algo_sam_radius_options), and is checked
+     * for every round at
      * validation (NaN or negative: refused naming the method's keys); client_radius turns it into this
      * client's radius (FedSCAM; NULL: rho(t) itself). norm_eps is e in eps = rho g / (||g|| + e) (0: 1e-7,
      * FL-Simulator). A method with its own radius sets these two hooks and reuses algo_sam_step. */
-    double (*round_radius)(const AlgoSetup *s, const double *hp, int round);
+    double (*round_radius)(const AlgoSetup *s, AlgoOptions o, int round);
     double (*client_radius)(const AlgoClientCtx *c, double rho);
     double norm_eps;
 } AlgoLocalStep;
@@ -205,7 +294,7 @@ typedef struct {
     int n_selected;
     const int32_t *selected;      /* this round's clients in selection order */
     int64_t n_params, n_state;
-    const double *hp;
+    AlgoOptions options;          /* the method's keys (a plug-in's weights: the plug-in's) */
     const AlgoSetup *setup;
     const AlgoSizes *sizes;
     double lr;                    /* the local lr of this round */
@@ -230,15 +319,6 @@ typedef struct {
      * ascending client id) */
     int (*update)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global);
 } AlgoServerUpdate;
-
-typedef struct {
-    const char *key;     /* config key in [algo] */
-    double default_value;
-    double lo, hi;       /* inclusive range, unless lo_open / hi_open */
-    const char *choices; /* NULL: a number; else "a|b|c", and the value is the index of the choice */
-    const char *help;
-    unsigned char lo_open, hi_open;
-} AlgoHyper;
 
 typedef struct AlgoMethod {
     const char *name;
@@ -265,12 +345,14 @@ typedef struct AlgoMethod {
      * weights compose with the host's; its upload scalars follow the host's); plugin_refuse names hosts it
      * cannot join: NULL, or a reason for host `host` */
     int plugin;
-    const char *(*plugin_refuse)(const struct AlgoMethod *host, const double *host_hp);
+    const char *(*plugin_refuse)(const struct AlgoMethod *host, AlgoOptions host_options);
     /* 1: the method's paper compares clean and corrupted test sets (spec C.5, C.6; FedISM); a run whose data
      * has no corrupted test set says at the start that those metrics are off */
     int quality_shift;
-    int n_hp;
-    AlgoHyper hp[ALGO_MAX_HP];
+    /* the option parts the method's hooks read (NULL-terminated unless full), and its own defaults and help
+     * for keys of shared parts */
+    const AlgoOptionPart *parts[ALGO_MAX_PARTS];
+    AlgoOptionTune tunes[ALGO_MAX_TUNES];
 } AlgoMethod;
 
 /* The registry: NULL for an unknown name. */
@@ -281,8 +363,8 @@ const AlgoMethod *algo_at(int i);
 const char *algo_choices(void);
 /* "none|flood|...": the methods usable as plug-ins */
 const char *algo_plugin_choices(void);
-/* index of hyperparameter `key` of m, or -1 */
-int algo_hp_index(const AlgoMethod *m, const char *key);
+/* a row's options as the hooks see them */
+static inline AlgoOptions algo_options_view(const AlgoMethod *m, const AlgoOptionBlock *b) { return (AlgoOptions){ m, b }; }
 /* The sizes of m under setup (the fixed counts, then m->sizes). */
 void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
 

@@ -33,7 +33,26 @@ static int work_vectors_for(int64_t floats, int64_t n_state)
 
 /* ==== MOON (spec A.17) ================================================================================= */
 
-enum { MOON_MU, MOON_TAU, MOON_PROJ_DIM };
+typedef struct {
+    double mu, tau, proj_dim;
+} MoonOptions;
+static const AlgoOption moon_keys[] = {
+    { ALGO_NUMBER(MoonOptions, mu), 1.0, 0.0, 1e6, NULL,
+      "contrastive weight mu >= 0; spec default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
+      "mu = 0 is FedAvg. z = the classifier's input (penultimate features, or the projection head's output "
+      "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
+      "w^0 (FLOOD; official MOON: no negative in round 0)",
+      0, 0 },
+    { ALGO_NUMBER(MoonOptions, tau), 0.5, 0.0, 1e6, NULL, "temperature tau > 0 of the contrastive softmax; spec default 0.5 (MOON, FLOOD)",
+      1, 0 },
+    { ALGO_NUMBER(MoonOptions, proj_dim), 0, 0, 65536, NULL,
+      "projection head width: 0 (FLOOD's form, no head; spec default) or > 0 (official MOON's ModelFedCon: "
+      "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
+      "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
+      "checkpointed). Not for mobilenetv2 (its classifier is a convolution)", 0, 0 },
+};
+static const AlgoOptionPart moon_options = ALGO_OPTION_PART("moon", MoonOptions, moon_keys);
+ALGO_OPTIONS_OF(moon_of, MoonOptions, moon_options)
 #define MOON_COS_EPS 1e-8 /* PyTorch cosine_similarity: x.y / (max(|x|, eps) max(|y|, eps)) */
 
 /* MOON's model-contrastive loss (Li et al. 2021, Eq. 3) of the rows of z [n, d] against the positives zg
@@ -92,9 +111,9 @@ static double moon_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogi
     NnModel *g = c->aux[0], *prev = c->aux[1];
     if (nn_model_forward(g, b->x, b->count) != FH_OK || nn_model_forward(prev, b->x, b->count) != FH_OK)
         return NAN; /* cannot happen (same batch as the model's); NaN stops the run */
-    const double mu = c->hp[MOON_MU];
+    const double mu = moon_of(c->options)->mu;
     return mu * moon_contrastive(dfeatures, b->features, nn_model_features(g), nn_model_features(prev), b->count,
-                                 b->feature_size, c->hp[MOON_TAU], mu / b->count);
+                                 b->feature_size, moon_of(c->options)->tau, mu / b->count);
 }
 
 /* w_k^prev <- w_k^t (the whole state: the negatives are computed in eval mode with its BN statistics) */
@@ -109,14 +128,15 @@ static int moon_end(AlgoClientCtx *c)
 static void moon_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->aux_models = 2;
-    z->proj_dim = (int)s->hp[MOON_PROJ_DIM];
+    z->proj_dim = (int)moon_of(s->options)->proj_dim;
 }
 
 static int moon_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    if (s->hp[MOON_PROJ_DIM] != floor(s->hp[MOON_PROJ_DIM]))
+    const double proj_dim = moon_of(s->options)->proj_dim;
+    if (proj_dim != floor(proj_dim))
         return algo_refuse(m, "[algo] proj_dim = %g must be a whole number of features (0: no projection head)",
-                           s->hp[MOON_PROJ_DIM]);
+                           proj_dim);
     return FH_OK;
 }
 
@@ -125,7 +145,16 @@ static const AlgoClientReport moon_report_part = { moon_begin, moon_end };
 
 /* ==== FedDecorr (spec A.18) ============================================================================ */
 
-enum { DECORR_BETA };
+typedef struct {
+    double beta;
+} DecorrOptions;
+static const AlgoOption decorr_keys[] = {
+    { ALGO_NUMBER(DecorrOptions, beta), 0.1, 0.0, 1e6, NULL,
+      "decorrelation weight beta >= 0; spec default 0.1 (official CIFAR-10 scripts, FLOOD); beta = 0 is "
+      "FedAvg. Features = the classifier's input; unbiased variance, eps 1e-8; a batch of 1 adds 0", 0, 0 },
+};
+static const AlgoOptionPart decorr_options = ALGO_OPTION_PART("feddecorr", DecorrOptions, decorr_keys);
+ALGO_OPTIONS_OF(decorr_of, DecorrOptions, decorr_options)
 #define DECORR_EPS 1e-8
 
 /* floats of scratch decorr_loss needs */
@@ -188,7 +217,7 @@ static double decorr_loss(float *dz, const float *z, int n, int64_t d, double sc
 
 static double decorr_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    const double beta = c->hp[DECORR_BETA];
+    const double beta = decorr_of(c->options)->beta;
     return beta * decorr_loss(dfeatures, b->features, b->count, b->feature_size, beta, c->work);
 }
 
@@ -201,7 +230,18 @@ static const AlgoBatchTerm decorr_term_part = { decorr_batch_term };
 
 /* ==== FedMR (spec A.19) ================================================================================ */
 
-enum { MR_FIRST_STAGE };
+typedef struct {
+    double first_stage;
+} FedMrOptions;
+static const AlgoOption fedmr_keys[] = {
+    { ALGO_NUMBER(FedMrOptions, first_stage), 100, 0, 1e9, NULL,
+      "t_1: rounds t < t_1 reset every slot to the uniform average (uniform averaging), rounds t >= t_1 "
+      "recombine every tensor with its own random permutation; spec default 100 (FLOOD's server; official "
+      "code 0, its README 50-100 for VGG). m = clients per round (fl.selection bernoulli refused); the "
+      "slots travel as m broadcast vectors; slot i goes to the i-th selected client in ascending id", 0, 0 },
+};
+static const AlgoOptionPart fedmr_options = ALGO_OPTION_PART("fedmr", FedMrOptions, fedmr_keys);
+ALGO_OPTIONS_OF(fedmr_of, FedMrOptions, fedmr_options)
 
 /* The m slot models are the server vectors (broadcast with w^t); the global state is their uniform average,
  * used for evaluation only. Slot i goes to the round's i-th selected client (selection in ascending id). */
@@ -288,7 +328,7 @@ static int fedmr_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
     const int64_t P = s->n_state;
     if (m != slots) FH_FAIL(FH_ERR_USAGE, "fedmr: %d uploads for %d slot models", m, slots);
     FH_CHECK(algo_average(s, u, m, p, global));
-    if (s->round < s->hp[MR_FIRST_STAGE]) {
+    if (s->round < fedmr_of(s->options)->first_stage) {
         for (int i = 0; i < slots; i++) nn_vec_copy(s->server_vecs + (size_t)i * P, global, P);
         return FH_OK;
     }
@@ -307,8 +347,26 @@ static const AlgoServerUpdate fedmr_update_part = { fedmr_update };
 
 /* ==== FedGKD (spec A.21) =============================================================================== */
 
-enum { GKD_GAMMA, GKD_BUFFER, GKD_TEMPERATURE, GKD_VARIANT };
 enum { GKD_AVG, GKD_VOTE };
+typedef struct {
+    double gamma, buffer_length, temperature;
+    int variant;
+} GkdOptions;
+static const AlgoOption gkd_keys[] = {
+    { ALGO_NUMBER(GkdOptions, gamma), 0.1, 0.0, 1e6, NULL,
+      "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); spec default 0.1 (FedGKD README, "
+      "CIFAR-10 ResNet-8); gamma = 0 is FedAvg; off in round 0 (empty buffer)", 0, 0 },
+    { ALGO_NUMBER(GkdOptions, buffer_length), 5, 1, 1000, NULL,
+      "M, the number of past global models kept (FIFO, newest w^t included); spec default 5 (README)", 0, 0 },
+    { ALGO_NUMBER(GkdOptions, temperature), 1.0, 0.0, 1000.0, NULL,
+      "distillation temperature T > 0; spec default 1 (FedGKD code and README)", 1, 0 },
+    { ALGO_CHOICE(GkdOptions, variant), 0, 0, 0, "avg|vote",
+      "avg: the teacher is the parameter average of the buffer (spec, FedGKD avg_param; default); vote: "
+      "distillation from the mean of the M buffered models' logits, all M broadcast [recon: the spec "
+      "leaves FedGKD-VOTE out of scope]", 0, 0 },
+};
+static const AlgoOptionPart gkd_options = ALGO_OPTION_PART("fedgkd", GkdOptions, gkd_keys);
+ALGO_OPTIONS_OF(gkd_of, GkdOptions, gkd_options)
 enum { GKD_COUNT, GKD_HEAD }; /* server scalars: models in the buffer, next slot to write */
 
 /* The FIFO of the last M globals: avg keeps it on the server (private vectors) and broadcasts the teacher,
@@ -316,8 +374,9 @@ enum { GKD_COUNT, GKD_HEAD }; /* server scalars: models in the buffer, next slot
  * buffer itself (server vectors 0..M-1) and the client averages the M models' logits. */
 static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    const int M = s->hp[GKD_BUFFER] >= 1 ? (int)s->hp[GKD_BUFFER] : 1;
-    if ((int)s->hp[GKD_VARIANT] == GKD_VOTE) {
+    const GkdOptions *o = gkd_of(s->options);
+    const int M = o->buffer_length >= 1 ? (int)o->buffer_length : 1;
+    if (o->variant == GKD_VOTE) {
         z->server_vectors = M;
         z->work_vectors = work_vectors_for((int64_t)s->batch_size * s->classes, s->n_state);
     } else {
@@ -330,8 +389,8 @@ static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
 
 static int fedgkd_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    if (s->hp[GKD_BUFFER] != floor(s->hp[GKD_BUFFER]))
-        return algo_refuse(m, "[algo] buffer_length = %g must be a whole number of models", s->hp[GKD_BUFFER]);
+    const double M = gkd_of(s->options)->buffer_length;
+    if (M != floor(M)) return algo_refuse(m, "[algo] buffer_length = %g must be a whole number of models", M);
     return FH_OK;
 }
 
@@ -341,7 +400,8 @@ static int fedgkd_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const dou
 {
     FH_CHECK(algo_average(s, u, m, p, global));
     const int64_t P = s->n_state;
-    const int M = (int)s->hp[GKD_BUFFER], vote = (int)s->hp[GKD_VARIANT] == GKD_VOTE;
+    const GkdOptions *o = gkd_of(s->options);
+    const int M = (int)o->buffer_length, vote = o->variant == GKD_VOTE;
     float *fifo = vote ? s->server_vecs : s->server_private;
     int head = (int)s->server_scalars[GKD_HEAD], count = (int)s->server_scalars[GKD_COUNT];
     nn_vec_copy(fifo + (size_t)head * P, global, P);
@@ -371,7 +431,7 @@ static int fedgkd_begin(AlgoClientCtx *c)
     NnModel *t = c->aux[0];
     if (!t) FH_FAIL(FH_ERR_USAGE, "fedgkd: needs an extra model on the client rank");
     nn_model_set_training(t, 0);
-    if ((int)c->hp[GKD_VARIANT] == GKD_AVG)
+    if (gkd_of(c->options)->variant == GKD_AVG)
         nn_vec_copy(t->state, c->sizes->server_vectors ? c->server_vecs : c->global, c->n_state);
     return FH_OK;
 }
@@ -384,7 +444,7 @@ static double fedgkd_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlo
     if (count < 1) return 0.0;
     NnModel *t = c->aux[0];
     const float *teacher;
-    if ((int)c->hp[GKD_VARIANT] == GKD_AVG) {
+    if (gkd_of(c->options)->variant == GKD_AVG) {
         if (nn_model_forward(t, b->x, b->count) != FH_OK) return NAN;
         teacher = nn_model_logits(t);
     } else {
@@ -401,8 +461,8 @@ static double fedgkd_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlo
         nn_vec_scale(acc, 1.0f / (float)count, n);
         teacher = acc;
     }
-    return nn_kl_distill(dlogits, b->logits, teacher, (float)c->hp[GKD_TEMPERATURE], (float)c->hp[GKD_GAMMA], b->count,
-                         b->classes);
+    const GkdOptions *o = gkd_of(c->options);
+    return nn_kl_distill(dlogits, b->logits, teacher, (float)o->temperature, (float)o->gamma, b->count, b->classes);
 }
 
 static const AlgoBatchTerm fedgkd_term_part = { fedgkd_batch_term };
@@ -424,7 +484,18 @@ static const AlgoServerUpdate fedgkd_update_part = { fedgkd_update };
  * subtracts natural parameters, sigma_site = 1/(1/sigma_post - 1/sigma_cav), mu_site = sigma_site
  * (mu_post/sigma_post - mu_cav/sigma_cav), both clamped to [EPS, 5] (a negative variance becomes EPS); the
  * NPN is stepped by plain SGD with the local lr and weight decay (no momentum). */
-enum { NP_LAMBDA };
+typedef struct {
+    double lambda;
+} FedNpOptions;
+static const AlgoOption fednp_keys[] = {
+    { ALGO_NUMBER(FedNpOptions, lambda), 0.01, 0.0, 1e6, NULL,
+      "FedNP-min (not the full FedNP: spec A.20's minimal version of the FLOOD port, D = classifier "
+      "weights): weight lambda >= 0 of L_np = mean_i (W_i - mu_i)^2 / (2 sigma_i + 1e-5), KLD dropped; "
+      "spec default 0.01; lambda = 0 trains the NPN but leaves the model as FedAvg's. Features = the "
+      "classifier's input; cavity = product of the other clients' sites [recon]", 0, 0 },
+};
+static const AlgoOptionPart fednp_options = ALGO_OPTION_PART("fednp", FedNpOptions, fednp_keys);
+ALGO_OPTIONS_OF(fednp_of, FedNpOptions, fednp_options)
 #define NP_EPS 1e-5
 #define NP_HI 5.0
 #define NP_DIM 10
@@ -596,7 +667,7 @@ static double fednp_term(AlgoClientCtx *c, const float *w, float *grad)
     const int64_t D = (int64_t)c->setup->classes * c->setup->feature_size;
     int64_t off = 0, count = 0;
     if (fednp_classifier(c->model, &off, &count) != FH_OK) return NAN;
-    const double lambda = c->hp[NP_LAMBDA];
+    const double lambda = fednp_of(c->options)->lambda;
     float *npn = c->client_floats + NP_SITE;
     const float *cav = c->client_floats;
     double *prior = (double *)c->work, *g = prior + NP_SITE;
@@ -671,22 +742,7 @@ const AlgoMethod algo_family_repr[] = {
         .sizes = moon_sizes,
         .validate = moon_validate,
         .n_client_vectors = 1,
-        .n_hp = 3,
-        .hp = {
-            { "mu", 1.0, 0.0, 1e6, NULL,
-              "contrastive weight mu >= 0; spec default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
-              "mu = 0 is FedAvg. z = the classifier's input (penultimate features, or the projection head's output "
-              "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
-              "w^0 (FLOOD; official MOON: no negative in round 0)",
-              0, 0 },
-            { "tau", 0.5, 0.0, 1e6, NULL, "temperature tau > 0 of the contrastive softmax; spec default 0.5 (MOON, FLOOD)",
-              1, 0 },
-            { "proj_dim", 0, 0, 65536, NULL,
-              "projection head width: 0 (FLOOD's form, no head; spec default) or > 0 (official MOON's ModelFedCon: "
-              "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
-              "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
-              "checkpointed). Not for mobilenetv2 (its classifier is a convolution)" },
-        },
+        .parts = { &moon_options },
     },
     {
         .name = "feddecorr",
@@ -697,12 +753,7 @@ const AlgoMethod algo_family_repr[] = {
         .batch_term = &decorr_term_part,
         .weights = &algo_weights_samples,
         .sizes = decorr_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "beta", 0.1, 0.0, 1e6, NULL,
-              "decorrelation weight beta >= 0; spec default 0.1 (official CIFAR-10 scripts, FLOOD); beta = 0 is "
-              "FedAvg. Features = the classifier's input; unbiased variance, eps 1e-8; a batch of 1 adds 0", 0, 0 },
-        },
+        .parts = { &decorr_options },
     },
     {
         .name = "fedmr",
@@ -716,14 +767,7 @@ const AlgoMethod algo_family_repr[] = {
         .server_init = fedmr_init,
         .validate = fedmr_validate,
         .sizes = fedmr_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "first_stage", 100, 0, 1e9, NULL,
-              "t_1: rounds t < t_1 reset every slot to the uniform average (uniform averaging), rounds t >= t_1 "
-              "recombine every tensor with its own random permutation; spec default 100 (FLOOD's server; official "
-              "code 0, its README 50-100 for VGG). m = clients per round (fl.selection bernoulli refused); the "
-              "slots travel as m broadcast vectors; slot i goes to the i-th selected client in ascending id", 0, 0 },
-        },
+        .parts = { &fedmr_options },
     },
     {
         .name = "fednp",
@@ -738,14 +782,7 @@ const AlgoMethod algo_family_repr[] = {
         .server_init = fednp_init,
         .validate = fednp_validate,
         .sizes = fednp_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "lambda", 0.01, 0.0, 1e6, NULL,
-              "FedNP-min (not the full FedNP: spec A.20's minimal version of the FLOOD port, D = classifier "
-              "weights): weight lambda >= 0 of L_np = mean_i (W_i - mu_i)^2 / (2 sigma_i + 1e-5), KLD dropped; "
-              "spec default 0.01; lambda = 0 trains the NPN but leaves the model as FedAvg's. Features = the "
-              "classifier's input; cavity = product of the other clients' sites [recon]", 0, 0 },
-        },
+        .parts = { &fednp_options },
     },
     {
         .name = "fedgkd",
@@ -759,20 +796,7 @@ const AlgoMethod algo_family_repr[] = {
         .update = &fedgkd_update_part,
         .validate = fedgkd_validate,
         .sizes = fedgkd_sizes,
-        .n_hp = 4,
-        .hp = {
-            { "gamma", 0.1, 0.0, 1e6, NULL,
-              "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); spec default 0.1 (FedGKD README, "
-              "CIFAR-10 ResNet-8); gamma = 0 is FedAvg; off in round 0 (empty buffer)", 0, 0 },
-            { "buffer_length", 5, 1, 1000, NULL,
-              "M, the number of past global models kept (FIFO, newest w^t included); spec default 5 (README)", 0, 0 },
-            { "temperature", 1.0, 0.0, 1000.0, NULL,
-              "distillation temperature T > 0; spec default 1 (FedGKD code and README)", 1, 0 },
-            { "variant", 0, 0, 0, "avg|vote",
-              "avg: the teacher is the parameter average of the buffer (spec, FedGKD avg_param; default); vote: "
-              "distillation from the mean of the M buffered models' logits, all M broadcast [recon: the spec "
-              "leaves FedGKD-VOTE out of scope]", 0, 0 },
-        },
+        .parts = { &gkd_options },
     },
 };
 const int algo_family_repr_count = sizeof algo_family_repr / sizeof algo_family_repr[0];

@@ -23,7 +23,7 @@ int fl_clients_per_round(const FlSettings *s, int K)
 
 void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, int classes)
 {
-    *a = (AlgoSetup){ .hp = s->hp, .n_clients = K, .per_round = fl_clients_per_round(s, K),
+    *a = (AlgoSetup){ .options = fl_method_options(s), .n_clients = K, .per_round = fl_clients_per_round(s, K),
                       .all_clients = !strcmp(s->selection, "all"), .rounds = s->rounds,
                       .n_params = m ? m->n_params : 0, .n_state = m ? m->n_state : 0,
                       .feature_size = m ? nn_model_features_size(m) : 0, .classes = classes,
@@ -59,7 +59,7 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     if (s->plugin) {
         /* a plug-in adds its upload scalars after the host's and uses nothing else of the sizes */
         AlgoSetup ps = w->setup;
-        ps.hp = s->plugin_hp;
+        ps.options = fl_plugin_options(s);
         AlgoSizes pz;
         algo_sizes(s->plugin, &ps, &pz);
         w->z.upload_scalars += pz.upload_scalars;
@@ -255,9 +255,9 @@ static int batch_grad(void *env_ptr, double *loss)
     const AlgoMethod *weigher = meth->sample_weights ? meth : w->s->plugin;
     if (weights && w->weighed_step != c->step) {
         w->weighed_step = c->step;
-        c->hp = weigher == meth ? w->s->hp : w->s->plugin_hp;
+        c->options = weigher == meth ? fl_method_options(w->s) : fl_plugin_options(w->s);
         const int status = weigher->sample_weights->weigh(c, &b, weights);
-        c->hp = w->s->hp;
+        c->options = fl_method_options(w->s);
         FH_CHECK(status);
     }
     memset(w->dlogits, 0, (size_t)env->count * m->classes * sizeof(float));
@@ -359,7 +359,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
         .client_floats = w->z.client_floats ? block + state_floats : NULL,
         .has_state = block[w->block - 1] != 0.0f,
         .upload_vecs = l->n_vectors ? fl_record_state(record, l) + m->n_state : NULL,
-        .upload_scalars = fl_record_scalars(record), .hp = s->hp, .setup = &w->setup, .sizes = &w->z,
+        .upload_scalars = fl_record_scalars(record), .options = fl_method_options(s), .setup = &w->setup, .sizes = &w->z,
         .work = w->work, .label_counts = w->data->label_counts + (size_t)client * w->data->classes,
         .client = client, .round = round, .slot_in_round = slot_in_round,
         .n_samples = n, .step = 0, .n_steps = n > 0 ? steps : 0, .n_params = m->n_params, .n_state = m->n_state,
@@ -415,10 +415,10 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     if (plugin && plugin->report && plugin->report->end) {
         /* the plug-in's scalars follow the host's */
         c->upload_scalars += w->host_upload_scalars;
-        c->hp = s->plugin_hp;
+        c->options = fl_plugin_options(s);
         FH_CHECK(plugin->report->end(c));
         c->upload_scalars -= w->host_upload_scalars;
-        c->hp = s->hp;
+        c->options = fl_method_options(s);
     }
     block[w->block - 1] = 1.0f;
     count_passes(w, &forward3, &backward3);

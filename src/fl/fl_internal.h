@@ -41,13 +41,16 @@ typedef struct {
     double hessian_tol, hessian_step;
     int64_t seed;
     const AlgoMethod *method;
-    double hp[ALGO_MAX_HP];
+    AlgoOptionBlock options;  /* the method's [algo] keys (views: fl_method_options) */
     const AlgoMethod *plugin; /* NULL, or a method added on top ([algo] plugin) */
-    double plugin_hp[ALGO_MAX_HP];
+    AlgoOptionBlock plugin_options;
     const char *out_dir, *name, *log_level;
 } FlSettings;
 
 int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *config_path);
+/* what the method's hooks and the plug-in's see of their keys (views into s, which must not move) */
+static inline AlgoOptions fl_method_options(const FlSettings *s) { return algo_options_view(s->method, &s->options); }
+static inline AlgoOptions fl_plugin_options(const FlSettings *s) { return algo_options_view(s->plugin, &s->plugin_options); }
 /* Loads a run config: [algo] method first, then the method's own keys (others' keys are an error). */
 int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int n_overrides);
 /* the base keys with [algo] method and `m`'s keys (kept for the process's lifetime) */

@@ -8,12 +8,13 @@
 #include <string.h>
 
 #include "../../src/algo/algo_internal.h"
+#include "test_options.h"
 
 typedef struct {
     AlgoClientCtx c;
     AlgoSetup setup;
     AlgoSizes z;
-    double hp[ALGO_MAX_HP];
+    AlgoOptionBlock opts; /* the method's keys: defaults, changed by fake_set */
     double up[8];
     float *work, *client_vecs, *server_vecs, *global, *upload_vecs;
     double server_scalars[4];
@@ -36,14 +37,14 @@ static void fake_optimizer_step(AlgoClientCtx *c, float *w, const float *grad)
 }
 
 /* method `name` with its default keys, 2 clients both selected, lr 0.1 decaying by 0.998 per round
- * (FL-Simulator's), 4 steps of batch 4; a caller that changes f->hp calls algo_sizes again */
+ * (FL-Simulator's), 4 steps of batch 4; a caller that changes a key (fake_set) calls algo_sizes again */
 static void fake_init(Fake *f, const char *name, NnModel *m)
 {
     memset(f, 0, sizeof *f);
     const AlgoMethod *meth = algo_find(name);
     CHECK(meth != NULL);
-    for (int h = 0; h < meth->n_hp; h++) f->hp[h] = meth->hp[h].default_value;
-    f->setup = (AlgoSetup){ .hp = f->hp, .n_clients = 2, .per_round = 2, .all_clients = 1, .rounds = 5,
+    algo_options_reset(&f->opts, meth);
+    f->setup = (AlgoSetup){ .options = algo_options_view(meth, &f->opts), .n_clients = 2, .per_round = 2, .all_clients = 1, .rounds = 5,
                             .n_params = m->n_params, .n_state = m->n_state, .classes = m->classes, .optimizer = "sgd",
                             .lr = 0.1, .epochs = 1, .batch_size = 4, .lr_decay = 0.998 };
     const size_t n = (size_t)m->n_state;
@@ -55,12 +56,15 @@ static void fake_init(Fake *f, const char *name, NnModel *m)
     CHECK_OK(nn_sgd_init(&f->sgd, m->n_params, 0.0f, 0.0f, 0));
     f->c = (AlgoClientCtx){ .model = m, .global = f->global, .server_vecs = f->server_vecs,
                             .server_scalars = f->server_scalars, .client_vecs = f->client_vecs,
-                            .upload_vecs = f->upload_vecs, .upload_scalars = f->up, .hp = f->hp, .setup = &f->setup,
+                            .upload_vecs = f->upload_vecs, .upload_scalars = f->up, .options = f->setup.options, .setup = &f->setup,
                             .sizes = &f->z, .work = f->work, .n_params = m->n_params, .n_state = m->n_state, .lr = 0.1,
                             .n_steps = 4, .optimizer_step = fake_optimizer_step, .optimizer = f,
                             .grad_terms = fake_grad_terms, .method = meth };
     algo_sizes(meth, &f->setup, &f->z);
 }
+
+/* key `key` of the fake's method := value (a choice: its index) */
+static void fake_set(Fake *f, const char *key, double value) { option_set(&f->opts, f->c.method, key, value); }
 
 static void fake_free(Fake *f)
 {

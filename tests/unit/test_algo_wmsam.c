@@ -21,8 +21,6 @@ static void two_layer_model(NnModel *m)
     nn_model_init_params(m, 3);
 }
 
-enum { WM_RHO, WM_WEIGHTS, WM_ALPHA0, WM_ALPHA_LAMBDA, WM_K_NORM, WM_COMPAT, WM_ETA_G };
-
 /* ---- FedWMSAM: the server round (spec 9) --------------------------------------------------------------- */
 
 /* N = 3 clients, 2 selected; K_bar = E n_0/B = 8/4 = 2, eta_r = 0.5, gamma = 0.998.
@@ -42,11 +40,11 @@ static void test_wmsam_server_round(void)
     const AlgoMethod *meth = f.c.method;
     CHECK(f.z.client_vectors == 1 && f.z.server_vectors == 2 && f.z.server_scalars == 2 && f.z.work_vectors == 4);
     CHECK(f.z.metric_scalar == 2 && f.z.upload_perturb_norm == 1 && f.z.upload_grad_norm == 2);
-    f.hp[WM_ETA_G] = 2.0;
+    fake_set(&f, "eta_g", 2.0);
     int64_t sizes[3] = { 8, 20, 12 };
     float sv[4] = { 0 }, next[2];
     const float cur[2] = { 1.0f, 1.0f };
-    AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .hp = f.hp, .setup = &f.setup, .sizes = &f.z,
+    AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .options = f.c.options, .setup = &f.setup, .sizes = &f.z,
                         .lr = 0.5, .current = cur, .server_vecs = sv, .server_scalars = f.server_scalars,
                         .client_sizes = sizes };
     CHECK_OK(meth->server_init(&s, next));
@@ -71,11 +69,11 @@ static void test_wmsam_server_round(void)
     CHECK(f.server_scalars[0] == 2.0); /* K_bar untouched */
 
     /* k_norm = actual: mom with the round's mean steps (3 + 5)/2 = 4 (c_k with each client's own, FedGAMMA's) */
-    f.hp[WM_K_NORM] = 1;
+    fake_set(&f, "k_norm", 1);
     sv[2] = 1.0f, sv[3] = 0.0f;
     CHECK_OK(meth->update->update(&s, u, 2, p, next));
     CHECK_NEAR(sv[2], 0.5 / (4 * 0.5) * 0.998, 1e-7);
-    f.hp[WM_K_NORM] = 0;
+    fake_set(&f, "k_norm", 0);
 
     /* mom_r = 0 (round 0): every s_k = 0, clipped to 0.1; alpha_0 = 0.1 stays 0.1 */
     f.server_scalars[1] = 0.1;
@@ -90,7 +88,7 @@ static void test_wmsam_server_round(void)
     CHECK_OK(meth->update->update(&s, along, 2, p, next));
     CHECK_NEAR(f.server_scalars[1], 0.99 * 0.5 + 0.01 * 0.9, 1e-15);
     /* alpha_lambda = 0 freezes alpha, exactly */
-    f.hp[WM_ALPHA_LAMBDA] = 0.0;
+    fake_set(&f, "alpha_lambda", 0.0);
     f.server_scalars[1] = 1.0;
     CHECK_OK(meth->update->update(&s, u, 2, p, next));
     CHECK(f.server_scalars[1] == 1.0);
@@ -173,8 +171,8 @@ static void test_wmsam_step(void)
     for (int compat = 0; compat < 2; compat++) {
         Fake f;
         fake_init(&f, "fedwmsam", &m);
-        f.hp[WM_COMPAT] = compat;
-        f.hp[WM_RHO] = 0.05;
+        fake_set(&f, "compat", compat);
+        fake_set(&f, "rho", 0.05);
         const AlgoMethod *meth = f.c.method;
         Quad q = { .c = &f.c };
         float x0[14], momk[14];
@@ -234,8 +232,6 @@ static void test_wmsam_step(void)
 
 /* ---- A-FedSAM (spec 15, reconstructed) ----------------------------------------------------------------- */
 
-enum { AF_MU_MAX = 5, AF_LAMBDA, AF_TEMPERATURE, AF_TEACHER };
-
 /* mu_t = (1 - lambda) mu_{t-1} + lambda mu_max from mu_0 = 0, i.e. mu_max (1 - (1 - lambda)^t); the ema teacher
  * tbar <- (1 - lambda) tbar + lambda w^{t+1} from w^0 */
 static void test_afedsam_schedule(void)
@@ -248,13 +244,15 @@ static void test_afedsam_schedule(void)
     const AlgoMethod *meth = f.c.method;
     CHECK(f.z.aux_models == 1 && f.z.server_scalars == 1 && f.z.server_vectors == 0 && f.z.metric_scalar == 1);
     CHECK(f.z.work_vectors == 1 && f.z.upload_perturb_norm == 1);
-    f.hp[AF_MU_MAX] = 2.0, f.hp[AF_LAMBDA] = 0.1, f.hp[AF_TEACHER] = 1;
+    fake_set(&f, "mu_max", 2.0);
+    fake_set(&f, "lambda", 0.1);
+    fake_set(&f, "teacher", 1); /* ema */
     algo_sizes(meth, &f.setup, &f.z);
     CHECK(f.z.server_vectors == 1);
     int64_t sizes[2] = { 8, 8 };
     float tbar[2], next[2] = { 1.0f, -1.0f };
     const float cur[2] = { 1.0f, -1.0f }, y[2] = { 3.0f, 1.0f };
-    AlgoServerCtx s = { .n_clients = 2, .n_params = 2, .n_state = 2, .hp = f.hp, .setup = &f.setup, .sizes = &f.z,
+    AlgoServerCtx s = { .n_clients = 2, .n_params = 2, .n_state = 2, .options = f.c.options, .setup = &f.setup, .sizes = &f.z,
                         .lr = 0.1, .current = cur, .server_vecs = tbar, .server_scalars = f.server_scalars,
                         .client_sizes = sizes };
     f.server_scalars[0] = 7.0;
