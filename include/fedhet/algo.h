@@ -21,7 +21,18 @@
  * Sizes are data: how many persistent per-client vectors, server vectors (broadcast each round) and
  * server-only vectors, server scalars (broadcast), upload scalars and vectors a method needs; a method whose
  * sizes depend on its options or on K computes them in `sizes`. All vectors have the model's state
- * layout (n_state floats: trainable parameters first, then buffers). */
+ * layout (n_state floats: trainable parameters first, then buffers).
+ *
+ * Options are named: a part's keys live in its own struct, declared once (AlgoOption, AlgoOptionPart); a row
+ * lists the parts it uses, and every hook reads them from the view it is given (AlgoSetup, AlgoClientRound and
+ * AlgoServerCtx .options) with algo_options or the part's typed accessor (ALGO_OPTIONS_OF).
+ *
+ * A client hook gets an AlgoClientCtx: the model it trains (model->state = w), the round (AlgoClientRound:
+ * client, round t, lr, sizes, options, w^t and the broadcast server vectors and scalars; read-only), the
+ * client's state (AlgoClientState: persistent vectors, upload scalars and vectors, scratch, extra models, the
+ * step counters; the hooks write it) and the runtime's services (AlgoClientServices: the optimiser step picked
+ * at setup, grad_terms, local evaluation and passes, probe gradients). A plug-in's hooks get the same with the
+ * plug-in's options and its own upload scalars. */
 #ifndef FEDHET_ALGO_H
 #define FEDHET_ALGO_H
 
@@ -171,35 +182,58 @@ typedef struct {
     double loss, accuracy, balanced_accuracy; /* mean CE; balanced: mean recall over the classes present */
 } AlgoLocalEval;
 
-struct AlgoBatch;
+struct AlgoClientCtx;
 
-/* What client-side hooks see. */
-typedef struct AlgoClientCtx {
-    NnModel *model;           /* model->state is the client's working vector w */
-    const float *global;      /* w^t, the state broadcast this round */
-    const float *server_vecs; /* [server_vectors * n_state], broadcast with w^t */
-    const double *server_scalars; /* [server_scalars], broadcast with w^t */
-    float *client_vecs;       /* [client_vectors * n_state], this client's persistent vectors */
-    float *client_floats;     /* [client_floats] */
-    int has_state;            /* 0 until this client has finished a round (its persistent state is unset) */
-    float *upload_vecs;       /* [upload_vectors * n_state] sent besides the model */
-    double *upload_scalars;   /* [upload_scalars] */
-    AlgoOptions options;      /* the method's keys (a plug-in's hooks: the plug-in's) */
+/* What a client's hooks know of its round: set by the runtime before report->begin, read-only to hooks. */
+typedef struct {
+    int client;                   /* k */
+    int t;                        /* the round, from 0 (w^t was broadcast for it) */
+    int slot;                     /* the client's position in the round's selection */
+    double lr;                    /* the local lr of this round */
+    int64_t n_samples;            /* n_k, the client's training rows */
+    int64_t n_params, n_state;
+    int has_state;                /* 0 until this client has finished a round (its persistent state is unset) */
     const AlgoSetup *setup;
     const AlgoSizes *sizes;
-    NnModel *aux[ALGO_MAX_AUX]; /* [sizes.aux_models] models of the same architecture, for extra forwards */
-    float *work;              /* [work_vectors * n_state] scratch */
-    const int32_t *label_counts; /* [classes] of this client */
-    int client, round, slot_in_round; /* slot_in_round: position of the client in the round's selection */
-    int64_t n_samples, step, n_steps, n_params, n_state;
-    double lr;
-    double loss_sample_sum;   /* sum over steps of batch-mean loss x batch size (FedNoLoWe's L_k) */
+    AlgoOptions options;          /* the method's keys (a plug-in's hooks: the plug-in's) */
+    const struct AlgoMethod *method; /* the run's method (the host's row while a plug-in's hook runs) */
+    const float *global;          /* w^t, the state broadcast this round */
+    const float *server_vecs;     /* [server_vectors * n_state], broadcast with w^t */
+    const double *server_scalars; /* [server_scalars], broadcast with w^t */
+    const int32_t *label_counts;  /* [classes] of this client */
+} AlgoClientRound;
+
+/* The client's own state during the round: views into the runtime's buffers, which hooks write. */
+typedef struct {
+    float *client_vecs;           /* [client_vectors * n_state], this client's persistent vectors */
+    float *client_floats;         /* [client_floats] */
+    float *upload_vecs;           /* [upload_vectors * n_state] sent besides the model */
+    double *upload_scalars;       /* [upload_scalars] (a plug-in's hooks: its own, which follow the host's) */
+    float *work;                  /* [work_vectors * n_state] scratch */
+    NnModel *aux[ALGO_MAX_AUX];   /* [sizes.aux_models] models of the same architecture, for extra forwards */
+    float *momentum_buf;          /* the SGD momentum buffer [n_params], NULL without momentum */
+    int momentum_kept;            /* set by report->begin after loading momentum_buf: the first step continues
+                                   * that buffer (an optimiser kept across rounds, FedNoLoWe) instead of starting it */
+    /* SAM-family steps (spec algorithms-sam 0.2): while grad_pure = 1 the grad callback returns the pure
+     * minibatch-loss gradient (loss and batch terms only: no local terms, correction or clip), from which a
+     * perturbation is computed; the services' grad_terms then adds what it left out */
+    int grad_pure;
+    /* kept by the runtime: the step (from 0) and the round's steps (report->begin may add to n_steps: SCAFFOLD's
+     * flood variant), the sum over steps of batch-mean loss x batch size (FedNoLoWe's L_k), the rows seen */
+    int64_t step, n_steps;
+    double loss_sample_sum;
     int64_t samples_seen;
-    float *momentum_buf;      /* the SGD momentum buffer [n_params], NULL without momentum */
-    int momentum_kept;        /* set by report->begin after loading momentum_buf: the first step continues
-                               * that buffer (an optimiser kept across rounds, FedNoLoWe) instead of starting it */
-    /* the configured optimiser's update of w (trainable part) with grad; used by step hooks */
+} AlgoClientState;
+
+struct AlgoBatch;
+
+/* What the runtime does for client hooks (one const table per runtime; c->runtime is its data). */
+typedef struct {
+    /* the configured optimiser's update of w (trainable part) with grad, picked at setup; used by step hooks */
     void (*optimizer_step)(struct AlgoClientCtx *c, float *w, const float *grad);
+    /* after the backward pass of a grad_pure pass: adds to grad at model->state what the pure gradient left out
+     * (local terms, correction, clip, in that order) and the local terms' value to *loss */
+    void (*grad_terms)(struct AlgoClientCtx *c, float *grad, double *loss);
     /* evaluates `state` on this client's whole training set in eval mode, without augmentation (uses
      * model's activations and the batch buffers: call it from report hooks, not inside a step) */
     int (*eval_local)(struct AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out);
@@ -207,14 +241,6 @@ typedef struct AlgoClientCtx {
      * ends the pass and is returned */
     int (*for_each_local_batch)(struct AlgoClientCtx *c, NnModel *model, const float *state,
                                 int (*fn)(void *env, const struct AlgoBatch *b), void *env);
-    void *optimizer;
-    /* SAM-family steps (spec algorithms-sam 0.2): while grad_pure = 1 the grad callback returns the pure
-     * minibatch-loss gradient (loss and batch terms only: no local terms, correction or clip), from which a
-     * perturbation is computed; grad_terms then adds what it left out to grad at model->state (local terms,
-     * correction, clip, in that order) and the local terms' value to *loss */
-    int grad_pure;
-    void (*grad_terms)(struct AlgoClientCtx *c, float *grad, double *loss);
-    const struct AlgoMethod *method; /* the run's method (the host's row while a plug-in's hook runs) */
     /* Probe gradients (FedSCAM's heterogeneity score and pilot, spec algorithms-sam 10), from report->begin only:
      * minibatch `index` (0, 1, ...; the training batch size) of an extra shuffle of this client's data, Philox
      * (seed, shuffle) with counter (client, round, epoch 0xFFFFFFFF), never a training step; forwarded at `state`
@@ -222,6 +248,16 @@ typedef struct AlgoClientCtx {
      * sample weights, no method terms) into *loss and its gradient into model->grad. *rows: the batch's rows, 0
      * past the client's last batch (the probe never starts a second pass). model->state is left as it was. */
     int (*probe_grad)(struct AlgoClientCtx *c, int index, const float *state, double *loss, int64_t *rows);
+} AlgoClientServices;
+
+/* What client-side hooks see: the model they train, the round (read-only), the client's state and the
+ * runtime's services. */
+typedef struct AlgoClientCtx {
+    NnModel *model;               /* model->state is the client's working vector w */
+    const AlgoClientRound *round;
+    AlgoClientState state;
+    const AlgoClientServices *svc;
+    void *runtime;                /* the services' own data */
 } AlgoClientCtx;
 
 /* Computes the mean loss of the current batch at model->state and its gradient (local terms and
@@ -259,7 +295,7 @@ typedef struct {
 } AlgoGradCorrection;
 
 typedef struct {
-    /* one local step; the default calls grad once and then c->optimizer_step */
+    /* one local step; the default calls grad once and then c->svc->optimizer_step */
     int (*step)(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
     /* SAM-family steps only (src/algo/sam.c; NULL / 0: the default). The radius of a step is
      * client_radius(c, round_radius(setup, options, round)): round_radius gives rho(t) of every client of a round
@@ -364,7 +400,10 @@ const char *algo_choices(void);
 /* "none|flood|...": the methods usable as plug-ins */
 const char *algo_plugin_choices(void);
 /* a row's options as the hooks see them */
-static inline AlgoOptions algo_options_view(const AlgoMethod *m, const AlgoOptionBlock *b) { return (AlgoOptions){ m, b }; }
+static inline AlgoOptions algo_options_view(const AlgoMethod *m, const AlgoOptionBlock *b)
+{
+    return (AlgoOptions){ m, b };
+}
 /* The sizes of m under setup (the fixed counts, then m->sizes). */
 void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
 

@@ -51,10 +51,12 @@ static double afedsam_next_mu(double mu, double lambda, double mu_max) { return 
 /* the teacher into aux[0], eval mode (nothing while mu_t = 0) */
 static int afedsam_begin(AlgoClientCtx *c)
 {
-    if (!(c->server_scalars[AF_SC_MU] > 0.0)) return FH_OK;
-    NnModel *t = c->aux[0];
+    if (!(c->round->server_scalars[AF_SC_MU] > 0.0)) return FH_OK;
+    NnModel *t = c->state.aux[0];
     nn_model_set_training(t, 0);
-    nn_vec_copy(t->state, afedsam_of(c->options)->teacher == AF_TEACHER_EMA ? c->server_vecs : c->global, c->n_state);
+    nn_vec_copy(t->state,
+                afedsam_of(c->round->options)->teacher == AF_TEACHER_EMA ? c->round->server_vecs : c->round->global,
+                c->round->n_state);
     return FH_OK;
 }
 
@@ -62,12 +64,12 @@ static int afedsam_begin(AlgoClientCtx *c)
  * (at w + eps, statistics frozen): mu_t T^2 KL(teacher || student) (FedGKD's convention, spec 14) */
 static double afedsam_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    const double mu = c->server_scalars[AF_SC_MU];
+    const double mu = c->round->server_scalars[AF_SC_MU];
     if (!(mu > 0.0)) return 0.0;
-    NnModel *t = c->aux[0];
+    NnModel *t = c->state.aux[0];
     if (c->model->bn_update_running) return nn_model_forward(t, b->x, b->count) == FH_OK ? 0.0 : NAN;
-    return nn_kl_distill(dlogits, b->logits, nn_model_logits(t), (float)afedsam_of(c->options)->temperature, (float)mu, b->count,
-                         b->classes);
+    return nn_kl_distill(dlogits, b->logits, nn_model_logits(t), (float)afedsam_of(c->round->options)->temperature,
+                         (float)mu, b->count, b->classes);
 }
 
 int afedsam_init(AlgoServerCtx *s, float *global)

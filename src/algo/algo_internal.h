@@ -87,7 +87,7 @@ double algo_sam_radius(const AlgoClientCtx *c);
 double algo_sam_lr_radius(const AlgoSetup *s, AlgoOptions o, int round);
 /* FedISM (src/algo/fedism.c, spec algorithms-sam 12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
  * hook); the sharpness definitions of algo_sam_sharpness over client c's whole local set (rows > 0: its first
- * rows) at `state`, streamed through c->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
+ * rows) at `state`, streamed through c->svc->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
  * n_state floats of scratch). */
 double algo_fedismplus_radius(const AlgoSetup *s, AlgoOptions o, int round);
 int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,

@@ -20,7 +20,7 @@
 static int local_loss(AlgoClientCtx *c, const float *state, double *loss)
 {
     AlgoLocalEval e;
-    FH_CHECK(c->eval_local(c, c->model, state, &e));
+    FH_CHECK(c->svc->eval_local(c, c->model, state, &e));
     *loss = e.loss;
     return FH_OK;
 }
@@ -28,7 +28,7 @@ static int local_loss(AlgoClientCtx *c, const float *state, double *loss)
 /* L_k: sample-averaged training loss over all local steps of the round (spec A.15, shared by A.14) */
 static double round_train_loss(const AlgoClientCtx *c)
 {
-    return c->samples_seen > 0 ? c->loss_sample_sum / (double)c->samples_seen : 0.0;
+    return c->state.samples_seen > 0 ? c->state.loss_sample_sum / (double)c->state.samples_seen : 0.0;
 }
 
 static int need_all_clients(const AlgoMethod *m, const AlgoSetup *s, const char *why)
@@ -78,20 +78,21 @@ static void qffl_sizes(const AlgoSetup *s, AlgoSizes *z)
 }
 
 /* F_k = loss of the broadcast w^t on the client's whole training set */
-static int qffl_begin(AlgoClientCtx *c) { return local_loss(c, c->global, &c->upload_scalars[0]); }
+static int qffl_begin(AlgoClientCtx *c) { return local_loss(c, c->round->global, &c->state.upload_scalars[0]); }
 
 /* original: h_k = q (F_k + eps)^(q-1) ||dw_k||^2 + L (F_k + eps)^q, dw_k = L (w^t - w_k), L = 1/lr */
 static int qffl_end(AlgoClientCtx *c)
 {
-    if (qffl_of(c->options)->variant != QF_ORIGINAL) return FH_OK;
-    const double q = qffl_of(c->options)->q, L = 1.0 / c->lr, base = c->upload_scalars[0] + QFFL_EPS;
+    if (qffl_of(c->round->options)->variant != QF_ORIGINAL) return FH_OK;
+    const double q = qffl_of(c->round->options)->q, L = 1.0 / c->round->lr,
+                 base = c->state.upload_scalars[0] + QFFL_EPS;
     const float *w = c->model->state;
     double sq = 0.0;
-    for (int64_t j = 0; j < c->n_params; j++) {
-        const double d = L * ((double)c->global[j] - (double)w[j]);
+    for (int64_t j = 0; j < c->round->n_params; j++) {
+        const double d = L * ((double)c->round->global[j] - (double)w[j]);
         sq += d * d;
     }
-    c->upload_scalars[1] = q * pow(base, q - 1.0) * sq + L * pow(base, q);
+    c->state.upload_scalars[1] = q * pow(base, q - 1.0) * sq + L * pow(base, q);
     return FH_OK;
 }
 
@@ -156,7 +157,8 @@ static const AlgoOption afl_keys[] = {
       "size [train] lr, w^{t+1} = sum lambda_k w_k, lambda <- Proj_simplex(lambda + eta_lambda loss), the "
       "reported model is the running average of iterates; needs fl.selection = all, train.steps = 1, "
       "train.optimizer = sgd, train.momentum = 0)", 0, 0 },
-    { ALGO_NUMBER(AflOptions, eta_lambda), 0.01, 0.0, 1e6, NULL, "original: step size of lambda; spec and fair_flearn default 0.01", 0, 0 },
+    { ALGO_NUMBER(AflOptions, eta_lambda), 0.01, 0.0, 1e6, NULL,
+      "original: step size of lambda; spec and fair_flearn default 0.01", 0, 0 },
 };
 static const AlgoOptionPart afl_options = ALGO_OPTION_PART("afl", AflOptions, afl_keys);
 ALGO_OPTIONS_OF(afl_of, AflOptions, afl_options)
@@ -199,8 +201,8 @@ static int afl_init(AlgoServerCtx *s, float *global)
 
 static int afl_begin(AlgoClientCtx *c)
 {
-    if (afl_of(c->options)->variant == AFL_ORIGINAL) return FH_OK;
-    return local_loss(c, c->global, &c->upload_scalars[0]);
+    if (afl_of(c->round->options)->variant == AFL_ORIGINAL) return FH_OK;
+    return local_loss(c, c->round->global, &c->state.upload_scalars[0]);
 }
 
 /* original: p_k = lambda_k; worst: weight 1 on the largest F_k (the lowest id on ties) */
@@ -307,11 +309,11 @@ static int fairfed_init(AlgoServerCtx *s, float *global)
 /* acc_k: balanced accuracy of the broadcast w^t on the client's training data (rounds t >= 1) */
 static int fairfed_begin(AlgoClientCtx *c)
 {
-    c->upload_scalars[0] = 0.0;
-    if (c->round == 0) return FH_OK;
+    c->state.upload_scalars[0] = 0.0;
+    if (c->round->t == 0) return FH_OK;
     AlgoLocalEval e;
-    FH_CHECK(c->eval_local(c, c->model, c->global, &e));
-    c->upload_scalars[0] = e.balanced_accuracy;
+    FH_CHECK(c->svc->eval_local(c, c->model, c->round->global, &e));
+    c->state.upload_scalars[0] = e.balanced_accuracy;
     return FH_OK;
 }
 
@@ -391,21 +393,21 @@ static int fedce_init(AlgoServerCtx *s, float *global)
  * 1 - c_k < 1e-6 [recon] */
 static int fedce_begin(AlgoClientCtx *c)
 {
-    c->upload_scalars[0] = 0.0;
-    const double ck = c->server_scalars[CE_C * c->setup->n_clients + c->client];
-    if (!c->has_state || 1.0 - ck < 1e-6) return FH_OK;
-    const float *prev = c->client_vecs;
-    for (int64_t j = 0; j < c->n_state; j++)
-        c->work[j] = (float)(((double)c->global[j] - ck * (double)prev[j]) / (1.0 - ck));
+    c->state.upload_scalars[0] = 0.0;
+    const double ck = c->round->server_scalars[CE_C * c->round->setup->n_clients + c->round->client];
+    if (!c->round->has_state || 1.0 - ck < 1e-6) return FH_OK;
+    const float *prev = c->state.client_vecs;
+    for (int64_t j = 0; j < c->round->n_state; j++)
+        c->state.work[j] = (float)(((double)c->round->global[j] - ck * (double)prev[j]) / (1.0 - ck));
     AlgoLocalEval e;
-    FH_CHECK(c->eval_local(c, c->model, c->work, &e));
-    c->upload_scalars[0] = e.balanced_accuracy;
+    FH_CHECK(c->svc->eval_local(c, c->model, c->state.work, &e));
+    c->state.upload_scalars[0] = e.balanced_accuracy;
     return FH_OK;
 }
 
 static int fedce_end(AlgoClientCtx *c)
 {
-    memcpy(c->client_vecs, c->model->state, (size_t)c->n_state * sizeof(float));
+    memcpy(c->state.client_vecs, c->model->state, (size_t)c->round->n_state * sizeof(float));
     return FH_OK;
 }
 
@@ -504,13 +506,13 @@ static int fedga_init(AlgoServerCtx *s, float *global)
 /* L_k(w^t) at the start of round t >= 1 (the gap's first term) */
 static int fedga_begin(AlgoClientCtx *c)
 {
-    c->upload_scalars[GA_UP_GLOBAL] = 0.0;
-    return c->round == 0 ? FH_OK : local_loss(c, c->global, &c->upload_scalars[GA_UP_GLOBAL]);
+    c->state.upload_scalars[GA_UP_GLOBAL] = 0.0;
+    return c->round->t == 0 ? FH_OK : local_loss(c, c->round->global, &c->state.upload_scalars[GA_UP_GLOBAL]);
 }
 
 /* L_k(w_k^t) of the trained model, used by the next round's gap (every round: fl.rounds may be raised on
  * --resume) */
-static int fedga_end(AlgoClientCtx *c) { return local_loss(c, c->model->state, &c->upload_scalars[GA_UP_OWN]); }
+static int fedga_end(AlgoClientCtx *c) { return local_loss(c, c->model->state, &c->state.upload_scalars[GA_UP_OWN]); }
 
 /* t >= 1: G_k = L_k(w^t) - L_k(w_k^{t-1}), centred; d_t = step (T - t)/T; a_k += (d_t/K) G_k / max|G|;
  * a <- a / sum a; a <- max(a, 0) (stored unnormalised, FFL4MIA's order); p = a */
@@ -558,7 +560,7 @@ ALGO_OPTIONS_OF(fedlw_of, FedLwOptions, fedlw_options)
 /* upload scalar 0 = L_k (also used by the SAM family's loss-weighted hybrids, algo_internal.h) */
 int upload_train_loss(AlgoClientCtx *c)
 {
-    c->upload_scalars[0] = round_train_loss(c);
+    c->state.upload_scalars[0] = round_train_loss(c);
     return FH_OK;
 }
 
@@ -608,16 +610,17 @@ static int fednolowe_validate(const AlgoMethod *m, const AlgoSetup *s)
 /* persistent_optimizer: the client's momentum buffer from its last participation continues */
 static int fednolowe_begin(AlgoClientCtx *c)
 {
-    if (!nolowe_of(c->options)->persistent_optimizer || !c->has_state || !c->momentum_buf) return FH_OK;
-    memcpy(c->momentum_buf, c->client_vecs, (size_t)c->n_params * sizeof(float));
-    c->momentum_kept = 1;
+    if (!nolowe_of(c->round->options)->persistent_optimizer || !c->round->has_state || !c->state.momentum_buf)
+        return FH_OK;
+    memcpy(c->state.momentum_buf, c->state.client_vecs, (size_t)c->round->n_params * sizeof(float));
+    c->state.momentum_kept = 1;
     return FH_OK;
 }
 
 static int fednolowe_end(AlgoClientCtx *c)
 {
-    if (nolowe_of(c->options)->persistent_optimizer && c->momentum_buf)
-        memcpy(c->client_vecs, c->momentum_buf, (size_t)c->n_params * sizeof(float));
+    if (nolowe_of(c->round->options)->persistent_optimizer && c->state.momentum_buf)
+        memcpy(c->state.client_vecs, c->state.momentum_buf, (size_t)c->round->n_params * sizeof(float));
     return upload_train_loss(c);
 }
 
@@ -644,7 +647,8 @@ typedef struct {
     double a, b;
 } DiscoOptions;
 static const AlgoOption disco_keys[] = {
-    { ALGO_NUMBER(DiscoOptions, a), 0.5, 0.0, 1e6, NULL, "discrepancy coefficient a >= 0; spec and official code 0.5; a = b = 0 is FedAvg", 0, 0 },
+    { ALGO_NUMBER(DiscoOptions, a), 0.5, 0.0, 1e6, NULL,
+      "discrepancy coefficient a >= 0; spec and official code 0.5; a = b = 0 is FedAvg", 0, 0 },
     { ALGO_NUMBER(DiscoOptions, b), 0.1, 0.0, 1e6, NULL,
       "offset b >= 0; spec and official code 0.1 (the FLOOD paper's b = 1 is taken as a typo)", 0, 0 },
 };
@@ -671,6 +675,7 @@ static double disco_discrepancy(const AlgoServerCtx *s, int k)
  * gives FedAvg's weights n_k exactly. */
 static int feddisco_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
+    const DiscoOptions *o = disco_of(s->options);
     double d_sum = 0.0, n_sum = 0.0, q_sum = 0.0;
     for (int i = 0; i < m; i++) {
         p[i] = disco_discrepancy(s, u[i].client); /* p holds d_k first */
@@ -679,7 +684,7 @@ static int feddisco_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, 
     }
     for (int i = 0; i < m; i++) {
         const double dt = d_sum > 0.0 ? p[i] / d_sum : 0.0;
-        const double q = (double)u[i].n_samples - disco_of(s->options)->a * dt * n_sum + disco_of(s->options)->b * n_sum;
+        const double q = (double)u[i].n_samples - o->a * dt * n_sum + o->b * n_sum;
         p[i] = q > 0.0 ? q : 0.0;
         q_sum += p[i];
     }

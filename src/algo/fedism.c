@@ -71,7 +71,8 @@ static const AlgoOption ismplus_rho_keys[] = {
       "FFL4MIA get_current_rho); spec 12 default 0.1. The paper's setup also uses [train] optimizer = adam, "
       "lr 3e-4, weight_decay 5e-4, batch 32, epochs 1, logit_adjust = 1", 0, 0 },
 };
-static const AlgoOptionPart ismplus_rho_options = ALGO_OPTION_PART("fedismplus_rho", IsmPlusRhoOptions, ismplus_rho_keys);
+static const AlgoOptionPart ismplus_rho_options =
+    ALGO_OPTION_PART("fedismplus_rho", IsmPlusRhoOptions, ismplus_rho_keys);
 ALGO_OPTIONS_OF(ismplus_rho_of, IsmPlusRhoOptions, ismplus_rho_options)
 typedef struct {
     double tau, horizon;
@@ -161,7 +162,7 @@ static int local_pass_batch(void *env, const AlgoBatch *b)
 }
 
 /* algo_sam_sharpness's definitions over the client's whole local set (rows > 0: its first `rows` rows in file
- * order), streamed batch by batch through c->for_each_local_batch (eval mode, no augmentation): G = sum of the
+ * order), streamed batch by batch through c->svc->for_each_local_batch (eval mode, no augmentation): G = sum of the
  * per-sample CE gradients at `state`, e = rho G/(||G|| + 1e-12) on the trainable part, *L0 = mean CE at state,
  * *L1 = mean CE at state + e. pert: n_state floats of scratch (holds state + e). Uses model's gradient and
  * activations. */
@@ -171,7 +172,7 @@ int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, d
     LocalPass e = { .model = model, .with_grad = 1, .rows = rows };
     FH_CHECK(fh_alloc_aligned(&e.dlogits, (size_t)model->max_batch * model->classes * sizeof(float), "logit gradients"));
     nn_model_zero_grad(model);
-    int status = c->for_each_local_batch(c, model, state, local_pass_batch, &e);
+    int status = c->svc->for_each_local_batch(c, model, state, local_pass_batch, &e);
     if (status == LOCAL_PASS_DONE) status = FH_OK;
     if (status == FH_OK) {
         *L0 = e.n > 0 ? e.sum / (double)e.n : 0.0;
@@ -181,7 +182,7 @@ int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, d
         nn_vec_copy(pert, state, model->n_state);
         nn_vec_axpy(pert, scale, model->grad, model->n_params);
         e = (LocalPass){ .model = model, .dlogits = e.dlogits, .rows = rows };
-        status = c->for_each_local_batch(c, model, pert, local_pass_batch, &e);
+        status = c->svc->for_each_local_batch(c, model, pert, local_pass_batch, &e);
         if (status == LOCAL_PASS_DONE) status = FH_OK;
         *L1 = e.n > 0 ? e.sum / (double)e.n : 0.0;
     }
@@ -195,12 +196,12 @@ static int ism_begin(AlgoClientCtx *c)
 {
     double L0 = 0.0, L1 = 0.0;
     const double rho = algo_sam_radius(c);
-    const IsmOptions *o = ism_of(c->options);
-    FH_CHECK(algo_local_sharpness(c, c->model, c->global, rho, (int64_t)o->score_rows, c->work, &L0, &L1));
-    c->upload_scalars[UP_SAGA] = o->saga == SAGA_LOSS ? L1 : fmax(L1 - L0, SAGA_FLOOR);
-    c->upload_scalars[UP_L0] = L0;
-    c->upload_scalars[UP_L1] = L1;
-    c->upload_scalars[UP_RHO] = rho;
+    const IsmOptions *o = ism_of(c->round->options);
+    FH_CHECK(algo_local_sharpness(c, c->model, c->round->global, rho, (int64_t)o->score_rows, c->state.work, &L0, &L1));
+    c->state.upload_scalars[UP_SAGA] = o->saga == SAGA_LOSS ? L1 : fmax(L1 - L0, SAGA_FLOOR);
+    c->state.upload_scalars[UP_L0] = L0;
+    c->state.upload_scalars[UP_L1] = L1;
+    c->state.upload_scalars[UP_RHO] = rho;
     return FH_OK;
 }
 
@@ -291,13 +292,13 @@ static void ism_sizes(const AlgoSetup *s, AlgoSizes *z)
 /* SALT's step, or with perturb = none the runtime's plain step: SAGA alone (the paper's Table I ablation) */
 static int ism_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
-    const IsmOptions *o = ism_of(c->options);
+    const IsmOptions *o = ism_of(c->round->options);
     if (o->perturb != ISM_PERTURB_NONE) {
         const SamPerturbOptions p = { o->perturb, o->asam_eta, o->gsam_alpha };
         return algo_sam_step_with(c, grad, env, loss, &p);
     }
     FH_CHECK(grad(env, loss));
-    c->optimizer_step(c, c->model->state, c->model->grad);
+    c->svc->optimizer_step(c, c->model->state, c->model->grad);
     return FH_OK;
 }
 

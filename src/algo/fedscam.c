@@ -8,7 +8,7 @@
  *   fedscam_sam  the adaptive radius only: the server averages with n_i but still computes u_t (paper's SAM).
  *
  * Client, round t (report->begin, before the first step; model->state = w_t):
- *   h_i = (1/B) sum_b ||g(w_t; xi_b)||, xi_b the first B minibatches of an extra shuffle (c->probe_grad:
+ *   h_i = (1/B) sum_b ||g(w_t; xi_b)||, xi_b the first B minibatches of an extra shuffle (c->svc->probe_grad:
  *        train mode, BatchNorm statistics frozen, not training steps);
  *   pilot: e_p = rho_pilot g_1/||g_1||, rho_pilot = 0.5 rho_max/(1 + alpha_rho h_i), v_i = -g(w_t + e_p; xi_1)
  *          (WA: v_i = -g_1, no extra pass);
@@ -57,7 +57,8 @@ static const AlgoOption scam_radius_keys[] = {
       "radius modulation strength alpha_rho >= 0; spec default 1 [PROPOSED: the paper gives no value]; 0 puts "
       "every client at rho_max. h_i is a raw gradient norm, so the scale depends on model, loss and batch size", 0, 0 },
 };
-static const AlgoOptionPart scam_radius_options = ALGO_OPTION_PART("fedscam_radius", ScamRadiusOptions, scam_radius_keys);
+static const AlgoOptionPart scam_radius_options =
+    ALGO_OPTION_PART("fedscam_radius", ScamRadiusOptions, scam_radius_keys);
 ALGO_OPTIONS_OF(scam_radius_of, ScamRadiusOptions, scam_radius_options)
 
 typedef struct {
@@ -72,7 +73,8 @@ static const AlgoOption scam_weights_keys[] = {
       "0.8, 2; the paper finds no gain over 0 at Dirichlet 0.1]; 0 disables. Weights summing to 0 fall back to "
       "n_i", 0, 0 },
 };
-static const AlgoOptionPart scam_weights_options = ALGO_OPTION_PART("fedscam_weights", ScamWeightsOptions, scam_weights_keys);
+static const AlgoOptionPart scam_weights_options =
+    ALGO_OPTION_PART("fedscam_weights", ScamWeightsOptions, scam_weights_keys);
 
 typedef struct {
     double kappa, probe_batches, proj_dim;
@@ -95,7 +97,8 @@ static const AlgoOption scam_summary_keys[] = {
       "counter k; O(P), no stored matrix; spec default [PROPOSED]) or gaussian (dense N(0, 1/d) entries from the "
       "same counters; O(d P) per projection, slow on large models); the paper only says 'random projection'", 0, 0 },
 };
-static const AlgoOptionPart scam_summary_options = ALGO_OPTION_PART("fedscam_summary", ScamSummaryOptions, scam_summary_keys);
+static const AlgoOptionPart scam_summary_options =
+    ALGO_OPTION_PART("fedscam_summary", ScamSummaryOptions, scam_summary_keys);
 ALGO_OPTIONS_OF(scam_summary_of, ScamSummaryOptions, scam_summary_options)
 
 typedef struct {
@@ -115,7 +118,8 @@ static const AlgoOption scam_cluster_keys[] = {
       "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); spec default 0.5 "
       "[PROPOSED: not in the paper]", 1, 0 },
 };
-static const AlgoOptionPart scam_cluster_options = ALGO_OPTION_PART("fedscam_cluster", ScamClusterOptions, scam_cluster_keys);
+static const AlgoOptionPart scam_cluster_options =
+    ALGO_OPTION_PART("fedscam_cluster", ScamClusterOptions, scam_cluster_keys);
 
 /* A row's settings; the parts it lacks take their neutral values (WA has no radius, SAM no weights) */
 typedef struct {
@@ -277,19 +281,19 @@ int fedscam_kmeans(const double *x, int m, int d, int k, uint64_t seed, uint32_t
 /* h_i, the pilot direction, c_i, h_adj_i, rho_i into the upload scalars (s_i is kept where z_i goes later) */
 static int scam_begin(AlgoClientCtx *c)
 {
-    const ScamSettings h = scam_settings(c->options);
-    const int64_t P = c->n_params, N = c->n_state;
+    const ScamSettings h = scam_settings(c->round->options);
+    const int64_t P = c->round->n_params, N = c->round->n_state;
     const int d = dim_of(&h, P);
-    const uint64_t seed = (uint64_t)c->setup->seed;
-    double *up = c->upload_scalars, *s = up + UP_Z;
-    const float *g = c->model->grad, *wt = c->global;
-    float *g1 = h.sam ? c->work : NULL; /* the first probe gradient, kept for the pilot */
+    const uint64_t seed = (uint64_t)c->round->setup->seed;
+    double *up = c->state.upload_scalars, *s = up + UP_Z;
+    const float *g = c->model->grad, *wt = c->round->global;
+    float *g1 = h.sam ? c->state.work : NULL; /* the first probe gradient, kept for the pilot */
     double loss = 0.0, sum = 0.0, g1_norm = 0.0;
     int64_t rows = 0;
     int batches = 0;
     memset(s, 0, (size_t)d * sizeof *s);
     for (int b = 0; b < h.probe; b++) {
-        FH_CHECK(c->probe_grad(c, b, wt, &loss, &rows));
+        FH_CHECK(c->svc->probe_grad(c, b, wt, &loss, &rows));
         if (rows == 0) break;
         const double norm = nn_vec_norm_f64(g, P);
         sum += norm;
@@ -306,11 +310,11 @@ static int scam_begin(AlgoClientCtx *c)
         const float scale = g1_norm > 0.0 ? (float)(rho_pilot / g1_norm) : 0.0f;
         for (int64_t j = 0; j < P; j++) g1[j] = wt[j] + scale * g1[j];
         if (N > P) memcpy(g1 + P, wt + P, (size_t)(N - P) * sizeof(float));
-        FH_CHECK(c->probe_grad(c, 0, g1, &loss, &rows));
+        FH_CHECK(c->svc->probe_grad(c, 0, g1, &loss, &rows));
         const double norm = nn_vec_norm_f64(g, P);
         if (norm > 0.0) fedscam_project(seed, h.gaussian, g, NULL, P, -1.0 / norm, d, s);
     }
-    const double c_i = cosine(s, c->server_scalars, d), credit = 1.0 - h.kappa * c_i;
+    const double c_i = cosine(s, c->round->server_scalars, d), credit = 1.0 - h.kappa * c_i;
     const double h_adj = h_i * (credit > 0.0 ? credit : 0.0);
     up[UP_RHO] = h.sam ? fedscam_radius(h.rho_max, h.alpha_rho, h_adj) : NAN;
     up[UP_H] = h_i;
@@ -322,18 +326,18 @@ static int scam_begin(AlgoClientCtx *c)
 /* ||Delta_i|| and z_i = Proj_d(Normalize(Delta_i)) */
 static int scam_end(AlgoClientCtx *c)
 {
-    const ScamSettings h = scam_settings(c->options);
-    const int64_t P = c->n_params;
-    double *up = c->upload_scalars;
-    const double norm = nn_vec_dist_f64(c->model->state, c->global, P);
+    const ScamSettings h = scam_settings(c->round->options);
+    const int64_t P = c->round->n_params;
+    double *up = c->state.upload_scalars;
+    const double norm = nn_vec_dist_f64(c->model->state, c->round->global, P);
     up[UP_DNORM] = norm;
-    fedscam_project((uint64_t)c->setup->seed, h.gaussian, c->model->state, c->global, P, norm > 0.0 ? 1.0 / norm : 0.0,
-                    dim_of(&h, P), up + UP_Z);
+    fedscam_project((uint64_t)c->round->setup->seed, h.gaussian, c->model->state, c->round->global, P,
+                    norm > 0.0 ? 1.0 / norm : 0.0, dim_of(&h, P), up + UP_Z);
     return FH_OK;
 }
 
 /* the SAM radius of this client's steps: rho_i of report->begin */
-static double scam_client_radius(const AlgoClientCtx *c, double rho) { return c->upload_scalars[UP_RHO]; }
+static double scam_client_radius(const AlgoClientCtx *c, double rho) { return c->state.upload_scalars[UP_RHO]; }
 
 /* rho(t) of sam.c's radius hooks: rho_max, which the client's radius replaces */
 static double scam_round_radius(const AlgoSetup *s, AlgoOptions o, int round)

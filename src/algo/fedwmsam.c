@@ -10,7 +10,7 @@
  * payload with client-held c_k); server scalars 0 K_bar (sam.c's k_bar_init and control variates read it
  * there), 1 alpha_r (metrics.csv method_scalar); work vectors 0 mom_k, 1 target_b, 2 eps, 3 the saved weights
  * (and the official perturbation's per-tensor scratch). Upload scalars: the diagnostics (mean ||eps||, mean ||g||).
- * The step order is the FL-Simulator one (spec 0.2): the pure minibatch gradient at x_b + eps (c->grad_pure),
+ * The step order is the FL-Simulator one (spec 0.2): the pure minibatch gradient at x_b + eps (c->state.grad_pure),
  * exact restore, the blend (correction hook), clip (train.clip), weight decay and the SGD step (optimiser).
  * Parameters-only rules cover [0, n_params); buffers are averaged with the method's weights (spec 0.3). */
 #include "algo_internal.h"
@@ -69,14 +69,17 @@ typedef struct {
 
 static WmsamClient wmsam_client(const AlgoClientCtx *c)
 {
-    const int64_t N = c->n_state;
-    return (WmsamClient){ .c = c->server_vecs, .mom = c->server_vecs + N, .alpha = c->server_scalars[WM_SCALAR_ALPHA],
-                          .momk = c->work, .target = c->work + N, .eps = c->work + 2 * N, .saved = c->work + 3 * N };
+    const int64_t N = c->round->n_state;
+    return (WmsamClient){ .c = c->round->server_vecs, .mom = c->round->server_vecs + N,
+                          .alpha = c->round->server_scalars[WM_SCALAR_ALPHA],
+                          .momk = c->state.work, .target = c->state.work + N, .eps = c->state.work + 2 * N,
+                          .saved = c->state.work + 3 * N };
 }
 
 static WmsamServer wmsam_server(const AlgoServerCtx *s)
 {
-    return (WmsamServer){ .c = s->server_vecs, .mom = s->server_vecs + s->n_state, .k_bar = &s->server_scalars[WM_SCALAR_K_BAR],
+    return (WmsamServer){ .c = s->server_vecs, .mom = s->server_vecs + s->n_state,
+                          .k_bar = &s->server_scalars[WM_SCALAR_K_BAR],
                           .alpha = &s->server_scalars[WM_SCALAR_ALPHA] };
 }
 
@@ -94,14 +97,14 @@ static double wmsam_next_alpha(double alpha, double lambda, double mean_s)
  * only) the momentum has weight 0: mom_k = mom_r, unused. */
 static int wmsam_begin(AlgoClientCtx *c)
 {
-    const int64_t P = c->n_params;
+    const int64_t P = c->round->n_params;
     const WmsamClient v = wmsam_client(c);
-    const float *cg = v.c, *mom = v.mom, *ck = c->client_vecs;
+    const float *cg = v.c, *mom = v.mom, *ck = c->state.client_vecs;
     float *momk = v.momk;
     const float f = v.alpha < 1.0 ? (float)(v.alpha / (1.0 - v.alpha)) : 0.0f;
 #pragma omp simd
     for (int64_t j = 0; j < P; j++) momk[j] = mom[j] + f * (cg[j] - ck[j]);
-    nn_vec_copy(v.target, c->global, P);
+    nn_vec_copy(v.target, c->round->global, P);
     return FH_OK;
 }
 
@@ -117,7 +120,7 @@ static void wmsam_correct(AlgoClientCtx *c, float *grad)
     const float a = (float)v.alpha, b = (float)(1.0 - v.alpha);
     const float *momk = v.momk;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) grad[j] = a * grad[j] + b * momk[j];
+    for (int64_t j = 0; j < c->round->n_params; j++) grad[j] = a * grad[j] + b * momk[j];
 }
 
 /* One step (spec 9): delta_b = target_b - x_b; eps = rho delta_b/(||delta_b|| + e), none when delta_b = 0 (always
@@ -126,7 +129,7 @@ static void wmsam_correct(AlgoClientCtx *c, float *grad)
 static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
     NnModel *m = c->model;
-    const int64_t P = c->n_params;
+    const int64_t P = c->round->n_params;
     float *w = m->state, *g = m->grad;
     const WmsamClient v = wmsam_client(c);
     float *momk = v.momk, *target = v.target, *eps = v.eps, *saved = v.saved;
@@ -137,7 +140,7 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
         for (int64_t j = 0; j < P; j++) eps[j] = target[j] - w[j];
         const double n = nn_vec_norm_f64(eps, P);
         if (n > 0.0) {
-            if (wmsam_of(c->options)->compat == WM_OFFICIAL) {
+            if (wmsam_of(c->round->options)->compat == WM_OFFICIAL) {
                 nn_vec_scale(eps, -1.0f, P); /* LESAM.py negates its input: away from the target */
                 algo_lesam_official(m, eps, rho, saved);
             } else {
@@ -150,14 +153,14 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
         nn_vec_copy(saved, w, P);
         nn_vec_axpy(w, 1.0f, eps, P);
     }
-    c->grad_pure = 1;
+    c->state.grad_pure = 1;
     const int status = grad(env, loss); /* the only fb: BatchNorm statistics come from it (spec 0.3) */
-    c->grad_pure = 0;
+    c->state.grad_pure = 0;
     if (eps_norm > 0.0) nn_vec_copy(w, saved, P);
     FH_CHECK(status);
     algo_sam_diag_add(c, eps_norm, nn_vec_norm_f64(g, P));
-    c->grad_terms(c, g, loss); /* the blend (wmsam_correct), then clip */
-    c->optimizer_step(c, w, g); /* + weight decay, after the clip */
+    c->svc->grad_terms(c, g, loss); /* the blend (wmsam_correct), then clip */
+    c->svc->optimizer_step(c, w, g); /* + weight decay, after the clip */
     nn_vec_axpy(target, 1.0f, momk, P);
     return FH_OK;
 }
@@ -165,7 +168,7 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
 /* c_k <- c_k - c - Delta_k/(K eta_r), K = K_bar (k_norm = code) or the steps taken (FedGAMMA's, spec 5) */
 static int wmsam_end(AlgoClientCtx *c)
 {
-    algo_sam_cv_end(c, wmsam_of(c->options)->k_norm);
+    algo_sam_cv_end(c, wmsam_of(c->round->options)->k_norm);
     return FH_OK;
 }
 

@@ -32,17 +32,23 @@ static const AlgoOption flood_keys[] = {
     { ALGO_NUMBER(FloodOptions, flood_q), 0.7, 0, 1, NULL,
       "batch quantile below which samples are pseudo-OOD (lower interpolation; 0.7: about 70 % of each batch)",
       1, 1 },
-    { ALGO_NUMBER(FloodOptions, flood_a), 0, 0, 1e6, NULL, "schedule amplitude a (lambda ends at 2a); 0: by compat (paper 200, code 50)", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_halt), 1000, 1, 1e9, NULL, "halt round T_h after which lambda stays 2a (paper and code 1000)", 0, 0 },
-    { ALGO_CHOICE(FloodOptions, flood_schedule), SCHED_AUTO, 0, 0, "auto|cosine|linear|quadratic|exponential|logistic|constant",
+    { ALGO_NUMBER(FloodOptions, flood_a), 0, 0, 1e6, NULL,
+      "schedule amplitude a (lambda ends at 2a); 0: by compat (paper 200, code 50)", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_halt), 1000, 1, 1e9, NULL,
+      "halt round T_h after which lambda stays 2a (paper and code 1000)", 0, 0 },
+    { ALGO_CHOICE(FloodOptions, flood_schedule), SCHED_AUTO, 0, 0,
+      "auto|cosine|linear|quadratic|exponential|logistic|constant",
       "lambda schedule; auto: by compat (paper cosine, code logistic); constant: flood_lambda every round", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_start), 0, 0, 1e9, NULL, "start phase: lambda = 1 up to this round (0: the code's timing)", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_alpha), 0.5, 0, 1e6, NULL, "DAC weight of the confidence term (paper and code 0.5; 0: FedAvg weights)", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_start), 0, 0, 1e9, NULL,
+      "start phase: lambda = 1 up to this round (0: the code's timing)", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_alpha), 0.5, 0, 1e6, NULL,
+      "DAC weight of the confidence term (paper and code 0.5; 0: FedAvg weights)", 0, 0 },
     { ALGO_CHOICE(FloodOptions, flood_compat), COMPAT_PAPER, 0, 0, "paper|code",
       "defaults of amplitude and schedule: paper (cosine, a = 200) or the released code (logistic, a = 50)", 0, 0 },
     { ALGO_CHOICE(FloodOptions, flood_dac_shift), 0, 0, 0, "false|true",
       "shift the participants' phi by -min + 1e-6 before normalising (scores that can be negative)", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_lambda), 1, 0, 1e6, NULL, "the weight of pseudo-OOD samples with flood_schedule = constant", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_lambda), 1, 0, 1e6, NULL,
+      "the weight of pseudo-OOD samples with flood_schedule = constant", 0, 0 },
     { ALGO_NUMBER(FloodOptions, flood_ash_percentile), 90, 0, 100, NULL,
       "ASH's pruning percentile p (flood_score = ash-*): values below the p-th percentile of a sample's "
       "penultimate activation (lower interpolation) are zeroed; spec 13 default 90", 0, 0 },
@@ -219,7 +225,7 @@ static int flood_weigh(AlgoClientCtx *c, const AlgoBatch *b, float *weights)
             return FH_ERR_IO;
         }
     }
-    const FloodOptions *o = flood_of(c->options);
+    const FloodOptions *o = flood_of(c->round->options);
     const int status = batch_scores(o, c->model, b, sc);
     if (status != FH_OK) {
         if (sc != scores) fh_free(&sc), fh_free(&srt);
@@ -228,7 +234,7 @@ static int flood_weigh(AlgoClientCtx *c, const AlgoBatch *b, float *weights)
     memcpy(srt, sc, (size_t)b->count * sizeof *srt);
     qsort(srt, (size_t)b->count, sizeof *srt, cmp_double);
     const double tau = srt[(int)floor(o->flood_q * (double)(b->count - 1))];
-    const float lambda = (float)algo_flood_lambda(c->options, c->round);
+    const float lambda = (float)algo_flood_lambda(c->round->options, c->round->t);
     for (int i = 0; i < b->count; i++) weights[i] = sc[i] < tau ? lambda : 1.0f;
     if (sc != scores) {
         fh_free(&sc);
@@ -259,9 +265,9 @@ static int add_scores(void *env, const AlgoBatch *b)
 /* phi_i: mean score of the trained local model over the local training set, eval mode, no augmentation */
 static int flood_end(AlgoClientCtx *c)
 {
-    ScoreSum s = { flood_of(c->options), c->model, 0.0, 0 };
-    FH_CHECK(c->for_each_local_batch(c, c->model, c->model->state, add_scores, &s));
-    c->upload_scalars[UP_PHI] = s.n ? s.sum / (double)s.n : 0.0;
+    ScoreSum s = { flood_of(c->round->options), c->model, 0.0, 0 };
+    FH_CHECK(c->svc->for_each_local_batch(c, c->model, c->model->state, add_scores, &s));
+    c->state.upload_scalars[UP_PHI] = s.n ? s.sum / (double)s.n : 0.0;
     return FH_OK;
 }
 

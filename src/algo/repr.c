@@ -43,7 +43,8 @@ static const AlgoOption moon_keys[] = {
       "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
       "w^0 (FLOOD; official MOON: no negative in round 0)",
       0, 0 },
-    { ALGO_NUMBER(MoonOptions, tau), 0.5, 0.0, 1e6, NULL, "temperature tau > 0 of the contrastive softmax; spec default 0.5 (MOON, FLOOD)",
+    { ALGO_NUMBER(MoonOptions, tau), 0.5, 0.0, 1e6, NULL,
+      "temperature tau > 0 of the contrastive softmax; spec default 0.5 (MOON, FLOOD)",
       1, 0 },
     { ALGO_NUMBER(MoonOptions, proj_dim), 0, 0, 65536, NULL,
       "projection head width: 0 (FLOOD's form, no head; spec default) or > 0 (official MOON's ModelFedCon: "
@@ -95,11 +96,11 @@ static double moon_contrastive(float *dz, const float *z, const float *zg, const
  * from fl.seed exactly as the run made it. */
 static int moon_begin(AlgoClientCtx *c)
 {
-    NnModel *g = c->aux[0], *prev = c->aux[1];
+    NnModel *g = c->state.aux[0], *prev = c->state.aux[1];
     if (!g || !prev) FH_FAIL(FH_ERR_USAGE, "moon: needs 2 extra models on the client rank");
-    nn_vec_copy(g->state, c->global, c->n_state);
-    if (c->has_state) nn_vec_copy(prev->state, c->client_vecs, c->n_state);
-    else nn_model_init_params(prev, (uint64_t)c->setup->seed);
+    nn_vec_copy(g->state, c->round->global, c->round->n_state);
+    if (c->round->has_state) nn_vec_copy(prev->state, c->state.client_vecs, c->round->n_state);
+    else nn_model_init_params(prev, (uint64_t)c->round->setup->seed);
     nn_model_set_training(g, 0);
     nn_model_set_training(prev, 0);
     return FH_OK;
@@ -108,18 +109,18 @@ static int moon_begin(AlgoClientCtx *c)
 /* mu * l_con: two extra forwards (3F + 1Bk per step); its gradient goes into d/dfeatures */
 static double moon_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    NnModel *g = c->aux[0], *prev = c->aux[1];
+    NnModel *g = c->state.aux[0], *prev = c->state.aux[1];
     if (nn_model_forward(g, b->x, b->count) != FH_OK || nn_model_forward(prev, b->x, b->count) != FH_OK)
         return NAN; /* cannot happen (same batch as the model's); NaN stops the run */
-    const double mu = moon_of(c->options)->mu;
+    const double mu = moon_of(c->round->options)->mu;
     return mu * moon_contrastive(dfeatures, b->features, nn_model_features(g), nn_model_features(prev), b->count,
-                                 b->feature_size, moon_of(c->options)->tau, mu / b->count);
+                                 b->feature_size, moon_of(c->round->options)->tau, mu / b->count);
 }
 
 /* w_k^prev <- w_k^t (the whole state: the negatives are computed in eval mode with its BN statistics) */
 static int moon_end(AlgoClientCtx *c)
 {
-    nn_vec_copy(c->client_vecs, c->model->state, c->n_state);
+    nn_vec_copy(c->state.client_vecs, c->model->state, c->round->n_state);
     return FH_OK;
 }
 
@@ -217,8 +218,8 @@ static double decorr_loss(float *dz, const float *z, int n, int64_t d, double sc
 
 static double decorr_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    const double beta = decorr_of(c->options)->beta;
-    return beta * decorr_loss(dfeatures, b->features, b->count, b->feature_size, beta, c->work);
+    const double beta = decorr_of(c->round->options)->beta;
+    return beta * decorr_loss(dfeatures, b->features, b->count, b->feature_size, beta, c->state.work);
 }
 
 static void decorr_sizes(const AlgoSetup *s, AlgoSizes *z)
@@ -265,9 +266,10 @@ static int fedmr_init(AlgoServerCtx *s, float *global)
 /* the client trains its slot instead of w^t */
 static int fedmr_begin(AlgoClientCtx *c)
 {
-    if (c->slot_in_round < 0 || c->slot_in_round >= c->sizes->server_vectors)
-        FH_FAIL(FH_ERR_USAGE, "fedmr: client %d has slot %d of %d", c->client, c->slot_in_round, c->sizes->server_vectors);
-    nn_vec_copy(c->model->state, c->server_vecs + (size_t)c->slot_in_round * c->n_state, c->n_state);
+    if (c->round->slot < 0 || c->round->slot >= c->round->sizes->server_vectors)
+        FH_FAIL(FH_ERR_USAGE, "fedmr: client %d has slot %d of %d", c->round->client, c->round->slot,
+                c->round->sizes->server_vectors);
+    nn_vec_copy(c->model->state, c->round->server_vecs + (size_t)c->round->slot * c->round->n_state, c->round->n_state);
     return FH_OK;
 }
 
@@ -427,12 +429,13 @@ static int fedgkd_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const dou
 /* the teacher into aux[0], eval mode; nothing while the buffer is empty (round 0: distillation off) */
 static int fedgkd_begin(AlgoClientCtx *c)
 {
-    if (c->server_scalars[GKD_COUNT] < 1) return FH_OK;
-    NnModel *t = c->aux[0];
+    if (c->round->server_scalars[GKD_COUNT] < 1) return FH_OK;
+    NnModel *t = c->state.aux[0];
     if (!t) FH_FAIL(FH_ERR_USAGE, "fedgkd: needs an extra model on the client rank");
     nn_model_set_training(t, 0);
-    if (gkd_of(c->options)->variant == GKD_AVG)
-        nn_vec_copy(t->state, c->sizes->server_vectors ? c->server_vecs : c->global, c->n_state);
+    if (gkd_of(c->round->options)->variant == GKD_AVG)
+        nn_vec_copy(t->state, c->round->sizes->server_vectors ? c->round->server_vecs : c->round->global,
+                    c->round->n_state);
     return FH_OK;
 }
 
@@ -440,19 +443,19 @@ static int fedgkd_begin(AlgoClientCtx *c)
  * model (2F + 1Bk per step); vote: t = mean of the buffered models' logits ((1 + M)F + 1Bk) */
 static double fedgkd_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    const int count = (int)c->server_scalars[GKD_COUNT];
+    const int count = (int)c->round->server_scalars[GKD_COUNT];
     if (count < 1) return 0.0;
-    NnModel *t = c->aux[0];
+    NnModel *t = c->state.aux[0];
     const float *teacher;
-    if (gkd_of(c->options)->variant == GKD_AVG) {
+    if (gkd_of(c->round->options)->variant == GKD_AVG) {
         if (nn_model_forward(t, b->x, b->count) != FH_OK) return NAN;
         teacher = nn_model_logits(t);
     } else {
-        float *acc = c->work, *own = t->state;
+        float *acc = c->state.work, *own = t->state;
         const int64_t n = (int64_t)b->count * b->classes;
         memset(acc, 0, (size_t)n * sizeof(float));
         for (int i = 0; i < count; i++) {
-            t->state = (float *)(c->server_vecs + (size_t)i * c->n_state); /* read only in eval mode */
+            t->state = (float *)(c->round->server_vecs + (size_t)i * c->round->n_state); /* read only in eval mode */
             const int status = nn_model_forward(t, b->x, b->count);
             t->state = own;
             if (status != FH_OK) return NAN;
@@ -461,7 +464,7 @@ static double fedgkd_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlo
         nn_vec_scale(acc, 1.0f / (float)count, n);
         teacher = acc;
     }
-    const GkdOptions *o = gkd_of(c->options);
+    const GkdOptions *o = gkd_of(c->round->options);
     return nn_kl_distill(dlogits, b->logits, teacher, (float)o->temperature, (float)o->gamma, b->count, b->classes);
 }
 
@@ -639,17 +642,17 @@ static void fednp_cavity(float *cav, const double *sites, int n_clients, int k)
 
 static int fednp_begin(AlgoClientCtx *c)
 {
-    const int64_t D = (int64_t)c->setup->classes * c->setup->feature_size;
+    const int64_t D = (int64_t)c->round->setup->classes * c->round->setup->feature_size;
     int64_t off = 0, count = 0;
     FH_CHECK(fednp_classifier(c->model, &off, &count));
     if (count != D) FH_FAIL(FH_ERR_USAGE, "fednp: classifier has %lld weights, expected %lld", (long long)count, (long long)D);
-    float *npn = c->client_floats + NP_SITE;
-    if (!c->has_state) { /* NPN parameters U(-0.05, 0.05) */
+    float *npn = c->state.client_floats + NP_SITE;
+    if (!c->round->has_state) { /* NPN parameters U(-0.05, 0.05) */
         FhRng rng;
-        fh_rng_init(&rng, (uint64_t)c->setup->seed, FH_RNG_INIT, NP_RNG_TAG, (uint32_t)c->client, 0);
+        fh_rng_init(&rng, (uint64_t)c->round->setup->seed, FH_RNG_INIT, NP_RNG_TAG, (uint32_t)c->round->client, 0);
         for (int64_t q = 0; q < NP_NPN_FLOATS(D); q++) npn[q] = (float)(0.1 * fh_rng_uniform(&rng) - 0.05);
     }
-    fednp_cavity(c->client_floats, c->server_scalars, c->setup->n_clients, c->client);
+    fednp_cavity(c->state.client_floats, c->round->server_scalars, c->round->setup->n_clients, c->round->client);
     return FH_OK;
 }
 
@@ -664,17 +667,17 @@ static double mean_floats(const float *x, int64_t n)
  * the next step from this batch's (detached) features, still in the model after the backward pass */
 static double fednp_term(AlgoClientCtx *c, const float *w, float *grad)
 {
-    const int64_t D = (int64_t)c->setup->classes * c->setup->feature_size;
+    const int64_t D = (int64_t)c->round->setup->classes * c->round->setup->feature_size;
     int64_t off = 0, count = 0;
     if (fednp_classifier(c->model, &off, &count) != FH_OK) return NAN;
-    const double lambda = fednp_of(c->options)->lambda;
-    float *npn = c->client_floats + NP_SITE;
-    const float *cav = c->client_floats;
-    double *prior = (double *)c->work, *g = prior + NP_SITE;
-    const double f = mean_floats(nn_model_features(c->model), (int64_t)c->model->batch * c->setup->feature_size);
-    if (c->step == 0) fednp_prior(prior, prior + NP_DIM, cav, cav + NP_DIM, f);
+    const double lambda = fednp_of(c->round->options)->lambda;
+    float *npn = c->state.client_floats + NP_SITE;
+    const float *cav = c->state.client_floats;
+    double *prior = (double *)c->state.work, *g = prior + NP_SITE;
+    const double f = mean_floats(nn_model_features(c->model), (int64_t)c->model->batch * c->round->setup->feature_size);
+    if (c->state.step == 0) fednp_prior(prior, prior + NP_DIM, cav, cav + NP_DIM, f);
     const double L = fednp_loss(npn, D, prior, prior + NP_DIM, w + off, lambda, grad + off, g);
-    const double lr = c->lr, wd = c->setup->weight_decay;
+    const double lr = c->round->lr, wd = c->round->setup->weight_decay;
     for (int64_t q = 0; q < NP_NPN_FLOATS(D); q++) npn[q] = (float)(npn[q] - lr * (lambda * g[q] + wd * npn[q]));
     fednp_prior(prior, prior + NP_DIM, cav, cav + NP_DIM, f);
     return lambda * L;
@@ -697,20 +700,20 @@ static int fednp_add_features(void *env, const AlgoBatch *b)
 /* the site: the prior from the trained model's features on the whole local set (eval mode), cavity removed */
 static int fednp_end(AlgoClientCtx *c)
 {
-    if (!c->for_each_local_batch) FH_FAIL(FH_ERR_USAGE, "fednp: the client context cannot iterate the local data");
+    if (!c->svc->for_each_local_batch) FH_FAIL(FH_ERR_USAGE, "fednp: the client context cannot iterate the local data");
     FeatureSum e = { 0.0, 0 };
-    FH_CHECK(c->for_each_local_batch(c, c->model, c->model->state, fednp_add_features, &e));
+    FH_CHECK(c->svc->for_each_local_batch(c, c->model, c->model->state, fednp_add_features, &e));
     const double f = e.n > 0 ? e.sum / (double)e.n : 0.0;
     double mu[NP_DIM], sigma[NP_DIM];
-    const float *cav = c->client_floats;
+    const float *cav = c->state.client_floats;
     fednp_prior(mu, sigma, cav, cav + NP_DIM, f);
     for (int d = 0; d < NP_DIM; d++) {
         const double sr = 1.0 / (1.0 / sigma[d] - 1.0 / (double)cav[NP_DIM + d]);
         const double mr = sr * (mu[d] / sigma[d] - (double)cav[d] / (double)cav[NP_DIM + d]);
-        c->upload_scalars[d] = np_clamp(mr);
-        c->upload_scalars[NP_DIM + d] = np_clamp(sr);
+        c->state.upload_scalars[d] = np_clamp(mr);
+        c->state.upload_scalars[NP_DIM + d] = np_clamp(sr);
     }
-    c->upload_scalars[NP_SITE] = f;
+    c->state.upload_scalars[NP_SITE] = f;
     return FH_OK;
 }
 

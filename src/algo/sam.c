@@ -3,7 +3,7 @@
  * FedLESAM, FedLESAM-S, FedLESAM-D and FedLWSAM.
  *
  * The step order of the FL-Simulator family (spec 0.2), written once in sam_two_pass / lesam_pass:
- *   1. the perturbation comes from the pure minibatch-loss gradient (c->grad_pure: no correction, no clip,
+ *   1. the perturbation comes from the pure minibatch-loss gradient (c->state.grad_pure: no correction, no clip,
  *      no weight decay); the perturbed pass runs with BatchNorm running statistics frozen (spec 0.3);
  *   2. w is restored from a saved copy, bit for bit (the codes subtract eps again; spec 0.3 [PROPOSED]);
  *   3. the runtime's grad_terms adds the method's local terms and correction at w and clips (train.clip);
@@ -86,17 +86,17 @@ const AlgoOptionPart algo_k_norm_options = ALGO_OPTION_PART("k_norm", KNormOptio
 
 /* ---- shared ------------------------------------------------------------------------------------------- */
 
-/* Running means over the round's steps (c->step counts from 0; the scalars start at 0). */
+/* Running means over the round's steps (c->state.step counts from 0; the scalars start at 0). */
 static void diag_add(AlgoClientCtx *c, double eps_norm, double grad_norm)
 {
-    const AlgoSizes *z = c->sizes;
-    const double k = (double)(c->step + 1);
+    const AlgoSizes *z = c->round->sizes;
+    const double k = (double)(c->state.step + 1);
     if (z->upload_perturb_norm > 0) {
-        double *v = c->upload_scalars + z->upload_perturb_norm - 1;
+        double *v = c->state.upload_scalars + z->upload_perturb_norm - 1;
         *v += (eps_norm - *v) / k;
     }
     if (z->upload_grad_norm > 0) {
-        double *v = c->upload_scalars + z->upload_grad_norm - 1;
+        double *v = c->state.upload_scalars + z->upload_grad_norm - 1;
         *v += (grad_norm - *v) / k;
     }
 }
@@ -111,15 +111,15 @@ static void diag_sizes(AlgoSizes *z)
 
 static double norm_eps(const AlgoClientCtx *c)
 {
-    const AlgoLocalStep *st = c->method ? c->method->step : NULL;
+    const AlgoLocalStep *st = c->round->method ? c->round->method->step : NULL;
     return st && st->norm_eps > 0.0 ? st->norm_eps : SAM_NORM_EPS;
 }
 
 double algo_sam_radius(const AlgoClientCtx *c)
 {
-    const AlgoLocalStep *st = c->method ? c->method->step : NULL;
-    double rho = st && st->round_radius ? st->round_radius(c->setup, c->options, c->round)
-                                        : sam_radius_of(c->options)->rho;
+    const AlgoLocalStep *st = c->round->method ? c->round->method->step : NULL;
+    double rho = st && st->round_radius ? st->round_radius(c->round->setup, c->round->options, c->round->t)
+                                        : sam_radius_of(c->round->options)->rho;
     if (st && st->client_radius) rho = st->client_radius(c, rho);
     return rho;
 }
@@ -237,15 +237,15 @@ static double asam_perturb(const NnModel *m, float *w, float *g, double rho, dou
 static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss, const SamPass *o)
 {
     NnModel *m = c->model;
-    const int64_t P = c->n_params;
-    float *w = m->state, *g = m->grad, *saved = c->work;
-    float *g0 = o->perturb == PERTURB_GSAM || o->merge != 1.0 ? c->work + c->n_state : NULL;
+    const int64_t P = c->round->n_params;
+    float *w = m->state, *g = m->grad, *saved = c->state.work;
+    float *g0 = o->perturb == PERTURB_GSAM || o->merge != 1.0 ? c->state.work + c->round->n_state : NULL;
     const double e = norm_eps(c);
     double loss0 = 0.0, loss1 = 0.0;
-    c->grad_pure = 1;
+    c->state.grad_pure = 1;
     int status = grad(env, &loss0); /* fb 1 at w; BatchNorm statistics are updated here only */
     if (status != FH_OK) {
-        c->grad_pure = 0;
+        c->state.grad_pure = 0;
         return status;
     }
     const double gnorm = nn_vec_norm_f64(g, P);
@@ -285,7 +285,7 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
     status = grad(env, &loss1);
     m->bn_update_running = bn;
     nn_vec_copy(w, saved, P); /* exact restore */
-    c->grad_pure = 0;
+    c->state.grad_pure = 0;
     FH_CHECK(status);
     if (o->perturb == PERTURB_GSAM && o->gsam_alpha != 0.0) {
         /* GSAM: d = g_p - alpha (g - cos ||g|| g_p/||g_p||), the ascent on the part of g orthogonal to g_p */
@@ -302,9 +302,9 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
     }
     diag_add(c, eps_norm, gnorm);
     double value = loss0; /* the unperturbed loss is reported (FedLWSAM's L_i, spec 11) */
-    c->grad_terms(c, g, &value);
+    c->svc->grad_terms(c, g, &value);
     if (o->extra_decay != 0.0) nn_vec_axpy(g, (float)o->extra_decay, w, P);
-    c->optimizer_step(c, w, g);
+    c->svc->optimizer_step(c, w, g);
     *loss = value;
     return FH_OK;
 }
@@ -323,7 +323,7 @@ int algo_sam_step_with(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *los
 
 int algo_sam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
-    return algo_sam_step_with(c, grad, env, loss, sam_perturb_of(c->options));
+    return algo_sam_step_with(c, grad, env, loss, sam_perturb_of(c->round->options));
 }
 
 /* FedSpeed's own key: the merge of the unperturbed and perturbed gradients */
@@ -341,9 +341,9 @@ ALGO_OPTIONS_OF(speed_of, SpeedOptions, speed_options)
 /* FedSpeed (spec 6): SAM with the prox correction (correction part) and lambda w after the clip */
 static int speed_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
-    SamPass o = sam_pass_of(c, sam_perturb_of(c->options));
-    o.extra_decay = sam_lambda_of(c->options)->lambda;
-    o.merge = speed_of(c->options)->speed_merge;
+    SamPass o = sam_pass_of(c, sam_perturb_of(c->round->options));
+    o.extra_decay = sam_lambda_of(c->round->options)->lambda;
+    o.merge = speed_of(c->round->options)->speed_merge;
     return sam_two_pass(c, grad, env, loss, &o);
 }
 
@@ -351,8 +351,9 @@ static int speed_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
 static int smoo_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
     const SamPass o = { .perturb = PERTURB_SAM, .rho = algo_sam_radius(c), .merge = 1.0,
-                        .extra_decay = sam_lambda_of(c->options)->lambda, .mu = c->client_vecs + c->n_state,
-                        .s = c->server_vecs };
+                        .extra_decay = sam_lambda_of(c->round->options)->lambda,
+                        .mu = c->state.client_vecs + c->round->n_state,
+                        .s = c->round->server_vecs };
     return sam_two_pass(c, grad, env, loss, &o);
 }
 
@@ -372,10 +373,10 @@ static const AlgoLocalStep smoo_step_part = { .step = smoo_step };
 /* lambda (h_i - w^t) before the clip; lambda w comes after it (the step) */
 static void dyn_correct(AlgoClientCtx *c, float *grad)
 {
-    const float lambda = (float)sam_lambda_of(c->options)->lambda;
-    const float *h = c->client_vecs, *wt = c->global;
+    const float lambda = (float)sam_lambda_of(c->round->options)->lambda;
+    const float *h = c->state.client_vecs, *wt = c->round->global;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) grad[j] += lambda * (h[j] - wt[j]);
+    for (int64_t j = 0; j < c->round->n_params; j++) grad[j] += lambda * (h[j] - wt[j]);
 }
 
 static const AlgoGradCorrection dyn_correct_part = { .correct = dyn_correct };
@@ -386,12 +387,12 @@ static const AlgoGradCorrection dyn_correct_part = { .correct = dyn_correct };
  * Client: c_i <- c_i - c - Delta_i/(K eta), K = K_bar (k_norm = code) or the steps taken (actual). */
 static void cv_end(AlgoClientCtx *c, int k_norm)
 {
-    const double K = k_norm == K_NORM_CODE ? c->server_scalars[SC_K_BAR] : (double)c->step;
-    if (!(K > 0.0) || c->step == 0) return;
-    const double inv = 1.0 / (K * c->lr);
-    float *ci = c->client_vecs;
-    const float *sc = c->server_vecs, *y = c->model->state, *wt = c->global;
-    for (int64_t j = 0; j < c->n_params; j++)
+    const double K = k_norm == K_NORM_CODE ? c->round->server_scalars[SC_K_BAR] : (double)c->state.step;
+    if (!(K > 0.0) || c->state.step == 0) return;
+    const double inv = 1.0 / (K * c->round->lr);
+    float *ci = c->state.client_vecs;
+    const float *sc = c->round->server_vecs, *y = c->model->state, *wt = c->round->global;
+    for (int64_t j = 0; j < c->round->n_params; j++)
         ci[j] = (float)((double)ci[j] - (double)sc[j] - ((double)y[j] - (double)wt[j]) * inv);
 }
 
@@ -425,7 +426,7 @@ static int k_bar_init(AlgoServerCtx *s, float *global)
 
 static int gamma_end(AlgoClientCtx *c)
 {
-    cv_end(c, k_norm_of(c->options)->k_norm);
+    cv_end(c, k_norm_of(c->round->options)->k_norm);
     return FH_OK;
 }
 
@@ -444,8 +445,9 @@ static const AlgoServerUpdate gamma_update_part = { .update = gamma_update };
 static int smoo_end(AlgoClientCtx *c)
 {
     FH_CHECK(feddyn_end(c));
-    nn_vec_copy(c->upload_vecs, c->client_vecs + c->n_state, c->n_params);
-    memset(c->upload_vecs + c->n_params, 0, (size_t)(c->n_state - c->n_params) * sizeof(float));
+    nn_vec_copy(c->state.upload_vecs, c->state.client_vecs + c->round->n_state, c->round->n_params);
+    memset(c->state.upload_vecs + c->round->n_params, 0,
+           (size_t)(c->round->n_state - c->round->n_params) * sizeof(float));
     return FH_OK;
 }
 
@@ -484,7 +486,7 @@ ALGO_OPTIONS_OF(mofedsam_of, MoFedSamOptions, mofedsam_options)
 
 static void mofedsam_correct(AlgoClientCtx *c, float *grad)
 {
-    algo_fedcm_blend(c, grad, mofedsam_of(c->options)->alpha);
+    algo_fedcm_blend(c, grad, mofedsam_of(c->round->options)->alpha);
 }
 
 /* w^{t+1} = w^t + mean Delta; mom = -Delta_bar/(K eta_t), K = K_bar (code) or the mean steps of the round
@@ -556,55 +558,56 @@ ALGO_OPTIONS_OF(lesam_of, LesamOptions, lesam_options)
 
 static int lesam_begin(AlgoClientCtx *c)
 {
-    const int64_t P = c->n_params, N = c->n_state;
-    float *eps = c->work;
+    const int64_t P = c->round->n_params, N = c->round->n_state;
+    float *eps = c->state.work;
     memset(eps, 0, (size_t)P * sizeof(float));
     const double rho = algo_sam_radius(c);
-    const LesamOptions *o = lesam_of(c->options);
+    const LesamOptions *o = lesam_of(c->round->options);
     if (o->mode == LE_PAPER) {
         /* d = w_old - w^t; nothing stored before the first participation: no perturbation [PROPOSED] */
-        if (c->has_state) {
-            const float *old = c->client_vecs + (size_t)(c->sizes->client_vectors - 1) * N, *wt = c->global;
+        if (c->round->has_state) {
+            const float *old = c->state.client_vecs + (size_t)(c->round->sizes->client_vectors - 1) * N,
+                        *wt = c->round->global;
 #pragma omp simd
             for (int64_t j = 0; j < P; j++) eps[j] = old[j] - wt[j];
         }
     } else {
         /* d = -gu (round 0: gu = 0) */
-        const float *gu = c->server_vecs + (size_t)(c->sizes->server_vectors - 1) * N;
+        const float *gu = c->round->server_vecs + (size_t)(c->round->sizes->server_vectors - 1) * N;
 #pragma omp simd
         for (int64_t j = 0; j < P; j++) eps[j] = -gu[j];
     }
     if (o->compat == COMPAT_OFFICIAL) {
-        algo_lesam_official(c->model, eps, rho, c->work + N);
+        algo_lesam_official(c->model, eps, rho, c->state.work + N);
     } else {
         /* intended: eps = rho d/(||d|| + e) */
         const double n = nn_vec_norm_f64(eps, P);
         nn_vec_scale(eps, n > 0.0 ? (float)(rho / (n + norm_eps(c))) : 0.0f, P);
     }
     /* the round's ||eps|| is the diagnostic's running mean from the start; the step reads it back */
-    c->upload_scalars[c->sizes->upload_perturb_norm - 1] = nn_vec_norm_f64(eps, P);
+    c->state.upload_scalars[c->round->sizes->upload_perturb_norm - 1] = nn_vec_norm_f64(eps, P);
     return FH_OK;
 }
 
 static int lesam_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss, double extra_decay)
 {
     NnModel *m = c->model;
-    const int64_t P = c->n_params;
-    float *w = m->state, *g = m->grad, *eps = c->work, *saved = c->work + c->n_state;
-    const double eps_norm = c->upload_scalars[c->sizes->upload_perturb_norm - 1];
+    const int64_t P = c->round->n_params;
+    float *w = m->state, *g = m->grad, *eps = c->state.work, *saved = c->state.work + c->round->n_state;
+    const double eps_norm = c->state.upload_scalars[c->round->sizes->upload_perturb_norm - 1];
     if (eps_norm > 0.0) {
         nn_vec_copy(saved, w, P);
         nn_vec_axpy(w, 1.0f, eps, P);
     }
-    c->grad_pure = 1;
+    c->state.grad_pure = 1;
     const int status = grad(env, loss); /* the only fb, at w + eps: BatchNorm statistics come from it (0.3) */
-    c->grad_pure = 0;
+    c->state.grad_pure = 0;
     if (eps_norm > 0.0) nn_vec_copy(w, saved, P);
     FH_CHECK(status);
     diag_add(c, eps_norm, nn_vec_norm_f64(g, P));
-    c->grad_terms(c, g, loss);
+    c->svc->grad_terms(c, g, loss);
     if (extra_decay != 0.0) nn_vec_axpy(g, (float)extra_decay, w, P);
-    c->optimizer_step(c, w, g);
+    c->svc->optimizer_step(c, w, g);
     return FH_OK;
 }
 
@@ -615,14 +618,15 @@ static int lesam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
 
 static int lesam_d_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
-    return lesam_pass(c, grad, env, loss, sam_lambda_of(c->options)->lambda);
+    return lesam_pass(c, grad, env, loss, sam_lambda_of(c->round->options)->lambda);
 }
 
 /* paper mode: w_old <- w^t */
 static int lesam_end(AlgoClientCtx *c)
 {
-    if (lesam_of(c->options)->mode == LE_PAPER)
-        nn_vec_copy(c->client_vecs + (size_t)(c->sizes->client_vectors - 1) * c->n_state, c->global, c->n_state);
+    if (lesam_of(c->round->options)->mode == LE_PAPER)
+        nn_vec_copy(c->state.client_vecs + (size_t)(c->round->sizes->client_vectors - 1) * c->round->n_state,
+                    c->round->global, c->round->n_state);
     return FH_OK;
 }
 
@@ -644,15 +648,15 @@ static int lesam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
 /* FedLESAM-S: lambda (c - c_i) before the clip (the code scales SCAFFOLD's correction by lamb; spec 8) */
 static void lesam_s_correct(AlgoClientCtx *c, float *grad)
 {
-    const float lambda = (float)sam_lambda_of(c->options)->lambda;
-    const float *sc = c->server_vecs, *ci = c->client_vecs;
+    const float lambda = (float)sam_lambda_of(c->round->options)->lambda;
+    const float *sc = c->round->server_vecs, *ci = c->state.client_vecs;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) grad[j] += lambda * (sc[j] - ci[j]);
+    for (int64_t j = 0; j < c->round->n_params; j++) grad[j] += lambda * (sc[j] - ci[j]);
 }
 
 static int lesam_s_end(AlgoClientCtx *c)
 {
-    cv_end(c, k_norm_of(c->options)->k_norm);
+    cv_end(c, k_norm_of(c->round->options)->k_norm);
     return lesam_end(c);
 }
 
@@ -738,7 +742,9 @@ static void one_work_sizes(const AlgoSetup *s, AlgoSizes *z)
 
 /* ---- the registry rows -------------------------------------------------------------------------------- */
 
-#define SAM_STEP_PARTS &algo_sam_radius_options, &algo_sam_weights_options, &algo_sam_perturb_options, &algo_sam_schedule_options
+/* the parts of the rows with FedSAM's step: radius, weights, perturbation, radius schedule */
+#define SAM_STEP_PARTS \
+    &algo_sam_radius_options, &algo_sam_weights_options, &algo_sam_perturb_options, &algo_sam_schedule_options
 
 const AlgoMethod algo_family_sam[] = {
     {
@@ -878,7 +884,8 @@ const AlgoMethod algo_family_sam[] = {
         .n_client_vectors = 1,
         .n_server_vectors = 1,
         .n_server_scalars = 1,
-        .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &lesam_options, &algo_sam_lambda_options, &algo_k_norm_options },
+        .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &lesam_options, &algo_sam_lambda_options,
+                   &algo_k_norm_options },
         .tunes = {
             { "rho", NAN,
               "radius rho >= 0; spec default 0.1 (train.py; README example 0.5)" },

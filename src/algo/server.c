@@ -114,12 +114,12 @@ ALGO_OPTIONS_OF(prox_of, ProxOptions, prox_options)
 /* (mu/2) ||w - w^t||^2 over the parameters; gradient mu (w - w^t) */
 static double fedprox_term(AlgoClientCtx *c, const float *w, float *grad)
 {
-    const double mu_d = prox_of(c->options)->mu;
+    const double mu_d = prox_of(c->round->options)->mu;
     const float mu = (float)mu_d;
-    const float *g = c->global;
+    const float *g = c->round->global;
     double sq = 0.0;
 #pragma omp simd reduction(+ : sq)
-    for (int64_t j = 0; j < c->n_params; j++) {
+    for (int64_t j = 0; j < c->round->n_params; j++) {
         const float d = w[j] - g[j];
         grad[j] += mu * d;
         sq += (double)d * (double)d;
@@ -164,27 +164,28 @@ ALGO_OPTIONS_OF(scaffold_of, ScaffoldOptions, scaffold_options)
 
 static int64_t scaffold_epoch_steps(const AlgoClientCtx *c)
 {
-    const int64_t b = c->setup->batch_size;
-    return (c->n_samples + b - 1) / b;
+    const int64_t b = c->round->setup->batch_size;
+    return (c->round->n_samples + b - 1) / b;
 }
 
 /* option II: y <- y - lr (g + c - c_k), the correction added to the gradient before clipping (FL-Simulator) */
 void algo_scaffold_correct(AlgoClientCtx *c, float *grad)
 {
-    const float *sc = c->server_vecs, *ck = c->client_vecs;
+    const float *sc = c->round->server_vecs, *ck = c->state.client_vecs;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) grad[j] += sc[j] - ck[j];
+    for (int64_t j = 0; j < c->round->n_params; j++) grad[j] += sc[j] - ck[j];
 }
 
 static void scaffold_correct(AlgoClientCtx *c, float *grad)
 {
-    if (scaffold_of(c->options)->variant == SCAF_OPTION2) algo_scaffold_correct(c, grad);
+    if (scaffold_of(c->round->options)->variant == SCAF_OPTION2) algo_scaffold_correct(c, grad);
 }
 
 /* flood: one more epoch of plain training after the E corrected ones */
 static int scaffold_begin(AlgoClientCtx *c)
 {
-    if (scaffold_of(c->options)->variant == SCAF_FLOOD && c->n_steps > 0) c->n_steps += scaffold_epoch_steps(c);
+    if (scaffold_of(c->round->options)->variant == SCAF_FLOOD && c->state.n_steps > 0)
+        c->state.n_steps += scaffold_epoch_steps(c);
     return FH_OK;
 }
 
@@ -193,55 +194,55 @@ static int scaffold_begin(AlgoClientCtx *c)
 static int scaffold_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
     float *w = c->model->state;
-    if (scaffold_of(c->options)->variant != SCAF_FLOOD) {
+    if (scaffold_of(c->round->options)->variant != SCAF_FLOOD) {
         FH_CHECK(grad(env, loss));
-        c->optimizer_step(c, w, c->model->grad);
+        c->svc->optimizer_step(c, w, c->model->grad);
         return FH_OK;
     }
-    const int64_t main_steps = c->n_steps - scaffold_epoch_steps(c);
-    if (c->step == main_steps) {
-        nn_vec_copy(c->work, w, c->n_state);
-        if (c->momentum_buf) memset(c->momentum_buf, 0, (size_t)c->n_params * sizeof(float));
+    const int64_t main_steps = c->state.n_steps - scaffold_epoch_steps(c);
+    if (c->state.step == main_steps) {
+        nn_vec_copy(c->state.work, w, c->round->n_state);
+        if (c->state.momentum_buf) memset(c->state.momentum_buf, 0, (size_t)c->round->n_params * sizeof(float));
     }
     FH_CHECK(grad(env, loss));
-    c->optimizer_step(c, w, c->model->grad);
-    if (c->step < main_steps) {
-        const float lr = (float)c->lr, *sc = c->server_vecs, *ck = c->client_vecs;
+    c->svc->optimizer_step(c, w, c->model->grad);
+    if (c->state.step < main_steps) {
+        const float lr = (float)c->round->lr, *sc = c->round->server_vecs, *ck = c->state.client_vecs;
 #pragma omp simd
-        for (int64_t j = 0; j < c->n_params; j++) w[j] -= lr * (sc[j] - ck[j]);
+        for (int64_t j = 0; j < c->round->n_params; j++) w[j] -= lr * (sc[j] - ck[j]);
     }
     return FH_OK;
 }
 
 static int scaffold_end(AlgoClientCtx *c)
 {
-    float *ck = c->client_vecs, *up = c->upload_vecs, *y = c->model->state;
-    const float *sc = c->server_vecs, *wt = c->global;
-    const int64_t P = c->n_params;
-    memset(up + P, 0, (size_t)(c->n_state - P) * sizeof(float));
-    if (scaffold_of(c->options)->variant == SCAF_FLOOD) {
+    float *ck = c->state.client_vecs, *up = c->state.upload_vecs, *y = c->model->state;
+    const float *sc = c->round->server_vecs, *wt = c->round->global;
+    const int64_t P = c->round->n_params;
+    memset(up + P, 0, (size_t)(c->round->n_state - P) * sizeof(float));
+    if (scaffold_of(c->round->options)->variant == SCAF_FLOOD) {
         /* c_k <- (w_E - w') / (k_b lr), a fresh estimate; w_E is uploaded */
-        const int64_t kb = scaffold_epoch_steps(c), main_steps = c->n_steps - kb;
-        if (c->step <= main_steps) { /* stopped early (non-finite loss): nothing to estimate */
+        const int64_t kb = scaffold_epoch_steps(c), main_steps = c->state.n_steps - kb;
+        if (c->state.step <= main_steps) { /* stopped early (non-finite loss): nothing to estimate */
             nn_vec_copy(up, ck, P);
             return FH_OK;
         }
-        const double inv = 1.0 / ((double)kb * c->lr);
-        const float *wE = c->work;
+        const double inv = 1.0 / ((double)kb * c->round->lr);
+        const float *wE = c->state.work;
         for (int64_t j = 0; j < P; j++) {
             const float cn = (float)(((double)wE[j] - (double)y[j]) * inv);
             up[j] = cn;
             ck[j] = cn;
         }
-        nn_vec_copy(y, wE, c->n_state);
+        nn_vec_copy(y, wE, c->round->n_state);
         return FH_OK;
     }
     /* option II (SCAFFOLD Eq. 4): c_k+ = c_k - c + (w^t - y) / (K_k lr), K_k = steps taken (NIID-Bench) */
-    if (c->step == 0) {
+    if (c->state.step == 0) {
         memset(up, 0, (size_t)P * sizeof(float));
         return FH_OK;
     }
-    const double inv = 1.0 / ((double)c->step * c->lr);
+    const double inv = 1.0 / ((double)c->state.step * c->round->lr);
     for (int64_t j = 0; j < P; j++) {
         const float cn = (float)((double)ck[j] - (double)sc[j] + ((double)wt[j] - (double)y[j]) * inv);
         up[j] = (float)((double)cn - (double)ck[j]);
@@ -319,12 +320,12 @@ ALGO_OPTIONS_OF(dyn_of, DynOptions, dyn_options)
  * value: the paper's alpha <H_k, w> + (alpha/2) ||w - w^t||^2. */
 static double feddyn_term(AlgoClientCtx *c, const float *w, float *grad)
 {
-    const double alpha = dyn_of(c->options)->alpha;
+    const double alpha = dyn_of(c->round->options)->alpha;
     const float a = (float)alpha;
-    const float *g = c->global, *H = c->client_vecs;
+    const float *g = c->round->global, *H = c->state.client_vecs;
     double lin = 0.0, sq = 0.0;
 #pragma omp simd reduction(+ : lin, sq)
-    for (int64_t j = 0; j < c->n_params; j++) {
+    for (int64_t j = 0; j < c->round->n_params; j++) {
         const float d = w[j] - g[j];
         grad[j] += a * (d + H[j]);
         lin += (double)H[j] * (double)w[j];
@@ -336,10 +337,10 @@ static double feddyn_term(AlgoClientCtx *c, const float *w, float *grad)
 /* H_k += w_k - w^t */
 int feddyn_end(AlgoClientCtx *c)
 {
-    float *H = c->client_vecs;
-    const float *y = c->model->state, *g = c->global;
+    float *H = c->state.client_vecs;
+    const float *y = c->model->state, *g = c->round->global;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) H[j] += y[j] - g[j];
+    for (int64_t j = 0; j < c->round->n_params; j++) H[j] += y[j] - g[j];
     return FH_OK;
 }
 
@@ -380,7 +381,7 @@ static double fednova_norm(int64_t tau, double rho)
 /* upload scalar 0: a_k */
 static int fednova_end(AlgoClientCtx *c)
 {
-    c->upload_scalars[0] = fednova_norm(c->step, c->setup->momentum);
+    c->state.upload_scalars[0] = fednova_norm(c->state.step, c->round->setup->momentum);
     return FH_OK;
 }
 
@@ -443,9 +444,9 @@ ALGO_OPTIONS_OF(fedcm_of, FedCmOptions, fedcm_options)
 void algo_fedcm_blend(AlgoClientCtx *c, float *grad, double alpha)
 {
     const float a = (float)alpha, b = (float)(1.0 - alpha);
-    const float *D = c->server_vecs;
+    const float *D = c->round->server_vecs;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) grad[j] = a * grad[j] + b * D[j];
+    for (int64_t j = 0; j < c->round->n_params; j++) grad[j] = a * grad[j] + b * D[j];
 }
 
 /* w^{t+1} = w^t + eta_g mean(w_k - w^t); D = (w^t - mean w_k) / (K_loc lr), K_loc = mean steps of this
@@ -467,7 +468,8 @@ int algo_fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double
     return FH_OK;
 }
 
-static void fedcm_correct(AlgoClientCtx *c, float *grad) { algo_fedcm_blend(c, grad, fedcm_of(c->options)->alpha); }
+static void fedcm_correct(AlgoClientCtx *c, float *grad) { algo_fedcm_blend(c, grad,
+                                                                            fedcm_of(c->round->options)->alpha); }
 
 static int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {

@@ -565,7 +565,8 @@ static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t 
 {
     return (AlgoServerCtx){ .round = round, .rounds = run->s.rounds, .n_clients = run->n_clients,
                             .n_selected = n_selected, .selected = selected, .n_params = run->n_params,
-                            .n_state = run->n_state, .options = fl_method_options(&run->s), .setup = &run->work.setup, .sizes = &run->z,
+                            .n_state = run->n_state, .options = fl_method_options(&run->s),
+                            .setup = &run->work.setup, .sizes = &run->z,
                             .lr = lr, .current = run->global, .server_vecs = run->server_vecs,
                             .server_private = run->server_private, .server_scalars = run->server_scalars,
                             .client_sizes = run->client_sizes, .label_counts = run->data.label_counts,

@@ -255,7 +255,8 @@ int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int
             used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", h ? ", " : "", algo_option_at(m, h)->key);
         fh_config_free(&first);
         FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s is a key of %s, not of method %s%s%s (its keys: %s)", path, any[i].key,
-                owners, m->name, plugin ? " with plugin " : "", plugin ? plugin->name : "", algo_option_count(m) ? keys : "none");
+                owners, m->name, plugin ? " with plugin " : "", plugin ? plugin->name : "",
+                algo_option_count(m) ? keys : "none");
     }
     fh_config_free(&first);
     if (!m) FH_FAIL(FH_ERR_USAGE, "%s: [algo] method is unknown", path);

@@ -20,8 +20,8 @@ static int stub_calls;
 static int stub_eval(AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out)
 {
     stub_calls++;
-    const double v = state == c->global ? stub_global[c->client]
-                     : state == c->model->state ? stub_own[c->client] : stub_other[c->client];
+    const double v = state == c->round->global ? stub_global[c->round->client]
+                     : state == c->model->state ? stub_own[c->round->client] : stub_other[c->round->client];
     out->loss = v;
     out->accuracy = out->balanced_accuracy = v;
     return FH_OK;
@@ -30,6 +30,8 @@ static int stub_eval(AlgoClientCtx *c, NnModel *model, const float *state, AlgoL
 typedef struct {
     NnModel model;
     AlgoClientCtx c;
+    AlgoClientRound round;
+    AlgoClientServices svc;
     AlgoSetup setup;
     AlgoSizes z;
     double up[4];
@@ -44,9 +46,11 @@ static void fake_client(FakeClient *f, const AlgoMethod *m, AlgoOptions o, int K
                             .n_params = n_params, .n_state = n_state, .optimizer = "sgd", .lr = lr };
     algo_sizes(m, &f->setup, &f->z);
     f->model.state = w;
-    f->c = (AlgoClientCtx){ .model = &f->model, .global = global, .upload_scalars = f->up, .options = o,
-                            .setup = &f->setup, .sizes = &f->z, .client = client, .round = round,
-                            .n_params = n_params, .n_state = n_state, .lr = lr, .eval_local = stub_eval };
+    f->round = (AlgoClientRound){ .client = client, .t = round, .lr = lr, .n_params = n_params, .n_state = n_state,
+                                  .setup = &f->setup, .sizes = &f->z, .options = o, .method = m, .global = global };
+    f->svc = (AlgoClientServices){ .eval_local = stub_eval };
+    f->c = (AlgoClientCtx){ .model = &f->model, .round = &f->round, .svc = &f->svc,
+                            .state = { .upload_scalars = f->up } };
 }
 
 static AlgoServerCtx server(const AlgoMethod *m, AlgoOptions o, AlgoSetup *setup, AlgoSizes *z, int K, int round,
@@ -437,8 +441,8 @@ static void test_fedlw_weights_hand_example(void)
     FakeClient fc;
     AlgoOptionBlock ob;
     fake_client(&fc, m, options_default(&ob, m), 3, 0, 0, x, x, 1, 1, 0.1);
-    fc.c.loss_sample_sum = 16 * 0.5 + 16 * 0.7 + 4 * 1.1;
-    fc.c.samples_seen = 36;
+    fc.c.state.loss_sample_sum = 16 * 0.5 + 16 * 0.7 + 4 * 1.1;
+    fc.c.state.samples_seen = 36;
     CHECK_OK(m->report->end(&fc.c));
     CHECK_NEAR(fc.up[0], (8 + 11.2 + 4.4) / 36, 1e-12);
 }
@@ -467,7 +471,8 @@ static void test_fednolowe_weights_hand_example(void)
     CHECK(p[0] == p[3] && p[0] > 0);
     /* persistent_optimizer keeps one momentum vector per client and needs SGD with momentum */
     AlgoOptionBlock pb;
-    AlgoSetup ps = { .options = OPTIONS(&pb, m, { "persistent_optimizer", 1 }), .n_clients = 4, .optimizer = "sgd", .momentum = 0.9 };
+    AlgoSetup ps = { .options = OPTIONS(&pb, m, { "persistent_optimizer", 1 }), .n_clients = 4, .optimizer = "sgd",
+                     .momentum = 0.9 };
     algo_sizes(m, &ps, &z);
     CHECK(z.client_vectors == 1);
     CHECK_OK(m->validate(m, &ps));

@@ -26,8 +26,8 @@ static void test_radius_schedule(void)
     CHECK(ism->step && ism->step->round_radius == NULL && ism->step->step == plus->step->step);
     AlgoOptionBlock ob;
     const AlgoOptions o = options_default(&ob, plus);
-    CHECK(option_value(o, "rho_max") == 0.1 && option_value(o, "tau") == 0.5 && option_value(o, "q") == 2.0 && option_value(o, "beta") == 0.5 &&
-          option_value(o, "horizon") == 0.0);
+    CHECK(option_value(o, "rho_max") == 0.1 && option_value(o, "tau") == 0.5 && option_value(o, "q") == 2.0);
+    CHECK(option_value(o, "beta") == 0.5 && option_value(o, "horizon") == 0.0);
     CHECK(option_value(o, "perturb") == 2 && option_value(o, "gsam_alpha") == 0.1 && option_value(o, "saga") == 0);
     const int Ts[] = { 1, 2, 7, 300 };
     const double taus[] = { 0.5, 1.0, 2.0, 0.25 };
@@ -60,15 +60,17 @@ static void test_radius_schedule(void)
     /* what the local step reads */
     AlgoSizes z;
     algo_sizes(plus, &s, &z);
-    AlgoClientCtx c = { .options = o, .setup = &s, .sizes = &z, .method = plus, .round = 3 };
+    const AlgoClientRound r = { .t = 3, .setup = &s, .sizes = &z, .options = o, .method = plus };
+    const AlgoClientCtx c = { .round = &r };
     CHECK(algo_sam_radius(&c) == 0.1 * pow(0.4, 0.5));
     AlgoOptionBlock ib;
     const AlgoOptions hi = options_default(&ib, ism);
-    CHECK(option_value(hi, "rho") == 0.05 && option_value(hi, "q") == 2.0 && option_value(hi, "beta") == 0.5 && option_value(hi, "perturb") == 2 &&
-          option_value(hi, "gsam_alpha") == 0.1);
+    CHECK(option_value(hi, "rho") == 0.05 && option_value(hi, "q") == 2.0 && option_value(hi, "beta") == 0.5);
+    CHECK(option_value(hi, "perturb") == 2 && option_value(hi, "gsam_alpha") == 0.1);
     AlgoSetup si = { .options = hi, .rounds = 5 };
-    AlgoClientCtx ci = { .options = hi, .setup = &si, .sizes = &z, .method = ism };
-    for (ci.round = 0; ci.round < 5; ci.round++) CHECK(algo_sam_radius(&ci) == 0.05);
+    AlgoClientRound ri = { .setup = &si, .sizes = &z, .options = hi, .method = ism };
+    const AlgoClientCtx ci = { .round = &ri };
+    for (ri.t = 0; ri.t < 5; ri.t++) CHECK(algo_sam_radius(&ci) == 0.05);
 }
 
 /* refused: rho_max < 0 or not finite, tau <= 0, q < 0, horizon between 0 and fl.rounds or fractional; the
@@ -181,7 +183,9 @@ static void test_local_sharpness(void)
     memcpy(state, m.state, (size_t)S * 4);
     memcpy(copy, m.state, (size_t)S * 4);
     nn_model_set_training(&m, 1);
-    AlgoClientCtx c = { .model = &m, .for_each_local_batch = fake_for_each, .n_params = m.n_params, .n_state = S };
+    const AlgoClientRound r = { .n_params = m.n_params, .n_state = S };
+    const AlgoClientServices svc = { .for_each_local_batch = fake_for_each };
+    AlgoClientCtx c = { .model = &m, .round = &r, .svc = &svc };
     double l0, l1, r0, r1;
     passes = 0;
     CHECK_OK(algo_local_sharpness(&c, &m, state, 0.07, 0, pert, &l0, &l1));
@@ -217,9 +221,9 @@ static void test_local_sharpness(void)
         CHECK(z.upload_radius == 4 && z.client_column_first == 0 && !strcmp(z.client_columns, "saga_score,l0,l1,rho"));
         CHECK(z.server_scalars == 0 && z.client_vectors == 0);
         float *w = calloc((size_t)(z.work_vectors * S), sizeof(float));
-        AlgoClientCtx cc = { .model = &m, .global = state, .upload_scalars = up, .options = o, .setup = &s, .sizes = &z,
-                             .work = w, .round = 2, .n_params = m.n_params, .n_state = S, .method = meth,
-                             .for_each_local_batch = fake_for_each };
+        const AlgoClientRound rc = { .t = 2, .n_params = m.n_params, .n_state = S, .setup = &s, .sizes = &z,
+                                     .options = o, .method = meth, .global = state };
+        AlgoClientCtx cc = { .model = &m, .round = &rc, .svc = &svc, .state = { .upload_scalars = up, .work = w } };
         const double rho = r == 0 ? 0.1 * sqrt(3.0 / 4.0) : 0.05;
         CHECK_OK(algo_sam_sharpness(&m, state, set_x, set_y, ROWS, rho, work, &r0, &r1));
         for (int v = 0; v < 2; v++) {
@@ -259,7 +263,8 @@ static void server_init(Server *v, const char *name, int K)
 {
     memset(v, 0, sizeof *v);
     v->m = algo_find(name);
-    v->setup = (AlgoSetup){ .options = options_default(&v->options, v->m), .n_clients = K, .rounds = 10, .n_params = 3, .n_state = 5 };
+    v->setup = (AlgoSetup){ .options = options_default(&v->options, v->m), .n_clients = K, .rounds = 10,
+                            .n_params = 3, .n_state = 5 };
     algo_sizes(v->m, &v->setup, &v->z);
     CHECK(v->z.server_scalars == 2 * K);
 }
@@ -267,7 +272,8 @@ static void server_init(Server *v, const char *name, int K)
 static AlgoServerCtx server_ctx(Server *v, int round, int m)
 {
     return (AlgoServerCtx){ .round = round, .rounds = 10, .n_clients = v->setup.n_clients, .n_selected = m,
-                            .n_params = 3, .n_state = 5, .options = v->setup.options, .setup = &v->setup, .sizes = &v->z,
+                            .n_params = 3, .n_state = 5, .options = v->setup.options, .setup = &v->setup,
+                            .sizes = &v->z,
                             .current = v->cur, .server_scalars = v->scalars };
 }
 

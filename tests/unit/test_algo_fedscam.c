@@ -38,6 +38,8 @@ static void test_radius_decreases_in_h(void)
 /* probe batch b's loss 0.5 sum_j a_bj (w_j - t_bj)^2: gradient a_bj (w_j - t_bj) */
 typedef struct {
     AlgoClientCtx c;
+    AlgoClientRound round;
+    AlgoClientServices svc;
     AlgoSetup setup;
     AlgoSizes z;
     NnModel m;
@@ -50,7 +52,7 @@ typedef struct {
 
 static int fake_probe(AlgoClientCtx *c, int index, const float *state, double *loss, int64_t *rows)
 {
-    Fake *f = (Fake *)c;
+    Fake *f = c->runtime;
     f->calls++;
     *rows = 0;
     *loss = 0.0;
@@ -82,10 +84,12 @@ static void fake_init(Fake *f, const char *name, double scale)
             f->t[b][j] = fh_rng_uniform(&rng) * 2.0 - 1.0;
         }
     f->batches = 3;
-    f->c = (AlgoClientCtx){ .model = &f->m, .global = f->global, .server_scalars = f->u, .upload_scalars = f->up,
-                            .options = o, .setup = &f->setup, .sizes = &f->z, .work = f->work, .n_params = P,
-                            .n_state = P, .n_samples = 12, .n_steps = 3, .lr = 0.1, .method = meth,
-                            .probe_grad = fake_probe };
+    f->round = (AlgoClientRound){ .lr = 0.1, .n_samples = 12, .n_params = P, .n_state = P, .setup = &f->setup,
+                                  .sizes = &f->z, .options = o, .method = meth, .global = f->global,
+                                  .server_scalars = f->u };
+    f->svc = (AlgoClientServices){ .probe_grad = fake_probe };
+    f->c = (AlgoClientCtx){ .model = &f->m, .round = &f->round, .svc = &f->svc, .runtime = f,
+                            .state = { .upload_scalars = f->up, .work = f->work, .n_steps = 3 } };
 }
 
 static double vnorm(const double *x, int n)
@@ -98,9 +102,9 @@ static double vnorm(const double *x, int n)
 /* h_i, the pilot at w_t + e_p, c_i against a known u, h_adj, rho_i, by hand */
 static void expect_begin(Fake *f, int wa)
 {
-    const double rho_max = wa ? 0.0 : option_value(f->c.options, "rho_max");
-    const double alpha = wa ? 0.0 : option_value(f->c.options, "alpha_rho");
-    const double kappa = option_value(f->c.options, "kappa");
+    const double rho_max = wa ? 0.0 : option_value(f->round.options, "rho_max");
+    const double alpha = wa ? 0.0 : option_value(f->round.options, "alpha_rho");
+    const double kappa = option_value(f->round.options, "kappa");
     double h = 0.0, g0[P], n0 = 0.0;
     for (int b = 0; b < f->batches && b < 3; b++) {
         double sq = 0.0;
@@ -143,25 +147,25 @@ static void test_client_begin(void)
         Fake f;
         fake_init(&f, wa ? "fedscam_wa" : "fedscam", 1.0);
         /* round 0: u = 0, c = 0, h_adj = h */
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         CHECK(f.calls == (wa ? 3 : 4)); /* B = 3 probes (+ the pilot) */
         CHECK(f.up[UP_C] == 0.0);
         expect_begin(&f, wa);
         /* a direction u aligned with the pilot direction: c = 1 and h_adj = h (1 - kappa) */
         memcpy(f.u, f.up + UP_Z, sizeof f.u);
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         CHECK_NEAR(f.up[UP_C], 1.0, 1e-12);
         expect_begin(&f, wa);
         /* an arbitrary u, and a client with a single batch */
         for (int j = 0; j < D; j++) f.u[j] = j - 1.5;
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         expect_begin(&f, wa);
         f.batches = 1;
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         expect_begin(&f, wa);
         /* state untouched; the step's radius hook gives rho_i */
         CHECK(!memcmp(f.state, f.global, sizeof f.state));
-        if (!wa) CHECK(f.c.method->step->client_radius(&f.c, 0.05) == f.up[UP_RHO]);
+        if (!wa) CHECK(f.round.method->step->client_radius(&f.c, 0.05) == f.up[UP_RHO]);
     }
 }
 
@@ -172,7 +176,7 @@ static void test_radius_ordering_through_begin(void)
     for (double scale = 0.25; scale < 20.0; scale *= 2.0) {
         Fake f;
         fake_init(&f, "fedscam", scale);
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         CHECK(f.up[UP_H] > last_h);
         CHECK_MSG(f.up[UP_RHO] < last, "scale %g: rho %g after %g", scale, f.up[UP_RHO], last);
         last = f.up[UP_RHO];
@@ -192,7 +196,7 @@ static void test_client_end(void)
         delta[j] = f.state[j] - f.global[j];
         sq += (double)delta[j] * delta[j];
     }
-    CHECK_OK(f.c.method->report->end(&f.c));
+    CHECK_OK(f.round.method->report->end(&f.c));
     double z[D];
     fedscam_project(11, 0, delta, NULL, P, 1.0 / sqrt(sq), D, z);
     CHECK_NEAR(f.up[UP_DNORM], sqrt(sq), 1e-15);
@@ -313,7 +317,8 @@ typedef struct {
 static void server_init(Server *v, const AlgoMethod *m, int n_up)
 {
     memset(v, 0, sizeof *v);
-    v->setup = (AlgoSetup){ .options = OPTIONS(&v->options, m, { "proj_dim", D }), .n_clients = 6, .per_round = n_up, .rounds = 10, .n_params = P, .n_state = P,
+    v->setup = (AlgoSetup){ .options = OPTIONS(&v->options, m, { "proj_dim", D }), .n_clients = 6, .per_round = n_up,
+                            .rounds = 10, .n_params = P, .n_state = P,
                             .optimizer = "sgd", .lr = 0.1, .seed = 11 };
     algo_sizes(m, &v->setup, &v->z);
     const int64_t n[4] = { 30, 10, 25, 40 };
@@ -323,7 +328,8 @@ static void server_init(Server *v, const AlgoMethod *m, int n_up)
     }
     for (int j = 0; j < P; j++) v->current[j] = 0.01f * (float)j;
     v->s = (AlgoServerCtx){ .round = 2, .rounds = 10, .n_clients = 6, .n_selected = n_up, .n_params = P, .n_state = P,
-                            .options = v->setup.options, .setup = &v->setup, .sizes = &v->z, .lr = 0.1, .current = v->current,
+                            .options = v->setup.options, .setup = &v->setup, .sizes = &v->z, .lr = 0.1,
+                            .current = v->current,
                             .server_scalars = v->u };
 }
 

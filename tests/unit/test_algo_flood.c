@@ -33,10 +33,8 @@ static void test_mask_marks_the_quantile(void)
     const double qs[] = { 0.7, 0.5, 0.05, 0.95 };
     for (size_t t = 0; t < sizeof qs / sizeof qs[0]; t++) {
         option_set(&ob, m, "flood_q", qs[t]);
-        AlgoClientCtx c;
-        memset(&c, 0, sizeof c);
-        c.options = o;
-        c.round = 3;
+        const AlgoClientRound r = { .t = 3, .options = o };
+        AlgoClientCtx c = { .round = &r };
         AlgoBatch b = { NULL, NULL, B, C, logits, NULL, 0 };
         CHECK_OK(m->sample_weights->weigh(&c, &b, weights));
         /* threshold = the floor(q (B - 1))-th smallest score; strictly below it: weight lambda */
@@ -148,9 +146,8 @@ static void test_ash_in_the_mask(void)
     for (int i = 0; i < 30; i++) in[i] = (float)sin(1.7 * i);
     CHECK_OK(nn_model_forward(&net, in, 5));
     const NnLayer *cls = &net.layers[net.n_layers - 1];
-    AlgoClientCtx c;
-    memset(&c, 0, sizeof c);
-    c.options = o, c.round = 2, c.model = &net;
+    const AlgoClientRound r = { .t = 2, .options = o };
+    AlgoClientCtx c = { .model = &net, .round = &r };
     AlgoBatch b = { in, NULL, 5, 3, nn_model_logits(&net), nn_model_features(&net), nn_model_features_size(&net) };
     float weights[5], scratch[10];
     double sc[5], sorted[5];

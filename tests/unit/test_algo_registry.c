@@ -45,7 +45,8 @@ static void test_option_parts_declared(void)
 {
     for (int i = 0; i < algo_count(); i++) {
         const AlgoMethod *m = algo_at(i);
-        CHECK_MSG(algo_options_size(m) <= ALGO_OPTIONS_BYTES, "%s: options of %zu bytes", m->name, algo_options_size(m));
+        CHECK_MSG(algo_options_size(m) <= ALGO_OPTIONS_BYTES, "%s: options of %zu bytes", m->name,
+                  algo_options_size(m));
         for (int p = 0; p < ALGO_MAX_PARTS && m->parts[p]; p++) {
             const AlgoOptionPart *part = m->parts[p];
             CHECK_MSG(part->name && part->n > 0 && part->size > 0, "%s: part %d", m->name, p);
@@ -118,7 +119,8 @@ static const char *tiny_config(const char *data)
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
     if (!f) return path;
-    fprintf(f, "[data]\npath = %s\n[model]\nname = mlp\n[train]\noptimizer = sgd\nlr = 0.05\nbatch_size = 8\nsteps = 2\n"
+    fprintf(f,
+            "[data]\npath = %s\n[model]\nname = mlp\n[train]\noptimizer = sgd\nlr = 0.05\nbatch_size = 8\nsteps = 2\n"
             "[fl]\nrounds = %d\nselection = all\nseed = 3\n[output]\ndir = %s\n",
             data, ROUNDS, tmp_root);
     fclose(f);
@@ -169,7 +171,8 @@ static void run_row(const char *config, const char *name, const char *plugin)
     FlRecordLayout l;
     fl_record_layout(&l, z, N);
     char *rec = calloc(K, l.bytes);
-    float *global = calloc((size_t)(1 + z->server_vectors) * N, sizeof(float)), *next = calloc((size_t)N, sizeof(float));
+    float *global = calloc((size_t)(1 + z->server_vectors) * N, sizeof(float)), *next = calloc((size_t)N,
+                                                                                               sizeof(float));
     float *priv = calloc((size_t)(z->server_private + 1) * N, sizeof(float));
     double *scalars = calloc((size_t)(z->server_scalars + 1), sizeof(double)), p[K];
     int64_t client_sizes[K];

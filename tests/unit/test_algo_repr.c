@@ -59,9 +59,10 @@ static void test_moon_contrastive_gradient(void)
     AlgoOptionBlock ob;
     const AlgoOptions o = OPTIONS(&ob, moon, { "mu", 1.7 }, { "tau", 0.5 });
     AlgoSetup setup = { .seed = 5 };
-    AlgoClientCtx c = { .global = wg, .client_vecs = wp, .has_state = 1, .options = o, .setup = &setup, .n_state = P };
-    c.aux[0] = &g;
-    c.aux[1] = &prev;
+    AlgoClientRound c_round = { .global = wg, .has_state = 1, .options = o, .setup = &setup, .n_state = P };
+    AlgoClientCtx c = { .round = &c_round, .state = { .client_vecs = wp } };
+    c.state.aux[0] = &g;
+    c.state.aux[1] = &prev;
     CHECK_OK(moon_begin(&c));
     AlgoBatch b = { x, NULL, B, 2, NULL, z, D };
     memset(dz, 0, sizeof dz);
@@ -103,7 +104,7 @@ static void test_moon_contrastive_gradient(void)
     for (int k = 0; k < B * D; k++) CHECK(dz[k] == 0.0f);
 
     /* first participation: the previous model is w^0 of fl.seed */
-    c.has_state = 0;
+    c_round.has_state = 0;
     CHECK_OK(moon_begin(&c));
     nn_model_init_params(&fresh, 5);
     CHECK(memcmp(prev.state, fresh.state, (size_t)P * sizeof(float)) == 0);
@@ -147,10 +148,11 @@ static void test_moon_head_gradient(void)
     nn_model_init_params(&prev, 13);
     memcpy(wg, g.state, (size_t)m.n_state * sizeof(float));
     memcpy(wp, prev.state, (size_t)m.n_state * sizeof(float));
-    AlgoClientCtx c = { .global = wg, .client_vecs = wp, .has_state = 1, .options = o, .setup = &setup,
-                        .n_state = m.n_state };
-    c.aux[0] = &g;
-    c.aux[1] = &prev;
+    const AlgoClientRound c_round = { .global = wg, .has_state = 1, .options = o, .setup = &setup,
+                                      .n_state = m.n_state };
+    AlgoClientCtx c = { .round = &c_round, .state = { .client_vecs = wp } };
+    c.state.aux[0] = &g;
+    c.state.aux[1] = &prev;
     CHECK_OK(moon_begin(&c));
     float x[B * 6], dlogits[B * 3] = { 0 }, dfeat[B * PROJ];
     fill(x, B * 6, -1, 1, 9);
@@ -244,7 +246,8 @@ static void test_decorr_gradient(void)
     /* through the hook: beta scales value and gradient; beta = 0 adds exact zeros */
     const AlgoMethod *decorr = algo_find("feddecorr");
     AlgoOptionBlock ob;
-    AlgoClientCtx c = { .options = OPTIONS(&ob, decorr, { "beta", 0.1 }), .work = work };
+    const AlgoClientRound c_round = { .options = OPTIONS(&ob, decorr, { "beta", 0.1 }) };
+    AlgoClientCtx c = { .round = &c_round, .state = { .work = work } };
     AlgoBatch b = { NULL, NULL, B, 2, NULL, z, D };
     float dz2[B * D] = { 0 };
     CHECK_NEAR(decorr_batch_term(&c, &b, NULL, dz2), 0.1 * L, 1e-9);
@@ -368,7 +371,8 @@ static void test_fedgkd_buffer(void)
         CHECK(variant ? z.server_vectors == 2 && z.server_private == 0 : z.server_vectors == 1 && z.server_private == 2);
         float vecs[2 * P] = { 0 }, priv[2 * P] = { 0 }, global[P];
         double sc[2] = { 0, 0 };
-        AlgoServerCtx s = { .n_params = P, .n_state = P, .options = o, .setup = &setup, .sizes = &z, .server_vecs = vecs,
+        AlgoServerCtx s = { .n_params = P, .n_state = P, .options = o, .setup = &setup, .sizes = &z,
+                            .server_vecs = vecs,
                             .server_private = priv, .server_scalars = sc };
         float g[3][P] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { -1, 0, 2, 16 } };
         double one = 1.0;

@@ -107,7 +107,8 @@ static void test_fedprox_term(void)
     const AlgoOptions o = options_default(&ob, m);
     option_set(&ob, m, "mu", 0.5);
     float global[S] = { 1, 2, 9 }, w[S] = { 2, 0, 4 }, grad[S] = { 0.1f, 0.2f, 0.3f };
-    AlgoClientCtx c = { .global = global, .options = o, .n_params = P, .n_state = S };
+    const AlgoClientRound c_round = { .global = global, .options = o, .n_params = P, .n_state = S };
+    AlgoClientCtx c = { .round = &c_round };
     double value = m->local_term->grad_term(&c, w, grad);
     CHECK_NEAR(value, 0.25 * (1 + 4), 1e-12); /* (mu/2)||w - w^t||^2 over the parameters only */
     CHECK_NEAR(grad[0], 0.1 + 0.5 * 1, 1e-6);
@@ -138,9 +139,10 @@ static void test_scaffold_client_by_hand(void)
     NnModel model;
     memset(&model, 0, sizeof model);
     model.state = y;
-    AlgoClientCtx c = { .model = &model, .global = global, .server_vecs = cs, .client_vecs = ck, .upload_vecs = up,
-                        .options = o, .setup = &setup, .n_params = P, .n_state = S, .step = 4, .n_steps = 4, .lr = 0.1,
-                        .n_samples = 16 };
+    const AlgoClientRound c_round = { .global = global, .server_vecs = cs, .options = o, .setup = &setup,
+                                      .n_params = P, .n_state = S, .lr = 0.1, .n_samples = 16 };
+    AlgoClientCtx c = { .model = &model, .round = &c_round,
+                        .state = { .client_vecs = ck, .upload_vecs = up, .step = 4, .n_steps = 4 } };
     m->correction->correct(&c, grad);
     CHECK_NEAR(grad[0], 1 + 0.1 - 0.3, 1e-6);
     CHECK_NEAR(grad[1], 1 - 0.2 - 0.4, 1e-6);
@@ -215,9 +217,11 @@ static void test_scaffold_variate_is_mean_of_clients(void)
             NnModel model;
             memset(&model, 0, sizeof model);
             model.state = y[k];
-            AlgoClientCtx c = { .model = &model, .global = global, .server_vecs = cs, .client_vecs = ck[k],
-                                .upload_vecs = dc[k], .options = o, .setup = &setup, .n_params = P, .n_state = S,
-                                .step = 3 + k, .n_steps = 3 + k, .lr = 0.05, .n_samples = 12 };
+            const AlgoClientRound c_round = { .global = global, .server_vecs = cs, .options = o, .setup = &setup,
+                                              .n_params = P, .n_state = S, .lr = 0.05, .n_samples = 12 };
+            AlgoClientCtx c = { .model = &model, .round = &c_round,
+                                .state = { .client_vecs = ck[k], .upload_vecs = dc[k], .step = 3 + k,
+                                           .n_steps = 3 + k } };
             CHECK_OK(m->report->end(&c));
             u[i] = (AlgoUpload){ k, 12, 3 + k, 0, NULL, y[k], dc[k] };
         }
@@ -246,7 +250,8 @@ static void test_feddyn_by_hand(void)
     NnModel model;
     memset(&model, 0, sizeof model);
     model.state = w;
-    AlgoClientCtx c = { .model = &model, .global = global, .client_vecs = H, .options = o, .n_params = P, .n_state = S };
+    const AlgoClientRound c_round = { .global = global, .options = o, .n_params = P, .n_state = S };
+    AlgoClientCtx c = { .model = &model, .round = &c_round, .state = { .client_vecs = H } };
     /* gradient alpha (w - w^t + H), value alpha <H, w> + (alpha/2)||w - w^t||^2 */
     double value = m->local_term->grad_term(&c, w, grad);
     CHECK_NEAR(grad[0], 0.5 * (1 + 0.5), 1e-7);
@@ -277,7 +282,8 @@ static void test_fednova_by_hand(void)
     CHECK(m && m->report && m->update && m->validate);
     AlgoSetup setup = { .momentum = 0.9, .optimizer = "sgd" };
     double scalar = 0;
-    AlgoClientCtx c = { .setup = &setup, .upload_scalars = &scalar, .step = 5 };
+    const AlgoClientRound c_round = { .setup = &setup };
+    AlgoClientCtx c = { .round = &c_round, .state = { .upload_scalars = &scalar, .step = 5 } };
     CHECK_OK(m->report->end(&c));
     CHECK_NEAR(scalar, (5 - 0.9 * (1 - pow(0.9, 5)) / 0.1) / 0.1, 1e-12); /* 13.1441 */
     CHECK_NEAR(scalar, 13.1441, 1e-9);
@@ -321,7 +327,8 @@ static void test_fedcm_by_hand(void)
     const AlgoOptions o = options_default(&ob, m);
     option_set(&ob, m, "alpha", 0.25);
     float D[S] = { 4, -8, 0 }, grad[S] = { 1, 2, 3 };
-    AlgoClientCtx c = { .server_vecs = D, .options = o, .n_params = P, .n_state = S };
+    const AlgoClientRound c_round = { .server_vecs = D, .options = o, .n_params = P, .n_state = S };
+    AlgoClientCtx c = { .round = &c_round };
     m->correction->correct(&c, grad);
     CHECK_NEAR(grad[0], 0.25 * 1 + 0.75 * 4, 1e-7);
     CHECK_NEAR(grad[1], 0.25 * 2 + 0.75 * -8, 1e-7);

@@ -37,14 +37,15 @@ static void test_wmsam_server_round(void)
     two_params(&m, w, gbuf);
     Fake f;
     fake_init(&f, "fedwmsam", &m);
-    const AlgoMethod *meth = f.c.method;
+    const AlgoMethod *meth = f.round.method;
     CHECK(f.z.client_vectors == 1 && f.z.server_vectors == 2 && f.z.server_scalars == 2 && f.z.work_vectors == 4);
     CHECK(f.z.metric_scalar == 2 && f.z.upload_perturb_norm == 1 && f.z.upload_grad_norm == 2);
     fake_set(&f, "eta_g", 2.0);
     int64_t sizes[3] = { 8, 20, 12 };
     float sv[4] = { 0 }, next[2];
     const float cur[2] = { 1.0f, 1.0f };
-    AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .options = f.c.options, .setup = &f.setup, .sizes = &f.z,
+    AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .options = f.round.options, .setup = &f.setup,
+                        .sizes = &f.z,
                         .lr = 0.5, .current = cur, .server_vecs = sv, .server_scalars = f.server_scalars,
                         .client_sizes = sizes };
     CHECK_OK(meth->server_init(&s, next));
@@ -106,7 +107,7 @@ static void test_wmsam_personalised_momentum(void)
     two_params(&m, w, gbuf);
     Fake f;
     fake_init(&f, "fedwmsam", &m);
-    const AlgoMethod *meth = f.c.method;
+    const AlgoMethod *meth = f.round.method;
     f.global[0] = 0.3f, f.global[1] = 0.4f;
     f.server_scalars[1] = 0.2;
     f.server_vecs[0] = 1.0f, f.server_vecs[1] = 2.0f;  /* c */
@@ -131,8 +132,8 @@ static void test_wmsam_personalised_momentum(void)
     /* the end of the round: c_k <- c_k - c - Delta_k/(K_bar eta) */
     f.server_scalars[0] = 4.0;
     w[0] = 0.1f, w[1] = 0.8f;
-    f.c.step = 3;
-    f.c.lr = 0.5;
+    f.c.state.step = 3;
+    f.round.lr = 0.5;
     CHECK_OK(meth->report->end(&f.c));
     CHECK_NEAR(f.client_vecs[0], 0.0 - 1.0 - (0.1 - 0.3) / 2.0, 1e-6);
     CHECK_NEAR(f.client_vecs[1], 1.0 - 2.0 - (0.8 - 0.4) / 2.0, 1e-6);
@@ -159,7 +160,7 @@ static int quad_grad(void *env, double *loss)
         *loss += 0.5 * (double)m->grad[j] * m->grad[j];
     }
     q->calls++;
-    CHECK(q->c->grad_pure == 1);
+    CHECK(q->c->state.grad_pure == 1);
     return FH_OK;
 }
 
@@ -173,7 +174,7 @@ static void test_wmsam_step(void)
         fake_init(&f, "fedwmsam", &m);
         fake_set(&f, "compat", compat);
         fake_set(&f, "rho", 0.05);
-        const AlgoMethod *meth = f.c.method;
+        const AlgoMethod *meth = f.round.method;
         Quad q = { .c = &f.c };
         float x0[14], momk[14];
         for (int j = 0; j < 14; j++) {
@@ -186,7 +187,7 @@ static void test_wmsam_step(void)
         memcpy(momk, f.work, sizeof momk);
         /* b = 0: x_0 = target_0, no perturbation */
         double loss;
-        f.c.step = 0;
+        f.c.state.step = 0;
         CHECK_OK(meth->step->step(&f.c, quad_grad, &q, &loss));
         CHECK(memcmp(q.seen, x0, sizeof x0) == 0);
         CHECK(f.up[0] == 0.0);
@@ -199,7 +200,7 @@ static void test_wmsam_step(void)
         }
         memcpy(x1, m.state, sizeof x1);
         /* b = 1: delta = x_r + mom_k - x_1 */
-        f.c.step = 1;
+        f.c.state.step = 1;
         CHECK_OK(meth->step->step(&f.c, quad_grad, &q, &loss));
         double delta[14], n = 0.0, l1 = 0.0;
         for (int j = 0; j < 14; j++) {
@@ -241,7 +242,7 @@ static void test_afedsam_schedule(void)
     two_params(&m, w, gbuf);
     Fake f;
     fake_init(&f, "afedsam", &m);
-    const AlgoMethod *meth = f.c.method;
+    const AlgoMethod *meth = f.round.method;
     CHECK(f.z.aux_models == 1 && f.z.server_scalars == 1 && f.z.server_vectors == 0 && f.z.metric_scalar == 1);
     CHECK(f.z.work_vectors == 1 && f.z.upload_perturb_norm == 1);
     fake_set(&f, "mu_max", 2.0);
@@ -252,7 +253,8 @@ static void test_afedsam_schedule(void)
     int64_t sizes[2] = { 8, 8 };
     float tbar[2], next[2] = { 1.0f, -1.0f };
     const float cur[2] = { 1.0f, -1.0f }, y[2] = { 3.0f, 1.0f };
-    AlgoServerCtx s = { .n_clients = 2, .n_params = 2, .n_state = 2, .options = f.c.options, .setup = &f.setup, .sizes = &f.z,
+    AlgoServerCtx s = { .n_clients = 2, .n_params = 2, .n_state = 2, .options = f.round.options, .setup = &f.setup,
+                        .sizes = &f.z,
                         .lr = 0.1, .current = cur, .server_vecs = tbar, .server_scalars = f.server_scalars,
                         .client_sizes = sizes };
     f.server_scalars[0] = 7.0;
@@ -282,8 +284,8 @@ static void test_afedsam_distillation(void)
     two_layer_model(&ref);
     Fake f;
     fake_init(&f, "afedsam", &student);
-    const AlgoMethod *meth = f.c.method;
-    f.c.aux[0] = &teacher;
+    const AlgoMethod *meth = f.round.method;
+    f.c.state.aux[0] = &teacher;
     for (int j = 0; j < 14; j++) f.global[j] = ref.state[j] = (float)(0.05 * j - 0.3);
     float x[4 * 3];
     for (int i = 0; i < 12; i++) x[i] = (float)(0.1 * i - 0.4);
