@@ -513,7 +513,7 @@ static const AlgoGradCorrection gamma_correct_part = { .correct = algo_scaffold_
 /* Paper mode: the last client vector is w_old (the global model the client last received). Code mode: the
  * last server vector is gu = w^t - w^{t-1} (broadcast). FedLESAM-S: client vector 0 c_i, server vector 0 c;
  * FedLESAM-D: client vector 0 h_i, server-only vector 0 sum_k h_k. work[0]: eps of the round; work[1]: the
- * saved weights. */
+ * saved weights (lesam_w_old and the functions after it name them). */
 
 /* [CODE-BUG] LESAM.py (spec 8; also FedWMSAM's WMSAM.py, spec 9): d becomes the official perturbation, tensor j
  * the constant rho d[j] / (sum_{j<J} |d[j]| + 1e-7), d[j] the j-th element of the flat vector, J the number of
@@ -556,29 +556,47 @@ static const AlgoOption lesam_keys[] = {
 static const AlgoOptionPart lesam_options = ALGO_OPTION_PART("fedlesam", LesamOptions, lesam_keys);
 ALGO_OPTIONS_OF(lesam_of, LesamOptions, lesam_options)
 
+/* The layout above by name: w_old (paper mode), gu (code mode), eps and the saved weights */
+static float *lesam_w_old(const AlgoClientCtx *c)
+{
+    return c->state.client_vecs + (size_t)(c->round->sizes->client_vectors - 1) * c->round->n_state;
+}
+
+static const float *lesam_gu(const AlgoClientCtx *c)
+{
+    return c->round->server_vecs + (size_t)(c->round->sizes->server_vectors - 1) * c->round->n_state;
+}
+
+static float *lesam_gu_server(const AlgoServerCtx *s)
+{
+    return s->server_vecs + (size_t)(s->sizes->server_vectors - 1) * s->n_state;
+}
+
+static float *lesam_eps(const AlgoClientCtx *c) { return c->state.work; }
+static float *lesam_saved(const AlgoClientCtx *c) { return c->state.work + c->round->n_state; }
+
 static int lesam_begin(AlgoClientCtx *c)
 {
-    const int64_t P = c->round->n_params, N = c->round->n_state;
-    float *eps = c->state.work;
+    const int64_t P = c->round->n_params;
+    float *eps = lesam_eps(c);
     memset(eps, 0, (size_t)P * sizeof(float));
     const double rho = algo_sam_radius(c);
     const LesamOptions *o = lesam_of(c->round->options);
     if (o->mode == LE_PAPER) {
         /* d = w_old - w^t; nothing stored before the first participation: no perturbation [PROPOSED] */
         if (c->round->has_state) {
-            const float *old = c->state.client_vecs + (size_t)(c->round->sizes->client_vectors - 1) * N,
-                        *wt = c->round->global;
+            const float *old = lesam_w_old(c), *wt = c->round->global;
 #pragma omp simd
             for (int64_t j = 0; j < P; j++) eps[j] = old[j] - wt[j];
         }
     } else {
         /* d = -gu (round 0: gu = 0) */
-        const float *gu = c->round->server_vecs + (size_t)(c->round->sizes->server_vectors - 1) * N;
+        const float *gu = lesam_gu(c);
 #pragma omp simd
         for (int64_t j = 0; j < P; j++) eps[j] = -gu[j];
     }
     if (o->compat == COMPAT_OFFICIAL) {
-        algo_lesam_official(c->model, eps, rho, c->state.work + N);
+        algo_lesam_official(c->model, eps, rho, lesam_saved(c)); /* its scratch until the first step */
     } else {
         /* intended: eps = rho d/(||d|| + e) */
         const double n = nn_vec_norm_f64(eps, P);
@@ -593,7 +611,7 @@ static int lesam_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
 {
     NnModel *m = c->model;
     const int64_t P = c->round->n_params;
-    float *w = m->state, *g = m->grad, *eps = c->state.work, *saved = c->state.work + c->round->n_state;
+    float *w = m->state, *g = m->grad, *eps = lesam_eps(c), *saved = lesam_saved(c);
     const double eps_norm = c->state.upload_scalars[c->round->sizes->upload_perturb_norm - 1];
     if (eps_norm > 0.0) {
         nn_vec_copy(saved, w, P);
@@ -625,8 +643,7 @@ static int lesam_d_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
 static int lesam_end(AlgoClientCtx *c)
 {
     if (lesam_of(c->round->options)->mode == LE_PAPER)
-        nn_vec_copy(c->state.client_vecs + (size_t)(c->round->sizes->client_vectors - 1) * c->round->n_state,
-                    c->round->global, c->round->n_state);
+        nn_vec_copy(lesam_w_old(c), c->round->global, c->round->n_state);
     return FH_OK;
 }
 
@@ -634,7 +651,7 @@ static int lesam_end(AlgoClientCtx *c)
 static void lesam_global_step(AlgoServerCtx *s, const float *global)
 {
     if (lesam_of(s->options)->mode != LE_CODE) return;
-    float *gu = s->server_vecs + (size_t)(s->sizes->server_vectors - 1) * s->n_state;
+    float *gu = lesam_gu_server(s);
     for (int64_t j = 0; j < s->n_params; j++) gu[j] = global[j] - s->current[j];
 }
 
