@@ -20,22 +20,121 @@
  *
  * Sizes are data: how many persistent per-client vectors, server vectors (broadcast each round) and
  * server-only vectors, server scalars (broadcast), upload scalars and vectors a method needs; a method whose
- * sizes depend on its hyperparameters or on K computes them in `sizes`. All vectors have the model's state
- * layout (n_state floats: trainable parameters first, then buffers). */
+ * sizes depend on its options or on K computes them in `sizes`. All vectors have the model's state
+ * layout (n_state floats: trainable parameters first, then buffers).
+ *
+ * Options are named: a part's keys live in its own struct, declared once (AlgoOption, AlgoOptionPart); a row
+ * lists the parts it uses, and every hook reads them from the view it is given (AlgoSetup, AlgoClientRound and
+ * AlgoServerCtx .options) with algo_options or the part's typed accessor (ALGO_OPTIONS_OF).
+ *
+ * A client hook gets an AlgoClientCtx: the model it trains (model->state = w), the round (AlgoClientRound:
+ * client, round t, lr, sizes, options, w^t and the broadcast server vectors and scalars; read-only), the
+ * client's state (AlgoClientState: persistent vectors, upload scalars and vectors, scratch, extra models, the
+ * step counters; the hooks write it) and the runtime's services (AlgoClientServices: the optimiser step picked
+ * at setup, grad_terms, local evaluation and passes, probe gradients). A plug-in's hooks get the same with the
+ * plug-in's options and its own upload scalars. */
 #ifndef FEDHET_ALGO_H
 #define FEDHET_ALGO_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "fedhet/nn.h"
 
-#define ALGO_MAX_HP 12 /* hyperparameters per method */
 #define ALGO_MAX_AUX 2 /* extra model instances per client rank */
+
+struct AlgoMethod;
+
+/* ---- named options ----------------------------------------------------------------------------------
+ * A part of a method (the SAM step, the FedCM blend, FLOOD, a method's own rules) reads its [algo] keys from
+ * its own struct, declared once with a table of AlgoOption (key = the field's name, its offset, default,
+ * range, help): an AlgoOptionPart. A method row lists the parts it uses (AlgoMethod.parts, in the order
+ * fedhet methods NAME lists their keys); the config fills one block per run with every part of the row at its
+ * own aligned offset, and hooks fetch their part's struct from the view with algo_options(view, &part),
+ * usually through a typed accessor of the part. */
+
+#define ALGO_MAX_PARTS 8        /* option parts per method row */
+#define ALGO_MAX_TUNES 4        /* per-row defaults / help of shared parts' keys */
+#define ALGO_OPTIONS_BYTES 512  /* one run's options: the row's parts at aligned offsets (the registry test checks) */
+
+typedef enum { ALGO_OPTION_NUMBER, ALGO_OPTION_CHOICE } AlgoOptionType;
+
+typedef struct {
+    const char *key;      /* config key in [algo]: the field's name */
+    size_t offset;        /* offsetof the field in the part's struct: a double (number) or an int (choice index) */
+    AlgoOptionType type;
+    double default_value; /* a number, or the index of the default choice */
+    double lo, hi;        /* inclusive range of a number, unless lo_open / hi_open */
+    const char *choices;  /* a choice's "a|b|c" (NULL for a number) */
+    const char *help;
+    unsigned char lo_open, hi_open;
+} AlgoOption;
+
+/* The first members of an AlgoOption: the key named after field `f` of struct T, checked to be a double
+ * (number) or an int (choice) at compile time. */
+#define ALGO_FIELD_(T, f, C) #f, offsetof(T, f) + 0 * sizeof(char[_Generic(((T *)0)->f, C: 1, default: -1)])
+#define ALGO_NUMBER(T, f) ALGO_FIELD_(T, f, double), ALGO_OPTION_NUMBER
+#define ALGO_CHOICE(T, f) ALGO_FIELD_(T, f, int), ALGO_OPTION_CHOICE
+
+typedef struct AlgoOptionPart {
+    const char *name;        /* in messages and tests */
+    size_t size;             /* sizeof the part's struct */
+    int n;
+    const AlgoOption *keys;  /* [n] */
+} AlgoOptionPart;
+#define ALGO_OPTION_PART(name, T, keys) { name, sizeof(T), (int)(sizeof keys / sizeof keys[0]), keys }
+/* A part's typed accessor: `const T *fn(AlgoOptions o)`, its struct in the view */
+#define ALGO_OPTIONS_OF(fn, T, part) \
+    static inline const T *fn(AlgoOptions o) { return (const T *)algo_options(o, &(part)); }
+
+/* A row's own default and help for a key of a shared part (a method whose radius or text differs). */
+typedef struct {
+    const char *key;
+    double default_value; /* NAN: the part's */
+    const char *help;     /* NULL: the part's */
+} AlgoOptionTune;
+
+/* One run's options: storage for a row's parts, filled at setup (algo_options_reset, algo_option_set). */
+typedef union {
+    max_align_t align;
+    unsigned char bytes[ALGO_OPTIONS_BYTES];
+} AlgoOptionBlock;
+
+/* What hooks see: the row whose parts are in the block (a plug-in's hooks get the plug-in's view). */
+typedef struct {
+    const struct AlgoMethod *row;
+    const AlgoOptionBlock *block;
+} AlgoOptions;
+
+/* The struct of `part` in view o; a row without that part aborts naming both (a programming error). */
+const void *algo_options(AlgoOptions o, const AlgoOptionPart *part);
+/* The same, NULL when the row does not list the part (for a hook shared by rows with and without it). */
+const void *algo_options_find(AlgoOptions o, const AlgoOptionPart *part);
+/* The row's keys, part by part: i in [0, algo_option_count(m)). */
+int algo_option_count(const struct AlgoMethod *m);
+const AlgoOption *algo_option_at(const struct AlgoMethod *m, int i);
+/* key `key` of m, NULL if m has none */
+const AlgoOption *algo_option_find(const struct AlgoMethod *m, const char *key);
+/* the key's default and help for row m (the row's tune, else the part's) */
+double algo_option_default(const struct AlgoMethod *m, const AlgoOption *o);
+const char *algo_option_help(const struct AlgoMethod *m, const AlgoOption *o);
+/* choice `index` of o: its text (not NUL-terminated) and length; NULL past the last */
+const char *algo_option_choice(const AlgoOption *o, int index, int *len);
+/* the index of choice `text` of o, -1 if it is none of them */
+int algo_option_choice_index(const AlgoOption *o, const char *text);
+/* bytes m's block uses (its parts at aligned offsets) */
+size_t algo_options_size(const struct AlgoMethod *m);
+/* every key of m at its default */
+void algo_options_reset(AlgoOptionBlock *b, const struct AlgoMethod *m);
+/* key `key` of m := value (a choice: its index); FH_ERR_USAGE for a key m does not have */
+int algo_option_set(AlgoOptionBlock *b, const struct AlgoMethod *m, const char *key, double value);
+/* the value of key o in view (o a key of view.row; a choice: its index) */
+double algo_option_value(AlgoOptions view, const AlgoOption *o);
 
 /* What a method may know of the run's configuration (validation, sizes, hooks). */
 typedef struct {
-    const double *hp;        /* the method's hyperparameters, in the order of AlgoMethod.hp */
+    AlgoOptions options;     /* the method's [algo] keys */
     int n_clients;           /* K */
     int per_round;           /* clients per round when fixed (selection all|count|fraction), -1 (bernoulli) */
     int all_clients;         /* 1: selection = all */
@@ -83,35 +182,58 @@ typedef struct {
     double loss, accuracy, balanced_accuracy; /* mean CE; balanced: mean recall over the classes present */
 } AlgoLocalEval;
 
-struct AlgoBatch;
+struct AlgoClientCtx;
 
-/* What client-side hooks see. */
-typedef struct AlgoClientCtx {
-    NnModel *model;           /* model->state is the client's working vector w */
-    const float *global;      /* w^t, the state broadcast this round */
-    const float *server_vecs; /* [server_vectors * n_state], broadcast with w^t */
-    const double *server_scalars; /* [server_scalars], broadcast with w^t */
-    float *client_vecs;       /* [client_vectors * n_state], this client's persistent vectors */
-    float *client_floats;     /* [client_floats] */
-    int has_state;            /* 0 until this client has finished a round (its persistent state is unset) */
-    float *upload_vecs;       /* [upload_vectors * n_state] sent besides the model */
-    double *upload_scalars;   /* [upload_scalars] */
-    const double *hp;         /* the method's hyperparameters, in the order of AlgoMethod.hp */
+/* What a client's hooks know of its round: set by the runtime before report->begin, read-only to hooks. */
+typedef struct {
+    int client;                   /* k */
+    int t;                        /* the round, from 0 (w^t was broadcast for it) */
+    int slot;                     /* the client's position in the round's selection */
+    double lr;                    /* the local lr of this round */
+    int64_t n_samples;            /* n_k, the client's training rows */
+    int64_t n_params, n_state;
+    int has_state;                /* 0 until this client has finished a round (its persistent state is unset) */
     const AlgoSetup *setup;
     const AlgoSizes *sizes;
-    NnModel *aux[ALGO_MAX_AUX]; /* [sizes.aux_models] models of the same architecture, for extra forwards */
-    float *work;              /* [work_vectors * n_state] scratch */
-    const int32_t *label_counts; /* [classes] of this client */
-    int client, round, slot_in_round; /* slot_in_round: position of the client in the round's selection */
-    int64_t n_samples, step, n_steps, n_params, n_state;
-    double lr;
-    double loss_sample_sum;   /* sum over steps of batch-mean loss x batch size (FedNoLoWe's L_k) */
+    AlgoOptions options;          /* the method's keys (a plug-in's hooks: the plug-in's) */
+    const struct AlgoMethod *method; /* the run's method (the host's row while a plug-in's hook runs) */
+    const float *global;          /* w^t, the state broadcast this round */
+    const float *server_vecs;     /* [server_vectors * n_state], broadcast with w^t */
+    const double *server_scalars; /* [server_scalars], broadcast with w^t */
+    const int32_t *label_counts;  /* [classes] of this client */
+} AlgoClientRound;
+
+/* The client's own state during the round: views into the runtime's buffers, which hooks write. */
+typedef struct {
+    float *client_vecs;           /* [client_vectors * n_state], this client's persistent vectors */
+    float *client_floats;         /* [client_floats] */
+    float *upload_vecs;           /* [upload_vectors * n_state] sent besides the model */
+    double *upload_scalars;       /* [upload_scalars] (a plug-in's hooks: its own, which follow the host's) */
+    float *work;                  /* [work_vectors * n_state] scratch */
+    NnModel *aux[ALGO_MAX_AUX];   /* [sizes.aux_models] models of the same architecture, for extra forwards */
+    float *momentum_buf;          /* the SGD momentum buffer [n_params], NULL without momentum */
+    int momentum_kept;            /* set by report->begin after loading momentum_buf: the first step continues
+                                   * that buffer (an optimiser kept across rounds, FedNoLoWe) instead of starting it */
+    /* SAM-family steps (spec algorithms-sam 0.2): while grad_pure = 1 the grad callback returns the pure
+     * minibatch-loss gradient (loss and batch terms only: no local terms, correction or clip), from which a
+     * perturbation is computed; the services' grad_terms then adds what it left out */
+    int grad_pure;
+    /* kept by the runtime: the step (from 0) and the round's steps (report->begin may add to n_steps: SCAFFOLD's
+     * flood variant), the sum over steps of batch-mean loss x batch size (FedNoLoWe's L_k), the rows seen */
+    int64_t step, n_steps;
+    double loss_sample_sum;
     int64_t samples_seen;
-    float *momentum_buf;      /* the SGD momentum buffer [n_params], NULL without momentum */
-    int momentum_kept;        /* set by report->begin after loading momentum_buf: the first step continues
-                               * that buffer (an optimiser kept across rounds, FedNoLoWe) instead of starting it */
-    /* the configured optimiser's update of w (trainable part) with grad; used by step hooks */
+} AlgoClientState;
+
+struct AlgoBatch;
+
+/* What the runtime does for client hooks (one const table per runtime; c->runtime is its data). */
+typedef struct {
+    /* the configured optimiser's update of w (trainable part) with grad, picked at setup; used by step hooks */
     void (*optimizer_step)(struct AlgoClientCtx *c, float *w, const float *grad);
+    /* after the backward pass of a grad_pure pass: adds to grad at model->state what the pure gradient left out
+     * (local terms, correction, clip, in that order) and the local terms' value to *loss */
+    void (*grad_terms)(struct AlgoClientCtx *c, float *grad, double *loss);
     /* evaluates `state` on this client's whole training set in eval mode, without augmentation (uses
      * model's activations and the batch buffers: call it from report hooks, not inside a step) */
     int (*eval_local)(struct AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out);
@@ -119,14 +241,6 @@ typedef struct AlgoClientCtx {
      * ends the pass and is returned */
     int (*for_each_local_batch)(struct AlgoClientCtx *c, NnModel *model, const float *state,
                                 int (*fn)(void *env, const struct AlgoBatch *b), void *env);
-    void *optimizer;
-    /* SAM-family steps (spec algorithms-sam 0.2): while grad_pure = 1 the grad callback returns the pure
-     * minibatch-loss gradient (loss and batch terms only: no local terms, correction or clip), from which a
-     * perturbation is computed; grad_terms then adds what it left out to grad at model->state (local terms,
-     * correction, clip, in that order) and the local terms' value to *loss */
-    int grad_pure;
-    void (*grad_terms)(struct AlgoClientCtx *c, float *grad, double *loss);
-    const struct AlgoMethod *method; /* the run's method (the host's row while a plug-in's hook runs) */
     /* Probe gradients (FedSCAM's heterogeneity score and pilot, spec algorithms-sam 10), from report->begin only:
      * minibatch `index` (0, 1, ...; the training batch size) of an extra shuffle of this client's data, Philox
      * (seed, shuffle) with counter (client, round, epoch 0xFFFFFFFF), never a training step; forwarded at `state`
@@ -134,6 +248,16 @@ typedef struct AlgoClientCtx {
      * sample weights, no method terms) into *loss and its gradient into model->grad. *rows: the batch's rows, 0
      * past the client's last batch (the probe never starts a second pass). model->state is left as it was. */
     int (*probe_grad)(struct AlgoClientCtx *c, int index, const float *state, double *loss, int64_t *rows);
+} AlgoClientServices;
+
+/* What client-side hooks see: the model they train, the round (read-only), the client's state and the
+ * runtime's services. */
+typedef struct AlgoClientCtx {
+    NnModel *model;               /* model->state is the client's working vector w */
+    const AlgoClientRound *round;
+    AlgoClientState state;
+    const AlgoClientServices *svc;
+    void *runtime;                /* the services' own data */
 } AlgoClientCtx;
 
 /* Computes the mean loss of the current batch at model->state and its gradient (local terms and
@@ -171,15 +295,16 @@ typedef struct {
 } AlgoGradCorrection;
 
 typedef struct {
-    /* one local step; the default calls grad once and then c->optimizer_step */
+    /* one local step; the default calls grad once and then c->svc->optimizer_step */
     int (*step)(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
     /* SAM-family steps only (src/algo/sam.c; NULL / 0: the default). The radius of a step is
-     * client_radius(c, round_radius(setup, hp, round)): round_radius gives rho(t) of every client of a round
-     * (FedISM+'s progressive radius; NULL: the method's key `rho`), and is checked for every round at
+     * client_radius(c, round_radius(setup, options, round)): round_radius gives rho(t) of every client of a round
+     * (FedISM+'s progressive radius; NULL: the key rho of the shared part algo_sam_radius_options), and is checked
+     * for every round at
      * validation (NaN or negative: refused naming the method's keys); client_radius turns it into this
      * client's radius (FedSCAM; NULL: rho(t) itself). norm_eps is e in eps = rho g / (||g|| + e) (0: 1e-7,
      * FL-Simulator). A method with its own radius sets these two hooks and reuses algo_sam_step. */
-    double (*round_radius)(const AlgoSetup *s, const double *hp, int round);
+    double (*round_radius)(const AlgoSetup *s, AlgoOptions o, int round);
     double (*client_radius)(const AlgoClientCtx *c, double rho);
     double norm_eps;
 } AlgoLocalStep;
@@ -205,7 +330,7 @@ typedef struct {
     int n_selected;
     const int32_t *selected;      /* this round's clients in selection order */
     int64_t n_params, n_state;
-    const double *hp;
+    AlgoOptions options;          /* the method's keys (a plug-in's weights: the plug-in's) */
     const AlgoSetup *setup;
     const AlgoSizes *sizes;
     double lr;                    /* the local lr of this round */
@@ -230,15 +355,6 @@ typedef struct {
      * ascending client id) */
     int (*update)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global);
 } AlgoServerUpdate;
-
-typedef struct {
-    const char *key;     /* config key in [algo] */
-    double default_value;
-    double lo, hi;       /* inclusive range, unless lo_open / hi_open */
-    const char *choices; /* NULL: a number; else "a|b|c", and the value is the index of the choice */
-    const char *help;
-    unsigned char lo_open, hi_open;
-} AlgoHyper;
 
 typedef struct AlgoMethod {
     const char *name;
@@ -265,12 +381,14 @@ typedef struct AlgoMethod {
      * weights compose with the host's; its upload scalars follow the host's); plugin_refuse names hosts it
      * cannot join: NULL, or a reason for host `host` */
     int plugin;
-    const char *(*plugin_refuse)(const struct AlgoMethod *host, const double *host_hp);
+    const char *(*plugin_refuse)(const struct AlgoMethod *host, AlgoOptions host_options);
     /* 1: the method's paper compares clean and corrupted test sets (spec C.5, C.6; FedISM); a run whose data
      * has no corrupted test set says at the start that those metrics are off */
     int quality_shift;
-    int n_hp;
-    AlgoHyper hp[ALGO_MAX_HP];
+    /* the option parts the method's hooks read (NULL-terminated unless full), and its own defaults and help
+     * for keys of shared parts */
+    const AlgoOptionPart *parts[ALGO_MAX_PARTS];
+    AlgoOptionTune tunes[ALGO_MAX_TUNES];
 } AlgoMethod;
 
 /* The registry: NULL for an unknown name. */
@@ -281,8 +399,11 @@ const AlgoMethod *algo_at(int i);
 const char *algo_choices(void);
 /* "none|flood|...": the methods usable as plug-ins */
 const char *algo_plugin_choices(void);
-/* index of hyperparameter `key` of m, or -1 */
-int algo_hp_index(const AlgoMethod *m, const char *key);
+/* a row's options as the hooks see them */
+static inline AlgoOptions algo_options_view(const AlgoMethod *m, const AlgoOptionBlock *b)
+{
+    return (AlgoOptions){ m, b };
+}
 /* The sizes of m under setup (the fixed counts, then m->sizes). */
 void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
 

@@ -218,6 +218,10 @@ void nn_vec_scale(float *x, float a, int64_t n);
 void nn_vec_copy(float *dst, const float *src, int64_t n);
 float nn_vec_dot(const float *x, const float *y, int64_t n);
 float nn_vec_norm(const float *x, int64_t n);
+/* the same in double accumulation (x.y, ||x||, ||x - y||), without BLAS */
+double nn_vec_dot_f64(const float *x, const float *y, int64_t n);
+double nn_vec_norm_f64(const float *x, int64_t n);
+double nn_vec_dist_f64(const float *x, const float *y, int64_t n);
 
 /* ---- model zoo (spec/models.md) --------------------------------------------------------------------- */
 typedef struct {

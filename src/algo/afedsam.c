@@ -1,7 +1,7 @@
 /* A-FedSAM (spec algorithms-sam 15, RECONSTRUCTED: the seed lost every formula and no code was found), family
- * 'wmsam': its parts; its registry row, with the keys in the order of AfKey, is in fedwmsam.c's family table.
+ * 'wmsam': its parts; its registry row is in fedwmsam.c's family table.
  *
- * FedSAM's local SAM step (sam.c's algo_sam_step: SAM, ASAM or GSAM after the keys at hp 0-4) with a KL
+ * FedSAM's local SAM step (sam.c's algo_sam_step: SAM, ASAM or GSAM after the shared perturbation part) with a KL
  * distillation term from the global model at the perturbed point, weighted by a growing mu_t:
  *   g    = grad CE(w; xi)                                  fb 1 (no distillation)
  *   r    = grad [CE(w + eps; xi) + mu_t T^2 KL(softmax(z_t/T) || softmax(z(w + eps)/T))]   fb 2
@@ -19,9 +19,30 @@
 
 #include "fedhet/core.h"
 
-/* hp 0-4 are FedSAM's (rho, weights, perturb, asam_eta, gsam_alpha: algo_sam_step reads them there) */
-enum AfKey { AF_MU_MAX = 5, AF_LAMBDA, AF_TEMPERATURE, AF_TEACHER, AF_N_HP };
+/* A-FedSAM's own keys; the radius, weights and perturbation are sam.c's parts */
 enum { AF_TEACHER_GLOBAL, AF_TEACHER_EMA };
+typedef struct {
+    double mu_max, lambda, temperature;
+    int teacher;
+} AfedsamOptions;
+static const AlgoOption afedsam_keys[] = {
+    { ALGO_NUMBER(AfedsamOptions, mu_max), 1.0, 0.0, 1e6, NULL,
+      "limit mu_max >= 0 of the distillation weight mu_t = (1 - lambda) mu_{t-1} + lambda mu_max, mu_0 = 0 "
+      "(the paper: an exponentially weighted moving average, small early, growing) [RECON: value 1 "
+      "PROPOSED]; 0 is FedSAM bit for bit", 0, 0 },
+    { ALGO_NUMBER(AfedsamOptions, lambda), 0.01, 0.0, 1.0, NULL,
+      "growth rate lambda in [0, 1] of mu_t (the paper's lambda: too small, weak guidance; too large, strong "
+      "guidance too early) [RECON: 0.01 per round PROPOSED]; also the teacher = ema rate; 0 keeps mu_t = 0", 0, 0 },
+    { ALGO_NUMBER(AfedsamOptions, temperature), 4.0, 1.0, 1000.0, NULL,
+      "distillation temperature T >= 1 of mu_t T^2 KL(softmax(z_t/T) || softmax(z/T)); spec default 4 (the "
+      "paper, following FedGKD: 1 -> 4 improves, higher worse)", 0, 0 },
+    { ALGO_CHOICE(AfedsamOptions, teacher), AF_TEACHER_GLOBAL, 0, 0, "global|ema",
+      "global (w^t, the received global model: no extra download, the paper's claim; default) or ema (the "
+      "server's average tbar <- (1 - lambda) tbar + lambda w^{t+1} from tbar_0 = w^0, +1P down) [RECON]. "
+      "The spec's third option (KL at the unperturbed w, a third backward) is not implemented", 0, 0 },
+};
+const AlgoOptionPart afedsam_options = ALGO_OPTION_PART("afedsam", AfedsamOptions, afedsam_keys);
+ALGO_OPTIONS_OF(afedsam_of, AfedsamOptions, afedsam_options)
 enum { AF_SC_MU };
 
 /* mu_{t+1} = (1 - lambda) mu_t + lambda mu_max (spec 15) */
@@ -30,10 +51,12 @@ static double afedsam_next_mu(double mu, double lambda, double mu_max) { return 
 /* the teacher into aux[0], eval mode (nothing while mu_t = 0) */
 static int afedsam_begin(AlgoClientCtx *c)
 {
-    if (!(c->server_scalars[AF_SC_MU] > 0.0)) return FH_OK;
-    NnModel *t = c->aux[0];
+    if (!(c->round->server_scalars[AF_SC_MU] > 0.0)) return FH_OK;
+    NnModel *t = c->state.aux[0];
     nn_model_set_training(t, 0);
-    nn_vec_copy(t->state, (int)c->hp[AF_TEACHER] == AF_TEACHER_EMA ? c->server_vecs : c->global, c->n_state);
+    nn_vec_copy(t->state,
+                afedsam_of(c->round->options)->teacher == AF_TEACHER_EMA ? c->round->server_vecs : c->round->global,
+                c->round->n_state);
     return FH_OK;
 }
 
@@ -41,18 +64,18 @@ static int afedsam_begin(AlgoClientCtx *c)
  * (at w + eps, statistics frozen): mu_t T^2 KL(teacher || student) (FedGKD's convention, spec 14) */
 static double afedsam_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    const double mu = c->server_scalars[AF_SC_MU];
+    const double mu = c->round->server_scalars[AF_SC_MU];
     if (!(mu > 0.0)) return 0.0;
-    NnModel *t = c->aux[0];
+    NnModel *t = c->state.aux[0];
     if (c->model->bn_update_running) return nn_model_forward(t, b->x, b->count) == FH_OK ? 0.0 : NAN;
-    return nn_kl_distill(dlogits, b->logits, nn_model_logits(t), (float)c->hp[AF_TEMPERATURE], (float)mu, b->count,
-                         b->classes);
+    return nn_kl_distill(dlogits, b->logits, nn_model_logits(t), (float)afedsam_of(c->round->options)->temperature,
+                         (float)mu, b->count, b->classes);
 }
 
 int afedsam_init(AlgoServerCtx *s, float *global)
 {
     s->server_scalars[AF_SC_MU] = 0.0;
-    if ((int)s->hp[AF_TEACHER] == AF_TEACHER_EMA) nn_vec_copy(s->server_vecs, global, s->n_state);
+    if (afedsam_of(s->options)->teacher == AF_TEACHER_EMA) nn_vec_copy(s->server_vecs, global, s->n_state);
     return FH_OK;
 }
 
@@ -60,9 +83,10 @@ int afedsam_init(AlgoServerCtx *s, float *global)
 static int afedsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
     FH_CHECK(algo_average(s, u, m, p, global));
-    const double lambda = s->hp[AF_LAMBDA];
-    s->server_scalars[AF_SC_MU] = afedsam_next_mu(s->server_scalars[AF_SC_MU], lambda, s->hp[AF_MU_MAX]);
-    if ((int)s->hp[AF_TEACHER] == AF_TEACHER_EMA) {
+    const AfedsamOptions *o = afedsam_of(s->options);
+    const double lambda = o->lambda;
+    s->server_scalars[AF_SC_MU] = afedsam_next_mu(s->server_scalars[AF_SC_MU], lambda, o->mu_max);
+    if (o->teacher == AF_TEACHER_EMA) {
         float *tbar = s->server_vecs;
         for (int64_t j = 0; j < s->n_state; j++)
             tbar[j] = (float)((1.0 - lambda) * (double)tbar[j] + lambda * (double)global[j]);
@@ -72,9 +96,7 @@ static int afedsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const do
 
 int afedsam_validate(const AlgoMethod *meth, const AlgoSetup *s)
 {
-    for (int h = 0; h < meth->n_hp; h++)
-        if (!meth->hp[h].choices && !isfinite(s->hp[h]))
-            return algo_refuse(meth, "[algo] %s = %g must be a finite number", meth->hp[h].key, s->hp[h]);
+    FH_CHECK(algo_refuse_nonfinite(meth, s->options));
     return algo_sam_validate(meth, s);
 }
 
@@ -83,7 +105,7 @@ void afedsam_sizes(const AlgoSetup *s, AlgoSizes *z)
     algo_sam_sizes(s, z);
     z->aux_models = 1;
     z->server_scalars = 1;
-    z->server_vectors = (int)s->hp[AF_TEACHER] == AF_TEACHER_EMA;
+    z->server_vectors = afedsam_of(s->options)->teacher == AF_TEACHER_EMA;
     z->metric_scalar = 1 + AF_SC_MU;
 }
 

@@ -27,31 +27,76 @@ double algo_ood_score(int score, const float *z, int classes);
  * sorted: D floats of scratch */
 double algo_ash_score(int variant, const float *a, int64_t D, const float *W, const float *b, int classes, double p,
                       float *sorted);
-/* FLOOD's lambda_t for round t from its hyperparameters (schedule, amplitude, halt, start) */
-double algo_flood_lambda(const double *flood_hp, int round);
+/* FLOOD's lambda_t for round t from the view of a row with FLOOD's part (schedule, amplitude, halt, start) */
+double algo_flood_lambda(AlgoOptions flood, int round);
 
 /* The error for a configuration a method cannot honour (FH_ERR_USAGE naming the method). */
 int algo_refuse(const AlgoMethod *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* refuses a number key of m whose value in o is not finite (NaN, inf: the config reads them) */
+int algo_refuse_nonfinite(const AlgoMethod *m, AlgoOptions o);
 
-/* SAM family (src/algo/sam.c). algo_sam_step: the two-pass step of FedSAM (spec algorithms-sam 1, 2): SAM,
- * ASAM or GSAM after the keys rho, perturb, asam_eta, gsam_alpha at hp 0, 2, 3, 4, with the radius hooks
- * of the method's step part; algo_sam_radius: the radius of client c's steps this round. */
+/* ---- the SAM family's shared option parts (src/algo/sam.c; spec algorithms-sam 0-3) -------------------- */
+
+/* rho: the SAM radius of rows without a round_radius hook (AlgoLocalStep) */
+typedef struct {
+    double rho;
+} SamRadiusOptions;
+/* weights: the server average, uniform (FL-Simulator) | samples */
+typedef struct {
+    int weights;
+} SamWeightsOptions;
+/* the two-pass step's perturbation (spec 1, 2); fedism.c declares its own keys into the same struct */
+enum { PERTURB_SAM, PERTURB_ASAM, PERTURB_GSAM };
+typedef struct {
+    int perturb;
+    double asam_eta, gsam_alpha;
+} SamPerturbOptions;
+/* GSAM's lr-proportional radius over the rounds (spec 2) */
+enum { RHO_CONSTANT, RHO_LR };
+typedef struct {
+    int rho_schedule;
+    double rho_min;
+} SamScheduleOptions;
+/* lambda: FedSpeed's, FedSMOO's and FedLESAM-D's prox weight, FedLESAM-S's SCAFFOLD scale */
+typedef struct {
+    double lambda;
+} SamLambdaOptions;
+/* k_norm: the local step count K of the server formulas, K_bar (code) | each client's steps (actual) */
+enum { K_NORM_CODE, K_NORM_ACTUAL };
+typedef struct {
+    int k_norm;
+} KNormOptions;
+extern const AlgoOptionPart algo_sam_radius_options, algo_sam_weights_options, algo_sam_perturb_options,
+    algo_sam_schedule_options, algo_sam_lambda_options, algo_k_norm_options;
+ALGO_OPTIONS_OF(sam_radius_of, SamRadiusOptions, algo_sam_radius_options)
+ALGO_OPTIONS_OF(sam_weights_of, SamWeightsOptions, algo_sam_weights_options)
+ALGO_OPTIONS_OF(sam_perturb_of, SamPerturbOptions, algo_sam_perturb_options)
+ALGO_OPTIONS_OF(sam_schedule_of, SamScheduleOptions, algo_sam_schedule_options)
+ALGO_OPTIONS_OF(sam_lambda_of, SamLambdaOptions, algo_sam_lambda_options)
+ALGO_OPTIONS_OF(k_norm_of, KNormOptions, algo_k_norm_options)
+
+/* SAM family (src/algo/sam.c). algo_sam_step: the two-pass step of FedSAM (spec algorithms-sam 1, 2): SAM, ASAM
+ * or GSAM after the row's perturbation part, with the radius hooks of the method's step part; algo_sam_step_with:
+ * the same with the perturbation given (a row with its own perturbation keys); algo_sam_radius: the radius of
+ * client c's steps this round. */
 int algo_sam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
+int algo_sam_step_with(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss, const SamPerturbOptions *p);
 double algo_sam_radius(const AlgoClientCtx *c);
-/* The round_radius hook of sam.c's rows with a choice of perturbation: rho (hp 0) every round, or GSAM's
- * lr-proportional rho(t) after rho_schedule, rho_min at hp 5-6 (spec algorithms-sam 2). */
-double algo_sam_lr_radius(const AlgoSetup *s, const double *hp, int round);
+/* The round_radius hook of the rows with the schedule part: rho every round, or GSAM's lr-proportional rho(t)
+ * after rho_schedule, rho_min (spec algorithms-sam 2). */
+double algo_sam_lr_radius(const AlgoSetup *s, AlgoOptions o, int round);
 /* FedISM (src/algo/fedism.c, spec algorithms-sam 12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
  * hook); the sharpness definitions of algo_sam_sharpness over client c's whole local set (rows > 0: its first
- * rows) at `state`, streamed through c->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
+ * rows) at `state`, streamed through c->svc->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
  * n_state floats of scratch). */
-double algo_fedismplus_radius(const AlgoSetup *s, const double *hp, int round);
+double algo_fedismplus_radius(const AlgoSetup *s, AlgoOptions o, int round);
 int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,
                          double *L0, double *L1);
-/* More of sam.c for family wmsam: its validation (rho), weights (hp 1 uniform|samples), sizes (work vectors of hp 2
- * perturb, diagnostics), the diagnostics' sizes and running means, K_bar (spec 0.2) and its server_init (server
- * scalar 0), the control variates of FedGAMMA (client vector 0 c_i, server vector 0 c, spec 5), and the official
- * LESAM perturbation ([CODE-BUG], spec 8: d becomes it in place; first: scratch of one float per tensor). */
+/* More of sam.c for family wmsam: its validation (rho), weights (the weights part), sizes (work vectors of the
+ * perturbation, diagnostics), the diagnostics' sizes and running means, K_bar (spec 0.2) and its server_init
+ * (server scalar 0), the control variates of FedGAMMA (client vector 0 c_i, server vector 0 c, spec 5; k_norm a
+ * K_NORM_* choice), and the official LESAM perturbation ([CODE-BUG], spec 8: d becomes it in place; first: scratch
+ * of one float per tensor). */
 int algo_sam_validate(const AlgoMethod *m, const AlgoSetup *s);
 int algo_sam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);
 void algo_sam_sizes(const AlgoSetup *s, AlgoSizes *z);
@@ -59,10 +104,11 @@ void algo_sam_diag_sizes(AlgoSizes *z);
 void algo_sam_diag_add(AlgoClientCtx *c, double eps_norm, double grad_norm);
 double algo_sam_k_bar(const AlgoSetup *s, const int64_t *client_sizes);
 int algo_sam_k_bar_init(AlgoServerCtx *s, float *global);
-void algo_sam_cv_end(AlgoClientCtx *c, int hp_k_norm);
-int algo_sam_cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int hp_k_norm);
+void algo_sam_cv_end(AlgoClientCtx *c, int k_norm);
+int algo_sam_cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm);
 void algo_lesam_official(const NnModel *m, float *d, double rho, float *first);
 /* A-FedSAM's parts (afedsam.c, spec algorithms-sam 15), for its row in fedwmsam.c's family table */
+extern const AlgoOptionPart afedsam_options;
 extern const AlgoBatchTerm afedsam_term_part;
 extern const AlgoClientReport afedsam_report_part;
 extern const AlgoServerUpdate afedsam_update_part;
@@ -70,14 +116,18 @@ int afedsam_init(AlgoServerCtx *s, float *global);
 int afedsam_validate(const AlgoMethod *m, const AlgoSetup *s);
 void afedsam_sizes(const AlgoSetup *s, AlgoSizes *z);
 
-/* Parts other families reuse (spec algorithms-sam 4-7, 11 build on A.5, A.6, A.8, A.14, A.15). */
-void scaffold_correct(AlgoClientCtx *c, float *grad); /* server.c: grad += c - c_k (hp 0 = option2) */
+/* Parts other families reuse (spec algorithms-sam 4-7, 11 build on A.5, A.6, A.8, A.14, A.15); their settings are
+ * arguments, so that every row passes its own key. */
+void algo_scaffold_correct(AlgoClientCtx *c, float *grad); /* server.c: grad += c - c_k (option II; server vector 0,
+                                                            * client vector 0) */
 int feddyn_end(AlgoClientCtx *c);                     /* server.c: H_k += w_k - w^t (client vector 0) */
 int feddyn_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global); /* avg + sum H/K */
-void fedcm_correct(AlgoClientCtx *c, float *grad);    /* server.c: alpha g + (1 - alpha) D (hp 0 = alpha) */
-int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global); /* D, hp 1 eta_g */
+void algo_fedcm_blend(AlgoClientCtx *c, float *grad, double alpha); /* server.c: alpha g + (1 - alpha) D */
+/* server.c: the average, then D (server vector 0) and the step eta_g */
+int algo_fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global, double eta_g);
 int upload_train_loss(AlgoClientCtx *c);              /* fair.c: upload scalar 0 = L_k */
-int fedlw_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);     /* fair.c (hp 0 times_samples) */
+/* fair.c: FedLW's p_k ~ 1/(L_k + 1e-8), times n_k when times_samples (upload scalar 0 = L_k) */
+void algo_fedlw_weights(const AlgoUpload *u, int m, double *p, int times_samples);
 int fednolowe_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p); /* fair.c */
 
 #endif

@@ -20,7 +20,7 @@
 static int local_loss(AlgoClientCtx *c, const float *state, double *loss)
 {
     AlgoLocalEval e;
-    FH_CHECK(c->eval_local(c, c->model, state, &e));
+    FH_CHECK(c->svc->eval_local(c, c->model, state, &e));
     *loss = e.loss;
     return FH_OK;
 }
@@ -28,7 +28,7 @@ static int local_loss(AlgoClientCtx *c, const float *state, double *loss)
 /* L_k: sample-averaged training loss over all local steps of the round (spec A.15, shared by A.14) */
 static double round_train_loss(const AlgoClientCtx *c)
 {
-    return c->samples_seen > 0 ? c->loss_sample_sum / (double)c->samples_seen : 0.0;
+    return c->state.samples_seen > 0 ? c->state.loss_sample_sum / (double)c->state.samples_seen : 0.0;
 }
 
 static int need_all_clients(const AlgoMethod *m, const AlgoSetup *s, const char *why)
@@ -54,29 +54,45 @@ static void normalise(double *x, int n)
 
 /* ==== q-FedAvg (spec A.9) =============================================================================== */
 
-enum { QF_Q, QF_VARIANT };
 enum { QF_ORIGINAL, QF_LOSSWEIGHT };
+typedef struct {
+    double q;
+    int variant;
+} QfflOptions;
+static const AlgoOption qffl_keys[] = {
+    { ALGO_NUMBER(QfflOptions, q), 1.0, 0.0, 1e4, NULL,
+      "fairness power q >= 0; spec default 1 [recon]; seed 001 tunes q in {0.5, 1, 2, 5}; q = 0 is uniform "
+      "averaging", 0, 0 },
+    { ALGO_CHOICE(QfflOptions, variant), 0, 0, 0, "original|lossweight",
+      "original (default; Li et al., fair_flearn: F_k = loss of w^t on the client's training set, "
+      "w^{t+1} = w^t - sum D_k / sum h_k with L = 1/lr, buffers sample-weighted; L = 1/lr presumes plain SGD: "
+      "with momentum or many local steps ||dw_k||^2 grows and the step shrinks, q > 0 then trains slowly) | lossweight (seed 001, "
+      "FFL4MIA: w^{t+1} = sum p_k w_k, p_k proportional to (F_k + 1e-10)^q)", 0, 0 },
+};
+static const AlgoOptionPart qffl_options = ALGO_OPTION_PART("qfedavg", QfflOptions, qffl_keys);
+ALGO_OPTIONS_OF(qffl_of, QfflOptions, qffl_options)
 
 static void qffl_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    z->upload_scalars = (int)s->hp[QF_VARIANT] == QF_ORIGINAL ? 2 : 1; /* F_k (, h_k) */
+    z->upload_scalars = qffl_of(s->options)->variant == QF_ORIGINAL ? 2 : 1; /* F_k (, h_k) */
 }
 
 /* F_k = loss of the broadcast w^t on the client's whole training set */
-static int qffl_begin(AlgoClientCtx *c) { return local_loss(c, c->global, &c->upload_scalars[0]); }
+static int qffl_begin(AlgoClientCtx *c) { return local_loss(c, c->round->global, &c->state.upload_scalars[0]); }
 
 /* original: h_k = q (F_k + eps)^(q-1) ||dw_k||^2 + L (F_k + eps)^q, dw_k = L (w^t - w_k), L = 1/lr */
 static int qffl_end(AlgoClientCtx *c)
 {
-    if ((int)c->hp[QF_VARIANT] != QF_ORIGINAL) return FH_OK;
-    const double q = c->hp[QF_Q], L = 1.0 / c->lr, base = c->upload_scalars[0] + QFFL_EPS;
+    if (qffl_of(c->round->options)->variant != QF_ORIGINAL) return FH_OK;
+    const double q = qffl_of(c->round->options)->q, L = 1.0 / c->round->lr,
+                 base = c->state.upload_scalars[0] + QFFL_EPS;
     const float *w = c->model->state;
     double sq = 0.0;
-    for (int64_t j = 0; j < c->n_params; j++) {
-        const double d = L * ((double)c->global[j] - (double)w[j]);
+    for (int64_t j = 0; j < c->round->n_params; j++) {
+        const double d = L * ((double)c->round->global[j] - (double)w[j]);
         sq += d * d;
     }
-    c->upload_scalars[1] = q * pow(base, q - 1.0) * sq + L * pow(base, q);
+    c->state.upload_scalars[1] = q * pow(base, q - 1.0) * sq + L * pow(base, q);
     return FH_OK;
 }
 
@@ -84,10 +100,10 @@ static int qffl_end(AlgoClientCtx *c)
 static int qffl_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
     for (int i = 0; i < m; i++) {
-        p[i] = pow(u[i].scalars[0] + QFFL_EPS, s->hp[QF_Q]);
+        p[i] = pow(u[i].scalars[0] + QFFL_EPS, qffl_of(s->options)->q);
         if (!isfinite(p[i]))
             FH_FAIL(FH_ERR_NUMERIC, "round %d: q-FedAvg weight (F_k + 1e-10)^q of client %d is %g (F_k = %g, q = %g): "
-                    "lower [algo] q", s->round + 1, u[i].client, p[i], u[i].scalars[0], s->hp[QF_Q]);
+                    "lower [algo] q", s->round + 1, u[i].client, p[i], u[i].scalars[0], qffl_of(s->options)->q);
     }
     return FH_OK;
 }
@@ -98,7 +114,7 @@ static int qffl_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doub
  * result is exactly uniform averaging (spec A.9 unit test). Buffers: sample-weighted average (spec 0.3). */
 static int qffl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
-    if ((int)s->hp[QF_VARIANT] != QF_ORIGINAL) return algo_average(s, u, m, p, global);
+    if (qffl_of(s->options)->variant != QF_ORIGINAL) return algo_average(s, u, m, p, global);
     const double L = 1.0 / s->lr;
     double num = 0.0, h = 0.0;
     for (int i = 0; i < m; i++) {
@@ -129,12 +145,27 @@ static const AlgoServerUpdate qffl_update_part = { qffl_update };
 
 /* ==== AFL (spec A.10) =================================================================================== */
 
-enum { AFL_VARIANT, AFL_ETA_LAMBDA };
 enum { AFL_ORIGINAL, AFL_WORST };
+typedef struct {
+    int variant;
+    double eta_lambda;
+} AflOptions;
+static const AlgoOption afl_keys[] = {
+    { ALGO_CHOICE(AflOptions, variant), 1, 0, 0, "original|worst",
+      "worst (default; seed 001, FFL4MIA q >= 100: w^{t+1} = the local model of the client with the largest "
+      "loss F_k of w^t) | original (Mohri et al., fair_flearn: one minibatch SGD step per client with step "
+      "size [train] lr, w^{t+1} = sum lambda_k w_k, lambda <- Proj_simplex(lambda + eta_lambda loss), the "
+      "reported model is the running average of iterates; needs fl.selection = all, train.steps = 1, "
+      "train.optimizer = sgd, train.momentum = 0)", 0, 0 },
+    { ALGO_NUMBER(AflOptions, eta_lambda), 0.01, 0.0, 1e6, NULL,
+      "original: step size of lambda; spec and fair_flearn default 0.01", 0, 0 },
+};
+static const AlgoOptionPart afl_options = ALGO_OPTION_PART("afl", AflOptions, afl_keys);
+ALGO_OPTIONS_OF(afl_of, AflOptions, afl_options)
 
 static void afl_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    if ((int)s->hp[AFL_VARIANT] == AFL_ORIGINAL) {
+    if (afl_of(s->options)->variant == AFL_ORIGINAL) {
         z->server_scalars = s->n_clients; /* lambda */
         z->server_private = 1;            /* the running average of iterates, the reported model */
         z->eval_private = 0;
@@ -146,7 +177,7 @@ static void afl_sizes(const AlgoSetup *s, AlgoSizes *z)
 
 static int afl_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    if ((int)s->hp[AFL_VARIANT] != AFL_ORIGINAL) return FH_OK;
+    if (afl_of(s->options)->variant != AFL_ORIGINAL) return FH_OK;
     char bad[512] = "";
     size_t used = 0;
     if (!s->all_clients) used += (size_t)snprintf(bad + used, sizeof bad - used, " fl.selection = all;");
@@ -162,7 +193,7 @@ static int afl_validate(const AlgoMethod *m, const AlgoSetup *s)
 
 static int afl_init(AlgoServerCtx *s, float *global)
 {
-    if ((int)s->hp[AFL_VARIANT] != AFL_ORIGINAL) return FH_OK;
+    if (afl_of(s->options)->variant != AFL_ORIGINAL) return FH_OK;
     for (int k = 0; k < s->n_clients; k++) s->server_scalars[k] = 1.0 / s->n_clients; /* lambda^0 = 1/K */
     memcpy(s->server_private, global, (size_t)s->n_state * sizeof(float));
     return FH_OK;
@@ -170,14 +201,14 @@ static int afl_init(AlgoServerCtx *s, float *global)
 
 static int afl_begin(AlgoClientCtx *c)
 {
-    if ((int)c->hp[AFL_VARIANT] == AFL_ORIGINAL) return FH_OK;
-    return local_loss(c, c->global, &c->upload_scalars[0]);
+    if (afl_of(c->round->options)->variant == AFL_ORIGINAL) return FH_OK;
+    return local_loss(c, c->round->global, &c->state.upload_scalars[0]);
 }
 
 /* original: p_k = lambda_k; worst: weight 1 on the largest F_k (the lowest id on ties) */
 static int afl_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
-    if ((int)s->hp[AFL_VARIANT] == AFL_ORIGINAL) {
+    if (afl_of(s->options)->variant == AFL_ORIGINAL) {
         weights_from_array(u, m, s->server_scalars, p);
         return FH_OK;
     }
@@ -222,10 +253,10 @@ static void simplex_project(double *y, int n, double *sorted)
 static int afl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
     FH_CHECK(algo_average(s, u, m, p, global));
-    if ((int)s->hp[AFL_VARIANT] != AFL_ORIGINAL) return FH_OK;
+    if (afl_of(s->options)->variant != AFL_ORIGINAL) return FH_OK;
     double *lambda = s->server_scalars, *scratch = NULL;
     FH_CHECK(fh_calloc(&scratch, (size_t)s->n_clients, sizeof *scratch, "AFL projection scratch"));
-    for (int i = 0; i < m; i++) lambda[u[i].client] += s->hp[AFL_ETA_LAMBDA] * u[i].train_loss;
+    for (int i = 0; i < m; i++) lambda[u[i].client] += afl_of(s->options)->eta_lambda * u[i].train_loss;
     simplex_project(lambda, s->n_clients, scratch);
     fh_free(&scratch);
     const double t = s->round;
@@ -240,7 +271,21 @@ static const AlgoServerUpdate afl_update_part = { afl_update };
 
 /* ==== FairFed (spec A.11) =============================================================================== */
 
-enum { FF_BETA, FF_BUG };
+typedef struct {
+    double beta;
+    int ffl4mia_bug;
+} FairFedOptions;
+static const AlgoOption fairfed_keys[] = {
+    { ALGO_NUMBER(FairFedOptions, beta), 0.5, 0.0, 1e3, NULL,
+      "fairness budget beta >= 0; spec default 0.5 [recon]; seed 001 tunes {0.1, 0.5, 1.0}. Spec form (seed 001, "
+      "FFL4MIA; the paper's text was not available): local metric = balanced accuracy of w^t on the client's "
+      "training data (eval mode, no augmentation, unlike FFL4MIA), omega clipped at 0 then normalised", 0, 0 },
+    { ALGO_CHOICE(FairFedOptions, ffl4mia_bug), 0, 0, 0, "false|true",
+      "true reproduces FFL4MIA's element-wise mean accuracy (gap acc_k (1 - n_k/N)); default false: "
+      "gap |acc_k - sum_j n_j/N acc_j| (Ezzeldin et al.)", 0, 0 },
+};
+static const AlgoOptionPart fairfed_options = ALGO_OPTION_PART("fairfed", FairFedOptions, fairfed_keys);
+ALGO_OPTIONS_OF(fairfed_of, FairFedOptions, fairfed_options)
 
 static void fairfed_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
@@ -264,11 +309,11 @@ static int fairfed_init(AlgoServerCtx *s, float *global)
 /* acc_k: balanced accuracy of the broadcast w^t on the client's training data (rounds t >= 1) */
 static int fairfed_begin(AlgoClientCtx *c)
 {
-    c->upload_scalars[0] = 0.0;
-    if (c->round == 0) return FH_OK;
+    c->state.upload_scalars[0] = 0.0;
+    if (c->round->t == 0) return FH_OK;
     AlgoLocalEval e;
-    FH_CHECK(c->eval_local(c, c->model, c->global, &e));
-    c->upload_scalars[0] = e.balanced_accuracy;
+    FH_CHECK(c->svc->eval_local(c, c->model, c->round->global, &e));
+    c->state.upload_scalars[0] = e.balanced_accuracy;
     return FH_OK;
 }
 
@@ -285,12 +330,12 @@ static int fairfed_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
         FH_CHECK(fh_calloc(&gap, (size_t)m, sizeof *gap, "FairFed gaps"));
         for (int i = 0; i < m; i++) {
             const double a = u[i].scalars[0];
-            gap[i] = (int)s->hp[FF_BUG] ? a * (1.0 - (double)u[i].n_samples / total) : fabs(a - acc);
+            gap[i] = fairfed_of(s->options)->ffl4mia_bug ? a * (1.0 - (double)u[i].n_samples / total) : fabs(a - acc);
             mean_gap += gap[i] / m;
         }
         double sum = 0.0;
         for (int i = 0; i < m; i++) {
-            const double w = omega[u[i].client] - s->hp[FF_BETA] * (gap[i] - mean_gap);
+            const double w = omega[u[i].client] - fairfed_of(s->options)->beta * (gap[i] - mean_gap);
             gap[i] = w > 0.0 ? w : 0.0; /* reused: the new omega */
             sum += gap[i];
         }
@@ -308,8 +353,18 @@ static const AlgoServerWeights fairfed_weights_part = { fairfed_weights };
 
 /* ==== FedCE (spec A.12) ================================================================================= */
 
-enum { CE_MODE };
 enum { CE_TIMES, CE_PLUS };
+typedef struct {
+    int mode;
+} FedCeOptions;
+static const AlgoOption fedce_keys[] = {
+    { ALGO_CHOICE(FedCeOptions, mode), 0, 0, 0, "times|plus",
+      "combine the normalised contributions by product (default, FFL4MIA) or sum. Spec form (FFL4MIA, full "
+      "participation): the minus model (w^t - c_k w_k^{t-1})/(1 - c_k) is evaluated by the client on its own "
+      "training data (balanced accuracy; 0 when 1 - c_k < 1e-6 [recon]); cosines over trainable parameters", 0, 0 },
+};
+static const AlgoOptionPart fedce_options = ALGO_OPTION_PART("fedce", FedCeOptions, fedce_keys);
+ALGO_OPTIONS_OF(fedce_of, FedCeOptions, fedce_options)
 /* server scalars: c [K] (broadcast: the client reads its c_k), then running sums of cos, new coefficients
  * and minus-model accuracies [K] each */
 enum { CE_C, CE_COS_SUM, CE_COEF_SUM, CE_ACC_SUM, CE_ARRAYS };
@@ -338,21 +393,21 @@ static int fedce_init(AlgoServerCtx *s, float *global)
  * 1 - c_k < 1e-6 [recon] */
 static int fedce_begin(AlgoClientCtx *c)
 {
-    c->upload_scalars[0] = 0.0;
-    const double ck = c->server_scalars[CE_C * c->setup->n_clients + c->client];
-    if (!c->has_state || 1.0 - ck < 1e-6) return FH_OK;
-    const float *prev = c->client_vecs;
-    for (int64_t j = 0; j < c->n_state; j++)
-        c->work[j] = (float)(((double)c->global[j] - ck * (double)prev[j]) / (1.0 - ck));
+    c->state.upload_scalars[0] = 0.0;
+    const double ck = c->round->server_scalars[CE_C * c->round->setup->n_clients + c->round->client];
+    if (!c->round->has_state || 1.0 - ck < 1e-6) return FH_OK;
+    const float *prev = c->state.client_vecs;
+    for (int64_t j = 0; j < c->round->n_state; j++)
+        c->state.work[j] = (float)(((double)c->round->global[j] - ck * (double)prev[j]) / (1.0 - ck));
     AlgoLocalEval e;
-    FH_CHECK(c->eval_local(c, c->model, c->work, &e));
-    c->upload_scalars[0] = e.balanced_accuracy;
+    FH_CHECK(c->svc->eval_local(c, c->model, c->state.work, &e));
+    c->state.upload_scalars[0] = e.balanced_accuracy;
     return FH_OK;
 }
 
 static int fedce_end(AlgoClientCtx *c)
 {
-    memcpy(c->client_vecs, c->model->state, (size_t)c->n_state * sizeof(float));
+    memcpy(c->state.client_vecs, c->model->state, (size_t)c->round->n_state * sizeof(float));
     return FH_OK;
 }
 
@@ -396,7 +451,7 @@ static int fedce_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
     }
     normalise(cw, m);
     normalise(mv, m);
-    for (int i = 0; i < m; i++) ct[i] = (int)s->hp[CE_MODE] == CE_TIMES ? cw[i] * mv[i] : cw[i] + mv[i];
+    for (int i = 0; i < m; i++) ct[i] = fedce_of(s->options)->mode == CE_TIMES ? cw[i] * mv[i] : cw[i] + mv[i];
     normalise(ct, m);
     for (int i = 0; i < m; i++) {
         coef_sum[u[i].client] += ct[i];
@@ -413,7 +468,18 @@ static const AlgoServerWeights fedce_weights_part = { fedce_weights };
 
 /* ==== FedGA (spec A.13, seed-001 form) ================================================================== */
 
-enum { GA_STEP };
+typedef struct {
+    double step;
+} FedGaOptions;
+static const AlgoOption fedga_keys[] = {
+    { ALGO_NUMBER(FedGaOptions, step), 0.05, 0.0, 1.0, NULL,
+      "d_t = step (T - t)/T, weight step d_t/K; spec and FFL4MIA 0.05. Spec (seed-001) form: gaps "
+      "L_k(w^t) - L_k(w_k^{t-1}) on the client's training data, centred, a^0 = 1/K, normalise then clip; the "
+      "official FedDG-GA (held-out gaps, not centred, step 0.2/#domains, size-weighted a^0) is not implemented. "
+      "T = fl.rounds: raising it on --resume changes the remaining steps", 0, 0 },
+};
+static const AlgoOptionPart fedga_options = ALGO_OPTION_PART("fedga", FedGaOptions, fedga_keys);
+ALGO_OPTIONS_OF(fedga_of, FedGaOptions, fedga_options)
 /* server scalars: a [K], then L_k(w_k^{t-1}) [K] from the previous round's uploads */
 enum { GA_A, GA_OWN_PREV, GA_ARRAYS };
 /* upload scalars: L_k(w^t) (begin), L_k(w_k^t) (end) */
@@ -440,13 +506,13 @@ static int fedga_init(AlgoServerCtx *s, float *global)
 /* L_k(w^t) at the start of round t >= 1 (the gap's first term) */
 static int fedga_begin(AlgoClientCtx *c)
 {
-    c->upload_scalars[GA_UP_GLOBAL] = 0.0;
-    return c->round == 0 ? FH_OK : local_loss(c, c->global, &c->upload_scalars[GA_UP_GLOBAL]);
+    c->state.upload_scalars[GA_UP_GLOBAL] = 0.0;
+    return c->round->t == 0 ? FH_OK : local_loss(c, c->round->global, &c->state.upload_scalars[GA_UP_GLOBAL]);
 }
 
 /* L_k(w_k^t) of the trained model, used by the next round's gap (every round: fl.rounds may be raised on
  * --resume) */
-static int fedga_end(AlgoClientCtx *c) { return local_loss(c, c->model->state, &c->upload_scalars[GA_UP_OWN]); }
+static int fedga_end(AlgoClientCtx *c) { return local_loss(c, c->model->state, &c->state.upload_scalars[GA_UP_OWN]); }
 
 /* t >= 1: G_k = L_k(w^t) - L_k(w_k^{t-1}), centred; d_t = step (T - t)/T; a_k += (d_t/K) G_k / max|G|;
  * a <- a / sum a; a <- max(a, 0) (stored unnormalised, FFL4MIA's order); p = a */
@@ -461,7 +527,7 @@ static int fedga_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
             const double g = fabs(u[i].scalars[GA_UP_GLOBAL] - own_prev[u[i].client] - mean);
             if (g > max_abs) max_abs = g;
         }
-        const double d = s->hp[GA_STEP] * (double)(s->rounds - s->round) / (double)s->rounds, step = d / K;
+        const double d = fedga_of(s->options)->step * (double)(s->rounds - s->round) / (double)s->rounds, step = d / K;
         if (max_abs > 0.0) /* all gaps equal: nothing to adjust [recon] */
             for (int i = 0; i < m; i++)
                 a[u[i].client] += step * (u[i].scalars[GA_UP_GLOBAL] - own_prev[u[i].client] - mean) / max_abs;
@@ -480,20 +546,33 @@ static const AlgoServerWeights fedga_weights_part = { fedga_weights };
 
 /* ==== FedLW (spec A.14, reconstructed) ================================================================== */
 
-enum { LW_TIMES_SAMPLES };
+typedef struct {
+    int times_samples;
+} FedLwOptions;
+static const AlgoOption fedlw_keys[] = {
+    { ALGO_CHOICE(FedLwOptions, times_samples), 0, 0, 0, "false|true",
+      "true multiplies 1/(L_k + 1e-8) by n_k; default false (spec reconstruction: raw inverse loss, L_k the "
+      "sample-averaged local training loss of the round)", 0, 0 },
+};
+static const AlgoOptionPart fedlw_options = ALGO_OPTION_PART("fedlw", FedLwOptions, fedlw_keys);
+ALGO_OPTIONS_OF(fedlw_of, FedLwOptions, fedlw_options)
 
 /* upload scalar 0 = L_k (also used by the SAM family's loss-weighted hybrids, algo_internal.h) */
 int upload_train_loss(AlgoClientCtx *c)
 {
-    c->upload_scalars[0] = round_train_loss(c);
+    c->state.upload_scalars[0] = round_train_loss(c);
     return FH_OK;
 }
 
 /* p_k proportional to 1/(L_k + 1e-8) (times n_k with times_samples) */
-int fedlw_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+void algo_fedlw_weights(const AlgoUpload *u, int m, double *p, int times_samples)
 {
-    for (int i = 0; i < m; i++)
-        p[i] = ((int)s->hp[LW_TIMES_SAMPLES] ? (double)u[i].n_samples : 1.0) / (u[i].scalars[0] + FEDLW_EPS);
+    for (int i = 0; i < m; i++) p[i] = (times_samples ? (double)u[i].n_samples : 1.0) / (u[i].scalars[0] + FEDLW_EPS);
+}
+
+static int fedlw_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
+{
+    algo_fedlw_weights(u, m, p, fedlw_of(s->options)->times_samples);
     return FH_OK;
 }
 
@@ -502,17 +581,26 @@ static const AlgoServerWeights fedlw_weights_part = { fedlw_weights };
 
 /* ==== FedNoLoWe (spec A.15) ============================================================================= */
 
-enum { NLW_PERSISTENT };
+typedef struct {
+    int persistent_optimizer;
+} NoLoWeOptions;
+static const AlgoOption nolowe_keys[] = {
+    { ALGO_CHOICE(NoLoWeOptions, persistent_optimizer), 0, 0, 0, "false|true",
+      "true keeps each client's SGD momentum buffer between its participations (the official fednolowe "
+      "script); default false: a fresh optimiser every round like every other method (spec [recon])", 0, 0 },
+};
+static const AlgoOptionPart nolowe_options = ALGO_OPTION_PART("fednolowe", NoLoWeOptions, nolowe_keys);
+ALGO_OPTIONS_OF(nolowe_of, NoLoWeOptions, nolowe_options)
 
 static void fednolowe_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    z->client_vectors = (int)s->hp[NLW_PERSISTENT] ? 1 : 0; /* the client's SGD momentum buffer */
+    z->client_vectors = nolowe_of(s->options)->persistent_optimizer ? 1 : 0; /* the client's SGD momentum buffer */
     z->upload_scalars = 1;                                  /* L_k */
 }
 
 static int fednolowe_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    if ((int)s->hp[NLW_PERSISTENT] && (strcmp(s->optimizer, "sgd") || !(s->momentum > 0.0)))
+    if (nolowe_of(s->options)->persistent_optimizer && (strcmp(s->optimizer, "sgd") || !(s->momentum > 0.0)))
         return algo_refuse(m, "persistent_optimizer = true keeps each client's SGD momentum buffer across rounds: it "
                            "needs train.optimizer = sgd and train.momentum > 0 (now %s, momentum %g)", s->optimizer,
                            s->momentum);
@@ -522,16 +610,17 @@ static int fednolowe_validate(const AlgoMethod *m, const AlgoSetup *s)
 /* persistent_optimizer: the client's momentum buffer from its last participation continues */
 static int fednolowe_begin(AlgoClientCtx *c)
 {
-    if (!(int)c->hp[NLW_PERSISTENT] || !c->has_state || !c->momentum_buf) return FH_OK;
-    memcpy(c->momentum_buf, c->client_vecs, (size_t)c->n_params * sizeof(float));
-    c->momentum_kept = 1;
+    if (!nolowe_of(c->round->options)->persistent_optimizer || !c->round->has_state || !c->state.momentum_buf)
+        return FH_OK;
+    memcpy(c->state.momentum_buf, c->state.client_vecs, (size_t)c->round->n_params * sizeof(float));
+    c->state.momentum_kept = 1;
     return FH_OK;
 }
 
 static int fednolowe_end(AlgoClientCtx *c)
 {
-    if ((int)c->hp[NLW_PERSISTENT] && c->momentum_buf)
-        memcpy(c->client_vecs, c->momentum_buf, (size_t)c->n_params * sizeof(float));
+    if (nolowe_of(c->round->options)->persistent_optimizer && c->state.momentum_buf)
+        memcpy(c->state.client_vecs, c->state.momentum_buf, (size_t)c->round->n_params * sizeof(float));
     return upload_train_loss(c);
 }
 
@@ -554,7 +643,17 @@ static const AlgoServerWeights fednolowe_weights_part = { fednolowe_weights };
 
 /* ==== FedDisco (spec A.16) ============================================================================== */
 
-enum { DISCO_A, DISCO_B };
+typedef struct {
+    double a, b;
+} DiscoOptions;
+static const AlgoOption disco_keys[] = {
+    { ALGO_NUMBER(DiscoOptions, a), 0.5, 0.0, 1e6, NULL,
+      "discrepancy coefficient a >= 0; spec and official code 0.5; a = b = 0 is FedAvg", 0, 0 },
+    { ALGO_NUMBER(DiscoOptions, b), 0.1, 0.0, 1e6, NULL,
+      "offset b >= 0; spec and official code 0.1 (the FLOOD paper's b = 1 is taken as a typo)", 0, 0 },
+};
+static const AlgoOptionPart disco_options = ALGO_OPTION_PART("feddisco", DiscoOptions, disco_keys);
+ALGO_OPTIONS_OF(disco_of, DiscoOptions, disco_options)
 
 /* d_k = KL(p_k || uniform) of client k's label distribution */
 static double disco_discrepancy(const AlgoServerCtx *s, int k)
@@ -576,6 +675,7 @@ static double disco_discrepancy(const AlgoServerCtx *s, int k)
  * gives FedAvg's weights n_k exactly. */
 static int feddisco_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
+    const DiscoOptions *o = disco_of(s->options);
     double d_sum = 0.0, n_sum = 0.0, q_sum = 0.0;
     for (int i = 0; i < m; i++) {
         p[i] = disco_discrepancy(s, u[i].client); /* p holds d_k first */
@@ -584,7 +684,7 @@ static int feddisco_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, 
     }
     for (int i = 0; i < m; i++) {
         const double dt = d_sum > 0.0 ? p[i] / d_sum : 0.0;
-        const double q = (double)u[i].n_samples - s->hp[DISCO_A] * dt * n_sum + s->hp[DISCO_B] * n_sum;
+        const double q = (double)u[i].n_samples - o->a * dt * n_sum + o->b * n_sum;
         p[i] = q > 0.0 ? q : 0.0;
         q_sum += p[i];
     }
@@ -609,17 +709,7 @@ const AlgoMethod algo_family_fair[] = {
         .weights = &qffl_weights_part,
         .update = &qffl_update_part,
         .sizes = qffl_sizes,
-        .n_hp = 2,
-        .hp = {
-            { "q", 1.0, 0.0, 1e4, NULL,
-              "fairness power q >= 0; spec default 1 [recon]; seed 001 tunes q in {0.5, 1, 2, 5}; q = 0 is uniform "
-              "averaging" },
-            { "variant", 0, 0, 0, "original|lossweight",
-              "original (default; Li et al., fair_flearn: F_k = loss of w^t on the client's training set, "
-              "w^{t+1} = w^t - sum D_k / sum h_k with L = 1/lr, buffers sample-weighted; L = 1/lr presumes plain SGD: "
-              "with momentum or many local steps ||dw_k||^2 grows and the step shrinks, q > 0 then trains slowly) | lossweight (seed 001, "
-              "FFL4MIA: w^{t+1} = sum p_k w_k, p_k proportional to (F_k + 1e-10)^q)" },
-        },
+        .parts = { &qffl_options },
     },
     {
         .name = "afl",
@@ -634,16 +724,7 @@ const AlgoMethod algo_family_fair[] = {
         .server_init = afl_init,
         .validate = afl_validate,
         .sizes = afl_sizes,
-        .n_hp = 2,
-        .hp = {
-            { "variant", 1, 0, 0, "original|worst",
-              "worst (default; seed 001, FFL4MIA q >= 100: w^{t+1} = the local model of the client with the largest "
-              "loss F_k of w^t) | original (Mohri et al., fair_flearn: one minibatch SGD step per client with step "
-              "size [train] lr, w^{t+1} = sum lambda_k w_k, lambda <- Proj_simplex(lambda + eta_lambda loss), the "
-              "reported model is the running average of iterates; needs fl.selection = all, train.steps = 1, "
-              "train.optimizer = sgd, train.momentum = 0)" },
-            { "eta_lambda", 0.01, 0.0, 1e6, NULL, "original: step size of lambda; spec and fair_flearn default 0.01" },
-        },
+        .parts = { &afl_options },
     },
     {
         .name = "fairfed",
@@ -656,16 +737,7 @@ const AlgoMethod algo_family_fair[] = {
         .server_init = fairfed_init,
         .validate = fairfed_validate,
         .sizes = fairfed_sizes,
-        .n_hp = 2,
-        .hp = {
-            { "beta", 0.5, 0.0, 1e3, NULL,
-              "fairness budget beta >= 0; spec default 0.5 [recon]; seed 001 tunes {0.1, 0.5, 1.0}. Spec form (seed 001, "
-              "FFL4MIA; the paper's text was not available): local metric = balanced accuracy of w^t on the client's "
-              "training data (eval mode, no augmentation, unlike FFL4MIA), omega clipped at 0 then normalised" },
-            { "ffl4mia_bug", 0, 0, 0, "false|true",
-              "true reproduces FFL4MIA's element-wise mean accuracy (gap acc_k (1 - n_k/N)); default false: "
-              "gap |acc_k - sum_j n_j/N acc_j| (Ezzeldin et al.)" },
-        },
+        .parts = { &fairfed_options },
     },
     {
         .name = "fedce",
@@ -678,13 +750,7 @@ const AlgoMethod algo_family_fair[] = {
         .server_init = fedce_init,
         .validate = fedce_validate,
         .sizes = fedce_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "mode", 0, 0, 0, "times|plus",
-              "combine the normalised contributions by product (default, FFL4MIA) or sum. Spec form (FFL4MIA, full "
-              "participation): the minus model (w^t - c_k w_k^{t-1})/(1 - c_k) is evaluated by the client on its own "
-              "training data (balanced accuracy; 0 when 1 - c_k < 1e-6 [recon]); cosines over trainable parameters" },
-        },
+        .parts = { &fedce_options },
     },
     {
         .name = "fedga",
@@ -697,14 +763,7 @@ const AlgoMethod algo_family_fair[] = {
         .server_init = fedga_init,
         .validate = fedga_validate,
         .sizes = fedga_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "step", 0.05, 0.0, 1.0, NULL,
-              "d_t = step (T - t)/T, weight step d_t/K; spec and FFL4MIA 0.05. Spec (seed-001) form: gaps "
-              "L_k(w^t) - L_k(w_k^{t-1}) on the client's training data, centred, a^0 = 1/K, normalise then clip; the "
-              "official FedDG-GA (held-out gaps, not centred, step 0.2/#domains, size-weighted a^0) is not implemented. "
-              "T = fl.rounds: raising it on --resume changes the remaining steps" },
-        },
+        .parts = { &fedga_options },
     },
     {
         .name = "fedlw",
@@ -716,12 +775,7 @@ const AlgoMethod algo_family_fair[] = {
         .report = &fedlw_report,
         .weights = &fedlw_weights_part,
         .n_upload_scalars = 1,
-        .n_hp = 1,
-        .hp = {
-            { "times_samples", 0, 0, 0, "false|true",
-              "true multiplies 1/(L_k + 1e-8) by n_k; default false (spec reconstruction: raw inverse loss, L_k the "
-              "sample-averaged local training loss of the round)" },
-        },
+        .parts = { &fedlw_options },
     },
     {
         .name = "fednolowe",
@@ -733,12 +787,7 @@ const AlgoMethod algo_family_fair[] = {
         .weights = &fednolowe_weights_part,
         .validate = fednolowe_validate,
         .sizes = fednolowe_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "persistent_optimizer", 0, 0, 0, "false|true",
-              "true keeps each client's SGD momentum buffer between its participations (the official fednolowe "
-              "script); default false: a fresh optimiser every round like every other method (spec [recon])" },
-        },
+        .parts = { &nolowe_options },
     },
     {
         .name = "feddisco",
@@ -747,12 +796,7 @@ const AlgoMethod algo_family_fair[] = {
         .state = "-",
         .payload = "down 1, up 1",
         .weights = &feddisco_weights_part,
-        .n_hp = 2,
-        .hp = {
-            { "a", 0.5, 0.0, 1e6, NULL, "discrepancy coefficient a >= 0; spec and official code 0.5; a = b = 0 is FedAvg" },
-            { "b", 0.1, 0.0, 1e6, NULL,
-              "offset b >= 0; spec and official code 0.1 (the FLOOD paper's b = 1 is taken as a typo)" },
-        },
+        .parts = { &disco_options },
     },
 };
 const int algo_family_fair_count = sizeof algo_family_fair / sizeof algo_family_fair[0];

@@ -6,9 +6,8 @@
  * family's round_radius hook) on top of the configured [train] optimizer, or plain steps (perturb = none); the paper uses Adam (lr 3e-4,
  * weight decay 5e-4 as L2) with logit-adjusted cross-entropy ([train] logit_adjust = 1).
  *
- * Key layout (algo_sam_step reads hp 0 and 2-4): hp 0 rho (FedISM) or rho_max (FedISM+), hp 1 saga, hp 2
- * perturb, hp 3 asam_eta, hp 4 gsam_alpha, hp 5 q, hp 6 beta, hp 7 score_rows; FedISM+ adds hp 8 tau, hp 9
- * horizon.
+ * Keys: FedISM's radius is sam.c's rho (its own default), FedISM+'s rho_max, tau and horizon are its radius
+ * schedule; both rows share the part ism_options (saga, the perturbation, q, beta, score_rows).
  * Upload scalars: 0 = S_i or PL_i, 1 = L0, 2 = L1 (the losses at w^t and w^t + e), 3 = rho(t) (clients.csv
  * columns saga_score, l0, l1, rho; metrics.csv rho), 4 = mean ||eps|| of the steps, 5 = their mean ||g||.
  * Server scalars (broadcast, checkpointed; K-sized): [0, K) a_k, the SAGA moving average of every client;
@@ -23,45 +22,110 @@
 #define ISM_NORM_EPS 1e-12 /* e in rho g/(||g|| + e) of the local steps: FFL4MIA's gsam.py (spec 2, 12) */
 #define SAGA_FLOOR 1e-10   /* S_i = max(L1 - L0, 1e-10); + 1e-10 after normalising (train_Baseline.py) */
 
-enum { HP_RHO, HP_SAGA, HP_PERTURB, HP_ASAM_ETA, HP_GSAM_ALPHA, HP_Q, HP_BETA, HP_SCORE_ROWS, HP_TAU, HP_HORIZON };
 enum { SAGA_SHARPNESS, SAGA_LOSS };
-enum { PERTURB_SAM, PERTURB_ASAM, PERTURB_GSAM, PERTURB_NONE };
+enum { ISM_PERTURB_NONE = PERTURB_GSAM + 1 }; /* perturb = none: plain optimiser steps */
+/* FedISM's keys (both rows): the SAGA score, the local perturbation (sam.c's step with its own choices and
+ * defaults, sam|asam|gsam|none, gsam by default), the SAGA server's q, beta and score rows */
+typedef struct {
+    int saga, perturb;
+    double asam_eta, gsam_alpha, q, beta, score_rows;
+} IsmOptions;
+static const AlgoOption ism_keys[] = {
+    { ALGO_CHOICE(IsmOptions, saga), SAGA_SHARPNESS, 0, 0, "sharpness|loss",
+      "SAGA's client score, on the whole local set at w^t with the round's radius (eval mode, plain CE): "
+      "sharpness (S_i = max(L(w^t + e) - L(w^t), 1e-10), FedISM+(S); the official code's only variant; default) "
+      "or loss (the perturbed loss PL_i = L(w^t + e), FedISM+(L), paper Eq. 17)", 0, 0 },
+    { ALGO_CHOICE(IsmOptions, perturb), PERTURB_GSAM, 0, 0, "sam|asam|gsam|none",
+      "local optimiser of SALT, on top of [train] optimizer (the paper: Adam lr 3e-4, wd 5e-4, with [train] "
+      "logit_adjust = 1): gsam (GSAM, spec 2; FFL4MIA train_GSAM; default), sam (equal to gsam with gsam_alpha = 0) or asam; "
+      "eps = rho g/(||g|| + 1e-12) as FFL4MIA's gsam.py; none: plain [train] optimizer steps, SAGA alone "
+      "(the paper's Table I 'SAGA only' rows; the score keeps the round's radius)", 0, 0 },
+    { ALGO_NUMBER(IsmOptions, asam_eta), 0.2, 0.0, 1e6, NULL,
+      "ASAM offset eta_a (perturb = asam only); spec 1 default 0.2", 0, 0 },
+    { ALGO_NUMBER(IsmOptions, gsam_alpha), 0.1, 0.0, 1.0, NULL,
+      "GSAM alpha in [0, 1] (perturb = gsam): FedISM's code default 0.1 (spec 12); official GSAM example 0.4; "
+      "0 is SAM", 0, 0 },
+    { ALGO_NUMBER(IsmOptions, q), 2.0, 0.0, 100.0, NULL,
+      "SAGA exponent q in [0, 100]: wtilde_i ~ (S_i/sum S + 1e-10)^q; spec 12 default 2.0 (paper and code); "
+      "q = 0 gives uniform weights (averaging without n_i) [fedhet accepts 0 for that ablation]", 0, 0 },
+    { ALGO_NUMBER(IsmOptions, beta), 0.5, 0.0, 1.0, NULL,
+      "SAGA moving average beta in (0, 1]: a_i <- beta wtilde_i + (1 - beta) a_i, a_i = wtilde_i at a client's "
+      "first aggregation; spec 12 default 0.5; 1: no averaging. Partial participation [PROPOSED]: only the "
+      "participants' a_i move, renormalised over them", 1, 0 },
+    { ALGO_NUMBER(IsmOptions, score_rows), 0, 0.0, 1e9, NULL,
+      "rows of the client's local set the SAGA score is measured on: 0 = all (spec 12, paper and code; default); "
+      "N > 0: its first N rows in file order (a random subset for iid and dirichlet partitions, which are "
+      "shuffled per client) [PROPOSED cost cap: the score costs one forward-backward and one forward pass per "
+      "row, more than short local training; the quick configs use it]", 0, 0 },
+};
+static const AlgoOptionPart ism_options = ALGO_OPTION_PART("fedism", IsmOptions, ism_keys);
+ALGO_OPTIONS_OF(ism_of, IsmOptions, ism_options)
+
+/* FedISM+'s radius schedule: rho_max first, tau and horizon last (the order fedhet methods lists them in) */
+typedef struct {
+    double rho_max;
+} IsmPlusRhoOptions;
+static const AlgoOption ismplus_rho_keys[] = {
+    { ALGO_NUMBER(IsmPlusRhoOptions, rho_max), 0.1, 0.0, 1e6, NULL,
+      "largest radius rho_max >= 0 of rho(t) = rho_max ((t + 1)/T)^tau (paper Eq. 12 with t = 1..T; "
+      "FFL4MIA get_current_rho); spec 12 default 0.1. The paper's setup also uses [train] optimizer = adam, "
+      "lr 3e-4, weight_decay 5e-4, batch 32, epochs 1, logit_adjust = 1", 0, 0 },
+};
+static const AlgoOptionPart ismplus_rho_options =
+    ALGO_OPTION_PART("fedismplus_rho", IsmPlusRhoOptions, ismplus_rho_keys);
+ALGO_OPTIONS_OF(ismplus_rho_of, IsmPlusRhoOptions, ismplus_rho_options)
+typedef struct {
+    double tau, horizon;
+} IsmPlusGrowthOptions;
+static const AlgoOption ismplus_growth_keys[] = {
+    { ALGO_NUMBER(IsmPlusGrowthOptions, tau), 0.5, 0.0, 1e3, NULL,
+      "growth exponent tau > 0 of rho(t) (tau < 1: fast early growth; 1: linear); spec 12 default 0.5", 1, 0 },
+    { ALGO_NUMBER(IsmPlusGrowthOptions, horizon), 0, 0.0, 1e9, NULL,
+      "T of rho(t) in rounds: 0 = fl.rounds (the paper); a whole number >= fl.rounds keeps the schedule "
+      "of a longer run (set it when a run is to be extended with --resume)", 0, 0 },
+};
+static const AlgoOptionPart ismplus_growth_options =
+    ALGO_OPTION_PART("fedismplus_growth", IsmPlusGrowthOptions, ismplus_growth_keys);
+ALGO_OPTIONS_OF(ismplus_growth_of, IsmPlusGrowthOptions, ismplus_growth_options)
+
 enum { UP_SAGA, UP_L0, UP_L1, UP_RHO, UP_PERTURB_NORM, UP_GRAD_NORM, UP_COUNT };
 
 /* ---- radius ----------------------------------------------------------------------------------------- */
 
 /* T of the schedule: [algo] horizon, or fl.rounds when it is 0 */
-static double ism_horizon(const AlgoSetup *s, const double *hp)
+static double ism_horizon(const AlgoSetup *s, const IsmPlusGrowthOptions *g)
 {
-    return hp[HP_HORIZON] > 0.0 ? hp[HP_HORIZON] : (double)s->rounds;
+    return g->horizon > 0.0 ? g->horizon : (double)s->rounds;
 }
 
 /* FedISM+ (spec 12, Eq. 12; FFL4MIA get_current_rho): rho(t) = rho_max ((t + 1)/T)^tau, t = 0 .. T-1 */
-double algo_fedismplus_radius(const AlgoSetup *s, const double *hp, int round)
+double algo_fedismplus_radius(const AlgoSetup *s, AlgoOptions o, int round)
 {
-    return hp[HP_RHO] * pow(((double)round + 1.0) / ism_horizon(s, hp), hp[HP_TAU]);
+    const IsmPlusGrowthOptions *g = ismplus_growth_of(o);
+    const double rho_max = ismplus_rho_of(o)->rho_max;
+    return rho_max * pow(((double)round + 1.0) / ism_horizon(s, g), g->tau);
 }
 
 static int ism_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    const double *hp = s->hp;
-    const int plus = m->step->round_radius != NULL;
+    const IsmOptions *o = ism_of(s->options);
+    const IsmPlusRhoOptions *plus = algo_options_find(s->options, &ismplus_rho_options);
     const char *rho_key = plus ? "rho_max" : "rho";
-    if (!isfinite(hp[HP_RHO]) || hp[HP_RHO] < 0.0)
-        return algo_refuse(m, "[algo] %s = %g must be a finite number >= 0", rho_key, hp[HP_RHO]);
-    if (!isfinite(hp[HP_Q]) || hp[HP_Q] < 0.0)
-        return algo_refuse(m, "[algo] q = %g must be a finite number >= 0", hp[HP_Q]);
-    if (hp[HP_SCORE_ROWS] != floor(hp[HP_SCORE_ROWS]))
-        return algo_refuse(m, "[algo] score_rows = %g must be a whole number of rows (0: all)", hp[HP_SCORE_ROWS]);
+    const double rho = plus ? plus->rho_max : sam_radius_of(s->options)->rho;
+    if (!isfinite(rho) || rho < 0.0) return algo_refuse(m, "[algo] %s = %g must be a finite number >= 0", rho_key, rho);
+    if (!isfinite(o->q) || o->q < 0.0) return algo_refuse(m, "[algo] q = %g must be a finite number >= 0", o->q);
+    if (o->score_rows != floor(o->score_rows))
+        return algo_refuse(m, "[algo] score_rows = %g must be a whole number of rows (0: all)", o->score_rows);
     if (!plus) return FH_OK;
-    if (!isfinite(hp[HP_TAU]) || !(hp[HP_TAU] > 0.0))
-        return algo_refuse(m, "[algo] tau = %g must be a finite number > 0", hp[HP_TAU]);
-    const double T = hp[HP_HORIZON];
+    const IsmPlusGrowthOptions *g = ismplus_growth_of(s->options);
+    if (!isfinite(g->tau) || !(g->tau > 0.0))
+        return algo_refuse(m, "[algo] tau = %g must be a finite number > 0", g->tau);
+    const double T = g->horizon;
     if (T != floor(T) || (T > 0.0 && T < (double)s->rounds))
         return algo_refuse(m, "[algo] horizon = %g must be 0 (T = fl.rounds) or a whole number of rounds >= "
                            "fl.rounds = %d (rho(t) would pass rho_max)", T, s->rounds);
     for (int t = 0; t < s->rounds; t++) {
-        const double r = algo_fedismplus_radius(s, hp, t);
+        const double r = algo_fedismplus_radius(s, s->options, t);
         if (!isfinite(r) || r < 0.0)
             return algo_refuse(m, "the radius schedule gives rho(%d) = %g: check [algo] rho_max, tau and horizon", t, r);
     }
@@ -98,7 +162,7 @@ static int local_pass_batch(void *env, const AlgoBatch *b)
 }
 
 /* algo_sam_sharpness's definitions over the client's whole local set (rows > 0: its first `rows` rows in file
- * order), streamed batch by batch through c->for_each_local_batch (eval mode, no augmentation): G = sum of the
+ * order), streamed batch by batch through c->svc->for_each_local_batch (eval mode, no augmentation): G = sum of the
  * per-sample CE gradients at `state`, e = rho G/(||G|| + 1e-12) on the trainable part, *L0 = mean CE at state,
  * *L1 = mean CE at state + e. pert: n_state floats of scratch (holds state + e). Uses model's gradient and
  * activations. */
@@ -108,7 +172,7 @@ int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, d
     LocalPass e = { .model = model, .with_grad = 1, .rows = rows };
     FH_CHECK(fh_alloc_aligned(&e.dlogits, (size_t)model->max_batch * model->classes * sizeof(float), "logit gradients"));
     nn_model_zero_grad(model);
-    int status = c->for_each_local_batch(c, model, state, local_pass_batch, &e);
+    int status = c->svc->for_each_local_batch(c, model, state, local_pass_batch, &e);
     if (status == LOCAL_PASS_DONE) status = FH_OK;
     if (status == FH_OK) {
         *L0 = e.n > 0 ? e.sum / (double)e.n : 0.0;
@@ -118,7 +182,7 @@ int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, d
         nn_vec_copy(pert, state, model->n_state);
         nn_vec_axpy(pert, scale, model->grad, model->n_params);
         e = (LocalPass){ .model = model, .dlogits = e.dlogits, .rows = rows };
-        status = c->for_each_local_batch(c, model, pert, local_pass_batch, &e);
+        status = c->svc->for_each_local_batch(c, model, pert, local_pass_batch, &e);
         if (status == LOCAL_PASS_DONE) status = FH_OK;
         *L1 = e.n > 0 ? e.sum / (double)e.n : 0.0;
     }
@@ -132,11 +196,12 @@ static int ism_begin(AlgoClientCtx *c)
 {
     double L0 = 0.0, L1 = 0.0;
     const double rho = algo_sam_radius(c);
-    FH_CHECK(algo_local_sharpness(c, c->model, c->global, rho, (int64_t)c->hp[HP_SCORE_ROWS], c->work, &L0, &L1));
-    c->upload_scalars[UP_SAGA] = (int)c->hp[HP_SAGA] == SAGA_LOSS ? L1 : fmax(L1 - L0, SAGA_FLOOR);
-    c->upload_scalars[UP_L0] = L0;
-    c->upload_scalars[UP_L1] = L1;
-    c->upload_scalars[UP_RHO] = rho;
+    const IsmOptions *o = ism_of(c->round->options);
+    FH_CHECK(algo_local_sharpness(c, c->model, c->round->global, rho, (int64_t)o->score_rows, c->state.work, &L0, &L1));
+    c->state.upload_scalars[UP_SAGA] = o->saga == SAGA_LOSS ? L1 : fmax(L1 - L0, SAGA_FLOOR);
+    c->state.upload_scalars[UP_L0] = L0;
+    c->state.upload_scalars[UP_L1] = L1;
+    c->state.upload_scalars[UP_RHO] = rho;
     return FH_OK;
 }
 
@@ -151,14 +216,15 @@ static int ism_begin(AlgoClientCtx *c)
  * all terms at large q). */
 static int saga_compute(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *a)
 {
-    const double q = s->hp[HP_Q], beta = s->hp[HP_BETA];
+    const IsmOptions *o = ism_of(s->options);
+    const double q = o->q, beta = o->beta;
     const double *avg = s->server_scalars, *seen = s->server_scalars + s->n_clients;
     double sum = 0.0;
     for (int i = 0; i < m; i++) {
         const double v = u[i].scalars[UP_SAGA];
         if (!isfinite(v) || v < 0.0)
             FH_FAIL(FH_ERR_NUMERIC, "round %d: client %d reports %s %g (SAGA needs a finite value >= 0)", s->round + 1,
-                    u[i].client, (int)s->hp[HP_SAGA] == SAGA_LOSS ? "perturbed loss" : "sharpness", v);
+                    u[i].client, o->saga == SAGA_LOSS ? "perturbed loss" : "sharpness", v);
         sum += v;
     }
     double top = 0.0;
@@ -220,15 +286,19 @@ static void ism_sizes(const AlgoSetup *s, AlgoSizes *z)
     z->upload_perturb_norm = UP_PERTURB_NORM + 1;
     z->upload_grad_norm = UP_GRAD_NORM + 1;
     z->server_scalars = 2 * (int64_t)s->n_clients;
-    z->work_vectors = (int)s->hp[HP_PERTURB] == PERTURB_GSAM ? 2 : 1;
+    z->work_vectors = ism_of(s->options)->perturb == PERTURB_GSAM ? 2 : 1;
 }
 
 /* SALT's step, or with perturb = none the runtime's plain step: SAGA alone (the paper's Table I ablation) */
 static int ism_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
-    if ((int)c->hp[HP_PERTURB] != PERTURB_NONE) return algo_sam_step(c, grad, env, loss);
+    const IsmOptions *o = ism_of(c->round->options);
+    if (o->perturb != ISM_PERTURB_NONE) {
+        const SamPerturbOptions p = { o->perturb, o->asam_eta, o->gsam_alpha };
+        return algo_sam_step_with(c, grad, env, loss, &p);
+    }
     FH_CHECK(grad(env, loss));
-    c->optimizer_step(c, c->model->state, c->model->grad);
+    c->svc->optimizer_step(c, c->model->state, c->model->grad);
     return FH_OK;
 }
 
@@ -238,35 +308,6 @@ static const AlgoLocalStep ismplus_step_part = { .step = ism_step, .round_radius
 static const AlgoClientReport ism_report_part = { .begin = ism_begin };
 static const AlgoServerWeights saga_weights_part = { .weights = saga_weights };
 static const AlgoServerUpdate saga_update_part = { .update = saga_update };
-
-#define KEY_SAGA                                                                                                \
-    { "saga", 0, 0, 0, "sharpness|loss",                                                                       \
-      "SAGA's client score, on the whole local set at w^t with the round's radius (eval mode, plain CE): "      \
-      "sharpness (S_i = max(L(w^t + e) - L(w^t), 1e-10), FedISM+(S); the official code's only variant; default) " \
-      "or loss (the perturbed loss PL_i = L(w^t + e), FedISM+(L), paper Eq. 17)" }
-#define KEY_PERTURB                                                                                             \
-    { "perturb", 2, 0, 0, "sam|asam|gsam|none",                                                                \
-      "local optimiser of SALT, on top of [train] optimizer (the paper: Adam lr 3e-4, wd 5e-4, with [train] "   \
-      "logit_adjust = 1): gsam (GSAM, spec 2; FFL4MIA train_GSAM; default), sam (equal to gsam with gsam_alpha = 0) or asam; "     \
-      "eps = rho g/(||g|| + 1e-12) as FFL4MIA's gsam.py; none: plain [train] optimizer steps, SAGA alone "       \
-      "(the paper's Table I 'SAGA only' rows; the score keeps the round's radius)" },                            \
-    { "asam_eta", 0.2, 0.0, 1e6, NULL, "ASAM offset eta_a (perturb = asam only); spec 1 default 0.2" },        \
-    { "gsam_alpha", 0.1, 0.0, 1.0, NULL,                                                                       \
-      "GSAM alpha in [0, 1] (perturb = gsam): FedISM's code default 0.1 (spec 12); official GSAM example 0.4; " \
-      "0 is SAM" }
-#define KEY_SAGA_SERVER                                                                                              \
-    { "q", 2.0, 0.0, 100.0, NULL,                                                                              \
-      "SAGA exponent q in [0, 100]: wtilde_i ~ (S_i/sum S + 1e-10)^q; spec 12 default 2.0 (paper and code); "   \
-      "q = 0 gives uniform weights (averaging without n_i) [fedhet accepts 0 for that ablation]" },             \
-    { "beta", 0.5, 0.0, 1.0, NULL,                                                                             \
-      "SAGA moving average beta in (0, 1]: a_i <- beta wtilde_i + (1 - beta) a_i, a_i = wtilde_i at a client's " \
-      "first aggregation; spec 12 default 0.5; 1: no averaging. Partial participation [PROPOSED]: only the "    \
-      "participants' a_i move, renormalised over them", 1, 0 },                                                \
-    { "score_rows", 0, 0.0, 1e9, NULL,                                                                         \
-      "rows of the client's local set the SAGA score is measured on: 0 = all (spec 12, paper and code; default); " \
-      "N > 0: its first N rows in file order (a random subset for iid and dirichlet partitions, which are "     \
-      "shuffled per client) [PROPOSED cost cap: the score costs one forward-backward and one forward pass per "   \
-      "row, more than short local training; the quick configs use it]" }
 
 const AlgoMethod algo_family_fedism[] = {
     {
@@ -283,15 +324,12 @@ const AlgoMethod algo_family_fedism[] = {
         .validate = ism_validate,
         .sizes = ism_sizes,
         .quality_shift = 1,
-        .n_hp = 8,
-        .hp = {
-            { "rho", 0.05, 0.0, 1e6, NULL,
+        .parts = { &algo_sam_radius_options, &ism_options },
+        .tunes = {
+            { "rho", 0.05,
               "radius rho >= 0 of the local GSAM steps and of the sharpness S_i; spec 12 default 0.05 (FFL4MIA "
               "options.py). The paper's setup also uses [train] optimizer = adam, lr 3e-4, weight_decay 5e-4, "
               "batch 32, epochs 1, logit_adjust = 1" },
-            KEY_SAGA,
-            KEY_PERTURB,
-            KEY_SAGA_SERVER,
         },
     },
     {
@@ -308,21 +346,7 @@ const AlgoMethod algo_family_fedism[] = {
         .validate = ism_validate,
         .sizes = ism_sizes,
         .quality_shift = 1,
-        .n_hp = 10,
-        .hp = {
-            { "rho_max", 0.1, 0.0, 1e6, NULL,
-              "largest radius rho_max >= 0 of rho(t) = rho_max ((t + 1)/T)^tau (paper Eq. 12 with t = 1..T; "
-              "FFL4MIA get_current_rho); spec 12 default 0.1. The paper's setup also uses [train] optimizer = adam, "
-              "lr 3e-4, weight_decay 5e-4, batch 32, epochs 1, logit_adjust = 1" },
-            KEY_SAGA,
-            KEY_PERTURB,
-            KEY_SAGA_SERVER,
-            { "tau", 0.5, 0.0, 1e3, NULL,
-              "growth exponent tau > 0 of rho(t) (tau < 1: fast early growth; 1: linear); spec 12 default 0.5", 1, 0 },
-            { "horizon", 0, 0.0, 1e9, NULL,
-              "T of rho(t) in rounds: 0 = fl.rounds (the paper); a whole number >= fl.rounds keeps the schedule "
-              "of a longer run (set it when a run is to be extended with --resume)" },
-        },
+        .parts = { &ismplus_rho_options, &ism_options, &ismplus_growth_options },
     },
 };
 const int algo_family_fedism_count = sizeof algo_family_fedism / sizeof algo_family_fedism[0];

@@ -8,7 +8,7 @@
  *   fedscam_sam  the adaptive radius only: the server averages with n_i but still computes u_t (paper's SAM).
  *
  * Client, round t (report->begin, before the first step; model->state = w_t):
- *   h_i = (1/B) sum_b ||g(w_t; xi_b)||, xi_b the first B minibatches of an extra shuffle (c->probe_grad:
+ *   h_i = (1/B) sum_b ||g(w_t; xi_b)||, xi_b the first B minibatches of an extra shuffle (c->svc->probe_grad:
  *        train mode, BatchNorm statistics frozen, not training steps);
  *   pilot: e_p = rho_pilot g_1/||g_1||, rho_pilot = 0.5 rho_max/(1 + alpha_rho h_i), v_i = -g(w_t + e_p; xi_1)
  *          (WA: v_i = -g_1, no extra pass);
@@ -42,68 +42,109 @@
 #define TAG_KMEANS 0xF5CA0003u
 
 enum { UP_RHO, UP_H, UP_C, UP_HADJ, UP_DNORM, UP_Z };
-typedef enum { ROW_FULL, ROW_WA, ROW_SAM } ScamRow; /* the order of the rows in the table below */
 
-/* hp index of each key in a row; -1 where the row has no such key */
+/* The keys, in four parts: the radius (rows with SAM steps), the server weights (rows with FedSCAM's weights),
+ * the summaries (every row), the conflict damping (with the weights). */
 typedef struct {
-    int rho_max, alpha_rho, gamma_h, beta, kappa, probe, dim, proj, cluster, clusters, lambda_c;
-} ScamKeys;
-
-static const ScamKeys keys_of_row[3] = {
-    [ROW_FULL] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 },
-    [ROW_WA] = { -1, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8 },
-    [ROW_SAM] = { 0, 1, -1, -1, 2, 3, 4, 5, -1, -1, -1 },
+    double rho_max, alpha_rho;
+} ScamRadiusOptions;
+static const AlgoOption scam_radius_keys[] = {
+    { ALGO_NUMBER(ScamRadiusOptions, rho_max), 0.05, 0.0, 1e6, NULL,
+      "largest SAM radius rho_max >= 0: rho_i = rho_max/(1 + alpha_rho h_adj_i), the pilot uses 0.5 rho_max/(1 + "
+      "alpha_rho h_i); spec and paper default 0.05 (the paper sweeps 0.01, 0.05, 0.1; 0.1 gave its best final "
+      "accuracy)", 0, 0 },
+    { ALGO_NUMBER(ScamRadiusOptions, alpha_rho), 1.0, 0.0, 1e6, NULL,
+      "radius modulation strength alpha_rho >= 0; spec default 1 [PROPOSED: the paper gives no value]; 0 puts "
+      "every client at rho_max. h_i is a raw gradient norm, so the scale depends on model, loss and batch size", 0, 0 },
 };
+static const AlgoOptionPart scam_radius_options =
+    ALGO_OPTION_PART("fedscam_radius", ScamRadiusOptions, scam_radius_keys);
+ALGO_OPTIONS_OF(scam_radius_of, ScamRadiusOptions, scam_radius_options)
 
 typedef struct {
-    ScamRow row;
+    double gamma_h, beta;
+} ScamWeightsOptions;
+static const AlgoOption scam_weights_keys[] = {
+    { ALGO_NUMBER(ScamWeightsOptions, gamma_h), 1.0, 0.0, 1e6, NULL,
+      "heterogeneity penalty gamma_h >= 0 in S_i = n_i/(1 + gamma_h h_adj_i) max(0, 1 + beta c_i) q_i; spec and "
+      "paper default 1 (the paper sweeps 0, 1, 5; 1 the most stable)", 0, 0 },
+    { ALGO_NUMBER(ScamWeightsOptions, beta), 0.8, 0.0, 1e6, NULL,
+      "alignment boost beta >= 0 in max(0, 1 + beta c_i); spec default 0.8 [PROPOSED, inside the paper's sweep 0, "
+      "0.8, 2; the paper finds no gain over 0 at Dirichlet 0.1]; 0 disables. Weights summing to 0 fall back to "
+      "n_i", 0, 0 },
+};
+static const AlgoOptionPart scam_weights_options =
+    ALGO_OPTION_PART("fedscam_weights", ScamWeightsOptions, scam_weights_keys);
+
+typedef struct {
+    double kappa, probe_batches, proj_dim;
+    int proj;
+} ScamSummaryOptions;
+static const AlgoOption scam_summary_keys[] = {
+    { ALGO_NUMBER(ScamSummaryOptions, kappa), 0.5, 0.0, 1e6, NULL,
+      "alignment credit kappa >= 0 in h_adj_i = h_i max(0, 1 - kappa c_i), c_i = cos(s_i, u_{t-1}) of the pilot "
+      "direction's summary with the previous global direction's; spec default 0.5 [PROPOSED: not in the paper]", 0, 0 },
+    { ALGO_NUMBER(ScamSummaryOptions, probe_batches), 3, 1, 1e6, NULL,
+      "B, minibatches of the heterogeneity score h_i = (1/B) sum ||g(w_t; xi_b)||: the first B of an extra "
+      "shuffle of the client's data (fewer if it has fewer), train mode, BatchNorm statistics frozen, not training "
+      "steps [PROPOSED]; spec and paper default 3", 0, 0 },
+    { ALGO_NUMBER(ScamSummaryOptions, proj_dim), 0, 0, 1e6, NULL,
+      "d, the dimension of the projected summaries (u, s_i, z_i; d doubles each way): a whole number >= 1, or 0 = "
+      "auto (default): 512, or 256 for models under 1M trainable parameters (spec [PROPOSED threshold]; the paper "
+      "uses 256 for its small CNN, 512 for ResNet-18)", 0, 0 },
+    { ALGO_CHOICE(ScamSummaryOptions, proj), 0, 0, 0, "sketch|gaussian",
+      "Proj_d: sketch (signed count sketch, bucket and sign of coordinate k from Philox (fl.seed, projection) with "
+      "counter k; O(P), no stored matrix; spec default [PROPOSED]) or gaussian (dense N(0, 1/d) entries from the "
+      "same counters; O(d P) per projection, slow on large models); the paper only says 'random projection'", 0, 0 },
+};
+static const AlgoOptionPart scam_summary_options =
+    ALGO_OPTION_PART("fedscam_summary", ScamSummaryOptions, scam_summary_keys);
+ALGO_OPTIONS_OF(scam_summary_of, ScamSummaryOptions, scam_summary_options)
+
+typedef struct {
+    int cluster;
+    double clusters, lambda_c;
+} ScamClusterOptions;
+static const AlgoOption scam_cluster_keys[] = {
+    { ALGO_CHOICE(ScamClusterOptions, cluster), 0, 0, 0, "false|true",
+      "clustered conflict damping: k-means of the unit z_i (k-means++ seeding from Philox, Lloyd until stable or "
+      "50 iterations) into K_c = min(clusters, m) clusters; inside a cluster, of every pair with cos(z_i, z_j) < 0 "
+      "the client with the smaller ||Delta|| (ties: the larger id) gets q_i = lambda_c, once [PROPOSED]; spec "
+      "default false (optional in the paper)", 0, 0 },
+    { ALGO_NUMBER(ScamClusterOptions, clusters), 3, 1, 1e6, NULL,
+      "K_c, the number of clusters (a whole number >= 1, capped at the round's client count m); spec default 3 "
+      "[PROPOSED: not in the paper]", 0, 0 },
+    { ALGO_NUMBER(ScamClusterOptions, lambda_c), 0.5, 0.0, 1.0, NULL,
+      "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); spec default 0.5 "
+      "[PROPOSED: not in the paper]", 1, 0 },
+};
+static const AlgoOptionPart scam_cluster_options =
+    ALGO_OPTION_PART("fedscam_cluster", ScamClusterOptions, scam_cluster_keys);
+
+/* A row's settings; the parts it lacks take their neutral values (WA has no radius, SAM no weights) */
+typedef struct {
+    int sam; /* SAM local steps and a pilot at the perturbed point (not WA) */
     double rho_max, alpha_rho, gamma_h, beta, kappa, lambda_c;
     int probe, dim_key, gaussian, cluster, clusters;
-} ScamHp;
+} ScamSettings;
 
-static double key_or(const double *hp, int index, double absent) { return index >= 0 ? hp[index] : absent; }
-
-/* a row's keys; the keys it lacks take their neutral value (WA has no radius, SAM no weights) */
-static ScamHp scam_hp(ScamRow row, const double *hp)
+static ScamSettings scam_settings(AlgoOptions o)
 {
-    const ScamKeys *k = &keys_of_row[row];
-    return (ScamHp){ .row = row, .rho_max = key_or(hp, k->rho_max, 0.0), .alpha_rho = key_or(hp, k->alpha_rho, 0.0),
-                     .gamma_h = key_or(hp, k->gamma_h, 0.0), .beta = key_or(hp, k->beta, 0.0),
-                     .kappa = hp[k->kappa], .lambda_c = key_or(hp, k->lambda_c, 1.0), .probe = (int)hp[k->probe],
-                     .dim_key = (int)hp[k->dim], .gaussian = (int)hp[k->proj],
-                     .cluster = (int)key_or(hp, k->cluster, 0.0), .clusters = (int)key_or(hp, k->clusters, 1.0) };
-}
-
-static ScamRow row_of(const AlgoMethod *m)
-{
-    for (int r = 0; r < algo_family_fedscam_count; r++)
-        if (m == &algo_family_fedscam[r]) return (ScamRow)r;
-    return ROW_FULL;
+    const ScamRadiusOptions *r = algo_options_find(o, &scam_radius_options);
+    const ScamWeightsOptions *w = algo_options_find(o, &scam_weights_options);
+    const ScamSummaryOptions *y = scam_summary_of(o);
+    const ScamClusterOptions *k = algo_options_find(o, &scam_cluster_options);
+    return (ScamSettings){ .sam = r != NULL, .rho_max = r ? r->rho_max : 0.0, .alpha_rho = r ? r->alpha_rho : 0.0,
+                           .gamma_h = w ? w->gamma_h : 0.0, .beta = w ? w->beta : 0.0, .kappa = y->kappa,
+                           .lambda_c = k ? k->lambda_c : 1.0, .probe = (int)y->probe_batches,
+                           .dim_key = (int)y->proj_dim, .gaussian = y->proj, .cluster = k ? k->cluster : 0,
+                           .clusters = k ? (int)k->clusters : 1 };
 }
 
 /* d: proj_dim, or 0 = 512 (256 under 1M trainable parameters) */
-static int dim_of(const ScamHp *h, int64_t n_params)
+static int dim_of(const ScamSettings *h, int64_t n_params)
 {
     return h->dim_key > 0 ? h->dim_key : n_params < SCAM_SMALL_MODEL ? 256 : 512;
-}
-
-static double norm2(const float *x, int64_t n)
-{
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
-    return sqrt(s);
-}
-
-static double distance(const float *a, const float *b, int64_t n)
-{
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) {
-        const double d = (double)a[j] - (double)b[j];
-        s += d * d;
-    }
-    return sqrt(s);
 }
 
 /* cos(a, b), 0 when a norm is 0 (spec 0.1) */
@@ -240,21 +281,21 @@ int fedscam_kmeans(const double *x, int m, int d, int k, uint64_t seed, uint32_t
 /* h_i, the pilot direction, c_i, h_adj_i, rho_i into the upload scalars (s_i is kept where z_i goes later) */
 static int scam_begin(AlgoClientCtx *c)
 {
-    const ScamHp h = scam_hp(row_of(c->method), c->hp);
-    const int64_t P = c->n_params, N = c->n_state;
+    const ScamSettings h = scam_settings(c->round->options);
+    const int64_t P = c->round->n_params, N = c->round->n_state;
     const int d = dim_of(&h, P);
-    const uint64_t seed = (uint64_t)c->setup->seed;
-    double *up = c->upload_scalars, *s = up + UP_Z;
-    const float *g = c->model->grad, *wt = c->global;
-    float *g1 = h.row == ROW_WA ? NULL : c->work; /* the first probe gradient, kept for the pilot */
+    const uint64_t seed = (uint64_t)c->round->setup->seed;
+    double *up = c->state.upload_scalars, *s = up + UP_Z;
+    const float *g = c->model->grad, *wt = c->round->global;
+    float *g1 = h.sam ? c->state.work : NULL; /* the first probe gradient, kept for the pilot */
     double loss = 0.0, sum = 0.0, g1_norm = 0.0;
     int64_t rows = 0;
     int batches = 0;
     memset(s, 0, (size_t)d * sizeof *s);
     for (int b = 0; b < h.probe; b++) {
-        FH_CHECK(c->probe_grad(c, b, wt, &loss, &rows));
+        FH_CHECK(c->svc->probe_grad(c, b, wt, &loss, &rows));
         if (rows == 0) break;
-        const double norm = norm2(g, P);
+        const double norm = nn_vec_norm_f64(g, P);
         sum += norm;
         batches++;
         if (b > 0) continue;
@@ -269,13 +310,13 @@ static int scam_begin(AlgoClientCtx *c)
         const float scale = g1_norm > 0.0 ? (float)(rho_pilot / g1_norm) : 0.0f;
         for (int64_t j = 0; j < P; j++) g1[j] = wt[j] + scale * g1[j];
         if (N > P) memcpy(g1 + P, wt + P, (size_t)(N - P) * sizeof(float));
-        FH_CHECK(c->probe_grad(c, 0, g1, &loss, &rows));
-        const double norm = norm2(g, P);
+        FH_CHECK(c->svc->probe_grad(c, 0, g1, &loss, &rows));
+        const double norm = nn_vec_norm_f64(g, P);
         if (norm > 0.0) fedscam_project(seed, h.gaussian, g, NULL, P, -1.0 / norm, d, s);
     }
-    const double c_i = cosine(s, c->server_scalars, d), credit = 1.0 - h.kappa * c_i;
+    const double c_i = cosine(s, c->round->server_scalars, d), credit = 1.0 - h.kappa * c_i;
     const double h_adj = h_i * (credit > 0.0 ? credit : 0.0);
-    up[UP_RHO] = h.row == ROW_WA ? NAN : fedscam_radius(h.rho_max, h.alpha_rho, h_adj);
+    up[UP_RHO] = h.sam ? fedscam_radius(h.rho_max, h.alpha_rho, h_adj) : NAN;
     up[UP_H] = h_i;
     up[UP_C] = c_i;
     up[UP_HADJ] = h_adj;
@@ -285,33 +326,36 @@ static int scam_begin(AlgoClientCtx *c)
 /* ||Delta_i|| and z_i = Proj_d(Normalize(Delta_i)) */
 static int scam_end(AlgoClientCtx *c)
 {
-    const ScamHp h = scam_hp(row_of(c->method), c->hp);
-    const int64_t P = c->n_params;
-    double *up = c->upload_scalars;
-    const double norm = distance(c->model->state, c->global, P);
+    const ScamSettings h = scam_settings(c->round->options);
+    const int64_t P = c->round->n_params;
+    double *up = c->state.upload_scalars;
+    const double norm = nn_vec_dist_f64(c->model->state, c->round->global, P);
     up[UP_DNORM] = norm;
-    fedscam_project((uint64_t)c->setup->seed, h.gaussian, c->model->state, c->global, P, norm > 0.0 ? 1.0 / norm : 0.0,
-                    dim_of(&h, P), up + UP_Z);
+    fedscam_project((uint64_t)c->round->setup->seed, h.gaussian, c->model->state, c->round->global, P,
+                    norm > 0.0 ? 1.0 / norm : 0.0, dim_of(&h, P), up + UP_Z);
     return FH_OK;
 }
 
 /* the SAM radius of this client's steps: rho_i of report->begin */
-static double scam_client_radius(const AlgoClientCtx *c, double rho) { return c->upload_scalars[UP_RHO]; }
+static double scam_client_radius(const AlgoClientCtx *c, double rho) { return c->state.upload_scalars[UP_RHO]; }
 
-/* sam.c's SAM step (spec 1) with rho_i, through a view of the keys it reads (rho at 0, perturb = sam at 2) */
+/* rho(t) of sam.c's radius hooks: rho_max, which the client's radius replaces */
+static double scam_round_radius(const AlgoSetup *s, AlgoOptions o, int round)
+{
+    return scam_radius_of(o)->rho_max;
+}
+
+/* sam.c's plain SAM step (spec 1) with rho_i */
 static int scam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
-    const double *hp = c->hp, view[5] = { scam_hp(row_of(c->method), hp).rho_max, 0.0, 0.0, 0.0, 0.0 };
-    c->hp = view;
-    const int status = algo_sam_step(c, grad, env, loss);
-    c->hp = hp;
-    return status;
+    const SamPerturbOptions sam = { .perturb = PERTURB_SAM };
+    return algo_sam_step_with(c, grad, env, loss, &sam);
 }
 
 /* ---- server -------------------------------------------------------------------------------------------- */
 
 /* q_i = lambda_c for the clients flagged in a conflicting pair inside a k-means cluster of the unit z_i */
-static int damp_conflicts(const AlgoServerCtx *s, const AlgoUpload *u, int m, int d, const ScamHp *h, double *q)
+static int damp_conflicts(const AlgoServerCtx *s, const AlgoUpload *u, int m, int d, const ScamSettings *h, double *q)
 {
     double *x = NULL;
     int *assign = NULL, *flagged = NULL;
@@ -346,9 +390,9 @@ static int damp_conflicts(const AlgoServerCtx *s, const AlgoUpload *u, int m, in
     return status;
 }
 
-static int scam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p, ScamRow row)
+static int scam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
-    const ScamHp h = scam_hp(row, s->hp);
+    const ScamSettings h = scam_settings(s->options);
     for (int i = 0; i < m; i++) p[i] = 1.0; /* q_i */
     if (h.cluster && m > 1) FH_CHECK(damp_conflicts(s, u, m, dim_of(&h, s->n_params), &h, p));
     double total = 0.0;
@@ -363,24 +407,24 @@ static int scam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doub
 }
 
 /* weighted average (buffers with the same weights), then u_t = Proj_d(Normalize(w_{t+1} - w_t)) */
-static int scam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global, ScamRow row)
+static int scam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
     FH_CHECK(algo_average(s, u, m, p, global));
-    const ScamHp h = scam_hp(row, s->hp);
+    const ScamSettings h = scam_settings(s->options);
     const int64_t P = s->n_params;
-    const double norm = distance(global, s->current, P);
+    const double norm = nn_vec_dist_f64(global, s->current, P);
     fedscam_project((uint64_t)s->setup->seed, h.gaussian, global, s->current, P, norm > 0.0 ? 1.0 / norm : 0.0,
                     dim_of(&h, P), s->server_scalars);
     return FH_OK;
 }
 
-static void scam_sizes(const AlgoSetup *s, AlgoSizes *z, ScamRow row)
+static void scam_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    const ScamHp h = scam_hp(row, s->hp);
+    const ScamSettings h = scam_settings(s->options);
     const int d = dim_of(&h, s->n_params);
     z->server_scalars = d;       /* u */
     z->upload_scalars = UP_Z + d; /* rho_i, h_i, c_i, h_adj_i, ||Delta_i||, z_i */
-    if (row == ROW_WA) {
+    if (!h.sam) {
         z->client_columns = "h,c,h_adj,delta_norm";
         z->client_column_first = UP_H;
         return;
@@ -397,102 +441,29 @@ static void scam_sizes(const AlgoSetup *s, AlgoSizes *z, ScamRow row)
 /* whole numbers where the keys count things (the config reads every method key as a number) */
 static int scam_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    const ScamKeys *k = &keys_of_row[row_of(m)];
-    const int whole[3] = { k->probe, k->dim, k->clusters };
+    const ScamSummaryOptions *y = scam_summary_of(s->options);
+    const ScamClusterOptions *k = algo_options_find(s->options, &scam_cluster_options);
+    const struct {
+        const char *key;
+        double value;
+    } whole[3] = { { "probe_batches", y->probe_batches }, { "proj_dim", y->proj_dim },
+                   { "clusters", k ? k->clusters : 1.0 } };
     for (int i = 0; i < 3; i++)
-        if (whole[i] >= 0 && s->hp[whole[i]] != floor(s->hp[whole[i]]))
-            return algo_refuse(m, "[algo] %s = %g must be a whole number", m->hp[whole[i]].key, s->hp[whole[i]]);
+        if (whole[i].value != floor(whole[i].value))
+            return algo_refuse(m, "[algo] %s = %g must be a whole number", whole[i].key, whole[i].value);
     return FH_OK;
 }
 
-static int full_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
-{
-    return scam_weights(s, u, m, p, ROW_FULL);
-}
-static int wa_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
-{
-    return scam_weights(s, u, m, p, ROW_WA);
-}
-static int full_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *g)
-{
-    return scam_update(s, u, m, p, g, ROW_FULL);
-}
-static int wa_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *g)
-{
-    return scam_update(s, u, m, p, g, ROW_WA);
-}
-static int sam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *g)
-{
-    return scam_update(s, u, m, p, g, ROW_SAM);
-}
-static void full_sizes(const AlgoSetup *s, AlgoSizes *z) { scam_sizes(s, z, ROW_FULL); }
-static void wa_sizes(const AlgoSetup *s, AlgoSizes *z) { scam_sizes(s, z, ROW_WA); }
-static void sam_sizes(const AlgoSetup *s, AlgoSizes *z) { scam_sizes(s, z, ROW_SAM); }
-
-static const AlgoLocalStep scam_step_part = { .step = scam_step, .client_radius = scam_client_radius };
+static const AlgoLocalStep scam_step_part = { .step = scam_step, .round_radius = scam_round_radius,
+                                              .client_radius = scam_client_radius };
 static const AlgoClientReport scam_report_part = { .begin = scam_begin, .end = scam_end };
-static const AlgoServerWeights full_weights_part = { .weights = full_weights };
-static const AlgoServerWeights wa_weights_part = { .weights = wa_weights };
-static const AlgoServerUpdate full_update_part = { .update = full_update };
-static const AlgoServerUpdate wa_update_part = { .update = wa_update };
-static const AlgoServerUpdate sam_update_part = { .update = sam_update };
+static const AlgoServerWeights scam_weights_part = { .weights = scam_weights };
+static const AlgoServerUpdate scam_update_part = { .update = scam_update };
 
 /* ---- the registry rows ---------------------------------------------------------------------------------- */
 
-#define KEY_RHO_MAX                                                                                             \
-    { "rho_max", 0.05, 0.0, 1e6, NULL,                                                                          \
-      "largest SAM radius rho_max >= 0: rho_i = rho_max/(1 + alpha_rho h_adj_i), the pilot uses 0.5 rho_max/(1 + "  \
-      "alpha_rho h_i); spec and paper default 0.05 (the paper sweeps 0.01, 0.05, 0.1; 0.1 gave its best final "    \
-      "accuracy)" }
-#define KEY_ALPHA_RHO                                                                                           \
-    { "alpha_rho", 1.0, 0.0, 1e6, NULL,                                                                         \
-      "radius modulation strength alpha_rho >= 0; spec default 1 [PROPOSED: the paper gives no value]; 0 puts "     \
-      "every client at rho_max. h_i is a raw gradient norm, so the scale depends on model, loss and batch size" }
-#define KEY_GAMMA_H                                                                                             \
-    { "gamma_h", 1.0, 0.0, 1e6, NULL,                                                                           \
-      "heterogeneity penalty gamma_h >= 0 in S_i = n_i/(1 + gamma_h h_adj_i) max(0, 1 + beta c_i) q_i; spec and "   \
-      "paper default 1 (the paper sweeps 0, 1, 5; 1 the most stable)" }
-#define KEY_BETA                                                                                                \
-    { "beta", 0.8, 0.0, 1e6, NULL,                                                                              \
-      "alignment boost beta >= 0 in max(0, 1 + beta c_i); spec default 0.8 [PROPOSED, inside the paper's sweep 0, " \
-      "0.8, 2; the paper finds no gain over 0 at Dirichlet 0.1]; 0 disables. Weights summing to 0 fall back to "    \
-      "n_i" }
-#define KEY_KAPPA                                                                                               \
-    { "kappa", 0.5, 0.0, 1e6, NULL,                                                                             \
-      "alignment credit kappa >= 0 in h_adj_i = h_i max(0, 1 - kappa c_i), c_i = cos(s_i, u_{t-1}) of the pilot "   \
-      "direction's summary with the previous global direction's; spec default 0.5 [PROPOSED: not in the paper]" }
-#define KEY_PROBE                                                                                               \
-    { "probe_batches", 3, 1, 1e6, NULL,                                                                         \
-      "B, minibatches of the heterogeneity score h_i = (1/B) sum ||g(w_t; xi_b)||: the first B of an extra "       \
-      "shuffle of the client's data (fewer if it has fewer), train mode, BatchNorm statistics frozen, not training " \
-      "steps [PROPOSED]; spec and paper default 3" }
-#define KEY_PROJ_DIM                                                                                            \
-    { "proj_dim", 0, 0, 1e6, NULL,                                                                              \
-      "d, the dimension of the projected summaries (u, s_i, z_i; d doubles each way): a whole number >= 1, or 0 = " \
-      "auto (default): 512, or 256 for models under 1M trainable parameters (spec [PROPOSED threshold]; the paper " \
-      "uses 256 for its small CNN, 512 for ResNet-18)" }
-#define KEY_PROJ                                                                                                \
-    { "proj", 0, 0, 0, "sketch|gaussian",                                                                       \
-      "Proj_d: sketch (signed count sketch, bucket and sign of coordinate k from Philox (fl.seed, projection) with " \
-      "counter k; O(P), no stored matrix; spec default [PROPOSED]) or gaussian (dense N(0, 1/d) entries from the "  \
-      "same counters; O(d P) per projection, slow on large models); the paper only says 'random projection'" }
-#define KEY_CLUSTER                                                                                             \
-    { "cluster", 0, 0, 0, "false|true",                                                                         \
-      "clustered conflict damping: k-means of the unit z_i (k-means++ seeding from Philox, Lloyd until stable or "  \
-      "50 iterations) into K_c = min(clusters, m) clusters; inside a cluster, of every pair with cos(z_i, z_j) < 0 " \
-      "the client with the smaller ||Delta|| (ties: the larger id) gets q_i = lambda_c, once [PROPOSED]; spec "     \
-      "default false (optional in the paper)" }
-#define KEY_CLUSTERS                                                                                            \
-    { "clusters", 3, 1, 1e6, NULL,                                                                              \
-      "K_c, the number of clusters (a whole number >= 1, capped at the round's client count m); spec default 3 "   \
-      "[PROPOSED: not in the paper]" }
-#define KEY_LAMBDA_C                                                                                            \
-    { "lambda_c", 0.5, 0.0, 1.0, NULL,                                                                          \
-      "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); spec default 0.5 " \
-      "[PROPOSED: not in the paper]", 1, 0 }
-
 const AlgoMethod algo_family_fedscam[] = {
-    [ROW_FULL] = {
+    {
         .name = "fedscam",
         .summary = "FedSCAM: SAM with a per-client radius from gradient heterogeneity and alignment, heterogeneity- "
                    "and alignment-aware server weights (no public code: the pilot, projection, clustering and "
@@ -502,15 +473,13 @@ const AlgoMethod algo_family_fedscam[] = {
         .payload = "down 1 + d scalars, up 1 + 7 + d scalars",
         .step = &scam_step_part,
         .report = &scam_report_part,
-        .weights = &full_weights_part,
-        .update = &full_update_part,
+        .weights = &scam_weights_part,
+        .update = &scam_update_part,
         .validate = scam_validate,
-        .sizes = full_sizes,
-        .n_hp = 11,
-        .hp = { KEY_RHO_MAX, KEY_ALPHA_RHO, KEY_GAMMA_H, KEY_BETA, KEY_KAPPA, KEY_PROBE, KEY_PROJ_DIM, KEY_PROJ,
-                KEY_CLUSTER, KEY_CLUSTERS, KEY_LAMBDA_C },
+        .sizes = scam_sizes,
+        .parts = { &scam_radius_options, &scam_weights_options, &scam_summary_options, &scam_cluster_options },
     },
-    [ROW_WA] = {
+    {
         .name = "fedscam_wa",
         .summary = "FedSCAM (WA) ablation: FedSCAM's server weights over plain SGD local training (pilot = the plain "
                    "first probe gradient)",
@@ -518,15 +487,13 @@ const AlgoMethod algo_family_fedscam[] = {
         .state = "- | u (d scalars)",
         .payload = "down 1 + d scalars, up 1 + 5 + d scalars",
         .report = &scam_report_part,
-        .weights = &wa_weights_part,
-        .update = &wa_update_part,
+        .weights = &scam_weights_part,
+        .update = &scam_update_part,
         .validate = scam_validate,
-        .sizes = wa_sizes,
-        .n_hp = 9,
-        .hp = { KEY_GAMMA_H, KEY_BETA, KEY_KAPPA, KEY_PROBE, KEY_PROJ_DIM, KEY_PROJ, KEY_CLUSTER, KEY_CLUSTERS,
-                KEY_LAMBDA_C },
+        .sizes = scam_sizes,
+        .parts = { &scam_weights_options, &scam_summary_options, &scam_cluster_options },
     },
-    [ROW_SAM] = {
+    {
         .name = "fedscam_sam",
         .summary = "FedSCAM (SAM) ablation: FedSCAM's per-client radius, server average by sample counts (u_t still "
                    "computed for the alignment)",
@@ -536,11 +503,10 @@ const AlgoMethod algo_family_fedscam[] = {
         .step = &scam_step_part,
         .report = &scam_report_part,
         .weights = &algo_weights_samples,
-        .update = &sam_update_part,
+        .update = &scam_update_part,
         .validate = scam_validate,
-        .sizes = sam_sizes,
-        .n_hp = 6,
-        .hp = { KEY_RHO_MAX, KEY_ALPHA_RHO, KEY_KAPPA, KEY_PROBE, KEY_PROJ_DIM, KEY_PROJ },
+        .sizes = scam_sizes,
+        .parts = { &scam_radius_options, &scam_summary_options },
     },
 };
 const int algo_family_fedscam_count = sizeof algo_family_fedscam / sizeof algo_family_fedscam[0];

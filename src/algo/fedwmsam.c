@@ -10,7 +10,7 @@
  * payload with client-held c_k); server scalars 0 K_bar (sam.c's k_bar_init and control variates read it
  * there), 1 alpha_r (metrics.csv method_scalar); work vectors 0 mom_k, 1 target_b, 2 eps, 3 the saved weights
  * (and the official perturbation's per-tensor scratch). Upload scalars: the diagnostics (mean ||eps||, mean ||g||).
- * The step order is the FL-Simulator one (spec 0.2): the pure minibatch gradient at x_b + eps (c->grad_pure),
+ * The step order is the FL-Simulator one (spec 0.2): the pure minibatch gradient at x_b + eps (c->state.grad_pure),
  * exact restore, the blend (correction hook), clip (train.clip), weight decay and the SGD step (optimiser).
  * Parameters-only rules cover [0, n_params); buffers are averaged with the method's weights (spec 0.3). */
 #include "algo_internal.h"
@@ -22,19 +22,65 @@
 
 #define WM_NORM_EPS 1e-7 /* e in rho delta/(||delta|| + e): LESAM.py, which WMSAM.py reuses (spec 0.3, 8) */
 
-enum { WM_RHO, WM_WEIGHTS, WM_ALPHA0, WM_ALPHA_LAMBDA, WM_K_NORM, WM_COMPAT, WM_ETA_G, WM_N_HP };
 enum { WM_INTENDED, WM_OFFICIAL };
-enum { WM_K_CODE, WM_K_ACTUAL };
-enum { WM_SC_K_BAR, WM_SC_ALPHA };
-enum { WM_SV_C, WM_SV_MOM };
-enum { WM_W_MOMK, WM_W_TARGET, WM_W_EPS, WM_W_SAVED, WM_N_WORK };
+typedef struct {
+    double alpha_0, alpha_lambda;
+    int k_norm, compat;
+    double eta_g;
+} WmsamOptions;
+static const AlgoOption wmsam_keys[] = {
+    { ALGO_NUMBER(WmsamOptions, alpha_0), 0.1, 0.0, 1.0, NULL,
+      "alpha_0 in (0, 1], the starting weight of the fresh gradient in r = alpha g + (1 - alpha) mom_k (0.1 = "
+      "90 % momentum; spec default 0.1, train.py); 1 needs rho = 0 (mom_k undefined) and with alpha_lambda = 0 "
+      "gives SCAFFOLD-corrected SGD; metrics.csv method_scalar logs alpha_r", 1, 0 },
+    { ALGO_NUMBER(WmsamOptions, alpha_lambda), 0.01, 0.0, 1.0, NULL,
+      "smoothing lambda in [0, 1] of alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9), "
+      "s_k = 1 + cos(Delta_k, mom_r) (the code's +1 shift); spec default 0.01, hard-wired in the code (the "
+      "poster writes a generic lambda); 0 freezes alpha at alpha_0", 0, 0 },
+    { ALGO_CHOICE(WmsamOptions, k_norm), K_NORM_CODE, 0, 0, "code|actual",
+      "local step count K in c_k's update and mom: code (K_bar = E n_0/B from client 0's size, for every "
+      "client, as FL-Simulator; train.steps when set; default) or actual (each client's steps taken in c_k, "
+      "the round's mean steps in mom) [PROPOSED]", 0, 0 },
+    { ALGO_CHOICE(WmsamOptions, compat), WM_INTENDED, 0, 0, "intended|official",
+      "intended (the poster's perturbation towards the target, full-vector norm; default) or official (both "
+      "[CODE-BUG]s of WMSAM.py, spec 9: the LESAM optimiser negates delta, so the code perturbs away from the "
+      "target, and indexes it per tensor as in spec 8: tensor j gets the constant -rho delta[j]/(sum_{j<J} "
+      "|delta[j]| + 1e-7)). Nothing else changes", 0, 0 },
+    { ALGO_NUMBER(WmsamOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
+      "global step size eta_g: x += eta_g Delta_bar; spec default 1 (FL-Simulator family); mom uses the "
+      "unscaled Delta_bar", 0, 0 },
+};
+static const AlgoOptionPart wmsam_options = ALGO_OPTION_PART("fedwmsam", WmsamOptions, wmsam_keys);
+ALGO_OPTIONS_OF(wmsam_of, WmsamOptions, wmsam_options)
 
-static double norm2(const float *x, int64_t n)
+/* The layout above by name, in one place: what a client sees (the broadcast c, mom_r, alpha_r and its own work
+ * vectors) and what the server updates. */
+enum { WM_SCALAR_K_BAR, WM_SCALAR_ALPHA }; /* K_bar where sam.c's k_bar_init and control variates read it */
+enum { WM_N_WORK = 4 };
+typedef struct {
+    const float *c, *mom;
+    double alpha;
+    float *momk, *target, *eps, *saved;
+} WmsamClient;
+typedef struct {
+    float *c, *mom;
+    double *k_bar, *alpha;
+} WmsamServer;
+
+static WmsamClient wmsam_client(const AlgoClientCtx *c)
 {
-    double s = 0.0;
-#pragma omp simd reduction(+ : s)
-    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
-    return sqrt(s);
+    const int64_t N = c->round->n_state;
+    return (WmsamClient){ .c = c->round->server_vecs, .mom = c->round->server_vecs + N,
+                          .alpha = c->round->server_scalars[WM_SCALAR_ALPHA],
+                          .momk = c->state.work, .target = c->state.work + N, .eps = c->state.work + 2 * N,
+                          .saved = c->state.work + 3 * N };
+}
+
+static WmsamServer wmsam_server(const AlgoServerCtx *s)
+{
+    return (WmsamServer){ .c = s->server_vecs, .mom = s->server_vecs + s->n_state,
+                          .k_bar = &s->server_scalars[WM_SCALAR_K_BAR],
+                          .alpha = &s->server_scalars[WM_SCALAR_ALPHA] };
 }
 
 /* alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9) (spec 9; the code's lambda = 0.01) */
@@ -51,15 +97,14 @@ static double wmsam_next_alpha(double alpha, double lambda, double mean_s)
  * only) the momentum has weight 0: mom_k = mom_r, unused. */
 static int wmsam_begin(AlgoClientCtx *c)
 {
-    const int64_t P = c->n_params, N = c->n_state;
-    const double alpha = c->server_scalars[WM_SC_ALPHA];
-    const float *cg = c->server_vecs + (size_t)WM_SV_C * N, *mom = c->server_vecs + (size_t)WM_SV_MOM * N;
-    const float *ck = c->client_vecs;
-    float *momk = c->work + (size_t)WM_W_MOMK * N;
-    const float f = alpha < 1.0 ? (float)(alpha / (1.0 - alpha)) : 0.0f;
+    const int64_t P = c->round->n_params;
+    const WmsamClient v = wmsam_client(c);
+    const float *cg = v.c, *mom = v.mom, *ck = c->state.client_vecs;
+    float *momk = v.momk;
+    const float f = v.alpha < 1.0 ? (float)(v.alpha / (1.0 - v.alpha)) : 0.0f;
 #pragma omp simd
     for (int64_t j = 0; j < P; j++) momk[j] = mom[j] + f * (cg[j] - ck[j]);
-    nn_vec_copy(c->work + (size_t)WM_W_TARGET * N, c->global, P);
+    nn_vec_copy(v.target, c->round->global, P);
     return FH_OK;
 }
 
@@ -67,18 +112,15 @@ static int wmsam_begin(AlgoClientCtx *c)
  * SCAFFOLD's correction itself (spec 9: (1 - alpha) mom_k = (1 - alpha) mom_r + alpha (c - c_k)). */
 static void wmsam_correct(AlgoClientCtx *c, float *grad)
 {
-    const double alpha = c->server_scalars[WM_SC_ALPHA];
-    if (alpha == 1.0) {
-        const double *hp = c->hp, scaf[3] = { 0.0, 0.0, 1.0 }; /* SCAFFOLD's variant = option2 view */
-        c->hp = scaf;
-        scaffold_correct(c, grad);
-        c->hp = hp;
+    const WmsamClient v = wmsam_client(c);
+    if (v.alpha == 1.0) {
+        algo_scaffold_correct(c, grad);
         return;
     }
-    const float a = (float)alpha, b = (float)(1.0 - alpha);
-    const float *momk = c->work + (size_t)WM_W_MOMK * c->n_state;
+    const float a = (float)v.alpha, b = (float)(1.0 - v.alpha);
+    const float *momk = v.momk;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) grad[j] = a * grad[j] + b * momk[j];
+    for (int64_t j = 0; j < c->round->n_params; j++) grad[j] = a * grad[j] + b * momk[j];
 }
 
 /* One step (spec 9): delta_b = target_b - x_b; eps = rho delta_b/(||delta_b|| + e), none when delta_b = 0 (always
@@ -87,38 +129,38 @@ static void wmsam_correct(AlgoClientCtx *c, float *grad)
 static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
     NnModel *m = c->model;
-    const int64_t P = c->n_params, N = c->n_state;
+    const int64_t P = c->round->n_params;
     float *w = m->state, *g = m->grad;
-    float *momk = c->work + (size_t)WM_W_MOMK * N, *target = c->work + (size_t)WM_W_TARGET * N;
-    float *eps = c->work + (size_t)WM_W_EPS * N, *saved = c->work + (size_t)WM_W_SAVED * N;
+    const WmsamClient v = wmsam_client(c);
+    float *momk = v.momk, *target = v.target, *eps = v.eps, *saved = v.saved;
     const double rho = algo_sam_radius(c);
     double eps_norm = 0.0;
     if (rho > 0.0) {
 #pragma omp simd
         for (int64_t j = 0; j < P; j++) eps[j] = target[j] - w[j];
-        const double n = norm2(eps, P);
+        const double n = nn_vec_norm_f64(eps, P);
         if (n > 0.0) {
-            if ((int)c->hp[WM_COMPAT] == WM_OFFICIAL) {
+            if (wmsam_of(c->round->options)->compat == WM_OFFICIAL) {
                 nn_vec_scale(eps, -1.0f, P); /* LESAM.py negates its input: away from the target */
                 algo_lesam_official(m, eps, rho, saved);
             } else {
                 nn_vec_scale(eps, (float)(rho / (n + WM_NORM_EPS)), P);
             }
-            eps_norm = norm2(eps, P);
+            eps_norm = nn_vec_norm_f64(eps, P);
         }
     }
     if (eps_norm > 0.0) {
         nn_vec_copy(saved, w, P);
         nn_vec_axpy(w, 1.0f, eps, P);
     }
-    c->grad_pure = 1;
+    c->state.grad_pure = 1;
     const int status = grad(env, loss); /* the only fb: BatchNorm statistics come from it (spec 0.3) */
-    c->grad_pure = 0;
+    c->state.grad_pure = 0;
     if (eps_norm > 0.0) nn_vec_copy(w, saved, P);
     FH_CHECK(status);
-    algo_sam_diag_add(c, eps_norm, norm2(g, P));
-    c->grad_terms(c, g, loss); /* the blend (wmsam_correct), then clip */
-    c->optimizer_step(c, w, g); /* + weight decay, after the clip */
+    algo_sam_diag_add(c, eps_norm, nn_vec_norm_f64(g, P));
+    c->svc->grad_terms(c, g, loss); /* the blend (wmsam_correct), then clip */
+    c->svc->optimizer_step(c, w, g); /* + weight decay, after the clip */
     nn_vec_axpy(target, 1.0f, momk, P);
     return FH_OK;
 }
@@ -126,7 +168,7 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
 /* c_k <- c_k - c - Delta_k/(K eta_r), K = K_bar (k_norm = code) or the steps taken (FedGAMMA's, spec 5) */
 static int wmsam_end(AlgoClientCtx *c)
 {
-    algo_sam_cv_end(c, WM_K_NORM);
+    algo_sam_cv_end(c, wmsam_of(c->round->options)->k_norm);
     return FH_OK;
 }
 
@@ -135,7 +177,7 @@ static int wmsam_end(AlgoClientCtx *c)
 static int wmsam_init(AlgoServerCtx *s, float *global)
 {
     FH_CHECK(algo_sam_k_bar_init(s, global));
-    s->server_scalars[WM_SC_ALPHA] = s->hp[WM_ALPHA0];
+    *wmsam_server(s).alpha = wmsam_of(s->options)->alpha_0;
     return FH_OK;
 }
 
@@ -145,10 +187,12 @@ static int wmsam_init(AlgoServerCtx *s, float *global)
  * gamma = train.lr_decay (the code's extra factor). */
 static int wmsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
-    const int64_t P = s->n_params, N = s->n_state;
-    float *mom = s->server_vecs + (size_t)WM_SV_MOM * N;
+    const int64_t P = s->n_params;
+    const WmsamOptions *o = wmsam_of(s->options);
+    const WmsamServer v = wmsam_server(s);
+    float *mom = v.mom;
     const float *x = s->current;
-    const double mom_norm = norm2(mom, P);
+    const double mom_norm = nn_vec_norm_f64(mom, P);
     double s_sum = 0.0, k_mean = 0.0;
     for (int i = 0; i < m; i++) {
         const float *y = u[i].state;
@@ -161,12 +205,11 @@ static int wmsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
         s_sum += mom_norm > 0.0 && dd > 0.0 ? 1.0 + dot / (sqrt(dd) * mom_norm) : 0.0;
         k_mean += (double)u[i].n_steps / m;
     }
-    double *alpha = &s->server_scalars[WM_SC_ALPHA];
-    *alpha = wmsam_next_alpha(*alpha, s->hp[WM_ALPHA_LAMBDA], s_sum / m);
-    FH_CHECK(algo_sam_cv_update(s, u, m, WM_K_NORM));
+    *v.alpha = wmsam_next_alpha(*v.alpha, o->alpha_lambda, s_sum / m);
+    FH_CHECK(algo_sam_cv_update(s, u, m, o->k_norm));
     FH_CHECK(algo_average(s, u, m, p, global));
-    const double K = (int)s->hp[WM_K_NORM] == WM_K_CODE ? s->server_scalars[WM_SC_K_BAR] : k_mean;
-    const double scale = K > 0.0 ? s->setup->lr_decay / (K * s->lr) : 0.0, eta = s->hp[WM_ETA_G];
+    const double K = o->k_norm == K_NORM_CODE ? *v.k_bar : k_mean;
+    const double scale = K > 0.0 ? s->setup->lr_decay / (K * s->lr) : 0.0, eta = o->eta_g;
     for (int64_t j = 0; j < P; j++) {
         const double avg = global[j], d = avg - (double)x[j];
         mom[j] = (float)(-d * scale);
@@ -177,14 +220,13 @@ static int wmsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
 
 static int wmsam_validate(const AlgoMethod *meth, const AlgoSetup *s)
 {
-    for (int h = 0; h < meth->n_hp; h++)
-        if (!meth->hp[h].choices && !isfinite(s->hp[h]))
-            return algo_refuse(meth, "[algo] %s = %g must be a finite number", meth->hp[h].key, s->hp[h]);
+    FH_CHECK(algo_refuse_nonfinite(meth, s->options));
     FH_CHECK(algo_sam_validate(meth, s));
-    if (s->hp[WM_ALPHA0] == 1.0 && s->hp[WM_RHO] > 0.0)
+    const double rho = sam_radius_of(s->options)->rho;
+    if (wmsam_of(s->options)->alpha_0 == 1.0 && rho > 0.0)
         return algo_refuse(meth, "[algo] alpha_0 = 1 makes mom_k = mom + alpha/(1 - alpha) (c - c_k), and with it the "
                            "perturbation target, undefined: alpha_0 = 1 is allowed with [algo] rho = 0 only (the "
-                           "SCAFFOLD limit; rho = %g)", s->hp[WM_RHO]);
+                           "SCAFFOLD limit; rho = %g)", rho);
     return FH_OK;
 }
 
@@ -192,7 +234,7 @@ static void wmsam_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->work_vectors = WM_N_WORK;
     algo_sam_diag_sizes(z);
-    z->metric_scalar = 1 + WM_SC_ALPHA;
+    z->metric_scalar = 1 + WM_SCALAR_ALPHA;
 }
 
 static const AlgoGradCorrection wmsam_correct_part = { .correct = wmsam_correct };
@@ -223,38 +265,17 @@ const AlgoMethod algo_family_wmsam[] = {
         .n_client_vectors = 1,
         .n_server_vectors = 2,
         .n_server_scalars = 2,
-        .n_hp = WM_N_HP,
-        .hp = {
-            { "rho", 0.1, 0.0, 1e6, NULL,
+        .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &wmsam_options },
+        .tunes = {
+            { "rho", NAN,
               "radius rho >= 0 of the momentum-guided perturbation eps = rho delta/(||delta|| + 1e-7), delta = x_r + "
               "b mom_k - x_b; spec default 0.1 (train.py). The README/poster's best rho ~ 0.01 was measured with the "
               "buggy perturbation (compat = official): re-tune it for the intended rule. rho = 0: no perturbation" },
-            { "weights", 0, 0, 0, "uniform|samples",
+            { "weights", NAN,
               "server average Delta_bar: uniform (FL-Simulator server.py; spec 0.2 default) or samples (sample counts)" },
-            { "alpha_0", 0.1, 0.0, 1.0, NULL,
-              "alpha_0 in (0, 1], the starting weight of the fresh gradient in r = alpha g + (1 - alpha) mom_k (0.1 = "
-              "90 % momentum; spec default 0.1, train.py); 1 needs rho = 0 (mom_k undefined) and with alpha_lambda = 0 "
-              "gives SCAFFOLD-corrected SGD; metrics.csv method_scalar logs alpha_r", 1, 0 },
-            { "alpha_lambda", 0.01, 0.0, 1.0, NULL,
-              "smoothing lambda in [0, 1] of alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9), "
-              "s_k = 1 + cos(Delta_k, mom_r) (the code's +1 shift); spec default 0.01, hard-wired in the code (the "
-              "poster writes a generic lambda); 0 freezes alpha at alpha_0" },
-            { "k_norm", 0, 0, 0, "code|actual",
-              "local step count K in c_k's update and mom: code (K_bar = E n_0/B from client 0's size, for every "
-              "client, as FL-Simulator; train.steps when set; default) or actual (each client's steps taken in c_k, "
-              "the round's mean steps in mom) [PROPOSED]" },
-            { "compat", 0, 0, 0, "intended|official",
-              "intended (the poster's perturbation towards the target, full-vector norm; default) or official (both "
-              "[CODE-BUG]s of WMSAM.py, spec 9: the LESAM optimiser negates delta, so the code perturbs away from the "
-              "target, and indexes it per tensor as in spec 8: tensor j gets the constant -rho delta[j]/(sum_{j<J} "
-              "|delta[j]| + 1e-7)). Nothing else changes" },
-            { "eta_g", 1.0, 0.0, 1000.0, NULL,
-              "global step size eta_g: x += eta_g Delta_bar; spec default 1 (FL-Simulator family); mom uses the "
-              "unscaled Delta_bar" },
         },
     },
     {
-        /* keys in the order of afedsam.c's AfKey; hp 0-4 as fedsam (algo_sam_step reads them there) */
         .name = "afedsam",
         .summary = "A-FedSAM [RECONSTRUCTED, spec 15]: FedSAM plus KL distillation from the global model with a "
                    "growing weight mu_t (metrics.csv method_scalar = mu_t)",
@@ -269,32 +290,16 @@ const AlgoMethod algo_family_wmsam[] = {
         .server_init = afedsam_init,
         .validate = afedsam_validate,
         .sizes = afedsam_sizes,
-        .n_hp = 9,
-        .hp = {
-            { "rho", 0.1, 0.0, 1e6, NULL,
+        .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &algo_sam_perturb_options, &afedsam_options },
+        .tunes = {
+            { "rho", NAN,
               "SAM radius rho >= 0; spec default 0.1 (the paper searched 0.01 .. 0.5, 0.1 best); rho = 0 with "
               "mu_max = 0 is FedAvg's SGD step (uniform average)" },
-            { "weights", 0, 0, 0, "uniform|samples",
+            { "weights", NAN,
               "server average: uniform (FL-Simulator, the paper's evident code base; default) or samples" },
-            { "perturb", 0, 0, 0, "sam|asam|gsam",
+            { "perturb", NAN,
               "local perturbation, as fedsam's (default sam: the paper's; asam, gsam for studies); the distillation "
               "term is evaluated at the perturbed point only" },
-            { "asam_eta", 0.2, 0.0, 1e6, NULL, "ASAM offset eta_a (perturb = asam), as fedsam's" },
-            { "gsam_alpha", 0.4, 0.0, 1.0, NULL, "GSAM alpha in [0, 1] (perturb = gsam), as fedsam's" },
-            { "mu_max", 1.0, 0.0, 1e6, NULL,
-              "limit mu_max >= 0 of the distillation weight mu_t = (1 - lambda) mu_{t-1} + lambda mu_max, mu_0 = 0 "
-              "(the paper: an exponentially weighted moving average, small early, growing) [RECON: value 1 "
-              "PROPOSED]; 0 is FedSAM bit for bit" },
-            { "lambda", 0.01, 0.0, 1.0, NULL,
-              "growth rate lambda in [0, 1] of mu_t (the paper's lambda: too small, weak guidance; too large, strong "
-              "guidance too early) [RECON: 0.01 per round PROPOSED]; also the teacher = ema rate; 0 keeps mu_t = 0" },
-            { "temperature", 4.0, 1.0, 1000.0, NULL,
-              "distillation temperature T >= 1 of mu_t T^2 KL(softmax(z_t/T) || softmax(z/T)); spec default 4 (the "
-              "paper, following FedGKD: 1 -> 4 improves, higher worse)" },
-            { "teacher", 0, 0, 0, "global|ema",
-              "global (w^t, the received global model: no extra download, the paper's claim; default) or ema (the "
-              "server's average tbar <- (1 - lambda) tbar + lambda w^{t+1} from tbar_0 = w^0, +1P down) [RECON]. "
-              "The spec's third option (KL at the unperturbed w, a third backward) is not implemented" },
         },
     },
 };

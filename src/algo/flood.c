@@ -9,12 +9,54 @@
 
 #include "fedhet/core.h"
 
-enum { HP_SCORE, HP_Q, HP_A, HP_HALT, HP_SCHEDULE, HP_START, HP_ALPHA, HP_COMPAT, HP_SHIFT, HP_LAMBDA, HP_ASH_P };
 enum { SCORE_ENERGY, SCORE_MSP, SCORE_MAXLOGIT, SCORE_GEN, SCORE_ASH_P, SCORE_ASH_B, SCORE_ASH_S };
 enum { SCHED_AUTO, SCHED_COSINE, SCHED_LINEAR, SCHED_QUADRATIC, SCHED_EXPONENTIAL, SCHED_LOGISTIC, SCHED_CONSTANT };
 enum { COMPAT_PAPER, COMPAT_CODE };
 
 #define FLOOD_MAX_CLASSES 1024
+typedef struct {
+    int flood_score;
+    double flood_q, flood_a, flood_halt;
+    int flood_schedule;
+    double flood_start, flood_alpha;
+    int flood_compat, flood_dac_shift;
+    double flood_lambda, flood_ash_percentile;
+} FloodOptions;
+static const AlgoOption flood_keys[] = {
+    { ALGO_CHOICE(FloodOptions, flood_score), SCORE_ENERGY, 0, 0, "energy|msp|maxlogit|gen|ash-p|ash-b|ash-s",
+      "OOD score of ASW and phi (higher = more in-distribution): energy (T = 1, paper and code), msp, maxlogit, "
+      "gen (gamma 0.1, top 10), or the paper's Table VI ASH scores (spec 13; not in the released code): the "
+      "classifier's input a (the penultimate activation) pruned below its flood_ash_percentile-th percentile "
+      "(ash-p), the kept values then set to sum(a)/kept (ash-b) or scaled by exp(sum a / sum kept) (ash-s), "
+      "scored by the energy of the classifier on it; training logits are unchanged", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_q), 0.7, 0, 1, NULL,
+      "batch quantile below which samples are pseudo-OOD (lower interpolation; 0.7: about 70 % of each batch)",
+      1, 1 },
+    { ALGO_NUMBER(FloodOptions, flood_a), 0, 0, 1e6, NULL,
+      "schedule amplitude a (lambda ends at 2a); 0: by compat (paper 200, code 50)", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_halt), 1000, 1, 1e9, NULL,
+      "halt round T_h after which lambda stays 2a (paper and code 1000)", 0, 0 },
+    { ALGO_CHOICE(FloodOptions, flood_schedule), SCHED_AUTO, 0, 0,
+      "auto|cosine|linear|quadratic|exponential|logistic|constant",
+      "lambda schedule; auto: by compat (paper cosine, code logistic); constant: flood_lambda every round", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_start), 0, 0, 1e9, NULL,
+      "start phase: lambda = 1 up to this round (0: the code's timing)", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_alpha), 0.5, 0, 1e6, NULL,
+      "DAC weight of the confidence term (paper and code 0.5; 0: FedAvg weights)", 0, 0 },
+    { ALGO_CHOICE(FloodOptions, flood_compat), COMPAT_PAPER, 0, 0, "paper|code",
+      "defaults of amplitude and schedule: paper (cosine, a = 200) or the released code (logistic, a = 50)", 0, 0 },
+    { ALGO_CHOICE(FloodOptions, flood_dac_shift), 0, 0, 0, "false|true",
+      "shift the participants' phi by -min + 1e-6 before normalising (scores that can be negative)", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_lambda), 1, 0, 1e6, NULL,
+      "the weight of pseudo-OOD samples with flood_schedule = constant", 0, 0 },
+    { ALGO_NUMBER(FloodOptions, flood_ash_percentile), 90, 0, 100, NULL,
+      "ASH's pruning percentile p (flood_score = ash-*): values below the p-th percentile of a sample's "
+      "penultimate activation (lower interpolation) are zeroed; spec 13 default 90", 0, 0 },
+};
+static const AlgoOptionPart flood_options = ALGO_OPTION_PART("flood", FloodOptions, flood_keys);
+ALGO_OPTIONS_OF(flood_of, FloodOptions, flood_options)
+enum { UP_PHI }; /* the upload scalar: phi_i (the fl layer hands a plug-in its own upload scalars) */
+
 #define PI 3.14159265358979323846
 
 /* Higher = more in-distribution (A.23). Energy with T = 1; GEN with gamma 0.1 over the top min(10, C). */
@@ -105,9 +147,9 @@ static int ash_classifier(const NnModel *m, const NnLayer **out)
 
 /* Scores of a batch's samples into sc[count]: from the logits, or ASH from the features through `model`'s
  * classifier at model->state */
-static int batch_scores(const double *hp, const NnModel *model, const AlgoBatch *b, double *sc)
+static int batch_scores(const FloodOptions *o, const NnModel *model, const AlgoBatch *b, double *sc)
 {
-    const int score = (int)hp[HP_SCORE];
+    const int score = o->flood_score;
     if (!is_ash(score)) {
         for (int i = 0; i < b->count; i++) sc[i] = algo_ood_score(score, b->logits + (int64_t)i * b->classes, b->classes);
         return FH_OK;
@@ -119,18 +161,21 @@ static int batch_scores(const double *hp, const NnModel *model, const AlgoBatch 
     const float *W = model->state + l->w_off, *bias = l->b_off >= 0 ? model->state + l->b_off : NULL;
     for (int i = 0; i < b->count; i++)
         sc[i] = algo_ash_score(score, b->features + (int64_t)i * b->feature_size, b->feature_size, W, bias, b->classes,
-                               hp[HP_ASH_P], sorted);
+                               o->flood_ash_percentile, sorted);
     fh_free(&sorted);
     return FH_OK;
 }
 
 /* The amplitude and schedule after `compat`: the paper's cosine with a = 200, the code's logistic with a = 50. */
-static double amplitude(const double *hp) { return hp[HP_A] > 0 ? hp[HP_A] : hp[HP_COMPAT] == COMPAT_CODE ? 50.0 : 200.0; }
-
-static int schedule(const double *hp)
+static double amplitude(const FloodOptions *o)
 {
-    if ((int)hp[HP_SCHEDULE] != SCHED_AUTO) return (int)hp[HP_SCHEDULE];
-    return hp[HP_COMPAT] == COMPAT_CODE ? SCHED_LOGISTIC : SCHED_COSINE;
+    return o->flood_a > 0 ? o->flood_a : o->flood_compat == COMPAT_CODE ? 50.0 : 200.0;
+}
+
+static int schedule(const FloodOptions *o)
+{
+    if (o->flood_schedule != SCHED_AUTO) return o->flood_schedule;
+    return o->flood_compat == COMPAT_CODE ? SCHED_LOGISTIC : SCHED_COSINE;
 }
 
 static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -151,14 +196,15 @@ static double schedule_value(int kind, double a, double t, double T)
 }
 
 /* lambda_t with the code's timing: 1 up to round t_start, then f(min(t - 1 - t_start, T_h)) */
-double algo_flood_lambda(const double *hp, int round)
+double algo_flood_lambda(AlgoOptions flood, int round)
 {
-    if (schedule(hp) == SCHED_CONSTANT) return hp[HP_LAMBDA];
-    const int start = (int)hp[HP_START];
+    const FloodOptions *o = flood_of(flood);
+    if (schedule(o) == SCHED_CONSTANT) return o->flood_lambda;
+    const int start = (int)o->flood_start;
     if (round <= start) return 1.0;
     double t = (double)(round - 1 - start);
-    if (t > hp[HP_HALT]) t = hp[HP_HALT];
-    return schedule_value(schedule(hp), amplitude(hp), t, hp[HP_HALT]);
+    if (t > o->flood_halt) t = o->flood_halt;
+    return schedule_value(schedule(o), amplitude(o), t, o->flood_halt);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -179,15 +225,16 @@ static int flood_weigh(AlgoClientCtx *c, const AlgoBatch *b, float *weights)
             return FH_ERR_IO;
         }
     }
-    const int status = batch_scores(c->hp, c->model, b, sc);
+    const FloodOptions *o = flood_of(c->round->options);
+    const int status = batch_scores(o, c->model, b, sc);
     if (status != FH_OK) {
         if (sc != scores) fh_free(&sc), fh_free(&srt);
         return status;
     }
     memcpy(srt, sc, (size_t)b->count * sizeof *srt);
     qsort(srt, (size_t)b->count, sizeof *srt, cmp_double);
-    const double tau = srt[(int)floor(c->hp[HP_Q] * (double)(b->count - 1))];
-    const float lambda = (float)algo_flood_lambda(c->hp, c->round);
+    const double tau = srt[(int)floor(o->flood_q * (double)(b->count - 1))];
+    const float lambda = (float)algo_flood_lambda(c->round->options, c->round->t);
     for (int i = 0; i < b->count; i++) weights[i] = sc[i] < tau ? lambda : 1.0f;
     if (sc != scores) {
         fh_free(&sc);
@@ -197,7 +244,7 @@ static int flood_weigh(AlgoClientCtx *c, const AlgoBatch *b, float *weights)
 }
 
 typedef struct {
-    const double *hp;
+    const FloodOptions *options;
     const NnModel *model;
     double sum;
     int64_t n;
@@ -208,7 +255,7 @@ static int add_scores(void *env, const AlgoBatch *b)
     ScoreSum *s = env;
     double *sc = NULL;
     FH_CHECK(fh_calloc(&sc, (size_t)b->count, sizeof *sc, "OOD scores"));
-    const int status = batch_scores(s->hp, s->model, b, sc);
+    const int status = batch_scores(s->options, s->model, b, sc);
     for (int i = 0; status == FH_OK && i < b->count; i++) s->sum += sc[i];
     fh_free(&sc);
     s->n += b->count;
@@ -218,9 +265,9 @@ static int add_scores(void *env, const AlgoBatch *b)
 /* phi_i: mean score of the trained local model over the local training set, eval mode, no augmentation */
 static int flood_end(AlgoClientCtx *c)
 {
-    ScoreSum s = { c->hp, c->model, 0.0, 0 };
-    FH_CHECK(c->for_each_local_batch(c, c->model, c->model->state, add_scores, &s));
-    c->upload_scalars[0] = s.n ? s.sum / (double)s.n : 0.0;
+    ScoreSum s = { flood_of(c->round->options), c->model, 0.0, 0 };
+    FH_CHECK(c->svc->for_each_local_batch(c, c->model, c->model->state, add_scores, &s));
+    c->state.upload_scalars[UP_PHI] = s.n ? s.sum / (double)s.n : 0.0;
     return FH_OK;
 }
 
@@ -228,21 +275,22 @@ static int flood_end(AlgoClientCtx *c)
  * gives FedAvg's weights exactly; dac_shift moves the participants' phi to be positive first. */
 static int flood_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
-    const double alpha = s->hp[HP_ALPHA];
+    const FloodOptions *o = flood_of(s->options);
+    const double alpha = o->flood_alpha;
     double N = 0.0, Phi = 0.0, lo = INFINITY;
     for (int i = 0; i < m; i++) {
         N += (double)u[i].n_samples;
-        if (u[i].scalars[0] < lo) lo = u[i].scalars[0];
+        if (u[i].scalars[UP_PHI] < lo) lo = u[i].scalars[UP_PHI];
     }
-    const double shift = s->hp[HP_SHIFT] != 0 ? -lo + 1e-6 : 0.0;
-    for (int i = 0; i < m; i++) Phi += u[i].scalars[0] + shift;
+    const double shift = o->flood_dac_shift ? -lo + 1e-6 : 0.0;
+    for (int i = 0; i < m; i++) Phi += u[i].scalars[UP_PHI] + shift;
     for (int i = 0; i < m; i++) {
         p[i] = (double)u[i].n_samples;
         if (alpha != 0.0) {
             if (!(Phi != 0.0) || !isfinite(Phi))
                 FH_FAIL(FH_ERR_NUMERIC, "round %d: FLOOD's confidence scores sum to %g (set algo.flood_dac_shift = true "
                         "for scores that can be negative)", s->round + 1, Phi);
-            p[i] += alpha * N * (u[i].scalars[0] + shift) / Phi;
+            p[i] += alpha * N * (u[i].scalars[UP_PHI] + shift) / Phi;
         }
         if (p[i] < 0) p[i] = 0; /* code-literal sums of negative scores can invert a weight */
     }
@@ -258,7 +306,7 @@ static int flood_validate(const AlgoMethod *m, const AlgoSetup *s)
 
 /* Hosts whose aggregation is not a weighted mean of client models, or whose own client weights FLOOD's would
  * silently replace. */
-static const char *flood_refuse(const AlgoMethod *host, const double *host_hp)
+static const char *flood_refuse(const AlgoMethod *host, AlgoOptions host_options)
 {
     static const struct {
         const char *name, *why;
@@ -296,32 +344,7 @@ const AlgoMethod algo_family_flood[] = {
         .plugin = 1,
         .plugin_refuse = flood_refuse,
         .n_upload_scalars = 1,
-        .n_hp = 11,
-        .hp = {
-            { "flood_score", SCORE_ENERGY, 0, 0, "energy|msp|maxlogit|gen|ash-p|ash-b|ash-s",
-              "OOD score of ASW and phi (higher = more in-distribution): energy (T = 1, paper and code), msp, maxlogit, "
-              "gen (gamma 0.1, top 10), or the paper's Table VI ASH scores (spec 13; not in the released code): the "
-              "classifier's input a (the penultimate activation) pruned below its flood_ash_percentile-th percentile "
-              "(ash-p), the kept values then set to sum(a)/kept (ash-b) or scaled by exp(sum a / sum kept) (ash-s), "
-              "scored by the energy of the classifier on it; training logits are unchanged" },
-            { "flood_q", 0.7, 0, 1, NULL,
-              "batch quantile below which samples are pseudo-OOD (lower interpolation; 0.7: about 70 % of each batch)",
-              1, 1 },
-            { "flood_a", 0, 0, 1e6, NULL, "schedule amplitude a (lambda ends at 2a); 0: by compat (paper 200, code 50)" },
-            { "flood_halt", 1000, 1, 1e9, NULL, "halt round T_h after which lambda stays 2a (paper and code 1000)" },
-            { "flood_schedule", SCHED_AUTO, 0, 0, "auto|cosine|linear|quadratic|exponential|logistic|constant",
-              "lambda schedule; auto: by compat (paper cosine, code logistic); constant: flood_lambda every round" },
-            { "flood_start", 0, 0, 1e9, NULL, "start phase: lambda = 1 up to this round (0: the code's timing)" },
-            { "flood_alpha", 0.5, 0, 1e6, NULL, "DAC weight of the confidence term (paper and code 0.5; 0: FedAvg weights)" },
-            { "flood_compat", COMPAT_PAPER, 0, 0, "paper|code",
-              "defaults of amplitude and schedule: paper (cosine, a = 200) or the released code (logistic, a = 50)" },
-            { "flood_dac_shift", 0, 0, 0, "false|true",
-              "shift the participants' phi by -min + 1e-6 before normalising (scores that can be negative)" },
-            { "flood_lambda", 1, 0, 1e6, NULL, "the weight of pseudo-OOD samples with flood_schedule = constant" },
-            { "flood_ash_percentile", 90, 0, 100, NULL,
-              "ASH's pruning percentile p (flood_score = ash-*): values below the p-th percentile of a sample's "
-              "penultimate activation (lower interpolation) are zeroed; spec 13 default 90" },
-        },
+        .parts = { &flood_options },
     },
 };
 const int algo_family_flood_count = sizeof algo_family_flood / sizeof algo_family_flood[0];

@@ -1,6 +1,7 @@
 /* Every named method: the rows of all families (DESIGN.md "Algorithms as components"). */
 #include "algo_internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,13 +72,6 @@ const char *algo_plugin_choices(void)
     return text;
 }
 
-int algo_hp_index(const AlgoMethod *m, const char *key)
-{
-    for (int h = 0; h < m->n_hp; h++)
-        if (!strcmp(m->hp[h].key, key)) return h;
-    return -1;
-}
-
 void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z)
 {
     *z = (AlgoSizes){ .client_vectors = m->n_client_vectors, .server_vectors = m->n_server_vectors,
@@ -95,4 +89,15 @@ int algo_refuse(const AlgoMethod *m, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     FH_FAIL(FH_ERR_USAGE, "[algo] method = %s: %s", m->name, why);
+}
+
+int algo_refuse_nonfinite(const AlgoMethod *m, AlgoOptions o)
+{
+    for (int i = 0; i < algo_option_count(m); i++) {
+        const AlgoOption *key = algo_option_at(m, i);
+        const double v = algo_option_value(o, key);
+        if (key->type == ALGO_OPTION_NUMBER && !isfinite(v))
+            return algo_refuse(m, "[algo] %s = %g must be a finite number", key->key, v);
+    }
+    return FH_OK;
 }

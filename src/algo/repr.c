@@ -33,7 +33,27 @@ static int work_vectors_for(int64_t floats, int64_t n_state)
 
 /* ==== MOON (spec A.17) ================================================================================= */
 
-enum { MOON_MU, MOON_TAU, MOON_PROJ_DIM };
+typedef struct {
+    double mu, tau, proj_dim;
+} MoonOptions;
+static const AlgoOption moon_keys[] = {
+    { ALGO_NUMBER(MoonOptions, mu), 1.0, 0.0, 1e6, NULL,
+      "contrastive weight mu >= 0; spec default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
+      "mu = 0 is FedAvg. z = the classifier's input (penultimate features, or the projection head's output "
+      "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
+      "w^0 (FLOOD; official MOON: no negative in round 0)",
+      0, 0 },
+    { ALGO_NUMBER(MoonOptions, tau), 0.5, 0.0, 1e6, NULL,
+      "temperature tau > 0 of the contrastive softmax; spec default 0.5 (MOON, FLOOD)",
+      1, 0 },
+    { ALGO_NUMBER(MoonOptions, proj_dim), 0, 0, 65536, NULL,
+      "projection head width: 0 (FLOOD's form, no head; spec default) or > 0 (official MOON's ModelFedCon: "
+      "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
+      "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
+      "checkpointed). Not for mobilenetv2 (its classifier is a convolution)", 0, 0 },
+};
+static const AlgoOptionPart moon_options = ALGO_OPTION_PART("moon", MoonOptions, moon_keys);
+ALGO_OPTIONS_OF(moon_of, MoonOptions, moon_options)
 #define MOON_COS_EPS 1e-8 /* PyTorch cosine_similarity: x.y / (max(|x|, eps) max(|y|, eps)) */
 
 /* MOON's model-contrastive loss (Li et al. 2021, Eq. 3) of the rows of z [n, d] against the positives zg
@@ -76,11 +96,11 @@ static double moon_contrastive(float *dz, const float *z, const float *zg, const
  * from fl.seed exactly as the run made it. */
 static int moon_begin(AlgoClientCtx *c)
 {
-    NnModel *g = c->aux[0], *prev = c->aux[1];
+    NnModel *g = c->state.aux[0], *prev = c->state.aux[1];
     if (!g || !prev) FH_FAIL(FH_ERR_USAGE, "moon: needs 2 extra models on the client rank");
-    nn_vec_copy(g->state, c->global, c->n_state);
-    if (c->has_state) nn_vec_copy(prev->state, c->client_vecs, c->n_state);
-    else nn_model_init_params(prev, (uint64_t)c->setup->seed);
+    nn_vec_copy(g->state, c->round->global, c->round->n_state);
+    if (c->round->has_state) nn_vec_copy(prev->state, c->state.client_vecs, c->round->n_state);
+    else nn_model_init_params(prev, (uint64_t)c->round->setup->seed);
     nn_model_set_training(g, 0);
     nn_model_set_training(prev, 0);
     return FH_OK;
@@ -89,18 +109,18 @@ static int moon_begin(AlgoClientCtx *c)
 /* mu * l_con: two extra forwards (3F + 1Bk per step); its gradient goes into d/dfeatures */
 static double moon_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    NnModel *g = c->aux[0], *prev = c->aux[1];
+    NnModel *g = c->state.aux[0], *prev = c->state.aux[1];
     if (nn_model_forward(g, b->x, b->count) != FH_OK || nn_model_forward(prev, b->x, b->count) != FH_OK)
         return NAN; /* cannot happen (same batch as the model's); NaN stops the run */
-    const double mu = c->hp[MOON_MU];
+    const double mu = moon_of(c->round->options)->mu;
     return mu * moon_contrastive(dfeatures, b->features, nn_model_features(g), nn_model_features(prev), b->count,
-                                 b->feature_size, c->hp[MOON_TAU], mu / b->count);
+                                 b->feature_size, moon_of(c->round->options)->tau, mu / b->count);
 }
 
 /* w_k^prev <- w_k^t (the whole state: the negatives are computed in eval mode with its BN statistics) */
 static int moon_end(AlgoClientCtx *c)
 {
-    nn_vec_copy(c->client_vecs, c->model->state, c->n_state);
+    nn_vec_copy(c->state.client_vecs, c->model->state, c->round->n_state);
     return FH_OK;
 }
 
@@ -109,14 +129,15 @@ static int moon_end(AlgoClientCtx *c)
 static void moon_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->aux_models = 2;
-    z->proj_dim = (int)s->hp[MOON_PROJ_DIM];
+    z->proj_dim = (int)moon_of(s->options)->proj_dim;
 }
 
 static int moon_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    if (s->hp[MOON_PROJ_DIM] != floor(s->hp[MOON_PROJ_DIM]))
+    const double proj_dim = moon_of(s->options)->proj_dim;
+    if (proj_dim != floor(proj_dim))
         return algo_refuse(m, "[algo] proj_dim = %g must be a whole number of features (0: no projection head)",
-                           s->hp[MOON_PROJ_DIM]);
+                           proj_dim);
     return FH_OK;
 }
 
@@ -125,7 +146,16 @@ static const AlgoClientReport moon_report_part = { moon_begin, moon_end };
 
 /* ==== FedDecorr (spec A.18) ============================================================================ */
 
-enum { DECORR_BETA };
+typedef struct {
+    double beta;
+} DecorrOptions;
+static const AlgoOption decorr_keys[] = {
+    { ALGO_NUMBER(DecorrOptions, beta), 0.1, 0.0, 1e6, NULL,
+      "decorrelation weight beta >= 0; spec default 0.1 (official CIFAR-10 scripts, FLOOD); beta = 0 is "
+      "FedAvg. Features = the classifier's input; unbiased variance, eps 1e-8; a batch of 1 adds 0", 0, 0 },
+};
+static const AlgoOptionPart decorr_options = ALGO_OPTION_PART("feddecorr", DecorrOptions, decorr_keys);
+ALGO_OPTIONS_OF(decorr_of, DecorrOptions, decorr_options)
 #define DECORR_EPS 1e-8
 
 /* floats of scratch decorr_loss needs */
@@ -188,8 +218,8 @@ static double decorr_loss(float *dz, const float *z, int n, int64_t d, double sc
 
 static double decorr_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    const double beta = c->hp[DECORR_BETA];
-    return beta * decorr_loss(dfeatures, b->features, b->count, b->feature_size, beta, c->work);
+    const double beta = decorr_of(c->round->options)->beta;
+    return beta * decorr_loss(dfeatures, b->features, b->count, b->feature_size, beta, c->state.work);
 }
 
 static void decorr_sizes(const AlgoSetup *s, AlgoSizes *z)
@@ -201,7 +231,18 @@ static const AlgoBatchTerm decorr_term_part = { decorr_batch_term };
 
 /* ==== FedMR (spec A.19) ================================================================================ */
 
-enum { MR_FIRST_STAGE };
+typedef struct {
+    double first_stage;
+} FedMrOptions;
+static const AlgoOption fedmr_keys[] = {
+    { ALGO_NUMBER(FedMrOptions, first_stage), 100, 0, 1e9, NULL,
+      "t_1: rounds t < t_1 reset every slot to the uniform average (uniform averaging), rounds t >= t_1 "
+      "recombine every tensor with its own random permutation; spec default 100 (FLOOD's server; official "
+      "code 0, its README 50-100 for VGG). m = clients per round (fl.selection bernoulli refused); the "
+      "slots travel as m broadcast vectors; slot i goes to the i-th selected client in ascending id", 0, 0 },
+};
+static const AlgoOptionPart fedmr_options = ALGO_OPTION_PART("fedmr", FedMrOptions, fedmr_keys);
+ALGO_OPTIONS_OF(fedmr_of, FedMrOptions, fedmr_options)
 
 /* The m slot models are the server vectors (broadcast with w^t); the global state is their uniform average,
  * used for evaluation only. Slot i goes to the round's i-th selected client (selection in ascending id). */
@@ -225,9 +266,10 @@ static int fedmr_init(AlgoServerCtx *s, float *global)
 /* the client trains its slot instead of w^t */
 static int fedmr_begin(AlgoClientCtx *c)
 {
-    if (c->slot_in_round < 0 || c->slot_in_round >= c->sizes->server_vectors)
-        FH_FAIL(FH_ERR_USAGE, "fedmr: client %d has slot %d of %d", c->client, c->slot_in_round, c->sizes->server_vectors);
-    nn_vec_copy(c->model->state, c->server_vecs + (size_t)c->slot_in_round * c->n_state, c->n_state);
+    if (c->round->slot < 0 || c->round->slot >= c->round->sizes->server_vectors)
+        FH_FAIL(FH_ERR_USAGE, "fedmr: client %d has slot %d of %d", c->round->client, c->round->slot,
+                c->round->sizes->server_vectors);
+    nn_vec_copy(c->model->state, c->round->server_vecs + (size_t)c->round->slot * c->round->n_state, c->round->n_state);
     return FH_OK;
 }
 
@@ -288,7 +330,7 @@ static int fedmr_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
     const int64_t P = s->n_state;
     if (m != slots) FH_FAIL(FH_ERR_USAGE, "fedmr: %d uploads for %d slot models", m, slots);
     FH_CHECK(algo_average(s, u, m, p, global));
-    if (s->round < s->hp[MR_FIRST_STAGE]) {
+    if (s->round < fedmr_of(s->options)->first_stage) {
         for (int i = 0; i < slots; i++) nn_vec_copy(s->server_vecs + (size_t)i * P, global, P);
         return FH_OK;
     }
@@ -307,8 +349,26 @@ static const AlgoServerUpdate fedmr_update_part = { fedmr_update };
 
 /* ==== FedGKD (spec A.21) =============================================================================== */
 
-enum { GKD_GAMMA, GKD_BUFFER, GKD_TEMPERATURE, GKD_VARIANT };
 enum { GKD_AVG, GKD_VOTE };
+typedef struct {
+    double gamma, buffer_length, temperature;
+    int variant;
+} GkdOptions;
+static const AlgoOption gkd_keys[] = {
+    { ALGO_NUMBER(GkdOptions, gamma), 0.1, 0.0, 1e6, NULL,
+      "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); spec default 0.1 (FedGKD README, "
+      "CIFAR-10 ResNet-8); gamma = 0 is FedAvg; off in round 0 (empty buffer)", 0, 0 },
+    { ALGO_NUMBER(GkdOptions, buffer_length), 5, 1, 1000, NULL,
+      "M, the number of past global models kept (FIFO, newest w^t included); spec default 5 (README)", 0, 0 },
+    { ALGO_NUMBER(GkdOptions, temperature), 1.0, 0.0, 1000.0, NULL,
+      "distillation temperature T > 0; spec default 1 (FedGKD code and README)", 1, 0 },
+    { ALGO_CHOICE(GkdOptions, variant), 0, 0, 0, "avg|vote",
+      "avg: the teacher is the parameter average of the buffer (spec, FedGKD avg_param; default); vote: "
+      "distillation from the mean of the M buffered models' logits, all M broadcast [recon: the spec "
+      "leaves FedGKD-VOTE out of scope]", 0, 0 },
+};
+static const AlgoOptionPart gkd_options = ALGO_OPTION_PART("fedgkd", GkdOptions, gkd_keys);
+ALGO_OPTIONS_OF(gkd_of, GkdOptions, gkd_options)
 enum { GKD_COUNT, GKD_HEAD }; /* server scalars: models in the buffer, next slot to write */
 
 /* The FIFO of the last M globals: avg keeps it on the server (private vectors) and broadcasts the teacher,
@@ -316,8 +376,9 @@ enum { GKD_COUNT, GKD_HEAD }; /* server scalars: models in the buffer, next slot
  * buffer itself (server vectors 0..M-1) and the client averages the M models' logits. */
 static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    const int M = s->hp[GKD_BUFFER] >= 1 ? (int)s->hp[GKD_BUFFER] : 1;
-    if ((int)s->hp[GKD_VARIANT] == GKD_VOTE) {
+    const GkdOptions *o = gkd_of(s->options);
+    const int M = o->buffer_length >= 1 ? (int)o->buffer_length : 1;
+    if (o->variant == GKD_VOTE) {
         z->server_vectors = M;
         z->work_vectors = work_vectors_for((int64_t)s->batch_size * s->classes, s->n_state);
     } else {
@@ -330,8 +391,8 @@ static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
 
 static int fedgkd_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    if (s->hp[GKD_BUFFER] != floor(s->hp[GKD_BUFFER]))
-        return algo_refuse(m, "[algo] buffer_length = %g must be a whole number of models", s->hp[GKD_BUFFER]);
+    const double M = gkd_of(s->options)->buffer_length;
+    if (M != floor(M)) return algo_refuse(m, "[algo] buffer_length = %g must be a whole number of models", M);
     return FH_OK;
 }
 
@@ -341,7 +402,8 @@ static int fedgkd_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const dou
 {
     FH_CHECK(algo_average(s, u, m, p, global));
     const int64_t P = s->n_state;
-    const int M = (int)s->hp[GKD_BUFFER], vote = (int)s->hp[GKD_VARIANT] == GKD_VOTE;
+    const GkdOptions *o = gkd_of(s->options);
+    const int M = (int)o->buffer_length, vote = o->variant == GKD_VOTE;
     float *fifo = vote ? s->server_vecs : s->server_private;
     int head = (int)s->server_scalars[GKD_HEAD], count = (int)s->server_scalars[GKD_COUNT];
     nn_vec_copy(fifo + (size_t)head * P, global, P);
@@ -367,12 +429,13 @@ static int fedgkd_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const dou
 /* the teacher into aux[0], eval mode; nothing while the buffer is empty (round 0: distillation off) */
 static int fedgkd_begin(AlgoClientCtx *c)
 {
-    if (c->server_scalars[GKD_COUNT] < 1) return FH_OK;
-    NnModel *t = c->aux[0];
+    if (c->round->server_scalars[GKD_COUNT] < 1) return FH_OK;
+    NnModel *t = c->state.aux[0];
     if (!t) FH_FAIL(FH_ERR_USAGE, "fedgkd: needs an extra model on the client rank");
     nn_model_set_training(t, 0);
-    if ((int)c->hp[GKD_VARIANT] == GKD_AVG)
-        nn_vec_copy(t->state, c->sizes->server_vectors ? c->server_vecs : c->global, c->n_state);
+    if (gkd_of(c->round->options)->variant == GKD_AVG)
+        nn_vec_copy(t->state, c->round->sizes->server_vectors ? c->round->server_vecs : c->round->global,
+                    c->round->n_state);
     return FH_OK;
 }
 
@@ -380,19 +443,19 @@ static int fedgkd_begin(AlgoClientCtx *c)
  * model (2F + 1Bk per step); vote: t = mean of the buffered models' logits ((1 + M)F + 1Bk) */
 static double fedgkd_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
-    const int count = (int)c->server_scalars[GKD_COUNT];
+    const int count = (int)c->round->server_scalars[GKD_COUNT];
     if (count < 1) return 0.0;
-    NnModel *t = c->aux[0];
+    NnModel *t = c->state.aux[0];
     const float *teacher;
-    if ((int)c->hp[GKD_VARIANT] == GKD_AVG) {
+    if (gkd_of(c->round->options)->variant == GKD_AVG) {
         if (nn_model_forward(t, b->x, b->count) != FH_OK) return NAN;
         teacher = nn_model_logits(t);
     } else {
-        float *acc = c->work, *own = t->state;
+        float *acc = c->state.work, *own = t->state;
         const int64_t n = (int64_t)b->count * b->classes;
         memset(acc, 0, (size_t)n * sizeof(float));
         for (int i = 0; i < count; i++) {
-            t->state = (float *)(c->server_vecs + (size_t)i * c->n_state); /* read only in eval mode */
+            t->state = (float *)(c->round->server_vecs + (size_t)i * c->round->n_state); /* read only in eval mode */
             const int status = nn_model_forward(t, b->x, b->count);
             t->state = own;
             if (status != FH_OK) return NAN;
@@ -401,8 +464,8 @@ static double fedgkd_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlo
         nn_vec_scale(acc, 1.0f / (float)count, n);
         teacher = acc;
     }
-    return nn_kl_distill(dlogits, b->logits, teacher, (float)c->hp[GKD_TEMPERATURE], (float)c->hp[GKD_GAMMA], b->count,
-                         b->classes);
+    const GkdOptions *o = gkd_of(c->round->options);
+    return nn_kl_distill(dlogits, b->logits, teacher, (float)o->temperature, (float)o->gamma, b->count, b->classes);
 }
 
 static const AlgoBatchTerm fedgkd_term_part = { fedgkd_batch_term };
@@ -424,7 +487,18 @@ static const AlgoServerUpdate fedgkd_update_part = { fedgkd_update };
  * subtracts natural parameters, sigma_site = 1/(1/sigma_post - 1/sigma_cav), mu_site = sigma_site
  * (mu_post/sigma_post - mu_cav/sigma_cav), both clamped to [EPS, 5] (a negative variance becomes EPS); the
  * NPN is stepped by plain SGD with the local lr and weight decay (no momentum). */
-enum { NP_LAMBDA };
+typedef struct {
+    double lambda;
+} FedNpOptions;
+static const AlgoOption fednp_keys[] = {
+    { ALGO_NUMBER(FedNpOptions, lambda), 0.01, 0.0, 1e6, NULL,
+      "FedNP-min (not the full FedNP: spec A.20's minimal version of the FLOOD port, D = classifier "
+      "weights): weight lambda >= 0 of L_np = mean_i (W_i - mu_i)^2 / (2 sigma_i + 1e-5), KLD dropped; "
+      "spec default 0.01; lambda = 0 trains the NPN but leaves the model as FedAvg's. Features = the "
+      "classifier's input; cavity = product of the other clients' sites [recon]", 0, 0 },
+};
+static const AlgoOptionPart fednp_options = ALGO_OPTION_PART("fednp", FedNpOptions, fednp_keys);
+ALGO_OPTIONS_OF(fednp_of, FedNpOptions, fednp_options)
 #define NP_EPS 1e-5
 #define NP_HI 5.0
 #define NP_DIM 10
@@ -568,17 +642,17 @@ static void fednp_cavity(float *cav, const double *sites, int n_clients, int k)
 
 static int fednp_begin(AlgoClientCtx *c)
 {
-    const int64_t D = (int64_t)c->setup->classes * c->setup->feature_size;
+    const int64_t D = (int64_t)c->round->setup->classes * c->round->setup->feature_size;
     int64_t off = 0, count = 0;
     FH_CHECK(fednp_classifier(c->model, &off, &count));
     if (count != D) FH_FAIL(FH_ERR_USAGE, "fednp: classifier has %lld weights, expected %lld", (long long)count, (long long)D);
-    float *npn = c->client_floats + NP_SITE;
-    if (!c->has_state) { /* NPN parameters U(-0.05, 0.05) */
+    float *npn = c->state.client_floats + NP_SITE;
+    if (!c->round->has_state) { /* NPN parameters U(-0.05, 0.05) */
         FhRng rng;
-        fh_rng_init(&rng, (uint64_t)c->setup->seed, FH_RNG_INIT, NP_RNG_TAG, (uint32_t)c->client, 0);
+        fh_rng_init(&rng, (uint64_t)c->round->setup->seed, FH_RNG_INIT, NP_RNG_TAG, (uint32_t)c->round->client, 0);
         for (int64_t q = 0; q < NP_NPN_FLOATS(D); q++) npn[q] = (float)(0.1 * fh_rng_uniform(&rng) - 0.05);
     }
-    fednp_cavity(c->client_floats, c->server_scalars, c->setup->n_clients, c->client);
+    fednp_cavity(c->state.client_floats, c->round->server_scalars, c->round->setup->n_clients, c->round->client);
     return FH_OK;
 }
 
@@ -593,17 +667,17 @@ static double mean_floats(const float *x, int64_t n)
  * the next step from this batch's (detached) features, still in the model after the backward pass */
 static double fednp_term(AlgoClientCtx *c, const float *w, float *grad)
 {
-    const int64_t D = (int64_t)c->setup->classes * c->setup->feature_size;
+    const int64_t D = (int64_t)c->round->setup->classes * c->round->setup->feature_size;
     int64_t off = 0, count = 0;
     if (fednp_classifier(c->model, &off, &count) != FH_OK) return NAN;
-    const double lambda = c->hp[NP_LAMBDA];
-    float *npn = c->client_floats + NP_SITE;
-    const float *cav = c->client_floats;
-    double *prior = (double *)c->work, *g = prior + NP_SITE;
-    const double f = mean_floats(nn_model_features(c->model), (int64_t)c->model->batch * c->setup->feature_size);
-    if (c->step == 0) fednp_prior(prior, prior + NP_DIM, cav, cav + NP_DIM, f);
+    const double lambda = fednp_of(c->round->options)->lambda;
+    float *npn = c->state.client_floats + NP_SITE;
+    const float *cav = c->state.client_floats;
+    double *prior = (double *)c->state.work, *g = prior + NP_SITE;
+    const double f = mean_floats(nn_model_features(c->model), (int64_t)c->model->batch * c->round->setup->feature_size);
+    if (c->state.step == 0) fednp_prior(prior, prior + NP_DIM, cav, cav + NP_DIM, f);
     const double L = fednp_loss(npn, D, prior, prior + NP_DIM, w + off, lambda, grad + off, g);
-    const double lr = c->lr, wd = c->setup->weight_decay;
+    const double lr = c->round->lr, wd = c->round->setup->weight_decay;
     for (int64_t q = 0; q < NP_NPN_FLOATS(D); q++) npn[q] = (float)(npn[q] - lr * (lambda * g[q] + wd * npn[q]));
     fednp_prior(prior, prior + NP_DIM, cav, cav + NP_DIM, f);
     return lambda * L;
@@ -626,20 +700,20 @@ static int fednp_add_features(void *env, const AlgoBatch *b)
 /* the site: the prior from the trained model's features on the whole local set (eval mode), cavity removed */
 static int fednp_end(AlgoClientCtx *c)
 {
-    if (!c->for_each_local_batch) FH_FAIL(FH_ERR_USAGE, "fednp: the client context cannot iterate the local data");
+    if (!c->svc->for_each_local_batch) FH_FAIL(FH_ERR_USAGE, "fednp: the client context cannot iterate the local data");
     FeatureSum e = { 0.0, 0 };
-    FH_CHECK(c->for_each_local_batch(c, c->model, c->model->state, fednp_add_features, &e));
+    FH_CHECK(c->svc->for_each_local_batch(c, c->model, c->model->state, fednp_add_features, &e));
     const double f = e.n > 0 ? e.sum / (double)e.n : 0.0;
     double mu[NP_DIM], sigma[NP_DIM];
-    const float *cav = c->client_floats;
+    const float *cav = c->state.client_floats;
     fednp_prior(mu, sigma, cav, cav + NP_DIM, f);
     for (int d = 0; d < NP_DIM; d++) {
         const double sr = 1.0 / (1.0 / sigma[d] - 1.0 / (double)cav[NP_DIM + d]);
         const double mr = sr * (mu[d] / sigma[d] - (double)cav[d] / (double)cav[NP_DIM + d]);
-        c->upload_scalars[d] = np_clamp(mr);
-        c->upload_scalars[NP_DIM + d] = np_clamp(sr);
+        c->state.upload_scalars[d] = np_clamp(mr);
+        c->state.upload_scalars[NP_DIM + d] = np_clamp(sr);
     }
-    c->upload_scalars[NP_SITE] = f;
+    c->state.upload_scalars[NP_SITE] = f;
     return FH_OK;
 }
 
@@ -671,22 +745,7 @@ const AlgoMethod algo_family_repr[] = {
         .sizes = moon_sizes,
         .validate = moon_validate,
         .n_client_vectors = 1,
-        .n_hp = 3,
-        .hp = {
-            { "mu", 1.0, 0.0, 1e6, NULL,
-              "contrastive weight mu >= 0; spec default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
-              "mu = 0 is FedAvg. z = the classifier's input (penultimate features, or the projection head's output "
-              "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
-              "w^0 (FLOOD; official MOON: no negative in round 0)",
-              0, 0 },
-            { "tau", 0.5, 0.0, 1e6, NULL, "temperature tau > 0 of the contrastive softmax; spec default 0.5 (MOON, FLOOD)",
-              1, 0 },
-            { "proj_dim", 0, 0, 65536, NULL,
-              "projection head width: 0 (FLOOD's form, no head; spec default) or > 0 (official MOON's ModelFedCon: "
-              "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
-              "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
-              "checkpointed). Not for mobilenetv2 (its classifier is a convolution)" },
-        },
+        .parts = { &moon_options },
     },
     {
         .name = "feddecorr",
@@ -697,12 +756,7 @@ const AlgoMethod algo_family_repr[] = {
         .batch_term = &decorr_term_part,
         .weights = &algo_weights_samples,
         .sizes = decorr_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "beta", 0.1, 0.0, 1e6, NULL,
-              "decorrelation weight beta >= 0; spec default 0.1 (official CIFAR-10 scripts, FLOOD); beta = 0 is "
-              "FedAvg. Features = the classifier's input; unbiased variance, eps 1e-8; a batch of 1 adds 0", 0, 0 },
-        },
+        .parts = { &decorr_options },
     },
     {
         .name = "fedmr",
@@ -716,14 +770,7 @@ const AlgoMethod algo_family_repr[] = {
         .server_init = fedmr_init,
         .validate = fedmr_validate,
         .sizes = fedmr_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "first_stage", 100, 0, 1e9, NULL,
-              "t_1: rounds t < t_1 reset every slot to the uniform average (uniform averaging), rounds t >= t_1 "
-              "recombine every tensor with its own random permutation; spec default 100 (FLOOD's server; official "
-              "code 0, its README 50-100 for VGG). m = clients per round (fl.selection bernoulli refused); the "
-              "slots travel as m broadcast vectors; slot i goes to the i-th selected client in ascending id", 0, 0 },
-        },
+        .parts = { &fedmr_options },
     },
     {
         .name = "fednp",
@@ -738,14 +785,7 @@ const AlgoMethod algo_family_repr[] = {
         .server_init = fednp_init,
         .validate = fednp_validate,
         .sizes = fednp_sizes,
-        .n_hp = 1,
-        .hp = {
-            { "lambda", 0.01, 0.0, 1e6, NULL,
-              "FedNP-min (not the full FedNP: spec A.20's minimal version of the FLOOD port, D = classifier "
-              "weights): weight lambda >= 0 of L_np = mean_i (W_i - mu_i)^2 / (2 sigma_i + 1e-5), KLD dropped; "
-              "spec default 0.01; lambda = 0 trains the NPN but leaves the model as FedAvg's. Features = the "
-              "classifier's input; cavity = product of the other clients' sites [recon]", 0, 0 },
-        },
+        .parts = { &fednp_options },
     },
     {
         .name = "fedgkd",
@@ -759,20 +799,7 @@ const AlgoMethod algo_family_repr[] = {
         .update = &fedgkd_update_part,
         .validate = fedgkd_validate,
         .sizes = fedgkd_sizes,
-        .n_hp = 4,
-        .hp = {
-            { "gamma", 0.1, 0.0, 1e6, NULL,
-              "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); spec default 0.1 (FedGKD README, "
-              "CIFAR-10 ResNet-8); gamma = 0 is FedAvg; off in round 0 (empty buffer)", 0, 0 },
-            { "buffer_length", 5, 1, 1000, NULL,
-              "M, the number of past global models kept (FIFO, newest w^t included); spec default 5 (README)", 0, 0 },
-            { "temperature", 1.0, 0.0, 1000.0, NULL,
-              "distillation temperature T > 0; spec default 1 (FedGKD code and README)", 1, 0 },
-            { "variant", 0, 0, 0, "avg|vote",
-              "avg: the teacher is the parameter average of the buffer (spec, FedGKD avg_param; default); vote: "
-              "distillation from the mean of the M buffered models' logits, all M broadcast [recon: the spec "
-              "leaves FedGKD-VOTE out of scope]", 0, 0 },
-        },
+        .parts = { &gkd_options },
     },
 };
 const int algo_family_repr_count = sizeof algo_family_repr / sizeof algo_family_repr[0];

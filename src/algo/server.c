@@ -8,9 +8,8 @@
  * algebraically the same, so that the neutral settings (FedAvgM beta = 0, SCAFFOLD/FedCM eta_g = 1, FedNova
  * with equal step counts) give the plain average bit for bit.
  *
- * scaffold_correct, feddyn_end, feddyn_update, fedcm_correct and fedcm_update are shared with the SAM family
- * (algo_internal.h; FedGAMMA, FedSpeed/FedSMOO, MoFedSAM), which calls them with an hp view in this file's
- * order: keep the enum orders below (SCAF_*, DYN_*, CM_*) stable. */
+ * algo_scaffold_correct, feddyn_end, feddyn_update, algo_fedcm_blend and algo_fedcm_update are shared with the
+ * SAM family (algo_internal.h; FedGAMMA, FedWMSAM, FedSpeed/FedSMOO, MoFedSAM), which passes its own settings. */
 #include "algo_internal.h"
 
 #include <math.h>
@@ -40,8 +39,24 @@ static void sum_uploads(double *acc, const AlgoUpload *u, int m, int vec, int64_
 
 /* ---- FedAvgM (spec A.3) ------------------------------------------------------------------------------- */
 
-enum { AVGM_BETA, AVGM_ETA_S, AVGM_VARIANT };
 enum { AVGM_CANONICAL, AVGM_FLOOD, AVGM_EMA, AVGM_NESTEROV };
+typedef struct {
+    double beta, eta_s;
+    int variant;
+} AvgmOptions;
+static const AlgoOption avgm_keys[] = {
+    { ALGO_NUMBER(AvgmOptions, beta), 0.9, 0.0, 1.0, NULL,
+      "server momentum beta in [0, 1); spec default 0.9 [recon]; FLOOD uses 0.1, FedDecorr's EMA 0.9; "
+      "beta = 0 with eta_s = 1 is FedAvg; the effective step is eta_s/(1 - beta)", 0, 1 },
+    { ALGO_NUMBER(AvgmOptions, eta_s), 1.0, 0.0, 1000.0, NULL,
+      "server learning rate eta_s; spec default 1 (FedAvg step plus momentum), as in every reference code", 1, 0 },
+    { ALGO_CHOICE(AvgmOptions, variant), AVGM_CANONICAL, 0, 0, "canonical|flood|ema|nesterov",
+      "canonical (Hsu et al.: v = beta v + g, w -= eta_s v; default), flood (FLOOD serverM.py: the same "
+      "algebra on client deltas, bit-identical to canonical; FLOOD runs it with beta = 0.1), ema (MOON, "
+      "FedDisco, FedDecorr: v = beta v + (1 - beta) g), nesterov (FL-bench: w -= eta_s (g + beta v))", 0, 0 },
+};
+static const AlgoOptionPart avgm_options = ALGO_OPTION_PART("fedavgm", AvgmOptions, avgm_keys);
+ALGO_OPTIONS_OF(avgm_of, AvgmOptions, avgm_options)
 
 /* v: server-only vector 0. With pseudo-gradient g = w^t - avg (avg: sample-weighted average):
  *   canonical  v <- beta v + g;            w <- w^t - eta_s v
@@ -52,8 +67,9 @@ enum { AVGM_CANONICAL, AVGM_FLOOD, AVGM_EMA, AVGM_NESTEROV };
 static int fedavgm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
     FH_CHECK(algo_average(s, u, m, p, global));
-    const double beta = s->hp[AVGM_BETA], eta = s->hp[AVGM_ETA_S];
-    const int variant = (int)s->hp[AVGM_VARIANT];
+    const AvgmOptions *o = avgm_of(s->options);
+    const double beta = o->beta, eta = o->eta_s;
+    const int variant = o->variant;
     float *v = s->server_private;
     const float *cur = s->current;
     if (variant == AVGM_FLOOD) {
@@ -80,26 +96,40 @@ static const AlgoServerUpdate fedavgm_update_part = { .update = fedavgm_update }
 
 /* ---- FedProx (spec A.4) ------------------------------------------------------------------------------- */
 
-enum { PROX_MU, PROX_WEIGHTS };
+enum { PROX_SAMPLES, PROX_UNIFORM };
+typedef struct {
+    double mu;
+    int weights;
+} ProxOptions;
+static const AlgoOption prox_keys[] = {
+    { ALGO_NUMBER(ProxOptions, mu), 0.01, 0.0, 1000.0, NULL,
+      "proximal coefficient mu >= 0; spec default 0.01 [recon] (FLOOD code 0.01, FLOOD paper 0.1, "
+      "NIID-Bench 0.001, FL-Simulator 0.1); mu = 0 is FedAvg", 0, 0 },
+    { ALGO_CHOICE(ProxOptions, weights), PROX_SAMPLES, 0, 0, "samples|uniform",
+      "server average: samples (FLOOD, NIID-Bench; default) or uniform (FL-Simulator, seeds 003/004)", 0, 0 },
+};
+static const AlgoOptionPart prox_options = ALGO_OPTION_PART("fedprox", ProxOptions, prox_keys);
+ALGO_OPTIONS_OF(prox_of, ProxOptions, prox_options)
 
 /* (mu/2) ||w - w^t||^2 over the parameters; gradient mu (w - w^t) */
 static double fedprox_term(AlgoClientCtx *c, const float *w, float *grad)
 {
-    const float mu = (float)c->hp[PROX_MU];
-    const float *g = c->global;
+    const double mu_d = prox_of(c->round->options)->mu;
+    const float mu = (float)mu_d;
+    const float *g = c->round->global;
     double sq = 0.0;
 #pragma omp simd reduction(+ : sq)
-    for (int64_t j = 0; j < c->n_params; j++) {
+    for (int64_t j = 0; j < c->round->n_params; j++) {
         const float d = w[j] - g[j];
         grad[j] += mu * d;
         sq += (double)d * (double)d;
     }
-    return 0.5 * c->hp[PROX_MU] * sq;
+    return 0.5 * mu_d * sq;
 }
 
 static int fedprox_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
-    return weights_choice(s, u, m, p, (int)s->hp[PROX_WEIGHTS] == 1);
+    return weights_choice(s, u, m, p, prox_of(s->options)->weights == PROX_UNIFORM);
 }
 
 static const AlgoLocalTerm fedprox_term_part = { .grad_term = fedprox_term };
@@ -107,31 +137,55 @@ static const AlgoServerWeights fedprox_weights_part = { .weights = fedprox_weigh
 
 /* ---- SCAFFOLD (spec A.5) ------------------------------------------------------------------------------ */
 
-enum { SCAF_VARIANT, SCAF_WEIGHTS, SCAF_ETA_G };
 enum { SCAF_OPTION2, SCAF_FLOOD };
+enum { SCAF_UNIFORM, SCAF_SAMPLES };
+typedef struct {
+    int variant, weights;
+    double eta_g;
+} ScaffoldOptions;
+static const AlgoOption scaffold_keys[] = {
+    { ALGO_CHOICE(ScaffoldOptions, variant), SCAF_OPTION2, 0, 0, "option2|flood",
+      "option2 (Karimireddy et al. option II; c - c_k added to the gradient before clipping as in "
+      "FL-Simulator; K_k = steps taken as in NIID-Bench; c += (1/K) sum delta c_k; default) or flood "
+      "(FLOOD code, seed 002 only: w -= lr (c - c_k) after each momentum-SGD step, then one extra epoch of "
+      "plain training from w_E with a fresh momentum buffer [recon], c_k = (w_E - w')/(k_b lr), w_E "
+      "uploaded, c = mean of the selected c_k; costs (E+1)/E local compute; FLOOD averages with "
+      "weights = samples)", 0, 0 },
+    { ALGO_CHOICE(ScaffoldOptions, weights), SCAF_UNIFORM, 0, 0, "uniform|samples",
+      "model average: uniform (paper, FL-Simulator; default) or samples (NIID-Bench, FLOOD)", 0, 0 },
+    { ALGO_NUMBER(ScaffoldOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
+      "global step size eta_g: w += eta_g avg(y_k - w^t); spec default 1 (paper, all codes)", 1, 0 },
+};
+static const AlgoOptionPart scaffold_options = ALGO_OPTION_PART("scaffold", ScaffoldOptions, scaffold_keys);
+ALGO_OPTIONS_OF(scaffold_of, ScaffoldOptions, scaffold_options)
 
 /* client vector 0: c_k; server vector 0: c; upload vector 0: delta c_k (option II) or the new c_k (flood);
  * flood: work vector 0 holds w_E, the model after the E corrected epochs */
 
 static int64_t scaffold_epoch_steps(const AlgoClientCtx *c)
 {
-    const int64_t b = c->setup->batch_size;
-    return (c->n_samples + b - 1) / b;
+    const int64_t b = c->round->setup->batch_size;
+    return (c->round->n_samples + b - 1) / b;
 }
 
 /* option II: y <- y - lr (g + c - c_k), the correction added to the gradient before clipping (FL-Simulator) */
-void scaffold_correct(AlgoClientCtx *c, float *grad)
+void algo_scaffold_correct(AlgoClientCtx *c, float *grad)
 {
-    if ((int)c->hp[SCAF_VARIANT] != SCAF_OPTION2) return;
-    const float *sc = c->server_vecs, *ck = c->client_vecs;
+    const float *sc = c->round->server_vecs, *ck = c->state.client_vecs;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) grad[j] += sc[j] - ck[j];
+    for (int64_t j = 0; j < c->round->n_params; j++) grad[j] += sc[j] - ck[j];
+}
+
+static void scaffold_correct(AlgoClientCtx *c, float *grad)
+{
+    if (scaffold_of(c->round->options)->variant == SCAF_OPTION2) algo_scaffold_correct(c, grad);
 }
 
 /* flood: one more epoch of plain training after the E corrected ones */
 static int scaffold_begin(AlgoClientCtx *c)
 {
-    if ((int)c->hp[SCAF_VARIANT] == SCAF_FLOOD && c->n_steps > 0) c->n_steps += scaffold_epoch_steps(c);
+    if (scaffold_of(c->round->options)->variant == SCAF_FLOOD && c->state.n_steps > 0)
+        c->state.n_steps += scaffold_epoch_steps(c);
     return FH_OK;
 }
 
@@ -140,55 +194,55 @@ static int scaffold_begin(AlgoClientCtx *c)
 static int scaffold_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
     float *w = c->model->state;
-    if ((int)c->hp[SCAF_VARIANT] != SCAF_FLOOD) {
+    if (scaffold_of(c->round->options)->variant != SCAF_FLOOD) {
         FH_CHECK(grad(env, loss));
-        c->optimizer_step(c, w, c->model->grad);
+        c->svc->optimizer_step(c, w, c->model->grad);
         return FH_OK;
     }
-    const int64_t main_steps = c->n_steps - scaffold_epoch_steps(c);
-    if (c->step == main_steps) {
-        nn_vec_copy(c->work, w, c->n_state);
-        if (c->momentum_buf) memset(c->momentum_buf, 0, (size_t)c->n_params * sizeof(float));
+    const int64_t main_steps = c->state.n_steps - scaffold_epoch_steps(c);
+    if (c->state.step == main_steps) {
+        nn_vec_copy(c->state.work, w, c->round->n_state);
+        if (c->state.momentum_buf) memset(c->state.momentum_buf, 0, (size_t)c->round->n_params * sizeof(float));
     }
     FH_CHECK(grad(env, loss));
-    c->optimizer_step(c, w, c->model->grad);
-    if (c->step < main_steps) {
-        const float lr = (float)c->lr, *sc = c->server_vecs, *ck = c->client_vecs;
+    c->svc->optimizer_step(c, w, c->model->grad);
+    if (c->state.step < main_steps) {
+        const float lr = (float)c->round->lr, *sc = c->round->server_vecs, *ck = c->state.client_vecs;
 #pragma omp simd
-        for (int64_t j = 0; j < c->n_params; j++) w[j] -= lr * (sc[j] - ck[j]);
+        for (int64_t j = 0; j < c->round->n_params; j++) w[j] -= lr * (sc[j] - ck[j]);
     }
     return FH_OK;
 }
 
 static int scaffold_end(AlgoClientCtx *c)
 {
-    float *ck = c->client_vecs, *up = c->upload_vecs, *y = c->model->state;
-    const float *sc = c->server_vecs, *wt = c->global;
-    const int64_t P = c->n_params;
-    memset(up + P, 0, (size_t)(c->n_state - P) * sizeof(float));
-    if ((int)c->hp[SCAF_VARIANT] == SCAF_FLOOD) {
+    float *ck = c->state.client_vecs, *up = c->state.upload_vecs, *y = c->model->state;
+    const float *sc = c->round->server_vecs, *wt = c->round->global;
+    const int64_t P = c->round->n_params;
+    memset(up + P, 0, (size_t)(c->round->n_state - P) * sizeof(float));
+    if (scaffold_of(c->round->options)->variant == SCAF_FLOOD) {
         /* c_k <- (w_E - w') / (k_b lr), a fresh estimate; w_E is uploaded */
-        const int64_t kb = scaffold_epoch_steps(c), main_steps = c->n_steps - kb;
-        if (c->step <= main_steps) { /* stopped early (non-finite loss): nothing to estimate */
+        const int64_t kb = scaffold_epoch_steps(c), main_steps = c->state.n_steps - kb;
+        if (c->state.step <= main_steps) { /* stopped early (non-finite loss): nothing to estimate */
             nn_vec_copy(up, ck, P);
             return FH_OK;
         }
-        const double inv = 1.0 / ((double)kb * c->lr);
-        const float *wE = c->work;
+        const double inv = 1.0 / ((double)kb * c->round->lr);
+        const float *wE = c->state.work;
         for (int64_t j = 0; j < P; j++) {
             const float cn = (float)(((double)wE[j] - (double)y[j]) * inv);
             up[j] = cn;
             ck[j] = cn;
         }
-        nn_vec_copy(y, wE, c->n_state);
+        nn_vec_copy(y, wE, c->round->n_state);
         return FH_OK;
     }
     /* option II (SCAFFOLD Eq. 4): c_k+ = c_k - c + (w^t - y) / (K_k lr), K_k = steps taken (NIID-Bench) */
-    if (c->step == 0) {
+    if (c->state.step == 0) {
         memset(up, 0, (size_t)P * sizeof(float));
         return FH_OK;
     }
-    const double inv = 1.0 / ((double)c->step * c->lr);
+    const double inv = 1.0 / ((double)c->state.step * c->round->lr);
     for (int64_t j = 0; j < P; j++) {
         const float cn = (float)((double)ck[j] - (double)sc[j] + ((double)wt[j] - (double)y[j]) * inv);
         up[j] = (float)((double)cn - (double)ck[j]);
@@ -199,7 +253,7 @@ static int scaffold_end(AlgoClientCtx *c)
 
 static int scaffold_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
-    return weights_choice(s, u, m, p, (int)s->hp[SCAF_WEIGHTS] == 0);
+    return weights_choice(s, u, m, p, scaffold_of(s->options)->weights == SCAF_UNIFORM);
 }
 
 /* w <- w^t + eta_g avg(y_k - w^t); option II: c <- c + (1/K) sum_k delta c_k (K = all clients);
@@ -207,7 +261,8 @@ static int scaffold_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, 
 static int scaffold_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
     FH_CHECK(algo_average(s, u, m, p, global));
-    const double eta = s->hp[SCAF_ETA_G];
+    const ScaffoldOptions *o = scaffold_of(s->options);
+    const double eta = o->eta_g;
     const int64_t P = s->n_params;
     for (int64_t j = 0; j < P; j++) {
         const double avg = global[j];
@@ -217,7 +272,7 @@ static int scaffold_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const d
     FH_CHECK(fh_calloc(&acc, (size_t)P, sizeof *acc, "SCAFFOLD control variate sum"));
     sum_uploads(acc, u, m, 0, s->n_state, P);
     float *c = s->server_vecs;
-    if ((int)s->hp[SCAF_VARIANT] == SCAF_FLOOD)
+    if (o->variant == SCAF_FLOOD)
         for (int64_t j = 0; j < P; j++) c[j] = (float)(acc[j] / m);
     else
         for (int64_t j = 0; j < P; j++) c[j] = (float)((double)c[j] + acc[j] / s->n_clients);
@@ -227,7 +282,7 @@ static int scaffold_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const d
 
 static int scaffold_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
-    if ((int)s->hp[SCAF_VARIANT] == SCAF_FLOOD && strcmp(s->optimizer, "sgd") != 0)
+    if (scaffold_of(s->options)->variant == SCAF_FLOOD && strcmp(s->optimizer, "sgd") != 0)
         return algo_refuse(m, "variant = flood runs FLOOD's momentum-SGD loop (its extra epoch restarts the SGD "
                            "momentum): set train.optimizer = sgd (now %s), or algo.variant = option2", s->optimizer);
     return FH_OK;
@@ -235,7 +290,7 @@ static int scaffold_validate(const AlgoMethod *m, const AlgoSetup *s)
 
 static void scaffold_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    z->work_vectors = (int)s->hp[SCAF_VARIANT] == SCAF_FLOOD ? 1 : 0;
+    z->work_vectors = scaffold_of(s->options)->variant == SCAF_FLOOD ? 1 : 0;
 }
 
 static const AlgoGradCorrection scaffold_correct_part = { .correct = scaffold_correct };
@@ -246,33 +301,46 @@ static const AlgoServerUpdate scaffold_update_part = { .update = scaffold_update
 
 /* ---- FedDyn (spec A.6, FL-Simulator form) ------------------------------------------------------------- */
 
-enum { DYN_ALPHA };
+typedef struct {
+    double alpha;
+} DynOptions;
+static const AlgoOption dyn_keys[] = {
+    { ALGO_NUMBER(DynOptions, alpha), 0.1, 0.0, 1000.0, NULL,
+      "regularisation coefficient alpha >= 0; spec default 0.1 (FL-Simulator, A-FedSAM). FL-Simulator form "
+      "(gradient + alpha (w - w^t + H_k), H_k = sum of past deltas, w = mean_selected w_k + mean_K H_k); the "
+      "weight decay +alpha goes through the gradient term, so train.clip clips it too (FL-Simulator clips "
+      "before its optimiser adds it). The server's mean_K H_k does not depend on alpha: alpha = 0 still "
+      "differs from uniform averaging", 0, 0 },
+};
+static const AlgoOptionPart dyn_options = ALGO_OPTION_PART("feddyn", DynOptions, dyn_keys);
+ALGO_OPTIONS_OF(dyn_of, DynOptions, dyn_options)
 
 /* client vector 0: H_k = sum of the client's past deltas; server-only vector 0: S = sum_k H_k over all K.
  * Gradient term alpha (w - w^t + H_k) (the linear term alpha <w, H_k - w^t> plus weight decay +alpha);
  * value: the paper's alpha <H_k, w> + (alpha/2) ||w - w^t||^2. */
 static double feddyn_term(AlgoClientCtx *c, const float *w, float *grad)
 {
-    const float a = (float)c->hp[DYN_ALPHA];
-    const float *g = c->global, *H = c->client_vecs;
+    const double alpha = dyn_of(c->round->options)->alpha;
+    const float a = (float)alpha;
+    const float *g = c->round->global, *H = c->state.client_vecs;
     double lin = 0.0, sq = 0.0;
 #pragma omp simd reduction(+ : lin, sq)
-    for (int64_t j = 0; j < c->n_params; j++) {
+    for (int64_t j = 0; j < c->round->n_params; j++) {
         const float d = w[j] - g[j];
         grad[j] += a * (d + H[j]);
         lin += (double)H[j] * (double)w[j];
         sq += (double)d * (double)d;
     }
-    return c->hp[DYN_ALPHA] * (lin + 0.5 * sq);
+    return alpha * (lin + 0.5 * sq);
 }
 
 /* H_k += w_k - w^t */
 int feddyn_end(AlgoClientCtx *c)
 {
-    float *H = c->client_vecs;
-    const float *y = c->model->state, *g = c->global;
+    float *H = c->state.client_vecs;
+    const float *y = c->model->state, *g = c->round->global;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) H[j] += y[j] - g[j];
+    for (int64_t j = 0; j < c->round->n_params; j++) H[j] += y[j] - g[j];
     return FH_OK;
 }
 
@@ -313,7 +381,7 @@ static double fednova_norm(int64_t tau, double rho)
 /* upload scalar 0: a_k */
 static int fednova_end(AlgoClientCtx *c)
 {
-    c->upload_scalars[0] = fednova_norm(c->step, c->setup->momentum);
+    c->state.upload_scalars[0] = fednova_norm(c->state.step, c->round->setup->momentum);
     return FH_OK;
 }
 
@@ -357,24 +425,36 @@ static const AlgoServerUpdate fednova_update_part = { .update = fednova_update }
 
 /* ---- FedCM (spec A.8) --------------------------------------------------------------------------------- */
 
-enum { CM_ALPHA, CM_ETA_G };
+typedef struct {
+    double alpha, eta_g;
+} FedCmOptions;
+static const AlgoOption fedcm_keys[] = {
+    { ALGO_NUMBER(FedCmOptions, alpha), 0.1, 0.0, 1.0, NULL,
+      "weight of the local gradient, in (0, 1]; spec default 0.1 (paper and FL-Simulator); alpha = 1 is "
+      "uniform averaging. D = -mean delta / (K_loc lr_prev), K_loc = mean steps of the previous round's "
+      "clients [recon; FL-Simulator uses E n_0/B]", 1, 0 },
+    { ALGO_NUMBER(FedCmOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
+      "global step size eta_g: w += eta_g mean(w_k - w^t); spec default 1", 1, 0 },
+};
+static const AlgoOptionPart fedcm_options = ALGO_OPTION_PART("fedcm", FedCmOptions, fedcm_keys);
+ALGO_OPTIONS_OF(fedcm_of, FedCmOptions, fedcm_options)
 
 /* server vector 0: D = -mean(w_k - w^t) / (K_loc lr) of the previous round (0 in round 0);
  * v = alpha g + (1 - alpha) D, clipped afterwards by the loop, then the SGD step with weight decay */
-void fedcm_correct(AlgoClientCtx *c, float *grad)
+void algo_fedcm_blend(AlgoClientCtx *c, float *grad, double alpha)
 {
-    const float a = (float)c->hp[CM_ALPHA], b = (float)(1.0 - c->hp[CM_ALPHA]);
-    const float *D = c->server_vecs;
+    const float a = (float)alpha, b = (float)(1.0 - alpha);
+    const float *D = c->round->server_vecs;
 #pragma omp simd
-    for (int64_t j = 0; j < c->n_params; j++) grad[j] = a * grad[j] + b * D[j];
+    for (int64_t j = 0; j < c->round->n_params; j++) grad[j] = a * grad[j] + b * D[j];
 }
 
 /* w^{t+1} = w^t + eta_g mean(w_k - w^t); D = (w^t - mean w_k) / (K_loc lr), K_loc = mean steps of this
  * round's clients, lr = this round's lr (the "previous round" of the next round that uses D) */
-int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+int algo_fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global, double eta_g)
 {
     FH_CHECK(algo_average(s, u, m, p, global));
-    const double eta = s->hp[CM_ETA_G];
+    const double eta = eta_g;
     double k_loc = 0.0;
     for (int i = 0; i < m; i++) k_loc += (double)u[i].n_steps;
     k_loc /= m;
@@ -386,6 +466,14 @@ int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, 
         global[j] = (float)(avg + (1.0 - eta) * g);
     }
     return FH_OK;
+}
+
+static void fedcm_correct(AlgoClientCtx *c, float *grad) { algo_fedcm_blend(c, grad,
+                                                                            fedcm_of(c->round->options)->alpha); }
+
+static int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+{
+    return algo_fedcm_update(s, u, m, p, global, fedcm_of(s->options)->eta_g);
 }
 
 static const AlgoGradCorrection fedcm_correct_part = { .correct = fedcm_correct };
@@ -403,19 +491,7 @@ const AlgoMethod algo_family_server[] = {
         .weights = &algo_weights_samples,
         .update = &fedavgm_update_part,
         .n_server_private = 1,
-        .n_hp = 3,
-        .hp = {
-            { "beta", 0.9, 0.0, 1.0, NULL,
-              "server momentum beta in [0, 1); spec default 0.9 [recon]; FLOOD uses 0.1, FedDecorr's EMA 0.9; "
-              "beta = 0 with eta_s = 1 is FedAvg; the effective step is eta_s/(1 - beta)", 0, 1 },
-            { "eta_s", 1.0, 0.0, 1000.0, NULL,
-              "server learning rate eta_s; spec default 1 (FedAvg step plus momentum), as in every reference code",
-              1, 0 },
-            { "variant", 0, 0, 0, "canonical|flood|ema|nesterov",
-              "canonical (Hsu et al.: v = beta v + g, w -= eta_s v; default), flood (FLOOD serverM.py: the same "
-              "algebra on client deltas, bit-identical to canonical; FLOOD runs it with beta = 0.1), ema (MOON, "
-              "FedDisco, FedDecorr: v = beta v + (1 - beta) g), nesterov (FL-bench: w -= eta_s (g + beta v))", 0, 0 },
-        },
+        .parts = { &avgm_options },
     },
     {
         .name = "fedprox",
@@ -425,14 +501,7 @@ const AlgoMethod algo_family_server[] = {
         .payload = "down 1, up 1",
         .local_term = &fedprox_term_part,
         .weights = &fedprox_weights_part,
-        .n_hp = 2,
-        .hp = {
-            { "mu", 0.01, 0.0, 1000.0, NULL,
-              "proximal coefficient mu >= 0; spec default 0.01 [recon] (FLOOD code 0.01, FLOOD paper 0.1, "
-              "NIID-Bench 0.001, FL-Simulator 0.1); mu = 0 is FedAvg", 0, 0 },
-            { "weights", 0, 0, 0, "samples|uniform",
-              "server average: samples (FLOOD, NIID-Bench; default) or uniform (FL-Simulator, seeds 003/004)", 0, 0 },
-        },
+        .parts = { &prox_options },
     },
     {
         .name = "scaffold",
@@ -450,20 +519,7 @@ const AlgoMethod algo_family_server[] = {
         .n_client_vectors = 1,
         .n_server_vectors = 1,
         .n_upload_vectors = 1,
-        .n_hp = 3,
-        .hp = {
-            { "variant", 0, 0, 0, "option2|flood",
-              "option2 (Karimireddy et al. option II; c - c_k added to the gradient before clipping as in "
-              "FL-Simulator; K_k = steps taken as in NIID-Bench; c += (1/K) sum delta c_k; default) or flood "
-              "(FLOOD code, seed 002 only: w -= lr (c - c_k) after each momentum-SGD step, then one extra epoch of "
-              "plain training from w_E with a fresh momentum buffer [recon], c_k = (w_E - w')/(k_b lr), w_E "
-              "uploaded, c = mean of the selected c_k; costs (E+1)/E local compute; FLOOD averages with "
-              "weights = samples)", 0, 0 },
-            { "weights", 0, 0, 0, "uniform|samples",
-              "model average: uniform (paper, FL-Simulator; default) or samples (NIID-Bench, FLOOD)", 0, 0 },
-            { "eta_g", 1.0, 0.0, 1000.0, NULL,
-              "global step size eta_g: w += eta_g avg(y_k - w^t); spec default 1 (paper, all codes)", 1, 0 },
-        },
+        .parts = { &scaffold_options },
     },
     {
         .name = "feddyn",
@@ -477,15 +533,7 @@ const AlgoMethod algo_family_server[] = {
         .update = &feddyn_update_part,
         .n_client_vectors = 1,
         .n_server_private = 1,
-        .n_hp = 1,
-        .hp = {
-            { "alpha", 0.1, 0.0, 1000.0, NULL,
-              "regularisation coefficient alpha >= 0; spec default 0.1 (FL-Simulator, A-FedSAM). FL-Simulator form "
-              "(gradient + alpha (w - w^t + H_k), H_k = sum of past deltas, w = mean_selected w_k + mean_K H_k); the "
-              "weight decay +alpha goes through the gradient term, so train.clip clips it too (FL-Simulator clips "
-              "before its optimiser adds it). The server's mean_K H_k does not depend on alpha: alpha = 0 still "
-              "differs from uniform averaging", 0, 0 },
-        },
+        .parts = { &dyn_options },
     },
     {
         .name = "fednova",
@@ -498,7 +546,6 @@ const AlgoMethod algo_family_server[] = {
         .update = &fednova_update_part,
         .validate = fednova_validate,
         .n_upload_scalars = 1,
-        .n_hp = 0,
     },
     {
         .name = "fedcm",
@@ -510,15 +557,7 @@ const AlgoMethod algo_family_server[] = {
         .weights = &algo_weights_uniform,
         .update = &fedcm_update_part,
         .n_server_vectors = 1,
-        .n_hp = 2,
-        .hp = {
-            { "alpha", 0.1, 0.0, 1.0, NULL,
-              "weight of the local gradient, in (0, 1]; spec default 0.1 (paper and FL-Simulator); alpha = 1 is "
-              "uniform averaging. D = -mean delta / (K_loc lr_prev), K_loc = mean steps of the previous round's "
-              "clients [recon; FL-Simulator uses E n_0/B]", 1, 0 },
-            { "eta_g", 1.0, 0.0, 1000.0, NULL, "global step size eta_g: w += eta_g mean(w_k - w^t); spec default 1",
-              1, 0 },
-        },
+        .parts = { &fedcm_options },
     },
 };
 const int algo_family_server_count = sizeof algo_family_server / sizeof algo_family_server[0];

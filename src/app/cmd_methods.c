@@ -40,22 +40,21 @@ static void components(const AlgoMethod *m, char *out, size_t n)
 
 static void print_keys(const AlgoMethod *m)
 {
-    if (!m->n_hp) {
+    if (!algo_option_count(m)) {
         printf("  no keys\n");
         return;
     }
-    for (int h = 0; h < m->n_hp; h++) {
-        const AlgoHyper *hp = &m->hp[h];
-        if (hp->choices) {
-            const char *c = hp->choices;
-            for (int i = 0; i < (int)hp->default_value && strchr(c, '|'); i++) c = strchr(c, '|') + 1;
-            int len = strchr(c, '|') ? (int)(strchr(c, '|') - c) : (int)strlen(c);
-            printf("  %-16s default %.*s, one of %s\n", hp->key, len, c, hp->choices);
-        } else {
-            printf("  %-16s default %g, range %c%g, %g%c\n", hp->key, hp->default_value, hp->lo_open ? '(' : '[', hp->lo,
-                   hp->hi, hp->hi_open ? ')' : ']');
-        }
-        printf("  %-16s %s\n", "", hp->help);
+    for (int i = 0; i < algo_option_count(m); i++) {
+        const AlgoOption *o = algo_option_at(m, i);
+        const double def = algo_option_default(m, o);
+        int len = 0;
+        const char *choice = o->type == ALGO_OPTION_CHOICE ? algo_option_choice(o, (int)def, &len) : NULL;
+        if (choice)
+            printf("  %-16s default %.*s, one of %s\n", o->key, len, choice, o->choices);
+        else
+            printf("  %-16s default %g, range %c%g, %g%c\n", o->key, def, o->lo_open ? '(' : '[', o->lo, o->hi,
+                   o->hi_open ? ')' : ']');
+        printf("  %-16s %s\n", "", algo_option_help(m, o));
     }
 }
 

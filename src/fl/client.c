@@ -6,11 +6,24 @@
 
 #include "fedhet/core.h"
 
-static void optimizer_step(AlgoClientCtx *c, float *w, const float *grad)
+/* The services hooks call (AlgoClientServices), defined with the local loop below */
+static void grad_terms(AlgoClientCtx *c, float *grad, double *loss);
+static int eval_local(AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out);
+static int for_each_local_batch(AlgoClientCtx *c, NnModel *model, const float *state,
+                                int (*fn)(void *env, const AlgoBatch *b), void *env);
+static int probe_grad(AlgoClientCtx *c, int index, const float *state, double *loss, int64_t *rows);
+
+/* the configured optimiser's step (AlgoClientServices.optimizer_step), one of them picked at fl_client_init */
+static void sgd_step(AlgoClientCtx *c, float *w, const float *grad)
 {
-    FlClientWork *work = c->optimizer;
-    if (!strcmp(work->s->optimizer, "sgd")) nn_sgd_step(&work->sgd, w, grad, (float)c->lr);
-    else nn_adam_step(&work->adam, w, grad, (float)c->lr);
+    FlClientWork *work = c->runtime;
+    nn_sgd_step(&work->sgd, w, grad, (float)c->round->lr);
+}
+
+static void adam_step(AlgoClientCtx *c, float *w, const float *grad)
+{
+    FlClientWork *work = c->runtime;
+    nn_adam_step(&work->adam, w, grad, (float)c->round->lr);
 }
 
 int fl_clients_per_round(const FlSettings *s, int K)
@@ -23,7 +36,7 @@ int fl_clients_per_round(const FlSettings *s, int K)
 
 void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, int classes)
 {
-    *a = (AlgoSetup){ .hp = s->hp, .n_clients = K, .per_round = fl_clients_per_round(s, K),
+    *a = (AlgoSetup){ .options = fl_method_options(s), .n_clients = K, .per_round = fl_clients_per_round(s, K),
                       .all_clients = !strcmp(s->selection, "all"), .rounds = s->rounds,
                       .n_params = m ? m->n_params : 0, .n_state = m ? m->n_state : 0,
                       .feature_size = m ? nn_model_features_size(m) : 0, .classes = classes,
@@ -59,7 +72,7 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     if (s->plugin) {
         /* a plug-in adds its upload scalars after the host's and uses nothing else of the sizes */
         AlgoSetup ps = w->setup;
-        ps.hp = s->plugin_hp;
+        ps.options = fl_plugin_options(s);
         AlgoSizes pz;
         algo_sizes(s->plugin, &ps, &pz);
         w->z.upload_scalars += pz.upload_scalars;
@@ -82,11 +95,15 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     if (s->logit_adjust > 0)
         FH_CHECK(fh_calloc(&w->logit_adjust, (size_t)f->classes, sizeof *w->logit_adjust, "logit adjustment"));
     const int64_t n_params = w->model.n_params, n_state = w->model.n_state;
-    if (!strcmp(s->optimizer, "sgd"))
+    w->sgd_on = !strcmp(s->optimizer, "sgd");
+    if (w->sgd_on)
         FH_CHECK(nn_sgd_init(&w->sgd, n_params, (float)s->momentum, (float)s->weight_decay, 0));
     else
         FH_CHECK(nn_adam_init(&w->adam, n_params, (float)s->beta1, (float)s->beta2, (float)s->eps,
                               (float)s->weight_decay, !strcmp(s->optimizer, "adamw")));
+    w->svc = (AlgoClientServices){ .optimizer_step = w->sgd_on ? sgd_step : adam_step, .grad_terms = grad_terms,
+                                   .eval_local = eval_local, .for_each_local_batch = for_each_local_batch,
+                                   .probe_grad = probe_grad };
     if (w->z.work_vectors > 0)
         FH_CHECK(fh_alloc_aligned(&w->work, (size_t)w->z.work_vectors * n_state * sizeof(float), "method scratch vectors"));
     w->block = (int64_t)w->z.client_vectors * n_state + w->z.client_floats + 1;
@@ -148,7 +165,7 @@ static void add_service_passes(FlClientWork *w, int64_t forward0, int64_t backwa
 static int for_each_local_batch(AlgoClientCtx *c, NnModel *model, const float *state,
                                 int (*fn)(void *env, const AlgoBatch *b), void *env)
 {
-    FlClientWork *w = c->optimizer;
+    FlClientWork *w = c->runtime;
     float *saved = model->state;
     model->state = (float *)state;
     const int training = model->training;
@@ -157,7 +174,7 @@ static int for_each_local_batch(AlgoClientCtx *c, NnModel *model, const float *s
     count_passes(w, &forward0, &backward0);
     int status = FH_OK;
     for (int64_t first = 0; status == FH_OK; first += w->s->batch_size) {
-        const int64_t count = data_loader_rows(&w->loader, c->client, first, w->s->batch_size, w->x, w->y);
+        const int64_t count = data_loader_rows(&w->loader, c->round->client, first, w->s->batch_size, w->x, w->y);
         if (count == 0) break;
         status = nn_model_forward(model, w->x, (int)count);
         if (status != FH_OK) break;
@@ -203,7 +220,7 @@ static int eval_local(AlgoClientCtx *c, NnModel *model, const float *state, Algo
     if (model->classes > 256) FH_FAIL(FH_ERR_USAGE, "local evaluation supports at most 256 classes (%d)", model->classes);
     LocalEvalSums e;
     memset(&e, 0, sizeof e);
-    e.w = c->optimizer;
+    e.w = c->runtime;
     FH_CHECK(for_each_local_batch(c, model, state, eval_batch, &e));
     double recall = 0.0;
     int present = 0;
@@ -226,7 +243,7 @@ typedef struct {
 /* After the backward pass: local terms at model->state (their value into *loss), correction, clip. */
 static void grad_terms(AlgoClientCtx *c, float *grad, double *loss)
 {
-    FlClientWork *w = c->optimizer;
+    FlClientWork *w = c->runtime;
     const AlgoMethod *meth = w->s->method;
     NnModel *m = c->model;
     if (meth->local_term && meth->local_term->grad_term) *loss += meth->local_term->grad_term(c, m->state, grad);
@@ -234,8 +251,20 @@ static void grad_terms(AlgoClientCtx *c, float *grad, double *loss)
     if (w->s->clip > 0) nn_clip_grad_norm(grad, m->n_params, (float)w->s->clip);
 }
 
+/* What a plug-in's hooks see: the host's context with the plug-in's options and its own upload scalars, which
+ * follow the host's (a plug-in writes nothing else of the client's state). */
+static AlgoClientCtx *plugin_ctx(FlClientWork *w)
+{
+    w->plugin_round = w->round;
+    w->plugin_round.options = fl_plugin_options(w->s);
+    w->plugin_ctx = w->ctx;
+    w->plugin_ctx.round = &w->plugin_round;
+    w->plugin_ctx.state.upload_scalars = w->ctx.state.upload_scalars + w->host_upload_scalars;
+    return &w->plugin_ctx;
+}
+
 /* Loss and gradient of the current batch at model->state, local terms and correction included (only the
- * pure loss gradient while c->grad_pure is set). */
+ * pure loss gradient while c->state.grad_pure is set). */
 static int batch_grad(void *env_ptr, double *loss)
 {
     GradEnv *env = env_ptr;
@@ -243,22 +272,19 @@ static int batch_grad(void *env_ptr, double *loss)
     NnModel *m = &w->model;
     AlgoClientCtx *c = &w->ctx;
     const AlgoMethod *meth = w->s->method;
-    m->dropout_ctr[0] = (uint32_t)c->round;
-    m->dropout_ctr[1] = (uint32_t)c->client;
-    m->dropout_ctr[2] = (uint32_t)c->step;
+    m->dropout_ctr[0] = (uint32_t)c->round->t;
+    m->dropout_ctr[1] = (uint32_t)c->round->client;
+    m->dropout_ctr[2] = (uint32_t)c->state.step;
     nn_model_zero_grad(m);
     FH_CHECK(nn_model_forward(m, w->x, (int)env->count));
     const AlgoBatch b = { w->x, w->y, (int)env->count, m->classes, nn_model_logits(m), nn_model_features(m),
                           w->setup.feature_size };
     /* sample weights come from the step's first forward (a SAM step's perturbed pass reuses them) */
     float *weights = w->sample_w;
-    const AlgoMethod *weigher = meth->sample_weights ? meth : w->s->plugin;
-    if (weights && w->weighed_step != c->step) {
-        w->weighed_step = c->step;
-        c->hp = weigher == meth ? w->s->hp : w->s->plugin_hp;
-        const int status = weigher->sample_weights->weigh(c, &b, weights);
-        c->hp = w->s->hp;
-        FH_CHECK(status);
+    if (weights && w->weighed_step != c->state.step) {
+        w->weighed_step = c->state.step;
+        if (meth->sample_weights) FH_CHECK(meth->sample_weights->weigh(c, &b, weights));
+        else FH_CHECK(w->s->plugin->sample_weights->weigh(plugin_ctx(w), &b, weights));
     }
     memset(w->dlogits, 0, (size_t)env->count * m->classes * sizeof(float));
     *loss = nn_softmax_xent(w->dlogits, NULL, nn_model_logits(m), w->y, weights, w->logit_adjust, (int)env->count,
@@ -270,27 +296,27 @@ static int batch_grad(void *env_ptr, double *loss)
         *loss += meth->batch_term->batch_term(c, &b, w->dlogits, dfeatures);
     }
     nn_model_backward(m, w->dlogits, dfeatures);
-    if (!c->grad_pure) grad_terms(c, m->grad, loss);
+    if (!c->state.grad_pure) grad_terms(c, m->grad, loss);
     return FH_OK;
 }
 
-/* AlgoClientCtx.probe_grad (FedSCAM, spec algorithms-sam 10): batch `index` of the extra shuffle (epoch
+/* AlgoClientServices.probe_grad (FedSCAM, spec algorithms-sam 10): batch `index` of the extra shuffle (epoch
  * 0xFFFFFFFF), kept in the batch buffers until another batch is asked for; the gradient of the mean CE at `state`
  * in train mode, BatchNorm running statistics frozen. Only while report->begin runs: the shuffle shares the
  * loader's order with training. */
 static int probe_grad(AlgoClientCtx *c, int index, const float *state, double *loss, int64_t *rows)
 {
-    FlClientWork *w = c->optimizer;
+    FlClientWork *w = c->runtime;
     NnModel *m = c->model;
     const int64_t batch = w->s->batch_size;
     *rows = 0;
     *loss = 0.0;
     if (!w->probe_open) FH_FAIL(FH_ERR_USAGE, "method %s: probe gradients are available in report->begin only",
                                 w->s->method->name);
-    if (index < 0 || (int64_t)index * batch >= c->n_samples) return FH_OK; /* never into a second pass */
+    if (index < 0 || (int64_t)index * batch >= c->round->n_samples) return FH_OK; /* never into a second pass */
     if (index < w->probe_loaded || w->probe_loaded < 0) {
-        FH_CHECK(data_loader_begin_epoch(&w->loader, &w->probe_it, c->client, (uint64_t)w->s->seed, (uint32_t)c->round,
-                                         0xFFFFFFFFu));
+        FH_CHECK(data_loader_begin_epoch(&w->loader, &w->probe_it, c->round->client, (uint64_t)w->s->seed,
+                                         (uint32_t)c->round->t, 0xFFFFFFFFu));
         w->probe_loaded = -1;
     }
     while (w->probe_loaded < index) {
@@ -301,8 +327,8 @@ static int probe_grad(AlgoClientCtx *c, int index, const float *state, double *l
     const int bn = m->bn_update_running;
     m->state = (float *)state;
     m->bn_update_running = 0;
-    m->dropout_ctr[0] = (uint32_t)c->round;
-    m->dropout_ctr[1] = (uint32_t)c->client;
+    m->dropout_ctr[0] = (uint32_t)c->round->t;
+    m->dropout_ctr[1] = (uint32_t)c->round->client;
     m->dropout_ctr[2] = 0xFFFFFFFFu - (uint32_t)index;
     nn_model_zero_grad(m);
     int64_t forward0, backward0;
@@ -344,30 +370,30 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     nn_vec_copy(m->state, global, m->n_state);
     nn_model_set_training(m, 1);
     m->dropout_seed = (uint64_t)s->seed;
-    if (!strcmp(s->optimizer, "sgd")) nn_sgd_reset(&w->sgd); /* spec 0.1.1: fresh optimiser state */
+    if (w->sgd_on) nn_sgd_reset(&w->sgd); /* spec 0.1.1: fresh optimiser state */
     else nn_adam_reset(&w->adam);
     set_logit_adjust(w, client, n);
 
     FlRecordHeader *h = fl_record_header(record);
     memset(record, 0, l->header_bytes);
     const int64_t steps = s->steps > 0 ? s->steps : (int64_t)s->epochs * ((n + s->batch_size - 1) / s->batch_size);
+    w->round = (AlgoClientRound){
+        .client = client, .t = round, .slot = slot_in_round, .lr = lr, .n_samples = n, .n_params = m->n_params,
+        .n_state = m->n_state, .has_state = block[w->block - 1] != 0.0f, .setup = &w->setup, .sizes = &w->z,
+        .options = fl_method_options(s), .method = meth, .global = global, .server_vecs = server_vecs,
+        .server_scalars = server_scalars, .label_counts = w->data->label_counts + (size_t)client * w->data->classes,
+    };
     AlgoClientCtx *c = &w->ctx;
     const int64_t state_floats = (int64_t)w->z.client_vectors * m->n_state;
     *c = (AlgoClientCtx){
-        .model = m, .global = global, .server_vecs = server_vecs, .server_scalars = server_scalars,
-        .client_vecs = w->z.client_vectors ? block : NULL,
-        .client_floats = w->z.client_floats ? block + state_floats : NULL,
-        .has_state = block[w->block - 1] != 0.0f,
-        .upload_vecs = l->n_vectors ? fl_record_state(record, l) + m->n_state : NULL,
-        .upload_scalars = fl_record_scalars(record), .hp = s->hp, .setup = &w->setup, .sizes = &w->z,
-        .work = w->work, .label_counts = w->data->label_counts + (size_t)client * w->data->classes,
-        .client = client, .round = round, .slot_in_round = slot_in_round,
-        .n_samples = n, .step = 0, .n_steps = n > 0 ? steps : 0, .n_params = m->n_params, .n_state = m->n_state,
-        .lr = lr, .momentum_buf = !strcmp(s->optimizer, "sgd") ? w->sgd.buf : NULL,
-        .optimizer_step = optimizer_step, .eval_local = eval_local, .for_each_local_batch = for_each_local_batch,
-        .optimizer = w, .grad_terms = grad_terms, .method = meth, .probe_grad = probe_grad,
+        .model = m, .round = &w->round, .svc = &w->svc, .runtime = w,
+        .state = { .client_vecs = w->z.client_vectors ? block : NULL,
+                   .client_floats = w->z.client_floats ? block + state_floats : NULL,
+                   .upload_vecs = l->n_vectors ? fl_record_state(record, l) + m->n_state : NULL,
+                   .upload_scalars = fl_record_scalars(record), .work = w->work,
+                   .momentum_buf = w->sgd_on ? w->sgd.buf : NULL, .n_steps = n > 0 ? steps : 0 },
     };
-    for (int a = 0; a < w->z.aux_models; a++) c->aux[a] = &w->aux[a];
+    for (int a = 0; a < w->z.aux_models; a++) c->state.aux[a] = &w->aux[a];
     w->weighed_step = -1;
     int64_t forward0, backward0, forward1, backward1, forward2, backward2, forward3, backward3;
     count_passes(w, &forward0, &backward0);
@@ -375,7 +401,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     w->probe_loaded = -1;
     if (meth->report && meth->report->begin) FH_CHECK(meth->report->begin(c));
     w->probe_open = 0;
-    if (c->momentum_kept && c->momentum_buf) w->sgd.steps = 1; /* PyTorch: a kept buffer is continued */
+    if (c->state.momentum_kept && c->state.momentum_buf) w->sgd.steps = 1; /* PyTorch: a kept buffer is continued */
 
     DataBatchIter it;
     FH_CHECK(data_loader_begin(&w->loader, &it, client, (uint64_t)s->seed, (uint32_t)round));
@@ -384,7 +410,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     GradEnv env = { w, 0 };
     count_passes(w, &forward1, &backward1);
     const int64_t service_forward1 = w->service_forward, service_backward1 = w->service_backward;
-    for (c->step = 0; c->step < c->n_steps; c->step++) {
+    for (c->state.step = 0; c->state.step < c->state.n_steps; c->state.step++) {
         if (w->leave_poll && w->leave_poll(w->leave_arg)) {
             w->left = 1; /* a stop request: the round is left, and nothing of this client is kept */
             return FH_OK;
@@ -395,14 +421,14 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
             FH_CHECK(meth->step->step(c, batch_grad, &env, &loss));
         } else {
             FH_CHECK(batch_grad(&env, &loss));
-            optimizer_step(c, m->state, m->grad);
+            w->svc.optimizer_step(c, m->state, m->grad);
         }
         loss_sum += loss;
-        c->loss_sample_sum += loss * (double)env.count;
-        c->samples_seen += env.count;
+        c->state.loss_sample_sum += loss * (double)env.count;
+        c->state.samples_seen += env.count;
         if (!isfinite(loss)) {
             nonfinite = 1; /* the server stops the run; training on would only spread the NaN */
-            c->step++;
+            c->state.step++;
             break;
         }
     }
@@ -412,23 +438,16 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     h->train_backward = backward2 - backward1 - (w->service_backward - service_backward1);
     if (meth->report && meth->report->end) FH_CHECK(meth->report->end(c));
     const AlgoMethod *plugin = s->plugin;
-    if (plugin && plugin->report && plugin->report->end) {
-        /* the plug-in's scalars follow the host's */
-        c->upload_scalars += w->host_upload_scalars;
-        c->hp = s->plugin_hp;
-        FH_CHECK(plugin->report->end(c));
-        c->upload_scalars -= w->host_upload_scalars;
-        c->hp = s->hp;
-    }
+    if (plugin && plugin->report && plugin->report->end) FH_CHECK(plugin->report->end(plugin_ctx(w)));
     block[w->block - 1] = 1.0f;
     count_passes(w, &forward3, &backward3);
     h->score_forward = forward3 - forward0 - h->train_forward;
     h->score_backward = backward3 - backward0 - h->train_backward;
     h->client = client;
     h->n_samples = n;
-    h->n_steps = c->step;
+    h->n_steps = c->state.step;
     h->nonfinite = nonfinite;
-    h->train_loss = c->step > 0 ? loss_sum / (double)c->step : 0.0;
+    h->train_loss = c->state.step > 0 ? loss_sum / (double)c->state.step : 0.0;
     nn_vec_copy(fl_record_state(record, l), m->state, m->n_state);
     h->seconds = fh_time_now() - t0;
     return FH_OK;

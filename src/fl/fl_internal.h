@@ -41,13 +41,17 @@ typedef struct {
     double hessian_tol, hessian_step;
     int64_t seed;
     const AlgoMethod *method;
-    double hp[ALGO_MAX_HP];
+    AlgoOptionBlock options;  /* the method's [algo] keys (views: fl_method_options) */
     const AlgoMethod *plugin; /* NULL, or a method added on top ([algo] plugin) */
-    double plugin_hp[ALGO_MAX_HP];
+    AlgoOptionBlock plugin_options;
     const char *out_dir, *name, *log_level;
 } FlSettings;
 
 int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *config_path);
+/* what the method's hooks and the plug-in's see of their keys (views into s, which must not move) */
+static inline AlgoOptions fl_method_options(const FlSettings *s) { return algo_options_view(s->method, &s->options); }
+static inline AlgoOptions fl_plugin_options(const FlSettings *s) { return algo_options_view(s->plugin,
+                                                                                            &s->plugin_options); }
 /* Loads a run config: [algo] method first, then the method's own keys (others' keys are an error). */
 int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int n_overrides);
 /* the base keys with [algo] method and `m`'s keys (kept for the process's lifetime) */
@@ -138,15 +142,20 @@ typedef struct {
     float *logit_adjust; /* [classes], train.logit_adjust > 0 */
     float *sample_w;     /* [batch], methods or plug-ins with sample weights */
     int64_t weighed_step; /* the step whose sample weights sample_w holds (-1: none yet this round) */
-    DataBatchIter probe_it; /* AlgoClientCtx.probe_grad: the extra shuffle, open during report->begin only */
+    DataBatchIter probe_it; /* AlgoClientServices.probe_grad: the extra shuffle, open during report->begin only */
     int probe_open, probe_loaded; /* probe_loaded: the probe batch in x, y (-1: none) */
     int64_t probe_rows;
     int64_t service_forward, service_backward; /* passes made by for_each_local_batch and probe_grad */
     int host_upload_scalars; /* the method's own upload scalars; a plug-in's follow */
+    int sgd_on;      /* train.optimizer = sgd (else adam or adamw) */
     NnSgd sgd;
     NnAdam adam;
     float *work;     /* [z.work_vectors * n_state] */
+    AlgoClientServices svc; /* what the hooks call back: the local loop's services, the optimiser picked at init */
+    AlgoClientRound round;  /* the client being trained: its round view */
     AlgoClientCtx ctx;
+    AlgoClientRound plugin_round; /* the plug-in's views of the same (plugin_ctx in client.c) */
+    AlgoClientCtx plugin_ctx;
     int n_owned;
     /* persistent state of each owned client, one block each: z.client_vectors * n_state floats, then
      * z.client_floats, then a has-state flag (1.0 once the client has trained) */

@@ -532,7 +532,8 @@ static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t 
 {
     return (AlgoServerCtx){ .round = round, .rounds = run->s.rounds, .n_clients = run->n_clients,
                             .n_selected = n_selected, .selected = selected, .n_params = run->n_params,
-                            .n_state = run->n_state, .hp = run->s.hp, .setup = &run->work.setup, .sizes = &run->z,
+                            .n_state = run->n_state, .options = fl_method_options(&run->s),
+                            .setup = &run->work.setup, .sizes = &run->z,
                             .lr = lr, .current = run->global, .server_vecs = run->server_vecs,
                             .server_private = run->server_private, .server_scalars = run->server_scalars,
                             .client_sizes = run->client_sizes, .label_counts = run->data.label_counts,
@@ -586,7 +587,7 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     if (plugin && plugin->weights) {
         /* the plug-in's weights replace the host's; it reads its own scalars, after the host's */
         AlgoServerCtx pctx = sctx;
-        pctx.hp = run->s.plugin_hp;
+        pctx.options = fl_plugin_options(&run->s);
         for (int i = 0; i < n_selected; i++) L->uploads[i].scalars += run->work.host_upload_scalars;
         const int status = plugin->weights->weights(&pctx, L->uploads, n_selected, L->weights);
         for (int i = 0; i < n_selected; i++) L->uploads[i].scalars -= run->work.host_upload_scalars;

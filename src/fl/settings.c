@@ -60,28 +60,27 @@ static int plugin_slot(const AlgoMethod *plugin)
     return -1;
 }
 
-/* the default's text of a method key: a number, or the choice at index default_value */
-static const char *hp_default_text(const AlgoHyper *hp)
+/* the default's text of key o of method m: a number, or the choice at the default's index */
+static const char *option_default_text(const AlgoMethod *m, const AlgoOption *o)
 {
     char *text = malloc(32);
     if (!text) return "";
-    if (!hp->choices) {
-        snprintf(text, 32, "%.15g", hp->default_value);
-        return text;
-    }
-    const char *c = hp->choices;
-    for (int i = 0; i < (int)hp->default_value && strchr(c, '|'); i++) c = strchr(c, '|') + 1;
-    size_t len = strchr(c, '|') ? (size_t)(strchr(c, '|') - c) : strlen(c);
-    snprintf(text, 32, "%.*s", (int)len, c);
+    const double value = algo_option_default(m, o);
+    int len = 0;
+    const char *choice = o->type == ALGO_OPTION_CHOICE ? algo_option_choice(o, (int)value, &len) : NULL;
+    if (choice) snprintf(text, 32, "%.*s", len, choice);
+    else snprintf(text, 32, "%.15g", value);
     return text;
 }
 
-static void add_hp_keys(FhConfigKey *k, int *n, const AlgoMethod *m)
+static void add_option_keys(FhConfigKey *k, int *n, const AlgoMethod *m)
 {
-    for (int h = 0; h < m->n_hp; h++) {
-        const AlgoHyper *hp = &m->hp[h];
-        k[(*n)++] = hp->choices ? (FhConfigKey){ "algo", hp->key, FH_CFG_CHOICE, hp_default_text(hp), 1, 0, hp->choices, hp->help }
-                                : (FhConfigKey){ "algo", hp->key, FH_CFG_FLOAT, hp_default_text(hp), hp->lo, hp->hi, NULL, hp->help };
+    for (int i = 0; i < algo_option_count(m); i++) {
+        const AlgoOption *o = algo_option_at(m, i);
+        const char *def = option_default_text(m, o), *help = algo_option_help(m, o);
+        k[(*n)++] = o->type == ALGO_OPTION_CHOICE
+                        ? (FhConfigKey){ "algo", o->key, FH_CFG_CHOICE, def, 1, 0, o->choices, help }
+                        : (FhConfigKey){ "algo", o->key, FH_CFG_FLOAT, def, o->lo, o->hi, NULL, help };
     }
 }
 
@@ -92,12 +91,13 @@ const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *p
     *n = base_n;
     if (mi < 0 || pi < 0) return base;
     if (!method_schema[mi][pi]) {
-        FhConfigKey *k = calloc((size_t)(base_n + m->n_hp + (plugin ? plugin->n_hp : 0)), sizeof *k);
+        FhConfigKey *k = calloc((size_t)(base_n + algo_option_count(m) + (plugin ? algo_option_count(plugin) : 0)),
+                                sizeof *k);
         if (!k) return base;
         memcpy(k, base, (size_t)base_n * sizeof *k);
         int kn = base_n;
-        add_hp_keys(k, &kn, m);
-        if (plugin) add_hp_keys(k, &kn, plugin);
+        add_option_keys(k, &kn, m);
+        if (plugin) add_option_keys(k, &kn, plugin);
         method_schema[mi][pi] = k;
         method_schema_n[mi][pi] = kn;
     }
@@ -114,7 +114,7 @@ const FhConfigKey *fl_config_schema_any(int *n)
     build_base();
     if (!k) {
         int total = base_n;
-        for (int i = 0; i < algo_count(); i++) total += algo_at(i)->n_hp;
+        for (int i = 0; i < algo_count(); i++) total += algo_option_count(algo_at(i));
         k = calloc((size_t)total, sizeof *k);
         if (!k) {
             *n = base_n;
@@ -123,8 +123,8 @@ const FhConfigKey *fl_config_schema_any(int *n)
         memcpy(k, base, (size_t)base_n * sizeof *k);
         kn = base_n;
         for (int i = 0; i < algo_count(); i++)
-            for (int h = 0; h < algo_at(i)->n_hp; h++) {
-                const char *key = algo_at(i)->hp[h].key;
+            for (int h = 0; h < algo_option_count(algo_at(i)); h++) {
+                const char *key = algo_option_at(algo_at(i), h)->key;
                 int seen = 0;
                 for (int j = base_n; j < kn; j++) seen |= !strcmp(k[j].key, key);
                 if (!seen) k[kn++] = (FhConfigKey){ "algo", key, FH_CFG_STRING, "", 1, 0, NULL, "method key" };
@@ -222,9 +222,9 @@ void fl_print_config_help(FILE *out)
     fprintf(out, "\nMethod keys, in [algo], each valid only with its method (fedhet methods NAME for details):\n");
     for (int i = 0; i < algo_count(); i++) {
         const AlgoMethod *m = algo_at(i);
-        if (!m->n_hp) continue;
+        if (!algo_option_count(m)) continue;
         fprintf(out, "  %-12s", m->name);
-        for (int h = 0; h < m->n_hp; h++) fprintf(out, "%s%s", h ? ", " : " ", m->hp[h].key);
+        for (int h = 0; h < algo_option_count(m); h++) fprintf(out, "%s%s", h ? ", " : " ", algo_option_at(m, h)->key);
         fprintf(out, "\n");
     }
 }
@@ -242,20 +242,21 @@ int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int
     const AlgoMethod *plugin = algo_find(fh_config_string(first, "algo", "plugin"));
     for (int i = 0; m && i < n; i++) {
         if (strcmp(any[i].section, "algo") || !strcmp(any[i].key, "method") || !strcmp(any[i].key, "plugin")) continue;
-        if (fh_config_is_default(first, "algo", any[i].key) || algo_hp_index(m, any[i].key) >= 0 ||
-            (plugin && algo_hp_index(plugin, any[i].key) >= 0))
+        if (fh_config_is_default(first, "algo", any[i].key) || algo_option_find(m, any[i].key) ||
+            (plugin && algo_option_find(plugin, any[i].key)))
             continue;
         char owners[512] = "", keys[512] = "";
         size_t used = 0;
         for (int j = 0; j < algo_count(); j++)
-            if (algo_hp_index(algo_at(j), any[i].key) >= 0 && used < sizeof owners)
+            if (algo_option_find(algo_at(j), any[i].key) && used < sizeof owners)
                 used += (size_t)snprintf(owners + used, sizeof owners - used, "%s%s", used ? ", " : "", algo_at(j)->name);
         used = 0;
-        for (int h = 0; h < m->n_hp && used < sizeof keys; h++)
-            used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", h ? ", " : "", m->hp[h].key);
+        for (int h = 0; h < algo_option_count(m) && used < sizeof keys; h++)
+            used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", h ? ", " : "", algo_option_at(m, h)->key);
         fh_config_free(&first);
         FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s is a key of %s, not of method %s%s%s (its keys: %s)", path, any[i].key,
-                owners, m->name, plugin ? " with plugin " : "", plugin ? plugin->name : "", m->n_hp ? keys : "none");
+                owners, m->name, plugin ? " with plugin " : "", plugin ? plugin->name : "",
+                algo_option_count(m) ? keys : "none");
     }
     fh_config_free(&first);
     if (!m) FH_FAIL(FH_ERR_USAGE, "%s: [algo] method is unknown", path);
@@ -263,13 +264,13 @@ int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int
         FH_FAIL(FH_ERR_USAGE, "%s: [algo] plugin = %s on method %s: the method already is the plug-in (use plugin = none)",
                 path, plugin->name, m->name);
     if (plugin && plugin->plugin_refuse) {
-        /* the host's hyperparameters as given (variants decide some refusals) */
+        /* the host's keys as given (variants decide some refusals) */
         FhConfig *host_cfg = NULL;
         const FhConfigKey *own = fl_config_schema_for(m, plugin, &n);
         FH_CHECK(fh_config_load_file(&host_cfg, own, n, path, overrides, n_overrides));
         FlSettings hs;
         int status = fl_settings_from_config(&hs, host_cfg, path);
-        const char *why = status == FH_OK ? plugin->plugin_refuse(m, hs.hp) : NULL;
+        const char *why = status == FH_OK ? plugin->plugin_refuse(m, algo_options_view(m, &hs.options)) : NULL;
         fh_config_free(&host_cfg);
         FH_CHECK(status);
         if (why) FH_FAIL(FH_ERR_USAGE, "%s: [algo] plugin = %s cannot join method %s: %s", path, plugin->name, m->name, why);
@@ -280,27 +281,22 @@ int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int
 
 #define S(sec, key) fh_config_string(cfg, sec, key)
 
-/* A method's keys into hp[]: a choice is carried as its index; open range ends checked here */
-static int read_hp(const FhConfig *cfg, const AlgoMethod *m, double *hp_out, const char *config_path)
+/* A method's keys into its option block: a choice is carried as its index; open range ends checked here */
+static int read_options(const FhConfig *cfg, const AlgoMethod *m, AlgoOptionBlock *b, const char *config_path)
 {
-    for (int h = 0; h < m->n_hp; h++) {
-        const AlgoHyper *hp = &m->hp[h];
-        if (hp->choices) {
-            const char *v = fh_config_string(cfg, "algo", hp->key), *c = hp->choices;
-            const size_t len = strlen(v);
-            int index = 0;
-            while (strncmp(c, v, len) || (c[len] != '|' && c[len] != '\0')) {
-                c = strchr(c, '|') + 1;
-                index++;
-            }
-            hp_out[h] = index;
+    algo_options_reset(b, m);
+    for (int i = 0; i < algo_option_count(m); i++) {
+        const AlgoOption *o = algo_option_at(m, i);
+        if (o->type == ALGO_OPTION_CHOICE) { /* the config checked that it is one of them */
+            FH_CHECK(algo_option_set(b, m, o->key, algo_option_choice_index(o, fh_config_string(cfg, "algo", o->key))));
             continue;
         }
-        hp_out[h] = fh_config_float(cfg, "algo", hp->key);
-        if ((hp->lo_open && !(hp_out[h] > hp->lo)) || (hp->hi_open && !(hp_out[h] < hp->hi)))
+        const double v = fh_config_float(cfg, "algo", o->key);
+        if ((o->lo_open && !(v > o->lo)) || (o->hi_open && !(v < o->hi)))
             FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s = %g is outside %c%g, %g%c (method %s)",
-                    config_path ? config_path : "config", hp->key, hp_out[h], hp->lo_open ? '(' : '[', hp->lo, hp->hi,
-                    hp->hi_open ? ')' : ']', m->name);
+                    config_path ? config_path : "config", o->key, v, o->lo_open ? '(' : '[', o->lo, o->hi,
+                    o->hi_open ? ')' : ']', m->name);
+        FH_CHECK(algo_option_set(b, m, o->key, v));
     }
     return FH_OK;
 }
@@ -359,9 +355,9 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->hessian_step = F("fl", "hessian_step");
     s->method = algo_find(S("algo", "method"));
     if (!s->method) FH_FAIL(FH_ERR_USAGE, "[algo] method = %s is unknown", S("algo", "method"));
-    FH_CHECK(read_hp(cfg, s->method, s->hp, config_path));
+    FH_CHECK(read_options(cfg, s->method, &s->options, config_path));
     s->plugin = algo_find(S("algo", "plugin"));
-    if (s->plugin) FH_CHECK(read_hp(cfg, s->plugin, s->plugin_hp, config_path));
+    if (s->plugin) FH_CHECK(read_options(cfg, s->plugin, &s->plugin_options, config_path));
     s->out_dir = S("output", "dir");
     s->name = S("output", "name");
     s->log_level = S("output", "log_level");

@@ -27,7 +27,7 @@ static int known_keys_build(void)
     int n_base;
     const FhConfigKey *base = fl_config_schema(&n_base);
     int cap = n_base;
-    for (int i = 0; i < algo_count(); i++) cap += algo_at(i)->n_hp;
+    for (int i = 0; i < algo_count(); i++) cap += algo_option_count(algo_at(i));
     char **keys = calloc((size_t)cap, sizeof *keys);
     if (!keys) FH_FAIL(FH_ERR_IO, "out of memory for the config key list");
     int n = 0;
@@ -37,9 +37,9 @@ static int known_keys_build(void)
         sprintf(keys[n++], "%s.%s", base[i].section, base[i].key);
     }
     for (int i = 0; i < algo_count(); i++)
-        for (int h = 0; h < algo_at(i)->n_hp; h++) {
+        for (int h = 0; h < algo_option_count(algo_at(i)); h++) {
             char name[160];
-            snprintf(name, sizeof name, "algo.%s", algo_at(i)->hp[h].key);
+            snprintf(name, sizeof name, "algo.%s", algo_option_at(algo_at(i), h)->key);
             int seen = 0;
             for (int j = 0; j < n && !seen; j++) seen = !strcmp(keys[j], name);
             if (seen) continue;

@@ -45,6 +45,35 @@ float nn_vec_norm(const float *x, int64_t n)
     return (float)sqrt(s);
 }
 
+/* Accumulated in double, lane by lane (`omp simd` reduction: a fixed order for a given build), for the
+ * method code's norms and cosines, which must not lose the small components of long vectors. */
+double nn_vec_dot_f64(const float *x, const float *y, int64_t n)
+{
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)y[j];
+    return s;
+}
+
+double nn_vec_norm_f64(const float *x, int64_t n)
+{
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)x[j];
+    return sqrt(s);
+}
+
+double nn_vec_dist_f64(const float *x, const float *y, int64_t n)
+{
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (int64_t j = 0; j < n; j++) {
+        const double d = (double)x[j] - (double)y[j];
+        s += d * d;
+    }
+    return sqrt(s);
+}
+
 void nn_set_threads(int n_threads) { openblas_set_num_threads(n_threads > 0 ? n_threads : 1); }
 
 float nn_clip_grad_norm(float *grad, int64_t n, float max_norm)

@@ -70,7 +70,8 @@ int main(int argc, char **argv)
     }
 
     const char *names[N_METHODS] = { "fedprox", "scaffold", "feddyn", "fedcm" };
-    const double hps[N_METHODS][3] = { { 0.01, 0, 0 }, { 0, 0, 1 }, { 0.1, 0, 0 }, { 0.1, 1, 0 } };
+    AlgoOptionBlock options[N_METHODS]; /* each method at its defaults */
+    for (int k = 0; k < N_METHODS; k++) algo_options_reset(&options[k], algo_find(names[k]));
     AlgoSetup setup = { .batch_size = BATCH, .optimizer = "sgd", .lr = 0.01, .momentum = 0.9 };
     double *t_step = calloc((size_t)reps, sizeof(double)), *t_hook = calloc((size_t)reps * N_METHODS, sizeof(double));
     NnModel hook_model = model; /* the end hooks read model->state: a view on wk */
@@ -86,9 +87,12 @@ int main(int argc, char **argv)
         t_step[r] = fh_time_now() - t0;
         for (int k = 0; k < N_METHODS; k++) {
             const AlgoMethod *m = algo_find(names[k]);
-            AlgoClientCtx c = { .model = &hook_model, .global = global, .server_vecs = vecs, .client_vecs = vecs + S,
-                                .upload_vecs = vecs + 2 * S, .hp = hps[k], .setup = &setup, .n_params = P,
-                                .n_state = S, .n_samples = 6000, .step = steps, .n_steps = steps, .lr = 0.01 };
+            const AlgoClientRound round = { .lr = 0.01, .n_samples = 6000, .n_params = P, .n_state = S,
+                                            .setup = &setup, .options = algo_options_view(m, &options[k]), .method = m,
+                                            .global = global, .server_vecs = vecs };
+            AlgoClientCtx c = { .model = &hook_model, .round = &round,
+                                .state = { .client_vecs = vecs + S, .upload_vecs = vecs + 2 * S, .step = steps,
+                                           .n_steps = steps } };
             t0 = fh_time_now();
             if (m->local_term) m->local_term->grad_term(&c, wk, hook_grad);
             if (m->correction) m->correction->correct(&c, hook_grad);

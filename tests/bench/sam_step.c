@@ -56,15 +56,13 @@ static int bench_init(Bench *b, const char *spec, DataPartFile *f, const char *m
     s->rounds = 10;
     s->method = algo_find(name);
     if (!s->method) FH_FAIL(FH_ERR_USAGE, "no method %s", name);
-    for (int h = 0; h < s->method->n_hp; h++) s->hp[h] = s->method->hp[h].default_value;
-    if (!strncmp(name, "fedlesam", 8)) s->hp[algo_hp_index(s->method, "mode")] = 1; /* code */
+    algo_options_reset(&s->options, s->method);
+    if (!strncmp(name, "fedlesam", 8)) FH_CHECK(algo_option_set(&s->options, s->method, "mode", 1)); /* code */
     if (colon) {
         char *eq = strchr(colon + 1, '=');
         if (!eq) FH_FAIL(FH_ERR_USAGE, "%s: expected key=value", spec);
         *eq = '\0';
-        const int h = algo_hp_index(s->method, colon + 1);
-        if (h < 0) FH_FAIL(FH_ERR_USAGE, "%s: no key %s", spec, colon + 1);
-        s->hp[h] = atof(eq + 1);
+        FH_CHECK(algo_option_set(&s->options, s->method, colon + 1, atof(eq + 1)));
     }
     int client = 0;
     FH_CHECK(fl_client_init(&b->w, s, f, &client, 1));

@@ -8,12 +8,15 @@
 #include <string.h>
 
 #include "../../src/algo/algo_internal.h"
+#include "test_options.h"
 
 typedef struct {
     AlgoClientCtx c;
+    AlgoClientRound round; /* what c->round points to: tests change the round, client, method here */
+    AlgoClientServices svc;
     AlgoSetup setup;
     AlgoSizes z;
-    double hp[ALGO_MAX_HP];
+    AlgoOptionBlock opts; /* the method's keys: defaults, changed by fake_set */
     double up[8];
     float *work, *client_vecs, *server_vecs, *global, *upload_vecs;
     double server_scalars[4];
@@ -24,27 +27,28 @@ typedef struct {
 static void fake_grad_terms(AlgoClientCtx *c, float *grad, double *loss)
 {
     (void)loss;
-    if (c->method->correction) c->method->correction->correct(c, grad);
-    nn_clip_grad_norm(grad, c->n_params, 10.0f); /* FL-Simulator's clip (spec 0.2) */
+    if (c->round->method->correction) c->round->method->correction->correct(c, grad);
+    nn_clip_grad_norm(grad, c->round->n_params, 10.0f); /* FL-Simulator's clip (spec 0.2) */
 }
 
 static void fake_optimizer_step(AlgoClientCtx *c, float *w, const float *grad)
 {
-    Fake *f = c->optimizer;
-    if (f->opt_seen) memcpy(f->opt_seen, w, (size_t)c->n_params * sizeof(float));
-    nn_sgd_step(&f->sgd, w, grad, (float)c->lr);
+    Fake *f = c->runtime;
+    if (f->opt_seen) memcpy(f->opt_seen, w, (size_t)c->round->n_params * sizeof(float));
+    nn_sgd_step(&f->sgd, w, grad, (float)c->round->lr);
 }
 
 /* method `name` with its default keys, 2 clients both selected, lr 0.1 decaying by 0.998 per round
- * (FL-Simulator's), 4 steps of batch 4; a caller that changes f->hp calls algo_sizes again */
+ * (FL-Simulator's), 4 steps of batch 4; a caller that changes a key (fake_set) calls algo_sizes again */
 static void fake_init(Fake *f, const char *name, NnModel *m)
 {
     memset(f, 0, sizeof *f);
     const AlgoMethod *meth = algo_find(name);
     CHECK(meth != NULL);
-    for (int h = 0; h < meth->n_hp; h++) f->hp[h] = meth->hp[h].default_value;
-    f->setup = (AlgoSetup){ .hp = f->hp, .n_clients = 2, .per_round = 2, .all_clients = 1, .rounds = 5,
-                            .n_params = m->n_params, .n_state = m->n_state, .classes = m->classes, .optimizer = "sgd",
+    algo_options_reset(&f->opts, meth);
+    f->setup = (AlgoSetup){ .options = algo_options_view(meth, &f->opts), .n_clients = 2, .per_round = 2,
+                            .all_clients = 1, .rounds = 5, .n_params = m->n_params, .n_state = m->n_state,
+                            .classes = m->classes, .optimizer = "sgd",
                             .lr = 0.1, .epochs = 1, .batch_size = 4, .lr_decay = 0.998 };
     const size_t n = (size_t)m->n_state;
     f->work = calloc(4 * n, sizeof(float));
@@ -53,14 +57,18 @@ static void fake_init(Fake *f, const char *name, NnModel *m)
     f->global = calloc(n, sizeof(float));
     f->upload_vecs = calloc(2 * n, sizeof(float));
     CHECK_OK(nn_sgd_init(&f->sgd, m->n_params, 0.0f, 0.0f, 0));
-    f->c = (AlgoClientCtx){ .model = m, .global = f->global, .server_vecs = f->server_vecs,
-                            .server_scalars = f->server_scalars, .client_vecs = f->client_vecs,
-                            .upload_vecs = f->upload_vecs, .upload_scalars = f->up, .hp = f->hp, .setup = &f->setup,
-                            .sizes = &f->z, .work = f->work, .n_params = m->n_params, .n_state = m->n_state, .lr = 0.1,
-                            .n_steps = 4, .optimizer_step = fake_optimizer_step, .optimizer = f,
-                            .grad_terms = fake_grad_terms, .method = meth };
+    f->round = (AlgoClientRound){ .lr = 0.1, .n_params = m->n_params, .n_state = m->n_state, .setup = &f->setup,
+                                  .sizes = &f->z, .options = f->setup.options, .method = meth, .global = f->global,
+                                  .server_vecs = f->server_vecs, .server_scalars = f->server_scalars };
+    f->svc = (AlgoClientServices){ .optimizer_step = fake_optimizer_step, .grad_terms = fake_grad_terms };
+    f->c = (AlgoClientCtx){ .model = m, .round = &f->round, .svc = &f->svc, .runtime = f,
+                            .state = { .client_vecs = f->client_vecs, .upload_vecs = f->upload_vecs,
+                                       .upload_scalars = f->up, .work = f->work, .n_steps = 4 } };
     algo_sizes(meth, &f->setup, &f->z);
 }
+
+/* key `key` of the fake's method := value (a choice: its index) */
+static void fake_set(Fake *f, const char *key, double value) { option_set(&f->opts, f->round.method, key, value); }
 
 static void fake_free(Fake *f)
 {

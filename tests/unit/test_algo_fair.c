@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "fedhet/algo.h"
+#include "test_options.h"
 
 enum { MAXK = 8 };
 
@@ -19,8 +20,8 @@ static int stub_calls;
 static int stub_eval(AlgoClientCtx *c, NnModel *model, const float *state, AlgoLocalEval *out)
 {
     stub_calls++;
-    const double v = state == c->global ? stub_global[c->client]
-                     : state == c->model->state ? stub_own[c->client] : stub_other[c->client];
+    const double v = state == c->round->global ? stub_global[c->round->client]
+                     : state == c->model->state ? stub_own[c->round->client] : stub_other[c->round->client];
     out->loss = v;
     out->accuracy = out->balanced_accuracy = v;
     return FH_OK;
@@ -29,34 +30,38 @@ static int stub_eval(AlgoClientCtx *c, NnModel *model, const float *state, AlgoL
 typedef struct {
     NnModel model;
     AlgoClientCtx c;
+    AlgoClientRound round;
+    AlgoClientServices svc;
     AlgoSetup setup;
     AlgoSizes z;
     double up[4];
 } FakeClient;
 
 /* a client of method m at `round` holding state `w` after training from `global` */
-static void fake_client(FakeClient *f, const AlgoMethod *m, const double *hp, int K, int client, int round,
+static void fake_client(FakeClient *f, const AlgoMethod *m, AlgoOptions o, int K, int client, int round,
                         const float *global, float *w, int64_t n_params, int64_t n_state, double lr)
 {
     memset(f, 0, sizeof *f);
-    f->setup = (AlgoSetup){ .hp = hp, .n_clients = K, .per_round = K, .all_clients = 1, .rounds = 10,
+    f->setup = (AlgoSetup){ .options = o, .n_clients = K, .per_round = K, .all_clients = 1, .rounds = 10,
                             .n_params = n_params, .n_state = n_state, .optimizer = "sgd", .lr = lr };
     algo_sizes(m, &f->setup, &f->z);
     f->model.state = w;
-    f->c = (AlgoClientCtx){ .model = &f->model, .global = global, .upload_scalars = f->up, .hp = hp,
-                            .setup = &f->setup, .sizes = &f->z, .client = client, .round = round,
-                            .n_params = n_params, .n_state = n_state, .lr = lr, .eval_local = stub_eval };
+    f->round = (AlgoClientRound){ .client = client, .t = round, .lr = lr, .n_params = n_params, .n_state = n_state,
+                                  .setup = &f->setup, .sizes = &f->z, .options = o, .method = m, .global = global };
+    f->svc = (AlgoClientServices){ .eval_local = stub_eval };
+    f->c = (AlgoClientCtx){ .model = &f->model, .round = &f->round, .svc = &f->svc,
+                            .state = { .upload_scalars = f->up } };
 }
 
-static AlgoServerCtx server(const AlgoMethod *m, const double *hp, AlgoSetup *setup, AlgoSizes *z, int K, int round,
+static AlgoServerCtx server(const AlgoMethod *m, AlgoOptions o, AlgoSetup *setup, AlgoSizes *z, int K, int round,
                             const float *current, int64_t n_params, int64_t n_state, double lr, double *scalars,
                             const int64_t *sizes)
 {
-    *setup = (AlgoSetup){ .hp = hp, .n_clients = K, .per_round = K, .all_clients = 1, .rounds = 10,
+    *setup = (AlgoSetup){ .options = o, .n_clients = K, .per_round = K, .all_clients = 1, .rounds = 10,
                           .n_params = n_params, .n_state = n_state, .optimizer = "sgd", .lr = lr };
     algo_sizes(m, setup, z);
     return (AlgoServerCtx){ .round = round, .rounds = 10, .n_clients = K, .n_selected = K, .n_params = n_params,
-                            .n_state = n_state, .hp = hp, .setup = setup, .sizes = z, .lr = lr, .current = current,
+                            .n_state = n_state, .options = o, .setup = setup, .sizes = z, .lr = lr, .current = current,
                             .server_scalars = scalars, .client_sizes = sizes };
 }
 
@@ -79,12 +84,13 @@ static void test_qfedavg_q0_is_uniform_and_q1_the_step(void)
     const double F[3] = { 0.8, 2.5, 1.3 };
     const int64_t n[3] = { 10, 50, 25 };
     for (int qi = 0; qi < 2; qi++) {
-        const double hp[2] = { qi == 0 ? 0.0 : 1.0, 0 /* original */ };
+        AlgoOptionBlock ob;
+        const AlgoOptions opts = OPTIONS(&ob, m, { "q", qi == 0 ? 0.0 : 1.0 }, { "variant", 0 /* original */ });
         double up[3][4];
         AlgoUpload u[3];
         for (int k = 0; k < 3; k++) {
             FakeClient fc;
-            fake_client(&fc, m, hp, 3, k, 2, w0, x[k], P, P, lr);
+            fake_client(&fc, m, opts, 3, k, 2, w0, x[k], P, P, lr);
             CHECK(fc.z.upload_scalars == 2);
             stub_global[k] = F[k];
             CHECK_OK(m->report->begin(&fc.c));
@@ -95,7 +101,7 @@ static void test_qfedavg_q0_is_uniform_and_q1_the_step(void)
         CHECK_NEAR(up[1][0], 2.5, 0);
         AlgoSetup setup;
         AlgoSizes z;
-        AlgoServerCtx s = server(m, hp, &setup, &z, 3, 2, w0, P, P, lr, NULL, NULL);
+        AlgoServerCtx s = server(m, opts, &setup, &z, 3, 2, w0, P, P, lr, NULL, NULL);
         double p[3];
         float got[6], want[6];
         CHECK_OK(m->weights->weights(&s, u, 3, p));
@@ -124,13 +130,14 @@ static void test_qfedavg_q0_is_uniform_and_q1_the_step(void)
         }
     }
     /* lossweight: p_k proportional to (F_k + 1e-10)^q */
-    const double hp[2] = { 2.0, 1 };
+    AlgoOptionBlock ob;
+    const AlgoOptions opts = OPTIONS(&ob, m, { "q", 2.0 }, { "variant", 1 /* lossweight */ });
     AlgoUpload u[3];
     double up[3][1] = { { F[0] }, { F[1] }, { F[2] } };
     for (int k = 0; k < 3; k++) u[k] = (AlgoUpload){ k, n[k], 4, 0.0, up[k], x[k], NULL };
     AlgoSetup setup;
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp, &setup, &z, 3, 0, w0, P, P, lr, NULL, NULL);
+    AlgoServerCtx s = server(m, opts, &setup, &z, 3, 0, w0, P, P, lr, NULL, NULL);
     CHECK(z.upload_scalars == 1);
     double p[3];
     CHECK_OK(m->weights->weights(&s, u, 3, p));
@@ -145,12 +152,13 @@ static void test_qfedavg_buffers_sample_weighted(void)
     float w0[4] = { 1, 1, 0, 0 };
     float a[4] = { 0, 2, 1, 10 }, b[4] = { 2, 0, 3, 20 };
     double ua[2] = { 1.0, 0 }, ub[2] = { 1.0, 0 };
-    const double hp[2] = { 0.0, 0 };
+    AlgoOptionBlock ob;
+    const AlgoOptions opts = OPTIONS(&ob, m, { "q", 0.0 }, { "variant", 0 /* original */ });
     ua[1] = ub[1] = 1.0 / 0.1; /* h_k = L with q = 0 */
     AlgoUpload u[2] = { { 0, 30, 1, 0, ua, a, NULL }, { 1, 10, 1, 0, ub, b, NULL } };
     AlgoSetup setup;
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp, &setup, &z, 2, 0, w0, P, S, 0.1, NULL, NULL);
+    AlgoServerCtx s = server(m, opts, &setup, &z, 2, 0, w0, P, S, 0.1, NULL, NULL);
     double p[2];
     float got[4];
     CHECK_OK(m->weights->weights(&s, u, 2, p));
@@ -181,7 +189,8 @@ static void test_afl_simplex_projection(void)
         { 3, { 0.1, 0.1, 0.1 }, { 1.0 / 3, 1.0 / 3, 1.0 / 3 } }, /* theta = +0.7/3 */
         { 4, { -1.0, 3.0, 2.5, 2.9 }, { 0.0, 3.0 - 7.4 / 3, 2.5 - 7.4 / 3, 2.9 - 7.4 / 3 } }, /* rho = 3, theta = -7.4/3 */
     };
-    const double hp[2] = { 0 /* original */, 1.0 };
+    AlgoOptionBlock ob;
+    const AlgoOptions opts = OPTIONS(&ob, m, { "variant", 0 /* original */ }, { "eta_lambda", 1.0 });
     for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
         const int K = cases[t].n;
         const int64_t P = 2;
@@ -196,7 +205,7 @@ static void test_afl_simplex_projection(void)
         }
         AlgoSetup setup;
         AlgoSizes z;
-        AlgoServerCtx s = server(m, hp, &setup, &z, K, 0, w0, P, P, 0.1, lambda, NULL);
+        AlgoServerCtx s = server(m, opts, &setup, &z, K, 0, w0, P, P, 0.1, lambda, NULL);
         s.server_private = avg;
         CHECK(z.server_scalars == K && z.server_private == 1 && z.eval_private == 0);
         CHECK_OK(m->weights->weights(&s, u, K, p));
@@ -218,12 +227,13 @@ static void test_afl_average_and_worst(void)
     const AlgoMethod *m = algo_find("afl");
     const int K = 2;
     const int64_t P = 1;
-    const double hp[2] = { 0, 0.5 };
+    AlgoOptionBlock ob;
+    const AlgoOptions opts = OPTIONS(&ob, m, { "variant", 0 /* original */ }, { "eta_lambda", 0.5 });
     float w0[1] = { 4.0f }, avg[1] = { 0 }, a[1] = { 2.0f }, b[1] = { 8.0f }, got[1];
     double lambda[2], p[2];
     AlgoSetup setup;
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp, &setup, &z, K, 0, w0, P, P, 0.1, lambda, NULL);
+    AlgoServerCtx s = server(m, opts, &setup, &z, K, 0, w0, P, P, 0.1, lambda, NULL);
     s.server_private = avg;
     CHECK_OK(m->server_init(&s, w0));
     CHECK_NEAR(lambda[0], 0.5, 0);
@@ -243,8 +253,8 @@ static void test_afl_average_and_worst(void)
     CHECK_NEAR(next[0], 0.7 * 2 + 0.3 * 8, 1e-6);
     CHECK_NEAR(avg[0], (1 * 5.0 + next[0]) / 2, 1e-6);
 
-    const double worst[2] = { 1, 0.01 };
-    s = server(m, worst, &setup, &z, 3, 0, w0, P, P, 0.1, NULL, NULL);
+    AlgoOptionBlock wb;
+    s = server(m, OPTIONS(&wb, m, { "variant", 1 /* worst */ }), &setup, &z, 3, 0, w0, P, P, 0.1, NULL, NULL);
     CHECK(z.server_scalars == 0 && z.upload_scalars == 1 && z.eval_private == -1);
     double F[3][1] = { { 0.5 }, { 1.5 }, { 1.5 } };
     float c[1] = { 9.0f };
@@ -259,8 +269,9 @@ static void test_afl_average_and_worst(void)
 static void test_afl_original_refuses_partial_participation(void)
 {
     const AlgoMethod *m = algo_find("afl");
-    const double orig[2] = { 0, 0.01 }, worst[2] = { 1, 0.01 };
-    AlgoSetup s = { .hp = orig, .n_clients = 6, .per_round = 3, .all_clients = 0, .optimizer = "sgd", .steps = 1 };
+    AlgoOptionBlock bo, bw;
+    const AlgoOptions orig = OPTIONS(&bo, m, { "variant", 0 }), worst = OPTIONS(&bw, m, { "variant", 1 });
+    AlgoSetup s = { .options = orig, .n_clients = 6, .per_round = 3, .all_clients = 0, .optimizer = "sgd", .steps = 1 };
     CHECK(m->validate(m, &s) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "fl.selection") != NULL);
     s.all_clients = 1;
@@ -277,14 +288,14 @@ static void test_afl_original_refuses_partial_participation(void)
     CHECK(m->validate(m, &s) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "train.optimizer") != NULL);
     fh_error_clear();
-    AlgoSetup w = { .hp = worst, .n_clients = 6, .per_round = 3, .optimizer = "adam", .momentum = 0.9 };
+    AlgoSetup w = { .options = worst, .n_clients = 6, .per_round = 3, .optimizer = "adam", .momentum = 0.9 };
     CHECK_OK(m->validate(m, &w));
     /* the methods that need every client */
     const char *all[] = { "fairfed", "fedce", "fedga" };
-    const double hp[2] = { 0.5, 0 };
     for (int i = 0; i < 3; i++) {
         const AlgoMethod *a = algo_find(all[i]);
-        AlgoSetup p = { .hp = hp, .n_clients = 6, .per_round = 3, .optimizer = "sgd" };
+        AlgoOptionBlock ob;
+        AlgoSetup p = { .options = options_default(&ob, a), .n_clients = 6, .per_round = 3, .optimizer = "sgd" };
         CHECK_MSG(a->validate(a, &p) == FH_ERR_USAGE && strstr(fh_error_message(), "fl.selection"), "%s", all[i]);
         p.all_clients = 1;
         CHECK_OK(a->validate(a, &p));
@@ -307,12 +318,13 @@ static void test_fairfed_weights_hand_example(void)
                                 { 0.1 - 0.5 * (0.45 - 1.36 / 3), 0.2 - 0.5 * (0.64 - 1.36 / 3),
                                   0.7 - 0.5 * (0.27 - 1.36 / 3) } };
     for (int bug = 0; bug < 2; bug++) {
-        const double hp[2] = { 0.5, bug };
+        AlgoOptionBlock ob;
+        const AlgoOptions opts = OPTIONS(&ob, m, { "beta", 0.5 }, { "ffl4mia_bug", bug });
         double omega[3], up[3][1];
         float w0[1] = { 0 }, x[1] = { 0 };
         AlgoSetup setup;
         AlgoSizes z;
-        AlgoServerCtx s = server(m, hp, &setup, &z, 3, 0, w0, 1, 1, 0.1, omega, n);
+        AlgoServerCtx s = server(m, opts, &setup, &z, 3, 0, w0, 1, 1, 0.1, omega, n);
         CHECK(z.server_scalars == 3 && z.upload_scalars == 1);
         CHECK_OK(m->server_init(&s, w0));
         CHECK_NEAR(omega[2], 0.7, 1e-15);
@@ -320,7 +332,7 @@ static void test_fairfed_weights_hand_example(void)
         stub_calls = 0;
         for (int k = 0; k < 3; k++) {
             FakeClient fc;
-            fake_client(&fc, m, hp, 3, k, 1, w0, x, 1, 1, 0.1);
+            fake_client(&fc, m, opts, 3, k, 1, w0, x, 1, 1, 0.1);
             stub_global[k] = acc[k];
             CHECK_OK(m->report->begin(&fc.c));
             up[k][0] = fc.up[0];
@@ -348,13 +360,14 @@ static void test_fairfed_weights_hand_example(void)
 static void test_fedga_weights_after_one_round(void)
 {
     const AlgoMethod *m = algo_find("fedga");
-    const double hp[1] = { 0.05 };
+    AlgoOptionBlock ob;
+    const AlgoOptions opts = OPTIONS(&ob, m, { "step", 0.05 });
     const int64_t n[3] = { 10, 20, 30 };
     double sc[6];
     float w0[1] = { 0 }, x[3][1] = { { 1 }, { 2 }, { 3 } };
     AlgoSetup setup;
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp, &setup, &z, 3, 0, w0, 1, 1, 0.1, sc, n);
+    AlgoServerCtx s = server(m, opts, &setup, &z, 3, 0, w0, 1, 1, 0.1, sc, n);
     CHECK(z.server_scalars == 6 && z.upload_scalars == 2);
     CHECK_OK(m->server_init(&s, w0));
     const double own[3] = { 0.5, 0.4, 0.3 }, glob[3] = { 1.0, 0.5, 0.6 };
@@ -364,7 +377,7 @@ static void test_fedga_weights_after_one_round(void)
         stub_calls = 0;
         for (int k = 0; k < 3; k++) {
             FakeClient fc;
-            fake_client(&fc, m, hp, 3, k, round, w0, x[k], 1, 1, 0.1);
+            fake_client(&fc, m, opts, 3, k, round, w0, x[k], 1, 1, 0.1);
             stub_global[k] = glob[k];
             stub_own[k] = own[k] + round; /* round 1's own losses are not used by round 1's weights */
             CHECK_OK(m->report->begin(&fc.c));
@@ -413,10 +426,11 @@ static void test_fedlw_weights_hand_example(void)
     AlgoUpload u[3];
     for (int k = 0; k < 3; k++) u[k] = (AlgoUpload){ k, n[k], 1, 0, L[k], x, NULL };
     for (int ts = 0; ts < 2; ts++) {
-        const double hp[1] = { ts };
+        AlgoOptionBlock ob;
+        const AlgoOptions opts = OPTIONS(&ob, m, { "times_samples", ts });
         AlgoSetup setup;
         AlgoSizes z;
-        AlgoServerCtx s = server(m, hp, &setup, &z, 3, 0, x, 1, 1, 0.1, NULL, NULL);
+        AlgoServerCtx s = server(m, opts, &setup, &z, 3, 0, x, 1, 1, 0.1, NULL, NULL);
         double p[3], sum = 0;
         CHECK_OK(m->weights->weights(&s, u, 3, p));
         for (int k = 0; k < 3; k++) sum += p[k];
@@ -425,10 +439,10 @@ static void test_fedlw_weights_hand_example(void)
     }
     /* the client reports the sample-averaged training loss of the round */
     FakeClient fc;
-    const double hp[1] = { 0 };
-    fake_client(&fc, m, hp, 3, 0, 0, x, x, 1, 1, 0.1);
-    fc.c.loss_sample_sum = 16 * 0.5 + 16 * 0.7 + 4 * 1.1;
-    fc.c.samples_seen = 36;
+    AlgoOptionBlock ob;
+    fake_client(&fc, m, options_default(&ob, m), 3, 0, 0, x, x, 1, 1, 0.1);
+    fc.c.state.loss_sample_sum = 16 * 0.5 + 16 * 0.7 + 4 * 1.1;
+    fc.c.state.samples_seen = 36;
     CHECK_OK(m->report->end(&fc.c));
     CHECK_NEAR(fc.up[0], (8 + 11.2 + 4.4) / 36, 1e-12);
 }
@@ -437,14 +451,15 @@ static void test_fedlw_weights_hand_example(void)
 static void test_fednolowe_weights_hand_example(void)
 {
     const AlgoMethod *m = algo_find("fednolowe");
-    const double hp[1] = { 0 };
+    AlgoOptionBlock ob;
+    const AlgoOptions opts = options_default(&ob, m);
     float x[1] = { 0 };
     double L[4][1] = { { 1 }, { 2 }, { 3 }, { 4 } };
     AlgoUpload u[4];
     for (int k = 0; k < 4; k++) u[k] = (AlgoUpload){ k, 10 * (k + 1), 1, 0, L[k], x, NULL };
     AlgoSetup setup;
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp, &setup, &z, 4, 0, x, 1, 1, 0.1, NULL, NULL);
+    AlgoServerCtx s = server(m, opts, &setup, &z, 4, 0, x, 1, 1, 0.1, NULL, NULL);
     CHECK(z.client_vectors == 0 && z.upload_scalars == 1);
     double p[4];
     CHECK_OK(m->weights->weights(&s, u, 4, p));
@@ -455,8 +470,9 @@ static void test_fednolowe_weights_hand_example(void)
     CHECK_OK(m->weights->weights(&s, u, 4, p));
     CHECK(p[0] == p[3] && p[0] > 0);
     /* persistent_optimizer keeps one momentum vector per client and needs SGD with momentum */
-    const double persist[1] = { 1 };
-    AlgoSetup ps = { .hp = persist, .n_clients = 4, .optimizer = "sgd", .momentum = 0.9 };
+    AlgoOptionBlock pb;
+    AlgoSetup ps = { .options = OPTIONS(&pb, m, { "persistent_optimizer", 1 }), .n_clients = 4, .optimizer = "sgd",
+                     .momentum = 0.9 };
     algo_sizes(m, &ps, &z);
     CHECK(z.client_vectors == 1);
     CHECK_OK(m->validate(m, &ps));
@@ -476,7 +492,8 @@ static void test_feddisco_ab0_is_fedavg_and_hand_example(void)
     const int64_t n[3] = { 10, 10, 3 };
     AlgoUpload u[3];
     for (int k = 0; k < 3; k++) u[k] = (AlgoUpload){ k, n[k], 1, 0, NULL, x, NULL };
-    const double zero[2] = { 0, 0 };
+    AlgoOptionBlock ob;
+    const AlgoOptions zero = OPTIONS(&ob, m, { "a", 0 }, { "b", 0 });
     AlgoSetup setup;
     AlgoSizes z;
     AlgoServerCtx s = server(m, zero, &setup, &z, 3, 0, x, 1, 1, 0.1, NULL, n);
@@ -487,8 +504,8 @@ static void test_feddisco_ab0_is_fedavg_and_hand_example(void)
     CHECK_OK(algo_weights_samples.weights(&s, u, 3, q));
     CHECK(memcmp(p, q, sizeof p) == 0);
     /* a = 0.5, b = 0.1 */
-    const double hp[2] = { 0.5, 0.1 };
-    s.hp = hp;
+    option_set(&ob, m, "a", 0.5);
+    option_set(&ob, m, "b", 0.1);
     const double d0 = 0.6 * log(0.6 * 2) + 0.4 * log(0.4 * 2), d1 = 0.9 * log(0.9 * 2) + 0.1 * log(0.1 * 2),
                  d2 = log(2.0), ds = d0 + d1 + d2;
     const double want[3] = { 10.0 / 23 - 0.5 * d0 / ds + 0.1, 10.0 / 23 - 0.5 * d1 / ds + 0.1, 3.0 / 23 - 0.5 * d2 / ds + 0.1 };
@@ -498,8 +515,8 @@ static void test_feddisco_ab0_is_fedavg_and_hand_example(void)
     for (int k = 0; k < 3; k++) CHECK_NEAR(p[k] / sum, (want[k] > 0 ? want[k] : 0) / wsum, 1e-12);
     CHECK(want[2] < 0 && p[2] == 0); /* the most skewed small client is clipped to 0 */
     /* every q_k <= 0: sample weights */
-    const double big[2] = { 100, 0 };
-    s.hp = big;
+    option_set(&ob, m, "a", 100);
+    option_set(&ob, m, "b", 0);
     CHECK_OK(m->weights->weights(&s, u, 3, p));
     CHECK(p[0] == 10 && p[1] == 10 && p[2] == 3);
 }

@@ -12,13 +12,7 @@
 
 #include "../../src/algo/algo_internal.h"
 #include "fedhet/rng.h"
-
-enum { HP_RHO, HP_SAGA, HP_PERTURB, HP_ASAM_ETA, HP_GSAM_ALPHA, HP_Q, HP_BETA, HP_SCORE_ROWS, HP_TAU, HP_HORIZON };
-
-static void defaults(const AlgoMethod *m, double *hp)
-{
-    for (int h = 0; h < ALGO_MAX_HP; h++) hp[h] = h < m->n_hp ? m->hp[h].default_value : 0.0;
-}
+#include "test_options.h"
 
 /* ---- the radius ------------------------------------------------------------------------------------ */
 
@@ -30,48 +24,53 @@ static void test_radius_schedule(void)
     const AlgoMethod *plus = algo_find("fedismplus"), *ism = algo_find("fedism");
     CHECK(plus && ism && plus->step && plus->step->round_radius == algo_fedismplus_radius);
     CHECK(ism->step && ism->step->round_radius == NULL && ism->step->step == plus->step->step);
-    double hp[ALGO_MAX_HP];
-    defaults(plus, hp);
-    CHECK(hp[HP_RHO] == 0.1 && hp[HP_TAU] == 0.5 && hp[HP_Q] == 2.0 && hp[HP_BETA] == 0.5 && hp[HP_HORIZON] == 0.0);
-    CHECK(hp[HP_PERTURB] == 2 && hp[HP_GSAM_ALPHA] == 0.1 && hp[HP_SAGA] == 0);
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, plus);
+    CHECK(option_value(o, "rho_max") == 0.1 && option_value(o, "tau") == 0.5 && option_value(o, "q") == 2.0);
+    CHECK(option_value(o, "beta") == 0.5 && option_value(o, "horizon") == 0.0);
+    CHECK(option_value(o, "perturb") == 2 && option_value(o, "gsam_alpha") == 0.1 && option_value(o, "saga") == 0);
     const int Ts[] = { 1, 2, 7, 300 };
     const double taus[] = { 0.5, 1.0, 2.0, 0.25 };
     for (int a = 0; a < 4; a++)
         for (int b = 0; b < 4; b++) {
-            AlgoSetup s = { .hp = hp, .rounds = Ts[a] };
-            hp[HP_RHO] = 0.1 * (b + 1);
-            hp[HP_TAU] = taus[b];
+            AlgoSetup s = { .options = o, .rounds = Ts[a] };
+            const double rho = 0.1 * (b + 1);
+            option_set(&ob, plus, "rho_max", rho);
+            option_set(&ob, plus, "tau", taus[b]);
             double prev = 0.0;
             int bad = 0;
             for (int t = 0; t < Ts[a]; t++) {
-                const double r = plus->step->round_radius(&s, hp, t), x = (double)(t + 1) / Ts[a];
-                if (r != hp[HP_RHO] * pow(x, taus[b]) || !(r > prev)) bad++;
-                if (taus[b] == 1.0 && r != hp[HP_RHO] * x) bad++;
-                if (taus[b] == 0.5 && fabs(r - hp[HP_RHO] * sqrt(x)) > 4e-16 * hp[HP_RHO]) bad++;
-                if (taus[b] == 2.0 && fabs(r - hp[HP_RHO] * x * x) > 4e-16 * hp[HP_RHO]) bad++;
+                const double r = plus->step->round_radius(&s, o, t), x = (double)(t + 1) / Ts[a];
+                if (r != rho * pow(x, taus[b]) || !(r > prev)) bad++;
+                if (taus[b] == 1.0 && r != rho * x) bad++;
+                if (taus[b] == 0.5 && fabs(r - rho * sqrt(x)) > 4e-16 * rho) bad++;
+                if (taus[b] == 2.0 && fabs(r - rho * x * x) > 4e-16 * rho) bad++;
                 prev = r;
             }
             CHECK_MSG(bad == 0, "T = %d tau = %g: %d rounds off the schedule", Ts[a], taus[b], bad);
-            CHECK(plus->step->round_radius(&s, hp, Ts[a] - 1) == hp[HP_RHO]);
+            CHECK(plus->step->round_radius(&s, o, Ts[a] - 1) == rho);
             CHECK_OK(plus->validate(plus, &s));
         }
     /* horizon T = 10 in a run of 5 rounds: the first half of the long schedule */
-    defaults(plus, hp);
-    hp[HP_HORIZON] = 10;
-    AlgoSetup s = { .hp = hp, .rounds = 5 };
-    for (int t = 0; t < 5; t++) CHECK(plus->step->round_radius(&s, hp, t) == 0.1 * pow((t + 1) / 10.0, 0.5));
+    options_default(&ob, plus);
+    option_set(&ob, plus, "horizon", 10);
+    AlgoSetup s = { .options = o, .rounds = 5 };
+    for (int t = 0; t < 5; t++) CHECK(plus->step->round_radius(&s, o, t) == 0.1 * pow((t + 1) / 10.0, 0.5));
     CHECK_OK(plus->validate(plus, &s));
     /* what the local step reads */
     AlgoSizes z;
     algo_sizes(plus, &s, &z);
-    AlgoClientCtx c = { .hp = hp, .setup = &s, .sizes = &z, .method = plus, .round = 3 };
+    const AlgoClientRound r = { .t = 3, .setup = &s, .sizes = &z, .options = o, .method = plus };
+    const AlgoClientCtx c = { .round = &r };
     CHECK(algo_sam_radius(&c) == 0.1 * pow(0.4, 0.5));
-    double hi[ALGO_MAX_HP];
-    defaults(ism, hi);
-    CHECK(hi[HP_RHO] == 0.05 && hi[HP_Q] == 2.0 && hi[HP_BETA] == 0.5 && hi[HP_PERTURB] == 2 && hi[HP_GSAM_ALPHA] == 0.1);
-    AlgoSetup si = { .hp = hi, .rounds = 5 };
-    AlgoClientCtx ci = { .hp = hi, .setup = &si, .sizes = &z, .method = ism };
-    for (ci.round = 0; ci.round < 5; ci.round++) CHECK(algo_sam_radius(&ci) == 0.05);
+    AlgoOptionBlock ib;
+    const AlgoOptions hi = options_default(&ib, ism);
+    CHECK(option_value(hi, "rho") == 0.05 && option_value(hi, "q") == 2.0 && option_value(hi, "beta") == 0.5);
+    CHECK(option_value(hi, "perturb") == 2 && option_value(hi, "gsam_alpha") == 0.1);
+    AlgoSetup si = { .options = hi, .rounds = 5 };
+    AlgoClientRound ri = { .setup = &si, .sizes = &z, .options = hi, .method = ism };
+    const AlgoClientCtx ci = { .round = &ri };
+    for (ri.t = 0; ri.t < 5; ri.t++) CHECK(algo_sam_radius(&ci) == 0.05);
 }
 
 /* refused: rho_max < 0 or not finite, tau <= 0, q < 0, horizon between 0 and fl.rounds or fractional; the
@@ -79,37 +78,36 @@ static void test_radius_schedule(void)
 static void test_validate(void)
 {
     const AlgoMethod *plus = algo_find("fedismplus"), *ism = algo_find("fedism");
-    double hp[ALGO_MAX_HP];
-    AlgoSetup s = { .hp = hp, .rounds = 6 };
+    AlgoOptionBlock ob;
+    AlgoSetup s = { .rounds = 6 };
     struct {
         const AlgoMethod *m;
-        int key;
+        const char *key;
         double value;
-        const char *name;
-    } bad[] = { { plus, HP_RHO, -0.1, "rho_max" }, { plus, HP_RHO, NAN, "rho_max" }, { plus, HP_RHO, INFINITY, "rho_max" },
-                { plus, HP_TAU, 0.0, "tau" },      { plus, HP_TAU, -1.0, "tau" },     { plus, HP_Q, -0.5, "q" },
-                { plus, HP_HORIZON, 5, "horizon" }, { plus, HP_HORIZON, 7.5, "horizon" }, { ism, HP_RHO, -1, "rho" },
-                { ism, HP_Q, -1, "q" },            { ism, HP_SCORE_ROWS, 2.5, "score_rows" } };
+    } bad[] = { { plus, "rho_max", -0.1 }, { plus, "rho_max", NAN }, { plus, "rho_max", INFINITY },
+                { plus, "tau", 0.0 },      { plus, "tau", -1.0 },    { plus, "q", -0.5 },
+                { plus, "horizon", 5 },    { plus, "horizon", 7.5 }, { ism, "rho", -1 },
+                { ism, "q", -1 },          { ism, "score_rows", 2.5 } };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        defaults(bad[i].m, hp);
-        hp[bad[i].key] = bad[i].value;
+        s.options = options_default(&ob, bad[i].m);
+        option_set(&ob, bad[i].m, bad[i].key, bad[i].value);
         fh_error_clear();
-        CHECK_MSG(bad[i].m->validate(bad[i].m, &s) == FH_ERR_USAGE, "%s %s = %g accepted", bad[i].m->name, bad[i].name,
+        CHECK_MSG(bad[i].m->validate(bad[i].m, &s) == FH_ERR_USAGE, "%s %s = %g accepted", bad[i].m->name, bad[i].key,
                   bad[i].value);
         char want[32];
-        snprintf(want, sizeof want, "] %s =", bad[i].name);
+        snprintf(want, sizeof want, "] %s =", bad[i].key);
         CHECK_MSG(strstr(fh_error_message(), want) != NULL, "message without '%s': %s", want, fh_error_message());
     }
     fh_error_clear();
-    defaults(plus, hp);
-    hp[HP_HORIZON] = 6;
+    s.options = options_default(&ob, plus);
+    option_set(&ob, plus, "horizon", 6);
     CHECK_OK(plus->validate(plus, &s));
-    hp[HP_Q] = 0;
+    option_set(&ob, plus, "q", 0);
     CHECK_OK(plus->validate(plus, &s));
-    const int ib = algo_hp_index(plus, "beta"), it = algo_hp_index(plus, "tau");
-    CHECK(ib == HP_BETA && plus->hp[ib].lo == 0.0 && plus->hp[ib].lo_open && plus->hp[ib].hi == 1.0 && !plus->hp[ib].hi_open);
-    CHECK(it == HP_TAU && plus->hp[it].lo == 0.0 && plus->hp[it].lo_open);
-    CHECK(algo_hp_index(ism, "tau") < 0 && algo_hp_index(ism, "rho_max") < 0 && algo_hp_index(plus, "rho") < 0);
+    const AlgoOption *beta = algo_option_find(plus, "beta"), *tau = algo_option_find(plus, "tau");
+    CHECK(beta && beta->lo == 0.0 && beta->lo_open && beta->hi == 1.0 && !beta->hi_open);
+    CHECK(tau && tau->lo == 0.0 && tau->lo_open);
+    CHECK(!algo_option_find(ism, "tau") && !algo_option_find(ism, "rho_max") && !algo_option_find(plus, "rho"));
     CHECK(ism->quality_shift && plus->quality_shift && !algo_find("fedavg")->quality_shift);
 }
 
@@ -185,7 +183,9 @@ static void test_local_sharpness(void)
     memcpy(state, m.state, (size_t)S * 4);
     memcpy(copy, m.state, (size_t)S * 4);
     nn_model_set_training(&m, 1);
-    AlgoClientCtx c = { .model = &m, .for_each_local_batch = fake_for_each, .n_params = m.n_params, .n_state = S };
+    const AlgoClientRound r = { .n_params = m.n_params, .n_state = S };
+    const AlgoClientServices svc = { .for_each_local_batch = fake_for_each };
+    AlgoClientCtx c = { .model = &m, .round = &r, .svc = &svc };
     double l0, l1, r0, r1;
     passes = 0;
     CHECK_OK(algo_local_sharpness(&c, &m, state, 0.07, 0, pert, &l0, &l1));
@@ -211,22 +211,23 @@ static void test_local_sharpness(void)
     double scores[2][2];
     for (int r = 0; r < 2; r++) {
         const AlgoMethod *meth = algo_find(names[r]);
-        double hp[ALGO_MAX_HP], up[6] = { 0 };
-        defaults(meth, hp);
-        AlgoSetup s = { .hp = hp, .rounds = 4, .n_params = m.n_params, .n_state = S };
+        double up[6] = { 0 };
+        AlgoOptionBlock ob;
+        const AlgoOptions o = options_default(&ob, meth);
+        AlgoSetup s = { .options = o, .rounds = 4, .n_params = m.n_params, .n_state = S };
         AlgoSizes z;
         algo_sizes(meth, &s, &z);
         CHECK(z.upload_scalars == 6 && z.upload_perturb_norm == 5 && z.upload_grad_norm == 6 && z.work_vectors == 2);
         CHECK(z.upload_radius == 4 && z.client_column_first == 0 && !strcmp(z.client_columns, "saga_score,l0,l1,rho"));
         CHECK(z.server_scalars == 0 && z.client_vectors == 0);
         float *w = calloc((size_t)(z.work_vectors * S), sizeof(float));
-        AlgoClientCtx cc = { .model = &m, .global = state, .upload_scalars = up, .hp = hp, .setup = &s, .sizes = &z,
-                             .work = w, .round = 2, .n_params = m.n_params, .n_state = S, .method = meth,
-                             .for_each_local_batch = fake_for_each };
+        const AlgoClientRound rc = { .t = 2, .n_params = m.n_params, .n_state = S, .setup = &s, .sizes = &z,
+                                     .options = o, .method = meth, .global = state };
+        AlgoClientCtx cc = { .model = &m, .round = &rc, .svc = &svc, .state = { .upload_scalars = up, .work = w } };
         const double rho = r == 0 ? 0.1 * sqrt(3.0 / 4.0) : 0.05;
         CHECK_OK(algo_sam_sharpness(&m, state, set_x, set_y, ROWS, rho, work, &r0, &r1));
         for (int v = 0; v < 2; v++) {
-            hp[HP_SAGA] = v;
+            option_set(&ob, meth, "saga", v);
             CHECK_OK(meth->report->begin(&cc));
             scores[r][v] = up[0];
         }
@@ -236,8 +237,8 @@ static void test_local_sharpness(void)
         CHECK(scores[r][0] != scores[r][1] && scores[r][0] > 1e-10);
         CHECK(memcmp(m.state, copy, (size_t)S * 4) == 0 && m.training == 1);
         /* radius 0: no sharpness, the floor */
-        hp[HP_RHO] = 0.0;
-        hp[HP_SAGA] = 0;
+        option_set(&ob, meth, r == 0 ? "rho_max" : "rho", 0.0);
+        option_set(&ob, meth, "saga", 0);
         CHECK_OK(meth->report->begin(&cc));
         CHECK(up[0] == 1e-10);
         free(w);
@@ -251,7 +252,7 @@ static void test_local_sharpness(void)
 
 typedef struct {
     const AlgoMethod *m;
-    double hp[ALGO_MAX_HP];
+    AlgoOptionBlock options;
     AlgoSetup setup;
     AlgoSizes z;
     double scalars[2 * 8];
@@ -262,8 +263,8 @@ static void server_init(Server *v, const char *name, int K)
 {
     memset(v, 0, sizeof *v);
     v->m = algo_find(name);
-    defaults(v->m, v->hp);
-    v->setup = (AlgoSetup){ .hp = v->hp, .n_clients = K, .rounds = 10, .n_params = 3, .n_state = 5 };
+    v->setup = (AlgoSetup){ .options = options_default(&v->options, v->m), .n_clients = K, .rounds = 10,
+                            .n_params = 3, .n_state = 5 };
     algo_sizes(v->m, &v->setup, &v->z);
     CHECK(v->z.server_scalars == 2 * K);
 }
@@ -271,7 +272,8 @@ static void server_init(Server *v, const char *name, int K)
 static AlgoServerCtx server_ctx(Server *v, int round, int m)
 {
     return (AlgoServerCtx){ .round = round, .rounds = 10, .n_clients = v->setup.n_clients, .n_selected = m,
-                            .n_params = 3, .n_state = 5, .hp = v->hp, .setup = &v->setup, .sizes = &v->z,
+                            .n_params = 3, .n_state = 5, .options = v->setup.options, .setup = &v->setup,
+                            .sizes = &v->z,
                             .current = v->cur, .server_scalars = v->scalars };
 }
 
@@ -286,9 +288,9 @@ static void test_saga_q0_is_uniform(void)
     for (int b = 0; b < 4; b++) {
         Server v;
         server_init(&v, b % 2 ? "fedism" : "fedismplus", 6);
-        v.hp[HP_Q] = 0.0;
-        v.hp[HP_BETA] = betas[b];
-        v.hp[HP_SAGA] = b / 2;
+        option_set(&v.options, v.m, "q", 0.0);
+        option_set(&v.options, v.m, "beta", betas[b]);
+        option_set(&v.options, v.m, "saga", b / 2);
         for (int r = 0; r < 4; r++) {
             double sc[3][3];
             float states[3][5], next[5], ref[5];
@@ -320,7 +322,7 @@ static void test_saga_hand_example(void)
     for (int variant = 0; variant < 2; variant++) {
         Server v;
         server_init(&v, "fedismplus", 4);
-        v.hp[HP_SAGA] = variant;
+        option_set(&v.options, v.m, "saga", variant);
         const double tol = 1e-8; /* the 1e-10 floor of the code */
         double s1[3][3] = { { 0.1 }, { 0.3 }, { 0.6 } }, s2[3][3] = { { 0.2 }, { 0.2 }, { 0.4 } };
         float st[3][5] = { { 1, 0, 0, 1, 2 }, { 0, 1, 0, 3, 4 }, { 0, 0, 1, 5, 6 } }, next[5];
@@ -368,7 +370,7 @@ static void test_saga_hand_example(void)
     /* zero perturbed losses (nothing to weigh by): uniform; a negative or NaN score is an error */
     Server v;
     server_init(&v, "fedism", 4);
-    v.hp[HP_SAGA] = 1;
+    option_set(&v.options, v.m, "saga", 1);
     double z[2][3] = { { 0 }, { 0 } };
     float st[5] = { 0 };
     AlgoUpload u[2] = { { 0, 1, 1, 0, z[0], st, NULL }, { 3, 1, 1, 0, z[1], st, NULL } };
@@ -388,7 +390,7 @@ static void test_saga_large_q(void)
 {
     Server v;
     server_init(&v, "fedism", 3);
-    v.hp[HP_Q] = 100;
+    option_set(&v.options, v.m, "q", 100);
     double sc[3][3] = { { 1e-10 }, { 0.5 }, { 0.4 } };
     float st[5] = { 0 };
     AlgoUpload u[3] = { { 0, 1, 1, 0, sc[0], st, NULL }, { 1, 1, 1, 0, sc[1], st, NULL }, { 2, 1, 1, 0, sc[2], st, NULL } };

@@ -11,22 +11,12 @@
 #include "../../src/algo/algo_internal.h"
 #include "../../src/algo/fedscam.h"
 #include "fedhet/rng.h"
+#include "test_options.h"
 
 enum { UP_RHO, UP_H, UP_C, UP_HADJ, UP_DNORM, UP_Z }; /* fedscam.c's upload layout */
 #define P 6
 #define D 4
 
-static void defaults(const AlgoMethod *m, double *hp)
-{
-    for (int h = 0; h < m->n_hp; h++) hp[h] = m->hp[h].default_value;
-}
-
-static void set_key(const AlgoMethod *m, double *hp, const char *key, double value)
-{
-    const int h = algo_hp_index(m, key);
-    CHECK(h >= 0);
-    if (h >= 0) hp[h] = value;
-}
 
 /* ---- the radius ---------------------------------------------------------------------------------------- */
 
@@ -48,10 +38,13 @@ static void test_radius_decreases_in_h(void)
 /* probe batch b's loss 0.5 sum_j a_bj (w_j - t_bj)^2: gradient a_bj (w_j - t_bj) */
 typedef struct {
     AlgoClientCtx c;
+    AlgoClientRound round;
+    AlgoClientServices svc;
     AlgoSetup setup;
     AlgoSizes z;
     NnModel m;
-    double hp[ALGO_MAX_HP], up[UP_Z + D + 2], u[D];
+    AlgoOptionBlock options;
+    double up[UP_Z + D + 2], u[D];
     float state[P], grad[P], global[P], work[P];
     double a[3][P], t[3][P];
     int batches, calls;
@@ -59,7 +52,7 @@ typedef struct {
 
 static int fake_probe(AlgoClientCtx *c, int index, const float *state, double *loss, int64_t *rows)
 {
-    Fake *f = (Fake *)c;
+    Fake *f = c->runtime;
     f->calls++;
     *rows = 0;
     *loss = 0.0;
@@ -74,12 +67,11 @@ static void fake_init(Fake *f, const char *name, double scale)
     memset(f, 0, sizeof *f);
     const AlgoMethod *meth = algo_find(name);
     CHECK(meth != NULL);
-    defaults(meth, f->hp);
-    set_key(meth, f->hp, "proj_dim", D);
+    const AlgoOptions o = OPTIONS(&f->options, meth, { "proj_dim", D });
     f->m.state = f->state;
     f->m.grad = f->grad;
     f->m.n_params = f->m.n_state = P;
-    f->setup = (AlgoSetup){ .hp = f->hp, .n_clients = 2, .per_round = 2, .all_clients = 1, .rounds = 5, .n_params = P,
+    f->setup = (AlgoSetup){ .options = o, .n_clients = 2, .per_round = 2, .all_clients = 1, .rounds = 5, .n_params = P,
                             .n_state = P, .optimizer = "sgd", .lr = 0.1, .epochs = 1, .batch_size = 4, .seed = 11 };
     algo_sizes(meth, &f->setup, &f->z);
     CHECK(f->z.upload_scalars <= UP_Z + D + 2 && f->z.server_scalars == D);
@@ -92,10 +84,12 @@ static void fake_init(Fake *f, const char *name, double scale)
             f->t[b][j] = fh_rng_uniform(&rng) * 2.0 - 1.0;
         }
     f->batches = 3;
-    f->c = (AlgoClientCtx){ .model = &f->m, .global = f->global, .server_scalars = f->u, .upload_scalars = f->up,
-                            .hp = f->hp, .setup = &f->setup, .sizes = &f->z, .work = f->work, .n_params = P,
-                            .n_state = P, .n_samples = 12, .n_steps = 3, .lr = 0.1, .method = meth,
-                            .probe_grad = fake_probe };
+    f->round = (AlgoClientRound){ .lr = 0.1, .n_samples = 12, .n_params = P, .n_state = P, .setup = &f->setup,
+                                  .sizes = &f->z, .options = o, .method = meth, .global = f->global,
+                                  .server_scalars = f->u };
+    f->svc = (AlgoClientServices){ .probe_grad = fake_probe };
+    f->c = (AlgoClientCtx){ .model = &f->m, .round = &f->round, .svc = &f->svc, .runtime = f,
+                            .state = { .upload_scalars = f->up, .work = f->work, .n_steps = 3 } };
 }
 
 static double vnorm(const double *x, int n)
@@ -108,9 +102,9 @@ static double vnorm(const double *x, int n)
 /* h_i, the pilot at w_t + e_p, c_i against a known u, h_adj, rho_i, by hand */
 static void expect_begin(Fake *f, int wa)
 {
-    const double rho_max = wa ? 0.0 : f->hp[algo_hp_index(f->c.method, "rho_max")];
-    const double alpha = wa ? 0.0 : f->hp[algo_hp_index(f->c.method, "alpha_rho")];
-    const double kappa = f->hp[algo_hp_index(f->c.method, "kappa")];
+    const double rho_max = wa ? 0.0 : option_value(f->round.options, "rho_max");
+    const double alpha = wa ? 0.0 : option_value(f->round.options, "alpha_rho");
+    const double kappa = option_value(f->round.options, "kappa");
     double h = 0.0, g0[P], n0 = 0.0;
     for (int b = 0; b < f->batches && b < 3; b++) {
         double sq = 0.0;
@@ -153,25 +147,25 @@ static void test_client_begin(void)
         Fake f;
         fake_init(&f, wa ? "fedscam_wa" : "fedscam", 1.0);
         /* round 0: u = 0, c = 0, h_adj = h */
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         CHECK(f.calls == (wa ? 3 : 4)); /* B = 3 probes (+ the pilot) */
         CHECK(f.up[UP_C] == 0.0);
         expect_begin(&f, wa);
         /* a direction u aligned with the pilot direction: c = 1 and h_adj = h (1 - kappa) */
         memcpy(f.u, f.up + UP_Z, sizeof f.u);
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         CHECK_NEAR(f.up[UP_C], 1.0, 1e-12);
         expect_begin(&f, wa);
         /* an arbitrary u, and a client with a single batch */
         for (int j = 0; j < D; j++) f.u[j] = j - 1.5;
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         expect_begin(&f, wa);
         f.batches = 1;
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         expect_begin(&f, wa);
         /* state untouched; the step's radius hook gives rho_i */
         CHECK(!memcmp(f.state, f.global, sizeof f.state));
-        if (!wa) CHECK(f.c.method->step->client_radius(&f.c, 0.05) == f.up[UP_RHO]);
+        if (!wa) CHECK(f.round.method->step->client_radius(&f.c, 0.05) == f.up[UP_RHO]);
     }
 }
 
@@ -182,7 +176,7 @@ static void test_radius_ordering_through_begin(void)
     for (double scale = 0.25; scale < 20.0; scale *= 2.0) {
         Fake f;
         fake_init(&f, "fedscam", scale);
-        CHECK_OK(f.c.method->report->begin(&f.c));
+        CHECK_OK(f.round.method->report->begin(&f.c));
         CHECK(f.up[UP_H] > last_h);
         CHECK_MSG(f.up[UP_RHO] < last, "scale %g: rho %g after %g", scale, f.up[UP_RHO], last);
         last = f.up[UP_RHO];
@@ -202,7 +196,7 @@ static void test_client_end(void)
         delta[j] = f.state[j] - f.global[j];
         sq += (double)delta[j] * delta[j];
     }
-    CHECK_OK(f.c.method->report->end(&f.c));
+    CHECK_OK(f.round.method->report->end(&f.c));
     double z[D];
     fedscam_project(11, 0, delta, NULL, P, 1.0 / sqrt(sq), D, z);
     CHECK_NEAR(f.up[UP_DNORM], sqrt(sq), 1e-15);
@@ -312,7 +306,8 @@ static void test_kmeans_hand_example(void)
 typedef struct {
     AlgoSetup setup;
     AlgoSizes z;
-    double hp[ALGO_MAX_HP], u[D];
+    AlgoOptionBlock options;
+    double u[D];
     double sc[4][UP_Z + D + 2];
     float w[4][P], current[P];
     AlgoUpload up[4];
@@ -322,9 +317,8 @@ typedef struct {
 static void server_init(Server *v, const AlgoMethod *m, int n_up)
 {
     memset(v, 0, sizeof *v);
-    defaults(m, v->hp);
-    set_key(m, v->hp, "proj_dim", D);
-    v->setup = (AlgoSetup){ .hp = v->hp, .n_clients = 6, .per_round = n_up, .rounds = 10, .n_params = P, .n_state = P,
+    v->setup = (AlgoSetup){ .options = OPTIONS(&v->options, m, { "proj_dim", D }), .n_clients = 6, .per_round = n_up,
+                            .rounds = 10, .n_params = P, .n_state = P,
                             .optimizer = "sgd", .lr = 0.1, .seed = 11 };
     algo_sizes(m, &v->setup, &v->z);
     const int64_t n[4] = { 30, 10, 25, 40 };
@@ -334,7 +328,8 @@ static void server_init(Server *v, const AlgoMethod *m, int n_up)
     }
     for (int j = 0; j < P; j++) v->current[j] = 0.01f * (float)j;
     v->s = (AlgoServerCtx){ .round = 2, .rounds = 10, .n_clients = 6, .n_selected = n_up, .n_params = P, .n_state = P,
-                            .hp = v->hp, .setup = &v->setup, .sizes = &v->z, .lr = 0.1, .current = v->current,
+                            .options = v->setup.options, .setup = &v->setup, .sizes = &v->z, .lr = 0.1,
+                            .current = v->current,
                             .server_scalars = v->u };
 }
 
@@ -354,12 +349,12 @@ static void test_server_weights(void)
         CHECK_NEAR(p[2], 25.0, 1e-12);
         CHECK_NEAR(fedscam_weight(10, 1, 2, 0.8, -2.0, 1), 0.0, 0); /* max(0, .) */
         /* gamma_h = beta = 0: exactly the sample counts */
-        set_key(m, v.hp, "gamma_h", 0.0);
-        set_key(m, v.hp, "beta", 0.0);
+        option_set(&v.options, m, "gamma_h", 0.0);
+        option_set(&v.options, m, "beta", 0.0);
         CHECK_OK(m->weights->weights(&v.s, v.up, 3, p));
         CHECK(p[0] == 30.0 && p[1] == 10.0 && p[2] == 25.0);
         /* every alignment below -1/beta: weights 0, fallback to n_i */
-        set_key(m, v.hp, "beta", 2.0);
+        option_set(&v.options, m, "beta", 2.0);
         for (int i = 0; i < 3; i++) v.sc[i][UP_C] = -0.6;
         CHECK_OK(m->weights->weights(&v.s, v.up, 3, p));
         CHECK(p[0] == 30.0 && p[1] == 10.0 && p[2] == 25.0);
@@ -373,11 +368,11 @@ static void test_conflict_damping(void)
     const AlgoMethod *m = algo_find("fedscam");
     Server v;
     server_init(&v, m, 4);
-    set_key(m, v.hp, "gamma_h", 0.0);
-    set_key(m, v.hp, "beta", 0.0);
-    set_key(m, v.hp, "cluster", 1.0);
-    set_key(m, v.hp, "clusters", 1.0);
-    set_key(m, v.hp, "lambda_c", 0.25);
+    option_set(&v.options, m, "gamma_h", 0.0);
+    option_set(&v.options, m, "beta", 0.0);
+    option_set(&v.options, m, "cluster", 1.0);
+    option_set(&v.options, m, "clusters", 1.0);
+    option_set(&v.options, m, "lambda_c", 0.25);
     /* z: 0 and 1 opposite, 2 opposite to both 0 and 3 (3 along 0) */
     const double z[4][D] = { { 1, 0, 0, 0 }, { -1, 0.1, 0, 0 }, { -0.5, -0.5, 0, 0 }, { 2, 0, 0, 0 } };
     const double dn[4] = { 1.0, 3.0, 2.0, 2.0 };
@@ -394,12 +389,12 @@ static void test_conflict_damping(void)
     CHECK(p[2] == 25.0);
     CHECK(p[3] == 40.0 * 0.25);
     /* K_c = 4 clusters of one: nothing to damp */
-    set_key(m, v.hp, "clusters", 4.0);
+    option_set(&v.options, m, "clusters", 4.0);
     CHECK_OK(m->weights->weights(&v.s, v.up, 4, p));
     CHECK(p[0] == 30.0 && p[1] == 10.0 && p[2] == 25.0 && p[3] == 40.0);
     /* cluster = false: nothing either */
-    set_key(m, v.hp, "clusters", 1.0);
-    set_key(m, v.hp, "cluster", 0.0);
+    option_set(&v.options, m, "clusters", 1.0);
+    option_set(&v.options, m, "cluster", 0.0);
     CHECK_OK(m->weights->weights(&v.s, v.up, 4, p));
     CHECK(p[0] == 30.0 && p[3] == 40.0);
 }
@@ -436,9 +431,8 @@ static void test_server_update(void)
 static void test_sizes(void)
 {
     const AlgoMethod *m = algo_find("fedscam");
-    double hp[ALGO_MAX_HP];
-    defaults(m, hp);
-    AlgoSetup s = { .hp = hp, .n_params = 999999 };
+    AlgoOptionBlock ob;
+    AlgoSetup s = { .options = options_default(&ob, m), .n_params = 999999 };
     AlgoSizes z;
     algo_sizes(m, &s, &z);
     CHECK(z.server_scalars == 256 && z.upload_scalars == UP_Z + 256 + 2 && z.upload_radius == 1);
@@ -446,17 +440,16 @@ static void test_sizes(void)
     s.n_params = 1000000;
     algo_sizes(m, &s, &z);
     CHECK(z.server_scalars == 512);
-    set_key(m, hp, "proj_dim", 7);
+    option_set(&ob, m, "proj_dim", 7);
     algo_sizes(m, &s, &z);
     CHECK(z.server_scalars == 7);
     const AlgoMethod *wa = algo_find("fedscam_wa");
-    defaults(wa, hp);
+    s.options = options_default(&ob, wa);
     algo_sizes(wa, &s, &z);
     CHECK(z.upload_radius == 0 && z.upload_perturb_norm == 0 && z.work_vectors == 0);
     CHECK(!strcmp(z.client_columns, "h,c,h_adj,delta_norm") && z.client_column_first == UP_H);
     /* whole numbers only */
-    set_key(wa, hp, "clusters", 2.5);
-    s.hp = hp;
+    option_set(&ob, wa, "clusters", 2.5);
     CHECK(wa->validate(wa, &s) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "clusters") != NULL);
     fh_error_clear();

@@ -7,25 +7,20 @@
 #include <stdlib.h>
 
 #include "../../src/algo/algo_internal.h"
+#include "test_options.h"
 
-enum { HP_SCORE, HP_Q, HP_A, HP_HALT, HP_SCHEDULE, HP_START, HP_ALPHA, HP_COMPAT, HP_SHIFT, HP_LAMBDA, HP_ASH_P };
 enum { ASH_P = 4, ASH_B, ASH_S };
-
-static void defaults(const AlgoMethod *m, double *hp)
-{
-    for (int h = 0; h < m->n_hp; h++) hp[h] = m->hp[h].default_value;
-}
 
 static void test_mask_marks_the_quantile(void)
 {
     const AlgoMethod *m = algo_find("flood");
     CHECK(m && m->sample_weights);
     if (!m) return;
-    double hp[ALGO_MAX_HP];
-    defaults(m, hp);
-    hp[HP_SCHEDULE] = 6; /* constant */
-    hp[HP_LAMBDA] = 7.0;
-    hp[HP_SCORE] = 2; /* maxlogit: the score is the largest logit, easy to set */
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    option_set(&ob, m, "flood_schedule", 6); /* constant */
+    option_set(&ob, m, "flood_lambda", 7.0);
+    option_set(&ob, m, "flood_score", 2); /* maxlogit: the score is the largest logit, easy to set */
     enum { B = 11, C = 3 };
     float logits[B * C], weights[B];
     /* sample i's max logit is a distinct value, in scrambled order */
@@ -37,11 +32,9 @@ static void test_mask_marks_the_quantile(void)
     }
     const double qs[] = { 0.7, 0.5, 0.05, 0.95 };
     for (size_t t = 0; t < sizeof qs / sizeof qs[0]; t++) {
-        hp[HP_Q] = qs[t];
-        AlgoClientCtx c;
-        memset(&c, 0, sizeof c);
-        c.hp = hp;
-        c.round = 3;
+        option_set(&ob, m, "flood_q", qs[t]);
+        const AlgoClientRound r = { .t = 3, .options = o };
+        AlgoClientCtx c = { .round = &r };
         AlgoBatch b = { NULL, NULL, B, C, logits, NULL, 0 };
         CHECK_OK(m->sample_weights->weigh(&c, &b, weights));
         /* threshold = the floor(q (B - 1))-th smallest score; strictly below it: weight lambda */
@@ -60,32 +53,32 @@ static void test_mask_marks_the_quantile(void)
 static void test_lambda_schedules(void)
 {
     const AlgoMethod *m = algo_find("flood");
-    double hp[ALGO_MAX_HP];
-    defaults(m, hp);
-    hp[HP_HALT] = 100;
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    option_set(&ob, m, "flood_halt", 100);
     /* paper default: cosine, a = 200; code timing: lambda_0 = 1, lambda_t = f(min(t - 1, T_h)) */
-    CHECK(algo_flood_lambda(hp, 0) == 1.0);
-    CHECK_NEAR(algo_flood_lambda(hp, 1), 0.0, 1e-12);
-    CHECK_NEAR(algo_flood_lambda(hp, 51), 200.0, 1e-9);
-    CHECK_NEAR(algo_flood_lambda(hp, 101), 400.0, 1e-9);
-    CHECK_NEAR(algo_flood_lambda(hp, 5000), 400.0, 1e-9);
+    CHECK(algo_flood_lambda(o, 0) == 1.0);
+    CHECK_NEAR(algo_flood_lambda(o, 1), 0.0, 1e-12);
+    CHECK_NEAR(algo_flood_lambda(o, 51), 200.0, 1e-9);
+    CHECK_NEAR(algo_flood_lambda(o, 101), 400.0, 1e-9);
+    CHECK_NEAR(algo_flood_lambda(o, 5000), 400.0, 1e-9);
     /* code compat: logistic with a = 50, ending at 2a = 100, symmetric around T_h / 2 */
-    hp[HP_COMPAT] = 1;
-    CHECK_NEAR(algo_flood_lambda(hp, 1), 0.0, 1e-9);
-    CHECK_NEAR(algo_flood_lambda(hp, 51), 50.0, 1e-9);
-    CHECK_NEAR(algo_flood_lambda(hp, 101), 100.0, 1e-9);
+    option_set(&ob, m, "flood_compat", 1);
+    CHECK_NEAR(algo_flood_lambda(o, 1), 0.0, 1e-9);
+    CHECK_NEAR(algo_flood_lambda(o, 51), 50.0, 1e-9);
+    CHECK_NEAR(algo_flood_lambda(o, 101), 100.0, 1e-9);
     /* every schedule ends at 2a; linear is linear */
-    hp[HP_A] = 10;
+    option_set(&ob, m, "flood_a", 10);
     for (int s = 1; s <= 5; s++) {
-        hp[HP_SCHEDULE] = s;
-        CHECK_NEAR(algo_flood_lambda(hp, 101), 20.0, 1e-9);
+        option_set(&ob, m, "flood_schedule", s);
+        CHECK_NEAR(algo_flood_lambda(o, 101), 20.0, 1e-9);
     }
-    hp[HP_SCHEDULE] = 2;
-    CHECK_NEAR(algo_flood_lambda(hp, 26), 5.0, 1e-12);
+    option_set(&ob, m, "flood_schedule", 2);
+    CHECK_NEAR(algo_flood_lambda(o, 26), 5.0, 1e-12);
     /* start phase: lambda = 1 up to t_start, then the schedule shifted */
-    hp[HP_START] = 10;
-    CHECK(algo_flood_lambda(hp, 10) == 1.0);
-    CHECK_NEAR(algo_flood_lambda(hp, 36), 5.0, 1e-12);
+    option_set(&ob, m, "flood_start", 10);
+    CHECK(algo_flood_lambda(o, 10) == 1.0);
+    CHECK_NEAR(algo_flood_lambda(o, 36), 5.0, 1e-12);
 }
 
 static void test_scores(void)
@@ -135,10 +128,13 @@ static void test_ash_scores(void)
 static void test_ash_in_the_mask(void)
 {
     const AlgoMethod *m = algo_find("flood");
-    double hp[ALGO_MAX_HP];
-    defaults(m, hp);
-    CHECK(hp[HP_ASH_P] == 90.0);
-    hp[HP_SCHEDULE] = 6, hp[HP_LAMBDA] = 3.0, hp[HP_Q] = 0.5, hp[HP_SCORE] = ASH_B;
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    CHECK(option_value(o, "flood_ash_percentile") == 90.0);
+    option_set(&ob, m, "flood_schedule", 6); /* constant */
+    option_set(&ob, m, "flood_lambda", 3.0);
+    option_set(&ob, m, "flood_q", 0.5);
+    option_set(&ob, m, "flood_score", ASH_B);
     NnModel net;
     CHECK_OK(nn_model_init(&net, "mlp2", (NnShape){ 1, 1, 6 }, 8));
     int x = nn_flatten(&net, net.input);
@@ -150,9 +146,8 @@ static void test_ash_in_the_mask(void)
     for (int i = 0; i < 30; i++) in[i] = (float)sin(1.7 * i);
     CHECK_OK(nn_model_forward(&net, in, 5));
     const NnLayer *cls = &net.layers[net.n_layers - 1];
-    AlgoClientCtx c;
-    memset(&c, 0, sizeof c);
-    c.hp = hp, c.round = 2, c.model = &net;
+    const AlgoClientRound r = { .t = 2, .options = o };
+    AlgoClientCtx c = { .model = &net, .round = &r };
     AlgoBatch b = { in, NULL, 5, 3, nn_model_logits(&net), nn_model_features(&net), nn_model_features_size(&net) };
     float weights[5], scratch[10];
     double sc[5], sorted[5];
@@ -185,17 +180,17 @@ static void test_ash_in_the_mask(void)
 static void test_dac_weights(void)
 {
     const AlgoMethod *m = algo_find("flood");
-    double hp[ALGO_MAX_HP];
-    defaults(m, hp);
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
     double phi[3] = { 2.0, 1.0, 5.0 };
     AlgoUpload u[3] = { { 0, 30, 1, 0, &phi[0], NULL, NULL }, { 1, 10, 1, 0, &phi[1], NULL, NULL },
                         { 2, 60, 1, 0, &phi[2], NULL, NULL } };
-    AlgoServerCtx s = { .hp = hp };
+    AlgoServerCtx s = { .options = o };
     double p[3];
-    hp[HP_ALPHA] = 0.0;
+    option_set(&ob, m, "flood_alpha", 0.0);
     CHECK_OK(m->weights->weights(&s, u, 3, p));
     CHECK(p[0] == 30.0 && p[1] == 10.0 && p[2] == 60.0);
-    hp[HP_ALPHA] = 0.5;
+    option_set(&ob, m, "flood_alpha", 0.5);
     CHECK_OK(m->weights->weights(&s, u, 3, p));
     const double sum = p[0] + p[1] + p[2];
     for (int i = 0; i < 3; i++)
@@ -203,7 +198,7 @@ static void test_dac_weights(void)
     /* negative scores: code-literal sums invert, the shift keeps the order */
     double neg[3] = { -2.0, -1.0, -5.0 };
     for (int i = 0; i < 3; i++) u[i].scalars = &neg[i];
-    hp[HP_SHIFT] = 1;
+    option_set(&ob, m, "flood_dac_shift", 1);
     CHECK_OK(m->weights->weights(&s, u, 3, p));
     const double shifted[3] = { 3.0 + 1e-6, 4.0 + 1e-6, 1e-6 }, total = 7.0 + 3e-6;
     const double psum = p[0] + p[1] + p[2];

@@ -13,6 +13,7 @@
 
 #include "../../src/algo/repr.c"
 #include "../../src/fl/fl_internal.h"
+#include "test_options.h"
 
 static void fill(float *x, int64_t n, double lo, double hi, uint32_t stream)
 {
@@ -54,11 +55,14 @@ static void test_moon_contrastive_gradient(void)
     float x[B * 4], z[B * D], dz[B * D], dlogits[B * 2] = { 0 };
     fill(x, B * 4, -1, 1, 3);
     fill(z, B * D, -1, 1, 4);
-    double hp[2] = { 1.7, 0.5 };
+    const AlgoMethod *moon = algo_find("moon");
+    AlgoOptionBlock ob;
+    const AlgoOptions o = OPTIONS(&ob, moon, { "mu", 1.7 }, { "tau", 0.5 });
     AlgoSetup setup = { .seed = 5 };
-    AlgoClientCtx c = { .global = wg, .client_vecs = wp, .has_state = 1, .hp = hp, .setup = &setup, .n_state = P };
-    c.aux[0] = &g;
-    c.aux[1] = &prev;
+    AlgoClientRound c_round = { .global = wg, .has_state = 1, .options = o, .setup = &setup, .n_state = P };
+    AlgoClientCtx c = { .round = &c_round, .state = { .client_vecs = wp } };
+    c.state.aux[0] = &g;
+    c.state.aux[1] = &prev;
     CHECK_OK(moon_begin(&c));
     AlgoBatch b = { x, NULL, B, 2, NULL, z, D };
     memset(dz, 0, sizeof dz);
@@ -94,13 +98,13 @@ static void test_moon_contrastive_gradient(void)
     for (int k = 0; k < 2 * B; k++) CHECK(dlogits[k] == 0.0f);
 
     /* mu = 0: exact zeros */
-    hp[0] = 0.0;
+    option_set(&ob, moon, "mu", 0.0);
     memset(dz, 0, sizeof dz);
     CHECK(moon_batch_term(&c, &b, dlogits, dz) == 0.0);
     for (int k = 0; k < B * D; k++) CHECK(dz[k] == 0.0f);
 
     /* first participation: the previous model is w^0 of fl.seed */
-    c.has_state = 0;
+    c_round.has_state = 0;
     CHECK_OK(moon_begin(&c));
     nn_model_init_params(&fresh, 5);
     CHECK(memcmp(prev.state, fresh.state, (size_t)P * sizeof(float)) == 0);
@@ -118,9 +122,10 @@ static void test_moon_head_gradient(void)
 {
     enum { B = 4, PROJ = 5 };
     const AlgoMethod *moon = algo_find("moon");
-    CHECK(algo_hp_index(moon, "proj_dim") == MOON_PROJ_DIM && moon->hp[MOON_PROJ_DIM].default_value == 0.0);
-    double hp[3] = { 1.3, 0.5, PROJ };
-    AlgoSetup setup = { .hp = hp, .seed = 5 };
+    CHECK(algo_option_find(moon, "proj_dim") && algo_option_default(moon, algo_option_find(moon, "proj_dim")) == 0.0);
+    AlgoOptionBlock ob;
+    const AlgoOptions o = OPTIONS(&ob, moon, { "mu", 1.3 }, { "tau", 0.5 }, { "proj_dim", PROJ });
+    AlgoSetup setup = { .options = o, .seed = 5 };
     AlgoSizes z = { 0 };
     moon_sizes(&setup, &z);
     CHECK(z.proj_dim == PROJ && z.aux_models == 2);
@@ -143,9 +148,11 @@ static void test_moon_head_gradient(void)
     nn_model_init_params(&prev, 13);
     memcpy(wg, g.state, (size_t)m.n_state * sizeof(float));
     memcpy(wp, prev.state, (size_t)m.n_state * sizeof(float));
-    AlgoClientCtx c = { .global = wg, .client_vecs = wp, .has_state = 1, .hp = hp, .setup = &setup, .n_state = m.n_state };
-    c.aux[0] = &g;
-    c.aux[1] = &prev;
+    const AlgoClientRound c_round = { .global = wg, .has_state = 1, .options = o, .setup = &setup,
+                                      .n_state = m.n_state };
+    AlgoClientCtx c = { .round = &c_round, .state = { .client_vecs = wp } };
+    c.state.aux[0] = &g;
+    c.state.aux[1] = &prev;
     CHECK_OK(moon_begin(&c));
     float x[B * 6], dlogits[B * 3] = { 0 }, dfeat[B * PROJ];
     fill(x, B * 6, -1, 1, 9);
@@ -237,18 +244,20 @@ static void test_decorr_gradient(void)
     CHECK_MSG(scale > 1e-3 && worst <= 1e-3 * scale, "largest |fd - analytic| %.3g of %.3g", worst, scale);
 
     /* through the hook: beta scales value and gradient; beta = 0 adds exact zeros */
-    double hp[1] = { 0.1 };
-    AlgoClientCtx c = { .hp = hp, .work = work };
+    const AlgoMethod *decorr = algo_find("feddecorr");
+    AlgoOptionBlock ob;
+    const AlgoClientRound c_round = { .options = OPTIONS(&ob, decorr, { "beta", 0.1 }) };
+    AlgoClientCtx c = { .round = &c_round, .state = { .work = work } };
     AlgoBatch b = { NULL, NULL, B, 2, NULL, z, D };
     float dz2[B * D] = { 0 };
     CHECK_NEAR(decorr_batch_term(&c, &b, NULL, dz2), 0.1 * L, 1e-9);
     for (int k = 0; k < B * D; k++) CHECK_NEAR(dz2[k], 0.1 * dz[k], 1e-6);
-    hp[0] = 0.0;
+    option_set(&ob, decorr, "beta", 0.0);
     memset(dz2, 0, sizeof dz2);
     CHECK(decorr_batch_term(&c, &b, NULL, dz2) == 0.0);
     for (int k = 0; k < B * D; k++) CHECK(dz2[k] == 0.0f);
     /* a batch of one: 0 and no gradient */
-    hp[0] = 0.1;
+    option_set(&ob, decorr, "beta", 0.1);
     b.count = 1;
     memset(dz2, 0, sizeof dz2);
     CHECK(decorr_batch_term(&c, &b, NULL, dz2) == 0.0);
@@ -283,14 +292,16 @@ static void test_fedmr_recombination(void)
     float *slots = malloc((size_t)M * P * sizeof(float)), *states = malloc((size_t)M * P * sizeof(float)),
           *global = malloc((size_t)P * sizeof(float));
     fill(states, M * P, -1, 1, 21);
-    double hp[1] = { 0 };
+    const AlgoMethod *fedmr = algo_find("fedmr");
+    AlgoOptionBlock ob;
+    const AlgoOptions o = OPTIONS(&ob, fedmr, { "first_stage", 0 });
     const int32_t selected[M] = { 1, 3, 4 };
     AlgoSetup setup = { .seed = 9, .per_round = M };
     AlgoSizes z = { 0 };
     fedmr_sizes(&setup, &z);
     CHECK(z.server_vectors == M);
     AlgoServerCtx s = { .round = 2, .n_clients = 6, .n_selected = M, .selected = selected, .n_params = model.n_params,
-                        .n_state = P, .hp = hp, .setup = &setup, .sizes = &z, .server_vecs = slots,
+                        .n_state = P, .options = o, .setup = &setup, .sizes = &z, .server_vecs = slots,
                         .views = model.views, .n_views = model.n_views };
     AlgoUpload u[M];
     double p[M];
@@ -331,7 +342,7 @@ static void test_fedmr_recombination(void)
     CHECK_OK(fedmr_update(&s, u, M, p, global));
     CHECK(memcmp(again, slots, (size_t)M * P * sizeof(float)) == 0);
     /* first stage (round < t_1): every slot is the uniform average, which is what `uniform` computes */
-    hp[0] = 1000;
+    option_set(&ob, fedmr, "first_stage", 1000);
     float *avg = malloc((size_t)P * sizeof(float));
     CHECK_OK(algo_average(&s, u, M, p, avg));
     CHECK_OK(fedmr_update(&s, u, M, p, global));
@@ -350,15 +361,18 @@ static void test_fedgkd_buffer(void)
 {
     enum { P = 4 };
     for (int variant = 0; variant < 2; variant++) {
-        double hp[4] = { 0.1, 2, 1.0, variant };
-        AlgoSetup setup = { .hp = hp, .batch_size = 2, .classes = 2, .n_state = P };
+        AlgoOptionBlock ob;
+        const AlgoOptions o = OPTIONS(&ob, algo_find("fedgkd"), { "gamma", 0.1 }, { "buffer_length", 2 },
+                                      { "temperature", 1.0 }, { "variant", variant });
+        AlgoSetup setup = { .options = o, .batch_size = 2, .classes = 2, .n_state = P };
         AlgoSizes z = { 0 };
         fedgkd_sizes(&setup, &z);
         CHECK(z.server_scalars == 2 && z.aux_models == 1);
         CHECK(variant ? z.server_vectors == 2 && z.server_private == 0 : z.server_vectors == 1 && z.server_private == 2);
         float vecs[2 * P] = { 0 }, priv[2 * P] = { 0 }, global[P];
         double sc[2] = { 0, 0 };
-        AlgoServerCtx s = { .n_params = P, .n_state = P, .hp = hp, .setup = &setup, .sizes = &z, .server_vecs = vecs,
+        AlgoServerCtx s = { .n_params = P, .n_state = P, .options = o, .setup = &setup, .sizes = &z,
+                            .server_vecs = vecs,
                             .server_private = priv, .server_scalars = sc };
         float g[3][P] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { -1, 0, 2, 16 } };
         double one = 1.0;
@@ -376,12 +390,12 @@ static void test_fedgkd_buffer(void)
             for (int j = 0; j < P; j++) CHECK(vecs[j] == (g[1][j] + g[2][j]) / 2);
     }
     /* M = 1: the teacher is w^t itself, nothing extra broadcast */
-    double hp1[4] = { 0.1, 1, 1.0, 0 };
-    AlgoSetup s1 = { .hp = hp1 };
+    AlgoOptionBlock b1;
+    AlgoSetup s1 = { .options = OPTIONS(&b1, algo_find("fedgkd"), { "buffer_length", 1 }) };
     AlgoSizes z1 = { 0 };
     fedgkd_sizes(&s1, &z1);
     CHECK(z1.server_vectors == 0 && z1.server_private == 1);
-    hp1[1] = 2.5;
+    option_set(&b1, algo_find("fedgkd"), "buffer_length", 2.5);
     CHECK(fedgkd_validate(algo_find("fedgkd"), &s1) == FH_ERR_USAGE);
 }
 
@@ -415,12 +429,13 @@ static void test_fednp_npn_gradient(void)
     /* the initial sites (0, 1) give the spec's initial cavity (0, 1/(K-1)) */
     enum { K = 5 };
     double sites[K * NP_SITE];
-    double hp[1] = { 0.01 };
+    AlgoOptionBlock ob;
+    const AlgoOptions o = OPTIONS(&ob, algo_find("fednp"), { "lambda", 0.01 });
     AlgoSizes z = { 0 };
     AlgoSetup setup = { .n_clients = K, .classes = 2, .feature_size = 3, .n_state = 100 };
     fednp_sizes(&setup, &z);
     CHECK(z.server_scalars == K * NP_SITE && z.upload_scalars == NP_SITE + 1 && z.client_floats == NP_SITE + NP_NPN_FLOATS(6));
-    AlgoServerCtx s = { .n_clients = K, .hp = hp, .server_scalars = sites, .sizes = &z };
+    AlgoServerCtx s = { .n_clients = K, .options = o, .server_scalars = sites, .sizes = &z };
     CHECK_OK(fednp_init(&s, NULL));
     float cav[NP_SITE];
     fednp_cavity(cav, sites, K, 2);
@@ -556,9 +571,10 @@ static void test_rows(void)
         const AlgoMethod *m = algo_find(names[i]);
         CHECK_MSG(m && m->state && m->payload && m->summary, "%s", names[i]);
     }
-    CHECK(algo_hp_index(algo_find("moon"), "tau") == MOON_TAU && algo_find("moon")->hp[MOON_TAU].lo_open);
-    CHECK(algo_hp_index(algo_find("fedgkd"), "buffer_length") == GKD_BUFFER);
-    CHECK(algo_hp_index(algo_find("fedgkd"), "variant") == GKD_VARIANT);
+    CHECK(algo_option_find(algo_find("moon"), "tau") && algo_option_find(algo_find("moon"), "tau")->lo_open);
+    const AlgoMethod *gkd = algo_find("fedgkd");
+    CHECK(algo_option_find(gkd, "buffer_length") && algo_option_find(gkd, "buffer_length")->type == ALGO_OPTION_NUMBER);
+    CHECK(algo_option_find(gkd, "variant") && algo_option_find(gkd, "variant")->type == ALGO_OPTION_CHOICE);
     CHECK(strstr(algo_find("fednp")->summary, "FedNP-min") != NULL);
 }
 

@@ -58,7 +58,7 @@ static int batch_grad(void *env, double *loss)
     memset(b->dlogits, 0, sizeof b->dlogits);
     *loss = nn_softmax_xent(b->dlogits, NULL, nn_model_logits(m), b->y, NULL, NULL, b->count, m->classes);
     nn_model_backward(m, b->dlogits, NULL);
-    if (!b->c->grad_pure) b->c->grad_terms(b->c, m->grad, loss);
+    if (!b->c->state.grad_pure) b->c->svc->grad_terms(b->c, m->grad, loss);
     if (k < 2 && b->grads[k]) memcpy(b->grads[k], m->grad, (size_t)m->n_params * sizeof(float));
     return FH_OK;
 }
@@ -82,10 +82,10 @@ static void test_sam_rho0_equals_sgd(void)
     Fake f, g;
     fake_init(&f, "fedsam", &a);
     fake_init(&g, "fedsam", &b);
-    f.hp[0] = 0.0;
+    fake_set(&f, "rho", 0.0);
     Batch ba = { .m = &a, .c = &f.c }, bb = { .m = &b, .c = &g.c };
     for (int step = 0; step < 3; step++) {
-        f.c.step = g.c.step = step;
+        f.c.state.step = g.c.state.step = step;
         batch_fill(&ba, step);
         batch_fill(&bb, step);
         double la = 0, lb = 0;
@@ -112,15 +112,13 @@ static void test_fedism_perturb_none_is_sgd(void)
     fake_init(&f, "fedismplus", &a);
     fake_init(&g, "fedismplus", &b);
     const AlgoMethod *meth = algo_find("fedismplus");
-    int perturb = -1;
-    for (int h = 0; h < meth->n_hp; h++)
-        if (!strcmp(meth->hp[h].key, "perturb")) perturb = h;
-    CHECK(perturb >= 0 && meth->hp[perturb].choices && strstr(meth->hp[perturb].choices, "|none"));
-    f.hp[perturb] = 3.0; /* none */
-    f.hp[0] = 0.5;       /* rho_max: ignored by the step */
+    const AlgoOption *perturb = algo_option_find(meth, "perturb");
+    CHECK(perturb && perturb->choices && strstr(perturb->choices, "|none"));
+    fake_set(&f, "perturb", 3.0); /* none */
+    fake_set(&f, "rho_max", 0.5); /* ignored by the step */
     Batch ba = { .m = &a, .c = &f.c }, bb = { .m = &b, .c = &g.c };
     for (int step = 0; step < 3; step++) {
-        f.c.step = g.c.step = step;
+        f.c.state.step = g.c.state.step = step;
         batch_fill(&ba, step);
         batch_fill(&bb, step);
         double la = 0, lb = 0;
@@ -145,7 +143,7 @@ static void test_sam_perturbation_and_restore(void)
     Fake f, g;
     fake_init(&f, "fedsam", &a);
     fake_init(&g, "fedsam", &b);
-    f.hp[0] = 0.3;
+    fake_set(&f, "rho", 0.3);
     const int64_t P = a.n_params, S = a.n_state;
     float *before = malloc((size_t)S * sizeof(float)), *at[2] = { malloc(S * 4), malloc(S * 4) },
           *gr[2] = { malloc(P * 4), malloc(P * 4) };
@@ -185,9 +183,9 @@ static void test_asam_perturbation(void)
     bn_model(&a);
     Fake f;
     fake_init(&f, "fedsam", &a);
-    f.hp[0] = 0.5;
-    f.hp[2] = 1; /* asam */
-    f.hp[3] = 0.2;
+    fake_set(&f, "rho", 0.5);
+    fake_set(&f, "perturb", 1); /* asam */
+    fake_set(&f, "asam_eta", 0.2);
     const int64_t P = a.n_params;
     float *at[2] = { malloc(a.n_state * 4), malloc(a.n_state * 4) }, *g0 = malloc(P * 4), *t = malloc(P * 4);
     Batch ba = { .m = &a, .c = &f.c, .seen = { at[0], at[1] }, .grads = { g0, NULL } };
@@ -227,13 +225,13 @@ static void test_gsam(void)
     Fake f, g;
     fake_init(&f, "fedsam", &a);
     fake_init(&g, "fedsam", &b);
-    f.hp[2] = 2; /* gsam */
-    f.hp[4] = 0.0;
-    algo_sizes(f.c.method, &f.setup, &f.z);
+    fake_set(&f, "perturb", 2); /* gsam */
+    fake_set(&f, "gsam_alpha", 0.0);
+    algo_sizes(f.round.method, &f.setup, &f.z);
     CHECK(f.z.work_vectors == 2);
     Batch ba = { .m = &a, .c = &f.c }, bb = { .m = &b, .c = &g.c };
     for (int step = 0; step < 2; step++) {
-        f.c.step = g.c.step = step;
+        f.c.state.step = g.c.state.step = step;
         batch_fill(&ba, step);
         batch_fill(&bb, step);
         double la, lb;
@@ -243,7 +241,7 @@ static void test_gsam(void)
     CHECK_MSG(memcmp(a.state, b.state, (size_t)a.n_state * sizeof(float)) == 0, "GSAM alpha=0 differs from SAM");
 
     /* alpha = 0.4 against the formula, from the recorded gradients (no clip at these norms) */
-    f.hp[4] = 0.4;
+    fake_set(&f, "gsam_alpha", 0.4);
     const int64_t P = a.n_params;
     float *gr[2] = { malloc(P * 4), malloc(P * 4) }, *d = malloc(P * 4);
     f.opt_seen = malloc(P * 4);
@@ -281,7 +279,7 @@ static int quad_grad(void *env, double *loss)
     NnModel *m = c->model;
     for (int j = 0; j < 2; j++) m->grad[j] = m->state[j];
     *loss = 0.5 * ((double)m->state[0] * m->state[0] + (double)m->state[1] * m->state[1]);
-    if (!c->grad_pure) c->grad_terms(c, m->grad, loss);
+    if (!c->state.grad_pure) c->svc->grad_terms(c, m->grad, loss);
     return FH_OK;
 }
 
@@ -298,7 +296,7 @@ static void test_fedsmoo_two_params(void)
     mu[0] = 0.1f, mu[1] = 0.0f;
     f.server_vecs[0] = 0.0f, f.server_vecs[1] = 0.2f;  /* s */
     double loss;
-    CHECK_OK(f.c.method->step->step(&f.c, quad_grad, &f.c, &loss));
+    CHECK_OK(f.round.method->step->step(&f.c, quad_grad, &f.c, &loss));
     /* g = [1, 2]; g' = g - mu - s = [0.9, 1.8]; eps = 0.1 [1, 2]/sqrt 5; mu += eps - s;
      * g_s = w + eps; r = g_s + 0.1 (h - w^t); d = r + 0.1 w; w -= 0.1 d */
     const double e0 = 0.1 / sqrt(5.0), e1 = 0.2 / sqrt(5.0);
@@ -308,7 +306,7 @@ static void test_fedsmoo_two_params(void)
     CHECK_NEAR(w[0], w0, 1e-6);
     CHECK_NEAR(w[1], w1, 1e-6);
     CHECK_NEAR(f.up[f.z.upload_perturb_norm - 1], 0.1, 1e-7);
-    CHECK_OK(f.c.method->report->end(&f.c));
+    CHECK_OK(f.round.method->report->end(&f.c));
     CHECK_NEAR(h[0], w0 - 1.0, 1e-6); /* h_i = Delta_i */
     CHECK_NEAR(h[1], w1 - 2.0, 1e-6);
     CHECK(f.upload_vecs[0] == mu[0] && f.upload_vecs[1] == mu[1]); /* mu_i goes up */
@@ -320,12 +318,12 @@ static void test_fedsmoo_two_params(void)
     AlgoUpload u[2] = { { 0, 10, 1, 0, NULL, up0, up0 + 2 }, { 1, 30, 1, 0, NULL, up1, up1 + 2 } };
     const float cur[2] = { 1.0f, 2.0f };
     AlgoServerCtx s = { .round = 0, .rounds = 5, .n_clients = 2, .n_selected = 2, .n_params = 2, .n_state = 2,
-                        .hp = f.hp, .setup = &f.setup, .sizes = &f.z, .lr = 0.1, .current = cur,
+                        .options = f.round.options, .setup = &f.setup, .sizes = &f.z, .lr = 0.1, .current = cur,
                         .server_vecs = f.server_vecs, .server_private = sum_h };
     double p[2];
-    CHECK_OK(f.c.method->weights->weights(&s, u, 2, p));
+    CHECK_OK(f.round.method->weights->weights(&s, u, 2, p));
     CHECK(p[0] == p[1]); /* uniform by default */
-    CHECK_OK(f.c.method->update->update(&s, u, 2, p, next));
+    CHECK_OK(f.round.method->update->update(&s, u, 2, p, next));
     const double H0 = (w0 - 1.0) + (0.5 - 1.0), H1 = (w1 - 2.0) + (3.0 - 2.0);
     CHECK_NEAR(sum_h[0], H0, 1e-6);
     CHECK_NEAR(sum_h[1], H1, 1e-6);
@@ -350,7 +348,7 @@ static void test_mofedsam_first_rounds(void)
     fake_init(&f, "mofedsam", &m);
     f.global[0] = 1.0f, f.global[1] = 2.0f;
     double loss;
-    CHECK_OK(f.c.method->step->step(&f.c, quad_grad, &f.c, &loss));
+    CHECK_OK(f.round.method->step->step(&f.c, quad_grad, &f.c, &loss));
     /* g = w, eps = 0.1 g/||g||, g_s = w + eps; w <- w - lr alpha g_s with lr 0.1, alpha 0.1 */
     const double e0 = 0.1 / sqrt(5.0), e1 = 0.2 / sqrt(5.0);
     const double w0 = 1.0 - 0.1 * 0.1 * (1.0 + e0), w1 = 2.0 - 0.1 * 0.1 * (2.0 + e1);
@@ -362,11 +360,11 @@ static void test_mofedsam_first_rounds(void)
     const int64_t sizes[2] = { 8, 20 };
     AlgoUpload u[2] = { { 0, 8, 2, 0, NULL, w, NULL }, { 1, 20, 5, 0, NULL, w_1, NULL } };
     AlgoServerCtx s = { .round = 0, .rounds = 5, .n_clients = 2, .n_selected = 2, .n_params = 2, .n_state = 2,
-                        .hp = f.hp, .setup = &f.setup, .sizes = &f.z, .lr = 0.1, .current = cur,
+                        .options = f.round.options, .setup = &f.setup, .sizes = &f.z, .lr = 0.1, .current = cur,
                         .server_vecs = f.server_vecs, .client_sizes = sizes };
     double p[2];
-    CHECK_OK(f.c.method->weights->weights(&s, u, 2, p));
-    CHECK_OK(f.c.method->update->update(&s, u, 2, p, next));
+    CHECK_OK(f.round.method->weights->weights(&s, u, 2, p));
+    CHECK_OK(f.round.method->update->update(&s, u, 2, p, next));
     const double d0 = ((w0 - 1.0) + (0.5 - 1.0)) / 2, d1 = ((w1 - 2.0) + (3.0 - 2.0)) / 2;
     CHECK_NEAR(next[0], 1.0 + d0, 1e-6);
     CHECK_NEAR(next[1], 2.0 + d1, 1e-6);
@@ -376,8 +374,8 @@ static void test_mofedsam_first_rounds(void)
     const float mom[2] = { f.server_vecs[0], f.server_vecs[1] };
     w[0] = next[0], w[1] = next[1];
     f.global[0] = next[0], f.global[1] = next[1];
-    f.c.round = 1, f.c.step = 0;
-    CHECK_OK(f.c.method->step->step(&f.c, quad_grad, &f.c, &loss));
+    f.round.t = 1, f.c.state.step = 0;
+    CHECK_OK(f.round.method->step->step(&f.c, quad_grad, &f.c, &loss));
     const double n = sqrt((double)next[0] * next[0] + (double)next[1] * next[1]);
     const double gs0 = next[0] * (1 + 0.1 / n), gs1 = next[1] * (1 + 0.1 / n);
     CHECK_NEAR(w[0], next[0] - 0.1 * (0.1 * gs0 + 0.9 * mom[0]), 1e-6);
@@ -396,7 +394,7 @@ static void test_fedspeed_two_params(void)
     float *h = f.client_vecs;
     h[0] = 0.5f, h[1] = -1.0f; /* from an earlier round */
     double loss;
-    CHECK_OK(f.c.method->step->step(&f.c, quad_grad, &f.c, &loss));
+    CHECK_OK(f.round.method->step->step(&f.c, quad_grad, &f.c, &loss));
     /* eps = 0.1 g/||g||, g = w; g_s = w + eps; r = g_s + 0.1 (h - w^t); d = r + 0.1 w */
     const double e0 = 0.1 / sqrt(5.0), e1 = 0.2 / sqrt(5.0);
     const double w0 = 1.0 - 0.1 * ((1.0 + e0) + 0.1 * (0.5 - 1.0) + 0.1 * 1.0);
@@ -404,17 +402,18 @@ static void test_fedspeed_two_params(void)
     CHECK_NEAR(w[0], w0, 1e-6);
     CHECK_NEAR(w[1], w1, 1e-6);
     CHECK_NEAR(loss, 2.5, 1e-6); /* the unperturbed loss */
-    CHECK_OK(f.c.method->report->end(&f.c));
+    CHECK_OK(f.round.method->report->end(&f.c));
     CHECK_NEAR(h[0], 0.5 + (w0 - 1.0), 1e-6);
     CHECK_NEAR(h[1], -1.0 + (w1 - 2.0), 1e-6);
     /* server: N = 3 clients, 2 selected; the running sum of h held [0.5, -1] */
     float w_1[2] = { 0.0f, 1.0f }, sum_h[2] = { 0.5f, -1.0f }, next[2];
     AlgoUpload u[2] = { { 0, 10, 1, 0, NULL, w, NULL }, { 2, 10, 1, 0, NULL, w_1, NULL } };
     const float cur[2] = { 1.0f, 2.0f };
-    AlgoServerCtx s = { .n_clients = 3, .n_selected = 2, .n_params = 2, .n_state = 2, .hp = f.hp, .setup = &f.setup,
+    AlgoServerCtx s = { .n_clients = 3, .n_selected = 2, .n_params = 2, .n_state = 2, .options = f.round.options,
+                        .setup = &f.setup,
                         .sizes = &f.z, .lr = 0.1, .current = cur, .server_private = sum_h };
     double p[2] = { 1, 1 };
-    CHECK_OK(f.c.method->update->update(&s, u, 2, p, next));
+    CHECK_OK(f.round.method->update->update(&s, u, 2, p, next));
     const double H0 = 0.5 + (w0 - 1.0) + (0.0 - 1.0), H1 = -1.0 + (w1 - 2.0) + (1.0 - 2.0);
     CHECK_NEAR(sum_h[0], H0, 1e-6);
     CHECK_NEAR(sum_h[1], H1, 1e-6);
@@ -434,11 +433,12 @@ static void test_fedgamma_control_variates(void)
     two_params(&m, w, gbuf);
     Fake f;
     fake_init(&f, "fedgamma", &m);
-    const AlgoMethod *meth = f.c.method;
+    const AlgoMethod *meth = f.round.method;
     int64_t sizes[3] = { 8, 20, 12 };
     float ci[3][2] = { { 0 } }, cv[2] = { 0, 0 }, next[2];
     const float cur[2] = { 0.5f, -0.5f };
-    AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .hp = f.hp, .setup = &f.setup, .sizes = &f.z,
+    AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .options = f.round.options, .setup = &f.setup,
+                        .sizes = &f.z,
                         .lr = 0.1, .current = cur, .server_vecs = cv, .server_scalars = f.server_scalars,
                         .client_sizes = sizes };
     CHECK_OK(meth->server_init(&s, next));
@@ -456,7 +456,7 @@ static void test_fedgamma_control_variates(void)
             memcpy(f.server_vecs, cv, 8);
             memcpy(f.global, cur, 8);
             memcpy(w, finals[k], 8);
-            f.c.step = 3; /* steps taken */
+            f.c.state.step = 3; /* steps taken */
             CHECK_OK(meth->report->end(&f.c));
             for (int j = 0; j < 2; j++) {
                 const double want = (double)before[k][j] - cv[j] - ((double)finals[k][j] - cur[j]) / (2.0 * 0.1);
@@ -506,7 +506,7 @@ static void test_fedlesam_perturbation(void)
     CHECK(m.n_params == 14);
     Fake f;
     fake_init(&f, "fedlesam", &m);
-    const AlgoMethod *meth = f.c.method;
+    const AlgoMethod *meth = f.round.method;
     CHECK(f.z.client_vectors == 1 && f.z.server_vectors == 0 && f.z.work_vectors == 2);
     float d[14];
     for (int j = 0; j < 14; j++) {
@@ -515,12 +515,12 @@ static void test_fedlesam_perturbation(void)
         f.client_vecs[j] = f.global[j] + d[j]; /* w_old */
     }
     /* first participation: no perturbation */
-    f.c.has_state = 0;
+    f.round.has_state = 0;
     CHECK_OK(meth->report->begin(&f.c));
     for (int j = 0; j < 14; j++) CHECK(f.work[j] == 0.0f);
     CHECK(f.up[f.z.upload_perturb_norm - 1] == 0.0);
     /* intended: rho (w_old - w^t)/||w_old - w^t|| */
-    f.c.has_state = 1;
+    f.round.has_state = 1;
     CHECK_OK(meth->report->begin(&f.c));
     double n = 0;
     for (int j = 0; j < 14; j++) n += (double)d[j] * d[j];
@@ -528,21 +528,22 @@ static void test_fedlesam_perturbation(void)
     for (int j = 0; j < 14; j++) CHECK_NEAR(f.work[j], 0.1 * d[j] / n, 1e-7);
     CHECK_NEAR(f.up[f.z.upload_perturb_norm - 1], 0.1, 1e-7);
     /* official: tensor j gets rho d[j]/(sum_{j<4} |d[j]| + 1e-7) */
-    f.hp[3] = 1;
+    fake_set(&f, "compat", 1); /* official */
     CHECK_OK(meth->report->begin(&f.c));
     const double l1 = fabs(d[0]) + fabs(d[1]) + fabs(d[2]) + fabs(d[3]);
     const int first[4] = { 0, 6, 8, 12 }, count[4] = { 6, 2, 4, 2 };
     for (int t = 0; t < 4; t++)
         for (int j = first[t]; j < first[t] + count[t]; j++) CHECK_NEAR(f.work[j], 0.1 * d[t] / (l1 + 1e-7), 1e-7);
     /* code mode: eps = -rho gu/||gu||, gu the broadcast last global step */
-    f.hp[2] = 1, f.hp[3] = 0;
+    fake_set(&f, "mode", 1); /* code */
+    fake_set(&f, "compat", 0);
     algo_sizes(meth, &f.setup, &f.z);
     CHECK(f.z.client_vectors == 0 && f.z.server_vectors == 1);
     for (int j = 0; j < 14; j++) f.server_vecs[j] = -d[j];
     CHECK_OK(meth->report->begin(&f.c));
     for (int j = 0; j < 14; j++) CHECK_NEAR(f.work[j], 0.1 * d[j] / n, 1e-7);
     /* paper mode remembers w^t */
-    f.hp[2] = 0;
+    fake_set(&f, "mode", 0); /* paper */
     algo_sizes(meth, &f.setup, &f.z);
     CHECK_OK(meth->report->end(&f.c));
     CHECK(memcmp(f.client_vecs, f.global, 14 * sizeof(float)) == 0);
@@ -552,14 +553,17 @@ static void test_fedlesam_perturbation(void)
 
 /* ---- the radius hooks ------------------------------------------------------------------------------ */
 
-static double progressive(const AlgoSetup *s, const double *hp, int round)
+static double progressive(const AlgoSetup *s, AlgoOptions o, int round)
 {
-    return hp[0] * sqrt((round + 1.0) / s->rounds); /* FedISM+-like rho(t) */
+    return sam_radius_of(o)->rho * sqrt((round + 1.0) / s->rounds); /* FedISM+-like rho(t) */
 }
 
-static double halve_odd(const AlgoClientCtx *c, double rho) { return c->client % 2 ? rho / 2 : rho; }
+static double halve_odd(const AlgoClientCtx *c, double rho) { return c->round->client % 2 ? rho / 2 : rho; }
 
-static double broken(const AlgoSetup *s, const double *hp, int round) { return round == 3 ? NAN : hp[0]; }
+static double broken(const AlgoSetup *s, AlgoOptions o, int round)
+{
+    return round == 3 ? NAN : sam_radius_of(o)->rho;
+}
 
 static void test_radius_hooks(void)
 {
@@ -571,10 +575,10 @@ static void test_radius_hooks(void)
     meth.step = &step;
     Fake f;
     fake_init(&f, "fedsam", &a);
-    f.c.method = &meth;
-    f.c.round = 3, f.c.client = 1;
+    f.round.method = &meth;
+    f.round.t = 3, f.round.client = 1;
     CHECK_NEAR(algo_sam_radius(&f.c), 0.1 * sqrt(4.0 / 5.0) / 2, 1e-15);
-    f.c.client = 2;
+    f.round.client = 2;
     CHECK_NEAR(algo_sam_radius(&f.c), 0.1 * sqrt(4.0 / 5.0), 1e-15);
     float *at[2] = { malloc(a.n_state * 4), malloc(a.n_state * 4) };
     Batch ba = { .m = &a, .c = &f.c, .seen = { at[0], at[1] } };
@@ -588,7 +592,7 @@ static void test_radius_hooks(void)
     CHECK(meth.validate(&meth, &f.setup) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "rho") != NULL);
     fh_error_clear();
-    f.hp[0] = -1;
+    fake_set(&f, "rho", -1);
     step.round_radius = NULL;
     CHECK(meth.validate(&meth, &f.setup) == FH_ERR_USAGE);
     fh_error_clear();
@@ -605,21 +609,23 @@ static void test_gsam_lr_radius(void)
     bn_model(&a);
     Fake f;
     fake_init(&f, "fedsam", &a);
-    const AlgoMethod *meth = f.c.method;
-    const int sched = algo_hp_index(meth, "rho_schedule"), rmin = algo_hp_index(meth, "rho_min");
-    CHECK(sched == 5 && rmin == 6); /* the SAM step's keys: hp 2-6 in every row that has them */
-    CHECK(algo_hp_index(algo_find("mofedsam"), "rho_min") == 6 && algo_hp_index(algo_find("fedspeed"), "rho_min") == 6);
+    const AlgoMethod *meth = f.round.method;
+    /* the schedule's keys are one part, declared once, in every row with a choice of perturbation */
+    const AlgoOption *rmin = algo_option_find(meth, "rho_min");
+    CHECK(rmin && rmin == algo_option_find(algo_find("mofedsam"), "rho_min") &&
+          rmin == algo_option_find(algo_find("fedspeed"), "rho_min"));
     f.setup.lr = 0.1, f.setup.lr_decay = 0.9, f.setup.rounds = 4;
-    f.hp[0] = 0.05, f.hp[rmin] = 0.01;
-    for (int t = 0; t < 4; t++) CHECK(algo_sam_lr_radius(&f.setup, f.hp, t) == 0.05); /* constant: rho */
-    f.hp[sched] = 1; /* lr */
+    fake_set(&f, "rho", 0.05);
+    fake_set(&f, "rho_min", 0.01);
+    for (int t = 0; t < 4; t++) CHECK(algo_sam_lr_radius(&f.setup, f.round.options, t) == 0.05); /* constant: rho */
+    fake_set(&f, "rho_schedule", 1); /* lr */
     const double expect[4] = { 0.05, 0.01 + 0.04 * 0.0171 / 0.0271, 0.01 + 0.04 * 0.0081 / 0.0271, 0.01 };
-    for (int t = 0; t < 4; t++) CHECK_NEAR(algo_sam_lr_radius(&f.setup, f.hp, t), expect[t], 1e-12);
+    for (int t = 0; t < 4; t++) CHECK_NEAR(algo_sam_lr_radius(&f.setup, f.round.options, t), expect[t], 1e-12);
     f.setup.lr_decay = 1.0; /* no schedule to follow: rho */
-    CHECK(algo_sam_lr_radius(&f.setup, f.hp, 2) == 0.05);
+    CHECK(algo_sam_lr_radius(&f.setup, f.round.options, 2) == 0.05);
     f.setup.lr_decay = 0.9;
     /* the step's perturbation has the round's radius */
-    f.c.round = 2;
+    f.round.t = 2;
     CHECK_NEAR(algo_sam_radius(&f.c), expect[2], 1e-12);
     float *at[2] = { malloc(a.n_state * 4), malloc(a.n_state * 4) };
     Batch ba = { .m = &a, .c = &f.c, .seen = { at[0], at[1] } };
@@ -629,7 +635,7 @@ static void test_gsam_lr_radius(void)
     CHECK_NEAR(dist(at[1], at[0], a.n_params), expect[2], 1e-6);
     /* validation: rho_min above rho is refused, naming both keys */
     CHECK_OK(meth->validate(meth, &f.setup));
-    f.hp[rmin] = 0.06;
+    fake_set(&f, "rho_min", 0.06);
     fh_error_clear();
     CHECK(meth->validate(meth, &f.setup) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "rho_min") != NULL && strstr(fh_error_message(), "rho =") != NULL);

@@ -9,17 +9,18 @@
 
 #include "fedhet/algo.h"
 #include "fedhet/rng.h"
+#include "test_options.h"
 
 enum { P = 2, S = 3 }; /* trainable parameters, state size (1 buffer) */
 
-static AlgoServerCtx server(const AlgoMethod *m, const double *hp, const float *current, float *vecs, float *priv,
+static AlgoServerCtx server(const AlgoMethod *m, AlgoOptions o, const float *current, float *vecs, float *priv,
                             int K, AlgoSizes *z)
 {
     static AlgoSetup setup;
-    setup = (AlgoSetup){ .hp = hp, .n_clients = K, .n_params = P, .n_state = S, .optimizer = "sgd", .lr = 0.1,
+    setup = (AlgoSetup){ .options = o, .n_clients = K, .n_params = P, .n_state = S, .optimizer = "sgd", .lr = 0.1,
                          .batch_size = 4 };
     algo_sizes(m, &setup, z);
-    return (AlgoServerCtx){ .n_clients = K, .n_params = P, .n_state = S, .hp = hp, .setup = &setup, .sizes = z,
+    return (AlgoServerCtx){ .n_clients = K, .n_params = P, .n_state = S, .options = o, .setup = &setup, .sizes = z,
                             .lr = 0.1, .current = current, .server_vecs = vecs, .server_private = priv };
 }
 
@@ -34,17 +35,21 @@ static void aggregate(const AlgoMethod *m, AlgoServerCtx *s, const AlgoUpload *u
 static void test_fedavgm_variants_by_hand(void)
 {
     const AlgoMethod *m = algo_find("fedavgm");
-    CHECK(m && m->update && algo_hp_index(m, "beta") == 0 && algo_hp_index(m, "eta_s") == 1);
+    CHECK(m && m->update && algo_option_find(m, "beta") && algo_option_find(m, "eta_s"));
     /* two clients, n = 1 and 3: avg = (w1 + 3 w2)/4 */
     float w0[S] = { 1.0f, -2.0f, 5.0f }, a[S] = { 0.0f, -2.0f, 1.0f }, b[S] = { 0.5f, -1.0f, 3.0f };
     AlgoUpload u[2] = { { 0, 1, 4, 0, NULL, a, NULL }, { 1, 3, 4, 0, NULL, b, NULL } };
     const double avg[S] = { 0.375, -1.25, 2.5 }; /* g = w0 - avg = (0.625, -0.75) */
     const double beta = 0.5, eta = 2.0;
     for (int variant = 0; variant < 4; variant++) {
-        double hp[3] = { beta, eta, variant };
+        AlgoOptionBlock ob;
+        const AlgoOptions o = options_default(&ob, m);
+        option_set(&ob, m, "beta", beta);
+        option_set(&ob, m, "eta_s", eta);
+        option_set(&ob, m, "variant", variant);
         float v[S] = { 0.25f, -0.5f, 0 }, out[S];
         AlgoSizes z;
-        AlgoServerCtx s = server(m, hp, w0, NULL, v, 2, &z);
+        AlgoServerCtx s = server(m, o, w0, NULL, v, 2, &z);
         CHECK(z.server_private == 1 && z.server_vectors == 0);
         aggregate(m, &s, u, 2, out);
         for (int j = 0; j < P; j++) {
@@ -63,21 +68,31 @@ static void test_fedavgm_variants_by_hand(void)
     }
     /* flood with v_f = -v: the same model as canonical */
     {
-        double hpc[3] = { beta, eta, 0 }, hpf[3] = { beta, eta, 1 };
+        AlgoOptionBlock bc, bf;
+        const AlgoOptions canonical = options_default(&bc, m), flood = options_default(&bf, m);
+        option_set(&bc, m, "beta", beta);
+        option_set(&bc, m, "eta_s", eta);
+        option_set(&bf, m, "beta", beta);
+        option_set(&bf, m, "eta_s", eta);
+        option_set(&bf, m, "variant", 1); /* flood */
         float vc[S] = { 0.25f, -0.5f, 0 }, vf[S] = { -0.25f, 0.5f, 0 }, oc[S], of[S];
         AlgoSizes z;
-        AlgoServerCtx sc = server(m, hpc, w0, NULL, vc, 2, &z);
+        AlgoServerCtx sc = server(m, canonical, w0, NULL, vc, 2, &z);
         aggregate(m, &sc, u, 2, oc);
-        AlgoServerCtx sf = server(m, hpf, w0, NULL, vf, 2, &z);
+        AlgoServerCtx sf = server(m, flood, w0, NULL, vf, 2, &z);
         aggregate(m, &sf, u, 2, of);
         CHECK(memcmp(oc, of, sizeof oc) == 0);
         CHECK(vc[0] == -vf[0] && vc[1] == -vf[1]);
     }
     /* beta = 0, eta_s = 1: exactly FedAvg, whatever v held */
-    double hp0[3] = { 0, 1, 0 }, ref_p[2];
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    option_set(&ob, m, "beta", 0);
+    option_set(&ob, m, "eta_s", 1);
+    double ref_p[2];
     float v[S] = { 7, -3, 0 }, out[S], ref[S];
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp0, w0, NULL, v, 2, &z);
+    AlgoServerCtx s = server(m, o, w0, NULL, v, 2, &z);
     aggregate(m, &s, u, 2, out);
     CHECK_OK(algo_weights_samples.weights(&s, u, 2, ref_p));
     CHECK_OK(algo_average(&s, u, 2, ref_p, ref));
@@ -88,9 +103,12 @@ static void test_fedprox_term(void)
 {
     const AlgoMethod *m = algo_find("fedprox");
     CHECK(m && m->local_term && m->weights);
-    double hp[2] = { 0.5, 0 };
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    option_set(&ob, m, "mu", 0.5);
     float global[S] = { 1, 2, 9 }, w[S] = { 2, 0, 4 }, grad[S] = { 0.1f, 0.2f, 0.3f };
-    AlgoClientCtx c = { .global = global, .hp = hp, .n_params = P, .n_state = S };
+    const AlgoClientRound c_round = { .global = global, .options = o, .n_params = P, .n_state = S };
+    AlgoClientCtx c = { .round = &c_round };
     double value = m->local_term->grad_term(&c, w, grad);
     CHECK_NEAR(value, 0.25 * (1 + 4), 1e-12); /* (mu/2)||w - w^t||^2 over the parameters only */
     CHECK_NEAR(grad[0], 0.1 + 0.5 * 1, 1e-6);
@@ -99,11 +117,11 @@ static void test_fedprox_term(void)
     /* weights: samples by default, uniform on request */
     float a[S] = { 0 }, b[S] = { 0 };
     AlgoUpload u[2] = { { 0, 1, 1, 0, NULL, a, NULL }, { 1, 3, 1, 0, NULL, b, NULL } };
-    AlgoServerCtx s = { .hp = hp, .n_params = P, .n_state = S };
+    AlgoServerCtx s = { .options = o, .n_params = P, .n_state = S };
     double p[2];
     CHECK_OK(m->weights->weights(&s, u, 2, p));
     CHECK(p[0] == 1 && p[1] == 3);
-    hp[1] = 1;
+    option_set(&ob, m, "weights", 1); /* uniform */
     CHECK_OK(m->weights->weights(&s, u, 2, p));
     CHECK(p[0] == p[1]);
 }
@@ -113,16 +131,18 @@ static void test_scaffold_client_by_hand(void)
 {
     const AlgoMethod *m = algo_find("scaffold");
     CHECK(m && m->report && m->report->end && m->correction);
-    double hp[3] = { 0, 0, 1 };
-    AlgoSetup setup = { .hp = hp, .batch_size = 4, .optimizer = "sgd" };
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m); /* option II */
+    AlgoSetup setup = { .options = o, .batch_size = 4, .optimizer = "sgd" };
     float global[S] = { 1, 2, 7 }, y[S] = { 0.5f, 2.5f, 8 }, cs[S] = { 0.1f, -0.2f, 0 }, ck[S] = { 0.3f, 0.4f, 0 };
     float up[S] = { 9, 9, 9 }, grad[S] = { 1, 1, 1 };
     NnModel model;
     memset(&model, 0, sizeof model);
     model.state = y;
-    AlgoClientCtx c = { .model = &model, .global = global, .server_vecs = cs, .client_vecs = ck, .upload_vecs = up,
-                        .hp = hp, .setup = &setup, .n_params = P, .n_state = S, .step = 4, .n_steps = 4, .lr = 0.1,
-                        .n_samples = 16 };
+    const AlgoClientRound c_round = { .global = global, .server_vecs = cs, .options = o, .setup = &setup,
+                                      .n_params = P, .n_state = S, .lr = 0.1, .n_samples = 16 };
+    AlgoClientCtx c = { .model = &model, .round = &c_round,
+                        .state = { .client_vecs = ck, .upload_vecs = up, .step = 4, .n_steps = 4 } };
     m->correction->correct(&c, grad);
     CHECK_NEAR(grad[0], 1 + 0.1 - 0.3, 1e-6);
     CHECK_NEAR(grad[1], 1 - 0.2 - 0.4, 1e-6);
@@ -141,12 +161,13 @@ static void test_scaffold_client_by_hand(void)
 static void test_scaffold_server_by_hand(void)
 {
     const AlgoMethod *m = algo_find("scaffold");
-    double hp[3] = { 0, 0, 1 };
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m); /* option II, uniform, eta_g = 1 */
     float w0[S] = { 1, 1, 0 }, a[S] = { 0, 2, 4 }, b[S] = { 1, 5, 8 }, c[S] = { 0.5f, 0.5f, 0 };
     float da[S] = { 1, 2, 0 }, db[S] = { 3, -4, 0 }, out[S];
     AlgoUpload u[2] = { { 1, 10, 3, 0, NULL, a, da }, { 4, 30, 3, 0, NULL, b, db } };
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp, w0, c, NULL, 5, &z);
+    AlgoServerCtx s = server(m, o, w0, c, NULL, 5, &z);
     CHECK(z.client_vectors == 1 && z.server_vectors == 1 && z.upload_vectors == 1 && z.work_vectors == 0);
     aggregate(m, &s, u, 2, out);
     CHECK_NEAR(out[0], 0.5, 1e-7);
@@ -155,15 +176,15 @@ static void test_scaffold_server_by_hand(void)
     CHECK_NEAR(c[0], 0.5 + (1 + 3) / 5.0, 1e-7);
     CHECK_NEAR(c[1], 0.5 + (2 - 4) / 5.0, 1e-7);
     /* eta_g = 2 doubles the step; weights = samples: (10 a + 30 b)/40 */
-    hp[1] = 1;
-    hp[2] = 2;
+    option_set(&ob, m, "weights", 1); /* samples */
+    option_set(&ob, m, "eta_g", 2);
     aggregate(m, &s, u, 2, out);
     CHECK_NEAR(out[0], 1 + 2 * (0.75 - 1), 1e-6);
     CHECK_NEAR(out[1], 1 + 2 * (4.25 - 1), 1e-6);
     CHECK_NEAR(out[2], 7.0, 1e-6);
     /* flood: c becomes the plain mean of the uploaded c_k */
-    hp[0] = 1;
-    hp[2] = 1;
+    option_set(&ob, m, "variant", 1); /* flood */
+    option_set(&ob, m, "eta_g", 1);
     algo_sizes(m, s.setup, &z);
     CHECK(z.work_vectors == 1);
     aggregate(m, &s, u, 2, out);
@@ -177,8 +198,9 @@ static void test_scaffold_variate_is_mean_of_clients(void)
 {
     const AlgoMethod *m = algo_find("scaffold");
     enum { K = 4 };
-    double hp[3] = { 0, 0, 1 };
-    AlgoSetup setup = { .hp = hp, .batch_size = 4, .optimizer = "sgd" };
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    AlgoSetup setup = { .options = o, .batch_size = 4, .optimizer = "sgd" };
     float global[S] = { 0.5f, -0.25f, 1 }, next[S], cs[S] = { 0 }, ck[K][S], y[K][S], dc[K][S];
     memset(ck, 0, sizeof ck);
     FhRng rng;
@@ -195,14 +217,16 @@ static void test_scaffold_variate_is_mean_of_clients(void)
             NnModel model;
             memset(&model, 0, sizeof model);
             model.state = y[k];
-            AlgoClientCtx c = { .model = &model, .global = global, .server_vecs = cs, .client_vecs = ck[k],
-                                .upload_vecs = dc[k], .hp = hp, .setup = &setup, .n_params = P, .n_state = S,
-                                .step = 3 + k, .n_steps = 3 + k, .lr = 0.05, .n_samples = 12 };
+            const AlgoClientRound c_round = { .global = global, .server_vecs = cs, .options = o, .setup = &setup,
+                                              .n_params = P, .n_state = S, .lr = 0.05, .n_samples = 12 };
+            AlgoClientCtx c = { .model = &model, .round = &c_round,
+                                .state = { .client_vecs = ck[k], .upload_vecs = dc[k], .step = 3 + k,
+                                           .n_steps = 3 + k } };
             CHECK_OK(m->report->end(&c));
             u[i] = (AlgoUpload){ k, 12, 3 + k, 0, NULL, y[k], dc[k] };
         }
         AlgoSizes z;
-        AlgoServerCtx s = server(m, hp, global, cs, NULL, K, &z);
+        AlgoServerCtx s = server(m, o, global, cs, NULL, K, &z);
         s.round = round;
         aggregate(m, &s, u, n, next);
         memcpy(global, next, sizeof global);
@@ -219,12 +243,15 @@ static void test_feddyn_by_hand(void)
 {
     const AlgoMethod *m = algo_find("feddyn");
     CHECK(m && m->local_term && m->report && m->update);
-    double hp[1] = { 0.5 };
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    option_set(&ob, m, "alpha", 0.5);
     float global[S] = { 1, 2, 3 }, w[S] = { 2, 0, 3 }, H[S] = { 0.5f, -1, 0 }, grad[S] = { 0, 0, 0 };
     NnModel model;
     memset(&model, 0, sizeof model);
     model.state = w;
-    AlgoClientCtx c = { .model = &model, .global = global, .client_vecs = H, .hp = hp, .n_params = P, .n_state = S };
+    const AlgoClientRound c_round = { .global = global, .options = o, .n_params = P, .n_state = S };
+    AlgoClientCtx c = { .model = &model, .round = &c_round, .state = { .client_vecs = H } };
     /* gradient alpha (w - w^t + H), value alpha <H, w> + (alpha/2)||w - w^t||^2 */
     double value = m->local_term->grad_term(&c, w, grad);
     CHECK_NEAR(grad[0], 0.5 * (1 + 0.5), 1e-7);
@@ -239,7 +266,7 @@ static void test_feddyn_by_hand(void)
     float Ssum[S] = { 1, 1, 0 }, a[S] = { 2, 0, 3 }, b[S] = { 0, 4, 5 }, out[S];
     AlgoUpload u[2] = { { 0, 5, 2, 0, NULL, a, NULL }, { 2, 50, 2, 0, NULL, b, NULL } };
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp, global, NULL, Ssum, 4, &z);
+    AlgoServerCtx s = server(m, o, global, NULL, Ssum, 4, &z);
     CHECK(z.client_vectors == 1 && z.server_private == 1);
     aggregate(m, &s, u, 2, out);
     CHECK_NEAR(Ssum[0], 1 + (1 + -1), 1e-7);
@@ -255,7 +282,8 @@ static void test_fednova_by_hand(void)
     CHECK(m && m->report && m->update && m->validate);
     AlgoSetup setup = { .momentum = 0.9, .optimizer = "sgd" };
     double scalar = 0;
-    AlgoClientCtx c = { .setup = &setup, .upload_scalars = &scalar, .step = 5 };
+    const AlgoClientRound c_round = { .setup = &setup };
+    AlgoClientCtx c = { .round = &c_round, .state = { .upload_scalars = &scalar, .step = 5 } };
     CHECK_OK(m->report->end(&c));
     CHECK_NEAR(scalar, (5 - 0.9 * (1 - pow(0.9, 5)) / 0.1) / 0.1, 1e-12); /* 13.1441 */
     CHECK_NEAR(scalar, 13.1441, 1e-9);
@@ -271,7 +299,8 @@ static void test_fednova_by_hand(void)
     double sa = 2, sb = 6;
     AlgoUpload u[2] = { { 0, 10, 2, 0, &sa, a, NULL }, { 1, 30, 6, 0, &sb, b, NULL } };
     AlgoSizes z;
-    AlgoServerCtx s = server(m, NULL, w0, NULL, NULL, 2, &z);
+    AlgoOptionBlock ob;
+    AlgoServerCtx s = server(m, options_default(&ob, m), w0, NULL, NULL, 2, &z);
     CHECK(z.upload_scalars == 1);
     aggregate(m, &s, u, 2, out);
     const double tau = 0.25 * 2 + 0.75 * 6;
@@ -294,9 +323,12 @@ static void test_fedcm_by_hand(void)
 {
     const AlgoMethod *m = algo_find("fedcm");
     CHECK(m && m->correction && m->update);
-    double hp[2] = { 0.25, 1 };
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    option_set(&ob, m, "alpha", 0.25);
     float D[S] = { 4, -8, 0 }, grad[S] = { 1, 2, 3 };
-    AlgoClientCtx c = { .server_vecs = D, .hp = hp, .n_params = P, .n_state = S };
+    const AlgoClientRound c_round = { .server_vecs = D, .options = o, .n_params = P, .n_state = S };
+    AlgoClientCtx c = { .round = &c_round };
     m->correction->correct(&c, grad);
     CHECK_NEAR(grad[0], 0.25 * 1 + 0.75 * 4, 1e-7);
     CHECK_NEAR(grad[1], 0.25 * 2 + 0.75 * -8, 1e-7);
@@ -305,7 +337,7 @@ static void test_fedcm_by_hand(void)
     float w0[S] = { 1, 1, 0 }, a[S] = { 0, 2, 4 }, b[S] = { 1, 5, 8 }, out[S];
     AlgoUpload u[2] = { { 0, 1, 2, 0, NULL, a, NULL }, { 1, 9, 6, 0, NULL, b, NULL } };
     AlgoSizes z;
-    AlgoServerCtx s = server(m, hp, w0, D, NULL, 3, &z);
+    AlgoServerCtx s = server(m, o, w0, D, NULL, 3, &z);
     CHECK(z.server_vectors == 1);
     aggregate(m, &s, u, 2, out);
     CHECK_NEAR(out[0], 0.5, 1e-7);

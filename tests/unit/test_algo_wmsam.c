@@ -21,8 +21,6 @@ static void two_layer_model(NnModel *m)
     nn_model_init_params(m, 3);
 }
 
-enum { WM_RHO, WM_WEIGHTS, WM_ALPHA0, WM_ALPHA_LAMBDA, WM_K_NORM, WM_COMPAT, WM_ETA_G };
-
 /* ---- FedWMSAM: the server round (spec 9) --------------------------------------------------------------- */
 
 /* N = 3 clients, 2 selected; K_bar = E n_0/B = 8/4 = 2, eta_r = 0.5, gamma = 0.998.
@@ -39,14 +37,15 @@ static void test_wmsam_server_round(void)
     two_params(&m, w, gbuf);
     Fake f;
     fake_init(&f, "fedwmsam", &m);
-    const AlgoMethod *meth = f.c.method;
+    const AlgoMethod *meth = f.round.method;
     CHECK(f.z.client_vectors == 1 && f.z.server_vectors == 2 && f.z.server_scalars == 2 && f.z.work_vectors == 4);
     CHECK(f.z.metric_scalar == 2 && f.z.upload_perturb_norm == 1 && f.z.upload_grad_norm == 2);
-    f.hp[WM_ETA_G] = 2.0;
+    fake_set(&f, "eta_g", 2.0);
     int64_t sizes[3] = { 8, 20, 12 };
     float sv[4] = { 0 }, next[2];
     const float cur[2] = { 1.0f, 1.0f };
-    AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .hp = f.hp, .setup = &f.setup, .sizes = &f.z,
+    AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .options = f.round.options, .setup = &f.setup,
+                        .sizes = &f.z,
                         .lr = 0.5, .current = cur, .server_vecs = sv, .server_scalars = f.server_scalars,
                         .client_sizes = sizes };
     CHECK_OK(meth->server_init(&s, next));
@@ -71,11 +70,11 @@ static void test_wmsam_server_round(void)
     CHECK(f.server_scalars[0] == 2.0); /* K_bar untouched */
 
     /* k_norm = actual: mom with the round's mean steps (3 + 5)/2 = 4 (c_k with each client's own, FedGAMMA's) */
-    f.hp[WM_K_NORM] = 1;
+    fake_set(&f, "k_norm", 1);
     sv[2] = 1.0f, sv[3] = 0.0f;
     CHECK_OK(meth->update->update(&s, u, 2, p, next));
     CHECK_NEAR(sv[2], 0.5 / (4 * 0.5) * 0.998, 1e-7);
-    f.hp[WM_K_NORM] = 0;
+    fake_set(&f, "k_norm", 0);
 
     /* mom_r = 0 (round 0): every s_k = 0, clipped to 0.1; alpha_0 = 0.1 stays 0.1 */
     f.server_scalars[1] = 0.1;
@@ -90,7 +89,7 @@ static void test_wmsam_server_round(void)
     CHECK_OK(meth->update->update(&s, along, 2, p, next));
     CHECK_NEAR(f.server_scalars[1], 0.99 * 0.5 + 0.01 * 0.9, 1e-15);
     /* alpha_lambda = 0 freezes alpha, exactly */
-    f.hp[WM_ALPHA_LAMBDA] = 0.0;
+    fake_set(&f, "alpha_lambda", 0.0);
     f.server_scalars[1] = 1.0;
     CHECK_OK(meth->update->update(&s, u, 2, p, next));
     CHECK(f.server_scalars[1] == 1.0);
@@ -108,7 +107,7 @@ static void test_wmsam_personalised_momentum(void)
     two_params(&m, w, gbuf);
     Fake f;
     fake_init(&f, "fedwmsam", &m);
-    const AlgoMethod *meth = f.c.method;
+    const AlgoMethod *meth = f.round.method;
     f.global[0] = 0.3f, f.global[1] = 0.4f;
     f.server_scalars[1] = 0.2;
     f.server_vecs[0] = 1.0f, f.server_vecs[1] = 2.0f;  /* c */
@@ -133,8 +132,8 @@ static void test_wmsam_personalised_momentum(void)
     /* the end of the round: c_k <- c_k - c - Delta_k/(K_bar eta) */
     f.server_scalars[0] = 4.0;
     w[0] = 0.1f, w[1] = 0.8f;
-    f.c.step = 3;
-    f.c.lr = 0.5;
+    f.c.state.step = 3;
+    f.round.lr = 0.5;
     CHECK_OK(meth->report->end(&f.c));
     CHECK_NEAR(f.client_vecs[0], 0.0 - 1.0 - (0.1 - 0.3) / 2.0, 1e-6);
     CHECK_NEAR(f.client_vecs[1], 1.0 - 2.0 - (0.8 - 0.4) / 2.0, 1e-6);
@@ -161,7 +160,7 @@ static int quad_grad(void *env, double *loss)
         *loss += 0.5 * (double)m->grad[j] * m->grad[j];
     }
     q->calls++;
-    CHECK(q->c->grad_pure == 1);
+    CHECK(q->c->state.grad_pure == 1);
     return FH_OK;
 }
 
@@ -173,9 +172,9 @@ static void test_wmsam_step(void)
     for (int compat = 0; compat < 2; compat++) {
         Fake f;
         fake_init(&f, "fedwmsam", &m);
-        f.hp[WM_COMPAT] = compat;
-        f.hp[WM_RHO] = 0.05;
-        const AlgoMethod *meth = f.c.method;
+        fake_set(&f, "compat", compat);
+        fake_set(&f, "rho", 0.05);
+        const AlgoMethod *meth = f.round.method;
         Quad q = { .c = &f.c };
         float x0[14], momk[14];
         for (int j = 0; j < 14; j++) {
@@ -188,7 +187,7 @@ static void test_wmsam_step(void)
         memcpy(momk, f.work, sizeof momk);
         /* b = 0: x_0 = target_0, no perturbation */
         double loss;
-        f.c.step = 0;
+        f.c.state.step = 0;
         CHECK_OK(meth->step->step(&f.c, quad_grad, &q, &loss));
         CHECK(memcmp(q.seen, x0, sizeof x0) == 0);
         CHECK(f.up[0] == 0.0);
@@ -201,7 +200,7 @@ static void test_wmsam_step(void)
         }
         memcpy(x1, m.state, sizeof x1);
         /* b = 1: delta = x_r + mom_k - x_1 */
-        f.c.step = 1;
+        f.c.state.step = 1;
         CHECK_OK(meth->step->step(&f.c, quad_grad, &q, &loss));
         double delta[14], n = 0.0, l1 = 0.0;
         for (int j = 0; j < 14; j++) {
@@ -234,8 +233,6 @@ static void test_wmsam_step(void)
 
 /* ---- A-FedSAM (spec 15, reconstructed) ----------------------------------------------------------------- */
 
-enum { AF_MU_MAX = 5, AF_LAMBDA, AF_TEMPERATURE, AF_TEACHER };
-
 /* mu_t = (1 - lambda) mu_{t-1} + lambda mu_max from mu_0 = 0, i.e. mu_max (1 - (1 - lambda)^t); the ema teacher
  * tbar <- (1 - lambda) tbar + lambda w^{t+1} from w^0 */
 static void test_afedsam_schedule(void)
@@ -245,16 +242,19 @@ static void test_afedsam_schedule(void)
     two_params(&m, w, gbuf);
     Fake f;
     fake_init(&f, "afedsam", &m);
-    const AlgoMethod *meth = f.c.method;
+    const AlgoMethod *meth = f.round.method;
     CHECK(f.z.aux_models == 1 && f.z.server_scalars == 1 && f.z.server_vectors == 0 && f.z.metric_scalar == 1);
     CHECK(f.z.work_vectors == 1 && f.z.upload_perturb_norm == 1);
-    f.hp[AF_MU_MAX] = 2.0, f.hp[AF_LAMBDA] = 0.1, f.hp[AF_TEACHER] = 1;
+    fake_set(&f, "mu_max", 2.0);
+    fake_set(&f, "lambda", 0.1);
+    fake_set(&f, "teacher", 1); /* ema */
     algo_sizes(meth, &f.setup, &f.z);
     CHECK(f.z.server_vectors == 1);
     int64_t sizes[2] = { 8, 8 };
     float tbar[2], next[2] = { 1.0f, -1.0f };
     const float cur[2] = { 1.0f, -1.0f }, y[2] = { 3.0f, 1.0f };
-    AlgoServerCtx s = { .n_clients = 2, .n_params = 2, .n_state = 2, .hp = f.hp, .setup = &f.setup, .sizes = &f.z,
+    AlgoServerCtx s = { .n_clients = 2, .n_params = 2, .n_state = 2, .options = f.round.options, .setup = &f.setup,
+                        .sizes = &f.z,
                         .lr = 0.1, .current = cur, .server_vecs = tbar, .server_scalars = f.server_scalars,
                         .client_sizes = sizes };
     f.server_scalars[0] = 7.0;
@@ -284,8 +284,8 @@ static void test_afedsam_distillation(void)
     two_layer_model(&ref);
     Fake f;
     fake_init(&f, "afedsam", &student);
-    const AlgoMethod *meth = f.c.method;
-    f.c.aux[0] = &teacher;
+    const AlgoMethod *meth = f.round.method;
+    f.c.state.aux[0] = &teacher;
     for (int j = 0; j < 14; j++) f.global[j] = ref.state[j] = (float)(0.05 * j - 0.3);
     float x[4 * 3];
     for (int i = 0; i < 12; i++) x[i] = (float)(0.1 * i - 0.4);

@@ -10,31 +10,7 @@
 
 #include "../../src/fl/fl_internal.h"
 #include "fedhet/rng.h"
-
-static const char *write_partition(int clients, int64_t n)
-{
-    DataImageSet train = { n, 1, 6, 6, 3, malloc((size_t)n * 36), malloc((size_t)n * sizeof(int32_t)) };
-    DataImageSet test = { 0 };
-    FhRng rng;
-    fh_rng_init(&rng, 3, FH_RNG_TEST, 0, 0, 0);
-    for (int64_t i = 0; i < n; i++) {
-        train.labels[i] = (int32_t)(i % 3);
-        for (int j = 0; j < 36; j++)
-            train.images[i * 36 + j] = (uint8_t)(fh_rng_below(&rng, 100) + (j / 12 == train.labels[i] ? 150 : 0));
-    }
-    DataPartFileSpec spec;
-    memset(&spec, 0, sizeof spec);
-    spec.partition = (DataPartitionSpec){ "iid", NULL, clients, 1.0, 1, 1, 0, 100, 5 };
-    spec.deflate = 1;
-    DataPartition part;
-    const char *path = tmp_path(clients == 1 ? "one.h5" : "many.h5");
-    tmp_record(path);
-    CHECK_OK(data_partition(&part, train.labels, n, 3, &spec.partition));
-    CHECK_OK(data_partfile_write(path, &train, &test, &part, &spec));
-    data_partition_free(&part);
-    data_imageset_free(&train);
-    return path;
-}
+#include "tiny_partition.h"
 
 static void settings(FlSettings *s, const char *method)
 {
@@ -55,7 +31,7 @@ static void settings(FlSettings *s, const char *method)
 
 static void test_one_client_fedavg_equals_centralised(void)
 {
-    const char *path = write_partition(1, 100);
+    const char *path = tiny_partition("one.h5", 1, 100);
     DataPartFile f;
     CHECK_OK(data_partfile_open(&f, path));
     FlSettings s;

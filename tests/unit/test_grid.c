@@ -189,9 +189,9 @@ static void test_key_resolution(void)
     fh_error_clear();
     /* a key of some method is a config key */
     for (int i = 0; i < algo_count(); i++)
-        if (algo_at(i)->n_hp > 0) {
+        if (algo_option_count(algo_at(i)) > 0) {
             char given[128];
-            snprintf(given, sizeof given, "algo.%s", algo_at(i)->hp[0].key);
+            snprintf(given, sizeof given, "algo.%s", algo_option_at(algo_at(i), 0)->key);
             CHECK_OK(grid_resolve_key(given, "", key, sizeof key));
             CHECK(!strcmp(key, given));
             break;

@@ -1,0 +1,235 @@
+/* Every row of the method registry (include/fedhet/algo.h): unique method names; each row's option parts
+ * declared well (unique keys over its parts, help, defaults inside their ranges, valid default choices, every
+ * field inside its part's struct, the block within ALGO_OPTIONS_BYTES, tunes of keys the row has); every key in
+ * `fedhet methods NAME` with its default; and every row (and FLOOD as a plug-in) validated, sized, trained for
+ * two local steps on two clients and aggregated for two rounds on a tiny model through the runtime's client
+ * loop, so that a hook reading a part its row does not list aborts here.
+ * usage: build/tests/test_algo_registry [test_name] (from the repository root: the listing runs bin/fedhet) */
+#include "test.h"
+#include "test_bin.h"
+#include "test_tmp.h"
+
+#include <hdf5.h>
+#include <math.h>
+
+#include "../../src/fl/fl_internal.h"
+#include "tiny_partition.h"
+
+static void test_names_unique(void)
+{
+    CHECK(algo_count() > 1 && algo_find("fedavg") == algo_at(0));
+    for (int i = 0; i < algo_count(); i++) {
+        const AlgoMethod *m = algo_at(i);
+        CHECK_MSG(m->name && *m->name && m->summary && m->source, "row %d", i);
+        CHECK_MSG(algo_find(m->name) == m, "%s: the name is taken by an earlier row", m->name);
+    }
+}
+
+/* the bytes a key's field occupies in its part's struct */
+static size_t field_size(const AlgoOption *o) { return o->type == ALGO_OPTION_CHOICE ? sizeof(int) : sizeof(double); }
+
+static void check_default(const AlgoMethod *m, const AlgoOption *o, double d)
+{
+    int len;
+    if (o->type == ALGO_OPTION_CHOICE) {
+        CHECK_MSG(d == floor(d) && algo_option_choice(o, (int)d, &len), "%s.%s: default %g is not a choice of %s",
+                  m->name, o->key, d, o->choices);
+        return;
+    }
+    const int above = o->lo_open ? d > o->lo : d >= o->lo, below = o->hi_open ? d < o->hi : d <= o->hi;
+    CHECK_MSG(above && below, "%s.%s: default %g is outside %c%g, %g%c", m->name, o->key, d, o->lo_open ? '(' : '[',
+              o->lo, o->hi, o->hi_open ? ')' : ']');
+}
+
+static void test_option_parts_declared(void)
+{
+    for (int i = 0; i < algo_count(); i++) {
+        const AlgoMethod *m = algo_at(i);
+        CHECK_MSG(algo_options_size(m) <= ALGO_OPTIONS_BYTES, "%s: options of %zu bytes", m->name,
+                  algo_options_size(m));
+        for (int p = 0; p < ALGO_MAX_PARTS && m->parts[p]; p++) {
+            const AlgoOptionPart *part = m->parts[p];
+            CHECK_MSG(part->name && part->n > 0 && part->size > 0, "%s: part %d", m->name, p);
+            for (int q = 0; q < p; q++) CHECK_MSG(m->parts[q] != part, "%s lists part %s twice", m->name, part->name);
+            for (int k = 0; k < part->n; k++) {
+                const AlgoOption *o = &part->keys[k];
+                CHECK_MSG(o->offset + field_size(o) <= part->size, "%s.%s: field outside part %s", m->name, o->key,
+                          part->name);
+                CHECK_MSG((o->type == ALGO_OPTION_CHOICE) == (o->choices != NULL), "%s.%s: a choice needs its choices",
+                          m->name, o->key);
+            }
+        }
+        for (int k = 0; k < algo_option_count(m); k++) {
+            const AlgoOption *o = algo_option_at(m, k);
+            CHECK_MSG(o && o->key && *o->key, "%s: key %d", m->name, k);
+            if (!o) continue;
+            CHECK_MSG(algo_option_find(m, o->key) == o, "%s: key %s twice", m->name, o->key);
+            const char *help = algo_option_help(m, o);
+            CHECK_MSG(help && strlen(help) > 10, "%s.%s: no help", m->name, o->key);
+            check_default(m, o, algo_option_default(m, o));
+        }
+        for (int t = 0; t < ALGO_MAX_TUNES && m->tunes[t].key; t++)
+            CHECK_MSG(algo_option_find(m, m->tunes[t].key), "%s: a tune of %s, not one of its keys", m->name,
+                      m->tunes[t].key);
+        /* the defaults land in the block: every key reads back its default */
+        AlgoOptionBlock b;
+        algo_options_reset(&b, m);
+        for (int k = 0; k < algo_option_count(m); k++) {
+            const AlgoOption *o = algo_option_at(m, k);
+            CHECK_MSG(algo_option_value(algo_options_view(m, &b), o) == algo_option_default(m, o), "%s.%s", m->name,
+                      o->key);
+        }
+    }
+    AlgoOptionBlock b;
+    algo_options_reset(&b, algo_find("fedavg"));
+    CHECK(algo_option_set(&b, algo_find("fedavg"), "rho", 1.0) == FH_ERR_USAGE); /* not a key of fedavg */
+    fh_error_clear();
+}
+
+/* `fedhet methods NAME` lists every key of the row with its default */
+static void test_methods_listing(void)
+{
+    for (int i = 0; i < algo_count(); i++) {
+        const AlgoMethod *m = algo_at(i);
+        RunResult *r = run_fedhet("methods %s", m->name);
+        CHECK_MSG(r->code == 0, "%s: %s", r->cmd, r->out);
+        if (!algo_option_count(m)) CHECK_MSG(strstr(r->out, "no keys") != NULL, "%s", m->name);
+        for (int k = 0; k < algo_option_count(m); k++) {
+            const AlgoOption *o = algo_option_at(m, k);
+            char want[160];
+            int len = 0;
+            const char *choice = algo_option_choice(o, (int)algo_option_default(m, o), &len);
+            if (o->type == ALGO_OPTION_CHOICE)
+                snprintf(want, sizeof want, "  %-16s default %.*s, one of", o->key, len, choice);
+            else
+                snprintf(want, sizeof want, "  %-16s default %g, range", o->key, algo_option_default(m, o));
+            CHECK_MSG(strstr(r->out, want) != NULL, "methods %s: no line '%s'", m->name, want);
+        }
+    }
+}
+
+/* ---- every row through the runtime's client loop and the server hooks ------------------------------------- */
+
+enum { K = 2, ROUNDS = 2 };
+
+static const char *tiny_config(const char *data)
+{
+    const char *path = tmp_path("registry.ini");
+    tmp_record(path);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return path;
+    fprintf(f,
+            "[data]\npath = %s\n[model]\nname = mlp\n[train]\noptimizer = sgd\nlr = 0.05\nbatch_size = 8\nsteps = 2\n"
+            "[fl]\nrounds = %d\nselection = all\nseed = 3\n[output]\ndir = %s\n",
+            data, ROUNDS, tmp_root);
+    fclose(f);
+    return path;
+}
+
+/* FLOOD on top: its weights replace the host's and read its own scalars, after the host's (as src/fl/run.c) */
+static int round_weights(const FlSettings *s, const AlgoServerCtx *sc, int host_scalars, AlgoUpload *u, double *p)
+{
+    if (!s->plugin || !s->plugin->weights) {
+        const AlgoServerWeights *w = s->method->weights ? s->method->weights : &algo_weights_samples;
+        return w->weights(sc, u, K, p);
+    }
+    AlgoServerCtx pc = *sc;
+    pc.options = fl_plugin_options(s);
+    for (int i = 0; i < K; i++) u[i].scalars += host_scalars;
+    const int status = s->plugin->weights->weights(&pc, u, K, p);
+    for (int i = 0; i < K; i++) u[i].scalars -= host_scalars;
+    return status;
+}
+
+/* method `name` (with plug-in `plugin` or NULL) at its defaults: two clients, two rounds */
+static void run_row(const char *config, const char *name, const char *plugin)
+{
+    char method[160], with[160];
+    snprintf(method, sizeof method, "algo.method=%s", name);
+    snprintf(with, sizeof with, "algo.plugin=%s", plugin ? plugin : "none");
+    char *overrides[2] = { method, with };
+    FhConfig *cfg = NULL;
+    CHECK_OK(fl_config_load(&cfg, config, overrides, 2));
+    if (!cfg) return;
+    FlSettings s;
+    CHECK_OK(fl_settings_from_config(&s, cfg, config));
+    DataPartFile f;
+    CHECK_OK(data_partfile_open(&f, s.data_path));
+    const int owned[K] = { 0, 1 };
+    FlClientWork w;
+    const int status = fl_client_init(&w, &s, &f, owned, K); /* validates and sizes */
+    CHECK_MSG(status == FH_OK, "%s: %s", name, fh_error_message());
+    if (status != FH_OK) {
+        fh_error_clear();
+        data_partfile_close(&f);
+        fh_config_free(&cfg);
+        return;
+    }
+    const AlgoSizes *z = &w.z;
+    const int64_t N = w.model.n_state;
+    FlRecordLayout l;
+    fl_record_layout(&l, z, N);
+    char *rec = calloc(K, l.bytes);
+    float *global = calloc((size_t)(1 + z->server_vectors) * N, sizeof(float)), *next = calloc((size_t)N,
+                                                                                               sizeof(float));
+    float *priv = calloc((size_t)(z->server_private + 1) * N, sizeof(float));
+    double *scalars = calloc((size_t)(z->server_scalars + 1), sizeof(double)), p[K];
+    int64_t client_sizes[K];
+    for (int k = 0; k < K; k++) client_sizes[k] = data_loader_client_rows(&w.loader, k);
+    nn_model_init_params(&w.model, (uint64_t)s.seed);
+    memcpy(global, w.model.state, (size_t)N * sizeof(float));
+    const int32_t selected[K] = { 0, 1 };
+    AlgoServerCtx sc = { .rounds = ROUNDS, .n_clients = K, .n_selected = K, .selected = selected,
+                         .n_params = w.model.n_params, .n_state = N, .options = fl_method_options(&s),
+                         .setup = &w.setup, .sizes = z, .lr = s.lr, .current = global, .server_vecs = global + N,
+                         .server_private = priv, .server_scalars = scalars, .client_sizes = client_sizes,
+                         .label_counts = f.label_counts, .classes = f.classes, .views = w.model.views,
+                         .n_views = w.model.n_views };
+    if (s.method->server_init) CHECK_OK(s.method->server_init(&sc, global));
+    for (int round = 0; round < ROUNDS; round++) {
+        AlgoUpload u[K];
+        for (int k = 0; k < K; k++) {
+            char *r = rec + (size_t)k * l.bytes;
+            CHECK_OK(fl_client_train(&w, &l, global, global + N, scalars, k, k, round, s.lr, r));
+            FlRecordHeader *h = fl_record_header(r);
+            CHECK_MSG(h->n_steps > 0 && !h->nonfinite, "%s round %d client %d", name, round, k);
+            u[k] = (AlgoUpload){ k, h->n_samples, h->n_steps, h->train_loss, fl_record_scalars(r),
+                                 fl_record_state(r, &l), fl_record_state(r, &l) + N };
+        }
+        sc.round = round;
+        CHECK_OK(round_weights(&s, &sc, w.host_upload_scalars, u, p));
+        if (s.method->update) CHECK_OK(s.method->update->update(&sc, u, K, p, next));
+        else CHECK_OK(algo_average(&sc, u, K, p, next));
+        int finite = 1;
+        for (int64_t j = 0; j < N; j++) finite &= isfinite(next[j]) != 0;
+        CHECK_MSG(finite, "%s round %d: the aggregate is not finite", name, round);
+        memcpy(global, next, (size_t)N * sizeof(float));
+    }
+    free(rec), free(global), free(next), free(priv), free(scalars);
+    fl_client_free(&w);
+    data_partfile_close(&f);
+    fh_config_free(&cfg);
+}
+
+static void test_every_row_trains(void)
+{
+    const char *config = tiny_config(tiny_partition("registry.h5", K, 48));
+    for (int i = 0; i < algo_count(); i++) run_row(config, algo_at(i)->name, NULL);
+    run_row(config, "fedsam", "flood");
+    run_row(config, "fedprox", "flood");
+}
+
+int main(int argc, char **argv)
+{
+    TEST_MAIN_BEGIN(argc, argv);
+    if (test_bin_locate(argv[0]) != 0) return 1;
+    if (tmp_init("registry") != 0) return 1;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    RUN(test_names_unique);
+    RUN(test_option_parts_declared);
+    RUN(test_methods_listing);
+    RUN(test_every_row_trains);
+    tmp_cleanup();
+    return test_summary();
+}
