@@ -2,7 +2,7 @@
  *
  * Every fallible function returns an int status (FH_OK on success). A failure records a message with
  * FH_FAIL; callers pass it up with FH_CHECK, which adds their file:line to the chain. Only src/app turns
- * a status into an exit code: the status values ARE the exit codes of DESIGN.md. */
+ * a status into an exit code: the status values ARE the exit codes of the README (The executable). */
 #ifndef FEDHET_CORE_H
 #define FEDHET_CORE_H
 

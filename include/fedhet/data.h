@@ -109,7 +109,7 @@ void data_corrupt_image(uint8_t *image, int c, int h, int w, const DataCorruptio
 int data_source_read(DataImageSet *train, DataImageSet *test, const char *src, const char *format, int idx_classes,
                      const char **format_used);
 
-/* ---- partitioned dataset files (DESIGN.md "Files on disk") ------------------------------------------ */
+/* ---- partitioned dataset files (README, Data) ------------------------------------------ */
 
 /* Format marker and version in the root attributes `format` and `format_version`; checked on open. */
 #define DATA_PARTFILE_FORMAT "fedhet-partition"

@@ -1,4 +1,4 @@
-/* fedhet partition SRC DST.h5 [key=value ...]: a raw data set -> a partitioned HDF5 file (DESIGN.md). */
+/* fedhet partition SRC DST.h5 [key=value ...]: a raw data set -> a partitioned HDF5 file (README, Data). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* fedhet: the one executable. Dispatches subcommands; turns statuses into exit codes (DESIGN.md). */
+/* fedhet: the one executable. Dispatches subcommands; turns statuses into exit codes (README, The executable). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
