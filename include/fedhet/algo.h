@@ -1,4 +1,4 @@
-/* fedhet algorithms as components (DESIGN.md "Algorithms as components").
+/* fedhet algorithms as components (README, Architecture; docs/adding-a-method.md).
  *
  * A method is one registry row (src/algo/registry.c) that picks parts; every part is a small const table
  * of function pointers where NULL means the default behaviour. The round loop and the local training

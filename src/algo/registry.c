@@ -1,4 +1,4 @@
-/* Every named method: the rows of all families (DESIGN.md "Algorithms as components"). */
+/* Every named method: the rows of all families (README, Architecture; docs/adding-a-method.md). */
 #include "algo_internal.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* One experiment: setup, the round loop of DESIGN.md, outputs. The loop exists once; methods act only
+/* One experiment: setup, the round loop (README, Architecture), outputs. The loop exists once; methods act only
  * through their hooks (src/algo). */
 #include "fl_internal.h"
 

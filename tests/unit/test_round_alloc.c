@@ -1,5 +1,5 @@
-/* Rounds after the first allocate nothing (DESIGN.md; STYLE.md "Allocate at setup; the round loop allocates
- * nothing"): whole runs of a few rounds, in this process on one rank, with every allocation of ours counted.
+/* Rounds after the first allocate nothing (README, Architecture: memory is sized at setup; the round loop allocates
+ * nothing): whole runs of a few rounds, in this process on one rank, with every allocation of ours counted.
  *
  * What is counted: the Makefile links this test with --wrap for malloc, calloc, realloc, aligned_alloc,
  * posix_memalign, strdup and strndup, so every such call from libfedhet.a (core, nn, data, algo, fl) and from
