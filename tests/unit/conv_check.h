@@ -1,5 +1,5 @@
-/* For the programs that test a conv backend against the naive references nn_conv2d_*_ref (test_layers_conv:
- * OpenBLAS): the table of conv configurations and the comparison.
+/* Shared by the programs that test a conv backend against the naive references nn_conv2d_*_ref
+ * (test_layers_conv: OpenBLAS; test_onednn: oneDNN): the table of conv configurations and the comparison.
  * A backend comes as a ConvKernel; conv_check_specs runs it over every configuration of conv_specs, each set
  * up for its batch, run at that batch and then at one sample (a partial batch after a full one), with and
  * without bias, with no activation, ReLU and ReLU6. Include after layer_check.h.

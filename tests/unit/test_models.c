@@ -21,7 +21,7 @@
  * Sanitizer build (fast tests by name; the Fashion-MNIST epoch is slow under ASan):
  *   mpicc -std=c11 -D_POSIX_C_SOURCE=200809L -O1 -g -fsanitize=address,undefined -fopenmp-simd -Iinclude -Itests/unit \
  *     -I/usr/include/x86_64-linux-gnu/openblas-pthread tests/unit/test_models.c src/core/[a-z]*.c \
- *     src/nn/[a-z]*.c src/data/[a-z]*.c -lopenblas -lz -lm -o /tmp/tm_asan && /tmp/tm_asan test_bad_input */
+ *     src/nn/[a-z]*.c src/data/[a-z]*.c -lopenblas -ldnnl -lgomp -lz -lm -o /tmp/tm_asan && /tmp/tm_asan test_bad_input */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
