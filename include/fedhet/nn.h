@@ -6,8 +6,8 @@
  * vector of the same layout (`model->grad`; its buffer part stays zero).
  *
  * Activations are NCHW float32, per-sample shape C x H x W, allocated for `max_batch` samples when the
- * model is finalised; a forward/backward step allocates nothing (under the onednn backend, once warm: the
- * first forward at another batch size creates that size's primitives, src/nn/onednn.c). Backward accumulates into model->grad:
+ * model is finalised; a forward/backward step allocates nothing (under the onednn backend no buffer once warm:
+ * the first forward at another batch size creates that size's primitives, src/nn/onednn.c). Backward accumulates into model->grad:
  * zeroing is explicit (nn_model_zero_grad). No MPI, no HDF5, no config in here: floats and shapes only. */
 #ifndef FEDHET_NN_H
 #define FEDHET_NN_H

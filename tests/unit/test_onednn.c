@@ -8,6 +8,8 @@
  *  - every zoo model: the losses of 10 SGD steps (full and partial batches) agree with the blas backend's
  *    (ZOO_SPREAD, ZOO_LOSS_RTOL below), and the state layout is the same under both;
  *  - bits: two runs of a model with the same backend and thread count (1 and 2) are identical;
+ *  - a warm training step, at the full and at a partial batch, allocates no buffer (malloc and friends are
+ *    counted here; not in a sanitizer build, whose allocator they would replace);
  *  - a CPU without AVX-512: the reference comparison again in a child process that oneDNN limits to AVX2
  *    (DNNL_MAX_CPU_ISA), as it would run there;
  *  - inspect's implementation names, and a bad backend name.
@@ -257,6 +259,94 @@ static void test_onednn_bit_identical(void)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_bit_identical(&cases[i], t);
 }
 
+/* ============================== allocations of a warm step ============================== */
+
+#if !defined(__SANITIZE_ADDRESS__) /* ASan replaces the allocator itself */
+/* Every allocation goes through these (glibc's own functions underneath), counted while g_counting is set. */
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t count, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+extern void *__libc_memalign(size_t align, size_t n);
+static int g_counting;
+static long g_allocs, g_buffers; /* all allocations; those of BUFFER_BYTES and more */
+#define BUFFER_BYTES 1024
+static void count_alloc(size_t n)
+{
+    if (!g_counting) return;
+    g_allocs++;
+    g_buffers += n >= BUFFER_BYTES;
+}
+void *malloc(size_t n)
+{
+    count_alloc(n);
+    return __libc_malloc(n);
+}
+void *calloc(size_t count, size_t size)
+{
+    count_alloc(count * size);
+    return __libc_calloc(count, size);
+}
+void *realloc(void *p, size_t n)
+{
+    count_alloc(n);
+    return __libc_realloc(p, n);
+}
+void *aligned_alloc(size_t align, size_t n)
+{
+    count_alloc(n);
+    return __libc_memalign(align, n);
+}
+void *memalign(size_t align, size_t n)
+{
+    count_alloc(n);
+    return __libc_memalign(align, n);
+}
+int posix_memalign(void **p, size_t align, size_t n)
+{
+    count_alloc(n);
+    *p = __libc_memalign(align, n);
+    return *p ? 0 : 12 /* ENOMEM */;
+}
+
+/* After a warm-up at the full and a partial batch, training steps at both allocate no buffer. oneDNN's
+ * dnnl_primitive_execute does build its small argument map on the heap (under BUFFER_BYTES each, freed
+ * within the call): counted and printed, not refused. */
+static void test_warm_step_allocates_no_buffer(void)
+{
+    enum { B = 6 };
+    const NnShape in = {3, 16, 16};
+    NnModel m;
+    NnZooOptions opt = {.backend = "onednn"};
+    CHECK_OK(nn_zoo_build(&m, "mobilenetv2", in, 10, B, &opt));
+    if (m.status != FH_OK) return;
+    nn_model_init_params(&m, 1);
+    FhRng rng = rng_for("warm step", 0);
+    float *x = falloc((int64_t)B * in.c * in.h * in.w), *dl = falloc(B * 10);
+    fill_normal(&rng, x, (int64_t)B * in.c * in.h * in.w, 1.0);
+    int32_t y[B] = {0};
+    long allocs = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (int batch = B; batch >= B - 2; batch -= 2) {
+            g_counting = pass == 2; /* passes 0 and 1 warm up */
+            g_allocs = g_buffers = 0;
+            nn_model_zero_grad(&m);
+            CHECK_OK(nn_model_forward(&m, x, batch));
+            memset(dl, 0, sizeof(float) * B * 10);
+            nn_softmax_xent(dl, NULL, nn_model_logits(&m), y, NULL, NULL, batch, 10);
+            nn_model_backward(&m, dl, NULL);
+            g_counting = 0;
+            CHECK_MSG(pass < 2 || g_buffers == 0, "a warm step at batch %d allocated %ld buffers", batch, g_buffers);
+            allocs = pass == 2 && g_allocs > allocs ? g_allocs : allocs;
+        }
+    int convs = 0;
+    for (int i = 0; i < m.n_layers; i++) convs += m.layers[i].type == NN_OP_CONV2D;
+    printf("[%ld small allocations a step, %d conv layers] ", allocs, convs);
+    free(x);
+    free(dl);
+    nn_model_free(&m);
+}
+#endif
+
 /* ============================== bad input ============================== */
 
 static void test_bad_backend(void)
@@ -285,6 +375,9 @@ int main(int argc, char **argv)
     RUN(test_zoo_losses_agree);
     RUN(test_zoo_layout_same);
     RUN(test_onednn_bit_identical);
+#if !defined(__SANITIZE_ADDRESS__)
+    RUN(test_warm_step_allocates_no_buffer);
+#endif
     RUN(test_bad_backend);
     return test_summary();
 }
