@@ -12,7 +12,7 @@ PYTHON   ?= python3
 # Every Debian package the project needs; `make deps` installs the missing ones.
 DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5-tools librandom123-dev \
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
-             slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev
+             slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev
 BENCH_PKGS = python3-torch python3-numpy
 
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
@@ -31,7 +31,8 @@ endif
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-parameter \
            -Iinclude $(BLAS_CFLAGS) $(HDF5_CFLAGS) -MMD -MP
 LDFLAGS += $(OPTFLAGS)
-LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -linih -lz -lm
+# oneDNN (train.backend = onednn) runs on GNU OpenMP, whose thread count nn_set_threads sets
+LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -ldnnl -lgomp -linih -lz -lm
 
 BUILD   = build
 SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c src/algo/*.c src/fl/*.c src/grid/*.c src/analysis/*.c)
@@ -75,6 +76,7 @@ check-tools:
 	@test -f /usr/include/Random123/philox.h || { echo "error: Random123 headers missing: run 'make deps' (package librandom123-dev)"; exit 1; }
 	@test -n "$(BLAS_LIBS)" || { echo "error: OpenBLAS not found by pkg-config: run 'make deps' (package libopenblas-dev)"; exit 1; }
 	@test -n "$(HDF5_LIBS)" || { echo "error: parallel HDF5 not found by pkg-config: run 'make deps' (package libhdf5-openmpi-dev)"; exit 1; }
+	@test -f /usr/include/oneapi/dnnl/dnnl.h || { echo "error: oneDNN headers missing: run 'make deps' (package libdnnl-dev)"; exit 1; }
 
 deps:
 	@./tools/install-deps.sh $(DEPS_PKGS)

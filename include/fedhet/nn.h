@@ -6,7 +6,8 @@
  * vector of the same layout (`model->grad`; its buffer part stays zero).
  *
  * Activations are NCHW float32, per-sample shape C x H x W, allocated for `max_batch` samples when the
- * model is finalised; a forward/backward step allocates nothing. Backward accumulates into model->grad:
+ * model is finalised; a forward/backward step allocates nothing (under the onednn backend no buffer once warm:
+ * the first forward at another batch size creates that size's primitives, src/nn/onednn.c). Backward accumulates into model->grad:
  * zeroing is explicit (nn_model_zero_grad). No MPI, no HDF5, no config in here: floats and shapes only. */
 #ifndef FEDHET_NN_H
 #define FEDHET_NN_H
@@ -19,6 +20,11 @@ typedef struct {
 } NnShape;
 
 typedef enum { NN_ACT_NONE = 0, NN_ACT_RELU, NN_ACT_RELU6 } NnAct;
+
+/* Who computes the conv layers: OpenBLAS (im2col + sgemm, and direct loops for depthwise) or oneDNN
+ * primitives (src/nn/onednn.c). Everything else runs the same code under both. The state vector, its views
+ * and the semantics of every call are the same; the bits are not (another summation order). */
+typedef enum { NN_BACKEND_BLAS = 0, NN_BACKEND_ONEDNN } NnBackend;
 
 typedef enum {
     NN_OP_LINEAR,
@@ -62,6 +68,7 @@ typedef struct {
     uint8_t *act_pattern;           /* NN_PATTERN_*: side of each activation output (layers with an activation) */
     int32_t *pool_pattern;          /* NN_PATTERN_*: max-pool winners */
     int64_t flops;                  /* forward FLOPs per sample (2 x multiply-adds) */
+    struct NnOnednnConv *onednn;    /* a conv layer's oneDNN primitives (src/nn/onednn.c); NULL under blas */
     double seconds_forward, seconds_backward; /* accumulated while model->profile is set */
 } NnLayer;
 
@@ -110,7 +117,9 @@ typedef struct NnModel {
     int64_t grad_pool_floats, data_pool_floats; /* per sample */
     int no_activation_reuse; /* set before finalize: every activation and gradient in a buffer of its own (tests
                               * check that the planned model computes the same bits) */
-    float *workspace;        /* im2col columns and gemm staging */
+    NnBackend backend;       /* set before finalize (nn_zoo_build: NnZooOptions.backend) */
+    struct NnOnednn *onednn; /* oneDNN's engine, stream and staging buffers; NULL under blas */
+    float *workspace;        /* im2col columns and gemm staging (blas) */
     size_t workspace_floats;
     int status;              /* first build error (sticky), FH_OK otherwise */
     int finalized;
@@ -163,8 +172,17 @@ float *nn_model_features(const NnModel *m);
 int64_t nn_model_features_size(const NnModel *m);
 int64_t nn_model_flops_forward(const NnModel *m); /* per sample */
 /* activations + their gradients (the liveness-planned pool) + scratch + workspace for `batch` samples, from
- * the shapes of a finalised model (one finalised for batch 1 reports any batch) */
+ * the shapes of a finalised model (one finalised for batch 1 reports any batch); oneDNN's buffers are apart */
 size_t nn_model_activation_bytes(const NnModel *m, int batch);
+/* bytes the oneDNN backend holds now (staging for reorders, scratchpad; 0 under blas): sized at finalize for
+ * max_batch, grown only if a later batch size needs more */
+size_t nn_model_backend_bytes(const NnModel *m);
+/* "blas" -> NN_BACKEND_BLAS, "onednn" -> NN_BACKEND_ONEDNN; NULL or "" is blas; else FH_ERR_USAGE */
+int nn_backend_parse(const char *name, NnBackend *out);
+const char *nn_backend_name(NnBackend backend);
+/* The oneDNN implementations conv layer `layer` got for max_batch, "fwd A, bwd-data B, bwd-weights C" (one name
+ * when all three agree), e.g. "jit:avx512_core"; "" for a layer that is no conv or under blas. */
+void nn_model_layer_impl(const NnModel *m, int layer, char *out, size_t size);
 /* The named view, or NULL */
 const NnParamView *nn_model_view(const NnModel *m, const char *name);
 
@@ -232,6 +250,7 @@ typedef struct {
                         * (width f) and the classifier, whose input (the model's features) becomes its output
                         * (MOON's ModelFedCon); 0: none */
     int no_activation_reuse; /* NnModel.no_activation_reuse (tests) */
+    const char *backend;     /* "blas" (NULL or "": the default) or "onednn": NnModel.backend */
 } NnZooOptions;
 /* Builds and finalises model `name` for input C x H x W and `classes`; parameters are NOT initialised
  * (call nn_model_init_params). Unknown names and inputs too small for the model are FH_ERR_USAGE. */
@@ -294,7 +313,9 @@ typedef struct {
  * (the pattern buffers stay allocated) */
 int nn_probe_hvp(void *ctx, const float *v, float *hv);
 
-/* ---- threads ---- */
+/* ---- threads ----
+ * OpenBLAS's and OpenMP's (oneDNN's) thread count. oneDNN fixes a primitive's thread count when it is
+ * created: call this before building models. */
 void nn_set_threads(int n_threads);
 
 #endif

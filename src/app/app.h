@@ -21,7 +21,7 @@ int app_parse_float(const char *text, const char *what, double lo, double hi, do
 /* argv[*i] is an option that needs a value: returns it and advances, or fails naming the option */
 int app_option_value(int argc, char **argv, int *i, const char **value);
 
-/* model options shared by inspect and bench: --model --input --classes --norm --groups */
+/* model options shared by inspect and bench: --model --input --classes --norm --groups --backend */
 typedef struct {
     const char *model;
     NnShape input;

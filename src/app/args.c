@@ -94,6 +94,10 @@ int app_model_args_take(AppModelArgs *a, int argc, char **argv, int *i, int *con
     } else if (!strcmp(opt, "--groups")) {
         FH_CHECK(app_option_value(argc, argv, i, &value));
         FH_CHECK(app_parse_int(value, "--groups", 1, 4096, &a->zoo.gn_groups));
+    } else if (!strcmp(opt, "--backend")) {
+        NnBackend backend;
+        FH_CHECK(app_option_value(argc, argv, i, &a->zoo.backend));
+        FH_CHECK(nn_backend_parse(a->zoo.backend, &backend));
     } else {
         *consumed = 0;
     }

@@ -90,7 +90,10 @@ static void bench_profile(BenchCtx *b)
         layers += (f + bw) / 1e3;
         /* a training step does one forward and two backward products (dW, dX) per layer */
         double gf = l->flops ? 3.0 * (double)l->flops * b->batch * (b->sam ? 2 : 1) / ((f + bw) / 1e3) / 1e9 : 0.0;
-        printf("%-12s %10.3f %10.3f %10.1f %8.1f%%\n", l->name, f, bw, gf, 100.0 * (f + bw) / 1e3 / total);
+        char impl[256];
+        nn_model_layer_impl(m, i, impl, sizeof impl);
+        printf("%-12s %10.3f %10.3f %10.1f %8.1f%%%s%s\n", l->name, f, bw, gf, 100.0 * (f + bw) / 1e3 / total,
+               *impl ? "  " : "", impl);
     }
     printf("step %.3f ms: layers %.1f%%, loss + optimiser + bookkeeping %.1f%%\n", total * 1e3,
            100.0 * layers / total, 100.0 * (total - layers) / total);
@@ -122,11 +125,13 @@ static int bench_sgemm(int n, int threads)
 static void print_help(void)
 {
     printf("usage: fedhet bench --model M --batch B [--threads T] [--mode sgd|sam] [--input CxHxW] [--classes K]\n"
-           "                    [--reps R] [--seconds S] [--header] [--profile]\n"
+           "                    [--backend blas|onednn] [--reps R] [--seconds S] [--header] [--profile]\n"
            "       fedhet bench --sgemm N [--threads T]\n"
            "  Prints one CSV line: model,batch,threads,mode,samples_per_s,gflops\n"
            "  (median of R reps, default 5, each about S seconds, default 0.5; gflops = 3 x forward FLOPs/sample\n"
-           "  x samples/s). --profile adds a per-layer time table. --sgemm N prints sgemm,N,threads,gflops for an N x N x N OpenBLAS sgemm (best of 5).\n"
+           "  x samples/s). --backend: what computes the conv layers (train.backend), blas by default.\n"
+           "  --profile adds a per-layer time table (with oneDNN's implementation of each conv layer under onednn).\n"
+           "  --sgemm N prints sgemm,N,threads,gflops for an N x N x N OpenBLAS sgemm (best of 5).\n"
            "  Models: %s.\n",
            nn_zoo_names());
 }

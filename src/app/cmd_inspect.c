@@ -24,6 +24,7 @@ static void print_help(void)
 {
     printf("usage: fedhet inspect FILE.h5\n"
            "       fedhet inspect --model NAME [--input CxHxW] [--classes K] [--norm bn|gn] [--groups G]\n"
+           "                      [--backend blas|onednn] [--batch B]\n"
            "\n"
            "FILE.h5: a partition file written by `fedhet partition`. Prints its source, classes, image shape,\n"
            "  training and test rows, per-channel mean and std, seed, the scheme with the key=value parameters\n"
@@ -41,6 +42,10 @@ static void print_help(void)
            "  --input    input shape, default 1x28x28 for mlp/cnn/lenet/smallcnn, 3x32x32 otherwise\n"
            "  --classes  class count, default 10\n"
            "  --norm     resnet18 normalisation: bn (default) or gn; --groups: GroupNorm groups (default 2)\n"
+           "  --backend  what computes the conv layers (train.backend): blas (default) or onednn, which adds the\n"
+           "             implementation oneDNN chose for each conv layer at batch B (forward, backward-data,\n"
+           "             backward-weights; one name when they agree) and oneDNN's buffers at that batch\n"
+           "  --batch    B for --backend onednn, default 64 (train.batch_size's default)\n"
            "\n"
            "FILE.h5 and the model options are two different uses: give one or the other.\n",
            nn_zoo_names());
@@ -48,12 +53,19 @@ static void print_help(void)
 
 /* ---- --model NAME ---- */
 
-static int inspect_model(const AppModelArgs *a)
+static int inspect_model(const AppModelArgs *a, int batch)
 {
     NnModel m;
-    FH_CHECK(nn_zoo_build(&m, a->model, a->input, a->classes, 1, &a->zoo));
-    printf("model %s, input %dx%dx%d, %d classes\n", a->model, a->input.c, a->input.h, a->input.w, a->classes);
-    printf("%-4s %-12s %-16s %-16s %12s %14s\n", "#", "layer", "op", "output", "params", "fwd FLOPs");
+    NnBackend backend;
+    FH_CHECK(nn_backend_parse(a->zoo.backend, &backend));
+    const int onednn = backend == NN_BACKEND_ONEDNN;
+    /* built for one sample, which the memory figures scale from, unless oneDNN's choices at `batch` are asked */
+    FH_CHECK(nn_zoo_build(&m, a->model, a->input, a->classes, onednn ? batch : 1, &a->zoo));
+    printf("model %s, input %dx%dx%d, %d classes, conv layers on %s", a->model, a->input.c, a->input.h, a->input.w,
+           a->classes, nn_backend_name(m.backend));
+    if (onednn) printf(" (implementations at batch %d)", batch);
+    printf("\n%-4s %-12s %-16s %-16s %12s %14s%s\n", "#", "layer", "op", "output", "params", "fwd FLOPs",
+           onednn ? "  oneDNN implementation" : "");
     for (int i = 0; i < m.n_layers; i++) {
         const NnLayer *l = &m.layers[i];
         int64_t params = 0;
@@ -65,8 +77,10 @@ static int inspect_model(const AppModelArgs *a)
         else snprintf(op, sizeof op, "%s%s", op_name(l->type), act_name(l->act));
         NnShape s = m.tensors[l->out].shape;
         snprintf(shape, sizeof shape, "%dx%dx%d", s.c, s.h, s.w);
-        printf("%-4d %-12s %-16s %-16s %12lld %14lld\n", i, l->name, op, shape, (long long)params,
-               (long long)l->flops);
+        char impl[256];
+        nn_model_layer_impl(&m, i, impl, sizeof impl);
+        printf("%-4d %-12s %-16s %-16s %12lld %14lld%s%s\n", i, l->name, op, shape, (long long)params,
+               (long long)l->flops, *impl ? "  " : "", impl);
     }
     int64_t flops = nn_model_flops_forward(&m);
     printf("trainable parameters: %lld\n", (long long)m.n_params);
@@ -78,6 +92,9 @@ static int inspect_model(const AppModelArgs *a)
     for (int b = 0; b < 3; b++)
         printf(" batch %d: %.1f MiB%s", batches[b], (double)nn_model_activation_bytes(&m, batches[b]) / 1048576.0,
                b < 2 ? "," : "\n");
+    if (onednn)
+        printf("oneDNN staging and scratchpad at batch %d: %.1f MiB\n", batch,
+               (double)nn_model_backend_bytes(&m) / 1048576.0);
     nn_model_free(&m);
     return FH_OK;
 }
@@ -233,7 +250,8 @@ int app_cmd_inspect(int argc, char **argv)
 {
     AppModelArgs a;
     app_model_args_default(&a);
-    const char *file = NULL, *model_option = NULL;
+    const char *file = NULL, *model_option = NULL, *value = NULL;
+    int batch = 64;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             print_help();
@@ -249,6 +267,11 @@ int app_cmd_inspect(int argc, char **argv)
         int consumed = 0;
         const char *option = argv[i];
         FH_CHECK(app_model_args_take(&a, argc, argv, &i, &consumed));
+        if (!consumed && !strcmp(option, "--batch")) {
+            FH_CHECK(app_option_value(argc, argv, &i, &value));
+            FH_CHECK(app_parse_int(value, "--batch", 1, 1 << 16, &batch));
+            consumed = 1;
+        }
         if (!consumed) FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet inspect --help)", argv[i]);
         if (!model_option) model_option = option;
     }
@@ -258,5 +281,5 @@ int app_cmd_inspect(int argc, char **argv)
     if (file) return inspect_file(file);
     if (!a.model)
         FH_FAIL(FH_ERR_USAGE, "--model NAME is required, or a FILE.h5 to inspect (models: %s)", nn_zoo_names());
-    return inspect_model(&a);
+    return inspect_model(&a, batch);
 }

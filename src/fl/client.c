@@ -52,7 +52,7 @@ NnZooOptions fl_zoo_options(const FlSettings *s, int n_clients, int classes)
     AlgoSizes arch;
     fl_algo_setup(&setup, s, NULL, n_clients, classes);
     algo_sizes(s->method, &setup, &arch);
-    return (NnZooOptions){ .norm = s->norm, .gn_groups = s->groups, .proj_dim = arch.proj_dim };
+    return (NnZooOptions){ .norm = s->norm, .gn_groups = s->groups, .proj_dim = arch.proj_dim, .backend = s->backend };
 }
 
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned)

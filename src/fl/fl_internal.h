@@ -29,6 +29,7 @@ typedef struct {
     int epochs, batch_size;
     int64_t steps;
     int threads;
+    const char *backend; /* [train] backend of the conv layers: blas | onednn (NnZooOptions.backend) */
     double logit_adjust;
     int rounds;
     const char *selection;

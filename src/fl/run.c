@@ -930,10 +930,13 @@ static void print_budget(const FlRun *run)
     const double mib = 1048576.0, state = (double)run->n_state * 4 / mib;
     const AlgoMethod *m = run->s.method;
     const NnModel *model = &run->work.model;
-    fh_log_info("run %s: %s, model %s (%lld state values, %.1f MiB), %d clients on %d client rank%s, %d rounds",
-                run->dir, m->name, run->s.model, (long long)run->n_state, state, run->n_clients,
-                run->comm.n_client_ranks, run->comm.n_client_ranks > 1 ? "s" : "", run->s.rounds);
-    double model_work = ((double)nn_model_activation_bytes(model, run->s.batch_size)) / mib + 3 * state;
+    fh_log_info("run %s: %s, model %s (%lld state values, %.1f MiB; conv layers on %s), %d clients on %d client "
+                "rank%s, %d rounds", run->dir, m->name, run->s.model, (long long)run->n_state, state,
+                nn_backend_name(model->backend), run->n_clients, run->comm.n_client_ranks,
+                run->comm.n_client_ranks > 1 ? "s" : "", run->s.rounds);
+    double model_work =
+        ((double)nn_model_activation_bytes(model, run->s.batch_size) + (double)nn_model_backend_bytes(model)) / mib +
+        3 * state;
     /* the busiest client rank: the most clients one rank owns, and the upload records it can hold at once */
     int most_owned = 0;
     for (int r = 0; r < run->comm.size; r++) {

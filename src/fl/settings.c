@@ -172,7 +172,11 @@ static void base_keys(void)
     add("train", "eps", FH_CFG_FLOAT, "1e-8", 1e-30, 1, NULL, "Adam epsilon");
     add("train", "logit_adjust", FH_CFG_FLOAT, "0", 0, 100, NULL,
         "logit adjustment tau of the local loss, any method (spec A.22; seed 001 uses 1); 0: off");
-    add("train", "threads", FH_CFG_INT, "1", 1, 256, NULL, "OpenBLAS threads per rank (results are promised for a fixed value)");
+    add("train", "threads", FH_CFG_INT, "1", 1, 256, NULL,
+        "OpenBLAS and oneDNN threads per rank (results are promised for a fixed value)");
+    add("train", "backend", FH_CFG_CHOICE, "blas", 1, 0, "blas|onednn",
+        "what computes the conv layers: blas (im2col + OpenBLAS sgemm) or onednn (oneDNN's primitives); the results "
+        "differ in the last bits between backends (and CPU instruction sets), never between rank counts");
     add("fl", "rounds", FH_CFG_INT, "10", 1, 1e8, NULL, "communication rounds T");
     add("fl", "selection", FH_CFG_CHOICE, "all", 1, 0, "all|fraction|count|bernoulli",
         "clients per round: all; fraction: max(floor(fraction K), 1) uniform without replacement; count; bernoulli: each with p = fraction (spec 0.2)");
@@ -336,6 +340,7 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->beta2 = F("train", "beta2");
     s->eps = F("train", "eps");
     s->threads = (int)I("train", "threads");
+    s->backend = S("train", "backend");
     s->logit_adjust = F("train", "logit_adjust");
     s->rounds = (int)I("fl", "rounds");
     s->selection = S("fl", "selection");

@@ -3,6 +3,7 @@
 #ifndef FEDHET_NN_KERNELS_H
 #define FEDHET_NN_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "fedhet/nn.h"
@@ -40,6 +41,24 @@ void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const 
 void nn_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b, const NnConvShape *s);
 void nn_conv2d_backward_ref(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                             const NnConvShape *s);
+
+/* ---- conv2d on oneDNN (onednn.c): the contract of nn_conv2d_forward_act / nn_conv2d_backward_act ---- */
+typedef struct NnOnednn NnOnednn;         /* a model's engine, stream and shared buffers */
+typedef struct NnOnednnConv NnOnednnConv; /* one conv layer's primitives, by batch size */
+int nn_onednn_create(NnOnednn **ctx);
+void nn_onednn_free(NnOnednn **ctx);
+size_t nn_onednn_bytes(const NnOnednn *ctx);
+/* the primitives for shape s at its batch, the largest the conv will see; `name` (the layer) names errors */
+int nn_onednn_conv_create(NnOnednnConv **conv, NnOnednn *ctx, const NnConvShape *s, int bias, const char *name);
+void nn_onednn_conv_free(NnOnednnConv **conv);
+/* b must be given exactly when the conv was created with a bias; batch <= the creation's */
+int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const float *w, const float *b, int batch,
+                           NnAct act);
+/* after a forward at the same batch; dx may be NULL (a first layer); dy is overwritten with dy * act'(y) */
+void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, float *dy, const float *y,
+                             const float *x, const float *w, int batch, NnAct act);
+/* the implementation oneDNN chose for the largest batch: which 0 forward, 1 backward-data, 2 backward-weights */
+const char *nn_onednn_conv_impl(const NnOnednnConv *c, int which);
 
 /* ---- pooling over [B*C] planes of h x w ---- */
 void nn_maxpool_forward(float *y, int32_t *argmax, const float *x, int planes, int h, int w, int k, int stride,

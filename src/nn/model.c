@@ -509,12 +509,19 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
     if (status == FH_ERR_IO && !m->grad_pool) FH_FAIL(FH_ERR_IO, "out of memory planning the activations of %s", m->arch);
     FH_CHECK(status);
     int64_t ws = 0;
+    if (m->backend == NN_BACKEND_ONEDNN) FH_CHECK(nn_onednn_create(&m->onednn));
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
         NnShape so = m->tensors[l->out].shape;
         switch (l->type) {
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, m->max_batch);
+            if (m->onednn) {
+                char name[96]; /* for its errors */
+                snprintf(name, sizeof name, "model %s: %s", m->arch, l->name);
+                FH_CHECK(nn_onednn_conv_create(&l->onednn, m->onednn, &s, l->b_off >= 0, name));
+                break;
+            }
             int64_t need = nn_conv2d_workspace(&s, nn_conv2d_chunk(&s));
             if (need > ws) ws = need;
             break;
@@ -565,7 +572,9 @@ void nn_model_free(NnModel *m)
         fh_free(&m->layers[i].mask);
         fh_free(&m->layers[i].act_pattern);
         fh_free(&m->layers[i].pool_pattern);
+        nn_onednn_conv_free(&m->layers[i].onednn);
     }
+    nn_onednn_free(&m->onednn);
     fh_free(&m->layers);
     fh_free(&m->tensors);
     fh_free(&m->views);
@@ -724,7 +733,11 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
             break;
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, batch);
-            nn_conv2d_forward_act(y, x, param(m, l->w_off), param(m, l->b_off), &s, kernel_act, m->workspace);
+            if (l->onednn)
+                FH_CHECK(nn_onednn_conv_forward(l->onednn, y, x, param(m, l->w_off), param(m, l->b_off), batch,
+                                                kernel_act));
+            else
+                nn_conv2d_forward_act(y, x, param(m, l->w_off), param(m, l->b_off), &s, kernel_act, m->workspace);
             continue_without_act = 1;
             break;
         }
@@ -814,8 +827,12 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             break;
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, batch);
-            nn_conv2d_backward_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x, param(m, l->w_off), &s,
-                                   replay ? NN_ACT_NONE : l->act, m->workspace);
+            if (l->onednn)
+                nn_onednn_conv_backward(l->onednn, dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
+                                        param(m, l->w_off), batch, replay ? NN_ACT_NONE : l->act);
+            else
+                nn_conv2d_backward_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x, param(m, l->w_off), &s,
+                                       replay ? NN_ACT_NONE : l->act, m->workspace);
             break;
         }
         case NN_OP_MAXPOOL:
@@ -894,13 +911,34 @@ size_t nn_model_activation_bytes(const NnModel *m, int batch)
         size_t out = B * (size_t)m->tensors[l->out].size;
         if (l->type == NN_OP_MAXPOOL) bytes += sizeof(int32_t) * out;
         if (l->type == NN_OP_DROPOUT) bytes += out;
-        if (l->type == NN_OP_CONV2D) {
+        if (l->type == NN_OP_CONV2D && m->backend == NN_BACKEND_BLAS) {
             NnConvShape s = conv_shape(m, l, batch);
             int64_t need = nn_conv2d_workspace(&s, nn_conv2d_chunk(&s));
             if (need > ws) ws = need;
         }
     }
     return bytes + sizeof(float) * (size_t)ws;
+}
+
+size_t nn_model_backend_bytes(const NnModel *m) { return nn_onednn_bytes(m->onednn); }
+
+int nn_backend_parse(const char *name, NnBackend *out)
+{
+    if (!name || !*name || !strcmp(name, "blas")) *out = NN_BACKEND_BLAS;
+    else if (!strcmp(name, "onednn")) *out = NN_BACKEND_ONEDNN;
+    else FH_FAIL(FH_ERR_USAGE, "backend '%s' must be blas or onednn", name);
+    return FH_OK;
+}
+
+const char *nn_backend_name(NnBackend backend) { return backend == NN_BACKEND_ONEDNN ? "onednn" : "blas"; }
+
+void nn_model_layer_impl(const NnModel *m, int layer, char *out, size_t size)
+{
+    const NnOnednnConv *c = layer >= 0 && layer < m->n_layers ? m->layers[layer].onednn : NULL;
+    const char *fwd = nn_onednn_conv_impl(c, 0), *bwd_data = nn_onednn_conv_impl(c, 1),
+               *bwd_weights = nn_onednn_conv_impl(c, 2);
+    if (!strcmp(fwd, bwd_data) && !strcmp(fwd, bwd_weights)) snprintf(out, size, "%s", fwd);
+    else snprintf(out, size, "fwd %s, bwd-data %s, bwd-weights %s", fwd, bwd_data, bwd_weights);
 }
 
 const NnParamView *nn_model_view(const NnModel *m, const char *name)

@@ -6,6 +6,9 @@
 #include "fedhet/core.h"
 #include "fedhet/nn.h"
 
+/* OpenMP's (libgomp, oneDNN's threading runtime), declared here so that no compiler's omp.h is needed */
+void omp_set_num_threads(int n_threads);
+
 /* ============================== vector helpers ============================== */
 
 /* cblas takes int lengths: walk longer vectors in pieces */
@@ -74,7 +77,11 @@ double nn_vec_dist_f64(const float *x, const float *y, int64_t n)
     return sqrt(s);
 }
 
-void nn_set_threads(int n_threads) { openblas_set_num_threads(n_threads > 0 ? n_threads : 1); }
+void nn_set_threads(int n_threads)
+{
+    openblas_set_num_threads(n_threads > 0 ? n_threads : 1);
+    omp_set_num_threads(n_threads > 0 ? n_threads : 1); /* oneDNN's threads */
+}
 
 float nn_clip_grad_norm(float *grad, int64_t n, float max_norm)
 {

@@ -202,9 +202,12 @@ int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int m
                     "convolution): use another model or no head", name);
         z.proj_dim = opt->proj_dim;
     }
+    NnBackend backend;
+    FH_CHECK(nn_backend_parse(opt ? opt->backend : NULL, &backend));
     int status = nn_model_init(m, name, input, max_batch);
     if (status == FH_OK) {
         m->no_activation_reuse = opt && opt->no_activation_reuse;
+        m->backend = backend;
         int features = -1;
         int logits = build(&z, m->input, classes, &features);
         status = m->status != FH_OK ? m->status : nn_model_finalize(m, logits, features, classes);

@@ -8,7 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 ROOT=$PWD
 FEDHET=$ROOT/bin/fedhet
 HERE=$ROOT/tests/mpi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 # A sanitized build (make DEBUG=1) runs here with AddressSanitizer and UBSan but without leak detection:
 # Open MPI 4.1 never frees what MPI_Init allocates and unloads its plug-ins at MPI_Finalize, so those
 # leaks point into unnamed modules that no suppression can match. The unit tests keep leak detection.

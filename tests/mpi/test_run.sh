@@ -37,6 +37,30 @@ test_determinism_ranks()
     done
 }
 
+# 1b. train.backend = onednn (the cnn, whose convs oneDNN computes): bit-identical global model and metrics on
+#     1, 2 and 3 ranks, with partial batches (the clients' 49, 100, 136, 48, 162, 105 rows end in last batches
+#     of 1 to 9 at batch 16; evaluation runs chunks of 16, 14 and 10); the log names the backend, and the model
+#     differs from blas's (another summation order)
+test_determinism_ranks_onednn()
+{
+    local np
+    for np in 1 2 3; do
+        fh "$np" dnn$np "$WORK/base.ini" output.name=dnn$np model.name=cnn train.backend=onednn
+        expect_rc "onednn, np $np" 0 || return
+    done
+    grep -q "conv layers on onednn" "$WORK/out/dnn1/log.txt" || fail "the log does not name the onednn backend"
+    for np in 2 3; do
+        same_global "$WORK/out/dnn1/run.h5" "$WORK/out/dnn$np/run.h5" "onednn, np 1 vs $np"
+        same_csv "$WORK/out/dnn1/metrics.csv" "$WORK/out/dnn$np/metrics.csv" "onednn, np 1 vs $np"
+        same_csv "$WORK/out/dnn1/clients.csv" "$WORK/out/dnn$np/clients.csv" "onednn, np 1 vs $np"
+    done
+    fh 1 dnnblas "$WORK/base.ini" output.name=dnnblas model.name=cnn
+    expect_rc "blas" 0 || return
+    dump_global "$WORK/out/dnn1/run.h5" "$WORK/dnn1.bin" && dump_global "$WORK/out/dnnblas/run.h5" "$WORK/dnnblas.bin" ||
+        { fail "cannot read the onednn and blas models"; return; }
+    cmp -s "$WORK/dnn1.bin" "$WORK/dnnblas.bin" && fail "train.backend = onednn gives blas's bits: was oneDNN used?"
+}
+
 # 2. 4 rounds straight == 2 rounds + --resume to 4 (on the same and on another rank count);
 #    a changed key on --resume is refused and leaves the checkpoint alone.
 test_resume_bit_identical()
@@ -470,7 +494,7 @@ test_quality_metrics()
         [ ! -f "$WORK/out/det1/metrics.csv" ] || fail "client_auc_std is set for a run without a corrupted test set"
 }
 
-TESTS=(determinism_ranks resume_bit_identical resume_after_extend one_client sigterm sigkill
+TESTS=(determinism_ranks determinism_ranks_onednn resume_bit_identical resume_after_extend one_client sigterm sigkill
        rank_failure divergence divergence_messages bad_configs no_leftover_folder damaged_checkpoint
        checkpoint_chunks help quality_metrics)
 

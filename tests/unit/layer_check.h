@@ -142,12 +142,14 @@ typedef struct GradCase {
 
 static int g_strip_act;     /* 1 while building the twin: fused activations become NN_ACT_NONE */
 static int g_features = -1; /* a builder may name the features tensor (default: the logits) */
+static NnBackend g_backend; /* the backend every case's model is built with (test_onednn: oneDNN) */
 static inline NnAct act_of(NnAct a) { return g_strip_act ? NN_ACT_NONE : a; }
 
 static inline int build_case(NnModel *m, const GradCase *c)
 {
     int st = nn_model_init(m, c->label, c->in, c->batch);
     if (st != FH_OK) return st;
+    m->backend = g_backend;
     g_features = -1;
     int out = c->build(m, m->input, c->arg);
     if (out < 0) return m->status != FH_OK ? m->status : FH_ERR_USAGE;

@@ -1,18 +1,13 @@
 /* The convolution layer (src/nn): finite-difference gradients (layer_check.h) of every conv path (im2col,
  * 1x1, grouped, depthwise, several im2col chunks), the BLAS kernels against the naive references
- * nn_conv2d_*_ref (max |diff| <= 1e-4 * max |ref|; several im2col chunks included), and bad shapes.
+ * nn_conv2d_*_ref (conv_check.h: max |diff| <= 1e-4 * max |ref|; several im2col chunks included), and bad shapes.
  * Run: make build/tests/test_layers_conv && build/tests/test_layers_conv [test_name] */
 #include "test.h"
 
-#include "layer_check.h"
-
-#define CONV_RTOL 1e-4    /* BLAS conv vs reference: max |diff| <= CONV_RTOL * max |ref| */
+#include "conv_check.h"
 
 /* ============================== layer gradient tests ============================== */
 
-typedef struct {
-    int batch, cin, h, w, cout, k, stride, pad, groups;
-} ConvSpec;
 static int pick_multi_chunk(ConvSpec *cs, int extra);
 
 static void test_grad_conv_k3_s1_p1(void)
@@ -98,110 +93,60 @@ static void test_grad_conv_multi_chunk(void)
 
 /* ============================== BLAS conv vs reference ============================== */
 
-static int g_conv_saturated; /* outputs that ReLU6 clipped at 6, over all comparisons */
+/* the BLAS kernels as a ConvKernel: the workspace is NaN before every call, so that reading what a call did
+ * not write shows; NN_ACT_NONE goes through the plain nn_conv2d_forward / nn_conv2d_backward entry points */
+typedef struct {
+    float *ws;
+    int64_t n_ws;
+} BlasConv;
 
-/* The fused kernels nn_conv2d_{forward,backward}_act against act(reference) and the reference backward of
- * dy * act'(y), with act'(y) read off the kernel's own output (the documented contract); NN_ACT_NONE goes
- * through the plain nn_conv2d_forward / nn_conv2d_backward entry points. */
-static void conv_compare(const ConvSpec *cs, int bias, NnAct act, int expect_chunks)
+static int blas_setup(ConvKernel *k, const NnConvShape *s, int bias)
 {
-    NnConvShape s = {cs->batch, cs->cin, cs->h, cs->w, cs->cout, cs->k, cs->stride, cs->pad, cs->groups, 0, 0};
-    s.ho = nn_conv_out_size(s.h, s.k, s.stride, s.pad);
-    s.wo = nn_conv_out_size(s.w, s.k, s.stride, s.pad);
-    char label[160];
-    snprintf(label, sizeof label, "conv b%d %dx%dx%d -> %d k%d s%d p%d g%d%s%s", s.batch, s.cin, s.h, s.w, s.cout,
-             s.k, s.stride, s.pad, s.groups, bias ? " bias" : "",
-             act == NN_ACT_RELU ? " relu" : act == NN_ACT_RELU6 ? " relu6" : "");
-    int chunk = nn_conv2d_chunk(&s);
-    if (expect_chunks > 1) {
-        int n_chunks = (s.batch + chunk - 1) / chunk;
-        CHECK_MSG(chunk > 1 && n_chunks >= expect_chunks, "%s: chunk %d gives %d chunks, wanted %d", label, chunk,
-                  n_chunks, expect_chunks);
-    }
-    int64_t nws = nn_conv2d_workspace(&s, chunk);
-    int64_t nx = (int64_t)s.batch * s.cin * s.h * s.w, ny = (int64_t)s.batch * s.cout * s.ho * s.wo;
-    int64_t nw = (int64_t)s.cout * (s.cin / s.groups) * s.k * s.k;
-    FhRng rng = rng_for(label, 0);
-    float *x = falloc(nx), *w = falloc(nw), *b = falloc(s.cout), *dy = falloc(ny), *ws = falloc(nws);
-    fill_normal(&rng, x, nx, act == NN_ACT_RELU6 ? 6.0 : 1.0);
-    fill_normal(&rng, w, nw, 0.3);
-    fill_normal(&rng, b, s.cout, 0.5);
-    fill_normal(&rng, dy, ny, 1.0);
-    for (int64_t i = 0; i < nws; i++) ws[i] = NAN;
-
-    float *y = falloc(ny), *y_ref = falloc(ny);
-    for (int64_t i = 0; i < ny; i++) y[i] = NAN; /* forward must write every output */
-    if (act == NN_ACT_NONE) nn_conv2d_forward(y, x, w, bias ? b : NULL, &s, ws);
-    else nn_conv2d_forward_act(y, x, w, bias ? b : NULL, &s, act, ws);
-    nn_conv2d_forward_ref(y_ref, x, w, bias ? b : NULL, &s);
-    for (int64_t i = 0; i < ny; i++) {
-        if (act != NN_ACT_NONE && y_ref[i] < 0.0f) y_ref[i] = 0.0f;
-        if (act == NN_ACT_RELU6 && y_ref[i] > 6.0f) y_ref[i] = 6.0f;
-        g_conv_saturated += act == NN_ACT_RELU6 && y[i] == 6.0f;
-    }
-    check_close(label, "forward", y, y_ref, ny, CONV_RTOL);
-
-    /* the reference gets dy * act'(y) */
-    float *dy_act = fdup(dy, ny), *dy_ref = fdup(dy, ny);
-    for (int64_t i = 0; i < ny; i++)
-        if ((act != NN_ACT_NONE && !(y[i] > 0.0f)) || (act == NN_ACT_RELU6 && !(y[i] < 6.0f))) dy_ref[i] = 0.0f;
-
-    /* backward accumulates: start every gradient from the same non-zero values */
-    float *dx0 = falloc(nx), *dw0 = falloc(nw), *db0 = falloc(s.cout);
-    fill_normal(&rng, dx0, nx, 1.0);
-    fill_normal(&rng, dw0, nw, 1.0);
-    fill_normal(&rng, db0, s.cout, 1.0);
-    float *dx = fdup(dx0, nx), *dw = fdup(dw0, nw), *db = fdup(db0, s.cout);
-    float *dx_ref = fdup(dx0, nx), *dw_ref = fdup(dw0, nw), *db_ref = fdup(db0, s.cout);
-    for (int64_t i = 0; i < nws; i++) ws[i] = NAN;
-    if (act == NN_ACT_NONE) nn_conv2d_backward(dx, dw, bias ? db : NULL, dy_act, x, w, &s, ws);
-    else nn_conv2d_backward_act(dx, dw, bias ? db : NULL, dy_act, y, x, w, &s, act, ws);
-    nn_conv2d_backward_ref(dx_ref, dw_ref, bias ? db_ref : NULL, dy_ref, x, w, &s);
-    check_close(label, "backward dx", dx, dx_ref, nx, CONV_RTOL);
-    check_close(label, "backward dw", dw, dw_ref, nw, CONV_RTOL);
-    check_close(label, "backward db", db, db_ref, s.cout, CONV_RTOL);
-    if (act == NN_ACT_NONE) CHECK_MSG(memcmp(dy_act, dy, sizeof(float) * (size_t)ny) == 0, "%s: dy was written", label);
-    else CHECK_MSG(memcmp(dy_act, dy_ref, sizeof(float) * (size_t)ny) == 0, "%s: dy is not dy * act'(y)", label);
-    /* the reference's own increments must not be vacuous */
-    CHECK_MSG(max_diff(dw_ref, dw0, nw) > 1e-3 && max_diff(dx_ref, dx0, nx) > 1e-3, "%s: zero gradient", label);
-
-    /* dx = NULL (a first layer): the same dw and db */
-    float *dw2 = fdup(dw0, nw), *db2 = fdup(db0, s.cout);
-    memcpy(dy_act, dy, sizeof(float) * (size_t)ny);
-    if (act == NN_ACT_NONE) nn_conv2d_backward(NULL, dw2, bias ? db2 : NULL, dy_act, x, w, &s, ws);
-    else nn_conv2d_backward_act(NULL, dw2, bias ? db2 : NULL, dy_act, y, x, w, &s, act, ws);
-    check_close(label, "backward dw without dx", dw2, dw_ref, nw, CONV_RTOL);
-    check_close(label, "backward db without dx", db2, db_ref, s.cout, CONV_RTOL);
-
-    float *bufs[] = {x, w, b, dy, ws, y, y_ref, dy_act, dy_ref, dx0,
-                     dw0, db0, dx, dw, db, dx_ref, dw_ref, db_ref, dw2, db2};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    BlasConv *c = k->state;
+    c->n_ws = nn_conv2d_workspace(s, nn_conv2d_chunk(s));
+    c->ws = falloc(c->n_ws);
+    return FH_OK;
 }
 
-static void test_conv_blas_matches_ref(void)
+static void blas_poison(BlasConv *c)
 {
-    static const ConvSpec specs[] = {
-        {3, 3, 8, 8, 4, 3, 1, 1, 1},  {3, 3, 8, 8, 4, 3, 1, 0, 1},  {2, 3, 9, 7, 5, 3, 2, 1, 1},
-        {3, 2, 6, 6, 3, 5, 1, 2, 1},  {2, 4, 7, 7, 4, 3, 2, 0, 1},  {2, 3, 5, 5, 2, 3, 1, 3, 1},
-        {2, 2, 6, 7, 3, 2, 2, 2, 1},  {2, 2, 5, 5, 3, 3, 3, 1, 1},  {2, 5, 4, 4, 3, 1, 1, 0, 1},
-        {2, 3, 5, 5, 4, 1, 2, 0, 1},  {2, 3, 4, 4, 2, 1, 1, 1, 1},  {2, 4, 6, 6, 6, 3, 1, 1, 2},
-        {3, 4, 7, 7, 4, 3, 2, 1, 2},  {2, 4, 5, 5, 6, 1, 1, 0, 2},  {2, 6, 5, 5, 6, 3, 1, 2, 3},
-        {2, 4, 6, 6, 4, 3, 1, 1, 4},  {2, 3, 9, 9, 3, 5, 2, 0, 3},  {2, 3, 5, 6, 3, 3, 1, 3, 3},
-        {2, 3, 6, 6, 6, 3, 1, 1, 3},  {2, 8, 4, 4, 8, 3, 2, 1, 8},  {2, 1, 7, 7, 2, 3, 1, 1, 1},
-        {2, 3, 20, 19, 4, 3, 1, 1, 1}, {2, 2, 33, 17, 3, 5, 1, 2, 1}, {2, 3, 18, 18, 2, 3, 1, 0, 1},
-        {2, 4, 17, 21, 4, 3, 1, 1, 4}, {2, 2, 16, 16, 4, 3, 1, 1, 2}, {2, 2, 40, 3, 2, 3, 1, 3, 1},
-    };
-    g_conv_saturated = 0;
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-        ConvSpec one = specs[i];
-        conv_compare(&specs[i], (int)(i % 2), NN_ACT_NONE, 0);
-        conv_compare(&specs[i], (int)((i + 1) % 2), NN_ACT_RELU, 0);
-        one.batch = 1;
-        conv_compare(&one, 1, NN_ACT_NONE, 0);
-        conv_compare(&one, 0, NN_ACT_RELU6, 0);
-    }
-    CHECK_MSG(g_conv_saturated > 0, "no output reached the ReLU6 ceiling");
+    for (int64_t i = 0; i < c->n_ws; i++) c->ws[i] = NAN;
 }
+
+static void blas_forward(ConvKernel *k, float *y, const float *x, const float *w, const float *b, const NnConvShape *s,
+                         NnAct act)
+{
+    blas_poison(k->state);
+    float *ws = ((BlasConv *)k->state)->ws;
+    if (act == NN_ACT_NONE) nn_conv2d_forward(y, x, w, b, s, ws);
+    else nn_conv2d_forward_act(y, x, w, b, s, act, ws);
+}
+
+static void blas_backward(ConvKernel *k, float *dx, float *dw, float *db, float *dy, const float *y, const float *x,
+                          const float *w, const NnConvShape *s, NnAct act)
+{
+    blas_poison(k->state);
+    float *ws = ((BlasConv *)k->state)->ws;
+    if (act == NN_ACT_NONE) nn_conv2d_backward(dx, dw, db, dy, x, w, s, ws);
+    else nn_conv2d_backward_act(dx, dw, db, dy, y, x, w, s, act, ws);
+}
+
+static void blas_teardown(ConvKernel *k) { free(((BlasConv *)k->state)->ws); }
+
+static BlasConv g_blas_conv;
+static ConvKernel g_blas = {"blas", &g_blas_conv, blas_setup, blas_forward, blas_backward, blas_teardown};
+
+/* one comparison at the spec's batch, which must run as expect_chunks im2col chunks or more */
+static void conv_compare_chunks(const ConvSpec *cs, int bias, NnAct act, int expect_chunks)
+{
+    NnConvShape s = conv_spec_shape(cs, cs->batch);
+    int chunk = nn_conv2d_chunk(&s), n_chunks = (s.batch + chunk - 1) / chunk;
+    CHECK_MSG(chunk > 1 && n_chunks >= expect_chunks, "b%d %dx%dx%d -> %d k%d: chunk %d gives %d chunks, wanted %d",
+              s.batch, s.cin, s.h, s.w, s.cout, s.k, chunk, n_chunks, expect_chunks);
+    conv_compare_batches(&g_blas, cs, bias, &cs->batch, &act, 1);
+}
+
+static void test_conv_blas_matches_ref(void) { conv_check_specs(&g_blas); }
 
 /* The smallest power-of-two cin for which one im2col chunk holds at most 12 samples, whatever the chunk
  * budget of kernels_blas.c; the batch becomes 2 chunks + `extra` samples. Returns the chunk. */
@@ -233,8 +178,8 @@ static void test_conv_blas_multi_chunk(void)
     for (int i = 0; i < 4; i++) {
         int chunk = pick_multi_chunk(&t[i], i % 2 ? 1 : (i == 0 ? 2 : 3));
         CHECK_MSG(chunk > 1, "template %d: no cin gives a chunk of 2..12 samples", i);
-        conv_compare(&t[i], i % 2, NN_ACT_NONE, 3);
-        conv_compare(&t[i], 1, NN_ACT_RELU, 3);
+        conv_compare_chunks(&t[i], i % 2, NN_ACT_NONE, 3);
+        conv_compare_chunks(&t[i], 1, NN_ACT_RELU, 3);
     }
 }
 

@@ -21,7 +21,7 @@
  * Sanitizer build (fast tests by name; the Fashion-MNIST epoch is slow under ASan):
  *   mpicc -std=c11 -D_POSIX_C_SOURCE=200809L -O1 -g -fsanitize=address,undefined -fopenmp-simd -Iinclude -Itests/unit \
  *     -I/usr/include/x86_64-linux-gnu/openblas-pthread tests/unit/test_models.c src/core/[a-z]*.c \
- *     src/nn/[a-z]*.c src/data/[a-z]*.c -lopenblas -lz -lm -o /tmp/tm_asan && /tmp/tm_asan test_bad_input */
+ *     src/nn/[a-z]*.c src/data/[a-z]*.c -lopenblas -ldnnl -lgomp -lz -lm -o /tmp/tm_asan && /tmp/tm_asan test_bad_input */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
@@ -36,6 +36,7 @@
 #include "fedhet/data.h"
 #include "fedhet/nn.h"
 #include "fedhet/rng.h"
+#include "zoo_train.h"
 
 #define SEED 20240611u
 
@@ -469,59 +470,15 @@ static void test_init_determinism(void)
     }
 }
 
-/* `steps` SGD steps (lr 0.05, momentum 0.9) on one fixed batch; losses[steps]; returns a copy of the final
- * state (free()) or NULL */
-static float *train_fixed(const char *name, NnShape in, int batch, int steps, uint64_t seed, float *losses,
-                          int64_t *n_state)
-{
-    NnModel m;
-    if (nn_zoo_build(&m, name, in, 10, batch, NULL) != FH_OK) {
-        printf("    build %s: %s\n", name, fh_error_message());
-        return NULL;
-    }
-    nn_model_init_params(&m, seed);
-    float *x = normal_floats((int64_t)batch * input_size(in), 100);
-    float *dl = calloc((size_t)batch * 10, sizeof(float));
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)batch);
-    float *out = malloc(sizeof(float) * (size_t)m.n_state);
-    NnSgd opt;
-    int ok = x && dl && y && out && nn_sgd_init(&opt, m.n_params, 0.9f, 0.0f, 0) == FH_OK;
-    if (ok) {
-        FhRng rng;
-        fh_rng_init(&rng, SEED, FH_RNG_TEST, 101, 0, 0);
-        for (int i = 0; i < batch; i++) y[i] = (int32_t)fh_rng_below(&rng, 10);
-        nn_model_set_training(&m, 1);
-        for (int s = 0; s < steps && ok; s++) {
-            nn_model_zero_grad(&m);
-            ok = nn_model_forward(&m, x, batch) == FH_OK;
-            memset(dl, 0, sizeof(float) * (size_t)batch * 10);
-            losses[s] = nn_softmax_xent(dl, NULL, nn_model_logits(&m), y, NULL, NULL, batch, 10);
-            nn_model_backward(&m, dl, NULL);
-            nn_sgd_step(&opt, m.state, m.grad, 0.05f);
-        }
-        memcpy(out, m.state, sizeof(float) * (size_t)m.n_state);
-        *n_state = m.n_state;
-        nn_sgd_free(&opt);
-    }
-    if (!ok) {
-        free(out);
-        out = NULL;
-    }
-    free(x);
-    free(dl);
-    free(y);
-    nn_model_free(&m);
-    return out;
-}
-
 static void check_training_determinism(const char *name, NnShape in, int batch)
 {
     enum { STEPS = 10 };
     float la[STEPS], lb[STEPS], lc[STEPS];
     int64_t na = 0, nb = 0, nc = 0;
-    float *a = train_fixed(name, in, batch, STEPS, 7, la, &na);
-    float *b = train_fixed(name, in, batch, STEPS, 7, lb, &nb);
-    float *c = train_fixed(name, in, batch, STEPS, 8, lc, &nc);
+    const int batches[1] = {batch};
+    float *a = zoo_train_fixed(name, in, NULL, batches, 1, STEPS, 0.05f, 0, 7, la, &na);
+    float *b = zoo_train_fixed(name, in, NULL, batches, 1, STEPS, 0.05f, 0, 7, lb, &nb);
+    float *c = zoo_train_fixed(name, in, NULL, batches, 1, STEPS, 0.05f, 0, 8, lc, &nc);
     CHECK_MSG(a && b && c, "%s: training failed", name);
     if (a && b && c) {
         CHECK(na == nb && na == nc);
@@ -549,7 +506,8 @@ static void test_sgd_determinism_smallcnn_bn(void)
     enum { STEPS = 3 };
     float l[STEPS];
     int64_t n = 0;
-    float *s = train_fixed("smallcnn", (NnShape){1, 16, 16}, 8, STEPS, 7, l, &n);
+    const int batches[1] = {8};
+    float *s = zoo_train_fixed("smallcnn", (NnShape){1, 16, 16}, NULL, batches, 1, STEPS, 0.05f, 0, 7, l, &n);
     NnModel m;
     int st = nn_zoo_build(&m, "smallcnn", (NnShape){1, 16, 16}, 10, 1, NULL);
     CHECK_OK(st);

@@ -1,0 +1,469 @@
+/* Conv layers on oneDNN (train.backend = onednn): forward, backward-data and backward-weights primitives,
+ * grouped and depthwise convs included, with the contract of the BLAS kernels (kernels_blas.c) and tested
+ * against the same naive _ref loops (tests/unit/test_onednn.c).
+ *
+ * Layouts. The engine keeps activations NCHW and weights OIHW (the flat state vector). Every primitive is
+ * created with format `any`, so that oneDNN picks the layout it runs fastest in (blocked nChw16c and
+ * OIhw16i16o with AVX-512, nChw8c with AVX2): held to plain NCHW it falls back to its own im2col + gemm,
+ * no faster than OpenBLAS. Reorders move each tensor between the two layouts around a call; those that
+ * write a gradient carry a sum post-op, so that gradients accumulate (+=) as the engine promises, whatever
+ * layout the primitive wrote. Keeping activations blocked between layers would save the activation reorders
+ * (a few per cent of a step) but needs blocked batch norm, pooling and add; keeping the weights blocked
+ * between steps would save their reorders but not fit the flat state vector that methods work on.
+ *
+ * Memory: what allocates, and when.
+ *  - nn_onednn_conv_create (at finalize): the primitives for the largest batch, their memory objects, and
+ *    the shared buffers below grown to what they need.
+ *  - The first forward at another batch size (a client's last partial batch, an evaluation remainder):
+ *    that size's primitives (all three, so that backward never creates anything), in a per-layer cache of
+ *    CONV_BATCHES entries. When it is full, the least recently used entry other than the largest batch's is
+ *    replaced; oneDNN's primitive cache keeps the generated code, so a size that comes back is not compiled
+ *    again.
+ *  - No buffer else. Scratchpads are user-managed (dnnl_scratchpad_mode_user) in one buffer and the staging
+ *    buffers of the reorders are shared by all layers of a model (its layers run one after another), each
+ *    sized for the largest need of the entries created so far: after warm-up a step allocates no buffer
+ *    (test_onednn counts). What remains is inside dnnl_primitive_execute, which builds its argument map on
+ *    the heap: about 50 allocations of at most 152 bytes a conv layer and step, freed within the call, that
+ *    no C API call avoids.
+ *
+ * Threads: a primitive keeps the OpenMP thread count of its creation (nn_set_threads before building).
+ * Bits: the same run to run for one CPU, thread count and batch size; not the blas backend's bits. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+#include "fedhet/core.h"
+#include "kernels.h"
+
+/* batch sizes a conv keeps primitives for at once: the largest, a client's last batch, evaluation remainders */
+#define CONV_BATCHES 8
+
+/* Staging buffers shared by the layers of a model. Forward uses SRC, WEIGHTS, DST; backward-weights SRC and
+ * DIFF_DST, backward-data DIFF_DST (or DST when it wants another layout than backward-weights), WEIGHTS and
+ * DIFF_SRC. */
+enum { STAGE_SRC, STAGE_DST, STAGE_DIFF_DST, STAGE_DIFF_SRC, STAGE_WEIGHTS, STAGE_DIFF_WEIGHTS, STAGE_DIFF_BIAS,
+       STAGE_SCRATCHPAD, N_STAGES };
+
+enum { FWD, BWD_DATA, BWD_WEIGHTS, N_PRIMS };
+static const char *const prim_names[N_PRIMS] = { "forward", "backward-data", "backward-weights" };
+
+struct NnOnednn {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    dnnl_primitive_attr_t attr;     /* user-managed scratchpad */
+    dnnl_primitive_attr_t attr_sum; /* the same and a sum post-op: reorders that accumulate into their output */
+    void *stage[N_STAGES];
+    size_t stage_bytes[N_STAGES];
+    uint64_t clock;          /* counts forwards: the cache's recency */
+    dnnl_status_t status;    /* first failure of the current call */
+};
+
+typedef struct {
+    dnnl_primitive_t p;
+    dnnl_memory_t scratchpad; /* NULL: it needs none */
+} Prim;
+
+/* One tensor argument of a primitive. */
+typedef struct {
+    dnnl_memory_t user;  /* the engine's tensor (NCHW, OIHW or the bias), its data set at every call */
+    dnnl_memory_t inner; /* the primitive's copy in stage buffer `stage`; NULL: the primitive uses `user` */
+    Prim reorder;        /* input: user -> inner; output: inner -> user, adding to it when accumulated */
+    int stage;
+    int ready;           /* input: inner already holds the data (backward-data's dy, reordered for backward-weights) */
+} Arg;
+
+typedef struct {
+    int batch;     /* 0: an empty slot */
+    uint64_t used; /* NnOnednn.clock at its last forward */
+    dnnl_primitive_desc_t pd[N_PRIMS];
+    Prim prim[N_PRIMS];
+    Arg src, weights, bias, dst;                              /* forward */
+    Arg bd_diff_src, bd_weights, bd_diff_dst;                 /* backward data */
+    Arg bw_src, bw_diff_weights, bw_diff_bias, bw_diff_dst;   /* backward weights */
+} ConvEntry;
+
+struct NnOnednnConv {
+    NnOnednn *ctx;
+    NnConvShape shape; /* batch: the largest */
+    int bias;
+    char name[48];
+    ConvEntry entry[CONV_BATCHES]; /* entry[0]: the largest batch, created first and never replaced */
+};
+
+/* ============================== context ============================== */
+
+static int stage_reserve(NnOnednn *ctx, int stage, size_t bytes)
+{
+    if (bytes <= ctx->stage_bytes[stage]) return FH_OK;
+    fh_free(&ctx->stage[stage]);
+    ctx->stage_bytes[stage] = 0;
+    FH_CHECK(fh_alloc_aligned(&ctx->stage[stage], bytes, "oneDNN staging buffer"));
+    ctx->stage_bytes[stage] = bytes;
+    return FH_OK;
+}
+
+int nn_onednn_create(NnOnednn **out)
+{
+    NnOnednn *ctx = NULL;
+    FH_CHECK(fh_calloc(&ctx, 1, sizeof *ctx, "oneDNN context"));
+    *out = ctx;
+    dnnl_post_ops_t sum = NULL;
+    dnnl_status_t st = dnnl_engine_create(&ctx->engine, dnnl_cpu, 0);
+    if (st == dnnl_success) st = dnnl_stream_create(&ctx->stream, ctx->engine, dnnl_stream_default_flags);
+    if (st == dnnl_success) st = dnnl_primitive_attr_create(&ctx->attr);
+    if (st == dnnl_success) st = dnnl_primitive_attr_set_scratchpad_mode(ctx->attr, dnnl_scratchpad_mode_user);
+    if (st == dnnl_success) st = dnnl_primitive_attr_clone(&ctx->attr_sum, ctx->attr);
+    if (st == dnnl_success) st = dnnl_post_ops_create(&sum);
+    if (st == dnnl_success) st = dnnl_post_ops_append_sum(sum, 1.0f);
+    if (st == dnnl_success) st = dnnl_primitive_attr_set_post_ops(ctx->attr_sum, sum);
+    if (sum) dnnl_post_ops_destroy(sum);
+    if (st != dnnl_success) {
+        nn_onednn_free(out);
+        FH_FAIL(FH_ERR_IO, "oneDNN: cannot set up the CPU engine (%s)", dnnl_status2str(st));
+    }
+    return FH_OK;
+}
+
+void nn_onednn_free(NnOnednn **pctx)
+{
+    NnOnednn *ctx = *pctx;
+    if (!ctx) return;
+    if (ctx->attr_sum) dnnl_primitive_attr_destroy(ctx->attr_sum);
+    if (ctx->attr) dnnl_primitive_attr_destroy(ctx->attr);
+    if (ctx->stream) dnnl_stream_destroy(ctx->stream);
+    if (ctx->engine) dnnl_engine_destroy(ctx->engine);
+    for (int i = 0; i < N_STAGES; i++) fh_free(&ctx->stage[i]);
+    fh_free(pctx);
+}
+
+size_t nn_onednn_bytes(const NnOnednn *ctx)
+{
+    size_t bytes = 0;
+    for (int i = 0; ctx && i < N_STAGES; i++) bytes += ctx->stage_bytes[i];
+    return bytes;
+}
+
+/* ============================== building an entry ============================== */
+
+static void track(NnOnednn *ctx, dnnl_status_t st)
+{
+    if (ctx->status == dnnl_success) ctx->status = st;
+}
+
+/* the primitive of pd, and a scratchpad memory object when it needs one */
+static dnnl_status_t prim_create(NnOnednn *ctx, Prim *p, const_dnnl_primitive_desc_t pd)
+{
+    dnnl_status_t st = dnnl_primitive_create(&p->p, pd);
+    const dnnl_memory_desc_t *md = st == dnnl_success ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
+    const size_t bytes = md ? dnnl_memory_desc_get_size(md) : 0;
+    if (bytes == 0) return st;
+    if (stage_reserve(ctx, STAGE_SCRATCHPAD, bytes) != FH_OK) return dnnl_out_of_memory;
+    return dnnl_memory_create(&p->scratchpad, md, ctx->engine, DNNL_MEMORY_NONE);
+}
+
+static void prim_free(Prim *p)
+{
+    if (p->p) dnnl_primitive_destroy(p->p);
+    if (p->scratchpad) dnnl_memory_destroy(p->scratchpad);
+    memset(p, 0, sizeof *p);
+}
+
+static dnnl_status_t reorder_create(NnOnednn *ctx, Prim *p, const dnnl_memory_desc_t *from,
+                                    const dnnl_memory_desc_t *to, int accumulate)
+{
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, ctx->engine, to, ctx->engine,
+                                                          accumulate ? ctx->attr_sum : ctx->attr);
+    if (st == dnnl_success) st = prim_create(ctx, p, pd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+/* An input the primitive reads in layout `want`: a reorder from the user's layout when they differ. */
+static dnnl_status_t arg_input(NnOnednn *ctx, Arg *a, const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *want,
+                               int stage)
+{
+    dnnl_status_t st = dnnl_memory_create(&a->user, user, ctx->engine, DNNL_MEMORY_NONE);
+    if (st != dnnl_success || dnnl_memory_desc_equal(user, want)) return st;
+    a->stage = stage;
+    if (stage_reserve(ctx, stage, dnnl_memory_desc_get_size(want)) != FH_OK) return dnnl_out_of_memory;
+    st = dnnl_memory_create(&a->inner, want, ctx->engine, DNNL_MEMORY_NONE);
+    return st == dnnl_success ? reorder_create(ctx, &a->reorder, user, want, 0) : st;
+}
+
+/* An output the primitive writes in layout `got`. accumulate: added to the user's tensor, so it goes through a
+ * stage buffer even when the layouts agree. */
+static dnnl_status_t arg_output(NnOnednn *ctx, Arg *a, const dnnl_memory_desc_t *user, const dnnl_memory_desc_t *got,
+                                int stage, int accumulate)
+{
+    dnnl_status_t st = dnnl_memory_create(&a->user, user, ctx->engine, DNNL_MEMORY_NONE);
+    if (st != dnnl_success || (!accumulate && dnnl_memory_desc_equal(user, got))) return st;
+    a->stage = stage;
+    if (stage_reserve(ctx, stage, dnnl_memory_desc_get_size(got)) != FH_OK) return dnnl_out_of_memory;
+    st = dnnl_memory_create(&a->inner, got, ctx->engine, DNNL_MEMORY_NONE);
+    return st == dnnl_success ? reorder_create(ctx, &a->reorder, got, user, accumulate) : st;
+}
+
+static void arg_free(Arg *a)
+{
+    if (a->user) dnnl_memory_destroy(a->user);
+    if (a->inner) dnnl_memory_destroy(a->inner);
+    prim_free(&a->reorder);
+    memset(a, 0, sizeof *a);
+}
+
+static void entry_free(ConvEntry *e)
+{
+    Arg *args[] = { &e->src, &e->weights, &e->bias, &e->dst, &e->bd_diff_src, &e->bd_weights, &e->bd_diff_dst,
+                    &e->bw_src, &e->bw_diff_weights, &e->bw_diff_bias, &e->bw_diff_dst };
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) arg_free(args[i]);
+    for (int i = 0; i < N_PRIMS; i++) {
+        prim_free(&e->prim[i]);
+        if (e->pd[i]) dnnl_primitive_desc_destroy(e->pd[i]);
+    }
+    memset(e, 0, sizeof *e);
+}
+
+/* index 1 of the weights queries is the bias */
+static const dnnl_memory_desc_t *md_of(const ConvEntry *e, int prim, dnnl_query_t what, int index)
+{
+    return dnnl_primitive_desc_query_md(e->pd[prim], what, index);
+}
+
+static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
+{
+    NnOnednn *ctx = c->ctx;
+    const NnConvShape *s = &c->shape;
+    const int g = s->groups;
+    dnnl_memory_desc_t x, y, w, b, x_any, y_any, w_any;
+    const dnnl_dims_t xd = { batch, s->cin, s->h, s->w }, yd = { batch, s->cout, s->ho, s->wo }, bd = { s->cout };
+    /* OIHW with groups is goihw: each group's output channels are consecutive */
+    const dnnl_dims_t wd1 = { s->cout, s->cin, s->k, s->k }, wdg = { g, s->cout / g, s->cin / g, s->k, s->k };
+    const dnnl_dims_t strides = { s->stride, s->stride }, pad = { s->pad, s->pad };
+    const int wn = g > 1 ? 5 : 4;
+    const dnnl_dim_t *wd = g > 1 ? wdg : wd1;
+    dnnl_convolution_desc_t desc[N_PRIMS];
+    int failed = -1; /* the primitive oneDNN could not create */
+    memset(e, 0, sizeof *e);
+    e->batch = batch;
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, dnnl_nchw);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, dnnl_nchw);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&w, wn, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_x);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any);
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&w_any, wn, wd, dnnl_f32, dnnl_format_tag_any);
+    /* symmetric padding: oneDNN checks ho = (h + 2 pad - k) / stride + 1 with the same floor as the engine */
+    if (st == dnnl_success)
+        st = dnnl_convolution_forward_desc_init(&desc[FWD], dnnl_forward_training, dnnl_convolution_direct, &x_any,
+                                                &w_any, c->bias ? &b : NULL, &y_any, strides, pad, pad);
+    if (st == dnnl_success)
+        st = dnnl_convolution_backward_data_desc_init(&desc[BWD_DATA], dnnl_convolution_direct, &x_any, &w_any, &y_any,
+                                                      strides, pad, pad);
+    if (st == dnnl_success)
+        st = dnnl_convolution_backward_weights_desc_init(&desc[BWD_WEIGHTS], dnnl_convolution_direct, &x_any, &w_any,
+                                                         c->bias ? &b : NULL, &y_any, strides, pad, pad);
+    for (int i = 0; i < N_PRIMS && st == dnnl_success; i++) {
+        /* the backward passes take the forward's as a hint, so that they agree on layouts where they can */
+        st = dnnl_primitive_desc_create(&e->pd[i], &desc[i], ctx->attr, ctx->engine, i == FWD ? NULL : e->pd[FWD]);
+        if (st == dnnl_success) st = prim_create(ctx, &e->prim[i], e->pd[i]);
+        if (st != dnnl_success) failed = i;
+    }
+    if (st == dnnl_success) st = arg_input(ctx, &e->src, &x, md_of(e, FWD, dnnl_query_src_md, 0), STAGE_SRC);
+    if (st == dnnl_success) st = arg_input(ctx, &e->weights, &w, md_of(e, FWD, dnnl_query_weights_md, 0), STAGE_WEIGHTS);
+    if (st == dnnl_success && c->bias)
+        st = arg_input(ctx, &e->bias, &b, md_of(e, FWD, dnnl_query_weights_md, 1), STAGE_DIFF_BIAS);
+    if (st == dnnl_success) st = arg_output(ctx, &e->dst, &y, md_of(e, FWD, dnnl_query_dst_md, 0), STAGE_DST, 0);
+    if (st == dnnl_success)
+        st = arg_input(ctx, &e->bw_src, &x, md_of(e, BWD_WEIGHTS, dnnl_query_src_md, 0), STAGE_SRC);
+    if (st == dnnl_success)
+        st = arg_input(ctx, &e->bw_diff_dst, &y, md_of(e, BWD_WEIGHTS, dnnl_query_diff_dst_md, 0), STAGE_DIFF_DST);
+    if (st == dnnl_success)
+        st = arg_output(ctx, &e->bw_diff_weights, &w, md_of(e, BWD_WEIGHTS, dnnl_query_diff_weights_md, 0),
+                        STAGE_DIFF_WEIGHTS, 1);
+    if (st == dnnl_success && c->bias)
+        st = arg_output(ctx, &e->bw_diff_bias, &b, md_of(e, BWD_WEIGHTS, dnnl_query_diff_weights_md, 1),
+                        STAGE_DIFF_BIAS, 1);
+    if (st == dnnl_success) {
+        /* dy in backward-data's layout: the copy made for backward-weights when that layout is the same */
+        const dnnl_memory_desc_t *want = md_of(e, BWD_DATA, dnnl_query_diff_dst_md, 0);
+        const int same = e->bw_diff_dst.inner && dnnl_memory_desc_equal(want, md_of(e, BWD_WEIGHTS, dnnl_query_diff_dst_md, 0));
+        st = arg_input(ctx, &e->bd_diff_dst, &y, want, same ? STAGE_DIFF_DST : STAGE_DST);
+        e->bd_diff_dst.ready = same;
+    }
+    if (st == dnnl_success)
+        st = arg_input(ctx, &e->bd_weights, &w, md_of(e, BWD_DATA, dnnl_query_weights_md, 0), STAGE_WEIGHTS);
+    if (st == dnnl_success)
+        st = arg_output(ctx, &e->bd_diff_src, &x, md_of(e, BWD_DATA, dnnl_query_diff_src_md, 0), STAGE_DIFF_SRC, 1);
+    if (st == dnnl_success) return FH_OK;
+    entry_free(e);
+    FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_IO : FH_ERR_USAGE,
+            "%s: oneDNN cannot %s the convolution %s of a %dx%dx%dx%d input to %d channels (kernel %d, stride %d, "
+            "pad %d, groups %d%s): %s; train.backend = blas runs it", c->name, failed >= 0 ? "create" : "set up",
+            failed >= 0 ? prim_names[failed] : "arguments", batch, s->cin, s->h, s->w, s->cout, s->k, s->stride,
+            s->pad, s->groups, c->bias ? ", bias" : "", dnnl_status2str(st));
+}
+
+int nn_onednn_conv_create(NnOnednnConv **out, NnOnednn *ctx, const NnConvShape *s, int bias, const char *name)
+{
+    NnOnednnConv *c = NULL;
+    FH_CHECK(fh_calloc(&c, 1, sizeof *c, "oneDNN convolution"));
+    c->ctx = ctx;
+    c->shape = *s;
+    c->bias = bias;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    *out = c;
+    const int status = entry_create(c, &c->entry[0], s->batch);
+    if (status != FH_OK) nn_onednn_conv_free(out);
+    return status;
+}
+
+void nn_onednn_conv_free(NnOnednnConv **pc)
+{
+    if (!*pc) return;
+    for (int i = 0; i < CONV_BATCHES; i++)
+        if ((*pc)->entry[i].batch) entry_free(&(*pc)->entry[i]);
+    fh_free(pc);
+}
+
+const char *nn_onednn_conv_impl(const NnOnednnConv *c, int which)
+{
+    const char *name = NULL;
+    if (!c || which < 0 || which >= N_PRIMS || !c->entry[0].pd[which] ||
+        dnnl_primitive_desc_query(c->entry[0].pd[which], dnnl_query_impl_info_str, 0, &name) != dnnl_success)
+        return "";
+    return name;
+}
+
+/* The entry for `batch`, created on its first use (see the file's comment for what that allocates). */
+static int entry_for(NnOnednnConv *c, int batch, ConvEntry **out)
+{
+    ConvEntry *victim = NULL;
+    for (int i = 0; i < CONV_BATCHES; i++) {
+        ConvEntry *e = &c->entry[i];
+        if (e->batch == batch) {
+            *out = e;
+            return FH_OK;
+        }
+        if (i > 0 && (!victim || (victim->batch && (!e->batch || e->used < victim->used)))) victim = e;
+    }
+    if (victim->batch) entry_free(victim);
+    FH_CHECK(entry_create(c, victim, batch));
+    *out = victim;
+    return FH_OK;
+}
+
+/* ============================== running ============================== */
+
+static void set_data(NnOnednn *ctx, dnnl_memory_t mem, const void *data)
+{
+    track(ctx, dnnl_memory_set_data_handle(mem, (void *)data));
+}
+
+static void prim_run(NnOnednn *ctx, const Prim *p, int n_args, dnnl_exec_arg_t *args)
+{
+    if (p->scratchpad) {
+        set_data(ctx, p->scratchpad, ctx->stage[STAGE_SCRATCHPAD]);
+        args[n_args++] = (dnnl_exec_arg_t){ DNNL_ARG_SCRATCHPAD, p->scratchpad };
+    }
+    track(ctx, dnnl_primitive_execute(p->p, ctx->stream, n_args, args));
+}
+
+/* the memory a primitive reads input `data` from, reordered first when the layouts differ */
+static dnnl_memory_t arg_in(NnOnednn *ctx, Arg *a, const float *data)
+{
+    set_data(ctx, a->user, data);
+    if (!a->inner) return a->user;
+    set_data(ctx, a->inner, ctx->stage[a->stage]);
+    if (!a->ready) {
+        dnnl_exec_arg_t args[3] = { { DNNL_ARG_FROM, a->user }, { DNNL_ARG_TO, a->inner } };
+        prim_run(ctx, &a->reorder, 2, args);
+    }
+    return a->inner;
+}
+
+/* the memory a primitive writes output `data` to; arg_out_done then moves it to data */
+static dnnl_memory_t arg_out(NnOnednn *ctx, Arg *a, float *data)
+{
+    set_data(ctx, a->user, data);
+    if (!a->inner) return a->user;
+    set_data(ctx, a->inner, ctx->stage[a->stage]);
+    return a->inner;
+}
+
+static void arg_out_done(NnOnednn *ctx, Arg *a)
+{
+    if (!a->inner) return;
+    dnnl_exec_arg_t args[3] = { { DNNL_ARG_FROM, a->inner }, { DNNL_ARG_TO, a->user } };
+    prim_run(ctx, &a->reorder, 2, args);
+}
+
+static int64_t conv_out_floats(const NnConvShape *s, int batch) { return (int64_t)batch * s->cout * s->ho * s->wo; }
+
+int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const float *w, const float *b, int batch, NnAct act)
+{
+    NnOnednn *ctx = c->ctx;
+    ConvEntry *e = NULL;
+    FH_CHECK(entry_for(c, batch, &e));
+    e->used = ++ctx->clock;
+    ctx->status = dnnl_success;
+    dnnl_exec_arg_t args[5];
+    int n = 0;
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, arg_in(ctx, &e->src, x) };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, arg_in(ctx, &e->weights, w) };
+    if (c->bias) args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_BIAS, arg_in(ctx, &e->bias, b) };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DST, arg_out(ctx, &e->dst, y) };
+    prim_run(ctx, &e->prim[FWD], n, args);
+    arg_out_done(ctx, &e->dst);
+    track(ctx, dnnl_stream_wait(ctx->stream));
+    if (ctx->status != dnnl_success)
+        FH_FAIL(FH_ERR_IO, "%s: oneDNN convolution forward at batch %d failed: %s", c->name, batch,
+                dnnl_status2str(ctx->status));
+    /* the activation as a pass of its own rather than a post-op: a pattern replay (NN_PATTERN_REPLAY) runs the
+     * same primitive without it and gets the same pre-activations */
+    nn_act_forward(y, conv_out_floats(&c->shape, batch), act);
+    return FH_OK;
+}
+
+void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, float *dy, const float *y,
+                             const float *x, const float *w, int batch, NnAct act)
+{
+    NnOnednn *ctx = c->ctx;
+    ConvEntry *e = NULL;
+    for (int i = 0; i < CONV_BATCHES && !e; i++)
+        if (c->entry[i].batch == batch) e = &c->entry[i];
+    if (!e) {
+        /* the forward at this batch made it, and entries are replaced only by forwards at other batches */
+        fh_log_error("%s: oneDNN convolution backward at batch %d without its forward", c->name, batch);
+        abort();
+    }
+    nn_act_backward(dy, y, conv_out_floats(&c->shape, batch), act);
+    ctx->status = dnnl_success;
+    dnnl_exec_arg_t args[6];
+    int n = 0;
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, arg_in(ctx, &e->bw_src, x) };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_DST, arg_in(ctx, &e->bw_diff_dst, dy) };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_WEIGHTS, arg_out(ctx, &e->bw_diff_weights, dw) };
+    if (c->bias) args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_BIAS, arg_out(ctx, &e->bw_diff_bias, db) };
+    prim_run(ctx, &e->prim[BWD_WEIGHTS], n, args);
+    arg_out_done(ctx, &e->bw_diff_weights);
+    if (c->bias) arg_out_done(ctx, &e->bw_diff_bias);
+    if (dx) {
+        n = 0;
+        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_DST, arg_in(ctx, &e->bd_diff_dst, dy) };
+        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, arg_in(ctx, &e->bd_weights, w) };
+        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_SRC, arg_out(ctx, &e->bd_diff_src, dx) };
+        prim_run(ctx, &e->prim[BWD_DATA], n, args);
+        arg_out_done(ctx, &e->bd_diff_src);
+    }
+    track(ctx, dnnl_stream_wait(ctx->stream));
+    if (ctx->status != dnnl_success) {
+        /* executing primitives that were created fine does not fail on a CPU (the scratchpad is ours) */
+        fh_log_error("%s: oneDNN convolution backward at batch %d failed: %s", c->name, batch,
+                     dnnl_status2str(ctx->status));
+        abort();
+    }
+}
