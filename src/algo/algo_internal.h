@@ -20,6 +20,22 @@ ALGO_FAMILY(wmsam)    /* fedwmsam, afedsam (algorithms-sam 9, 15) */
 ALGO_FAMILY(fedscam)  /* fedscam, fedscam_wa, fedscam_sam (algorithms-sam 10) */
 #undef ALGO_FAMILY
 
+/* The most clients a round of setup s can select: per_round, or K when the number varies (bernoulli). */
+static inline int algo_max_selected(const AlgoSetup *s) { return s->per_round > 0 ? s->per_round : s->n_clients; }
+
+/* Hooks' scratch (AlgoScratch): arrays are handed out in whole 64-byte units, so that a sizes hook adds
+ * algo_scratch_bytes for each array a hook takes (and keeps the most over its hooks, which run one at a time). */
+static inline size_t algo_scratch_bytes(size_t n, size_t size) { return (n * size + 63) / 64 * 64; }
+/* The next n elements of `size` bytes of *s (which then starts after them), zeroed; asking past its end is a
+ * programming error (the method's sizes asked for too little) and aborts naming `what`. */
+void *algo_scratch_take(AlgoScratch *s, size_t n, size_t size, const char *what);
+
+/* Sums in double over the uploads, ALGO_BLOCK elements at a time in an accumulator on the stack: each element is
+ * summed in the same order as one pass over the whole vector would sum it, and the round allocates nothing.
+ * algo_block_len: the elements of the block that starts at lo, of n. */
+enum { ALGO_BLOCK = 512 };
+static inline int64_t algo_block_len(int64_t lo, int64_t n) { return n - lo < ALGO_BLOCK ? n - lo : ALGO_BLOCK; }
+
 /* OOD score of logits z (A.23; higher = more in-distribution): 0 energy, 1 msp, 2 maxlogit, 3 gen */
 double algo_ood_score(int score, const float *z, int classes);
 /* FLOOD's ASH scores (spec algorithms-sam 13; variant 4 ash-p, 5 ash-b, 6 ash-s as flood_score's choices): the

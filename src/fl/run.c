@@ -538,7 +538,7 @@ static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t 
                             .server_private = run->server_private, .server_scalars = run->server_scalars,
                             .client_sizes = run->client_sizes, .label_counts = run->data.label_counts,
                             .classes = run->data.classes, .views = run->work.model.views,
-                            .n_views = run->work.model.n_views };
+                            .n_views = run->work.model.n_views, .scratch = run->method_server_scratch };
 }
 
 /* Rank 0: uploads in ascending client id, weights, update, drift; *diverged when a loss or the new
@@ -588,6 +588,7 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
         /* the plug-in's weights replace the host's; it reads its own scalars, after the host's */
         AlgoServerCtx pctx = sctx;
         pctx.options = fl_plugin_options(&run->s);
+        pctx.scratch = run->plugin_server_scratch;
         for (int i = 0; i < n_selected; i++) L->uploads[i].scalars += run->work.host_upload_scalars;
         const int status = plugin->weights->weights(&pctx, L->uploads, n_selected, L->weights);
         for (int i = 0; i < n_selected; i++) L->uploads[i].scalars -= run->work.host_upload_scalars;
@@ -909,6 +910,7 @@ static void run_free(FlRun *run)
     fh_free(&run->init_state);
     fh_free(&run->server_scalars);
     fh_free(&run->server_private);
+    fh_free(&run->server_scratch);
     fh_free(&run->client_sizes);
     fh_free(&run->rows);
     fh_free(&run->probe_x);
@@ -923,6 +925,14 @@ static void run_free(FlRun *run)
     fh_log_set_file(NULL);
     if (run->log) fclose(run->log);
     memset(run, 0, sizeof *run);
+}
+
+/* ", method scratch N KiB" for a method's scratch of `bytes` (usually kilobytes), "" without any */
+static const char *scratch_note(char *buf, size_t size, size_t bytes)
+{
+    if (!bytes) return "";
+    snprintf(buf, size, ", method scratch %.1f KiB", (double)bytes / 1024);
+    return buf;
 }
 
 static void print_budget(const FlRun *run)
@@ -943,19 +953,22 @@ static void print_budget(const FlRun *run)
     }
     const int uploads = most_owned < max_selected(run) ? most_owned : max_selected(run);
     const int size = run->comm.size, client_rank = size > 1 ? 1 : 0; /* rank 1 evaluates the most batches of them */
+    char client_scratch[64], server_scratch[64];
     fh_log_info("memory per client rank (at most %d client%s each): model state + gradient + optimiser + activations "
                 "%.1f MiB, its clients' data, persistent vectors %d x %d x %.1f MiB = %.1f MiB, upload records %d x "
-                "%.1f MiB = %.1f MiB, evaluation %.1f MiB", most_owned, most_owned == 1 ? "" : "s", model_work,
+                "%.1f MiB = %.1f MiB, evaluation %.1f MiB%s", most_owned, most_owned == 1 ? "" : "s", model_work,
                 most_owned, run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
                 (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib,
-                (double)fl_eval_bytes(&run->data, run->s.eval_batch, client_rank, size) / mib);
+                (double)fl_eval_bytes(&run->data, run->s.eval_batch, client_rank, size) / mib,
+                scratch_note(client_scratch, sizeof client_scratch, run->z.client_scratch));
     /* the metrics.csv rows and every clients.csv row of the run, kept for the checkpoints */
     const double rows = ((double)run->s.rounds * FL_N_COLUMNS + (double)run->cap_client_rows * run->n_ccols) * 8 / mib;
     fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors, "
-                "evaluation %.1f MiB, metric rows %.1f MiB", max_selected(run), (double)run->layout.bytes / mib,
+                "evaluation %.1f MiB, metric rows %.1f MiB%s", max_selected(run), (double)run->layout.bytes / mib,
                 max_selected(run) * (double)run->layout.bytes / mib,
                 3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors,
-                (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows);
+                (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows,
+                scratch_note(server_scratch, sizeof server_scratch, run->z.server_scratch));
     if (m->quality_shift && !run->data.has_test_corrupted)
         fh_log_info("%s: the data has no corrupted test set ([data] corruption = none): the clean/corrupted comparison "
                     "is off (metrics.csv corrupted_*, client_auc_std, client_bacc_std stay empty; spec C.5, C.6)",
@@ -1046,6 +1059,12 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
         FH_CHECK(fh_alloc_aligned(&run->server_private, (size_t)run->z.server_private * run->n_state * sizeof(float),
                                   "server vectors"));
         memset(run->server_private, 0, (size_t)run->z.server_private * run->n_state * sizeof(float));
+    }
+    if (rank == 0) {
+        if (run->z.server_scratch > 0)
+            FH_CHECK(fh_alloc_aligned(&run->server_scratch, run->z.server_scratch, "method server scratch"));
+        fl_scratch_views(run->server_scratch, run->z.server_scratch, run->work.host_server_scratch,
+                         &run->method_server_scratch, &run->plugin_server_scratch);
     }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
     FH_CHECK(client_columns(run));
