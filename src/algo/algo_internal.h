@@ -104,10 +104,12 @@ double algo_sam_lr_radius(const AlgoSetup *s, AlgoOptions o, int round);
 /* FedISM (src/algo/fedism.c, spec algorithms-sam 12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
  * hook); the sharpness definitions of algo_sam_sharpness over client c's whole local set (rows > 0: its first
  * rows) at `state`, streamed through c->svc->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
- * n_state floats of scratch). */
+ * n_state floats of scratch; c's scratch: algo_local_sharpness_scratch). */
 double algo_fedismplus_radius(const AlgoSetup *s, AlgoOptions o, int round);
 int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,
                          double *L0, double *L1);
+/* the client scratch algo_local_sharpness takes (a batch's logit gradients, for c->model) */
+size_t algo_local_sharpness_scratch(const AlgoSetup *s);
 /* More of sam.c for family wmsam: its validation (rho), weights (the weights part), sizes (work vectors of the
  * perturbation, diagnostics), the diagnostics' sizes and running means, K_bar (spec 0.2) and its server_init
  * (server scalar 0), the control variates of FedGAMMA (client vector 0 c_i, server vector 0 c, spec 5; k_norm a

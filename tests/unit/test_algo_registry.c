@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "../../src/fl/fl_internal.h"
+#include "test_options.h"
 #include "tiny_partition.h"
 
 static void test_names_unique(void)
@@ -127,8 +128,10 @@ static const char *tiny_config(const char *data)
     return path;
 }
 
-/* FLOOD on top: its weights replace the host's and read its own scalars, after the host's (as src/fl/run.c) */
-static int round_weights(const FlSettings *s, const AlgoServerCtx *sc, int host_scalars, AlgoUpload *u, double *p)
+/* FLOOD on top: its weights replace the host's and read its own scalars, after the host's, and its own scratch (as
+ * src/fl/run.c) */
+static int round_weights(const FlSettings *s, const AlgoServerCtx *sc, AlgoScratch plugin_scratch, int host_scalars,
+                         AlgoUpload *u, double *p)
 {
     if (!s->plugin || !s->plugin->weights) {
         const AlgoServerWeights *w = s->method->weights ? s->method->weights : &algo_weights_samples;
@@ -136,6 +139,7 @@ static int round_weights(const FlSettings *s, const AlgoServerCtx *sc, int host_
     }
     AlgoServerCtx pc = *sc;
     pc.options = fl_plugin_options(s);
+    pc.scratch = plugin_scratch;
     for (int i = 0; i < K; i++) u[i].scalars += host_scalars;
     const int status = s->plugin->weights->weights(&pc, u, K, p);
     for (int i = 0; i < K; i++) u[i].scalars -= host_scalars;
@@ -186,6 +190,9 @@ static void run_row(const char *config, const char *name, const char *plugin)
                          .server_private = priv, .server_scalars = scalars, .client_sizes = client_sizes,
                          .label_counts = f.label_counts, .classes = f.classes, .views = w.model.views,
                          .n_views = w.model.n_views };
+    AlgoScratch plugin_scratch; /* the server scratch the row's sizes ask for, split as the runtime splits it */
+    fl_scratch_views(test_scratch(z->server_scratch).base, z->server_scratch, w.host_server_scratch, &sc.scratch,
+                     &plugin_scratch);
     if (s.method->server_init) CHECK_OK(s.method->server_init(&sc, global));
     for (int round = 0; round < ROUNDS; round++) {
         AlgoUpload u[K];
@@ -198,7 +205,7 @@ static void run_row(const char *config, const char *name, const char *plugin)
                                  fl_record_state(r, &l), fl_record_state(r, &l) + N };
         }
         sc.round = round;
-        CHECK_OK(round_weights(&s, &sc, w.host_upload_scalars, u, p));
+        CHECK_OK(round_weights(&s, &sc, plugin_scratch, w.host_upload_scalars, u, p));
         if (s.method->update) CHECK_OK(s.method->update->update(&sc, u, K, p, next));
         else CHECK_OK(algo_average(&sc, u, K, p, next));
         int finite = 1;
