@@ -40,9 +40,9 @@ static inline int64_t algo_block_len(int64_t lo, int64_t n) { return n - lo < AL
 double algo_ood_score(int score, const float *z, int classes);
 /* FLOOD's ASH scores (spec algorithms-sam 13; variant 4 ash-p, 5 ash-b, 6 ash-s as flood_score's choices): the
  * energy of the classifier W [classes, D], b (NULL: none) on the activation a [D] shaped at its p-th percentile;
- * sorted: D floats of scratch */
+ * work: D doubles of scratch */
 double algo_ash_score(int variant, const float *a, int64_t D, const float *W, const float *b, int classes, double p,
-                      float *sorted);
+                      double *work);
 /* FLOOD's lambda_t for round t from the view of a row with FLOOD's part (schedule, amplitude, halt, start) */
 double algo_flood_lambda(AlgoOptions flood, int round);
 

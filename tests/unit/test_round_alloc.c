@@ -232,7 +232,7 @@ static const MethodCase cases[] = {
     { "fedga", { NULL }, 0 },       { "fedlw", { NULL }, 0 },       { "fednolowe", { NULL }, 0 },
     { "feddisco", { NULL }, 0 },    { "moon", { NULL }, 0 },        { "feddecorr", { NULL }, 0 },
     { "fedmr", { NULL }, 0 },       { "fednp", { NULL }, 0 },       { "fedgkd", { NULL }, 0 },
-    { "flood", { NULL }, 1 },       { "fedsam", { NULL }, 0 },      { "mofedsam", { NULL }, 0 },
+    { "flood", { NULL }, 0 },       { "fedsam", { NULL }, 0 },      { "mofedsam", { NULL }, 0 },
     { "fedgamma", { NULL }, 0 },    { "fedspeed", { NULL }, 0 },    { "fedsmoo", { NULL }, 0 },
     { "fedlesam", { NULL }, 0 },    { "fedlesam-s", { NULL }, 0 },  { "fedlesam-d", { NULL }, 0 },
     { "fedlwsam", { NULL }, 0 },    { "fedism", { NULL }, 0 },      { "fedismplus", { NULL }, 0 },
@@ -241,8 +241,8 @@ static const MethodCase cases[] = {
     { "afl", { "algo.variant=original", "train.steps=1", "train.momentum=0" }, 0 },
     { "fedmr", { "algo.first_stage=1" }, 0 },
     { "fedscam", { "algo.cluster=true" }, 0 },
-    { "flood", { "algo.flood_score=ash-p" }, 1 },
-    { "fedavg", { "algo.plugin=flood" }, 1 },
+    { "flood", { "algo.flood_score=ash-p" }, 0 },
+    { "fedavg", { "algo.plugin=flood" }, 0 },
 };
 enum { N_CASES = sizeof cases / sizeof *cases };
 
