@@ -132,6 +132,14 @@ int algo_option_set(AlgoOptionBlock *b, const struct AlgoMethod *m, const char *
 /* the value of key o in view (o a key of view.row; a choice: its index) */
 double algo_option_value(AlgoOptions view, const AlgoOption *o);
 
+/* Scratch of a method's hooks, made once per run so that rounds allocate nothing: a method's sizes ask for it in
+ * bytes (AlgoSizes.client_scratch, server_scratch), the runtime hands every hook call the same block, and a hook
+ * takes its arrays from the start of its view (algo_scratch_take in src/algo); nothing in it outlasts the call. */
+typedef struct {
+    void *base;
+    size_t bytes;
+} AlgoScratch;
+
 /* What a method may know of the run's configuration (validation, sizes, hooks). */
 typedef struct {
     AlgoOptions options;     /* the method's [algo] keys */
@@ -161,6 +169,9 @@ typedef struct {
     int proj_dim;            /* > 0: every model instance is built with a projection head of this width on its
                               * representation (NnZooOptions.proj_dim; MOON); sizes() may not read n_params for it */
     int work_vectors;        /* scratch state vectors on client ranks */
+    /* bytes of AlgoScratch one call of the method's client hooks / server hooks may use (the most over its hooks);
+     * a plug-in's follow the host's */
+    size_t client_scratch, server_scratch;
     /* diagnostics (metrics.csv perturb_norm, grad_norm: the server's plain mean over the uploads): 1 + the
      * index of the upload scalar holding the client's mean perturbation norm / mean local gradient norm over
      * its steps; 0: the method has none (NaN) */
@@ -210,6 +221,7 @@ typedef struct {
     float *upload_vecs;           /* [upload_vectors * n_state] sent besides the model */
     double *upload_scalars;       /* [upload_scalars] (a plug-in's hooks: its own, which follow the host's) */
     float *work;                  /* [work_vectors * n_state] scratch */
+    AlgoScratch scratch;          /* [sizes.client_scratch] bytes for one hook call (a plug-in's hooks: its own) */
     NnModel *aux[ALGO_MAX_AUX];   /* [sizes.aux_models] models of the same architecture, for extra forwards */
     float *momentum_buf;          /* the SGD momentum buffer [n_params], NULL without momentum */
     int momentum_kept;            /* set by report->begin after loading momentum_buf: the first step continues
@@ -343,6 +355,7 @@ typedef struct {
     int classes;
     const NnParamView *views;     /* [n_views] the model's tensors in the state layout (per-tensor rules) */
     int n_views;
+    AlgoScratch scratch;          /* [sizes.server_scratch] bytes for one hook call (a plug-in's weights: its own) */
 } AlgoServerCtx;
 
 typedef struct {

@@ -20,13 +20,29 @@ ALGO_FAMILY(wmsam)    /* fedwmsam, afedsam (algorithms-sam 9, 15) */
 ALGO_FAMILY(fedscam)  /* fedscam, fedscam_wa, fedscam_sam (algorithms-sam 10) */
 #undef ALGO_FAMILY
 
+/* The most clients a round of setup s can select: per_round, or K when the number varies (bernoulli). */
+static inline int algo_max_selected(const AlgoSetup *s) { return s->per_round > 0 ? s->per_round : s->n_clients; }
+
+/* Hooks' scratch (AlgoScratch): arrays are handed out in whole 64-byte units, so that a sizes hook adds
+ * algo_scratch_bytes for each array a hook takes (and keeps the most over its hooks, which run one at a time). */
+static inline size_t algo_scratch_bytes(size_t n, size_t size) { return (n * size + 63) / 64 * 64; }
+/* The next n elements of `size` bytes of *s (which then starts after them), zeroed; asking past its end is a
+ * programming error (the method's sizes asked for too little) and aborts naming `what`. */
+void *algo_scratch_take(AlgoScratch *s, size_t n, size_t size, const char *what);
+
+/* Sums in double over the uploads, ALGO_BLOCK elements at a time in an accumulator on the stack: each element is
+ * summed in the same order as one pass over the whole vector would sum it, and the round allocates nothing.
+ * algo_block_len: the elements of the block that starts at lo, of n. */
+enum { ALGO_BLOCK = 512 };
+static inline int64_t algo_block_len(int64_t lo, int64_t n) { return n - lo < ALGO_BLOCK ? n - lo : ALGO_BLOCK; }
+
 /* OOD score of logits z (A.23; higher = more in-distribution): 0 energy, 1 msp, 2 maxlogit, 3 gen */
 double algo_ood_score(int score, const float *z, int classes);
 /* FLOOD's ASH scores (spec algorithms-sam 13; variant 4 ash-p, 5 ash-b, 6 ash-s as flood_score's choices): the
  * energy of the classifier W [classes, D], b (NULL: none) on the activation a [D] shaped at its p-th percentile;
- * sorted: D floats of scratch */
+ * work: D doubles of scratch */
 double algo_ash_score(int variant, const float *a, int64_t D, const float *W, const float *b, int classes, double p,
-                      float *sorted);
+                      double *work);
 /* FLOOD's lambda_t for round t from the view of a row with FLOOD's part (schedule, amplitude, halt, start) */
 double algo_flood_lambda(AlgoOptions flood, int round);
 
@@ -88,10 +104,12 @@ double algo_sam_lr_radius(const AlgoSetup *s, AlgoOptions o, int round);
 /* FedISM (src/algo/fedism.c, spec algorithms-sam 12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
  * hook); the sharpness definitions of algo_sam_sharpness over client c's whole local set (rows > 0: its first
  * rows) at `state`, streamed through c->svc->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
- * n_state floats of scratch). */
+ * n_state floats of scratch; c's scratch: algo_local_sharpness_scratch). */
 double algo_fedismplus_radius(const AlgoSetup *s, AlgoOptions o, int round);
 int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,
                          double *L0, double *L1);
+/* the client scratch algo_local_sharpness takes (a batch's logit gradients, for c->model) */
+size_t algo_local_sharpness_scratch(const AlgoSetup *s);
 /* More of sam.c for family wmsam: its validation (rho), weights (the weights part), sizes (work vectors of the
  * perturbation, diagnostics), the diagnostics' sizes and running means, K_bar (spec 0.2) and its server_init
  * (server scalar 0), the control variates of FedGAMMA (client vector 0 c_i, server vector 0 c, spec 5; k_norm a

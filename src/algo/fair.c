@@ -74,7 +74,10 @@ ALGO_OPTIONS_OF(qffl_of, QfflOptions, qffl_options)
 
 static void qffl_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    z->upload_scalars = qffl_of(s->options)->variant == QF_ORIGINAL ? 2 : 1; /* F_k (, h_k) */
+    const int original = qffl_of(s->options)->variant == QF_ORIGINAL;
+    z->upload_scalars = original ? 2 : 1; /* F_k (, h_k) */
+    if (original && s->n_state > s->n_params) /* the buffers' weights n_k */
+        z->server_scratch = algo_scratch_bytes((size_t)algo_max_selected(s), sizeof(double));
 }
 
 /* F_k = loss of the broadcast w^t on the client's whole training set */
@@ -129,12 +132,10 @@ static int qffl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
     for (int64_t j = 0; j < s->n_params; j++)
         global[j] = (float)((1.0 - step) * (double)s->current[j] + step * (double)global[j]);
     if (s->n_state > s->n_params) {
-        double *ns = NULL;
-        FH_CHECK(fh_calloc(&ns, (size_t)m, sizeof *ns, "q-FedAvg buffer weights"));
+        AlgoScratch scratch = s->scratch;
+        double *ns = algo_scratch_take(&scratch, (size_t)m, sizeof *ns, "q-FedAvg buffer weights");
         for (int i = 0; i < m; i++) ns[i] = (double)u[i].n_samples;
-        const int status = algo_average_range(s, u, m, ns, -1, s->n_params, s->n_state, global);
-        fh_free(&ns);
-        FH_CHECK(status);
+        FH_CHECK(algo_average_range(s, u, m, ns, -1, s->n_params, s->n_state, global));
     }
     return FH_OK;
 }
@@ -170,6 +171,7 @@ static void afl_sizes(const AlgoSetup *s, AlgoSizes *z)
         z->server_private = 1;            /* the running average of iterates, the reported model */
         z->eval_private = 0;
         z->upload_scalars = 0;            /* the minibatch loss is the upload's train_loss (one step) */
+        z->server_scratch = algo_scratch_bytes((size_t)s->n_clients, sizeof(double)); /* the projection's sort */
     } else {
         z->upload_scalars = 1; /* F_k */
     }
@@ -254,11 +256,11 @@ static int afl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double
 {
     FH_CHECK(algo_average(s, u, m, p, global));
     if (afl_of(s->options)->variant != AFL_ORIGINAL) return FH_OK;
-    double *lambda = s->server_scalars, *scratch = NULL;
-    FH_CHECK(fh_calloc(&scratch, (size_t)s->n_clients, sizeof *scratch, "AFL projection scratch"));
+    double *lambda = s->server_scalars;
+    AlgoScratch scratch = s->scratch;
+    double *sorted = algo_scratch_take(&scratch, (size_t)s->n_clients, sizeof *sorted, "AFL's projection");
     for (int i = 0; i < m; i++) lambda[u[i].client] += afl_of(s->options)->eta_lambda * u[i].train_loss;
-    simplex_project(lambda, s->n_clients, scratch);
-    fh_free(&scratch);
+    simplex_project(lambda, s->n_clients, sorted);
     const double t = s->round;
     float *avg = s->server_private;
     for (int64_t j = 0; j < s->n_state; j++) avg[j] = (float)((t * (double)avg[j] + (double)global[j]) / (t + 1.0));
@@ -291,6 +293,7 @@ static void fairfed_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->server_scalars = s->n_clients; /* omega */
     z->upload_scalars = 1;            /* acc_k */
+    z->server_scratch = algo_scratch_bytes((size_t)algo_max_selected(s), sizeof(double)); /* the gaps */
 }
 
 static int fairfed_validate(const AlgoMethod *m, const AlgoSetup *s)
@@ -326,8 +329,8 @@ static int fairfed_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
         double total = 0.0, acc = 0.0, mean_gap = 0.0;
         for (int i = 0; i < m; i++) total += (double)u[i].n_samples;
         for (int i = 0; i < m; i++) acc += (double)u[i].n_samples / total * u[i].scalars[0];
-        double *gap = NULL;
-        FH_CHECK(fh_calloc(&gap, (size_t)m, sizeof *gap, "FairFed gaps"));
+        AlgoScratch scratch = s->scratch;
+        double *gap = algo_scratch_take(&scratch, (size_t)m, sizeof *gap, "FairFed's gaps");
         for (int i = 0; i < m; i++) {
             const double a = u[i].scalars[0];
             gap[i] = fairfed_of(s->options)->ffl4mia_bug ? a * (1.0 - (double)u[i].n_samples / total) : fabs(a - acc);
@@ -342,7 +345,6 @@ static int fairfed_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
         /* all clipped to zero [recon]: keep the previous omega */
         if (sum > 0.0)
             for (int i = 0; i < m; i++) omega[u[i].client] = gap[i] / sum;
-        fh_free(&gap);
     }
     weights_from_array(u, m, omega, p);
     return FH_OK;
@@ -375,6 +377,7 @@ static void fedce_sizes(const AlgoSetup *s, AlgoSizes *z)
     z->work_vectors = 1;   /* the minus model */
     z->server_scalars = (int64_t)CE_ARRAYS * s->n_clients;
     z->upload_scalars = 1; /* a_k */
+    z->server_scratch = 6 * algo_scratch_bytes((size_t)algo_max_selected(s), sizeof(double)); /* fedce_weights */
 }
 
 static int fedce_validate(const AlgoMethod *m, const AlgoSetup *s)
@@ -411,6 +414,37 @@ static int fedce_end(AlgoClientCtx *c)
     return FH_OK;
 }
 
+/* dot[i] = <s_i, r_i>, ss[i] = ||s_i||^2, rr[i] = ||r_i||^2 over the trainable part, r_i = G - c_i s_i,
+ * G = sum_k c_k s_k, s_k = w_k - w^t: G a block at a time (algo_block_len), each sum in ascending element order */
+static void fedce_sums(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *c, double *dot, double *ss,
+                       double *rr)
+{
+    const int64_t P = s->n_params;
+    double G[ALGO_BLOCK];
+    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
+        const int64_t n = algo_block_len(lo, P);
+        const float *w = s->current + lo;
+        memset(G, 0, (size_t)n * sizeof *G);
+        for (int i = 0; i < m; i++) {
+            const double ck = c[u[i].client];
+            const float *x = u[i].state + lo;
+            for (int64_t j = 0; j < n; j++) G[j] += ck * ((double)x[j] - (double)w[j]);
+        }
+        for (int i = 0; i < m; i++) {
+            const double ck = c[u[i].client];
+            const float *x = u[i].state + lo;
+            double d = dot[i], a = ss[i], r = rr[i];
+            for (int64_t j = 0; j < n; j++) {
+                const double sj = (double)x[j] - (double)w[j], rj = G[j] - ck * sj;
+                d += sj * rj;
+                a += sj * sj;
+                r += rj * rj;
+            }
+            dot[i] = d, ss[i] = a, rr[i] = r;
+        }
+    }
+}
+
 /* G = sum_k c_k s_k, s_k = w_k - w^t (trainable); cos_k = cos(s_k, G - c_k s_k); cw = 1 - mean cos,
  * mv = 1 - mean a, each normalised; c~ = cw mv (times) or cw + mv (plus), normalised; c = mean of c~ */
 static int fedce_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
@@ -418,33 +452,18 @@ static int fedce_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
     const int K = s->n_clients;
     double *c = s->server_scalars + CE_C * K, *cos_sum = s->server_scalars + CE_COS_SUM * K,
            *coef_sum = s->server_scalars + CE_COEF_SUM * K, *acc_sum = s->server_scalars + CE_ACC_SUM * K;
-    const int64_t P = s->n_params;
-    const float *w = s->current;
-    double *G = NULL, *cw = NULL;
-    FH_CHECK(fh_calloc(&G, (size_t)P, sizeof *G, "FedCE consensus"));
-    int status = fh_calloc(&cw, (size_t)3 * m, sizeof *cw, "FedCE coefficients");
-    if (status != FH_OK) {
-        fh_free(&G);
-        return status;
-    }
-    double *mv = cw + m, *ct = cw + 2 * m;
-    for (int i = 0; i < m; i++) {
-        const double ck = c[u[i].client];
-        const float *x = u[i].state;
-        for (int64_t j = 0; j < P; j++) G[j] += ck * ((double)x[j] - (double)w[j]);
-    }
+    AlgoScratch scratch = s->scratch;
+    double *dot = algo_scratch_take(&scratch, (size_t)m, sizeof *dot, "FedCE's sums"),
+           *ss = algo_scratch_take(&scratch, (size_t)m, sizeof *ss, "FedCE's sums"),
+           *rr = algo_scratch_take(&scratch, (size_t)m, sizeof *rr, "FedCE's sums"),
+           *cw = algo_scratch_take(&scratch, (size_t)m, sizeof *cw, "FedCE's coefficients"),
+           *mv = algo_scratch_take(&scratch, (size_t)m, sizeof *mv, "FedCE's coefficients"),
+           *ct = algo_scratch_take(&scratch, (size_t)m, sizeof *ct, "FedCE's coefficients");
+    fedce_sums(s, u, m, c, dot, ss, rr);
     const double n_rounds = s->round + 1.0;
     for (int i = 0; i < m; i++) {
         const int k = u[i].client;
-        const float *x = u[i].state;
-        double dot = 0.0, ss = 0.0, rr = 0.0;
-        for (int64_t j = 0; j < P; j++) {
-            const double sj = (double)x[j] - (double)w[j], rj = G[j] - c[k] * sj;
-            dot += sj * rj;
-            ss += sj * sj;
-            rr += rj * rj;
-        }
-        cos_sum[k] += ss > 0.0 && rr > 0.0 ? dot / (sqrt(ss) * sqrt(rr)) : 0.0; /* cos with a zero vector: 0 */
+        cos_sum[k] += ss[i] > 0.0 && rr[i] > 0.0 ? dot[i] / (sqrt(ss[i]) * sqrt(rr[i])) : 0.0; /* with 0: 0 */
         acc_sum[k] += u[i].scalars[0];
         cw[i] = 1.0 - cos_sum[k] / n_rounds;
         mv[i] = 1.0 - acc_sum[k] / n_rounds;
@@ -458,8 +477,6 @@ static int fedce_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
         c[u[i].client] = coef_sum[u[i].client] / n_rounds;
     }
     weights_from_array(u, m, c, p);
-    fh_free(&G);
-    fh_free(&cw);
     return FH_OK;
 }
 

@@ -164,13 +164,15 @@ static int local_pass_batch(void *env, const AlgoBatch *b)
 /* algo_sam_sharpness's definitions over the client's whole local set (rows > 0: its first `rows` rows in file
  * order), streamed batch by batch through c->svc->for_each_local_batch (eval mode, no augmentation): G = sum of the
  * per-sample CE gradients at `state`, e = rho G/(||G|| + 1e-12) on the trainable part, *L0 = mean CE at state,
- * *L1 = mean CE at state + e. pert: n_state floats of scratch (holds state + e). Uses model's gradient and
- * activations. */
+ * *L1 = mean CE at state + e. pert: n_state floats of scratch (holds state + e); the logit gradients of a batch
+ * come from c's scratch (algo_local_sharpness_scratch). Uses model's gradient and activations. */
 int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,
                          double *L0, double *L1)
 {
+    AlgoScratch scratch = c->state.scratch;
     LocalPass e = { .model = model, .with_grad = 1, .rows = rows };
-    FH_CHECK(fh_alloc_aligned(&e.dlogits, (size_t)model->max_batch * model->classes * sizeof(float), "logit gradients"));
+    e.dlogits = algo_scratch_take(&scratch, (size_t)model->max_batch * model->classes, sizeof(float),
+                                  "the local sharpness's logit gradients");
     nn_model_zero_grad(model);
     int status = c->svc->for_each_local_batch(c, model, state, local_pass_batch, &e);
     if (status == LOCAL_PASS_DONE) status = FH_OK;
@@ -186,8 +188,12 @@ int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, d
         if (status == LOCAL_PASS_DONE) status = FH_OK;
         *L1 = e.n > 0 ? e.sum / (double)e.n : 0.0;
     }
-    fh_free(&e.dlogits);
     return status;
+}
+
+size_t algo_local_sharpness_scratch(const AlgoSetup *s)
+{
+    return algo_scratch_bytes((size_t)s->batch_size * s->classes, sizeof(float));
 }
 
 /* Before training (model->state = w^t): upload scalar 0 = S_i = max(L1 - L0, 1e-10) or PL_i = L1 at this
@@ -259,18 +265,14 @@ static int saga_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doub
  * (BatchNorm statistics included, as the code's FedAvg) */
 static int saga_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
-    double *a = NULL;
-    FH_CHECK(fh_calloc(&a, (size_t)(m > 0 ? m : 1), sizeof *a, "SAGA weights"));
-    int status = saga_compute(s, u, m, a);
-    if (status == FH_OK) {
-        for (int i = 0; i < m; i++) {
-            s->server_scalars[u[i].client] = a[i];
-            s->server_scalars[s->n_clients + u[i].client] = 1.0;
-        }
-        status = algo_average(s, u, m, p, global);
+    AlgoScratch scratch = s->scratch;
+    double *a = algo_scratch_take(&scratch, (size_t)m, sizeof *a, "SAGA's moving averages");
+    FH_CHECK(saga_compute(s, u, m, a));
+    for (int i = 0; i < m; i++) {
+        s->server_scalars[u[i].client] = a[i];
+        s->server_scalars[s->n_clients + u[i].client] = 1.0;
     }
-    fh_free(&a);
-    return status;
+    return algo_average(s, u, m, p, global);
 }
 
 /* ---- parts and sizes ------------------------------------------------------------------------------- */
@@ -287,6 +289,8 @@ static void ism_sizes(const AlgoSetup *s, AlgoSizes *z)
     z->upload_grad_norm = UP_GRAD_NORM + 1;
     z->server_scalars = 2 * (int64_t)s->n_clients;
     z->work_vectors = ism_of(s->options)->perturb == PERTURB_GSAM ? 2 : 1;
+    z->client_scratch = algo_local_sharpness_scratch(s);
+    z->server_scratch = algo_scratch_bytes((size_t)algo_max_selected(s), sizeof(double)); /* saga_update's a */
 }
 
 /* SALT's step, or with perturb = none the runtime's plain step: SAGA alone (the paper's Table I ablation) */

@@ -210,70 +210,71 @@ static double sq_dist(const double *a, const double *b, int d)
     return s;
 }
 
-int fedscam_kmeans(const double *x, int m, int d, int k, uint64_t seed, uint32_t round, int *assign)
+/* k-means's clusters: k capped at the rows m, at least 1 */
+static int kmeans_clusters(int m, int k) { return k > m ? m : k < 1 ? 1 : k; }
+
+size_t fedscam_kmeans_scratch(int m, int d, int k)
 {
-    if (k > m) k = m;
-    if (k < 1) k = 1;
-    double *cent = NULL, *d2 = NULL;
-    int *count = NULL, *chosen = NULL;
-    int status = fh_calloc(&cent, (size_t)k * d, sizeof *cent, "k-means centres");
-    if (status == FH_OK) status = fh_calloc(&d2, (size_t)m, sizeof *d2, "k-means distances");
-    if (status == FH_OK) status = fh_calloc(&count, (size_t)k, sizeof *count, "k-means counts");
-    if (status == FH_OK) status = fh_calloc(&chosen, (size_t)m, sizeof *chosen, "k-means seeds");
-    if (status == FH_OK) {
-        /* k-means++: the first centre uniform, then each with probability ~ squared distance to the nearest */
-        FhRng rng;
-        fh_rng_init(&rng, seed, FH_RNG_PROJECTION, round, TAG_KMEANS, 0);
-        int pick = (int)fh_rng_below(&rng, (uint64_t)m);
-        for (int c = 0; c < k; c++) {
-            if (c > 0) {
-                double total = 0.0;
-                for (int i = 0; i < m; i++) {
-                    double best = INFINITY;
-                    for (int e = 0; e < c; e++) {
-                        const double s = sq_dist(x + (size_t)i * d, cent + (size_t)e * d, d);
-                        if (s < best) best = s;
-                    }
-                    d2[i] = best;
-                    total += best;
-                }
-                if (total > 0.0) pick = (int)fh_rng_categorical(&rng, d2, m);
-                else /* every row sits on a centre: the first row not taken yet */
-                    for (pick = 0; chosen[pick]; pick++) {}
-            }
-            chosen[pick] = 1;
-            memcpy(cent + (size_t)c * d, x + (size_t)pick * d, (size_t)d * sizeof *cent);
-        }
-        /* Lloyd: assign to the nearest centre (ties: lower index), then centres = means (an empty cluster keeps
-         * its centre), until nothing moves */
-        for (int i = 0; i < m; i++) assign[i] = -1;
-        for (int it = 0; it < SCAM_KMEANS_ITERS; it++) {
-            int moved = 0;
+    k = kmeans_clusters(m, k);
+    return algo_scratch_bytes((size_t)k * d, sizeof(double)) + algo_scratch_bytes((size_t)m, sizeof(double)) +
+           algo_scratch_bytes((size_t)k, sizeof(int)) + algo_scratch_bytes((size_t)m, sizeof(int));
+}
+
+void fedscam_kmeans(const double *x, int m, int d, int k, uint64_t seed, uint32_t round, int *assign,
+                    AlgoScratch work)
+{
+    k = kmeans_clusters(m, k);
+    double *cent = algo_scratch_take(&work, (size_t)k * d, sizeof *cent, "k-means centres"),
+           *d2 = algo_scratch_take(&work, (size_t)m, sizeof *d2, "k-means distances");
+    int *count = algo_scratch_take(&work, (size_t)k, sizeof *count, "k-means counts"),
+        *chosen = algo_scratch_take(&work, (size_t)m, sizeof *chosen, "k-means seeds");
+    /* k-means++: the first centre uniform, then each with probability ~ squared distance to the nearest */
+    FhRng rng;
+    fh_rng_init(&rng, seed, FH_RNG_PROJECTION, round, TAG_KMEANS, 0);
+    int pick = (int)fh_rng_below(&rng, (uint64_t)m);
+    for (int c = 0; c < k; c++) {
+        if (c > 0) {
+            double total = 0.0;
             for (int i = 0; i < m; i++) {
-                int best = 0;
-                double bd = sq_dist(x + (size_t)i * d, cent, d);
-                for (int c = 1; c < k; c++) {
-                    const double s = sq_dist(x + (size_t)i * d, cent + (size_t)c * d, d);
-                    if (s < bd) bd = s, best = c;
+                double best = INFINITY;
+                for (int e = 0; e < c; e++) {
+                    const double s = sq_dist(x + (size_t)i * d, cent + (size_t)e * d, d);
+                    if (s < best) best = s;
                 }
-                if (assign[i] != best) moved = 1, assign[i] = best;
+                d2[i] = best;
+                total += best;
             }
-            if (!moved) break;
-            memset(count, 0, (size_t)k * sizeof *count);
-            for (int i = 0; i < m; i++) count[assign[i]]++;
-            for (int c = 0; c < k; c++)
-                if (count[c]) memset(cent + (size_t)c * d, 0, (size_t)d * sizeof *cent);
-            for (int i = 0; i < m; i++)
-                for (int j = 0; j < d; j++) cent[(size_t)assign[i] * d + j] += x[(size_t)i * d + j];
-            for (int c = 0; c < k; c++)
-                for (int j = 0; count[c] && j < d; j++) cent[(size_t)c * d + j] /= count[c];
+            if (total > 0.0) pick = (int)fh_rng_categorical(&rng, d2, m);
+            else /* every row sits on a centre: the first row not taken yet */
+                for (pick = 0; chosen[pick]; pick++) {}
         }
+        chosen[pick] = 1;
+        memcpy(cent + (size_t)c * d, x + (size_t)pick * d, (size_t)d * sizeof *cent);
     }
-    fh_free(&cent);
-    fh_free(&d2);
-    fh_free(&count);
-    fh_free(&chosen);
-    return status;
+    /* Lloyd: assign to the nearest centre (ties: lower index), then centres = means (an empty cluster keeps
+     * its centre), until nothing moves */
+    for (int i = 0; i < m; i++) assign[i] = -1;
+    for (int it = 0; it < SCAM_KMEANS_ITERS; it++) {
+        int moved = 0;
+        for (int i = 0; i < m; i++) {
+            int best = 0;
+            double bd = sq_dist(x + (size_t)i * d, cent, d);
+            for (int c = 1; c < k; c++) {
+                const double s = sq_dist(x + (size_t)i * d, cent + (size_t)c * d, d);
+                if (s < bd) bd = s, best = c;
+            }
+            if (assign[i] != best) moved = 1, assign[i] = best;
+        }
+        if (!moved) break;
+        memset(count, 0, (size_t)k * sizeof *count);
+        for (int i = 0; i < m; i++) count[assign[i]]++;
+        for (int c = 0; c < k; c++)
+            if (count[c]) memset(cent + (size_t)c * d, 0, (size_t)d * sizeof *cent);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < d; j++) cent[(size_t)assign[i] * d + j] += x[(size_t)i * d + j];
+        for (int c = 0; c < k; c++)
+            for (int j = 0; count[c] && j < d; j++) cent[(size_t)c * d + j] /= count[c];
+    }
 }
 
 /* ---- client -------------------------------------------------------------------------------------------- */
@@ -354,26 +355,30 @@ static int scam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 
 /* ---- server -------------------------------------------------------------------------------------------- */
 
-/* q_i = lambda_c for the clients flagged in a conflicting pair inside a k-means cluster of the unit z_i */
-static int damp_conflicts(const AlgoServerCtx *s, const AlgoUpload *u, int m, int d, const ScamSettings *h, double *q)
+/* the server scratch of damp_conflicts for m clients: their unit z_i, clusters and flags, then k-means's */
+static size_t damp_conflicts_scratch(int m, int d, const ScamSettings *h)
 {
-    double *x = NULL;
-    int *assign = NULL, *flagged = NULL;
-    int status = fh_calloc(&x, (size_t)m * d, sizeof *x, "FedSCAM unit summaries");
-    if (status == FH_OK) status = fh_calloc(&assign, (size_t)m, sizeof *assign, "FedSCAM clusters");
-    if (status == FH_OK) status = fh_calloc(&flagged, (size_t)m, sizeof *flagged, "FedSCAM conflict flags");
-    if (status == FH_OK) {
-        for (int i = 0; i < m; i++) {
-            const double *z = u[i].scalars + UP_Z;
-            double n = 0.0;
-            for (int j = 0; j < d; j++) n += z[j] * z[j];
-            n = sqrt(n);
-            for (int j = 0; n > 0.0 && j < d; j++) x[(size_t)i * d + j] = z[j] / n;
-        }
-        const int k = h->clusters < m ? h->clusters : m;
-        status = fedscam_kmeans(x, m, d, k, (uint64_t)s->setup->seed, (uint32_t)s->round, assign);
+    return algo_scratch_bytes((size_t)m * d, sizeof(double)) + 2 * algo_scratch_bytes((size_t)m, sizeof(int)) +
+           fedscam_kmeans_scratch(m, d, h->clusters);
+}
+
+/* q_i = lambda_c for the clients flagged in a conflicting pair inside a k-means cluster of the unit z_i */
+static void damp_conflicts(const AlgoServerCtx *s, const AlgoUpload *u, int m, int d, const ScamSettings *h, double *q)
+{
+    AlgoScratch scratch = s->scratch;
+    double *x = algo_scratch_take(&scratch, (size_t)m * d, sizeof *x, "FedSCAM's unit summaries");
+    int *assign = algo_scratch_take(&scratch, (size_t)m, sizeof *assign, "FedSCAM's clusters"),
+        *flagged = algo_scratch_take(&scratch, (size_t)m, sizeof *flagged, "FedSCAM's conflict flags");
+    for (int i = 0; i < m; i++) {
+        const double *z = u[i].scalars + UP_Z;
+        double n = 0.0;
+        for (int j = 0; j < d; j++) n += z[j] * z[j];
+        n = sqrt(n);
+        for (int j = 0; n > 0.0 && j < d; j++) x[(size_t)i * d + j] = z[j] / n;
     }
-    for (int i = 0; status == FH_OK && i < m; i++)
+    const int k = h->clusters < m ? h->clusters : m;
+    fedscam_kmeans(x, m, d, k, (uint64_t)s->setup->seed, (uint32_t)s->round, assign, scratch);
+    for (int i = 0; i < m; i++)
         for (int j = i + 1; j < m; j++) {
             if (assign[i] != assign[j]) continue;
             double dot = 0.0;
@@ -382,19 +387,15 @@ static int damp_conflicts(const AlgoServerCtx *s, const AlgoUpload *u, int m, in
             /* the smaller ||Delta||; on a tie the larger client id (uploads are in ascending id) */
             flagged[u[i].scalars[UP_DNORM] < u[j].scalars[UP_DNORM] ? i : j] = 1;
         }
-    for (int i = 0; status == FH_OK && i < m; i++)
+    for (int i = 0; i < m; i++)
         if (flagged[i]) q[i] = h->lambda_c;
-    fh_free(&x);
-    fh_free(&assign);
-    fh_free(&flagged);
-    return status;
 }
 
 static int scam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
     const ScamSettings h = scam_settings(s->options);
     for (int i = 0; i < m; i++) p[i] = 1.0; /* q_i */
-    if (h.cluster && m > 1) FH_CHECK(damp_conflicts(s, u, m, dim_of(&h, s->n_params), &h, p));
+    if (h.cluster && m > 1) damp_conflicts(s, u, m, dim_of(&h, s->n_params), &h, p);
     double total = 0.0;
     for (int i = 0; i < m; i++) {
         const double *sc = u[i].scalars;
@@ -424,6 +425,7 @@ static void scam_sizes(const AlgoSetup *s, AlgoSizes *z)
     const int d = dim_of(&h, s->n_params);
     z->server_scalars = d;       /* u */
     z->upload_scalars = UP_Z + d; /* rho_i, h_i, c_i, h_adj_i, ||Delta_i||, z_i */
+    if (h.cluster) z->server_scratch = damp_conflicts_scratch(algo_max_selected(s), d, &h);
     if (!h.sam) {
         z->client_columns = "h,c,h_adj,delta_norm";
         z->client_column_first = UP_H;

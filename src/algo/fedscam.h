@@ -2,7 +2,10 @@
 #ifndef FEDHET_ALGO_FEDSCAM_H
 #define FEDHET_ALGO_FEDSCAM_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "fedhet/algo.h"
 
 /* rho_i = rho_max / (1 + alpha_rho h_adj) (spec algorithms-sam 10 step 7; the pilot radius is half of it at h_i) */
 double fedscam_radius(double rho_max, double alpha_rho, double h_adj);
@@ -18,7 +21,10 @@ void fedscam_project(uint64_t seed, int gaussian, const float *a, const float *b
 
 /* k-means of the m rows of x [m, d] into k clusters (k <= m): k-means++ seeding from Philox (seed, projection)
  * with counter (round, tag), then Lloyd iterations until the assignments stop changing or 50 iterations;
- * ties go to the lower cluster index. assign[m]: the cluster of each row. Returns FH_OK or FH_ERR_IO. */
-int fedscam_kmeans(const double *x, int m, int d, int k, uint64_t seed, uint32_t round, int *assign);
+ * ties go to the lower cluster index. assign[m]: the cluster of each row; work: fedscam_kmeans_scratch(m, d, k)
+ * bytes. */
+void fedscam_kmeans(const double *x, int m, int d, int k, uint64_t seed, uint32_t round, int *assign,
+                    AlgoScratch work);
+size_t fedscam_kmeans_scratch(int m, int d, int k);
 
 #endif

@@ -4,7 +4,6 @@
 #include "algo_internal.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "fedhet/core.h"
@@ -89,22 +88,46 @@ double algo_ood_score(int score, const float *z, int classes)
     return -gen;
 }
 
-static int cmp_float(const void *a, const void *b)
+/* x[i] moved down the max-heap x[0..n) to its place */
+static void sift_down(double *x, int64_t i, int64_t n)
 {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+    for (;;) {
+        const int64_t left = 2 * i + 1, right = left + 1;
+        int64_t top = i;
+        if (left < n && x[left] > x[top]) top = left;
+        if (right < n && x[right] > x[top]) top = right;
+        if (top == i) return;
+        const double v = x[i];
+        x[i] = x[top];
+        x[top] = v;
+        i = top;
+    }
+}
+
+/* The k-th smallest of x[0..n) (from 0: x[k] once sorted ascending), in place (x is left permuted): a max-heap of
+ * all n, whose n - 1 - k largest are moved out, leaves it on top. An ascending sort (qsort, which may allocate)
+ * picks a value equal to it: the same number, or a zero of the other sign, which no comparison tells apart. */
+static double kth_smallest(double *x, int64_t n, int64_t k)
+{
+    for (int64_t i = n / 2; i-- > 0;) sift_down(x, i, n);
+    for (int64_t end = n - 1; end > k; end--) {
+        const double v = x[0];
+        x[0] = x[end];
+        x[end] = v;
+        sift_down(x, 0, end);
+    }
+    return x[0];
 }
 
 /* ASH (spec 13): a [D] the penultimate activation; t its p-th percentile (lower interpolation, as the batch
  * quantile); values below t pruned; ASH-B sets the kept ones to s1/k, ASH-S scales them by exp(s1/s2) (s1 the
  * sum before pruning, s2 after, k the count kept; s2 = 0 scores as ASH-P); Energy of W a' + b. Sums in double.
- * sorted: D floats of scratch. */
+ * work: D doubles of scratch. */
 double algo_ash_score(int variant, const float *a, int64_t D, const float *W, const float *b, int classes, double p,
-                      float *sorted)
+                      double *work)
 {
-    memcpy(sorted, a, (size_t)D * sizeof *sorted);
-    qsort(sorted, (size_t)D, sizeof *sorted, cmp_float);
-    const float t = sorted[(int64_t)floor(p / 100.0 * (double)(D - 1))];
+    for (int64_t j = 0; j < D; j++) work[j] = a[j];
+    const float t = (float)kth_smallest(work, D, (int64_t)floor(p / 100.0 * (double)(D - 1)));
     double s1 = 0.0, s2 = 0.0;
     int64_t kept = 0;
     for (int64_t j = 0; j < D; j++) {
@@ -146,8 +169,9 @@ static int ash_classifier(const NnModel *m, const NnLayer **out)
 }
 
 /* Scores of a batch's samples into sc[count]: from the logits, or ASH from the features through `model`'s
- * classifier at model->state */
-static int batch_scores(const FloodOptions *o, const NnModel *model, const AlgoBatch *b, double *sc)
+ * classifier at model->state (with feature_size doubles of scratch) */
+static int batch_scores(const FloodOptions *o, const NnModel *model, const AlgoBatch *b, double *sc,
+                        AlgoScratch scratch)
 {
     const int score = o->flood_score;
     if (!is_ash(score)) {
@@ -156,14 +180,20 @@ static int batch_scores(const FloodOptions *o, const NnModel *model, const AlgoB
     }
     const NnLayer *l = NULL;
     FH_CHECK(ash_classifier(model, &l));
-    float *sorted = NULL;
-    FH_CHECK(fh_calloc(&sorted, (size_t)b->feature_size, sizeof *sorted, "ASH scratch"));
+    double *work = algo_scratch_take(&scratch, (size_t)b->feature_size, sizeof *work, "ASH's percentile");
     const float *W = model->state + l->w_off, *bias = l->b_off >= 0 ? model->state + l->b_off : NULL;
     for (int i = 0; i < b->count; i++)
         sc[i] = algo_ash_score(score, b->features + (int64_t)i * b->feature_size, b->feature_size, W, bias, b->classes,
-                               o->flood_ash_percentile, sorted);
-    fh_free(&sorted);
+                               o->flood_ash_percentile, work);
     return FH_OK;
+}
+
+/* client scratch: a batch's scores and the copy its quantile permutes (flood_weigh), then batch_scores's */
+static void flood_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->client_scratch = 2 * algo_scratch_bytes((size_t)s->batch_size, sizeof(double));
+    if (is_ash(flood_of(s->options)->flood_score))
+        z->client_scratch += algo_scratch_bytes((size_t)s->feature_size, sizeof(double));
 }
 
 /* The amplitude and schedule after `compat`: the paper's cosine with a = 200, the code's logistic with a = 50. */
@@ -207,45 +237,25 @@ double algo_flood_lambda(AlgoOptions flood, int round)
     return schedule_value(schedule(o), amplitude(o), t, o->flood_halt);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* ASW: samples scoring below the batch's lower-interpolated q-quantile get weight lambda_t, the others 1 */
 static int flood_weigh(AlgoClientCtx *c, const AlgoBatch *b, float *weights)
 {
-    double scores[512], sorted[512];
-    double *sc = scores, *srt = sorted;
-    if (b->count > 512) {
-        FH_CHECK(fh_calloc(&sc, (size_t)b->count, sizeof *sc, "OOD scores"));
-        if (fh_calloc(&srt, (size_t)b->count, sizeof *srt, "OOD scores") != FH_OK) {
-            fh_free(&sc);
-            return FH_ERR_IO;
-        }
-    }
+    AlgoScratch scratch = c->state.scratch;
+    double *sc = algo_scratch_take(&scratch, (size_t)b->count, sizeof *sc, "FLOOD's batch scores"),
+           *copy = algo_scratch_take(&scratch, (size_t)b->count, sizeof *copy, "FLOOD's batch quantile");
     const FloodOptions *o = flood_of(c->round->options);
-    const int status = batch_scores(o, c->model, b, sc);
-    if (status != FH_OK) {
-        if (sc != scores) fh_free(&sc), fh_free(&srt);
-        return status;
-    }
-    memcpy(srt, sc, (size_t)b->count * sizeof *srt);
-    qsort(srt, (size_t)b->count, sizeof *srt, cmp_double);
-    const double tau = srt[(int)floor(o->flood_q * (double)(b->count - 1))];
+    FH_CHECK(batch_scores(o, c->model, b, sc, scratch));
+    memcpy(copy, sc, (size_t)b->count * sizeof *copy);
+    const double tau = kth_smallest(copy, b->count, (int64_t)floor(o->flood_q * (double)(b->count - 1)));
     const float lambda = (float)algo_flood_lambda(c->round->options, c->round->t);
     for (int i = 0; i < b->count; i++) weights[i] = sc[i] < tau ? lambda : 1.0f;
-    if (sc != scores) {
-        fh_free(&sc);
-        fh_free(&srt);
-    }
     return FH_OK;
 }
 
 typedef struct {
     const FloodOptions *options;
     const NnModel *model;
+    AlgoScratch scratch;
     double sum;
     int64_t n;
 } ScoreSum;
@@ -253,11 +263,10 @@ typedef struct {
 static int add_scores(void *env, const AlgoBatch *b)
 {
     ScoreSum *s = env;
-    double *sc = NULL;
-    FH_CHECK(fh_calloc(&sc, (size_t)b->count, sizeof *sc, "OOD scores"));
-    const int status = batch_scores(s->options, s->model, b, sc);
+    AlgoScratch scratch = s->scratch;
+    double *sc = algo_scratch_take(&scratch, (size_t)b->count, sizeof *sc, "FLOOD's scores");
+    const int status = batch_scores(s->options, s->model, b, sc, scratch);
     for (int i = 0; status == FH_OK && i < b->count; i++) s->sum += sc[i];
-    fh_free(&sc);
     s->n += b->count;
     return status;
 }
@@ -265,7 +274,7 @@ static int add_scores(void *env, const AlgoBatch *b)
 /* phi_i: mean score of the trained local model over the local training set, eval mode, no augmentation */
 static int flood_end(AlgoClientCtx *c)
 {
-    ScoreSum s = { flood_of(c->round->options), c->model, 0.0, 0 };
+    ScoreSum s = { flood_of(c->round->options), c->model, c->state.scratch, 0.0, 0 };
     FH_CHECK(c->svc->for_each_local_batch(c, c->model, c->model->state, add_scores, &s));
     c->state.upload_scalars[UP_PHI] = s.n ? s.sum / (double)s.n : 0.0;
     return FH_OK;
@@ -341,6 +350,7 @@ const AlgoMethod algo_family_flood[] = {
         .report = &flood_report,
         .weights = &flood_dac,
         .validate = flood_validate,
+        .sizes = flood_sizes,
         .plugin = 1,
         .plugin_refuse = flood_refuse,
         .n_upload_scalars = 1,

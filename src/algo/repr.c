@@ -246,7 +246,13 @@ ALGO_OPTIONS_OF(fedmr_of, FedMrOptions, fedmr_options)
 
 /* The m slot models are the server vectors (broadcast with w^t); the global state is their uniform average,
  * used for evaluation only. Slot i goes to the round's i-th selected client (selection in ascending id). */
-static void fedmr_sizes(const AlgoSetup *s, AlgoSizes *z) { z->server_vectors = s->per_round > 0 ? s->per_round : 0; }
+static void fedmr_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    z->server_vectors = s->per_round > 0 ? s->per_round : 0;
+    /* the recombination's permutation and its done flags */
+    z->server_scratch = algo_scratch_bytes((size_t)z->server_vectors, sizeof(int64_t)) +
+                        algo_scratch_bytes((size_t)z->server_vectors, 1);
+}
 
 static int fedmr_validate(const AlgoMethod *m, const AlgoSetup *s)
 {
@@ -307,19 +313,16 @@ static void fedmr_permute(float *slots, int64_t n_state, int m, int64_t off, int
 static int fedmr_recombine(AlgoServerCtx *s, int m)
 {
     if (s->n_views <= 0 || !s->views) FH_FAIL(FH_ERR_USAGE, "fedmr: the server context lacks the model's tensor layout");
-    int64_t *perm = NULL;
-    unsigned char *done = NULL;
-    FH_CHECK(fh_calloc(&perm, (size_t)m, sizeof *perm, "fedmr permutation"));
-    int status = fh_calloc(&done, (size_t)m, 1, "fedmr permutation flags");
-    for (int v = 0; v < s->n_views && status == FH_OK; v++) {
+    AlgoScratch scratch = s->scratch;
+    int64_t *perm = algo_scratch_take(&scratch, (size_t)m, sizeof *perm, "FedMR's permutation");
+    unsigned char *done = algo_scratch_take(&scratch, (size_t)m, 1, "FedMR's permutation flags");
+    for (int v = 0; v < s->n_views; v++) {
         FhRng rng;
         fh_rng_init(&rng, (uint64_t)s->setup->seed, FH_RNG_SAMPLE, (uint32_t)s->round, (uint32_t)(1 + v), 0);
         fh_rng_permutation(&rng, perm, m);
         fedmr_permute(s->server_vecs, s->n_state, m, s->views[v].offset, s->views[v].count, perm, done);
     }
-    fh_free(&perm);
-    fh_free(&done);
-    return status;
+    return FH_OK;
 }
 
 /* global = uniform average of the trained slots (evaluation); then recombination (round >= first_stage) or
@@ -384,6 +387,9 @@ static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
     } else {
         z->server_private = M;
         z->server_vectors = M > 1;
+        /* fedgkd_update's view of the buffer as uploads, and their weights */
+        if (M > 1) z->server_scratch = algo_scratch_bytes((size_t)M, sizeof(AlgoUpload)) +
+                                       algo_scratch_bytes((size_t)M, sizeof(double));
     }
     z->server_scalars = 2;
     z->aux_models = 1;
@@ -412,18 +418,14 @@ static int fedgkd_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const dou
     s->server_scalars[GKD_HEAD] = head;
     s->server_scalars[GKD_COUNT] = count;
     if (vote || M == 1) return FH_OK;
-    AlgoUpload *buf = NULL;
-    double *ones = NULL;
-    FH_CHECK(fh_calloc(&buf, (size_t)count, sizeof *buf, "fedgkd buffer"));
-    int status = fh_calloc(&ones, (size_t)count, sizeof *ones, "fedgkd weights");
-    for (int i = 0; i < count && status == FH_OK; i++) {
+    AlgoScratch scratch = s->scratch;
+    AlgoUpload *buf = algo_scratch_take(&scratch, (size_t)count, sizeof *buf, "FedGKD's buffer");
+    double *ones = algo_scratch_take(&scratch, (size_t)count, sizeof *ones, "FedGKD's weights");
+    for (int i = 0; i < count; i++) {
         buf[i].state = fifo + (size_t)i * P;
         ones[i] = 1.0;
     }
-    if (status == FH_OK) status = algo_average_range(s, buf, count, ones, -1, 0, P, s->server_vecs);
-    fh_free(&buf);
-    fh_free(&ones);
-    return status;
+    return algo_average_range(s, buf, count, ones, -1, 0, P, s->server_vecs);
 }
 
 /* the teacher into aux[0], eval mode; nothing while the buffer is empty (round 0: distillation off) */

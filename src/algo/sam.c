@@ -401,18 +401,20 @@ static void cv_end(AlgoClientCtx *c, int k_norm)
 static int cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm)
 {
     const int64_t P = s->n_params;
-    double *acc = NULL;
-    FH_CHECK(fh_calloc(&acc, (size_t)P, sizeof *acc, "control variate sum"));
-    float *cv = s->server_vecs;
-    for (int i = 0; i < m; i++) {
-        const double K = k_norm == K_NORM_CODE ? s->server_scalars[SC_K_BAR] : (double)u[i].n_steps;
-        if (!(K > 0.0) || u[i].n_steps == 0) continue;
-        const double inv = 1.0 / (K * s->lr);
-        const float *y = u[i].state, *wt = s->current;
-        for (int64_t j = 0; j < P; j++) acc[j] += -(double)cv[j] - ((double)y[j] - (double)wt[j]) * inv;
+    double acc[ALGO_BLOCK];
+    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
+        const int64_t n = algo_block_len(lo, P);
+        float *cv = s->server_vecs + lo;
+        memset(acc, 0, (size_t)n * sizeof *acc);
+        for (int i = 0; i < m; i++) {
+            const double K = k_norm == K_NORM_CODE ? s->server_scalars[SC_K_BAR] : (double)u[i].n_steps;
+            if (!(K > 0.0) || u[i].n_steps == 0) continue;
+            const double inv = 1.0 / (K * s->lr);
+            const float *y = u[i].state + lo, *wt = s->current + lo;
+            for (int64_t j = 0; j < n; j++) acc[j] += -(double)cv[j] - ((double)y[j] - (double)wt[j]) * inv;
+        }
+        for (int64_t j = 0; j < n; j++) cv[j] = (float)((double)cv[j] + acc[j] / s->n_clients);
     }
-    for (int64_t j = 0; j < P; j++) cv[j] = (float)((double)cv[j] + acc[j] / s->n_clients);
-    fh_free(&acc);
     return FH_OK;
 }
 

@@ -25,13 +25,13 @@ static int weights_choice(const AlgoServerCtx *s, const AlgoUpload *u, int m, do
     return (uniform ? &algo_weights_uniform : &algo_weights_samples)->weights(s, u, m, p);
 }
 
-/* acc[j] = sum_i x_i[j] over the uploads' vector `vec` (vec < 0: the states), j in [0, n), in double,
+/* acc[j] = sum_i x_i[lo + j] over the uploads' vector `vec` (vec < 0: the states), j in [0, n), in double,
  * ascending client id. */
-static void sum_uploads(double *acc, const AlgoUpload *u, int m, int vec, int64_t n_state, int64_t n)
+static void sum_uploads(double *acc, const AlgoUpload *u, int m, int vec, int64_t n_state, int64_t lo, int64_t n)
 {
     memset(acc, 0, (size_t)n * sizeof *acc);
     for (int i = 0; i < m; i++) {
-        const float *x = vec < 0 ? u[i].state : u[i].vecs + (size_t)vec * n_state;
+        const float *x = (vec < 0 ? u[i].state : u[i].vecs + (size_t)vec * n_state) + lo;
 #pragma omp simd
         for (int64_t j = 0; j < n; j++) acc[j] += (double)x[j];
     }
@@ -268,15 +268,16 @@ static int scaffold_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const d
         const double avg = global[j];
         global[j] = (float)(avg + (eta - 1.0) * (avg - (double)s->current[j]));
     }
-    double *acc = NULL;
-    FH_CHECK(fh_calloc(&acc, (size_t)P, sizeof *acc, "SCAFFOLD control variate sum"));
-    sum_uploads(acc, u, m, 0, s->n_state, P);
-    float *c = s->server_vecs;
-    if (o->variant == SCAF_FLOOD)
-        for (int64_t j = 0; j < P; j++) c[j] = (float)(acc[j] / m);
-    else
-        for (int64_t j = 0; j < P; j++) c[j] = (float)((double)c[j] + acc[j] / s->n_clients);
-    fh_free(&acc);
+    double acc[ALGO_BLOCK];
+    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
+        const int64_t n = algo_block_len(lo, P);
+        sum_uploads(acc, u, m, 0, s->n_state, lo, n);
+        float *c = s->server_vecs + lo;
+        if (o->variant == SCAF_FLOOD)
+            for (int64_t j = 0; j < n; j++) c[j] = (float)(acc[j] / m);
+        else
+            for (int64_t j = 0; j < n; j++) c[j] = (float)((double)c[j] + acc[j] / s->n_clients);
+    }
     return FH_OK;
 }
 
@@ -349,19 +350,21 @@ int feddyn_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p,
 {
     FH_CHECK(algo_average(s, u, m, p, global));
     const int64_t P = s->n_params;
-    double *acc = NULL;
-    FH_CHECK(fh_calloc(&acc, (size_t)P, sizeof *acc, "FedDyn delta sum"));
-    for (int i = 0; i < m; i++) {
-        const float *y = u[i].state, *g = s->current;
+    double acc[ALGO_BLOCK];
+    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
+        const int64_t n = algo_block_len(lo, P);
+        memset(acc, 0, (size_t)n * sizeof *acc);
+        for (int i = 0; i < m; i++) {
+            const float *y = u[i].state + lo, *g = s->current + lo;
 #pragma omp simd
-        for (int64_t j = 0; j < P; j++) acc[j] += (double)(y[j] - g[j]);
+            for (int64_t j = 0; j < n; j++) acc[j] += (double)(y[j] - g[j]);
+        }
+        float *S = s->server_private + lo, *w = global + lo;
+        for (int64_t j = 0; j < n; j++) {
+            S[j] = (float)((double)S[j] + acc[j]);
+            w[j] = (float)((double)w[j] + (double)S[j] / s->n_clients);
+        }
     }
-    float *S = s->server_private;
-    for (int64_t j = 0; j < P; j++) {
-        S[j] = (float)((double)S[j] + acc[j]);
-        global[j] = (float)((double)global[j] + (double)S[j] / s->n_clients);
-    }
-    fh_free(&acc);
     return FH_OK;
 }
 
@@ -397,18 +400,20 @@ static int fednova_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const do
     for (int i = 0; i < m; i++) tau_eff += p[i] / total * (u[i].scalars[0] - a0);
     tau_eff += a0;
     const int64_t P = s->n_params;
-    double *acc = NULL;
-    FH_CHECK(fh_calloc(&acc, (size_t)P, sizeof *acc, "FedNova correction"));
-    for (int i = 0; i < m; i++) {
-        const double a = u[i].scalars[0];
-        const double coef = a > 0.0 ? p[i] / total * (1.0 - tau_eff / a) : 0.0; /* no step: w_k = w^t */
-        if (coef == 0.0) continue;
-        const float *y = u[i].state, *g = s->current;
+    double acc[ALGO_BLOCK];
+    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
+        const int64_t n = algo_block_len(lo, P);
+        memset(acc, 0, (size_t)n * sizeof *acc);
+        for (int i = 0; i < m; i++) {
+            const double a = u[i].scalars[0];
+            const double coef = a > 0.0 ? p[i] / total * (1.0 - tau_eff / a) : 0.0; /* no step: w_k = w^t */
+            if (coef == 0.0) continue;
+            const float *y = u[i].state + lo, *g = s->current + lo;
 #pragma omp simd
-        for (int64_t j = 0; j < P; j++) acc[j] += coef * ((double)g[j] - (double)y[j]);
+            for (int64_t j = 0; j < n; j++) acc[j] += coef * ((double)g[j] - (double)y[j]);
+        }
+        for (int64_t j = 0; j < n; j++) global[lo + j] = (float)((double)global[lo + j] + acc[j]);
     }
-    for (int64_t j = 0; j < P; j++) global[j] = (float)((double)global[j] + acc[j]);
-    fh_free(&acc);
     return FH_OK;
 }
 

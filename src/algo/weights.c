@@ -1,5 +1,5 @@
 /* Server weights and the default server update (spec A.1, A.2). */
-#include "fedhet/algo.h"
+#include "algo_internal.h"
 #include "fedhet/core.h"
 
 /* FedAvg (A.1): p_k proportional to n_k over the selected clients */
@@ -19,19 +19,15 @@ static int weights_uniform(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
 const AlgoServerWeights algo_weights_samples = { weights_samples };
 const AlgoServerWeights algo_weights_uniform = { weights_uniform };
 
-/* Elements per block of the accumulation: the block's double sums stay in L1 while every upload streams
- * past them once, and the accumulator lives on the stack (the round allocates nothing). */
-enum { AVERAGE_BLOCK = 512 };
-
 int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int vec, int64_t from,
                        int64_t to, float *out)
 {
     double total = 0.0;
     for (int i = 0; i < m; i++) total += p[i];
     if (!(total > 0.0)) FH_FAIL(FH_ERR_NUMERIC, "round %d: aggregation weights sum to %g", s->round + 1, total);
-    double acc[AVERAGE_BLOCK];
-    for (int64_t lo = from; lo < to; lo += AVERAGE_BLOCK) {
-        const int64_t n = to - lo < AVERAGE_BLOCK ? to - lo : AVERAGE_BLOCK;
+    double acc[ALGO_BLOCK]; /* the block's sums stay in L1 while every upload streams past them once */
+    for (int64_t lo = from; lo < to; lo += ALGO_BLOCK) {
+        const int64_t n = algo_block_len(lo - from, to - from);
         for (int64_t j = 0; j < n; j++) acc[j] = 0.0;
         for (int i = 0; i < m; i++) { /* each element summed in ascending client id, as a whole-vector pass would */
             const double w = p[i] / total;

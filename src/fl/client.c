@@ -68,14 +68,18 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     fl_algo_setup(&w->setup, s, &w->model, f->n_clients, f->classes);
     algo_sizes(m, &w->setup, &w->z);
     w->host_upload_scalars = w->z.upload_scalars;
+    w->host_client_scratch = w->z.client_scratch;
+    w->host_server_scratch = w->z.server_scratch;
     if (m->validate) FH_CHECK(m->validate(m, &w->setup));
     if (s->plugin) {
-        /* a plug-in adds its upload scalars after the host's and uses nothing else of the sizes */
+        /* a plug-in adds its upload scalars and scratch after the host's and uses nothing else of the sizes */
         AlgoSetup ps = w->setup;
         ps.options = fl_plugin_options(s);
         AlgoSizes pz;
         algo_sizes(s->plugin, &ps, &pz);
         w->z.upload_scalars += pz.upload_scalars;
+        w->z.client_scratch += pz.client_scratch;
+        w->z.server_scratch += pz.server_scratch;
         if (s->plugin->validate) FH_CHECK(s->plugin->validate(s->plugin, &ps));
     }
     if (w->z.aux_models > ALGO_MAX_AUX)
@@ -106,6 +110,8 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
                                    .probe_grad = probe_grad };
     if (w->z.work_vectors > 0)
         FH_CHECK(fh_alloc_aligned(&w->work, (size_t)w->z.work_vectors * n_state * sizeof(float), "method scratch vectors"));
+    if (w->z.client_scratch > 0) FH_CHECK(fh_alloc_aligned(&w->scratch, w->z.client_scratch, "method scratch"));
+    fl_scratch_views(w->scratch, w->z.client_scratch, w->host_client_scratch, &w->method_scratch, &w->plugin_scratch);
     w->block = (int64_t)w->z.client_vectors * n_state + w->z.client_floats + 1;
     if (n_owned > 0) {
         FH_CHECK(fh_alloc_aligned(&w->client_state, (size_t)n_owned * w->block * sizeof(float), "persistent client state"));
@@ -127,6 +133,7 @@ void fl_client_free(FlClientWork *w)
     fh_free(&w->sample_w);
     fh_free(&w->logit_adjust);
     fh_free(&w->work);
+    fh_free(&w->scratch);
     fh_free(&w->client_state);
     nn_sgd_free(&w->sgd);
     nn_adam_free(&w->adam);
@@ -251,8 +258,8 @@ static void grad_terms(AlgoClientCtx *c, float *grad, double *loss)
     if (w->s->clip > 0) nn_clip_grad_norm(grad, m->n_params, (float)w->s->clip);
 }
 
-/* What a plug-in's hooks see: the host's context with the plug-in's options and its own upload scalars, which
- * follow the host's (a plug-in writes nothing else of the client's state). */
+/* What a plug-in's hooks see: the host's context with the plug-in's options, its own upload scalars, which
+ * follow the host's, and its own scratch (a plug-in writes nothing else of the client's state). */
 static AlgoClientCtx *plugin_ctx(FlClientWork *w)
 {
     w->plugin_round = w->round;
@@ -260,6 +267,7 @@ static AlgoClientCtx *plugin_ctx(FlClientWork *w)
     w->plugin_ctx = w->ctx;
     w->plugin_ctx.round = &w->plugin_round;
     w->plugin_ctx.state.upload_scalars = w->ctx.state.upload_scalars + w->host_upload_scalars;
+    w->plugin_ctx.state.scratch = w->plugin_scratch;
     return &w->plugin_ctx;
 }
 
@@ -390,7 +398,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
         .state = { .client_vecs = w->z.client_vectors ? block : NULL,
                    .client_floats = w->z.client_floats ? block + state_floats : NULL,
                    .upload_vecs = l->n_vectors ? fl_record_state(record, l) + m->n_state : NULL,
-                   .upload_scalars = fl_record_scalars(record), .work = w->work,
+                   .upload_scalars = fl_record_scalars(record), .work = w->work, .scratch = w->method_scratch,
                    .momentum_buf = w->sgd_on ? w->sgd.buf : NULL, .n_steps = n > 0 ? steps : 0 },
     };
     for (int a = 0; a < w->z.aux_models; a++) c->state.aux[a] = &w->aux[a];

@@ -131,7 +131,7 @@ static inline float *fl_record_state(void *rec, const FlRecordLayout *l) { retur
 typedef struct {
     const FlSettings *s;
     AlgoSetup setup;
-    AlgoSizes z;
+    AlgoSizes z;     /* the method's sizes, with the plug-in's upload scalars and scratch added */
     NnModel model;
     NnModel aux[ALGO_MAX_AUX];
     DataLoader loader;
@@ -147,7 +147,11 @@ typedef struct {
     int probe_open, probe_loaded; /* probe_loaded: the probe batch in x, y (-1: none) */
     int64_t probe_rows;
     int64_t service_forward, service_backward; /* passes made by for_each_local_batch and probe_grad */
-    int host_upload_scalars; /* the method's own upload scalars; a plug-in's follow */
+    /* the method's own upload scalars and scratch bytes: a plug-in's follow them */
+    int host_upload_scalars;
+    size_t host_client_scratch, host_server_scratch;
+    void *scratch;   /* [z.client_scratch] bytes: the hooks' scratch */
+    AlgoScratch method_scratch, plugin_scratch; /* the method's and the plug-in's views of it */
     int sgd_on;      /* train.optimizer = sgd (else adam or adamw) */
     NnSgd sgd;
     NnAdam adam;
@@ -168,6 +172,13 @@ typedef struct {
     void *leave_arg;
     int left;
 } FlClientWork;
+
+/* The method's and the plug-in's views of a scratch block of `bytes` (NULL when 0): the method's first `first`. */
+static inline void fl_scratch_views(void *block, size_t bytes, size_t first, AlgoScratch *method, AlgoScratch *plugin)
+{
+    *method = (AlgoScratch){ block, first };
+    *plugin = (AlgoScratch){ block ? (char *)block + first : NULL, bytes - first };
+}
 
 /* clients per round when fixed by the selection rule; -1 for bernoulli */
 int fl_clients_per_round(const FlSettings *s, int K);
@@ -254,6 +265,8 @@ typedef struct {
     float *server_vecs;       /* view into global after the state */
     double *server_scalars;   /* [z.server_scalars], broadcast every round */
     float *server_private;    /* rank 0: [z.server_private * n_state] */
+    void *server_scratch;     /* rank 0: [z.server_scratch] bytes, the server hooks' scratch */
+    AlgoScratch method_server_scratch, plugin_server_scratch; /* the method's and the plug-in's views of it */
     AlgoSizes z;              /* the method's sizes for this run */
     int64_t *client_sizes;    /* [K] n_k */
     int start_round;          /* first round to run (after a resume) */

@@ -402,7 +402,11 @@ typedef struct {
     int32_t *selected;
     int *counts, *displs;
     int *order;                   /* recv index sorted by client id */
-    AlgoUpload *uploads;
+    AlgoUpload *uploads;          /* the round's uploads in ascending client id */
+    /* with a plug-in's server weights: the same uploads as the plug-in sees them, and its own upload scalars in
+     * each gathered record (they follow the method's), set once */
+    AlgoUpload *plugin_uploads;
+    const double **plugin_scalars; /* [recv records] */
     double *weights;
     float *next;                  /* the aggregated state */
     double *rank_seconds;         /* [ranks]: training seconds of each rank in the round */
@@ -443,6 +447,12 @@ static int loop_init(FlRun *run, FlLoop *L)
         FH_CHECK(fh_calloc(&L->displs, (size_t)run->comm.size, sizeof *L->displs, "gather offsets"));
         FH_CHECK(fh_calloc(&L->order, (size_t)K, sizeof *L->order, "upload order"));
         FH_CHECK(fh_calloc(&L->uploads, (size_t)K, sizeof *L->uploads, "uploads"));
+        if (run->s.plugin && run->s.plugin->weights) {
+            FH_CHECK(fh_calloc(&L->plugin_uploads, (size_t)K, sizeof *L->plugin_uploads, "the plug-in's uploads"));
+            FH_CHECK(fh_calloc(&L->plugin_scalars, (size_t)m_max, sizeof *L->plugin_scalars, "the plug-in's scalars"));
+            for (int r = 0; r < m_max; r++)
+                L->plugin_scalars[r] = fl_record_scalars(L->recv + (size_t)r * rec) + run->work.host_upload_scalars;
+        }
         FH_CHECK(fh_calloc(&L->weights, (size_t)K, sizeof *L->weights, "weights"));
         FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
         FH_CHECK(fh_calloc(&L->rank_seconds, (size_t)run->comm.size, sizeof *L->rank_seconds, "training seconds"));
@@ -462,6 +472,8 @@ static void loop_free(FlLoop *L)
     fh_free(&L->displs);
     fh_free(&L->order);
     fh_free(&L->uploads);
+    fh_free(&L->plugin_uploads);
+    fh_free(&L->plugin_scalars);
     fh_free(&L->weights);
     fh_free(&L->next);
     fh_free(&L->rank_seconds);
@@ -538,67 +550,70 @@ static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t 
                             .server_private = run->server_private, .server_scalars = run->server_scalars,
                             .client_sizes = run->client_sizes, .label_counts = run->data.label_counts,
                             .classes = run->data.classes, .views = run->work.model.views,
-                            .n_views = run->work.model.n_views };
+                            .n_views = run->work.model.n_views, .scratch = run->method_server_scratch };
 }
 
-/* Rank 0: uploads in ascending client id, weights, update, drift; *diverged when a loss or the new
- * state is not finite (the global state is then left as it was). */
-static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr, double *row, int *diverged)
+/* Rank 0: gathered record `slot` (records arrive grouped by rank) */
+static char *gathered_record(const FlRun *run, const FlLoop *L, int slot)
 {
-    const AlgoMethod *m = run->s.method;
-    const FlRecordLayout *l = &run->layout;
-    for (int i = 0; i < n_selected; i++) {
-        void *rec = L->recv + (size_t)i * l->bytes;
-        L->order[i] = i;
-        (void)rec;
-    }
-    /* records arrive grouped by rank; sort by client id */
-    for (int i = 1; i < n_selected; i++) {
-        int v = L->order[i], j = i - 1;
-        int64_t cv = fl_record_header(L->recv + (size_t)v * l->bytes)->client;
-        while (j >= 0 && fl_record_header(L->recv + (size_t)L->order[j] * l->bytes)->client > cv) {
+    return L->recv + (size_t)slot * run->layout.bytes;
+}
+
+/* Rank 0: the round's uploads in ascending client id, as the method sees them and, with a plug-in's weights, as
+ * the plug-in does; 1 when a client's training loss is not finite (diverged) */
+static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
+{
+    for (int i = 0; i < n_selected; i++) { /* insertion sort by client id: a few records */
+        const int64_t client = fl_record_header(gathered_record(run, L, i))->client;
+        int j = i - 1;
+        while (j >= 0 && fl_record_header(gathered_record(run, L, L->order[j]))->client > client) {
             L->order[j + 1] = L->order[j];
             j--;
         }
-        L->order[j + 1] = v;
+        L->order[j + 1] = i;
     }
-    double t_client_sum = 0.0, t_client_max = 0.0, loss_sum = 0.0;
-    int64_t samples = 0;
-    *diverged = 0;
+    int diverged = 0;
     for (int i = 0; i < n_selected; i++) {
-        char *rec = L->recv + (size_t)L->order[i] * l->bytes;
-        FlRecordHeader *h = fl_record_header(rec);
+        char *rec = gathered_record(run, L, L->order[i]);
+        const FlRecordHeader *h = fl_record_header(rec);
         L->uploads[i] = (AlgoUpload){ (int)h->client, h->n_samples, h->n_steps, h->train_loss, fl_record_scalars(rec),
-                                      fl_record_state(rec, l), fl_record_state(rec, l) + run->n_state };
+                                      fl_record_state(rec, &run->layout),
+                                      fl_record_state(rec, &run->layout) + run->n_state };
+        if (L->plugin_uploads) {
+            L->plugin_uploads[i] = L->uploads[i];
+            L->plugin_uploads[i].scalars = L->plugin_scalars[L->order[i]];
+        }
         if (h->nonfinite || !isfinite(h->train_loss)) {
-            if (!*diverged)
+            if (!diverged)
                 fh_log_error("round %d: client %lld's training loss is %g (diverged)", round + 1,
                              (long long)h->client, h->train_loss);
-            *diverged = 1;
+            diverged = 1;
         }
-        t_client_sum += h->seconds;
-        if (h->seconds > t_client_max) t_client_max = h->seconds;
-        loss_sum += h->train_loss * (double)h->n_samples;
-        samples += h->n_samples;
     }
-    if (*diverged) return FH_OK;
-    AlgoServerCtx sctx = server_ctx(run, round, lr, L->selected, n_selected);
+    return diverged;
+}
+
+/* Rank 0: the round's weights into L->weights: a plug-in's server weights replace the method's (they see the
+ * plug-in's options, uploads and scratch); the method's default is the sample counts */
+static int round_weights(FlRun *run, FlLoop *L, const AlgoServerCtx *sctx, int n_selected)
+{
     const AlgoMethod *plugin = run->s.plugin;
     if (plugin && plugin->weights) {
-        /* the plug-in's weights replace the host's; it reads its own scalars, after the host's */
-        AlgoServerCtx pctx = sctx;
+        AlgoServerCtx pctx = *sctx;
         pctx.options = fl_plugin_options(&run->s);
-        for (int i = 0; i < n_selected; i++) L->uploads[i].scalars += run->work.host_upload_scalars;
-        const int status = plugin->weights->weights(&pctx, L->uploads, n_selected, L->weights);
-        for (int i = 0; i < n_selected; i++) L->uploads[i].scalars -= run->work.host_upload_scalars;
-        FH_CHECK(status);
-    } else {
-        const AlgoServerWeights *wp = m->weights ? m->weights : &algo_weights_samples;
-        FH_CHECK(wp->weights(&sctx, L->uploads, n_selected, L->weights));
+        pctx.scratch = run->plugin_server_scratch;
+        return plugin->weights->weights(&pctx, L->plugin_uploads, n_selected, L->weights);
     }
-    if (run->z.metric_scalar) row[FL_COL_method_scalar] = run->server_scalars[run->z.metric_scalar - 1];
-    if (m->update && m->update->update) FH_CHECK(m->update->update(&sctx, L->uploads, n_selected, L->weights, L->next));
-    else FH_CHECK(algo_average(&sctx, L->uploads, n_selected, L->weights, L->next));
+    const AlgoMethod *m = run->s.method;
+    return (m->weights ? m->weights : &algo_weights_samples)->weights(sctx, L->uploads, n_selected, L->weights);
+}
+
+/* Rank 0: the method's update (default: the weighted average) into L->next; *diverged when it is not finite */
+static int update_global(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int round, int *diverged)
+{
+    const AlgoMethod *m = run->s.method;
+    if (m->update && m->update->update) FH_CHECK(m->update->update(sctx, L->uploads, n_selected, L->weights, L->next));
+    else FH_CHECK(algo_average(sctx, L->uploads, n_selected, L->weights, L->next));
     for (int64_t j = 0; j < run->n_state; j++)
         if (!isfinite(L->next[j])) {
             fh_log_error("round %d: the aggregated state holds %g at index %lld (diverged)", round + 1, L->next[j],
@@ -606,15 +621,30 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
             *diverged = 1;
             return FH_OK;
         }
-    /* spec C.7: drift against w^t (trainable and whole state), divergence against w^{t+1} */
-    double drift = 0, drift_full = 0, divergence = 0, wsum = 0;
+    return FH_OK;
+}
+
+/* Rank 0, while run->global is still w^t: the round's metrics.csv columns from the uploads (spec C.7: drift
+ * against w^t, divergence against w^{t+1} = L->next), the train loss, the clients' times and the SAM family's
+ * diagnostics */
+static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, double *row)
+{
+    double t_client_sum = 0.0, t_client_max = 0.0, loss_sum = 0.0;
+    int64_t samples = 0;
+    for (int i = 0; i < n_selected; i++) {
+        const FlRecordHeader *h = fl_record_header(gathered_record(run, L, L->order[i]));
+        t_client_sum += h->seconds;
+        if (h->seconds > t_client_max) t_client_max = h->seconds;
+        loss_sum += h->train_loss * (double)h->n_samples;
+        samples += h->n_samples;
+    }
+    double drift = 0, drift_full = 0, divergence = 0;
     for (int i = 0; i < n_selected; i++) {
         const float *w = L->uploads[i].state;
         double d_params = dist2(w, run->global, run->n_params);
         drift += sqrt(d_params);
         drift_full += sqrt(d_params + dist2(w + run->n_params, run->global + run->n_params, run->n_state - run->n_params));
         divergence += dist2(w, L->next, run->n_params);
-        wsum += L->weights[i];
     }
     row[FL_COL_drift] = drift / n_selected;
     row[FL_COL_drift_full] = drift_full / n_selected;
@@ -634,7 +664,13 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     const int dr = run->z.upload_radius; /* the mean SAM radius of the round's clients (FedSCAM's rho_i) */
     row[FL_COL_rho] = dr ? 0.0 : NAN;
     for (int i = 0; dr && i < n_selected; i++) row[FL_COL_rho] += L->uploads[i].scalars[dr - 1] / n_selected;
-    nn_vec_copy(run->global, L->next, run->n_state);
+}
+
+/* Rank 0: the round's clients.csv rows, kept for the checkpoints and appended to the file */
+static int client_rows(FlRun *run, const FlLoop *L, int n_selected, int round)
+{
+    double wsum = 0;
+    for (int i = 0; i < n_selected; i++) wsum += L->weights[i];
     for (int i = 0; i < n_selected; i++) {
         if (run->n_client_rows == run->cap_client_rows)
             FH_FAIL(FH_ERR_USAGE, "round %d: more clients.csv rows than the %lld the selection plan holds", round + 1,
@@ -647,12 +683,30 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
         cr[FL_CCOL_STEPS] = (double)u->n_steps;
         cr[FL_CCOL_LOSS] = u->train_loss;
         cr[FL_CCOL_WEIGHT] = L->weights[i] / wsum;
-        cr[FL_CCOL_SECONDS] = fl_record_header(L->recv + (size_t)L->order[i] * run->layout.bytes)->seconds;
+        cr[FL_CCOL_SECONDS] = fl_record_header(gathered_record(run, L, L->order[i]))->seconds;
         for (int c = FL_N_CCOLUMNS; c < run->n_ccols; c++) /* the method's columns */
             cr[c] = u->scalars[run->z.client_column_first + c - FL_N_CCOLUMNS];
         csv_row(run->clients_csv, cr, run->n_ccols);
     }
     return FH_OK;
+}
+
+/* Rank 0: the round's aggregation: the uploads in order, their weights, the update, the round's metrics.csv
+ * columns and clients.csv rows; *diverged when a loss or the new state is not finite (the global state is then
+ * left as it was). */
+static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr, double *row, int *diverged)
+{
+    *diverged = order_uploads(run, L, n_selected, round);
+    if (*diverged) return FH_OK;
+    AlgoServerCtx sctx = server_ctx(run, round, lr, L->selected, n_selected);
+    FH_CHECK(round_weights(run, L, &sctx, n_selected));
+    /* the method's scalar as the round used it, before the update */
+    if (run->z.metric_scalar) row[FL_COL_method_scalar] = run->server_scalars[run->z.metric_scalar - 1];
+    FH_CHECK(update_global(run, L, &sctx, n_selected, round, diverged));
+    if (*diverged) return FH_OK;
+    upload_columns(run, L, n_selected, row);
+    nn_vec_copy(run->global, L->next, run->n_state);
+    return client_rows(run, L, n_selected, round);
 }
 
 static int evaluate(FlRun *run, double *row)
@@ -814,7 +868,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
                 memset(sum, 0, (size_t)run->comm.size * sizeof *sum);
                 for (int i = 0; i < plan.n_selected; i++) {
                     int r = run->owner[L->uploads[i].client];
-                    sum[r] += fl_record_header(L->recv + (size_t)L->order[i] * run->layout.bytes)->seconds;
+                    sum[r] += fl_record_header(gathered_record(run, L, L->order[i]))->seconds;
                     if (sum[r] > per_rank_max) per_rank_max = sum[r];
                 }
             }
@@ -909,6 +963,7 @@ static void run_free(FlRun *run)
     fh_free(&run->init_state);
     fh_free(&run->server_scalars);
     fh_free(&run->server_private);
+    fh_free(&run->server_scratch);
     fh_free(&run->client_sizes);
     fh_free(&run->rows);
     fh_free(&run->probe_x);
@@ -923,6 +978,14 @@ static void run_free(FlRun *run)
     fh_log_set_file(NULL);
     if (run->log) fclose(run->log);
     memset(run, 0, sizeof *run);
+}
+
+/* ", method scratch N KiB" for a method's scratch of `bytes` (usually kilobytes), "" without any */
+static const char *scratch_note(char *buf, size_t size, size_t bytes)
+{
+    if (!bytes) return "";
+    snprintf(buf, size, ", method scratch %.1f KiB", (double)bytes / 1024);
+    return buf;
 }
 
 static void print_budget(const FlRun *run)
@@ -946,19 +1009,22 @@ static void print_budget(const FlRun *run)
     }
     const int uploads = most_owned < max_selected(run) ? most_owned : max_selected(run);
     const int size = run->comm.size, client_rank = size > 1 ? 1 : 0; /* rank 1 evaluates the most batches of them */
+    char client_scratch[64], server_scratch[64];
     fh_log_info("memory per client rank (at most %d client%s each): model state + gradient + optimiser + activations "
                 "%.1f MiB, its clients' data, persistent vectors %d x %d x %.1f MiB = %.1f MiB, upload records %d x "
-                "%.1f MiB = %.1f MiB, evaluation %.1f MiB", most_owned, most_owned == 1 ? "" : "s", model_work,
+                "%.1f MiB = %.1f MiB, evaluation %.1f MiB%s", most_owned, most_owned == 1 ? "" : "s", model_work,
                 most_owned, run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
                 (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib,
-                (double)fl_eval_bytes(&run->data, run->s.eval_batch, client_rank, size) / mib);
+                (double)fl_eval_bytes(&run->data, run->s.eval_batch, client_rank, size) / mib,
+                scratch_note(client_scratch, sizeof client_scratch, run->z.client_scratch));
     /* the metrics.csv rows and every clients.csv row of the run, kept for the checkpoints */
     const double rows = ((double)run->s.rounds * FL_N_COLUMNS + (double)run->cap_client_rows * run->n_ccols) * 8 / mib;
     fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors, "
-                "evaluation %.1f MiB, metric rows %.1f MiB", max_selected(run), (double)run->layout.bytes / mib,
+                "evaluation %.1f MiB, metric rows %.1f MiB%s", max_selected(run), (double)run->layout.bytes / mib,
                 max_selected(run) * (double)run->layout.bytes / mib,
                 3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors,
-                (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows);
+                (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows,
+                scratch_note(server_scratch, sizeof server_scratch, run->z.server_scratch));
     if (m->quality_shift && !run->data.has_test_corrupted)
         fh_log_info("%s: the data has no corrupted test set ([data] corruption = none): the clean/corrupted comparison "
                     "is off (metrics.csv corrupted_*, client_auc_std, client_bacc_std stay empty; spec C.5, C.6)",
@@ -1049,6 +1115,12 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
         FH_CHECK(fh_alloc_aligned(&run->server_private, (size_t)run->z.server_private * run->n_state * sizeof(float),
                                   "server vectors"));
         memset(run->server_private, 0, (size_t)run->z.server_private * run->n_state * sizeof(float));
+    }
+    if (rank == 0) {
+        if (run->z.server_scratch > 0)
+            FH_CHECK(fh_alloc_aligned(&run->server_scratch, run->z.server_scratch, "method server scratch"));
+        fl_scratch_views(run->server_scratch, run->z.server_scratch, run->work.host_server_scratch,
+                         &run->method_server_scratch, &run->plugin_server_scratch);
     }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
     FH_CHECK(client_columns(run));

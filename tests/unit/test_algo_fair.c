@@ -62,7 +62,8 @@ static AlgoServerCtx server(const AlgoMethod *m, AlgoOptions o, AlgoSetup *setup
     algo_sizes(m, setup, z);
     return (AlgoServerCtx){ .round = round, .rounds = 10, .n_clients = K, .n_selected = K, .n_params = n_params,
                             .n_state = n_state, .options = o, .setup = setup, .sizes = z, .lr = lr, .current = current,
-                            .server_scalars = scalars, .client_sizes = sizes };
+                            .server_scalars = scalars, .client_sizes = sizes,
+                            .scratch = test_scratch(z->server_scratch) };
 }
 
 /* ---- q-FedAvg -------------------------------------------------------------------------------------------- */

@@ -185,7 +185,9 @@ static void test_local_sharpness(void)
     nn_model_set_training(&m, 1);
     const AlgoClientRound r = { .n_params = m.n_params, .n_state = S };
     const AlgoClientServices svc = { .for_each_local_batch = fake_for_each };
-    AlgoClientCtx c = { .model = &m, .round = &r, .svc = &svc };
+    const AlgoSetup batches_of = { .batch_size = m.max_batch, .classes = m.classes };
+    AlgoClientCtx c = { .model = &m, .round = &r, .svc = &svc,
+                        .state = { .scratch = test_scratch(algo_local_sharpness_scratch(&batches_of)) } };
     double l0, l1, r0, r1;
     passes = 0;
     CHECK_OK(algo_local_sharpness(&c, &m, state, 0.07, 0, pert, &l0, &l1));
@@ -214,7 +216,8 @@ static void test_local_sharpness(void)
         double up[6] = { 0 };
         AlgoOptionBlock ob;
         const AlgoOptions o = options_default(&ob, meth);
-        AlgoSetup s = { .options = o, .rounds = 4, .n_params = m.n_params, .n_state = S };
+        AlgoSetup s = { .options = o, .rounds = 4, .n_params = m.n_params, .n_state = S, .classes = m.classes,
+                        .batch_size = m.max_batch };
         AlgoSizes z;
         algo_sizes(meth, &s, &z);
         CHECK(z.upload_scalars == 6 && z.upload_perturb_norm == 5 && z.upload_grad_norm == 6 && z.work_vectors == 2);
@@ -223,7 +226,8 @@ static void test_local_sharpness(void)
         float *w = calloc((size_t)(z.work_vectors * S), sizeof(float));
         const AlgoClientRound rc = { .t = 2, .n_params = m.n_params, .n_state = S, .setup = &s, .sizes = &z,
                                      .options = o, .method = meth, .global = state };
-        AlgoClientCtx cc = { .model = &m, .round = &rc, .svc = &svc, .state = { .upload_scalars = up, .work = w } };
+        AlgoClientCtx cc = { .model = &m, .round = &rc, .svc = &svc,
+                             .state = { .upload_scalars = up, .work = w, .scratch = test_scratch(z.client_scratch) } };
         const double rho = r == 0 ? 0.1 * sqrt(3.0 / 4.0) : 0.05;
         CHECK_OK(algo_sam_sharpness(&m, state, set_x, set_y, ROWS, rho, work, &r0, &r1));
         for (int v = 0; v < 2; v++) {
@@ -273,8 +277,8 @@ static AlgoServerCtx server_ctx(Server *v, int round, int m)
 {
     return (AlgoServerCtx){ .round = round, .rounds = 10, .n_clients = v->setup.n_clients, .n_selected = m,
                             .n_params = 3, .n_state = 5, .options = v->setup.options, .setup = &v->setup,
-                            .sizes = &v->z,
-                            .current = v->cur, .server_scalars = v->scalars };
+                            .sizes = &v->z, .current = v->cur, .server_scalars = v->scalars,
+                            .scratch = test_scratch(v->z.server_scratch) };
 }
 
 /* q = 0: whatever the scores, every round's weights are exactly 1 (uniform's), and the new global state is

@@ -268,6 +268,9 @@ static void test_projection(void)
 
 /* ---- k-means -------------------------------------------------------------------------------------------- */
 
+/* k-means's scratch for m rows of d into k clusters */
+static AlgoScratch kmeans_work(int m, int d, int k) { return test_scratch(fedscam_kmeans_scratch(m, d, k)); }
+
 static void test_kmeans_hand_example(void)
 {
     /* three groups in the plane, listed interleaved */
@@ -275,29 +278,29 @@ static void test_kmeans_hand_example(void)
                               -0.1, 4.9 };
     for (uint32_t round = 0; round < 20; round++) {
         int a[9];
-        CHECK_OK(fedscam_kmeans(x, 9, 2, 3, 7, round, a));
+        fedscam_kmeans(x, 9, 2, 3, 7, round, a, kmeans_work(9, 2, 3));
         for (int i = 0; i < 9; i++) {
             CHECK(a[i] >= 0 && a[i] < 3);
             CHECK(a[i] == a[i % 3]);               /* same group, same cluster */
             if (i < 3) CHECK(a[i] != a[(i + 1) % 3]); /* different groups apart */
         }
         int b[9];
-        CHECK_OK(fedscam_kmeans(x, 9, 2, 3, 7, round, b)); /* the same draw every call */
+        fedscam_kmeans(x, 9, 2, 3, 7, round, b, kmeans_work(9, 2, 3)); /* the same draw every call */
         CHECK(!memcmp(a, b, sizeof a));
         /* two clusters: the two nearby groups together, the far one alone */
-        CHECK_OK(fedscam_kmeans(x, 9, 2, 2, 7, round, a));
+        fedscam_kmeans(x, 9, 2, 2, 7, round, a, kmeans_work(9, 2, 2));
         for (int i = 0; i < 9; i++) CHECK(a[i] == a[i % 3]);
         CHECK(a[0] == a[1] && a[2] != a[0]);
         /* one cluster; more clusters than rows is capped */
-        CHECK_OK(fedscam_kmeans(x, 9, 2, 1, 7, round, a));
+        fedscam_kmeans(x, 9, 2, 1, 7, round, a, kmeans_work(9, 2, 1));
         for (int i = 0; i < 9; i++) CHECK(a[i] == 0);
-        CHECK_OK(fedscam_kmeans(x, 3, 2, 5, 7, round, a));
+        fedscam_kmeans(x, 3, 2, 5, 7, round, a, kmeans_work(3, 2, 5));
         CHECK(a[0] != a[1] && a[1] != a[2] && a[0] != a[2]);
     }
     /* identical rows: k-means++ still finds k distinct seeds, every row goes to the first equal centre */
     const double same[4 * 2] = { 1, 1, 1, 1, 1, 1, 1, 1 };
     int a[4];
-    CHECK_OK(fedscam_kmeans(same, 4, 2, 3, 7, 0, a));
+    fedscam_kmeans(same, 4, 2, 3, 7, 0, a, kmeans_work(4, 2, 3));
     for (int i = 0; i < 4; i++) CHECK(a[i] == 0);
 }
 
@@ -330,7 +333,14 @@ static void server_init(Server *v, const AlgoMethod *m, int n_up)
     v->s = (AlgoServerCtx){ .round = 2, .rounds = 10, .n_clients = 6, .n_selected = n_up, .n_params = P, .n_state = P,
                             .options = v->setup.options, .setup = &v->setup, .sizes = &v->z, .lr = 0.1,
                             .current = v->current,
-                            .server_scalars = v->u };
+                            .server_scalars = v->u, .scratch = test_scratch(v->z.server_scratch) };
+}
+
+/* after a key changed: the sizes and the scratch they ask for (as the runtime makes them at setup) */
+static void server_resize(Server *v, const AlgoMethod *m)
+{
+    algo_sizes(m, &v->setup, &v->z);
+    v->s.scratch = test_scratch(v->z.server_scratch);
 }
 
 static void test_server_weights(void)
@@ -373,6 +383,8 @@ static void test_conflict_damping(void)
     option_set(&v.options, m, "cluster", 1.0);
     option_set(&v.options, m, "clusters", 1.0);
     option_set(&v.options, m, "lambda_c", 0.25);
+    server_resize(&v, m);
+    CHECK(v.z.server_scratch > 0);
     /* z: 0 and 1 opposite, 2 opposite to both 0 and 3 (3 along 0) */
     const double z[4][D] = { { 1, 0, 0, 0 }, { -1, 0.1, 0, 0 }, { -0.5, -0.5, 0, 0 }, { 2, 0, 0, 0 } };
     const double dn[4] = { 1.0, 3.0, 2.0, 2.0 };
@@ -390,6 +402,7 @@ static void test_conflict_damping(void)
     CHECK(p[3] == 40.0 * 0.25);
     /* K_c = 4 clusters of one: nothing to damp */
     option_set(&v.options, m, "clusters", 4.0);
+    server_resize(&v, m);
     CHECK_OK(m->weights->weights(&v.s, v.up, 4, p));
     CHECK(p[0] == 30.0 && p[1] == 10.0 && p[2] == 25.0 && p[3] == 40.0);
     /* cluster = false: nothing either */

@@ -11,6 +11,15 @@
 
 enum { ASH_P = 4, ASH_B, ASH_S };
 
+/* FLOOD's client scratch for batches of `batch` rows with `features` features, as its sizes ask for it */
+static AlgoScratch flood_scratch(AlgoOptions o, int batch, int64_t features)
+{
+    const AlgoSetup setup = { .options = o, .batch_size = batch, .feature_size = features };
+    AlgoSizes z;
+    algo_sizes(o.row, &setup, &z);
+    return test_scratch(z.client_scratch);
+}
+
 static void test_mask_marks_the_quantile(void)
 {
     const AlgoMethod *m = algo_find("flood");
@@ -34,7 +43,7 @@ static void test_mask_marks_the_quantile(void)
     for (size_t t = 0; t < sizeof qs / sizeof qs[0]; t++) {
         option_set(&ob, m, "flood_q", qs[t]);
         const AlgoClientRound r = { .t = 3, .options = o };
-        AlgoClientCtx c = { .round = &r };
+        AlgoClientCtx c = { .round = &r, .state = { .scratch = flood_scratch(o, B, 0) } };
         AlgoBatch b = { NULL, NULL, B, C, logits, NULL, 0 };
         CHECK_OK(m->sample_weights->weigh(&c, &b, weights));
         /* threshold = the floor(q (B - 1))-th smallest score; strictly below it: weight lambda */
@@ -48,6 +57,49 @@ static void test_mask_marks_the_quantile(void)
         }
         CHECK(marked == k);
     }
+}
+
+static int by_value(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* the mask of batches with many equal scores, and of batches larger than 512 rows, against a threshold taken from a
+ * sorted copy (the selection that replaced the sort picks the same value) */
+static void test_mask_ties_and_large_batches(void)
+{
+    const AlgoMethod *m = algo_find("flood");
+    AlgoOptionBlock ob;
+    const AlgoOptions o = options_default(&ob, m);
+    option_set(&ob, m, "flood_schedule", 6); /* constant */
+    option_set(&ob, m, "flood_lambda", 7.0);
+    option_set(&ob, m, "flood_score", 2); /* maxlogit */
+    enum { C = 2, MAX_B = 700 };
+    static float logits[MAX_B * C], weights[MAX_B];
+    static double sorted[MAX_B];
+    const int sizes[] = { 1, 2, 16, 513, MAX_B };
+    const int levels[] = { 1, 3, 50 }; /* distinct score values: ties everywhere, or few */
+    for (size_t n = 0; n < sizeof sizes / sizeof sizes[0]; n++)
+        for (size_t l = 0; l < sizeof levels / sizeof levels[0]; l++) {
+            const int B = sizes[n];
+            for (int i = 0; i < B; i++) {
+                const float v = (float)((i * 7919) % levels[l]) - 0.5f * (float)levels[l];
+                logits[i * C] = v;
+                logits[i * C + 1] = v - 1.0f;
+                sorted[i] = v;
+            }
+            qsort(sorted, (size_t)B, sizeof *sorted, by_value);
+            const double q = 0.7, tau = sorted[(int)(q * (B - 1))];
+            option_set(&ob, m, "flood_q", q);
+            const AlgoClientRound r = { .t = 3, .options = o };
+            AlgoClientCtx c = { .round = &r, .state = { .scratch = flood_scratch(o, B, 0) } };
+            AlgoBatch b = { NULL, NULL, B, C, logits, NULL, 0 };
+            CHECK_OK(m->sample_weights->weigh(&c, &b, weights));
+            int wrong = 0;
+            for (int i = 0; i < B; i++) wrong += weights[i] != (logits[i * C] < tau ? 7.0f : 1.0f);
+            CHECK_MSG(wrong == 0, "batch %d, %d score values: %d weights differ", B, levels[l], wrong);
+        }
 }
 
 static void test_lambda_schedules(void)
@@ -105,7 +157,7 @@ static void test_ash_scores(void)
     const float a[5] = { 3.0f, 0.0f, 4.0f, 1.0f, 2.0f }; /* scrambled: the percentile sorts */
     const float W[10] = { 0.4f, 0.1f, 0.5f, 0.2f, 0.3f, 0.2f, 0.5f, -0.3f, -0.1f, 0.0f }; /* columns follow a */
     const float b[2] = { 0.1f, -0.2f };
-    float scratch[5];
+    double scratch[5];
     /* ASH-P: z = (.3*2 + .4*3 + .5*4 + .1, 0*2 + .2*3 - .3*4 - .2) = (3.9, -0.8) */
     CHECK_NEAR(algo_ash_score(ASH_P, a, 5, W, b, 2, 60.0, scratch), lse2(3.9, -0.8), 1e-6);
     /* ASH-B: kept values 10/3: z = (1.2 * 10/3 + .1, -.1 * 10/3 - .2) */
@@ -147,10 +199,11 @@ static void test_ash_in_the_mask(void)
     CHECK_OK(nn_model_forward(&net, in, 5));
     const NnLayer *cls = &net.layers[net.n_layers - 1];
     const AlgoClientRound r = { .t = 2, .options = o };
-    AlgoClientCtx c = { .model = &net, .round = &r };
+    AlgoClientCtx c = { .model = &net, .round = &r,
+                        .state = { .scratch = flood_scratch(o, 5, nn_model_features_size(&net)) } };
     AlgoBatch b = { in, NULL, 5, 3, nn_model_logits(&net), nn_model_features(&net), nn_model_features_size(&net) };
-    float weights[5], scratch[10];
-    double sc[5], sorted[5];
+    float weights[5];
+    double sc[5], sorted[5], scratch[10];
     CHECK_OK(m->sample_weights->weigh(&c, &b, weights));
     for (int i = 0; i < 5; i++)
         sorted[i] = sc[i] = algo_ash_score(ASH_B, b.features + i * 10, 10, net.state + cls->w_off, net.state + cls->b_off,
@@ -209,6 +262,7 @@ int main(int argc, char **argv)
 {
     test_only = argc > 1 ? argv[1] : NULL;
     RUN(test_mask_marks_the_quantile);
+    RUN(test_mask_ties_and_large_batches);
     RUN(test_lambda_schedules);
     RUN(test_scores);
     RUN(test_ash_scores);

@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "../../src/fl/fl_internal.h"
+#include "test_options.h"
 #include "tiny_partition.h"
 
 static void test_names_unique(void)
@@ -127,8 +128,10 @@ static const char *tiny_config(const char *data)
     return path;
 }
 
-/* FLOOD on top: its weights replace the host's and read its own scalars, after the host's (as src/fl/run.c) */
-static int round_weights(const FlSettings *s, const AlgoServerCtx *sc, int host_scalars, AlgoUpload *u, double *p)
+/* FLOOD on top: its weights replace the host's and see its own uploads (their scalars follow the host's) and
+ * scratch (as src/fl/run.c) */
+static int round_weights(const FlSettings *s, const AlgoServerCtx *sc, AlgoScratch plugin_scratch, const AlgoUpload *u,
+                         const AlgoUpload *plugin_u, double *p)
 {
     if (!s->plugin || !s->plugin->weights) {
         const AlgoServerWeights *w = s->method->weights ? s->method->weights : &algo_weights_samples;
@@ -136,10 +139,8 @@ static int round_weights(const FlSettings *s, const AlgoServerCtx *sc, int host_
     }
     AlgoServerCtx pc = *sc;
     pc.options = fl_plugin_options(s);
-    for (int i = 0; i < K; i++) u[i].scalars += host_scalars;
-    const int status = s->plugin->weights->weights(&pc, u, K, p);
-    for (int i = 0; i < K; i++) u[i].scalars -= host_scalars;
-    return status;
+    pc.scratch = plugin_scratch;
+    return s->plugin->weights->weights(&pc, plugin_u, K, p);
 }
 
 /* method `name` (with plug-in `plugin` or NULL) at its defaults: two clients, two rounds */
@@ -186,9 +187,12 @@ static void run_row(const char *config, const char *name, const char *plugin)
                          .server_private = priv, .server_scalars = scalars, .client_sizes = client_sizes,
                          .label_counts = f.label_counts, .classes = f.classes, .views = w.model.views,
                          .n_views = w.model.n_views };
+    AlgoScratch plugin_scratch; /* the server scratch the row's sizes ask for, split as the runtime splits it */
+    fl_scratch_views(test_scratch(z->server_scratch).base, z->server_scratch, w.host_server_scratch, &sc.scratch,
+                     &plugin_scratch);
     if (s.method->server_init) CHECK_OK(s.method->server_init(&sc, global));
     for (int round = 0; round < ROUNDS; round++) {
-        AlgoUpload u[K];
+        AlgoUpload u[K], plugin_u[K];
         for (int k = 0; k < K; k++) {
             char *r = rec + (size_t)k * l.bytes;
             CHECK_OK(fl_client_train(&w, &l, global, global + N, scalars, k, k, round, s.lr, r));
@@ -196,9 +200,11 @@ static void run_row(const char *config, const char *name, const char *plugin)
             CHECK_MSG(h->n_steps > 0 && !h->nonfinite, "%s round %d client %d", name, round, k);
             u[k] = (AlgoUpload){ k, h->n_samples, h->n_steps, h->train_loss, fl_record_scalars(r),
                                  fl_record_state(r, &l), fl_record_state(r, &l) + N };
+            plugin_u[k] = u[k];
+            plugin_u[k].scalars = fl_record_scalars(r) + w.host_upload_scalars;
         }
         sc.round = round;
-        CHECK_OK(round_weights(&s, &sc, w.host_upload_scalars, u, p));
+        CHECK_OK(round_weights(&s, &sc, plugin_scratch, u, plugin_u, p));
         if (s.method->update) CHECK_OK(s.method->update->update(&sc, u, K, p, next));
         else CHECK_OK(algo_average(&sc, u, K, p, next));
         int finite = 1;

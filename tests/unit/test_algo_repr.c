@@ -302,7 +302,7 @@ static void test_fedmr_recombination(void)
     CHECK(z.server_vectors == M);
     AlgoServerCtx s = { .round = 2, .n_clients = 6, .n_selected = M, .selected = selected, .n_params = model.n_params,
                         .n_state = P, .options = o, .setup = &setup, .sizes = &z, .server_vecs = slots,
-                        .views = model.views, .n_views = model.n_views };
+                        .views = model.views, .n_views = model.n_views, .scratch = test_scratch(z.server_scratch) };
     AlgoUpload u[M];
     double p[M];
     for (int i = 0; i < M; i++) u[i] = (AlgoUpload){ selected[i], 10 + i, 1, 0, NULL, states + (size_t)i * P, NULL };
@@ -372,8 +372,8 @@ static void test_fedgkd_buffer(void)
         float vecs[2 * P] = { 0 }, priv[2 * P] = { 0 }, global[P];
         double sc[2] = { 0, 0 };
         AlgoServerCtx s = { .n_params = P, .n_state = P, .options = o, .setup = &setup, .sizes = &z,
-                            .server_vecs = vecs,
-                            .server_private = priv, .server_scalars = sc };
+                            .server_vecs = vecs, .server_private = priv, .server_scalars = sc,
+                            .scratch = test_scratch(z.server_scratch) };
         float g[3][P] = { { 1, 2, 3, 4 }, { 5, 6, 7, 8 }, { -1, 0, 2, 16 } };
         double one = 1.0;
         for (int t = 0; t < 3; t++) {

@@ -3,6 +3,8 @@
 #ifndef FEDHET_TEST_OPTIONS_H
 #define FEDHET_TEST_OPTIONS_H
 
+#include <stddef.h>
+
 #include "fedhet/algo.h"
 
 /* m's keys at their defaults in b; the view of them (it follows later option_set calls on b) */
@@ -37,6 +39,16 @@ static inline AlgoOptions options_with(AlgoOptionBlock *b, const AlgoMethod *m, 
     const AlgoOptions o = options_default(b, m);
     for (; values->key; values++) option_set(b, m, values->key, values->value);
     return o;
+}
+
+/* Scratch for hooks called by hand (AlgoScratch): a view of `bytes` of one static block (hooks run one at a time);
+ * more than the block holds fails the test. */
+enum { TEST_SCRATCH_BYTES = 1 << 20 };
+static inline AlgoScratch test_scratch(size_t bytes)
+{
+    static max_align_t block[TEST_SCRATCH_BYTES / sizeof(max_align_t)];
+    CHECK_MSG(bytes <= TEST_SCRATCH_BYTES, "%zu bytes of scratch: more than the tests' %d", bytes, TEST_SCRATCH_BYTES);
+    return (AlgoScratch){ block, bytes <= TEST_SCRATCH_BYTES ? bytes : TEST_SCRATCH_BYTES };
 }
 
 #endif
