@@ -61,7 +61,7 @@ prune-stale-tests:
 
 help:
 	@echo "make deps        install the Debian packages fedhet needs (idempotent)"
-	@echo "make             build bin/fedhet and the unit tests (DEBUG=1: -O1 -g with sanitizers)"
+	@echo "make             build bin/fedhet and the unit tests for any x86-64 CPU (ARCH=native: this CPU only; DEBUG=1: -O1 -g with sanitizers)"
 	@echo "make test        deps + build + every test; ends with 'N passed, N failed, N skipped' (DEBUG=1: under ASan + UBSan)"
 	@echo "make test-sanitizers  DEBUG=1 build + the unit tests and tests/mpi/test_run.sh (CI's sanitizer pass)"
 	@echo "make run         deps + build + the demo experiment"
