@@ -9,7 +9,7 @@ set -u
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 passed=0 failed=0 skipped=0 broken=()
-if [ $# -gt 0 ]; then all=("$@"); else all=(build/tests/test_* tests/build/test_*.sh tests/mpi/test_*.sh tests/slurm/test_*.sh tests/fuzz/test_*.sh); fi
+if [ $# -gt 0 ]; then all=("$@"); else all=(build/tests/test_* tests/system/test_*.sh tests/mpi/test_*.sh tests/slurm/test_*.sh tests/fuzz/test_*.sh); fi
 for t in "${all[@]}"; do
     case "$t" in *.d) continue ;; esac
     [ -x "$t" ] || continue
