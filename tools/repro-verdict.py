@@ -27,6 +27,8 @@ contradicted when d < -2 SE (d > 2 SE), else inconclusive. For ~D: reproduced wh
 contradicted when |d| - 2 SE > D, else inconclusive. Fewer than 3 runs on a side: incomplete, no verdict.
 
 usage: tools/repro-verdict.py GRID.ini GRID_OUTPUT_DIR [--csv OUT.csv]   (markdown table on stdout)
+       tools/repro-verdict.py --finished GRID_OUTPUT_DIR   exit 0 when every member has ended (done or failed),
+                                                          3 when some have not (a grid stopped by a signal)
        tools/repro-verdict.py --check GRID.ini [FEDHET]   before any run: every member's config is valid
                                                           (fedhet grid --list) and every selector picks
                                                           at least 3 members
@@ -225,7 +227,18 @@ def cell(mean, sd, n):
     return f"{mean:.4f} ± {sd:.4f} ({n})" if not math.isnan(sd) else f"{mean:.4f} ({n})"
 
 
+def unfinished(grid_dir):
+    """members of a grid that have not ended (neither done nor failed): a grid stopped by a signal has some"""
+    return [m["member"] for m in read_members(grid_dir) if m.get("state") not in ("done", "failed")]
+
+
 def main(argv):
+    if len(argv) >= 3 and argv[1] == "--finished":
+        left = unfinished(argv[2])
+        if left:
+            print(f"{argv[2]}: {len(left)} member(s) not finished, e.g. {left[0]}")
+            return 3
+        return 0
     if len(argv) >= 3 and argv[1] == "--check":
         return check(argv[2], argv[3] if len(argv) > 3 else "bin/fedhet")
     if len(argv) < 3 or argv[1] in ("-h", "--help"):

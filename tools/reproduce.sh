@@ -32,6 +32,11 @@ if [ "$rc" -ne 0 ] && [ "$rc" -lt 10 ]; then
     echo "reproduce: the grid stopped (exit $rc); continue with: make reproduce CLAIM=$claim" >&2
     exit "$rc"
 fi
+# a grid stopped by a signal exits 0 with members left: no report or verdict until every member has ended
+if ! /usr/bin/python3 tools/repro-verdict.py --finished "$out" >&2; then
+    echo "reproduce: the grid was stopped; no report or verdicts yet; continue with: make reproduce CLAIM=$claim" >&2
+    exit 3
+fi
 mkdir -p "docs/repro/$claim"
 "$FEDHET" report "$out" --out "docs/repro/$claim"
 /usr/bin/python3 tools/repro-verdict.py "$grid" "$out" --csv "docs/repro/$claim/verdicts.csv" >"docs/repro/$claim/verdicts.md"

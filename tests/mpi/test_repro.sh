@@ -159,5 +159,18 @@ test_summary_table()
     grep -q "plain.md has no" "$WORK/upd.err" || fail "no message naming the file: $(cat "$WORK/upd.err")"
 }
 
-TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table)
+# a grid stopped by a signal (members neither done nor failed) gives no report or verdicts yet
+test_stopped_grid_unfinished()
+{
+    mkdir -p "$WORK/stopped" "$WORK/ended"
+    printf 'index,member,algo.method,fl.seed,state\n0,a,fedavg,0,done\n1,b,fedavg,1,stopped\n' >"$WORK/stopped/members.csv"
+    printf 'index,member,algo.method,fl.seed,state\n0,a,fedavg,0,done\n1,b,fedavg,1,failed\n' >"$WORK/ended/members.csv"
+    "$PY" "$VERDICT" --finished "$WORK/stopped" >"$WORK/fin.out" 2>&1
+    [ $? -eq 3 ] || fail "--finished on a stopped grid did not exit 3: $(cat "$WORK/fin.out")"
+    grep -q "1 member(s) not finished, e.g. b" "$WORK/fin.out" || fail "no count of unfinished members: $(cat "$WORK/fin.out")"
+    "$PY" "$VERDICT" --finished "$WORK/ended" >"$WORK/fin2.out" 2>&1 || fail "--finished on an ended grid: $(cat "$WORK/fin2.out")"
+    grep -q -- '--finished' "$ROOT/tools/reproduce.sh" || fail "tools/reproduce.sh does not check that the grid finished"
+}
+
+TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table stopped_grid_unfinished)
 run_tests "$@"
