@@ -17,13 +17,21 @@ PYTHON   ?= python3
 # Every Debian package the project needs; `make deps` installs the missing ones.
 DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5-tools librandom123-dev \
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
-             slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev
+             slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev \
+             libopenblas-openmp-dev
 BENCH_PKGS = python3-torch python3-numpy
 
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
 HDF5_LIBS   := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
-BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
-BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null)
+# OpenBLAS's OpenMP build where installed (Debian's libopenblas-openmp-dev): OpenBLAS and oneDNN then share
+# one OpenMP thread pool. Beside the pthread build, each pool spins on the cores while the other works, and
+# two threads run no faster than one. The run path makes the loader pick it over the system's default.
+comma := ,
+BLAS_OMP_PC := $(firstword $(wildcard /usr/lib/*/openblas-openmp/pkgconfig))
+BLAS_PKG     = PKG_CONFIG_PATH=$(BLAS_OMP_PC) pkg-config
+BLAS_CFLAGS := $(shell $(BLAS_PKG) --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell $(BLAS_PKG) --libs openblas 2>/dev/null) \
+               $(if $(BLAS_OMP_PC),-Wl$(comma)-rpath$(comma)$(shell $(BLAS_PKG) --variable=libdir openblas))
 
 ifeq ($(DEBUG),1)
 # UBSan aborts (no recovery), so that undefined behaviour fails the test that meets it; -O1, as ASan's
@@ -32,10 +40,11 @@ OPTFLAGS = -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined -
 else
 OPTFLAGS = -O3 -march=$(ARCH) -g
 endif
-# -fopenmp-simd: only `#pragma omp simd` (vectorised float reductions, in a fixed order); no OpenMP runtime
-CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -fopenmp-simd -Wall -Wextra -Wno-unused-parameter \
+# -fopenmp: `omp simd` (vectorised float reductions, in a fixed order) and the element-wise, pooling and
+# normalisation kernels split over train.threads, each output computed by one thread in a fixed order
+CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -fopenmp -Wall -Wextra -Wno-unused-parameter \
            -Iinclude $(BLAS_CFLAGS) $(HDF5_CFLAGS) -MMD -MP
-LDFLAGS += $(OPTFLAGS)
+LDFLAGS += $(OPTFLAGS) -fopenmp
 # oneDNN (train.backend = onednn) runs on GNU OpenMP, whose thread count nn_set_threads sets
 LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -ldnnl -lgomp -linih -lz -lm
 

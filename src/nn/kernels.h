@@ -6,7 +6,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <omp.h>
+
 #include "fedhet/nn.h"
+
+/* NN_PARALLEL_FOR(work, for-loop): the loop split over the OpenMP threads (train.threads) when it touches at
+ * least NN_PAR_MIN floats and there are several threads; below that a parallel region costs more than it
+ * saves, and on one thread the loop runs inline (libgomp allocates a one-thread region's team on every call).
+ * Each iteration writes its own outputs and sums in the one-thread order, so the bits never depend on the
+ * thread count (test_layers_pool_norm checks it). */
+#define NN_PAR_MIN 32768
+#define NN_PARALLEL_FOR(work, ...)                                              \
+    do {                                                                        \
+        if ((int64_t)(work) >= NN_PAR_MIN && omp_get_max_threads() > 1) {       \
+            _Pragma("omp parallel for schedule(static)") __VA_ARGS__            \
+        } else {                                                                \
+            __VA_ARGS__                                                         \
+        }                                                                       \
+    } while (0)
 
 /* ---- activations: y = act(x) in place; dy *= act'(y) in place (the mask is read off the output) ---- */
 void nn_act_forward(float *y, int64_t n, NnAct act);

@@ -10,19 +10,19 @@
 void nn_act_forward(float *y, int64_t n, NnAct act)
 {
     if (act == NN_ACT_RELU) {
-        for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;);
     } else if (act == NN_ACT_RELU6) {
-        for (int64_t i = 0; i < n; i++) y[i] = fminf(fmaxf(y[i], 0.0f), 6.0f);
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = fminf(fmaxf(y[i], 0.0f), 6.0f););
     }
 }
 
 void nn_act_backward(float *dy, const float *y, int64_t n, NnAct act)
 {
     if (act == NN_ACT_RELU) {
-        for (int64_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;);
     } else if (act == NN_ACT_RELU6) {
         /* PyTorch's hardtanh: gradient passes strictly inside (0, 6) */
-        for (int64_t i = 0; i < n; i++) dy[i] = (y[i] > 0.0f && y[i] < 6.0f) ? dy[i] : 0.0f;
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) dy[i] = (y[i] > 0.0f && y[i] < 6.0f) ? dy[i] : 0.0f;);
     }
 }
 
@@ -30,23 +30,51 @@ void nn_act_backward(float *dy, const float *y, int64_t n, NnAct act)
 
 /* 2x2 stride 2 without padding: the pool of every model in the zoo but resnet18_gn's stem. Branch-free
  * selects (the comparisons are data-dependent coin flips); the first maximum wins ties, as below. */
-static void maxpool2x2_forward(float *y, int32_t *argmax, const float *x, int planes, int h, int w, int ho, int wo)
+static void maxpool2x2_plane(float *yp, int32_t *ap, const float *xp, int w, int ho, int wo)
 {
-    for (int p = 0; p < planes; p++) {
-        const float *xp = x + (int64_t)p * h * w;
-        float *yp = y + (int64_t)p * ho * wo;
-        int32_t *ap = argmax + (int64_t)p * ho * wo;
-        for (int oh = 0; oh < ho; oh++) {
-            const float *r0 = xp + (2 * oh) * w, *r1 = r0 + w;
-            int32_t base0 = 2 * oh * w, base1 = base0 + w;
-            for (int ow = 0; ow < wo; ow++) {
-                float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-                int32_t ia = base0 + 2 * ow, ic = base1 + 2 * ow;
-                float m0 = b > a ? b : a, m1 = d > c ? d : c;
-                int32_t i0 = b > a ? ia + 1 : ia, i1 = d > c ? ic + 1 : ic;
-                yp[oh * wo + ow] = m1 > m0 ? m1 : m0;
-                ap[oh * wo + ow] = m1 > m0 ? i1 : i0;
+    for (int oh = 0; oh < ho; oh++) {
+        const float *r0 = xp + (2 * oh) * w, *r1 = r0 + w;
+        int32_t base0 = 2 * oh * w, base1 = base0 + w;
+        for (int ow = 0; ow < wo; ow++) {
+            float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+            int32_t ia = base0 + 2 * ow, ic = base1 + 2 * ow;
+            float m0 = b > a ? b : a, m1 = d > c ? d : c;
+            int32_t i0 = b > a ? ia + 1 : ia, i1 = d > c ? ic + 1 : ic;
+            yp[oh * wo + ow] = m1 > m0 ? m1 : m0;
+            ap[oh * wo + ow] = m1 > m0 ? i1 : i0;
+        }
+    }
+}
+
+static void maxpool_plane(float *yp, int32_t *ap, const float *xp, int h, int w, int k, int stride, int pad, int ho,
+                          int wo)
+{
+    if (k == 2 && stride == 2 && pad == 0) {
+        maxpool2x2_plane(yp, ap, xp, w, ho, wo);
+        return;
+    }
+    for (int oh = 0; oh < ho; oh++) {
+        int h0 = oh * stride - pad;
+        for (int ow = 0; ow < wo; ow++) {
+            int w0 = ow * stride - pad;
+            float best = -FLT_MAX;
+            int32_t best_i = -1;
+            for (int i = 0; i < k; i++) {
+                int ih = h0 + i;
+                if (ih < 0 || ih >= h) continue;
+                for (int j = 0; j < k; j++) {
+                    int iw = w0 + j;
+                    if (iw < 0 || iw >= w) continue;
+                    float v = xp[ih * w + iw];
+                    /* the first maximum wins ties */
+                    if (v > best || best_i < 0) {
+                        best = v;
+                        best_i = ih * w + iw;
+                    }
+                }
             }
+            yp[oh * wo + ow] = best;
+            ap[oh * wo + ow] = best_i;
         }
     }
 }
@@ -54,56 +82,26 @@ static void maxpool2x2_forward(float *y, int32_t *argmax, const float *x, int pl
 void nn_maxpool_forward(float *y, int32_t *argmax, const float *x, int planes, int h, int w, int k, int stride,
                         int pad, int ho, int wo)
 {
-    if (k == 2 && stride == 2 && pad == 0) {
-        maxpool2x2_forward(y, argmax, x, planes, h, w, ho, wo);
-        return;
-    }
-    for (int p = 0; p < planes; p++) {
-        const float *xp = x + (int64_t)p * h * w;
-        float *yp = y + (int64_t)p * ho * wo;
-        int32_t *ap = argmax + (int64_t)p * ho * wo;
-        for (int oh = 0; oh < ho; oh++) {
-            int h0 = oh * stride - pad;
-            for (int ow = 0; ow < wo; ow++) {
-                int w0 = ow * stride - pad;
-                float best = -FLT_MAX;
-                int32_t best_i = -1;
-                for (int i = 0; i < k; i++) {
-                    int ih = h0 + i;
-                    if (ih < 0 || ih >= h) continue;
-                    for (int j = 0; j < k; j++) {
-                        int iw = w0 + j;
-                        if (iw < 0 || iw >= w) continue;
-                        float v = xp[ih * w + iw];
-                        /* the first maximum wins ties */
-                        if (v > best || best_i < 0) {
-                            best = v;
-                            best_i = ih * w + iw;
-                        }
-                    }
-                }
-                yp[oh * wo + ow] = best;
-                ap[oh * wo + ow] = best_i;
-            }
-        }
-    }
+    const int64_t in = (int64_t)h * w, out = (int64_t)ho * wo;
+    NN_PARALLEL_FOR(planes * in, for (int p = 0; p < planes; p++)
+                                     maxpool_plane(y + p * out, argmax + p * out, x + p * in, h, w, k, stride, pad,
+                                                   ho, wo););
 }
 
 void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int planes, int h, int w, int ho, int wo)
 {
-    for (int p = 0; p < planes; p++) {
-        float *dxp = dx + (int64_t)p * h * w;
-        const float *dyp = dy + (int64_t)p * ho * wo;
-        const int32_t *ap = argmax + (int64_t)p * ho * wo;
-        for (int i = 0; i < ho * wo; i++) dxp[ap[i]] += dyp[i];
-    }
+    const int64_t in = (int64_t)h * w, out = (int64_t)ho * wo;
+    NN_PARALLEL_FOR(planes * in, for (int p = 0; p < planes; p++) {
+        float *dxp = dx + p * in;
+        for (int64_t i = 0; i < out; i++) dxp[argmax[p * out + i]] += dy[p * out + i];
+    });
 }
 
 void nn_avgpool_forward(float *y, const float *x, int planes, int h, int w, int k, int stride, int pad, int ho,
                         int wo)
 {
     float inv = 1.0f / (float)(k * k);
-    for (int p = 0; p < planes; p++) {
+    NN_PARALLEL_FOR((int64_t)planes * h * w, for (int p = 0; p < planes; p++) {
         const float *xp = x + (int64_t)p * h * w;
         float *yp = y + (int64_t)p * ho * wo;
         for (int oh = 0; oh < ho; oh++)
@@ -119,14 +117,14 @@ void nn_avgpool_forward(float *y, const float *x, int planes, int h, int w, int 
                 }
                 yp[oh * wo + ow] = s * inv;
             }
-    }
+    });
 }
 
 void nn_avgpool_backward(float *dx, const float *dy, int planes, int h, int w, int k, int stride, int pad, int ho,
                          int wo)
 {
     float inv = 1.0f / (float)(k * k);
-    for (int p = 0; p < planes; p++) {
+    NN_PARALLEL_FOR((int64_t)planes * h * w, for (int p = 0; p < planes; p++) {
         float *dxp = dx + (int64_t)p * h * w;
         const float *dyp = dy + (int64_t)p * ho * wo;
         for (int oh = 0; oh < ho; oh++)
@@ -141,27 +139,29 @@ void nn_avgpool_backward(float *dx, const float *dy, int planes, int h, int w, i
                     }
                 }
             }
-    }
+    });
+}
+
+static float plane_mean(const float *xp, int hw)
+{
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < hw; i++) s += xp[i];
+    return s / (float)hw;
 }
 
 void nn_gap_forward(float *y, const float *x, int planes, int hw)
 {
-    for (int p = 0; p < planes; p++) {
-        const float *xp = x + (int64_t)p * hw;
-        float s = 0.0f;
-        #pragma omp simd reduction(+ : s)
-        for (int i = 0; i < hw; i++) s += xp[i];
-        y[p] = s / (float)hw;
-    }
+    NN_PARALLEL_FOR((int64_t)planes * hw, for (int p = 0; p < planes; p++) y[p] = plane_mean(x + (int64_t)p * hw, hw););
 }
 
 void nn_gap_backward(float *dx, const float *dy, int planes, int hw)
 {
-    for (int p = 0; p < planes; p++) {
+    NN_PARALLEL_FOR((int64_t)planes * hw, for (int p = 0; p < planes; p++) {
         float g = dy[p] / (float)hw;
         float *dxp = dx + (int64_t)p * hw;
         for (int i = 0; i < hw; i++) dxp[i] += g;
-    }
+    });
 }
 
 /* ============================== batch norm ============================== */
@@ -180,49 +180,68 @@ static inline float act_mask(float dy, float y, NnAct act)
     return dy;
 }
 
+/* The batch-norm kernels split by channel: one channel's statistics and its outputs, over the batch. */
+typedef struct {
+    int batch, c, hw;
+    NnAct act;
+} BnShape;
+
+static void bn_affine_channel(float *y, const float *x, float scale, float offset, const BnShape *s, int ch)
+{
+    for (int b = 0; b < s->batch; b++) {
+        const float *xp = x + ((int64_t)b * s->c + ch) * s->hw;
+        float *yp = y + ((int64_t)b * s->c + ch) * s->hw;
+        for (int i = 0; i < s->hw; i++) yp[i] = act_apply(xp[i] * scale + offset, s->act);
+    }
+}
+
 /* One pass for the statistics: sums of (x - K) and (x - K)^2 with K the channel's first value (the
  * shifted-data algorithm: no cancellation when the mean is large against the spread), per plane in
  * float, across planes in double. A second pass normalises and applies the activation. */
+static void bn_train_channel(float *y, float *save_mean, float *save_invstd, float *rm, float *rv, const float *x,
+                             const float *gamma, const float *beta, float eps, float momentum, const BnShape *s,
+                             int ch)
+{
+    const int64_t count = (int64_t)s->batch * s->hw;
+    const float shift = x[(int64_t)ch * s->hw];
+    double sum = 0.0, sumsq = 0.0;
+    for (int b = 0; b < s->batch; b++) {
+        const float *xp = x + ((int64_t)b * s->c + ch) * s->hw;
+        float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+        for (int i = 0; i < s->hw; i++) {
+            float d = xp[i] - shift;
+            s1 += d;
+            s2 += d * d;
+        }
+        sum += s1;
+        sumsq += s2;
+    }
+    double mean_shifted = sum / (double)count;
+    double var = sumsq / (double)count - mean_shifted * mean_shifted; /* biased: used to normalise */
+    if (var < 0.0) var = 0.0;
+    double mean = (double)shift + mean_shifted;
+    float invstd = (float)(1.0 / sqrt(var + (double)eps));
+    save_mean[ch] = (float)mean;
+    save_invstd[ch] = invstd;
+    if (rm) {
+        /* running variance uses the unbiased estimate, as PyTorch */
+        double unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;
+        rm[ch] = (1.0f - momentum) * rm[ch] + momentum * (float)mean;
+        rv[ch] = (1.0f - momentum) * rv[ch] + momentum * (float)unbiased;
+    }
+    float scale = gamma[ch] * invstd;
+    bn_affine_channel(y, x, scale, beta[ch] - (float)mean * scale, s, ch);
+}
+
 void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
                                     const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
                                     float eps, float momentum, NnAct act)
 {
-    int64_t count = (int64_t)batch * hw;
-    for (int ch = 0; ch < c; ch++) {
-        const float shift = x[(int64_t)ch * hw];
-        double sum = 0.0, sumsq = 0.0;
-        for (int b = 0; b < batch; b++) {
-            const float *xp = x + ((int64_t)b * c + ch) * hw;
-            float s1 = 0.0f, s2 = 0.0f;
-#pragma omp simd reduction(+ : s1, s2)
-            for (int i = 0; i < hw; i++) {
-                float d = xp[i] - shift;
-                s1 += d;
-                s2 += d * d;
-            }
-            sum += s1;
-            sumsq += s2;
-        }
-        double mean_shifted = sum / (double)count;
-        double var = sumsq / (double)count - mean_shifted * mean_shifted; /* biased: used to normalise */
-        if (var < 0.0) var = 0.0;
-        double mean = (double)shift + mean_shifted;
-        float invstd = (float)(1.0 / sqrt(var + (double)eps));
-        save_mean[ch] = (float)mean;
-        save_invstd[ch] = invstd;
-        if (rm) {
-            /* running variance uses the unbiased estimate, as PyTorch */
-            double unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;
-            rm[ch] = (1.0f - momentum) * rm[ch] + momentum * (float)mean;
-            rv[ch] = (1.0f - momentum) * rv[ch] + momentum * (float)unbiased;
-        }
-        float scale = gamma[ch] * invstd, offset = beta[ch] - (float)mean * scale;
-        for (int b = 0; b < batch; b++) {
-            const float *xp = x + ((int64_t)b * c + ch) * hw;
-            float *yp = y + ((int64_t)b * c + ch) * hw;
-            for (int i = 0; i < hw; i++) yp[i] = act_apply(xp[i] * scale + offset, act);
-        }
-    }
+    const BnShape s = {batch, c, hw, act};
+    NN_PARALLEL_FOR((int64_t)batch * c * hw,
+                    for (int ch = 0; ch < c; ch++)
+                        bn_train_channel(y, save_mean, save_invstd, rm, rv, x, gamma, beta, eps, momentum, &s, ch););
 }
 
 void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
@@ -233,18 +252,20 @@ void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, 
                                    NN_ACT_NONE);
 }
 
+static void bn_eval_channel(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
+                            const float *rv, float eps, const BnShape *s, int ch)
+{
+    float invstd = 1.0f / sqrtf(rv[ch] + eps);
+    float scale = gamma[ch] * invstd;
+    bn_affine_channel(y, x, scale, beta[ch] - rm[ch] * scale, s, ch);
+}
+
 void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
                                    const float *rv, int batch, int c, int hw, float eps, NnAct act)
 {
-    for (int ch = 0; ch < c; ch++) {
-        float invstd = 1.0f / sqrtf(rv[ch] + eps);
-        float scale = gamma[ch] * invstd, offset = beta[ch] - rm[ch] * scale;
-        for (int b = 0; b < batch; b++) {
-            const float *xp = x + ((int64_t)b * c + ch) * hw;
-            float *yp = y + ((int64_t)b * c + ch) * hw;
-            for (int i = 0; i < hw; i++) yp[i] = act_apply(xp[i] * scale + offset, act);
-        }
-    }
+    const BnShape s = {batch, c, hw, act};
+    NN_PARALLEL_FOR((int64_t)batch * c * hw,
+                    for (int ch = 0; ch < c; ch++) bn_eval_channel(y, x, gamma, beta, rm, rv, eps, &s, ch););
 }
 
 void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
@@ -254,55 +275,64 @@ void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, con
 }
 
 /* Two passes: the sums (masking dy by the activation on the fly and storing it back), then dx. */
+static void bn_backward_channel(float *dx, float *dgamma, float *dbeta, float *dy, const float *y, const float *x,
+                                const float *gamma, const float *save_mean, const float *save_invstd,
+                                const BnShape *s, int ch)
+{
+    const int64_t count = (int64_t)s->batch * s->hw;
+    const int hw = s->hw;
+    float mean = save_mean[ch], invstd = save_invstd[ch];
+    double sum_dy = 0.0, sum_dy_xhat = 0.0;
+    for (int b = 0; b < s->batch; b++) {
+        const float *xp = x + ((int64_t)b * s->c + ch) * hw;
+        float *dyp = dy + ((int64_t)b * s->c + ch) * hw;
+        const float *yp = y ? y + ((int64_t)b * s->c + ch) * hw : NULL;
+        float s1 = 0.0f, s2 = 0.0f;
+        if (s->act != NN_ACT_NONE) {
+#pragma omp simd reduction(+ : s1, s2)
+            for (int i = 0; i < hw; i++) {
+                float g = act_mask(dyp[i], yp[i], s->act);
+                dyp[i] = g;
+                s1 += g;
+                s2 += g * (xp[i] - mean);
+            }
+        } else {
+#pragma omp simd reduction(+ : s1, s2)
+            for (int i = 0; i < hw; i++) {
+                s1 += dyp[i];
+                s2 += dyp[i] * (xp[i] - mean);
+            }
+        }
+        sum_dy += s1;
+        sum_dy_xhat += s2;
+    }
+    sum_dy_xhat *= invstd;
+    dgamma[ch] += (float)sum_dy_xhat;
+    dbeta[ch] += (float)sum_dy;
+    if (!dx) return;
+    /* dx = gamma*invstd/N * (N dy - sum(dy) - xhat sum(dy xhat)) */
+    float k = gamma[ch] * invstd;
+    float mean_dy = (float)(sum_dy / (double)count);
+    float mean_dy_xhat = (float)(sum_dy_xhat / (double)count);
+    for (int b = 0; b < s->batch; b++) {
+        const float *xp = x + ((int64_t)b * s->c + ch) * hw;
+        const float *dyp = dy + ((int64_t)b * s->c + ch) * hw;
+        float *dxp = dx + ((int64_t)b * s->c + ch) * hw;
+        for (int i = 0; i < hw; i++) {
+            float xhat = (xp[i] - mean) * invstd;
+            dxp[i] += k * (dyp[i] - mean_dy - xhat * mean_dy_xhat);
+        }
+    }
+}
+
 void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, float *dy, const float *y,
                                      const float *x, const float *gamma, const float *save_mean,
                                      const float *save_invstd, int batch, int c, int hw, NnAct act)
 {
-    int64_t count = (int64_t)batch * hw;
-    for (int ch = 0; ch < c; ch++) {
-        float mean = save_mean[ch], invstd = save_invstd[ch];
-        double sum_dy = 0.0, sum_dy_xhat = 0.0;
-        for (int b = 0; b < batch; b++) {
-            const float *xp = x + ((int64_t)b * c + ch) * hw;
-            float *dyp = dy + ((int64_t)b * c + ch) * hw;
-            const float *yp = y ? y + ((int64_t)b * c + ch) * hw : NULL;
-            float s1 = 0.0f, s2 = 0.0f;
-            if (act != NN_ACT_NONE) {
-#pragma omp simd reduction(+ : s1, s2)
-                for (int i = 0; i < hw; i++) {
-                    float g = act_mask(dyp[i], yp[i], act);
-                    dyp[i] = g;
-                    s1 += g;
-                    s2 += g * (xp[i] - mean);
-                }
-            } else {
-#pragma omp simd reduction(+ : s1, s2)
-                for (int i = 0; i < hw; i++) {
-                    s1 += dyp[i];
-                    s2 += dyp[i] * (xp[i] - mean);
-                }
-            }
-            sum_dy += s1;
-            sum_dy_xhat += s2;
-        }
-        sum_dy_xhat *= invstd;
-        dgamma[ch] += (float)sum_dy_xhat;
-        dbeta[ch] += (float)sum_dy;
-        if (!dx) continue;
-        /* dx = gamma*invstd/N * (N dy - sum(dy) - xhat sum(dy xhat)) */
-        float k = gamma[ch] * invstd;
-        float mean_dy = (float)(sum_dy / (double)count);
-        float mean_dy_xhat = (float)(sum_dy_xhat / (double)count);
-        for (int b = 0; b < batch; b++) {
-            const float *xp = x + ((int64_t)b * c + ch) * hw;
-            const float *dyp = dy + ((int64_t)b * c + ch) * hw;
-            float *dxp = dx + ((int64_t)b * c + ch) * hw;
-            for (int i = 0; i < hw; i++) {
-                float xhat = (xp[i] - mean) * invstd;
-                dxp[i] += k * (dyp[i] - mean_dy - xhat * mean_dy_xhat);
-            }
-        }
-    }
+    const BnShape s = {batch, c, hw, act};
+    NN_PARALLEL_FOR((int64_t)batch * c * hw,
+                    for (int ch = 0; ch < c; ch++)
+                        bn_backward_channel(dx, dgamma, dbeta, dy, y, x, gamma, save_mean, save_invstd, &s, ch););
 }
 
 void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
@@ -314,96 +344,121 @@ void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const f
                                     hw, NN_ACT_NONE);
 }
 
+static void bn_backward_eval_channel(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                                     const float *gamma, const float *rm, const float *rv, float eps,
+                                     const BnShape *s, int ch)
+{
+    const int hw = s->hw;
+    float invstd = 1.0f / sqrtf(rv[ch] + eps), mean = rm[ch];
+    float s1 = 0.0f, s2 = 0.0f, k = gamma[ch] * invstd;
+    for (int b = 0; b < s->batch; b++) {
+        const float *xp = x + ((int64_t)b * s->c + ch) * hw;
+        const float *dyp = dy + ((int64_t)b * s->c + ch) * hw;
+        float *dxp = dx ? dx + ((int64_t)b * s->c + ch) * hw : NULL;
+#pragma omp simd reduction(+ : s1, s2)
+        for (int i = 0; i < hw; i++) {
+            s1 += dyp[i];
+            s2 += dyp[i] * (xp[i] - mean) * invstd;
+            if (dxp) dxp[i] += dyp[i] * k;
+        }
+    }
+    dgamma[ch] += s2;
+    dbeta[ch] += s1;
+}
+
 void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                 const float *gamma, const float *rm, const float *rv, int batch, int c, int hw,
                                 float eps)
 {
-    for (int ch = 0; ch < c; ch++) {
-        float invstd = 1.0f / sqrtf(rv[ch] + eps), mean = rm[ch];
-        float s1 = 0.0f, s2 = 0.0f, k = gamma[ch] * invstd;
-        for (int b = 0; b < batch; b++) {
-            const float *xp = x + ((int64_t)b * c + ch) * hw;
-            const float *dyp = dy + ((int64_t)b * c + ch) * hw;
-            float *dxp = dx ? dx + ((int64_t)b * c + ch) * hw : NULL;
-#pragma omp simd reduction(+ : s1, s2)
-            for (int i = 0; i < hw; i++) {
-                s1 += dyp[i];
-                s2 += dyp[i] * (xp[i] - mean) * invstd;
-                if (dxp) dxp[i] += dyp[i] * k;
-            }
-        }
-        dgamma[ch] += s2;
-        dbeta[ch] += s1;
-    }
+    const BnShape s = {batch, c, hw, NN_ACT_NONE};
+    NN_PARALLEL_FOR((int64_t)batch * c * hw,
+                    for (int ch = 0; ch < c; ch++)
+                        bn_backward_eval_channel(dx, dgamma, dbeta, dy, x, gamma, rm, rv, eps, &s, ch););
 }
 
 /* ============================== group norm ============================== */
 
-void nn_groupnorm_forward(float *y, float *save_mean, float *save_invstd, const float *x, const float *gamma,
-                          const float *beta, int batch, int c, int hw, int groups, float eps)
+static void gn_forward_group(float *y, float *save_mean, float *save_invstd, const float *x, const float *gamma,
+                             const float *beta, int c, int hw, int groups, float eps, int b, int g)
 {
     int cg = c / groups;
     int64_t count = (int64_t)cg * hw;
-    for (int b = 0; b < batch; b++)
-        for (int g = 0; g < groups; g++) {
-            const float *xg = x + ((int64_t)b * c + (int64_t)g * cg) * hw;
-            double sum = 0.0, sumsq = 0.0;
+    const float *xg = x + ((int64_t)b * c + (int64_t)g * cg) * hw;
+    double sum = 0.0, sumsq = 0.0;
 #pragma omp simd reduction(+ : sum)
-            for (int64_t i = 0; i < count; i++) sum += xg[i];
-            double mean = sum / (double)count;
+    for (int64_t i = 0; i < count; i++) sum += xg[i];
+    double mean = sum / (double)count;
 #pragma omp simd reduction(+ : sumsq)
-            for (int64_t i = 0; i < count; i++) {
-                double d = xg[i] - mean;
-                sumsq += d * d;
+    for (int64_t i = 0; i < count; i++) {
+        double d = xg[i] - mean;
+        sumsq += d * d;
+    }
+    float invstd = (float)(1.0 / sqrt(sumsq / (double)count + (double)eps));
+    save_mean[b * groups + g] = (float)mean;
+    save_invstd[b * groups + g] = invstd;
+    float *yg = y + ((int64_t)b * c + (int64_t)g * cg) * hw;
+    for (int ci = 0; ci < cg; ci++) {
+        int ch = g * cg + ci;
+        float scale = gamma[ch] * invstd, shift = beta[ch] - (float)mean * scale;
+        for (int i = 0; i < hw; i++) yg[ci * hw + i] = xg[ci * hw + i] * scale + shift;
+    }
+}
+
+void nn_groupnorm_forward(float *y, float *save_mean, float *save_invstd, const float *x, const float *gamma,
+                          const float *beta, int batch, int c, int hw, int groups, float eps)
+{
+    NN_PARALLEL_FOR((int64_t)batch * c * hw,
+                    for (int bg = 0; bg < batch * groups; bg++)
+                        gn_forward_group(y, save_mean, save_invstd, x, gamma, beta, c, hw, groups, eps, bg / groups,
+                                         bg % groups););
+}
+
+/* One group of every sample, the samples in order: dgamma and dbeta sum over the batch as on one thread. */
+static void gn_backward_group(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                              const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
+                              int hw, int groups, int g)
+{
+    int cg = c / groups;
+    int64_t count = (int64_t)cg * hw;
+    for (int b = 0; b < batch; b++) {
+        float mean = save_mean[b * groups + g], invstd = save_invstd[b * groups + g];
+        const float *xg = x + ((int64_t)b * c + (int64_t)g * cg) * hw;
+        const float *dyg = dy + ((int64_t)b * c + (int64_t)g * cg) * hw;
+        /* with dxhat = dy * gamma: dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
+        double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;
+        for (int ci = 0; ci < cg; ci++) {
+            int ch = g * cg + ci;
+            float s1 = 0.0f, s2 = 0.0f;
+#pragma omp simd reduction(+ : s1, s2)
+            for (int i = 0; i < hw; i++) {
+                float xhat = (xg[ci * hw + i] - mean) * invstd;
+                s1 += dyg[ci * hw + i];
+                s2 += dyg[ci * hw + i] * xhat;
             }
-            float invstd = (float)(1.0 / sqrt(sumsq / (double)count + (double)eps));
-            save_mean[b * groups + g] = (float)mean;
-            save_invstd[b * groups + g] = invstd;
-            float *yg = y + ((int64_t)b * c + (int64_t)g * cg) * hw;
-            for (int ci = 0; ci < cg; ci++) {
-                int ch = g * cg + ci;
-                float scale = gamma[ch] * invstd, shift = beta[ch] - (float)mean * scale;
-                for (int i = 0; i < hw; i++) yg[ci * hw + i] = xg[ci * hw + i] * scale + shift;
+            dbeta[ch] += s1;
+            dgamma[ch] += s2;
+            sum_dxhat += (double)s1 * gamma[ch];
+            sum_dxhat_xhat += (double)s2 * gamma[ch];
+        }
+        if (!dx) continue;
+        float m1 = (float)(sum_dxhat / (double)count), m2 = (float)(sum_dxhat_xhat / (double)count);
+        float *dxg = dx + ((int64_t)b * c + (int64_t)g * cg) * hw;
+        for (int ci = 0; ci < cg; ci++) {
+            float gm = gamma[g * cg + ci];
+            for (int i = 0; i < hw; i++) {
+                float xhat = (xg[ci * hw + i] - mean) * invstd;
+                dxg[ci * hw + i] += invstd * (dyg[ci * hw + i] * gm - m1 - xhat * m2);
             }
         }
+    }
 }
 
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                            const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
                            int hw, int groups)
 {
-    int cg = c / groups;
-    int64_t count = (int64_t)cg * hw;
-    for (int b = 0; b < batch; b++)
-        for (int g = 0; g < groups; g++) {
-            float mean = save_mean[b * groups + g], invstd = save_invstd[b * groups + g];
-            const float *xg = x + ((int64_t)b * c + (int64_t)g * cg) * hw;
-            const float *dyg = dy + ((int64_t)b * c + (int64_t)g * cg) * hw;
-            /* with dxhat = dy * gamma: dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
-            double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;
-            for (int ci = 0; ci < cg; ci++) {
-                int ch = g * cg + ci;
-                float s1 = 0.0f, s2 = 0.0f;
-#pragma omp simd reduction(+ : s1, s2)
-                for (int i = 0; i < hw; i++) {
-                    float xhat = (xg[ci * hw + i] - mean) * invstd;
-                    s1 += dyg[ci * hw + i];
-                    s2 += dyg[ci * hw + i] * xhat;
-                }
-                dbeta[ch] += s1;
-                dgamma[ch] += s2;
-                sum_dxhat += (double)s1 * gamma[ch];
-                sum_dxhat_xhat += (double)s2 * gamma[ch];
-            }
-            if (!dx) continue;
-            float m1 = (float)(sum_dxhat / (double)count), m2 = (float)(sum_dxhat_xhat / (double)count);
-            float *dxg = dx + ((int64_t)b * c + (int64_t)g * cg) * hw;
-            for (int ci = 0; ci < cg; ci++) {
-                float gm = gamma[g * cg + ci];
-                for (int i = 0; i < hw; i++) {
-                    float xhat = (xg[ci * hw + i] - mean) * invstd;
-                    dxg[ci * hw + i] += invstd * (dyg[ci * hw + i] * gm - m1 - xhat * m2);
-                }
-            }
-        }
+    NN_PARALLEL_FOR((int64_t)batch * c * hw,
+                    for (int g = 0; g < groups; g++)
+                        gn_backward_group(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, batch, c, hw, groups,
+                                          g););
 }

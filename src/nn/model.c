@@ -778,7 +778,7 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
             break;
         case NN_OP_ADD: {
             const float *x2 = tdata(m, l->in2);
-            for (int64_t j = 0; j < n_out; j++) y[j] = x[j] + x2[j];
+            NN_PARALLEL_FOR(n_out, for (int64_t j = 0; j < n_out; j++) y[j] = x[j] + x2[j];);
             break;
         }
         case NN_OP_FLATTEN: break;

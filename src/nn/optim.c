@@ -5,9 +5,8 @@
 
 #include "fedhet/core.h"
 #include "fedhet/nn.h"
+#include "kernels.h"
 
-/* OpenMP's (libgomp, oneDNN's threading runtime), declared here so that no compiler's omp.h is needed */
-void omp_set_num_threads(int n_threads);
 
 /* ============================== vector helpers ============================== */
 
@@ -114,26 +113,27 @@ void nn_sgd_step(NnSgd *opt, float *params, const float *grad, float lr)
     const float mom = opt->momentum, wd = opt->weight_decay, damp = 1.0f - opt->dampening;
     const int64_t n = opt->n;
     float *buf = opt->buf;
+    const int nesterov = opt->nesterov;
     /* one straight loop per case, so that each vectorises */
     if (!buf) {
-        for (int64_t i = 0; i < n; i++) params[i] -= lr * (grad[i] + wd * params[i]);
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) params[i] -= lr * (grad[i] + wd * params[i]););
     } else if (opt->steps == 0) { /* PyTorch: the first step's buffer is the gradient itself */
-        for (int64_t i = 0; i < n; i++) {
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
             float g = grad[i] + wd * params[i];
             buf[i] = g;
-            params[i] -= lr * (opt->nesterov ? g + mom * g : g);
-        }
-    } else if (opt->nesterov) {
-        for (int64_t i = 0; i < n; i++) {
+            params[i] -= lr * (nesterov ? g + mom * g : g);
+        });
+    } else if (nesterov) {
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
             float g = grad[i] + wd * params[i];
             buf[i] = mom * buf[i] + damp * g;
             params[i] -= lr * (g + mom * buf[i]);
-        }
+        });
     } else {
-        for (int64_t i = 0; i < n; i++) {
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
             buf[i] = mom * buf[i] + damp * (grad[i] + wd * params[i]);
             params[i] -= lr * buf[i];
-        }
+        });
     }
     opt->steps++;
 }
@@ -174,15 +174,18 @@ void nn_adam_step(NnAdam *opt, float *params, const float *grad, float lr)
     opt->steps++;
     const float b1 = opt->beta1, b2 = opt->beta2, wd = opt->weight_decay;
     const float bc1 = 1.0f - powf(b1, (float)opt->steps), bc2 = 1.0f - powf(b2, (float)opt->steps);
-    const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
-    for (int64_t i = 0; i < opt->n; i++) {
+    const float step = lr / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2), eps = opt->eps;
+    const int decoupled = opt->decoupled;
+    const int64_t n = opt->n;
+    float *m = opt->m, *v = opt->v;
+    NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
         float g = grad[i];
-        if (opt->decoupled) params[i] *= 1.0f - lr * wd;
+        if (decoupled) params[i] *= 1.0f - lr * wd;
         else g += wd * params[i];
-        opt->m[i] = b1 * opt->m[i] + (1.0f - b1) * g;
-        opt->v[i] = b2 * opt->v[i] + (1.0f - b2) * g * g;
-        params[i] -= step * opt->m[i] / (sqrtf(opt->v[i]) * inv_sqrt_bc2 + opt->eps);
-    }
+        m[i] = b1 * m[i] + (1.0f - b1) * g;
+        v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+        params[i] -= step * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
+    });
 }
 
 void nn_adam_reset(NnAdam *opt)

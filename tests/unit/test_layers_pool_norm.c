@@ -1,6 +1,7 @@
 /* Pooling and normalisation (src/nn): finite-difference gradients (layer_check.h) of max-, average and
  * global average pooling and of batch and group norm (train and eval), batch-norm running statistics
- * (PyTorch's rule) and normalisation, group-norm normalisation, and bad pooling shapes.
+ * (PyTorch's rule) and normalisation, group-norm normalisation, bad pooling shapes, and the same bits on 1
+ * and 3 threads.
  * Run: make build/tests/test_layers_pool_norm && build/tests/test_layers_pool_norm [test_name] */
 #include "test.h"
 
@@ -248,6 +249,78 @@ static void test_bad_pool(void)
     nn_model_free(&m);
 }
 
+/* ============================== threads ============================== */
+
+/* The kernels split over train.threads (kernels.h, NN_PAR_MIN) on tensors large enough to split: every
+ * output, saved statistic, running statistic and parameter gradient has the same bits on 1 and 3 threads. */
+enum { TB = 4, TC = 16, TH = 32, TW = 32, THW = TH * TW, TN = TB * TC * THW, TO = TN / 4, T_RESULT = 16 * TN };
+
+static void kernels_on_threads(int threads, float *res, int32_t *argmax)
+{
+    nn_set_threads(threads);
+    FhRng rng = rng_for("threads_same_bits", 0);
+    float *x = falloc(TN), *dy = falloc(TN), gamma[TC], beta[TC], stats[4 * TC];
+    fill_normal(&rng, x, TN, 2.0);
+    fill_normal(&rng, dy, TN, 1.0);
+    fill_uniform(&rng, gamma, TC, 0.5, 1.5);
+    fill_uniform(&rng, beta, TC, -0.5, 0.5);
+    fill_uniform(&rng, stats, 4 * TC, 0.5, 1.5);
+    const int planes = TB * TC;
+    float *r = res, *y;
+    memcpy(y = r, x, sizeof(float) * TN);
+    nn_act_forward(y, TN, NN_ACT_RELU6);
+    r += TN;
+    memcpy(r, dy, sizeof(float) * TN);
+    nn_act_backward(r, y, TN, NN_ACT_RELU6);
+    r += TN;
+    nn_maxpool_forward(r, argmax, x, planes, TH, TW, 2, 2, 0, TH / 2, TW / 2);
+    nn_maxpool_backward(r + TO, dy, argmax, planes, TH, TW, TH / 2, TW / 2);
+    r += TO + TN;
+    nn_maxpool_forward(r, argmax + TO, x, planes, TH, TW, 3, 2, 1, TH / 2, TW / 2);
+    nn_avgpool_forward(r + TO, x, planes, TH, TW, 3, 2, 1, TH / 2, TW / 2);
+    nn_avgpool_backward(r + 2 * TO, dy, planes, TH, TW, 3, 2, 1, TH / 2, TW / 2);
+    r += 2 * TO + TN;
+    nn_gap_forward(r, x, planes, THW);
+    nn_gap_backward(r + planes, dy, planes, THW);
+    r += planes + TN;
+    /* batch norm, training with a fused ReLU (its running statistics in stats), then eval */
+    float *bn_dy = fdup(dy, TN);
+    nn_batchnorm_forward_train_act(r, r + TN, r + TN + TC, stats, stats + TC, x, gamma, beta, TB, TC, THW, 1e-5f,
+                                   0.1f, NN_ACT_RELU);
+    nn_batchnorm_backward_train_act(r + TN + 2 * TC, r + 2 * TN + 2 * TC, r + 2 * TN + 3 * TC, bn_dy, r, x, gamma,
+                                    r + TN, r + TN + TC, TB, TC, THW, NN_ACT_RELU);
+    r += 2 * TN + 4 * TC;
+    nn_batchnorm_forward_eval_act(r, x, gamma, beta, stats, stats + TC, TB, TC, THW, 1e-5f, NN_ACT_RELU6);
+    nn_batchnorm_backward_eval(r + TN, r + 2 * TN, r + 2 * TN + TC, dy, x, gamma, stats, stats + TC, TB, TC, THW, 1e-5f);
+    r += 2 * TN + 2 * TC;
+    /* group norm, 2 groups */
+    nn_groupnorm_forward(r, r + TN, r + TN + 2 * TB, x, gamma, beta, TB, TC, THW, 2, 1e-5f);
+    nn_groupnorm_backward(r + TN + 4 * TB, r + 2 * TN + 4 * TB, r + 2 * TN + 4 * TB + TC, dy, x, gamma, r + TN,
+                          r + TN + 2 * TB, TB, TC, THW, 2);
+    r += 2 * TN + 4 * TB + 2 * TC;
+    memcpy(r, stats, sizeof stats);
+    r += 4 * TC;
+    CHECK(r - res <= T_RESULT);
+    free(x);
+    free(dy);
+    free(bn_dy);
+    nn_set_threads(1);
+}
+
+static void test_threads_same_bits(void)
+{
+    float *one = falloc(T_RESULT), *three = falloc(T_RESULT);
+    int32_t *argmax_one = calloc(2 * TO, sizeof(int32_t)), *argmax_three = calloc(2 * TO, sizeof(int32_t));
+    kernels_on_threads(1, one, argmax_one);
+    kernels_on_threads(3, three, argmax_three);
+    CHECK(memcmp(one, three, sizeof(float) * T_RESULT) == 0);
+    CHECK(memcmp(argmax_one, argmax_three, sizeof(int32_t) * 2 * TO) == 0);
+    free(one);
+    free(three);
+    free(argmax_one);
+    free(argmax_three);
+}
+
 /* ============================== main ============================== */
 
 int main(int argc, char **argv)
@@ -264,5 +337,6 @@ int main(int argc, char **argv)
     RUN(test_batchnorm_large_offset);
     RUN(test_groupnorm_normalises);
     RUN(test_bad_pool);
+    RUN(test_threads_same_bits);
     return test_summary();
 }
