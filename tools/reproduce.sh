@@ -25,7 +25,12 @@ rc=0
 if [ -d "$out" ]; then
     mpirun --oversubscribe -np "$np" "$FEDHET" grid --resume "$out" || rc=$?
 else
-    mpirun --oversubscribe -np "$np" "$FEDHET" grid "$grid" output.dir=outputs output.name="repro-$claim" || rc=$?
+    # the study's grids ran on the blas backend, the default when they began (their files name none); a build
+    # older than the train.backend key has blas only
+    backend=()
+    if { "$FEDHET" run --help 2>/dev/null || true; } | grep '^  backend ' >/dev/null; then backend=(train.backend=blas); fi
+    mpirun --oversubscribe -np "$np" "$FEDHET" grid "$grid" output.dir=outputs output.name="repro-$claim" \
+        "${backend[@]}" || rc=$?
 fi
 # 10 + N: N members failed; their rows say so and the verdicts count only finished runs
 if [ "$rc" -ne 0 ] && [ "$rc" -lt 10 ]; then

@@ -23,8 +23,10 @@ typedef enum { NN_ACT_NONE = 0, NN_ACT_RELU, NN_ACT_RELU6 } NnAct;
 
 /* Who computes the conv layers: OpenBLAS (im2col + sgemm, and direct loops for depthwise) or oneDNN
  * primitives (src/nn/onednn.c). Everything else runs the same code under both. The state vector, its views
- * and the semantics of every call are the same; the bits are not (another summation order). */
-typedef enum { NN_BACKEND_BLAS = 0, NN_BACKEND_ONEDNN } NnBackend;
+ * and the semantics of every call are the same; the bits are not (another summation order). AUTO: oneDNN for
+ * every conv layer it can create primitives for when the model is built, OpenBLAS for the others (each named
+ * in a warning), fixed for the model's life, so that no run changes numbers midway. */
+typedef enum { NN_BACKEND_BLAS = 0, NN_BACKEND_ONEDNN, NN_BACKEND_AUTO } NnBackend;
 
 typedef enum {
     NN_OP_LINEAR,
@@ -177,7 +179,8 @@ size_t nn_model_activation_bytes(const NnModel *m, int batch);
 /* bytes the oneDNN backend holds now (staging for reorders, scratchpad; 0 under blas): sized at finalize for
  * max_batch, grown only if a later batch size needs more */
 size_t nn_model_backend_bytes(const NnModel *m);
-/* "blas" -> NN_BACKEND_BLAS, "onednn" -> NN_BACKEND_ONEDNN; NULL or "" is blas; else FH_ERR_USAGE */
+/* "blas", "onednn", "auto" -> NN_BACKEND_*; NULL or "" is blas (the library's default; a run's is
+ * train.backend's); else FH_ERR_USAGE */
 int nn_backend_parse(const char *name, NnBackend *out);
 const char *nn_backend_name(NnBackend backend);
 /* The oneDNN implementations conv layer `layer` got for max_batch, "fwd A, bwd-data B, bwd-weights C" (one name
@@ -250,7 +253,7 @@ typedef struct {
                         * (width f) and the classifier, whose input (the model's features) becomes its output
                         * (MOON's ModelFedCon); 0: none */
     int no_activation_reuse; /* NnModel.no_activation_reuse (tests) */
-    const char *backend;     /* "blas" (NULL or "": the default) or "onednn": NnModel.backend */
+    const char *backend;     /* "blas" (NULL or "": the default), "onednn" or "auto": NnModel.backend */
 } NnZooOptions;
 /* Builds and finalises model `name` for input C x H x W and `classes`; parameters are NOT initialised
  * (call nn_model_init_params). Unknown names and inputs too small for the model are FH_ERR_USAGE. */
@@ -317,5 +320,8 @@ int nn_probe_hvp(void *ctx, const float *v, float *hv);
  * OpenBLAS's and OpenMP's (oneDNN's) thread count. oneDNN fixes a primitive's thread count when it is
  * created: call this before building models. */
 void nn_set_threads(int n_threads);
+/* 1 with `why` filled when n_threads > 1 cannot run side by side here: the process may use fewer cores (an
+ * MPI binding), or OpenBLAS is not its OpenMP build (two thread pools spinning in turn) */
+int nn_threads_problem(int n_threads, char *why, size_t size);
 
 #endif

@@ -40,7 +40,7 @@ typedef struct {
     char *config;        /* the checkpoint's config text */
     int64_t rounds_done, n_state;
     float *center;       /* [n_state] the checkpoint's global state */
-    char data_path[4096], model[64], norm[16];
+    char data_path[4096], model[64], norm[16], backend[16];
     int groups, proj_dim;
     DataPartFile f;
     int f_open;
@@ -68,6 +68,8 @@ static int settings_from_config(Landscape *L)
     snprintf(L->norm, sizeof L->norm, "%s", v ? v : "bn");
     v = fh_ini_get(&ini, "model", "groups");
     L->groups = v ? atoi(v) : 2;
+    v = fh_ini_get(&ini, "train", "backend"); /* the run's: a checkpoint written before the key trained on blas */
+    snprintf(L->backend, sizeof L->backend, "%s", v ? v : "blas");
     v = fh_ini_get(&ini, "algo", "method"); /* MOON's projection head is part of the model */
     const char *proj = v && !strcmp(v, "moon") ? fh_ini_get(&ini, "algo", "proj_dim") : NULL;
     L->proj_dim = proj ? atoi(proj) : 0;
@@ -84,11 +86,11 @@ static int setup_model(Landscape *L)
     FH_CHECK(data_partfile_open(&L->f, L->data_path));
     L->f_open = 1;
     if (L->f.n_test == 0) FH_FAIL(FH_ERR_DATA, "%s has no test set: the landscape needs test rows", L->data_path);
-    NnZooOptions zoo = { .norm = L->norm, .gn_groups = L->groups, .proj_dim = L->proj_dim };
+    NnZooOptions zoo = { .norm = L->norm, .gn_groups = L->groups, .proj_dim = L->proj_dim, .backend = L->backend };
+    nn_set_threads(L->o.threads); /* before the build: oneDNN's primitives keep the thread count they were made with */
     FH_CHECK(nn_zoo_build(&L->m, L->model, (NnShape){ L->f.c, L->f.h, L->f.w }, L->f.classes, L->o.batch, &zoo));
     L->m_built = 1;
     L->n_state = L->m.n_state;
-    nn_set_threads(L->o.threads);
     nn_model_set_training(&L->m, 0);
     return FH_OK;
 }

@@ -125,11 +125,11 @@ static int bench_sgemm(int n, int threads)
 static void print_help(void)
 {
     printf("usage: fedhet bench --model M --batch B [--threads T] [--mode sgd|sam] [--input CxHxW] [--classes K]\n"
-           "                    [--backend blas|onednn] [--reps R] [--seconds S] [--header] [--profile]\n"
+           "                    [--backend onednn|blas|auto] [--reps R] [--seconds S] [--header] [--profile]\n"
            "       fedhet bench --sgemm N [--threads T]\n"
            "  Prints one CSV line: model,batch,threads,mode,samples_per_s,gflops\n"
            "  (median of R reps, default 5, each about S seconds, default 0.5; gflops = 3 x forward FLOPs/sample\n"
-           "  x samples/s). --backend: what computes the conv layers (train.backend), blas by default.\n"
+           "  x samples/s). --backend: what computes the conv layers (train.backend), onednn by default.\n"
            "  --profile adds a per-layer time table (with oneDNN's implementation of each conv layer under onednn).\n"
            "  --sgemm N prints sgemm,N,threads,gflops for an N x N x N OpenBLAS sgemm (best of 5).\n"
            "  Models: %s.\n",

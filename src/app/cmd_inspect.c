@@ -24,7 +24,7 @@ static void print_help(void)
 {
     printf("usage: fedhet inspect FILE.h5\n"
            "       fedhet inspect --model NAME [--input CxHxW] [--classes K] [--norm bn|gn] [--groups G]\n"
-           "                      [--backend blas|onednn] [--batch B]\n"
+           "                      [--backend onednn|blas|auto] [--batch B]\n"
            "\n"
            "FILE.h5: a partition file written by `fedhet partition`. Prints its source, classes, image shape,\n"
            "  training and test rows, per-channel mean and std, seed, the scheme with the key=value parameters\n"
@@ -42,10 +42,10 @@ static void print_help(void)
            "  --input    input shape, default 1x28x28 for mlp/cnn/lenet/smallcnn, 3x32x32 otherwise\n"
            "  --classes  class count, default 10\n"
            "  --norm     resnet18 normalisation: bn (default) or gn; --groups: GroupNorm groups (default 2)\n"
-           "  --backend  what computes the conv layers (train.backend): blas (default) or onednn, which adds the\n"
+           "  --backend  what computes the conv layers (train.backend): onednn (default), blas or auto; oneDNN adds the\n"
            "             implementation oneDNN chose for each conv layer at batch B (forward, backward-data,\n"
            "             backward-weights; one name when they agree) and oneDNN's buffers at that batch\n"
-           "  --batch    B for --backend onednn, default 64 (train.batch_size's default)\n"
+           "  --batch    B for oneDNN's choices, default 64 (train.batch_size's default)\n"
            "\n"
            "FILE.h5 and the model options are two different uses: give one or the other.\n",
            nn_zoo_names());
@@ -58,7 +58,7 @@ static int inspect_model(const AppModelArgs *a, int batch)
     NnModel m;
     NnBackend backend;
     FH_CHECK(nn_backend_parse(a->zoo.backend, &backend));
-    const int onednn = backend == NN_BACKEND_ONEDNN;
+    const int onednn = backend != NN_BACKEND_BLAS;
     /* built for one sample, which the memory figures scale from, unless oneDNN's choices at `batch` are asked */
     FH_CHECK(nn_zoo_build(&m, a->model, a->input, a->classes, onednn ? batch : 1, &a->zoo));
     printf("model %s, input %dx%dx%d, %d classes, conv layers on %s", a->model, a->input.c, a->input.h, a->input.w,

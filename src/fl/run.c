@@ -1095,6 +1095,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
                 run->comm.size, run->n_clients, run->n_clients + 1);
     FH_CHECK(assign_clients(run));
     nn_set_threads(s->threads);
+    char why[512];
+    if (rank <= 1 && nn_threads_problem(s->threads, why, sizeof why)) fh_log_warn("%s", why);
     FH_CHECK(fl_agree(&run->comm, fl_client_init(&run->work, s, &run->data, run->owned, run->n_owned)));
     NnModel *m = &run->work.model;
     run->n_state = m->n_state;

@@ -174,9 +174,10 @@ static void base_keys(void)
         "logit adjustment tau of the local loss, any method (spec A.22; seed 001 uses 1); 0: off");
     add("train", "threads", FH_CFG_INT, "1", 1, 256, NULL,
         "OpenBLAS and oneDNN threads per rank (results are promised for a fixed value)");
-    add("train", "backend", FH_CFG_CHOICE, "blas", 1, 0, "blas|onednn",
-        "what computes the conv layers: blas (im2col + OpenBLAS sgemm) or onednn (oneDNN's primitives); the results "
-        "differ in the last bits between backends (and CPU instruction sets), never between rank counts");
+    add("train", "backend", FH_CFG_CHOICE, "onednn", 1, 0, "onednn|blas|auto",
+        "what computes the conv layers: onednn (oneDNN's primitives), blas (im2col + OpenBLAS sgemm), or auto (oneDNN "
+        "where it can build a layer, blas for the others, each named in a warning); the results differ in the last "
+        "bits between backends (and CPU instruction sets), never between rank counts");
     add("fl", "rounds", FH_CFG_INT, "10", 1, 1e8, NULL, "communication rounds T");
     add("fl", "selection", FH_CFG_CHOICE, "all", 1, 0, "all|fraction|count|bernoulli",
         "clients per round: all; fraction: max(floor(fraction K), 1) uniform without replacement; count; bernoulli: each with p = fraction (spec 0.2)");

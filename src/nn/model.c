@@ -509,7 +509,15 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
     if (status == FH_ERR_IO && !m->grad_pool) FH_FAIL(FH_ERR_IO, "out of memory planning the activations of %s", m->arch);
     FH_CHECK(status);
     int64_t ws = 0;
-    if (m->backend == NN_BACKEND_ONEDNN) FH_CHECK(nn_onednn_create(&m->onednn));
+    if (m->backend != NN_BACKEND_BLAS) {
+        int st = nn_onednn_create(&m->onednn);
+        if (st != FH_OK && m->backend == NN_BACKEND_ONEDNN) FH_CHECK(st);
+        if (st != FH_OK) {
+            fh_log_warn("model %s: %s; every conv layer runs on blas (train.backend = auto)", m->arch,
+                        fh_error_message());
+            fh_error_clear();
+        }
+    }
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
         NnShape so = m->tensors[l->out].shape;
@@ -519,8 +527,11 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
             if (m->onednn) {
                 char name[96]; /* for its errors */
                 snprintf(name, sizeof name, "model %s: %s", m->arch, l->name);
-                FH_CHECK(nn_onednn_conv_create(&l->onednn, m->onednn, &s, l->b_off >= 0, name));
-                break;
+                int st = nn_onednn_conv_create(&l->onednn, m->onednn, &s, l->b_off >= 0, name);
+                if (st == FH_OK) break;
+                if (m->backend != NN_BACKEND_AUTO || st != FH_ERR_USAGE) FH_CHECK(st);
+                fh_log_warn("%s; it runs on blas (train.backend = auto)", fh_error_message());
+                fh_error_clear();
             }
             int64_t need = nn_conv2d_workspace(&s, nn_conv2d_chunk(&s));
             if (need > ws) ws = need;
@@ -911,7 +922,7 @@ size_t nn_model_activation_bytes(const NnModel *m, int batch)
         size_t out = B * (size_t)m->tensors[l->out].size;
         if (l->type == NN_OP_MAXPOOL) bytes += sizeof(int32_t) * out;
         if (l->type == NN_OP_DROPOUT) bytes += out;
-        if (l->type == NN_OP_CONV2D && m->backend == NN_BACKEND_BLAS) {
+        if (l->type == NN_OP_CONV2D && !l->onednn) {
             NnConvShape s = conv_shape(m, l, batch);
             int64_t need = nn_conv2d_workspace(&s, nn_conv2d_chunk(&s));
             if (need > ws) ws = need;
@@ -926,11 +937,15 @@ int nn_backend_parse(const char *name, NnBackend *out)
 {
     if (!name || !*name || !strcmp(name, "blas")) *out = NN_BACKEND_BLAS;
     else if (!strcmp(name, "onednn")) *out = NN_BACKEND_ONEDNN;
-    else FH_FAIL(FH_ERR_USAGE, "backend '%s' must be blas or onednn", name);
+    else if (!strcmp(name, "auto")) *out = NN_BACKEND_AUTO;
+    else FH_FAIL(FH_ERR_USAGE, "backend '%s' must be blas, onednn or auto", name);
     return FH_OK;
 }
 
-const char *nn_backend_name(NnBackend backend) { return backend == NN_BACKEND_ONEDNN ? "onednn" : "blas"; }
+const char *nn_backend_name(NnBackend backend)
+{
+    return backend == NN_BACKEND_ONEDNN ? "onednn" : backend == NN_BACKEND_AUTO ? "auto" : "blas";
+}
 
 void nn_model_layer_impl(const NnModel *m, int layer, char *out, size_t size)
 {

@@ -1,4 +1,7 @@
-/* Optimisers on flat vectors (PyTorch's update rules), gradient clipping, BLAS level-1 helpers. */
+/* Optimisers on flat vectors (PyTorch's update rules), gradient clipping, BLAS level-1 helpers, threads. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <sched.h>
+#include <stdio.h>
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -79,7 +82,24 @@ double nn_vec_dist_f64(const float *x, const float *y, int64_t n)
 void nn_set_threads(int n_threads)
 {
     openblas_set_num_threads(n_threads > 0 ? n_threads : 1);
-    omp_set_num_threads(n_threads > 0 ? n_threads : 1); /* oneDNN's threads */
+    omp_set_num_threads(n_threads > 0 ? n_threads : 1); /* oneDNN's and the kernels' threads */
+}
+
+int nn_threads_problem(int n_threads, char *why, size_t size)
+{
+    *why = '\0';
+    if (n_threads <= 1) return 0;
+    cpu_set_t allowed;
+    int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : n_threads;
+    if (cores < n_threads)
+        snprintf(why, size, "train.threads = %d but this process may run on %d core%s (mpirun binds each rank to "
+                 "one core by default: add --bind-to none, or --map-by slot:PE=%d; srun: --cpus-per-task=%d)",
+                 n_threads, cores, cores == 1 ? "" : "s", n_threads, n_threads);
+    else if (openblas_get_parallel() != 2)
+        snprintf(why, size, "train.threads = %d with OpenBLAS's %s build: its threads and OpenMP's (oneDNN, the "
+                 "kernels) take turns spinning on the same cores; link OpenBLAS's OpenMP build "
+                 "(libopenblas-openmp-dev, `make deps`)", n_threads, openblas_get_parallel() == 1 ? "pthread" : "serial");
+    return *why != '\0';
 }
 
 float nn_clip_grad_norm(float *grad, int64_t n, float max_norm)
