@@ -7,12 +7,20 @@
 
 /* ============================== activations ============================== */
 
+/* Compares, not fminf(fmaxf()): those keep IEEE NaN rules that gcc will not vectorise (5x slower in
+ * batch norm). The same values, NaN included (it becomes 0); only a -0 input becomes +0. */
+static inline float relu6(float v)
+{
+    v = v > 0.0f ? v : 0.0f;
+    return v < 6.0f ? v : 6.0f;
+}
+
 void nn_act_forward(float *y, int64_t n, NnAct act)
 {
     if (act == NN_ACT_RELU) {
         NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;);
     } else if (act == NN_ACT_RELU6) {
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = fminf(fmaxf(y[i], 0.0f), 6.0f););
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = relu6(y[i]););
     }
 }
 
@@ -169,7 +177,7 @@ void nn_gap_backward(float *dx, const float *dy, int planes, int hw)
 static inline float act_apply(float v, NnAct act)
 {
     if (act == NN_ACT_RELU) return v > 0.0f ? v : 0.0f;
-    if (act == NN_ACT_RELU6) return fminf(fmaxf(v, 0.0f), 6.0f);
+    if (act == NN_ACT_RELU6) return relu6(v);
     return v;
 }
 
