@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Engine benchmark (`make bench`): for every model at batch 32, 64, 256 with 1 and 2 threads, training
-# samples/s (forward + backward + SGD step), the SAM step time over the SGD step time, achieved GFLOP/s
-# (3 x forward FLOPs per sample) and the OpenBLAS sgemm peak of this machine, measured in the same run.
+# samples/s (forward + backward + SGD step) on the default backend (onednn) and on blas, the SAM step time
+# over the SGD step time, achieved GFLOP/s (3 x forward FLOPs per sample) and its fraction of the OpenBLAS
+# sgemm peak of this machine at the same thread count, measured in the same run.
 # When Debian's python3-torch is installed (`make deps-bench`), PyTorch runs the same architectures
 # beside ours (tests/bench/torch_bench.py) and the table shows the ratio.
 # Writes outputs/bench/engine.csv and outputs/bench/sgemm.csv. Knobs (environment): BENCH_MODELS, BENCH_BATCHES, BENCH_THREADS,
@@ -24,34 +25,38 @@ if "$torch_py" -c 'import torch' 2>/dev/null; then have_torch=1; else
     echo "(python3-torch not installed: PyTorch columns left empty; 'make deps-bench' installs it)"
 fi
 # OpenBLAS sizes its thread pool at load time: give it exactly the threads asked for
-point() { OPENBLAS_NUM_THREADS=$3 "$fedhet" bench --model "$1" --batch "$2" --threads "$3" --mode "$4" --reps "$reps" --seconds "$seconds"; }
+point() { OPENBLAS_NUM_THREADS=$3 "$fedhet" bench --model "$1" --batch "$2" --threads "$3" --mode "$4" --reps "$reps" --seconds "$seconds" ${5:+--backend "$5"}; }
 tpoint() { OMP_NUM_THREADS=$3 "$torch_py" tests/bench/torch_bench.py --model "$1" --batch "$2" --threads "$3" --mode "$4" --reps "$reps"; }
 field() { cut -d, -f"$1" <<<"$2"; }
 
 echo "threads,sgemm_gflops" >"$out/sgemm.csv"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+declare -A peak_of
 for t in $threads_list; do
     peak=$(OPENBLAS_NUM_THREADS=$t "$fedhet" bench --sgemm 1024 --threads "$t")
-    echo "OpenBLAS sgemm 1024^3, $t thread(s): $(field 4 "$peak") GFLOP/s"
-    echo "$t,$(field 4 "$peak")" >>"$out/sgemm.csv"
+    peak_of[$t]=$(field 4 "$peak")
+    echo "OpenBLAS sgemm 1024^3, $t thread(s): ${peak_of[$t]} GFLOP/s"
+    echo "$t,${peak_of[$t]}" >>"$out/sgemm.csv"
 done
-echo "model,batch,threads,samples_per_s,gflops,sam_samples_per_s,sam_over_sgd,torch_samples_per_s,torch_sam_samples_per_s,ratio_vs_torch" >"$csv"
-printf '%-12s %5s %3s | %11s %7s %8s | %11s %8s | %6s\n' model batch thr "samples/s" GFLOP/s "SAM/SGD" "torch s/s" "torch SAM" "ratio"
+echo "model,batch,threads,samples_per_s,gflops,peak_fraction,sam_samples_per_s,sam_over_sgd,blas_samples_per_s,torch_samples_per_s,torch_sam_samples_per_s,ratio_vs_torch" >"$csv"
+printf '%-12s %5s %3s | %11s %7s %5s %8s | %11s | %11s %8s | %6s\n' model batch thr "samples/s" GFLOP/s peak "SAM/SGD" "blas s/s" "torch s/s" "torch SAM" "ratio"
 for m in $models; do
     for b in $batches; do
         for t in $threads_list; do
             sgd=$(point "$m" "$b" "$t" sgd)
             sam=$(point "$m" "$b" "$t" sam)
+            blas=$(field 5 "$(point "$m" "$b" "$t" sgd blas)")
             rate=$(field 5 "$sgd"); gf=$(field 6 "$sgd"); sam_rate=$(field 5 "$sam")
             sam_ratio=$(awk -v a="$rate" -v b="$sam_rate" 'BEGIN { printf "%.2f", a / b }')
+            frac=$(awk -v a="$gf" -v b="${peak_of[$t]}" 'BEGIN { printf "%.2f", a / b }')
             trate="" tsam="" ratio=""
             if [ "$have_torch" = 1 ]; then
                 trate=$(field 5 "$(tpoint "$m" "$b" "$t" sgd)")
                 tsam=$(field 5 "$(tpoint "$m" "$b" "$t" sam)")
                 ratio=$(awk -v a="$rate" -v b="$trate" 'BEGIN { printf "%.2f", a / b }')
             fi
-            printf '%-12s %5s %3s | %11s %7s %8s | %11s %8s | %6s\n' "$m" "$b" "$t" "$rate" "$gf" "$sam_ratio" "$trate" "$tsam" "$ratio"
-            echo "$m,$b,$t,$rate,$gf,$sam_rate,$sam_ratio,$trate,$tsam,$ratio" >>"$csv"
+            printf '%-12s %5s %3s | %11s %7s %5s %8s | %11s | %11s %8s | %6s\n' "$m" "$b" "$t" "$rate" "$gf" "$frac" "$sam_ratio" "$blas" "$trate" "$tsam" "$ratio"
+            echo "$m,$b,$t,$rate,$gf,$frac,$sam_rate,$sam_ratio,$blas,$trate,$tsam,$ratio" >>"$csv"
         done
     done
 done
