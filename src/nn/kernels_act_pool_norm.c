@@ -30,7 +30,7 @@ void nn_act_backward(float *dy, const float *y, int64_t n, NnAct act)
         NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;);
     } else if (act == NN_ACT_RELU6) {
         /* PyTorch's hardtanh: gradient passes strictly inside (0, 6) */
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) dy[i] = (y[i] > 0.0f && y[i] < 6.0f) ? dy[i] : 0.0f;);
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) dy[i] = ((y[i] > 0.0f) & (y[i] < 6.0f)) ? dy[i] : 0.0f;);
     }
 }
 
@@ -184,63 +184,83 @@ static inline float act_apply(float v, NnAct act)
 static inline float act_mask(float dy, float y, NnAct act)
 {
     if (act == NN_ACT_RELU) return y > 0.0f ? dy : 0.0f;
-    if (act == NN_ACT_RELU6) return (y > 0.0f && y < 6.0f) ? dy : 0.0f;
+    if (act == NN_ACT_RELU6) return ((y > 0.0f) & (y < 6.0f)) ? dy : 0.0f;
     return dy;
 }
 
-/* The batch-norm kernels split by channel: one channel's statistics and its outputs, over the batch. */
+/* The batch-norm kernels work on blocks of BN_BLOCK channels, sample by sample, so that memory is read in
+ * runs of BN_BLOCK adjacent planes (one plane at a time, the prefetcher restarts at every page); blocks are
+ * what threads split. Each channel's sums still run over the samples in order: the bits do not depend on
+ * the blocks. */
+enum { BN_BLOCK = 16 };
+
 typedef struct {
     int batch, c, hw;
     NnAct act;
 } BnShape;
 
-static void bn_affine_channel(float *y, const float *x, float scale, float offset, const BnShape *s, int ch)
+static inline int64_t bn_plane(const BnShape *s, int b, int ch) { return ((int64_t)b * s->c + ch) * s->hw; }
+
+static void bn_affine_block(float *y, const float *x, const float *scale, const float *offset, const BnShape *s,
+                            int c0, int c1)
 {
-    for (int b = 0; b < s->batch; b++) {
-        const float *xp = x + ((int64_t)b * s->c + ch) * s->hw;
-        float *yp = y + ((int64_t)b * s->c + ch) * s->hw;
-        for (int i = 0; i < s->hw; i++) yp[i] = act_apply(xp[i] * scale + offset, s->act);
-    }
+    for (int b = 0; b < s->batch; b++)
+        for (int ch = c0; ch < c1; ch++) {
+            const float *xp = x + bn_plane(s, b, ch);
+            float *yp = y + bn_plane(s, b, ch);
+            const float k = scale[ch - c0], o = offset[ch - c0];
+            for (int i = 0; i < s->hw; i++) yp[i] = act_apply(xp[i] * k + o, s->act);
+        }
 }
 
 /* One pass for the statistics: sums of (x - K) and (x - K)^2 with K the channel's first value (the
  * shifted-data algorithm: no cancellation when the mean is large against the spread), per plane in
  * float, across planes in double. A second pass normalises and applies the activation. */
-static void bn_train_channel(float *y, float *save_mean, float *save_invstd, float *rm, float *rv, const float *x,
-                             const float *gamma, const float *beta, float eps, float momentum, const BnShape *s,
-                             int ch)
+static void bn_train_block(float *y, float *save_mean, float *save_invstd, float *rm, float *rv, const float *x,
+                           const float *gamma, const float *beta, float eps, float momentum, const BnShape *s, int c0,
+                           int c1)
 {
     const int64_t count = (int64_t)s->batch * s->hw;
-    const float shift = x[(int64_t)ch * s->hw];
-    double sum = 0.0, sumsq = 0.0;
-    for (int b = 0; b < s->batch; b++) {
-        const float *xp = x + ((int64_t)b * s->c + ch) * s->hw;
-        float s1 = 0.0f, s2 = 0.0f;
+    double sum[BN_BLOCK] = {0}, sumsq[BN_BLOCK] = {0};
+    float shift[BN_BLOCK], scale[BN_BLOCK], offset[BN_BLOCK];
+    for (int ch = c0; ch < c1; ch++) shift[ch - c0] = x[(int64_t)ch * s->hw];
+    for (int b = 0; b < s->batch; b++)
+        for (int ch = c0; ch < c1; ch++) {
+            const float *xp = x + bn_plane(s, b, ch);
+            const float k = shift[ch - c0];
+            float s1 = 0.0f, s2 = 0.0f;
 #pragma omp simd reduction(+ : s1, s2)
-        for (int i = 0; i < s->hw; i++) {
-            float d = xp[i] - shift;
-            s1 += d;
-            s2 += d * d;
+            for (int i = 0; i < s->hw; i++) {
+                float d = xp[i] - k;
+                s1 += d;
+                s2 += d * d;
+            }
+            sum[ch - c0] += s1;
+            sumsq[ch - c0] += s2;
         }
-        sum += s1;
-        sumsq += s2;
+    for (int ch = c0; ch < c1; ch++) {
+        const int j = ch - c0;
+        double mean_shifted = sum[j] / (double)count;
+        double var = sumsq[j] / (double)count - mean_shifted * mean_shifted; /* biased: used to normalise */
+        if (var < 0.0) var = 0.0;
+        double mean = (double)shift[j] + mean_shifted;
+        float invstd = (float)(1.0 / sqrt(var + (double)eps));
+        save_mean[ch] = (float)mean;
+        save_invstd[ch] = invstd;
+        if (rm) {
+            /* running variance uses the unbiased estimate, as PyTorch */
+            double unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;
+            rm[ch] = (1.0f - momentum) * rm[ch] + momentum * (float)mean;
+            rv[ch] = (1.0f - momentum) * rv[ch] + momentum * (float)unbiased;
+        }
+        scale[j] = gamma[ch] * invstd;
+        offset[j] = beta[ch] - (float)mean * scale[j];
     }
-    double mean_shifted = sum / (double)count;
-    double var = sumsq / (double)count - mean_shifted * mean_shifted; /* biased: used to normalise */
-    if (var < 0.0) var = 0.0;
-    double mean = (double)shift + mean_shifted;
-    float invstd = (float)(1.0 / sqrt(var + (double)eps));
-    save_mean[ch] = (float)mean;
-    save_invstd[ch] = invstd;
-    if (rm) {
-        /* running variance uses the unbiased estimate, as PyTorch */
-        double unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;
-        rm[ch] = (1.0f - momentum) * rm[ch] + momentum * (float)mean;
-        rv[ch] = (1.0f - momentum) * rv[ch] + momentum * (float)unbiased;
-    }
-    float scale = gamma[ch] * invstd;
-    bn_affine_channel(y, x, scale, beta[ch] - (float)mean * scale, s, ch);
+    bn_affine_block(y, x, scale, offset, s, c0, c1);
 }
+
+static inline int bn_blocks(int c) { return (c + BN_BLOCK - 1) / BN_BLOCK; }
+static inline int bn_block_end(int blk, int c) { return blk * BN_BLOCK + BN_BLOCK < c ? blk * BN_BLOCK + BN_BLOCK : c; }
 
 void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
                                     const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
@@ -248,8 +268,9 @@ void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invs
 {
     const BnShape s = {batch, c, hw, act};
     NN_PARALLEL_FOR((int64_t)batch * c * hw,
-                    for (int ch = 0; ch < c; ch++)
-                        bn_train_channel(y, save_mean, save_invstd, rm, rv, x, gamma, beta, eps, momentum, &s, ch););
+                    for (int blk = 0; blk < bn_blocks(c); blk++)
+                        bn_train_block(y, save_mean, save_invstd, rm, rv, x, gamma, beta, eps, momentum, &s,
+                                       blk * BN_BLOCK, bn_block_end(blk, c)););
 }
 
 void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
@@ -260,12 +281,16 @@ void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, 
                                    NN_ACT_NONE);
 }
 
-static void bn_eval_channel(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
-                            const float *rv, float eps, const BnShape *s, int ch)
+static void bn_eval_block(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
+                          const float *rv, float eps, const BnShape *s, int c0, int c1)
 {
-    float invstd = 1.0f / sqrtf(rv[ch] + eps);
-    float scale = gamma[ch] * invstd;
-    bn_affine_channel(y, x, scale, beta[ch] - rm[ch] * scale, s, ch);
+    float scale[BN_BLOCK], offset[BN_BLOCK];
+    for (int ch = c0; ch < c1; ch++) {
+        float invstd = 1.0f / sqrtf(rv[ch] + eps);
+        scale[ch - c0] = gamma[ch] * invstd;
+        offset[ch - c0] = beta[ch] - rm[ch] * scale[ch - c0];
+    }
+    bn_affine_block(y, x, scale, offset, s, c0, c1);
 }
 
 void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
@@ -273,7 +298,8 @@ void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma,
 {
     const BnShape s = {batch, c, hw, act};
     NN_PARALLEL_FOR((int64_t)batch * c * hw,
-                    for (int ch = 0; ch < c; ch++) bn_eval_channel(y, x, gamma, beta, rm, rv, eps, &s, ch););
+                    for (int blk = 0; blk < bn_blocks(c); blk++)
+                        bn_eval_block(y, x, gamma, beta, rm, rv, eps, &s, blk * BN_BLOCK, bn_block_end(blk, c)););
 }
 
 void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
@@ -283,54 +309,62 @@ void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, con
 }
 
 /* Two passes: the sums (masking dy by the activation on the fly and storing it back), then dx. */
-static void bn_backward_channel(float *dx, float *dgamma, float *dbeta, float *dy, const float *y, const float *x,
-                                const float *gamma, const float *save_mean, const float *save_invstd,
-                                const BnShape *s, int ch)
+static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy, const float *y, const float *x,
+                              const float *gamma, const float *save_mean, const float *save_invstd, const BnShape *s,
+                              int c0, int c1)
 {
     const int64_t count = (int64_t)s->batch * s->hw;
     const int hw = s->hw;
-    float mean = save_mean[ch], invstd = save_invstd[ch];
-    double sum_dy = 0.0, sum_dy_xhat = 0.0;
-    for (int b = 0; b < s->batch; b++) {
-        const float *xp = x + ((int64_t)b * s->c + ch) * hw;
-        float *dyp = dy + ((int64_t)b * s->c + ch) * hw;
-        const float *yp = y ? y + ((int64_t)b * s->c + ch) * hw : NULL;
-        float s1 = 0.0f, s2 = 0.0f;
-        if (s->act != NN_ACT_NONE) {
+    double sum_dy[BN_BLOCK] = {0}, sum_dy_xhat[BN_BLOCK] = {0};
+    for (int b = 0; b < s->batch; b++)
+        for (int ch = c0; ch < c1; ch++) {
+            const float *xp = x + bn_plane(s, b, ch);
+            float *dyp = dy + bn_plane(s, b, ch);
+            const float *yp = y ? y + bn_plane(s, b, ch) : NULL;
+            const float mean = save_mean[ch];
+            float s1 = 0.0f, s2 = 0.0f;
+            if (s->act != NN_ACT_NONE) {
 #pragma omp simd reduction(+ : s1, s2)
-            for (int i = 0; i < hw; i++) {
-                float g = act_mask(dyp[i], yp[i], s->act);
-                dyp[i] = g;
-                s1 += g;
-                s2 += g * (xp[i] - mean);
-            }
-        } else {
+                for (int i = 0; i < hw; i++) {
+                    float g = act_mask(dyp[i], yp[i], s->act);
+                    dyp[i] = g;
+                    s1 += g;
+                    s2 += g * (xp[i] - mean);
+                }
+            } else {
 #pragma omp simd reduction(+ : s1, s2)
-            for (int i = 0; i < hw; i++) {
-                s1 += dyp[i];
-                s2 += dyp[i] * (xp[i] - mean);
+                for (int i = 0; i < hw; i++) {
+                    s1 += dyp[i];
+                    s2 += dyp[i] * (xp[i] - mean);
+                }
             }
+            sum_dy[ch - c0] += s1;
+            sum_dy_xhat[ch - c0] += s2;
         }
-        sum_dy += s1;
-        sum_dy_xhat += s2;
+    float k[BN_BLOCK], mean_dy[BN_BLOCK], mean_dy_xhat[BN_BLOCK];
+    for (int ch = c0; ch < c1; ch++) {
+        const int j = ch - c0;
+        sum_dy_xhat[j] *= save_invstd[ch];
+        dgamma[ch] += (float)sum_dy_xhat[j];
+        dbeta[ch] += (float)sum_dy[j];
+        /* dx = gamma*invstd/N * (N dy - sum(dy) - xhat sum(dy xhat)) */
+        k[j] = gamma[ch] * save_invstd[ch];
+        mean_dy[j] = (float)(sum_dy[j] / (double)count);
+        mean_dy_xhat[j] = (float)(sum_dy_xhat[j] / (double)count);
     }
-    sum_dy_xhat *= invstd;
-    dgamma[ch] += (float)sum_dy_xhat;
-    dbeta[ch] += (float)sum_dy;
     if (!dx) return;
-    /* dx = gamma*invstd/N * (N dy - sum(dy) - xhat sum(dy xhat)) */
-    float k = gamma[ch] * invstd;
-    float mean_dy = (float)(sum_dy / (double)count);
-    float mean_dy_xhat = (float)(sum_dy_xhat / (double)count);
-    for (int b = 0; b < s->batch; b++) {
-        const float *xp = x + ((int64_t)b * s->c + ch) * hw;
-        const float *dyp = dy + ((int64_t)b * s->c + ch) * hw;
-        float *dxp = dx + ((int64_t)b * s->c + ch) * hw;
-        for (int i = 0; i < hw; i++) {
-            float xhat = (xp[i] - mean) * invstd;
-            dxp[i] += k * (dyp[i] - mean_dy - xhat * mean_dy_xhat);
+    for (int b = 0; b < s->batch; b++)
+        for (int ch = c0; ch < c1; ch++) {
+            const int j = ch - c0;
+            const float *xp = x + bn_plane(s, b, ch);
+            const float *dyp = dy + bn_plane(s, b, ch);
+            float *dxp = dx + bn_plane(s, b, ch);
+            const float mean = save_mean[ch], invstd = save_invstd[ch];
+            for (int i = 0; i < hw; i++) {
+                float xhat = (xp[i] - mean) * invstd;
+                dxp[i] += k[j] * (dyp[i] - mean_dy[j] - xhat * mean_dy_xhat[j]);
+            }
         }
-    }
 }
 
 void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, float *dy, const float *y,
@@ -339,8 +373,9 @@ void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, flo
 {
     const BnShape s = {batch, c, hw, act};
     NN_PARALLEL_FOR((int64_t)batch * c * hw,
-                    for (int ch = 0; ch < c; ch++)
-                        bn_backward_channel(dx, dgamma, dbeta, dy, y, x, gamma, save_mean, save_invstd, &s, ch););
+                    for (int blk = 0; blk < bn_blocks(c); blk++)
+                        bn_backward_block(dx, dgamma, dbeta, dy, y, x, gamma, save_mean, save_invstd, &s,
+                                          blk * BN_BLOCK, bn_block_end(blk, c)););
 }
 
 void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
@@ -352,26 +387,33 @@ void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const f
                                     hw, NN_ACT_NONE);
 }
 
-static void bn_backward_eval_channel(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                                     const float *gamma, const float *rm, const float *rv, float eps,
-                                     const BnShape *s, int ch)
+static void bn_backward_eval_block(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                                   const float *gamma, const float *rm, const float *rv, float eps, const BnShape *s,
+                                   int c0, int c1)
 {
     const int hw = s->hw;
-    float invstd = 1.0f / sqrtf(rv[ch] + eps), mean = rm[ch];
-    float s1 = 0.0f, s2 = 0.0f, k = gamma[ch] * invstd;
-    for (int b = 0; b < s->batch; b++) {
-        const float *xp = x + ((int64_t)b * s->c + ch) * hw;
-        const float *dyp = dy + ((int64_t)b * s->c + ch) * hw;
-        float *dxp = dx ? dx + ((int64_t)b * s->c + ch) * hw : NULL;
-#pragma omp simd reduction(+ : s1, s2)
-        for (int i = 0; i < hw; i++) {
-            s1 += dyp[i];
-            s2 += dyp[i] * (xp[i] - mean) * invstd;
-            if (dxp) dxp[i] += dyp[i] * k;
+    float s1[BN_BLOCK] = {0}, s2[BN_BLOCK] = {0};
+    for (int b = 0; b < s->batch; b++)
+        for (int ch = c0; ch < c1; ch++) {
+            const int j = ch - c0;
+            const float invstd = 1.0f / sqrtf(rv[ch] + eps), mean = rm[ch], k = gamma[ch] * invstd;
+            const float *xp = x + bn_plane(s, b, ch);
+            const float *dyp = dy + bn_plane(s, b, ch);
+            float *dxp = dx ? dx + bn_plane(s, b, ch) : NULL;
+            float a1 = s1[j], a2 = s2[j];
+#pragma omp simd reduction(+ : a1, a2)
+            for (int i = 0; i < hw; i++) {
+                a1 += dyp[i];
+                a2 += dyp[i] * (xp[i] - mean) * invstd;
+                if (dxp) dxp[i] += dyp[i] * k;
+            }
+            s1[j] = a1;
+            s2[j] = a2;
         }
+    for (int ch = c0; ch < c1; ch++) {
+        dgamma[ch] += s2[ch - c0];
+        dbeta[ch] += s1[ch - c0];
     }
-    dgamma[ch] += s2;
-    dbeta[ch] += s1;
 }
 
 void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
@@ -380,8 +422,9 @@ void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const fl
 {
     const BnShape s = {batch, c, hw, NN_ACT_NONE};
     NN_PARALLEL_FOR((int64_t)batch * c * hw,
-                    for (int ch = 0; ch < c; ch++)
-                        bn_backward_eval_channel(dx, dgamma, dbeta, dy, x, gamma, rm, rv, eps, &s, ch););
+                    for (int blk = 0; blk < bn_blocks(c); blk++)
+                        bn_backward_eval_block(dx, dgamma, dbeta, dy, x, gamma, rm, rv, eps, &s, blk * BN_BLOCK,
+                                               bn_block_end(blk, c)););
 }
 
 /* ============================== group norm ============================== */
