@@ -355,12 +355,14 @@ static void test_bad_backend(void)
     NnZooOptions opt = {.backend = "mkl"};
     CHECK(nn_zoo_build(&m, "cnn", (NnShape){1, 12, 12}, 10, 2, &opt) == FH_ERR_USAGE);
     CHECK_MSG_HAS("backend 'mkl'");
-    CHECK_MSG_HAS("blas or onednn");
+    CHECK_MSG_HAS("blas, onednn or auto");
     NnBackend b = NN_BACKEND_ONEDNN;
     CHECK_OK(nn_backend_parse(NULL, &b));
     CHECK(b == NN_BACKEND_BLAS && !strcmp(nn_backend_name(b), "blas"));
     CHECK_OK(nn_backend_parse("onednn", &b));
     CHECK(b == NN_BACKEND_ONEDNN && !strcmp(nn_backend_name(b), "onednn"));
+    CHECK_OK(nn_backend_parse("auto", &b));
+    CHECK(b == NN_BACKEND_AUTO && !strcmp(nn_backend_name(b), "auto"));
 }
 
 int main(int argc, char **argv)
