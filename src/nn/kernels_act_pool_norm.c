@@ -323,10 +323,19 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
             const float *yp = y ? y + bn_plane(s, b, ch) : NULL;
             const float mean = save_mean[ch];
             float s1 = 0.0f, s2 = 0.0f;
-            if (s->act != NN_ACT_NONE) {
+            /* one loop per activation: a choice inside the loop keeps it from vectorising */
+            if (s->act == NN_ACT_RELU) {
 #pragma omp simd reduction(+ : s1, s2)
                 for (int i = 0; i < hw; i++) {
-                    float g = act_mask(dyp[i], yp[i], s->act);
+                    float g = act_mask(dyp[i], yp[i], NN_ACT_RELU);
+                    dyp[i] = g;
+                    s1 += g;
+                    s2 += g * (xp[i] - mean);
+                }
+            } else if (s->act == NN_ACT_RELU6) {
+#pragma omp simd reduction(+ : s1, s2)
+                for (int i = 0; i < hw; i++) {
+                    float g = act_mask(dyp[i], yp[i], NN_ACT_RELU6);
                     dyp[i] = g;
                     s1 += g;
                     s2 += g * (xp[i] - mean);
@@ -359,10 +368,11 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
             const float *xp = x + bn_plane(s, b, ch);
             const float *dyp = dy + bn_plane(s, b, ch);
             float *dxp = dx + bn_plane(s, b, ch);
-            const float mean = save_mean[ch], invstd = save_invstd[ch];
+            const float mean = save_mean[ch], invstd = save_invstd[ch], kj = k[j], m1 = mean_dy[j],
+                        m2 = mean_dy_xhat[j];
             for (int i = 0; i < hw; i++) {
                 float xhat = (xp[i] - mean) * invstd;
-                dxp[i] += k[j] * (dyp[i] - mean_dy[j] - xhat * mean_dy_xhat[j]);
+                dxp[i] += kj * (dyp[i] - m1 - xhat * m2);
             }
         }
 }
