@@ -308,6 +308,30 @@ void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, con
     nn_batchnorm_forward_eval_act(y, x, gamma, beta, rm, rv, batch, c, hw, eps, NN_ACT_NONE);
 }
 
+/* The sums of dy and dy * (x - mean) over a plane, dy masked by the activation first (and stored back) */
+static inline void bn_mask_sums(float *dyp, const float *yp, const float *xp, float mean, int hw, NnAct act,
+                                float *sum_dy, float *sum_dy_xc)
+{
+    float s1 = 0.0f, s2 = 0.0f;
+    if (act == NN_ACT_NONE) {
+#pragma omp simd reduction(+ : s1, s2)
+        for (int i = 0; i < hw; i++) {
+            s1 += dyp[i];
+            s2 += dyp[i] * (xp[i] - mean);
+        }
+    } else {
+#pragma omp simd reduction(+ : s1, s2)
+        for (int i = 0; i < hw; i++) {
+            float g = act_mask(dyp[i], yp[i], act);
+            dyp[i] = g;
+            s1 += g;
+            s2 += g * (xp[i] - mean);
+        }
+    }
+    *sum_dy = s1;
+    *sum_dy_xc = s2;
+}
+
 /* Two passes: the sums (masking dy by the activation on the fly and storing it back), then dx. */
 static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy, const float *y, const float *x,
                               const float *gamma, const float *save_mean, const float *save_invstd, const BnShape *s,
@@ -322,31 +346,11 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
             float *dyp = dy + bn_plane(s, b, ch);
             const float *yp = y ? y + bn_plane(s, b, ch) : NULL;
             const float mean = save_mean[ch];
-            float s1 = 0.0f, s2 = 0.0f;
-            /* one loop per activation: a choice inside the loop keeps it from vectorising */
-            if (s->act == NN_ACT_RELU) {
-#pragma omp simd reduction(+ : s1, s2)
-                for (int i = 0; i < hw; i++) {
-                    float g = act_mask(dyp[i], yp[i], NN_ACT_RELU);
-                    dyp[i] = g;
-                    s1 += g;
-                    s2 += g * (xp[i] - mean);
-                }
-            } else if (s->act == NN_ACT_RELU6) {
-#pragma omp simd reduction(+ : s1, s2)
-                for (int i = 0; i < hw; i++) {
-                    float g = act_mask(dyp[i], yp[i], NN_ACT_RELU6);
-                    dyp[i] = g;
-                    s1 += g;
-                    s2 += g * (xp[i] - mean);
-                }
-            } else {
-#pragma omp simd reduction(+ : s1, s2)
-                for (int i = 0; i < hw; i++) {
-                    s1 += dyp[i];
-                    s2 += dyp[i] * (xp[i] - mean);
-                }
-            }
+            float s1, s2;
+            /* one inlined copy per activation: a choice inside the loop keeps it from vectorising */
+            if (s->act == NN_ACT_RELU) bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_RELU, &s1, &s2);
+            else if (s->act == NN_ACT_RELU6) bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_RELU6, &s1, &s2);
+            else bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_NONE, &s1, &s2);
             sum_dy[ch - c0] += s1;
             sum_dy_xhat[ch - c0] += s2;
         }
