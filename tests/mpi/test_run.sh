@@ -72,6 +72,25 @@ test_determinism_ranks_onednn()
     cmp -s "$WORK/dnn1.bin" "$WORK/dnnblas.bin" && fail "train.backend = blas gives onednn's bits: was oneDNN used?"
 }
 
+# 1c. train.threads = 2 on a rank bound to one core: the run warns, naming the binding and how to lift it;
+#     unbound it does not (this machine has 2 cores and the OpenMP build of OpenBLAS).
+test_threads_binding()
+{
+    MPI_X=(--bind-to core)
+    fh 1 thrBound "$WORK/base.ini" output.name=thrBound train.threads=2 fl.rounds=1
+    MPI_X=()
+    expect_rc "threads 2, bound to a core" 0 || return
+    grep -q "may run on 1 core.*--bind-to none" "$WORK/thrBound.err" ||
+        fail "threads 2 on one bound core: no warning naming the binding: $(head -c 300 "$WORK/thrBound.err")"
+    MPI_X=(--bind-to none)
+    fh 1 thrFree "$WORK/base.ini" output.name=thrFree train.threads=2 fl.rounds=1
+    MPI_X=()
+    expect_rc "threads 2, unbound" 0 || return
+    grep -q "warning: train.threads" "$WORK/thrFree.err" &&
+        fail "threads 2, unbound: an unexpected warning: $(grep 'warning: train.threads' "$WORK/thrFree.err")"
+    return 0
+}
+
 # 2. 4 rounds straight == 2 rounds + --resume to 4 (on the same and on another rank count);
 #    a changed key on --resume is refused and leaves the checkpoint alone.
 test_resume_bit_identical()
@@ -505,7 +524,7 @@ test_quality_metrics()
         [ ! -f "$WORK/out/det1/metrics.csv" ] || fail "client_auc_std is set for a run without a corrupted test set"
 }
 
-TESTS=(determinism_ranks determinism_ranks_onednn resume_bit_identical resume_after_extend one_client sigterm sigkill
+TESTS=(determinism_ranks determinism_ranks_onednn threads_binding resume_bit_identical resume_after_extend one_client sigterm sigkill
        rank_failure divergence divergence_messages bad_configs no_leftover_folder damaged_checkpoint
        checkpoint_chunks help quality_metrics)
 
