@@ -260,7 +260,7 @@ static void bn_train_block(float *y, float *save_mean, float *save_invstd, float
 }
 
 static inline int bn_blocks(int c) { return (c + BN_BLOCK - 1) / BN_BLOCK; }
-static inline int bn_block_end(int blk, int c) { return blk * BN_BLOCK + BN_BLOCK < c ? blk * BN_BLOCK + BN_BLOCK : c; }
+static inline int bn_block_end(int blk, int c) { return (blk + 1) * BN_BLOCK < c ? (blk + 1) * BN_BLOCK : c; }
 
 void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
                                     const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
@@ -406,11 +406,12 @@ static void bn_backward_eval_block(float *dx, float *dgamma, float *dbeta, const
                                    int c0, int c1)
 {
     const int hw = s->hw;
-    float s1[BN_BLOCK] = {0}, s2[BN_BLOCK] = {0};
+    float s1[BN_BLOCK] = {0}, s2[BN_BLOCK] = {0}, invstd[BN_BLOCK];
+    for (int ch = c0; ch < c1; ch++) invstd[ch - c0] = 1.0f / sqrtf(rv[ch] + eps);
     for (int b = 0; b < s->batch; b++)
         for (int ch = c0; ch < c1; ch++) {
             const int j = ch - c0;
-            const float invstd = 1.0f / sqrtf(rv[ch] + eps), mean = rm[ch], k = gamma[ch] * invstd;
+            const float mean = rm[ch], k = gamma[ch] * invstd[j];
             const float *xp = x + bn_plane(s, b, ch);
             const float *dyp = dy + bn_plane(s, b, ch);
             float *dxp = dx ? dx + bn_plane(s, b, ch) : NULL;
@@ -418,7 +419,7 @@ static void bn_backward_eval_block(float *dx, float *dgamma, float *dbeta, const
 #pragma omp simd reduction(+ : a1, a2)
             for (int i = 0; i < hw; i++) {
                 a1 += dyp[i];
-                a2 += dyp[i] * (xp[i] - mean) * invstd;
+                a2 += dyp[i] * (xp[i] - mean) * invstd[j];
                 if (dxp) dxp[i] += dyp[i] * k;
             }
             s1[j] = a1;
