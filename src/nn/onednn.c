@@ -11,6 +11,8 @@
  * (a few per cent of a step) but needs blocked batch norm, pooling and add; keeping the weights blocked
  * between steps would save their reorders but not fit the flat state vector that methods work on.
  *
+ * Algorithm: Winograd for the 3x3 stride-1 convs where it pays (winograd_pays below), direct for the others.
+ *
  * Memory: what allocates, and when.
  *  - nn_onednn_conv_create (at finalize): the primitives for the largest batch, their memory objects, and
  *    the shared buffers below grown to what they need.
@@ -23,8 +25,9 @@
  *    buffers of the reorders are shared by all layers of a model (its layers run one after another), each
  *    sized for the largest need of the entries created so far: after warm-up a step allocates no buffer
  *    (test_onednn counts). What remains is inside dnnl_primitive_execute, which builds its argument map on
- *    the heap: about 50 allocations of at most 152 bytes a conv layer and step, freed within the call, that
- *    no C API call avoids.
+ *    the heap: about 50 allocations of at most 152 bytes a conv layer and step, and libgomp's team (about
+ *    1.5 KiB) for each parallel region of a Winograd kernel, all freed within the call, that no C API call
+ *    avoids.
  *
  * Threads: a primitive keeps the OpenMP thread count of its creation (nn_set_threads before building).
  * Bits: the same run to run for one CPU, thread count and batch size; not the blas backend's bits. */
@@ -233,6 +236,34 @@ static const dnnl_memory_desc_t *md_of(const ConvEntry *e, int prim, dnnl_query_
     return dnnl_primitive_desc_query_md(e->pd[prim], what, index);
 }
 
+/* Winograd F(4x4, 3x3) computes a 3x3 stride-1 convolution with 2.25x fewer multiplications than the direct
+ * algorithm; on AVX-512 it made a training step of resnet8 and resnet18 1.7x faster. It loses where its 4x4
+ * output tiles are mostly padding (outputs under 4x4: resnet18_gn's last stages ran 2-8x slower) or where a few
+ * input channels leave its vectors empty (a first layer). oneDNN has it for AVX-512 only: elsewhere, or for a
+ * pass it cannot build, the direct algorithm runs. Its rounding is not the direct algorithm's (both within
+ * CONV_RTOL of the reference, tests/unit/conv_check.h). */
+static int winograd_pays(const NnConvShape *s)
+{
+    return s->k == 3 && s->stride == 1 && s->groups == 1 && s->cin >= 16 && s->cout >= 16 && s->ho >= 4 &&
+           s->wo >= 4;
+}
+
+/* symmetric padding: oneDNN checks ho = (h + 2 pad - k) / stride + 1 with the same floor as the engine */
+static dnnl_status_t conv_desc_init(dnnl_convolution_desc_t *d, int pass, dnnl_alg_kind_t alg,
+                                    const dnnl_memory_desc_t *x, const dnnl_memory_desc_t *w,
+                                    const dnnl_memory_desc_t *b, const dnnl_memory_desc_t *y, const NnConvShape *s)
+{
+    const dnnl_dims_t strides = { s->stride, s->stride }, pad = { s->pad, s->pad };
+    switch (pass) {
+    case FWD:
+        return dnnl_convolution_forward_desc_init(d, dnnl_forward_training, alg, x, w, b, y, strides, pad, pad);
+    case BWD_DATA:
+        return dnnl_convolution_backward_data_desc_init(d, alg, x, w, y, strides, pad, pad);
+    default:
+        return dnnl_convolution_backward_weights_desc_init(d, alg, x, w, b, y, strides, pad, pad);
+    }
+}
+
 static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
 {
     NnOnednn *ctx = c->ctx;
@@ -242,7 +273,6 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
     const dnnl_dims_t xd = { batch, s->cin, s->h, s->w }, yd = { batch, s->cout, s->ho, s->wo }, bd = { s->cout };
     /* OIHW with groups is goihw: each group's output channels are consecutive */
     const dnnl_dims_t wd1 = { s->cout, s->cin, s->k, s->k }, wdg = { g, s->cout / g, s->cin / g, s->k, s->k };
-    const dnnl_dims_t strides = { s->stride, s->stride }, pad = { s->pad, s->pad };
     const int wn = g > 1 ? 5 : 4;
     const dnnl_dim_t *wd = g > 1 ? wdg : wd1;
     dnnl_convolution_desc_t desc[N_PRIMS];
@@ -256,19 +286,15 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
     if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any);
     if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&y_any, 4, yd, dnnl_f32, dnnl_format_tag_any);
     if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&w_any, wn, wd, dnnl_f32, dnnl_format_tag_any);
-    /* symmetric padding: oneDNN checks ho = (h + 2 pad - k) / stride + 1 with the same floor as the engine */
-    if (st == dnnl_success)
-        st = dnnl_convolution_forward_desc_init(&desc[FWD], dnnl_forward_training, dnnl_convolution_direct, &x_any,
-                                                &w_any, c->bias ? &b : NULL, &y_any, strides, pad, pad);
-    if (st == dnnl_success)
-        st = dnnl_convolution_backward_data_desc_init(&desc[BWD_DATA], dnnl_convolution_direct, &x_any, &w_any, &y_any,
-                                                      strides, pad, pad);
-    if (st == dnnl_success)
-        st = dnnl_convolution_backward_weights_desc_init(&desc[BWD_WEIGHTS], dnnl_convolution_direct, &x_any, &w_any,
-                                                         c->bias ? &b : NULL, &y_any, strides, pad, pad);
+    const dnnl_alg_kind_t algs[] = { dnnl_convolution_winograd, dnnl_convolution_direct };
     for (int i = 0; i < N_PRIMS && st == dnnl_success; i++) {
         /* the backward passes take the forward's as a hint, so that they agree on layouts where they can */
-        st = dnnl_primitive_desc_create(&e->pd[i], &desc[i], ctx->attr, ctx->engine, i == FWD ? NULL : e->pd[FWD]);
+        const_dnnl_primitive_desc_t hint = i == FWD ? NULL : e->pd[FWD];
+        st = dnnl_unimplemented;
+        for (int a = winograd_pays(s) ? 0 : 1; a < 2 && st != dnnl_success; a++) {
+            st = conv_desc_init(&desc[i], i, algs[a], &x_any, &w_any, c->bias ? &b : NULL, &y_any, s);
+            if (st == dnnl_success) st = dnnl_primitive_desc_create(&e->pd[i], &desc[i], ctx->attr, ctx->engine, hint);
+        }
         if (st == dnnl_success) st = prim_create(ctx, &e->prim[i], e->pd[i]);
         if (st != dnnl_success) failed = i;
     }

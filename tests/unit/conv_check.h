@@ -19,7 +19,7 @@ typedef struct {
 } ConvSpec;
 
 /* strides 1-3, padding 0-3 (wider than the kernel's reach too), kernels 1-5, groups, depthwise, a channel
- * multiplier, odd and non-square sizes */
+ * multiplier, odd and non-square sizes, and 3x3 convs wide enough for oneDNN's Winograd (onednn.c) */
 static inline const ConvSpec *conv_specs(size_t *n)
 {
     static const ConvSpec specs[] = {
@@ -32,6 +32,7 @@ static inline const ConvSpec *conv_specs(size_t *n)
         {2, 3, 6, 6, 6, 3, 1, 1, 3},  {2, 8, 4, 4, 8, 3, 2, 1, 8},  {2, 1, 7, 7, 2, 3, 1, 1, 1},
         {2, 3, 20, 19, 4, 3, 1, 1, 1}, {2, 2, 33, 17, 3, 5, 1, 2, 1}, {2, 3, 18, 18, 2, 3, 1, 0, 1},
         {2, 4, 17, 21, 4, 3, 1, 1, 4}, {2, 2, 16, 16, 4, 3, 1, 1, 2}, {2, 2, 40, 3, 2, 3, 1, 3, 1},
+        {2, 16, 8, 8, 16, 3, 1, 1, 1}, {2, 16, 9, 7, 32, 3, 1, 1, 1},
     };
     *n = sizeof specs / sizeof specs[0];
     return specs;
