@@ -179,6 +179,8 @@ size_t nn_model_activation_bytes(const NnModel *m, int batch);
 /* bytes the oneDNN backend holds now (staging for reorders, scratchpad; 0 under blas): sized at finalize for
  * max_batch, grown only if a later batch size needs more */
 size_t nn_model_backend_bytes(const NnModel *m);
+/* the backend of a run (train.backend's default), fedhet bench and fedhet inspect */
+#define NN_BACKEND_DEFAULT "onednn"
 /* "blas", "onednn", "auto" -> NN_BACKEND_*; NULL or "" is blas (the library's default; a run's is
  * train.backend's); else FH_ERR_USAGE */
 int nn_backend_parse(const char *name, NnBackend *out);

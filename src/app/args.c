@@ -65,7 +65,7 @@ int app_option_value(int argc, char **argv, int *i, const char **value)
 void app_model_args_default(AppModelArgs *a)
 {
     memset(a, 0, sizeof *a);
-    a->zoo.backend = "onednn"; /* train.backend's default */
+    a->zoo.backend = NN_BACKEND_DEFAULT;
     a->classes = 10;
 }
 

@@ -174,7 +174,7 @@ static void base_keys(void)
         "logit adjustment tau of the local loss, any method (spec A.22; seed 001 uses 1); 0: off");
     add("train", "threads", FH_CFG_INT, "1", 1, 256, NULL,
         "OpenBLAS and oneDNN threads per rank (results are promised for a fixed value)");
-    add("train", "backend", FH_CFG_CHOICE, "onednn", 1, 0, "onednn|blas|auto",
+    add("train", "backend", FH_CFG_CHOICE, NN_BACKEND_DEFAULT, 1, 0, "onednn|blas|auto",
         "what computes the conv layers: onednn (oneDNN's primitives), blas (im2col + OpenBLAS sgemm), or auto (oneDNN "
         "where it can build a layer, blas for the others, each named in a warning); the results differ in the last "
         "bits between backends (and CPU instruction sets), never between rank counts");
