@@ -275,7 +275,6 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
     const dnnl_dims_t wd1 = { s->cout, s->cin, s->k, s->k }, wdg = { g, s->cout / g, s->cin / g, s->k, s->k };
     const int wn = g > 1 ? 5 : 4;
     const dnnl_dim_t *wd = g > 1 ? wdg : wd1;
-    dnnl_convolution_desc_t desc[N_PRIMS];
     int failed = -1; /* the primitive oneDNN could not create */
     memset(e, 0, sizeof *e);
     e->batch = batch;
@@ -292,8 +291,9 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
         const_dnnl_primitive_desc_t hint = i == FWD ? NULL : e->pd[FWD];
         st = dnnl_unimplemented;
         for (int a = winograd_pays(s) ? 0 : 1; a < 2 && st != dnnl_success; a++) {
-            st = conv_desc_init(&desc[i], i, algs[a], &x_any, &w_any, c->bias ? &b : NULL, &y_any, s);
-            if (st == dnnl_success) st = dnnl_primitive_desc_create(&e->pd[i], &desc[i], ctx->attr, ctx->engine, hint);
+            dnnl_convolution_desc_t desc;
+            st = conv_desc_init(&desc, i, algs[a], &x_any, &w_any, c->bias ? &b : NULL, &y_any, s);
+            if (st == dnnl_success) st = dnnl_primitive_desc_create(&e->pd[i], &desc, ctx->attr, ctx->engine, hint);
         }
         if (st == dnnl_success) st = prim_create(ctx, &e->prim[i], e->pd[i]);
         if (st != dnnl_success) failed = i;
