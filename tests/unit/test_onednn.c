@@ -347,48 +347,51 @@ int posix_memalign(void **p, size_t align, size_t n)
     return *p ? 0 : 12 /* ENOMEM */;
 }
 
-/* After a warm-up at the full and a partial batch, training steps at both allocate no buffer: mobilenetv2
- * (grouped, depthwise and 1x1 convs) and resnet8 (Winograd convs). oneDNN's dnnl_primitive_execute does
- * build its small argument map on the heap, and libgomp its team (about 1.5 KiB) for each parallel region a
- * Winograd kernel opens, even on one thread: under BUFFER_BYTES each and freed within the call, counted and
- * printed, not refused. */
-static void test_warm_step_allocates_no_buffer(void)
+/* After a warm-up at the full and a partial batch, training steps of `model` at both allocate no buffer.
+ * oneDNN's dnnl_primitive_execute does build its small argument map on the heap, and libgomp its team (about
+ * 1.5 KiB) for each parallel region a Winograd kernel opens, even on one thread: under BUFFER_BYTES each and
+ * freed within the call, counted and printed, not refused. */
+static void check_warm_step_allocates_no_buffer(const char *model)
 {
     enum { B = 6 };
     const NnShape in = {3, 16, 16};
-    const char *models[] = {"mobilenetv2", "resnet8"};
-    for (int mi = 0; mi < 2; mi++) {
-        NnModel m;
-        NnZooOptions opt = {.backend = "onednn"};
-        CHECK_OK(nn_zoo_build(&m, models[mi], in, 10, B, &opt));
-        if (m.status != FH_OK) return;
-        nn_model_init_params(&m, 1);
-        FhRng rng = rng_for("warm step", 0);
-        float *x = falloc((int64_t)B * in.c * in.h * in.w), *dl = falloc(B * 10);
-        fill_normal(&rng, x, (int64_t)B * in.c * in.h * in.w, 1.0);
-        int32_t y[B] = {0};
-        long allocs = 0;
-        for (int pass = 0; pass < 3; pass++)
-            for (int batch = B; batch >= B - 2; batch -= 2) {
-                g_counting = pass == 2; /* passes 0 and 1 warm up */
-                g_allocs = g_buffers = 0;
-                nn_model_zero_grad(&m);
-                CHECK_OK(nn_model_forward(&m, x, batch));
-                memset(dl, 0, sizeof(float) * B * 10);
-                nn_softmax_xent(dl, NULL, nn_model_logits(&m), y, NULL, NULL, batch, 10);
-                nn_model_backward(&m, dl, NULL);
-                g_counting = 0;
-                CHECK_MSG(pass < 2 || g_buffers == 0, "%s: a warm step at batch %d allocated %ld buffers", models[mi],
-                          batch, g_buffers);
-                allocs = pass == 2 && g_allocs > allocs ? g_allocs : allocs;
-            }
-        int convs = 0;
-        for (int i = 0; i < m.n_layers; i++) convs += m.layers[i].type == NN_OP_CONV2D;
-        printf("[%s: %ld small allocations a step, %d conv layers] ", models[mi], allocs, convs);
-        free(x);
-        free(dl);
-        nn_model_free(&m);
-    }
+    NnModel m;
+    NnZooOptions opt = {.backend = "onednn"};
+    CHECK_OK(nn_zoo_build(&m, model, in, 10, B, &opt));
+    if (m.status != FH_OK) return;
+    nn_model_init_params(&m, 1);
+    FhRng rng = rng_for("warm step", 0);
+    float *x = falloc((int64_t)B * in.c * in.h * in.w), *dl = falloc(B * 10);
+    fill_normal(&rng, x, (int64_t)B * in.c * in.h * in.w, 1.0);
+    int32_t y[B] = {0};
+    long allocs = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (int batch = B; batch >= B - 2; batch -= 2) {
+            g_counting = pass == 2; /* passes 0 and 1 warm up */
+            g_allocs = g_buffers = 0;
+            nn_model_zero_grad(&m);
+            CHECK_OK(nn_model_forward(&m, x, batch));
+            memset(dl, 0, sizeof(float) * B * 10);
+            nn_softmax_xent(dl, NULL, nn_model_logits(&m), y, NULL, NULL, batch, 10);
+            nn_model_backward(&m, dl, NULL);
+            g_counting = 0;
+            CHECK_MSG(pass < 2 || g_buffers == 0, "%s: a warm step at batch %d allocated %ld buffers", model, batch,
+                      g_buffers);
+            allocs = pass == 2 && g_allocs > allocs ? g_allocs : allocs;
+        }
+    int convs = 0;
+    for (int i = 0; i < m.n_layers; i++) convs += m.layers[i].type == NN_OP_CONV2D;
+    printf("[%s: %ld small allocations a step, %d conv layers] ", model, allocs, convs);
+    free(x);
+    free(dl);
+    nn_model_free(&m);
+}
+
+/* mobilenetv2: grouped, depthwise and 1x1 convs; resnet8: Winograd convs */
+static void test_warm_step_allocates_no_buffer(void)
+{
+    check_warm_step_allocates_no_buffer("mobilenetv2");
+    check_warm_step_allocates_no_buffer("resnet8");
 }
 #endif
 
