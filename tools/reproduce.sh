@@ -26,11 +26,9 @@ if [ -d "$out" ]; then
     mpirun --oversubscribe -np "$np" "$FEDHET" grid --resume "$out" || rc=$?
 else
     # T1 and T7 ran on the blas backend, the default when they ran (their files name none); the later grids on
-    # the default onednn. A build older than the train.backend key has blas only.
+    # the default onednn
     backend=()
-    case $claim in T1|T7)
-        if { "$FEDHET" run --help 2>/dev/null || true; } | grep '^  backend ' >/dev/null; then backend=(train.backend=blas); fi
-    esac
+    case $claim in T1 | T7) backend=(train.backend=blas) ;; esac
     mpirun --oversubscribe -np "$np" "$FEDHET" grid "$grid" output.dir=outputs output.name="repro-$claim" \
         "${backend[@]}" || rc=$?
 fi
