@@ -5,10 +5,12 @@
  * vector behind `model->state` may be swapped for any other of length n_state. Gradients live in a second
  * vector of the same layout (`model->grad`; its buffer part stays zero).
  *
- * Activations are NCHW float32, per-sample shape C x H x W, allocated for `max_batch` samples when the
- * model is finalised; a forward/backward step allocates nothing (under the onednn backend no buffer once warm:
- * the first forward at another batch size creates that size's primitives, src/nn/onednn.c). Backward accumulates into model->grad:
- * zeroing is explicit (nn_model_zero_grad). No MPI, no HDF5, no config in here: floats and shapes only. */
+ * Activations are float32, per-sample shape C x H x W, NCHW (under the onednn backend, channel-blocked
+ * between the layers that take it: NnTensor.block; the logits and features are always NCHW), allocated for
+ * `max_batch` samples when the model is finalised; a forward/backward step allocates nothing (under the onednn
+ * backend no buffer once warm: the first forward at another batch size creates that size's primitives,
+ * src/nn/onednn.c). Backward accumulates into model->grad: zeroing is explicit (nn_model_zero_grad). No MPI,
+ * no HDF5, no config in here: floats and shapes only. */
 #ifndef FEDHET_NN_H
 #define FEDHET_NN_H
 
@@ -51,7 +53,11 @@ typedef struct {
                        * gradients are never live at the same time (the input's is its own) */
     int alias_of;     /* -1, or the tensor whose buffers this one shares */
     int grad_from_start; /* its gradient is zeroed when backward starts (logits, features, tensors nothing reads) */
+    int block;        /* layout of data and grad: 0 NCHW; 8 or 16 channels blocked (nChw8c / nChw16c), set at
+                       * finalize under onednn where every reader takes it (src/nn/model.c, plan_layouts) */
 } NnTensor;
+
+#define NN_MAX_BLOCK 16 /* the widest channel block of a blocked layout */
 
 typedef struct {
     NnOpType type;
@@ -71,6 +77,7 @@ typedef struct {
     int32_t *pool_pattern;          /* NN_PATTERN_*: max-pool winners */
     int64_t flops;                  /* forward FLOPs per sample (2 x multiply-adds) */
     struct NnOnednnConv *onednn;    /* a conv layer's oneDNN primitives (src/nn/onednn.c); NULL under blas */
+    unsigned char onednn_refused;   /* oneDNN could not build this conv (backend auto): it runs on blas */
     double seconds_forward, seconds_backward; /* accumulated while model->profile is set */
 } NnLayer;
 

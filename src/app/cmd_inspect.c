@@ -65,7 +65,7 @@ static int inspect_model(const AppModelArgs *a, int batch)
            a->classes, nn_backend_name(m.backend));
     if (onednn) printf(" (implementations at batch %d)", batch);
     printf("\n%-4s %-12s %-16s %-16s %12s %14s%s\n", "#", "layer", "op", "output", "params", "fwd FLOPs",
-           onednn ? "  oneDNN implementation" : "");
+           onednn ? "  layout   oneDNN implementation" : "");
     for (int i = 0; i < m.n_layers; i++) {
         const NnLayer *l = &m.layers[i];
         int64_t params = 0;
@@ -79,8 +79,13 @@ static int inspect_model(const AppModelArgs *a, int batch)
         snprintf(shape, sizeof shape, "%dx%dx%d", s.c, s.h, s.w);
         char impl[256];
         nn_model_layer_impl(&m, i, impl, sizeof impl);
-        printf("%-4d %-12s %-16s %-16s %12lld %14lld%s%s\n", i, l->name, op, shape, (long long)params,
-               (long long)l->flops, *impl ? "  " : "", impl);
+        /* the output's layout between layers (NnTensor.block): what the next layers read */
+        const int block = m.tensors[l->out].block;
+        const char *layout = block == 16 ? "nChw16c" : block == 8 ? "nChw8c" : "nchw";
+        printf("%-4d %-12s %-16s %-16s %12lld %14lld", i, l->name, op, shape, (long long)params, (long long)l->flops);
+        if (onednn && *impl) printf("  %-8s %s", layout, impl);
+        else if (onednn) printf("  %s", layout);
+        printf("\n");
     }
     int64_t flops = nn_model_flops_forward(&m);
     printf("trainable parameters: %lld\n", (long long)m.n_params);

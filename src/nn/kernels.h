@@ -66,7 +66,11 @@ int nn_onednn_create(NnOnednn **ctx);
 void nn_onednn_free(NnOnednn **ctx);
 size_t nn_onednn_bytes(const NnOnednn *ctx);
 /* the primitives for shape s at its batch, the largest the conv will see; `name` (the layer) names errors */
-int nn_onednn_conv_create(NnOnednnConv **conv, NnOnednn *ctx, const NnConvShape *s, int bias, const char *name);
+/* the channel block of the layouts oneDNN's convs run in on this CPU: 16 with AVX-512, else 8 */
+int nn_onednn_block(void);
+/* x_block / y_block: the layouts of the input and output tensors (NnTensor.block) */
+int nn_onednn_conv_create(NnOnednnConv **conv, NnOnednn *ctx, const NnConvShape *s, int bias, int x_block,
+                          int y_block, const char *name);
 void nn_onednn_conv_free(NnOnednnConv **conv);
 /* b must be given exactly when the conv was created with a bias; batch <= the creation's */
 int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const float *w, const float *b, int batch,
@@ -88,6 +92,9 @@ void nn_avgpool_backward(float *dx, const float *dy, int planes, int h, int w, i
                          int wo);
 void nn_gap_forward(float *y, const float *x, int planes, int hw);
 void nn_gap_backward(float *dx, const float *dy, int planes, int hw);
+/* the same for x in a channel-blocked layout (NnTensor.block: 8 or 16, dividing c) */
+void nn_gap_forward_blocked(float *y, const float *x, int batch, int c, int hw, int block);
+void nn_gap_backward_blocked(float *dx, const float *dy, int batch, int c, int hw, int block);
 
 /* ---- batch norm over x [B, C, hw] ---- */
 /* training: batch statistics; saves mean and 1/sqrt(var + eps); updates running stats when rm != NULL */
@@ -99,24 +106,26 @@ void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, con
 void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                  const float *gamma, const float *save_mean, const float *save_invstd, int batch,
                                  int c, int hw);
-/* the same with the activation fused: y = act(bn(x)); backward overwrites dy with dy * act'(y) */
+/* the same with the activation fused: y = act(bn(x)); backward overwrites dy with dy * act'(y); block: the
+ * tensors' layout, 0 for NCHW, else the channel block of a blocked layout (NnTensor.block, dividing c) */
 void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
                                     const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
-                                    float eps, float momentum, NnAct act);
+                                    float eps, float momentum, NnAct act, int block);
 void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
-                                   const float *rv, int batch, int c, int hw, float eps, NnAct act);
+                                   const float *rv, int batch, int c, int hw, float eps, NnAct act, int block);
 void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, float *dy, const float *y,
                                      const float *x, const float *gamma, const float *save_mean,
-                                     const float *save_invstd, int batch, int c, int hw, NnAct act);
+                                     const float *save_invstd, int batch, int c, int hw, NnAct act, int block);
 void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                 const float *gamma, const float *rm, const float *rv, int batch, int c, int hw,
-                                float eps);
+                                float eps, int block);
 
-/* ---- group norm over x [B, C, hw], `groups` groups of C/groups channels; save_* are [B*groups] ---- */
+/* ---- group norm over x [B, C, hw], `groups` groups of C/groups channels; save_* are [B*groups]; block: the
+ * layout as for batch norm, dividing C/groups ---- */
 void nn_groupnorm_forward(float *y, float *save_mean, float *save_invstd, const float *x, const float *gamma,
-                          const float *beta, int batch, int c, int hw, int groups, float eps);
+                          const float *beta, int batch, int c, int hw, int groups, float eps, int block);
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                            const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
-                           int hw, int groups);
+                           int hw, int groups, int block);
 
 #endif

@@ -172,6 +172,40 @@ void nn_gap_backward(float *dx, const float *dy, int planes, int hw)
     });
 }
 
+/* x in a channel-blocked layout (block lanes, NnTensor.block); y [batch, c] is the same in every layout. Each lane
+ * sums its channel over the run in order (other bits than plane_mean's). */
+static void gap_run(float *y, const float *xr, int hw, int block)
+{
+    float sum[NN_MAX_BLOCK] = {0};
+    for (int64_t i = 0; i < (int64_t)hw * block; i += block)
+#pragma omp simd
+        for (int j = 0; j < block; j++) sum[j] += xr[i + j];
+    for (int j = 0; j < block; j++) y[j] = sum[j] / (float)hw;
+}
+
+static void gap_backward_run(float *dxr, const float *dy, int hw, int block)
+{
+    float g[NN_MAX_BLOCK];
+    for (int j = 0; j < block; j++) g[j] = dy[j] / (float)hw;
+    for (int64_t i = 0; i < (int64_t)hw * block; i += block)
+#pragma omp simd
+        for (int j = 0; j < block; j++) dxr[i + j] += g[j];
+}
+
+void nn_gap_forward_blocked(float *y, const float *x, int batch, int c, int hw, int block)
+{
+    const int runs = batch * (c / block);
+    NN_PARALLEL_FOR((int64_t)batch * c * hw, for (int r = 0; r < runs; r++)
+                        gap_run(y + (int64_t)r * block, x + (int64_t)r * hw * block, hw, block););
+}
+
+void nn_gap_backward_blocked(float *dx, const float *dy, int batch, int c, int hw, int block)
+{
+    const int runs = batch * (c / block);
+    NN_PARALLEL_FOR((int64_t)batch * c * hw, for (int r = 0; r < runs; r++)
+                        gap_backward_run(dx + (int64_t)r * hw * block, dy + (int64_t)r * block, hw, block););
+}
+
 /* ============================== batch norm ============================== */
 
 static inline float act_apply(float v, NnAct act)
@@ -191,40 +225,160 @@ static inline float act_mask(float dy, float y, NnAct act)
 /* The batch-norm kernels work on blocks of BN_BLOCK channels, sample by sample, so that memory is read in
  * runs of BN_BLOCK adjacent planes (one plane at a time, the prefetcher restarts at every page); blocks are
  * what threads split. Each channel's sums still run over the samples in order: the bits do not depend on
- * the blocks. */
-enum { BN_BLOCK = 16 };
+ * the blocks. In a channel-blocked layout (block 8 or 16, NnTensor.block) a block is the layout's own: a
+ * sample's block is one run of hw vectors of `block` lanes, summed lane by lane (the lane kernels below;
+ * other bits than NCHW's plane sums, the same from run to run). */
+enum { BN_BLOCK = NN_MAX_BLOCK };
 
 typedef struct {
     int batch, c, hw;
+    int block; /* 0: NCHW; else the channel block of the layout */
     NnAct act;
 } BnShape;
 
+/* where plane (b, ch) starts; in a blocked layout, with ch the block's first channel, where its run starts */
 static inline int64_t bn_plane(const BnShape *s, int b, int ch) { return ((int64_t)b * s->c + ch) * s->hw; }
+static inline int bn_step(const BnShape *s) { return s->block ? s->block : BN_BLOCK; }
+static inline int bn_blocks(const BnShape *s) { return (s->c + bn_step(s) - 1) / bn_step(s); }
+
+/* `call` for every block of channels [c0, c1) of s, the blocks split over the threads */
+#define BN_FOR_BLOCKS(s, call)                                                                     \
+    NN_PARALLEL_FOR((int64_t)(s)->batch * (s)->c * (s)->hw, for (int blk = 0; blk < bn_blocks(s); blk++) { \
+        const int c0 = blk * bn_step(s), c1 = c0 + bn_step(s) < (s)->c ? c0 + bn_step(s) : (s)->c;          \
+        call;                                                                                      \
+    })
+
+/* ---- the lane kernels of the blocked layouts: one sample's run of hw vectors of L lanes, channel j in lane j.
+ * Each is inlined with its L a constant (BN_LANES), so that the lane loop is whole vectors. Sums run in float
+ * over chunks of BN_CHUNK positions, then in double: about the rounding of the NCHW kernels' plane sums. */
+#define BN_INLINE static inline __attribute__((always_inline))
+#define BN_LANES(L, f, ...) ((L) == 16 ? f(__VA_ARGS__, 16) : f(__VA_ARGS__, 8))
+enum { BN_CHUNK = 64 };
+
+BN_INLINE void lanes_affine(float *yp, const float *xp, const float *scale, const float *offset, int hw, NnAct act,
+                            const int L)
+{
+    for (int64_t i = 0; i < (int64_t)hw * L; i += L)
+#pragma omp simd
+        for (int j = 0; j < L; j++) yp[i + j] = act_apply(xp[i + j] * scale[j] + offset[j], act);
+}
+
+/* sums of x - shift and (x - shift)^2, added to sum and sumsq */
+BN_INLINE void lanes_stats(double *sum, double *sumsq, const float *xp, const float *shift, int hw, const int L)
+{
+    for (int i0 = 0; i0 < hw; i0 += BN_CHUNK) {
+        const int i1 = i0 + BN_CHUNK < hw ? i0 + BN_CHUNK : hw;
+        float s1[NN_MAX_BLOCK] = {0}, s2[NN_MAX_BLOCK] = {0};
+        for (int64_t i = (int64_t)i0 * L; i < (int64_t)i1 * L; i += L)
+#pragma omp simd
+            for (int j = 0; j < L; j++) {
+                float d = xp[i + j] - shift[j];
+                s1[j] += d;
+                s2[j] += d * d;
+            }
+        for (int j = 0; j < L; j++) {
+            sum[j] += s1[j];
+            sumsq[j] += s2[j];
+        }
+    }
+}
+
+/* sums of dy and dy * (x - mean), dy masked by the activation first (and stored back) */
+BN_INLINE void lanes_mask_sums(double *sum_dy, double *sum_dy_xc, float *dyp, const float *yp, const float *xp,
+                               const float *mean, int hw, const NnAct act, const int L)
+{
+    for (int i0 = 0; i0 < hw; i0 += BN_CHUNK) {
+        const int i1 = i0 + BN_CHUNK < hw ? i0 + BN_CHUNK : hw;
+        float s1[NN_MAX_BLOCK] = {0}, s2[NN_MAX_BLOCK] = {0};
+        for (int64_t i = (int64_t)i0 * L; i < (int64_t)i1 * L; i += L)
+#pragma omp simd
+            for (int j = 0; j < L; j++) {
+                float g = act == NN_ACT_NONE ? dyp[i + j] : act_mask(dyp[i + j], yp[i + j], act);
+                if (act != NN_ACT_NONE) dyp[i + j] = g;
+                s1[j] += g;
+                s2[j] += g * (xp[i + j] - mean[j]);
+            }
+        for (int j = 0; j < L; j++) {
+            sum_dy[j] += s1[j];
+            sum_dy_xc[j] += s2[j];
+        }
+    }
+}
+
+/* one activation per inlined copy: a choice inside the loop keeps it from vectorising */
+BN_INLINE void lanes_mask_sums_act(double *sum_dy, double *sum_dy_xc, float *dyp, const float *yp, const float *xp,
+                                   const float *mean, int hw, NnAct act, const int L)
+{
+    if (act == NN_ACT_RELU) lanes_mask_sums(sum_dy, sum_dy_xc, dyp, yp, xp, mean, hw, NN_ACT_RELU, L);
+    else if (act == NN_ACT_RELU6) lanes_mask_sums(sum_dy, sum_dy_xc, dyp, yp, xp, mean, hw, NN_ACT_RELU6, L);
+    else lanes_mask_sums(sum_dy, sum_dy_xc, dyp, yp, xp, mean, hw, NN_ACT_NONE, L);
+}
+
+/* dx += k (dy - m1 - xhat m2), xhat = (x - mean) invstd */
+BN_INLINE void lanes_dx(float *dxp, const float *xp, const float *dyp, const float *mean, const float *invstd,
+                        const float *k, const float *m1, const float *m2, int hw, const int L)
+{
+    for (int64_t i = 0; i < (int64_t)hw * L; i += L)
+#pragma omp simd
+        for (int j = 0; j < L; j++) {
+            float xhat = (xp[i + j] - mean[j]) * invstd[j];
+            dxp[i + j] += k[j] * (dyp[i + j] - m1[j] - xhat * m2[j]);
+        }
+}
+
+/* frozen statistics: s1 += dy, s2 += dy xhat, dx += k dy (dxp may be NULL) */
+BN_INLINE void lanes_eval_backward(float *s1, float *s2, float *dxp, const float *xp, const float *dyp,
+                                   const float *mean, const float *invstd, const float *k, int hw, const int L)
+{
+    for (int64_t i = 0; i < (int64_t)hw * L; i += L)
+#pragma omp simd
+        for (int j = 0; j < L; j++) {
+            s1[j] += dyp[i + j];
+            s2[j] += dyp[i + j] * (xp[i + j] - mean[j]) * invstd[j];
+            if (dxp) dxp[i + j] += dyp[i + j] * k[j];
+        }
+}
 
 static void bn_affine_block(float *y, const float *x, const float *scale, const float *offset, const BnShape *s,
                             int c0, int c1)
 {
-    for (int b = 0; b < s->batch; b++)
+    const int L = s->block;
+    for (int b = 0; b < s->batch; b++) {
+        if (L) {
+            float *yp = y + bn_plane(s, b, c0);
+            const float *xp = x + bn_plane(s, b, c0);
+            if (s->act == NN_ACT_RELU) BN_LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_RELU);
+            else if (s->act == NN_ACT_RELU6) BN_LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_RELU6);
+            else BN_LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_NONE);
+            continue;
+        }
         for (int ch = c0; ch < c1; ch++) {
             const float *xp = x + bn_plane(s, b, ch);
             float *yp = y + bn_plane(s, b, ch);
             const float k = scale[ch - c0], o = offset[ch - c0];
             for (int i = 0; i < s->hw; i++) yp[i] = act_apply(xp[i] * k + o, s->act);
         }
+    }
 }
 
 /* One pass for the statistics: sums of (x - K) and (x - K)^2 with K the channel's first value (the
- * shifted-data algorithm: no cancellation when the mean is large against the spread), per plane in
- * float, across planes in double. A second pass normalises and applies the activation. */
+ * shifted-data algorithm: no cancellation when the mean is large against the spread), per plane (or per
+ * lane of a sample's run) in float, across samples in double. A second pass normalises and applies the
+ * activation. */
 static void bn_train_block(float *y, float *save_mean, float *save_invstd, float *rm, float *rv, const float *x,
                            const float *gamma, const float *beta, float eps, float momentum, const BnShape *s, int c0,
                            int c1)
 {
     const int64_t count = (int64_t)s->batch * s->hw;
+    const int L = s->block;
     double sum[BN_BLOCK] = {0}, sumsq[BN_BLOCK] = {0};
     float shift[BN_BLOCK], scale[BN_BLOCK], offset[BN_BLOCK];
-    for (int ch = c0; ch < c1; ch++) shift[ch - c0] = x[(int64_t)ch * s->hw];
-    for (int b = 0; b < s->batch; b++)
+    for (int ch = c0; ch < c1; ch++) shift[ch - c0] = L ? x[bn_plane(s, 0, c0) + ch - c0] : x[bn_plane(s, 0, ch)];
+    for (int b = 0; b < s->batch; b++) {
+        if (L) {
+            BN_LANES(L, lanes_stats, sum, sumsq, x + bn_plane(s, b, c0), shift, s->hw);
+            continue;
+        }
         for (int ch = c0; ch < c1; ch++) {
             const float *xp = x + bn_plane(s, b, ch);
             const float k = shift[ch - c0];
@@ -238,6 +392,7 @@ static void bn_train_block(float *y, float *save_mean, float *save_invstd, float
             sum[ch - c0] += s1;
             sumsq[ch - c0] += s2;
         }
+    }
     for (int ch = c0; ch < c1; ch++) {
         const int j = ch - c0;
         double mean_shifted = sum[j] / (double)count;
@@ -259,18 +414,12 @@ static void bn_train_block(float *y, float *save_mean, float *save_invstd, float
     bn_affine_block(y, x, scale, offset, s, c0, c1);
 }
 
-static inline int bn_blocks(int c) { return (c + BN_BLOCK - 1) / BN_BLOCK; }
-static inline int bn_block_end(int blk, int c) { return (blk + 1) * BN_BLOCK < c ? (blk + 1) * BN_BLOCK : c; }
-
 void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
                                     const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
-                                    float eps, float momentum, NnAct act)
+                                    float eps, float momentum, NnAct act, int block)
 {
-    const BnShape s = {batch, c, hw, act};
-    NN_PARALLEL_FOR((int64_t)batch * c * hw,
-                    for (int blk = 0; blk < bn_blocks(c); blk++)
-                        bn_train_block(y, save_mean, save_invstd, rm, rv, x, gamma, beta, eps, momentum, &s,
-                                       blk * BN_BLOCK, bn_block_end(blk, c)););
+    const BnShape s = {batch, c, hw, block, act};
+    BN_FOR_BLOCKS(&s, bn_train_block(y, save_mean, save_invstd, rm, rv, x, gamma, beta, eps, momentum, &s, c0, c1));
 }
 
 void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
@@ -278,7 +427,7 @@ void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, 
                                 float eps, float momentum)
 {
     nn_batchnorm_forward_train_act(y, save_mean, save_invstd, rm, rv, x, gamma, beta, batch, c, hw, eps, momentum,
-                                   NN_ACT_NONE);
+                                   NN_ACT_NONE, 0);
 }
 
 static void bn_eval_block(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
@@ -294,18 +443,16 @@ static void bn_eval_block(float *y, const float *x, const float *gamma, const fl
 }
 
 void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
-                                   const float *rv, int batch, int c, int hw, float eps, NnAct act)
+                                   const float *rv, int batch, int c, int hw, float eps, NnAct act, int block)
 {
-    const BnShape s = {batch, c, hw, act};
-    NN_PARALLEL_FOR((int64_t)batch * c * hw,
-                    for (int blk = 0; blk < bn_blocks(c); blk++)
-                        bn_eval_block(y, x, gamma, beta, rm, rv, eps, &s, blk * BN_BLOCK, bn_block_end(blk, c)););
+    const BnShape s = {batch, c, hw, block, act};
+    BN_FOR_BLOCKS(&s, bn_eval_block(y, x, gamma, beta, rm, rv, eps, &s, c0, c1));
 }
 
 void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
                                const float *rv, int batch, int c, int hw, float eps)
 {
-    nn_batchnorm_forward_eval_act(y, x, gamma, beta, rm, rv, batch, c, hw, eps, NN_ACT_NONE);
+    nn_batchnorm_forward_eval_act(y, x, gamma, beta, rm, rv, batch, c, hw, eps, NN_ACT_NONE, 0);
 }
 
 /* The sums of dy and dy * (x - mean) over a plane, dy masked by the activation first (and stored back) */
@@ -332,28 +479,41 @@ static inline void bn_mask_sums(float *dyp, const float *yp, const float *xp, fl
     *sum_dy_xc = s2;
 }
 
+/* the sums of one sample over the block, into sum_dy / sum_dy_xc; one inlined copy per activation: a choice
+ * inside the loops keeps them from vectorising */
+static void bn_backward_sums(double *sum_dy, double *sum_dy_xc, float *dy, const float *y, const float *x,
+                             const float *save_mean, const BnShape *s, int b, int c0, int c1)
+{
+    const int hw = s->hw, L = s->block;
+    if (L) {
+        const float *yp = y ? y + bn_plane(s, b, c0) : NULL;
+        BN_LANES(L, lanes_mask_sums_act, sum_dy, sum_dy_xc, dy + bn_plane(s, b, c0), yp, x + bn_plane(s, b, c0),
+                 save_mean + c0, hw, s->act);
+        return;
+    }
+    for (int ch = c0; ch < c1; ch++) {
+        const float *xp = x + bn_plane(s, b, ch);
+        float *dyp = dy + bn_plane(s, b, ch);
+        const float *yp = y ? y + bn_plane(s, b, ch) : NULL;
+        const float mean = save_mean[ch];
+        float s1, s2;
+        if (s->act == NN_ACT_RELU) bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_RELU, &s1, &s2);
+        else if (s->act == NN_ACT_RELU6) bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_RELU6, &s1, &s2);
+        else bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_NONE, &s1, &s2);
+        sum_dy[ch - c0] += s1;
+        sum_dy_xc[ch - c0] += s2;
+    }
+}
+
 /* Two passes: the sums (masking dy by the activation on the fly and storing it back), then dx. */
 static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy, const float *y, const float *x,
                               const float *gamma, const float *save_mean, const float *save_invstd, const BnShape *s,
                               int c0, int c1)
 {
     const int64_t count = (int64_t)s->batch * s->hw;
-    const int hw = s->hw;
+    const int hw = s->hw, L = s->block;
     double sum_dy[BN_BLOCK] = {0}, sum_dy_xhat[BN_BLOCK] = {0};
-    for (int b = 0; b < s->batch; b++)
-        for (int ch = c0; ch < c1; ch++) {
-            const float *xp = x + bn_plane(s, b, ch);
-            float *dyp = dy + bn_plane(s, b, ch);
-            const float *yp = y ? y + bn_plane(s, b, ch) : NULL;
-            const float mean = save_mean[ch];
-            float s1, s2;
-            /* one inlined copy per activation: a choice inside the loop keeps it from vectorising */
-            if (s->act == NN_ACT_RELU) bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_RELU, &s1, &s2);
-            else if (s->act == NN_ACT_RELU6) bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_RELU6, &s1, &s2);
-            else bn_mask_sums(dyp, yp, xp, mean, hw, NN_ACT_NONE, &s1, &s2);
-            sum_dy[ch - c0] += s1;
-            sum_dy_xhat[ch - c0] += s2;
-        }
+    for (int b = 0; b < s->batch; b++) bn_backward_sums(sum_dy, sum_dy_xhat, dy, y, x, save_mean, s, b, c0, c1);
     float k[BN_BLOCK], mean_dy[BN_BLOCK], mean_dy_xhat[BN_BLOCK];
     for (int ch = c0; ch < c1; ch++) {
         const int j = ch - c0;
@@ -366,7 +526,12 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
         mean_dy_xhat[j] = (float)(sum_dy_xhat[j] / (double)count);
     }
     if (!dx) return;
-    for (int b = 0; b < s->batch; b++)
+    for (int b = 0; b < s->batch; b++) {
+        if (L) {
+            BN_LANES(L, lanes_dx, dx + bn_plane(s, b, c0), x + bn_plane(s, b, c0), dy + bn_plane(s, b, c0),
+                     save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat, hw);
+            continue;
+        }
         for (int ch = c0; ch < c1; ch++) {
             const int j = ch - c0;
             const float *xp = x + bn_plane(s, b, ch);
@@ -379,17 +544,15 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
                 dxp[i] += kj * (dyp[i] - m1 - xhat * m2);
             }
         }
+    }
 }
 
 void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, float *dy, const float *y,
                                      const float *x, const float *gamma, const float *save_mean,
-                                     const float *save_invstd, int batch, int c, int hw, NnAct act)
+                                     const float *save_invstd, int batch, int c, int hw, NnAct act, int block)
 {
-    const BnShape s = {batch, c, hw, act};
-    NN_PARALLEL_FOR((int64_t)batch * c * hw,
-                    for (int blk = 0; blk < bn_blocks(c); blk++)
-                        bn_backward_block(dx, dgamma, dbeta, dy, y, x, gamma, save_mean, save_invstd, &s,
-                                          blk * BN_BLOCK, bn_block_end(blk, c)););
+    const BnShape s = {batch, c, hw, block, act};
+    BN_FOR_BLOCKS(&s, bn_backward_block(dx, dgamma, dbeta, dy, y, x, gamma, save_mean, save_invstd, &s, c0, c1));
 }
 
 void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
@@ -398,20 +561,28 @@ void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const f
 {
     /* with no activation dy is only read */
     nn_batchnorm_backward_train_act(dx, dgamma, dbeta, (float *)dy, NULL, x, gamma, save_mean, save_invstd, batch, c,
-                                    hw, NN_ACT_NONE);
+                                    hw, NN_ACT_NONE, 0);
 }
 
 static void bn_backward_eval_block(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                    const float *gamma, const float *rm, const float *rv, float eps, const BnShape *s,
                                    int c0, int c1)
 {
-    const int hw = s->hw;
-    float s1[BN_BLOCK] = {0}, s2[BN_BLOCK] = {0}, invstd[BN_BLOCK];
-    for (int ch = c0; ch < c1; ch++) invstd[ch - c0] = 1.0f / sqrtf(rv[ch] + eps);
-    for (int b = 0; b < s->batch; b++)
+    const int hw = s->hw, L = s->block;
+    float s1[BN_BLOCK] = {0}, s2[BN_BLOCK] = {0}, invstd[BN_BLOCK], k[BN_BLOCK];
+    for (int ch = c0; ch < c1; ch++) {
+        invstd[ch - c0] = 1.0f / sqrtf(rv[ch] + eps);
+        k[ch - c0] = gamma[ch] * invstd[ch - c0];
+    }
+    for (int b = 0; b < s->batch; b++) {
+        if (L) {
+            BN_LANES(L, lanes_eval_backward, s1, s2, dx ? dx + bn_plane(s, b, c0) : NULL, x + bn_plane(s, b, c0),
+                     dy + bn_plane(s, b, c0), rm + c0, invstd, k, hw);
+            continue;
+        }
         for (int ch = c0; ch < c1; ch++) {
             const int j = ch - c0;
-            const float mean = rm[ch], k = gamma[ch] * invstd[j];
+            const float mean = rm[ch], kj = k[j];
             const float *xp = x + bn_plane(s, b, ch);
             const float *dyp = dy + bn_plane(s, b, ch);
             float *dxp = dx ? dx + bn_plane(s, b, ch) : NULL;
@@ -420,11 +591,12 @@ static void bn_backward_eval_block(float *dx, float *dgamma, float *dbeta, const
             for (int i = 0; i < hw; i++) {
                 a1 += dyp[i];
                 a2 += dyp[i] * (xp[i] - mean) * invstd[j];
-                if (dxp) dxp[i] += dyp[i] * k;
+                if (dxp) dxp[i] += dyp[i] * kj;
             }
             s1[j] = a1;
             s2[j] = a2;
         }
+    }
     for (int ch = c0; ch < c1; ch++) {
         dgamma[ch] += s2[ch - c0];
         dbeta[ch] += s1[ch - c0];
@@ -433,19 +605,19 @@ static void bn_backward_eval_block(float *dx, float *dgamma, float *dbeta, const
 
 void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                 const float *gamma, const float *rm, const float *rv, int batch, int c, int hw,
-                                float eps)
+                                float eps, int block)
 {
-    const BnShape s = {batch, c, hw, NN_ACT_NONE};
-    NN_PARALLEL_FOR((int64_t)batch * c * hw,
-                    for (int blk = 0; blk < bn_blocks(c); blk++)
-                        bn_backward_eval_block(dx, dgamma, dbeta, dy, x, gamma, rm, rv, eps, &s, blk * BN_BLOCK,
-                                               bn_block_end(blk, c)););
+    const BnShape s = {batch, c, hw, block, NN_ACT_NONE};
+    BN_FOR_BLOCKS(&s, bn_backward_eval_block(dx, dgamma, dbeta, dy, x, gamma, rm, rv, eps, &s, c0, c1));
 }
 
 /* ============================== group norm ============================== */
 
+/* A group's channels are one contiguous region of a sample in NCHW and in a blocked layout whose block divides
+ * the group's channels (NnTensor.block): its statistics are the same sums either way; only the per-channel
+ * scale, shift and parameter gradients find their channel by layout. */
 static void gn_forward_group(float *y, float *save_mean, float *save_invstd, const float *x, const float *gamma,
-                             const float *beta, int c, int hw, int groups, float eps, int b, int g)
+                             const float *beta, int c, int hw, int groups, float eps, int block, int b, int g)
 {
     int cg = c / groups;
     int64_t count = (int64_t)cg * hw;
@@ -463,6 +635,21 @@ static void gn_forward_group(float *y, float *save_mean, float *save_invstd, con
     save_mean[b * groups + g] = (float)mean;
     save_invstd[b * groups + g] = invstd;
     float *yg = y + ((int64_t)b * c + (int64_t)g * cg) * hw;
+    if (block) {
+        for (int k = 0; k < cg; k += block) {
+            float scale[NN_MAX_BLOCK], shift[NN_MAX_BLOCK];
+            for (int j = 0; j < block; j++) {
+                scale[j] = gamma[g * cg + k + j] * invstd;
+                shift[j] = beta[g * cg + k + j] - (float)mean * scale[j];
+            }
+            const float *xr = xg + (int64_t)k * hw;
+            float *yr = yg + (int64_t)k * hw;
+            for (int64_t i = 0; i < (int64_t)hw * block; i += block)
+#pragma omp simd
+                for (int j = 0; j < block; j++) yr[i + j] = xr[i + j] * scale[j] + shift[j];
+        }
+        return;
+    }
     for (int ci = 0; ci < cg; ci++) {
         int ch = g * cg + ci;
         float scale = gamma[ch] * invstd, shift = beta[ch] - (float)mean * scale;
@@ -471,18 +658,32 @@ static void gn_forward_group(float *y, float *save_mean, float *save_invstd, con
 }
 
 void nn_groupnorm_forward(float *y, float *save_mean, float *save_invstd, const float *x, const float *gamma,
-                          const float *beta, int batch, int c, int hw, int groups, float eps)
+                          const float *beta, int batch, int c, int hw, int groups, float eps, int block)
 {
     NN_PARALLEL_FOR((int64_t)batch * c * hw,
                     for (int bg = 0; bg < batch * groups; bg++)
-                        gn_forward_group(y, save_mean, save_invstd, x, gamma, beta, c, hw, groups, eps, bg / groups,
-                                         bg % groups););
+                        gn_forward_group(y, save_mean, save_invstd, x, gamma, beta, c, hw, groups, eps, block,
+                                         bg / groups, bg % groups););
+}
+
+/* per-channel sums s1 = sum dy, s2 = sum dy * xhat over a blocked run of `block` channels */
+static void gn_sums_lanes(float *s1, float *s2, const float *xr, const float *dyr, float mean, float invstd, int hw,
+                          int block)
+{
+    for (int j = 0; j < block; j++) s1[j] = s2[j] = 0.0f;
+    for (int64_t i = 0; i < (int64_t)hw * block; i += block)
+#pragma omp simd
+        for (int j = 0; j < block; j++) {
+            float xhat = (xr[i + j] - mean) * invstd;
+            s1[j] += dyr[i + j];
+            s2[j] += dyr[i + j] * xhat;
+        }
 }
 
 /* One group of every sample, the samples in order: dgamma and dbeta sum over the batch as on one thread. */
 static void gn_backward_group(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                               const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
-                              int hw, int groups, int g)
+                              int hw, int groups, int block, int g)
 {
     int cg = c / groups;
     int64_t count = (int64_t)cg * hw;
@@ -492,9 +693,20 @@ static void gn_backward_group(float *dx, float *dgamma, float *dbeta, const floa
         const float *dyg = dy + ((int64_t)b * c + (int64_t)g * cg) * hw;
         /* with dxhat = dy * gamma: dx = invstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat)) */
         double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;
-        for (int ci = 0; ci < cg; ci++) {
+        for (int ci = 0; ci < cg; ci += block ? block : 1) {
             int ch = g * cg + ci;
             float s1 = 0.0f, s2 = 0.0f;
+            if (block) {
+                float l1[NN_MAX_BLOCK], l2[NN_MAX_BLOCK];
+                gn_sums_lanes(l1, l2, xg + (int64_t)ci * hw, dyg + (int64_t)ci * hw, mean, invstd, hw, block);
+                for (int j = 0; j < block; j++) {
+                    dbeta[ch + j] += l1[j];
+                    dgamma[ch + j] += l2[j];
+                    sum_dxhat += (double)l1[j] * gamma[ch + j];
+                    sum_dxhat_xhat += (double)l2[j] * gamma[ch + j];
+                }
+                continue;
+            }
 #pragma omp simd reduction(+ : s1, s2)
             for (int i = 0; i < hw; i++) {
                 float xhat = (xg[ci * hw + i] - mean) * invstd;
@@ -509,6 +721,19 @@ static void gn_backward_group(float *dx, float *dgamma, float *dbeta, const floa
         if (!dx) continue;
         float m1 = (float)(sum_dxhat / (double)count), m2 = (float)(sum_dxhat_xhat / (double)count);
         float *dxg = dx + ((int64_t)b * c + (int64_t)g * cg) * hw;
+        if (block) {
+            for (int k = 0; k < cg; k += block) {
+                const float *gm = gamma + g * cg + k, *xr = xg + (int64_t)k * hw, *dyr = dyg + (int64_t)k * hw;
+                float *dxr = dxg + (int64_t)k * hw;
+                for (int64_t i = 0; i < (int64_t)hw * block; i += block)
+#pragma omp simd
+                    for (int j = 0; j < block; j++) {
+                        float xhat = (xr[i + j] - mean) * invstd;
+                        dxr[i + j] += invstd * (dyr[i + j] * gm[j] - m1 - xhat * m2);
+                    }
+            }
+            continue;
+        }
         for (int ci = 0; ci < cg; ci++) {
             float gm = gamma[g * cg + ci];
             for (int i = 0; i < hw; i++) {
@@ -521,10 +746,10 @@ static void gn_backward_group(float *dx, float *dgamma, float *dbeta, const floa
 
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                            const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
-                           int hw, int groups)
+                           int hw, int groups, int block)
 {
     NN_PARALLEL_FOR((int64_t)batch * c * hw,
                     for (int g = 0; g < groups; g++)
                         gn_backward_group(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, batch, c, hw, groups,
-                                          g););
+                                          block, g););
 }

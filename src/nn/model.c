@@ -450,6 +450,91 @@ out:
     return FH_OK;
 }
 
+/* Activation layouts (NnTensor.block). oneDNN's convs run fastest on channel-blocked tensors (nChw16c with
+ * AVX-512, nChw8c else), and batch norm, group norm (a block within a group), global average pooling and the
+ * element-wise layers run on them as well; the other layers (linear, pooling windows, flatten, a conv on
+ * blas) read NCHW, and so do the callers of the logits and features. A tensor is blocked when a oneDNN conv
+ * writes it (its channels a multiple of the block), or a layout-keeping layer makes it from blocked inputs,
+ * and every reader takes it: then only the convs at the boundaries reorder (the first conv's input, a conv
+ * that feeds a pool). The layouts depend on the shapes and the CPU alone, never on the data or the ranks. */
+static int keeps_layout(const NnLayer *l, int block)
+{
+    if (l->type == NN_OP_GROUPNORM) return (l->cin / l->groups) % block == 0; /* a block within one group */
+    return l->type == NN_OP_BATCHNORM || l->type == NN_OP_ACT || l->type == NN_OP_ADD || l->type == NN_OP_DROPOUT;
+}
+
+static int on_onednn(const NnModel *m, const NnLayer *l)
+{
+    return l->type == NN_OP_CONV2D && m->onednn && !l->onednn_refused;
+}
+
+static int reads_blocks(const NnModel *m, const NnLayer *l, int block)
+{
+    return on_onednn(m, l) || keeps_layout(l, block) || l->type == NN_OP_GAP;
+}
+
+static void plan_layouts(NnModel *m)
+{
+    const int block = m->onednn ? nn_onednn_block() : 0;
+    for (int t = 0; t < m->n_tensors; t++) m->tensors[t].block = 0;
+    if (!block) return;
+    for (int i = 0; i < m->n_layers; i++) {
+        const NnLayer *l = &m->layers[i];
+        NnTensor *out = &m->tensors[l->out];
+        if (on_onednn(m, l)) out->block = out->shape.c % block == 0 ? block : 0;
+        else if (keeps_layout(l, block))
+            out->block = m->tensors[l->in].block && (l->in2 < 0 || m->tensors[l->in2].block) ? block : 0;
+    }
+    m->tensors[root_of(m, m->logits)].block = m->tensors[root_of(m, m->features)].block = 0;
+    for (int changed = 1; changed;) { /* back to NCHW where a reader needs it, until nothing changes */
+        changed = 0;
+        for (int i = 0; i < m->n_layers; i++) {
+            const NnLayer *l = &m->layers[i];
+            NnTensor *in = &m->tensors[l->in], *in2 = l->in2 >= 0 ? &m->tensors[l->in2] : NULL;
+            NnTensor *out = &m->tensors[l->out];
+            const int mixed = keeps_layout(l, block) &&
+                              (!in->block || !out->block || (in2 && !in2->block)) &&
+                              (in->block || out->block || (in2 && in2->block));
+            if ((!reads_blocks(m, l, block) || mixed) && (in->block || (in2 && in2->block))) {
+                in->block = 0;
+                if (in2) in2->block = 0;
+                changed = 1;
+            }
+            if (mixed && out->block) {
+                out->block = 0;
+                changed = 1;
+            }
+        }
+    }
+}
+
+/* The conv layers' oneDNN primitives, made for the tensors' layouts. Under backend auto a conv oneDNN cannot
+ * build runs on blas: its tensors go back to NCHW, so the layouts are planned again and every conv remade. */
+static int create_onednn_convs(NnModel *m)
+{
+    for (;;) {
+        plan_layouts(m);
+        int refused = 0;
+        for (int i = 0; i < m->n_layers && !refused; i++) {
+            NnLayer *l = &m->layers[i];
+            if (!on_onednn(m, l)) continue;
+            NnConvShape s = conv_shape(m, l, m->max_batch);
+            char name[96]; /* for its errors */
+            snprintf(name, sizeof name, "model %s: %s", m->arch, l->name);
+            int st = nn_onednn_conv_create(&l->onednn, m->onednn, &s, l->b_off >= 0, m->tensors[l->in].block,
+                                           m->tensors[l->out].block, name);
+            if (st == FH_OK) continue;
+            if (m->backend != NN_BACKEND_AUTO || st != FH_ERR_USAGE) FH_CHECK(st);
+            fh_log_warn("%s; it runs on blas (train.backend = auto)", fh_error_message());
+            fh_error_clear();
+            l->onednn_refused = 1;
+            refused = 1;
+        }
+        if (!refused) return FH_OK;
+        for (int i = 0; i < m->n_layers; i++) nn_onednn_conv_free(&m->layers[i].onednn);
+    }
+}
+
 int nn_model_finalize(NnModel *m, int logits, int features, int classes)
 {
     if (m->status != FH_OK) return m->status;
@@ -518,21 +603,14 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
             fh_error_clear();
         }
     }
+    if (m->onednn) FH_CHECK(create_onednn_convs(m));
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
         NnShape so = m->tensors[l->out].shape;
         switch (l->type) {
         case NN_OP_CONV2D: {
+            if (l->onednn) break;
             NnConvShape s = conv_shape(m, l, m->max_batch);
-            if (m->onednn) {
-                char name[96]; /* for its errors */
-                snprintf(name, sizeof name, "model %s: %s", m->arch, l->name);
-                int st = nn_onednn_conv_create(&l->onednn, m->onednn, &s, l->b_off >= 0, name);
-                if (st == FH_OK) break;
-                if (m->backend != NN_BACKEND_AUTO || st != FH_ERR_USAGE) FH_CHECK(st);
-                fh_log_warn("%s; it runs on blas (train.backend = auto)", fh_error_message());
-                fh_error_clear();
-            }
             int64_t need = nn_conv2d_workspace(&s, nn_conv2d_chunk(&s));
             if (need > ws) ws = need;
             break;
@@ -732,6 +810,7 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         const float *x = tdata(m, l->in);
         float *y = tdata(m, l->out);
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
+        const int block = m->tensors[l->in].block;
         int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
         int continue_without_act = 0; /* set by layers that apply their activation themselves */
         const int use_pattern = m->pattern != NN_PATTERN_OFF && l->act != NN_ACT_NONE;
@@ -766,21 +845,25 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         case NN_OP_AVGPOOL:
             nn_avgpool_forward(y, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
             break;
-        case NN_OP_GAP: nn_gap_forward(y, x, batch * si.c, si.h * si.w); break;
+        case NN_OP_GAP:
+            if (block) nn_gap_forward_blocked(y, x, batch, si.c, si.h * si.w, block);
+            else nn_gap_forward(y, x, batch * si.c, si.h * si.w);
+            break;
         case NN_OP_BATCHNORM:
             if (m->training)
                 nn_batchnorm_forward_train_act(y, l->save_mean, l->save_invstd,
                                                m->bn_update_running ? param(m, l->rm_off) : NULL, param(m, l->rv_off),
                                                x, param(m, l->w_off), param(m, l->b_off), batch, si.c, si.h * si.w,
-                                               l->eps, l->momentum, l->act);
+                                               l->eps, l->momentum, l->act, block);
             else
                 nn_batchnorm_forward_eval_act(y, x, param(m, l->w_off), param(m, l->b_off), param(m, l->rm_off),
-                                              param(m, l->rv_off), batch, si.c, si.h * si.w, l->eps, kernel_act);
+                                              param(m, l->rv_off), batch, si.c, si.h * si.w, l->eps, kernel_act,
+                                              block);
             continue_without_act = 1;
             break;
         case NN_OP_GROUPNORM:
             nn_groupnorm_forward(y, l->save_mean, l->save_invstd, x, param(m, l->w_off), param(m, l->b_off), batch,
-                                 si.c, si.h * si.w, l->groups, l->eps);
+                                 si.c, si.h * si.w, l->groups, l->eps, block);
             break;
         case NN_OP_ACT: memcpy(y, x, sizeof(float) * (size_t)n_out); break;
         case NN_OP_DROPOUT:
@@ -825,6 +908,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         float *dy = tgrad(m, l->out);
         float *dx = (is_input(m, l->in) && !m->need_input_grad) ? NULL : tgrad(m, l->in);
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
+        const int block = m->tensors[l->in].block;
         int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
         /* conv and training-mode batch norm fold the activation's mask into their own passes */
         int fused_mask = l->type == NN_OP_CONV2D || (l->type == NN_OP_BATCHNORM && m->training);
@@ -853,21 +937,22 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             if (dx) nn_avgpool_backward(dx, dy, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
             break;
         case NN_OP_GAP:
-            if (dx) nn_gap_backward(dx, dy, batch * si.c, si.h * si.w);
+            if (dx && block) nn_gap_backward_blocked(dx, dy, batch, si.c, si.h * si.w, block);
+            else if (dx) nn_gap_backward(dx, dy, batch * si.c, si.h * si.w);
             break;
         case NN_OP_BATCHNORM:
             if (m->training)
                 nn_batchnorm_backward_train_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
                                                 param(m, l->w_off), l->save_mean, l->save_invstd, batch, si.c,
-                                                si.h * si.w, l->act);
+                                                si.h * si.w, l->act, block);
             else
                 nn_batchnorm_backward_eval(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off),
                                            param(m, l->rm_off), param(m, l->rv_off), batch, si.c, si.h * si.w,
-                                           l->eps);
+                                           l->eps, block);
             break;
         case NN_OP_GROUPNORM:
             nn_groupnorm_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), l->save_mean,
-                                  l->save_invstd, batch, si.c, si.h * si.w, l->groups);
+                                  l->save_invstd, batch, si.c, si.h * si.w, l->groups, block);
             break;
         case NN_OP_ACT:
             if (dx) {

@@ -2,14 +2,15 @@
  * grouped and depthwise convs included, with the contract of the BLAS kernels (kernels_blas.c) and tested
  * against the same naive _ref loops (tests/unit/test_onednn.c).
  *
- * Layouts. The engine keeps activations NCHW and weights OIHW (the flat state vector). Every primitive is
- * created with format `any`, so that oneDNN picks the layout it runs fastest in (blocked nChw16c and
- * OIhw16i16o with AVX-512, nChw8c with AVX2): held to plain NCHW it falls back to its own im2col + gemm,
- * no faster than OpenBLAS. Reorders move each tensor between the two layouts around a call; those that
- * write a gradient carry a sum post-op, so that gradients accumulate (+=) as the engine promises, whatever
- * layout the primitive wrote. Keeping activations blocked between layers would save the activation reorders
- * (a few per cent of a step) but needs blocked batch norm, pooling and add; keeping the weights blocked
- * between steps would save their reorders but not fit the flat state vector that methods work on.
+ * Layouts. Every primitive is created with format `any`, so that oneDNN picks the layout it runs fastest in
+ * (blocked nChw16c and OIhw16i16o with AVX-512, nChw8c with AVX2): held to plain NCHW it falls back to its
+ * own im2col + gemm, no faster than OpenBLAS. The engine hands a conv its activations in their tensors'
+ * layouts: blocked (nn_onednn_block) between the layers that take it, NCHW elsewhere (model.c,
+ * plan_layouts); weights are OIHW (the flat state vector). Reorders move a tensor between the engine's
+ * layout and the primitive's where they differ; those that write a gradient carry a sum post-op, so that
+ * gradients accumulate (+=) as the engine promises, whatever layout the primitive wrote. Keeping the
+ * weights blocked between steps would save their reorders but not fit the flat state vector that methods
+ * work on.
  *
  * Algorithm: Winograd for the 3x3 stride-1 convs where it pays (winograd_pays below), direct for the others.
  *
@@ -92,6 +93,7 @@ struct NnOnednnConv {
     NnOnednn *ctx;
     NnConvShape shape; /* batch: the largest */
     int bias;
+    int x_block, y_block; /* the layouts of the engine's input and output tensors (NnTensor.block) */
     char name[48];
     ConvEntry entry[CONV_BATCHES]; /* entry[0]: the largest batch, created first and never replaced */
 };
@@ -147,6 +149,12 @@ size_t nn_onednn_bytes(const NnOnednn *ctx)
     size_t bytes = 0;
     for (int i = 0; ctx && i < N_STAGES; i++) bytes += ctx->stage_bytes[i];
     return bytes;
+}
+
+int nn_onednn_block(void)
+{
+    /* the effective ISA honours DNNL_MAX_CPU_ISA, as the primitives do */
+    return (dnnl_get_effective_cpu_isa() & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ? 16 : 8;
 }
 
 /* ============================== building an entry ============================== */
@@ -264,6 +272,11 @@ static dnnl_status_t conv_desc_init(dnnl_convolution_desc_t *d, int pass, dnnl_a
     }
 }
 
+static dnnl_format_tag_t activation_tag(int block)
+{
+    return block == 16 ? dnnl_nChw16c : block == 8 ? dnnl_nChw8c : dnnl_nchw;
+}
+
 static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
 {
     NnOnednn *ctx = c->ctx;
@@ -278,8 +291,8 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
     int failed = -1; /* the primitive oneDNN could not create */
     memset(e, 0, sizeof *e);
     e->batch = batch;
-    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, dnnl_nchw);
-    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, dnnl_nchw);
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, activation_tag(c->x_block));
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, activation_tag(c->y_block));
     if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&w, wn, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw);
     if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&b, 1, bd, dnnl_f32, dnnl_x);
     if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&x_any, 4, xd, dnnl_f32, dnnl_format_tag_any);
@@ -333,13 +346,16 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
             s->pad, s->groups, c->bias ? ", bias" : "", dnnl_status2str(st));
 }
 
-int nn_onednn_conv_create(NnOnednnConv **out, NnOnednn *ctx, const NnConvShape *s, int bias, const char *name)
+int nn_onednn_conv_create(NnOnednnConv **out, NnOnednn *ctx, const NnConvShape *s, int bias, int x_block,
+                          int y_block, const char *name)
 {
     NnOnednnConv *c = NULL;
     FH_CHECK(fh_calloc(&c, 1, sizeof *c, "oneDNN convolution"));
     c->ctx = ctx;
     c->shape = *s;
     c->bias = bias;
+    c->x_block = x_block;
+    c->y_block = y_block;
     snprintf(c->name, sizeof c->name, "%s", name);
     *out = c;
     const int status = entry_create(c, &c->entry[0], s->batch);

@@ -249,6 +249,168 @@ static void test_bad_pool(void)
     nn_model_free(&m);
 }
 
+/* ============================== channel-blocked layouts ============================== */
+
+/* Batch norm, group norm (2 groups of 16 channels) and global average pooling on the blocked layouts of the
+ * oneDNN backend (nChw8c, nChw16c: NnTensor.block) compute what they compute on NCHW: every output, saved
+ * and running statistic and gradient (dy masked by the fused activation included) within 1e-5 of NCHW's
+ * after a reorder; the sums run in another order, so the bits differ. 32 channels: two or four blocks,
+ * split over the threads like NCHW's. */
+enum { LB = 3, LC = 32, LHW = 35, LN = LB * LC * LHW };
+
+/* index of (sample b, channel c, position i) in NCHW (block 0) or in a channel-blocked layout */
+static int64_t at(int b, int c, int i, int block)
+{
+    if (!block) return ((int64_t)b * LC + c) * LHW + i;
+    return (((int64_t)b * (LC / block) + c / block) * LHW + i) * block + c % block;
+}
+
+static void relayout(float *dst, int dst_block, const float *src, int src_block)
+{
+    for (int b = 0; b < LB; b++)
+        for (int c = 0; c < LC; c++)
+            for (int i = 0; i < LHW; i++) dst[at(b, c, i, dst_block)] = src[at(b, c, i, src_block)];
+}
+
+static void to_blocked(float *dst, const float *src, int block) { relayout(dst, block, src, 0); }
+static void from_blocked(float *dst, const float *src, int block) { relayout(dst, 0, src, block); }
+
+/* y, dx, dy after the fused mask, dgamma, dbeta, mean, invstd and running statistics of one layout, in NCHW */
+typedef struct {
+    float y[LN], dx[LN], dy[LN], y_eval[LN], dx_eval[LN], pooled[LB * LC], dpool[LN];
+    float dgamma[LC], dbeta[LC], mean[LC], invstd[LC], rm[LC], rv[LC], dgamma_eval[LC], dbeta_eval[LC];
+    float gn_y[LN], gn_dx[LN], gn_dgamma[LC], gn_dbeta[LC], gn_stats[4 * LB];
+} LayoutRun;
+
+static void norm_in_layout(LayoutRun *o, int block, const float *x0, const float *dy0, const float *gamma,
+                           const float *beta)
+{
+    float *x = falloc(LN), *dy = falloc(LN), *t = falloc(LN);
+    if (block) {
+        to_blocked(x, x0, block);
+        to_blocked(dy, dy0, block);
+    } else {
+        memcpy(x, x0, sizeof(float) * LN);
+        memcpy(dy, dy0, sizeof(float) * LN);
+    }
+    for (int c = 0; c < LC; c++) {
+        o->rm[c] = 0.1f * (float)c;
+        o->rv[c] = 1.0f + 0.05f * (float)c;
+    }
+    memset(o->dgamma, 0, sizeof o->dgamma);
+    memset(o->dbeta, 0, sizeof o->dbeta);
+    memset(o->dgamma_eval, 0, sizeof o->dgamma_eval);
+    memset(o->dbeta_eval, 0, sizeof o->dbeta_eval);
+    /* training with a fused ReLU; dy is masked in place, dx accumulates onto 1 */
+    float *y = falloc(LN), *dx = falloc(LN);
+    for (int64_t i = 0; i < LN; i++) dx[i] = 1.0f;
+    nn_batchnorm_forward_train_act(y, o->mean, o->invstd, o->rm, o->rv, x, gamma, beta, LB, LC, LHW, 1e-5f, 0.1f,
+                                   NN_ACT_RELU, block);
+    nn_batchnorm_backward_train_act(dx, o->dgamma, o->dbeta, dy, y, x, gamma, o->mean, o->invstd, LB, LC, LHW,
+                                    NN_ACT_RELU, block);
+    float *outs[3] = {y, dx, dy}, *dst[3] = {o->y, o->dx, o->dy};
+    for (int k = 0; k < 3; k++) {
+        if (block) from_blocked(dst[k], outs[k], block);
+        else memcpy(dst[k], outs[k], sizeof(float) * LN);
+    }
+    /* eval (frozen statistics) with a fused ReLU6, and its backward */
+    if (block) to_blocked(dy, dy0, block);
+    else memcpy(dy, dy0, sizeof(float) * LN);
+    for (int64_t i = 0; i < LN; i++) dx[i] = 0.0f;
+    nn_batchnorm_forward_eval_act(y, x, gamma, beta, o->rm, o->rv, LB, LC, LHW, 1e-5f, NN_ACT_RELU6, block);
+    nn_batchnorm_backward_eval(dx, o->dgamma_eval, o->dbeta_eval, dy, x, gamma, o->rm, o->rv, LB, LC, LHW, 1e-5f,
+                               block);
+    /* group norm, 2 groups: its statistics are layout-free sums, its per-channel parts are not */
+    float *gy = falloc(LN), *gdx = falloc(LN);
+    for (int64_t i = 0; i < LN; i++) gdx[i] = 0.5f;
+    memset(o->gn_dgamma, 0, sizeof o->gn_dgamma);
+    memset(o->gn_dbeta, 0, sizeof o->gn_dbeta);
+    if (block) to_blocked(dy, dy0, block);
+    else memcpy(dy, dy0, sizeof(float) * LN);
+    nn_groupnorm_forward(gy, o->gn_stats, o->gn_stats + 2 * LB, x, gamma, beta, LB, LC, LHW, 2, 1e-5f, block);
+    nn_groupnorm_backward(gdx, o->gn_dgamma, o->gn_dbeta, dy, x, gamma, o->gn_stats, o->gn_stats + 2 * LB, LB, LC,
+                          LHW, 2, block);
+    if (block) {
+        from_blocked(o->gn_y, gy, block);
+        from_blocked(o->gn_dx, gdx, block);
+    } else {
+        memcpy(o->gn_y, gy, sizeof(float) * LN);
+        memcpy(o->gn_dx, gdx, sizeof(float) * LN);
+    }
+    free(gy);
+    free(gdx);
+    /* global average pooling: [LB, LC] out in every layout */
+    for (int64_t i = 0; i < LN; i++) t[i] = 0.0f;
+    if (block) {
+        nn_gap_forward_blocked(o->pooled, x, LB, LC, LHW, block);
+        nn_gap_backward_blocked(t, dy0, LB, LC, LHW, block); /* dy: [LB, LC] */
+        from_blocked(o->y_eval, y, block);
+        from_blocked(o->dx_eval, dx, block);
+        from_blocked(o->dpool, t, block);
+    } else {
+        nn_gap_forward(o->pooled, x, LB * LC, LHW);
+        nn_gap_backward(t, dy0, LB * LC, LHW);
+        memcpy(o->y_eval, y, sizeof(float) * LN);
+        memcpy(o->dx_eval, dx, sizeof(float) * LN);
+        memcpy(o->dpool, t, sizeof(float) * LN);
+    }
+    free(x);
+    free(dy);
+    free(t);
+    free(y);
+    free(dx);
+}
+
+static void test_norm_blocked_layouts(void)
+{
+    FhRng rng = rng_for("norm_blocked_layouts", 0);
+    float *x = falloc(LN), *dy = falloc(LN), gamma[LC], beta[LC];
+    fill_normal(&rng, x, LN, 2.0);
+    for (int64_t i = 0; i < LN; i++) x[i] += 3.0f; /* an offset, as after a conv */
+    fill_normal(&rng, dy, LN, 1.0);
+    fill_uniform(&rng, gamma, LC, 0.5, 1.5);
+    fill_uniform(&rng, beta, LC, -0.5, 0.5);
+    LayoutRun *plain = calloc(1, sizeof *plain), *blocked = calloc(1, sizeof *blocked);
+    if (!plain || !blocked) abort();
+    norm_in_layout(plain, 0, x, dy, gamma, beta);
+    for (int block = 8; block <= 16; block += 8)
+        for (int threads = 1; threads <= 2; threads++) {
+            nn_set_threads(threads);
+            norm_in_layout(blocked, block, x, dy, gamma, beta);
+            nn_set_threads(1);
+            char label[48];
+            snprintf(label, sizeof label, "block %d, %d thread(s)", block, threads);
+            const struct { const char *what; const float *a, *ref; int64_t n; } out[] = {
+                {"y", blocked->y, plain->y, LN},
+                {"dx", blocked->dx, plain->dx, LN},
+                {"masked dy", blocked->dy, plain->dy, LN},
+                {"dgamma", blocked->dgamma, plain->dgamma, LC},
+                {"dbeta", blocked->dbeta, plain->dbeta, LC},
+                {"mean", blocked->mean, plain->mean, LC},
+                {"invstd", blocked->invstd, plain->invstd, LC},
+                {"running mean", blocked->rm, plain->rm, LC},
+                {"running var", blocked->rv, plain->rv, LC},
+                {"eval y", blocked->y_eval, plain->y_eval, LN},
+                {"eval dx", blocked->dx_eval, plain->dx_eval, LN},
+                {"eval dgamma", blocked->dgamma_eval, plain->dgamma_eval, LC},
+                {"eval dbeta", blocked->dbeta_eval, plain->dbeta_eval, LC},
+                {"gap", blocked->pooled, plain->pooled, LB * LC},
+                {"group norm y", blocked->gn_y, plain->gn_y, LN},
+                {"group norm dx", blocked->gn_dx, plain->gn_dx, LN},
+                {"group norm dgamma", blocked->gn_dgamma, plain->gn_dgamma, LC},
+                {"group norm dbeta", blocked->gn_dbeta, plain->gn_dbeta, LC},
+                {"group norm statistics", blocked->gn_stats, plain->gn_stats, 4 * LB},
+                {"gap dx", blocked->dpool, plain->dpool, LN},
+            };
+            for (size_t k = 0; k < sizeof out / sizeof out[0]; k++)
+                check_close(label, out[k].what, out[k].a, out[k].ref, out[k].n, 1e-5);
+        }
+    free(plain);
+    free(blocked);
+    free(x);
+    free(dy);
+}
+
 /* ============================== threads ============================== */
 
 /* The kernels split over train.threads (kernels.h, NN_PAR_MIN) on tensors large enough to split: every
@@ -286,17 +448,17 @@ static void kernels_on_threads(int threads, float *res, int32_t *argmax)
     /* batch norm, training with a fused ReLU (its running statistics in stats), then eval */
     float *bn_dy = fdup(dy, TN);
     nn_batchnorm_forward_train_act(r, r + TN, r + TN + TC, stats, stats + TC, x, gamma, beta, TB, TC, THW, 1e-5f,
-                                   0.1f, NN_ACT_RELU);
+                                   0.1f, NN_ACT_RELU, 0);
     nn_batchnorm_backward_train_act(r + TN + 2 * TC, r + 2 * TN + 2 * TC, r + 2 * TN + 3 * TC, bn_dy, r, x, gamma,
-                                    r + TN, r + TN + TC, TB, TC, THW, NN_ACT_RELU);
+                                    r + TN, r + TN + TC, TB, TC, THW, NN_ACT_RELU, 0);
     r += 2 * TN + 4 * TC;
-    nn_batchnorm_forward_eval_act(r, x, gamma, beta, stats, stats + TC, TB, TC, THW, 1e-5f, NN_ACT_RELU6);
-    nn_batchnorm_backward_eval(r + TN, r + 2 * TN, r + 2 * TN + TC, dy, x, gamma, stats, stats + TC, TB, TC, THW, 1e-5f);
+    nn_batchnorm_forward_eval_act(r, x, gamma, beta, stats, stats + TC, TB, TC, THW, 1e-5f, NN_ACT_RELU6, 0);
+    nn_batchnorm_backward_eval(r + TN, r + 2 * TN, r + 2 * TN + TC, dy, x, gamma, stats, stats + TC, TB, TC, THW, 1e-5f, 0);
     r += 2 * TN + 2 * TC;
     /* group norm, 2 groups */
-    nn_groupnorm_forward(r, r + TN, r + TN + 2 * TB, x, gamma, beta, TB, TC, THW, 2, 1e-5f);
+    nn_groupnorm_forward(r, r + TN, r + TN + 2 * TB, x, gamma, beta, TB, TC, THW, 2, 1e-5f, 0);
     nn_groupnorm_backward(r + TN + 4 * TB, r + 2 * TN + 4 * TB, r + 2 * TN + 4 * TB + TC, dy, x, gamma, r + TN,
-                          r + TN + 2 * TB, TB, TC, THW, 2);
+                          r + TN + 2 * TB, TB, TC, THW, 2, 0);
     r += 2 * TN + 4 * TB + 2 * TC;
     memcpy(r, stats, sizeof stats);
     r += 4 * TC;
@@ -337,6 +499,7 @@ int main(int argc, char **argv)
     RUN(test_batchnorm_large_offset);
     RUN(test_groupnorm_normalises);
     RUN(test_bad_pool);
+    RUN(test_norm_blocked_layouts);
     RUN(test_threads_same_bits);
     return test_summary();
 }
