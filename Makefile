@@ -57,7 +57,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam clean help check-tools
+.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam bench-norm clean help check-tools
 
 # test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
 TEST_HELPERS = $(BUILD)/tests/model_logits
@@ -81,6 +81,7 @@ help:
 	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
 	@echo "make bench-partition / bench-round / bench-methods   one of them (methods: hook overhead over FedAvg)"
 	@echo "make bench-sam   SAM-family step cost over the SGD step (targets 2.1x, single-backprop 1.15x)"
+	@echo "make bench-norm  batch norm + ReLU on the blocked layout: fedhet's kernels against oneDNN's primitive"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make fuzz        build the libFuzzer targets (build-fuzz/) and run each for FUZZ_SECONDS (default 600)"
 	@echo "make clean       remove build/, build-fuzz/ and bin/"
@@ -170,6 +171,13 @@ bench: all $(BUILD)/bench/sam_step
 
 bench-sam: all $(BUILD)/bench/sam_step
 	@./tests/bench/sam.sh
+
+bench-norm: $(BUILD)/bench/norm_step
+	@OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/norm_step
+
+$(BUILD)/bench/norm_step: tests/bench/norm_step.c $(LIB) $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 $(BUILD)/bench/sam_step: tests/bench/sam_step.c $(LIB) $(FLAGS_STAMP)
 	@mkdir -p $(@D)

@@ -1,0 +1,149 @@
+/* Batch norm with a fused ReLU, forward (training statistics) and backward, on the channel-blocked layout the
+ * onednn backend keeps between layers: fedhet's kernels (src/nn/kernels_act_pool_norm.c) against oneDNN's
+ * batch-normalization primitive (dnnl_fuse_norm_relu, scale and shift, its ReLU mask in a workspace), on the
+ * same tensors, one thread. The question it answers: whether moving batch norm to oneDNN would pay.
+ * Shapes: resnet8's first stage, a mobilenetv2 expansion, resnet18's last stage (batch 32).
+ * Prints one line per shape: ms per forward + backward of each, best of `reps` (default 20), and the ratio.
+ * Run: make bench-norm (or build/bench/norm_step [reps]). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "../../src/nn/kernels.h"
+#include "fedhet/core.h"
+
+#define CHECK_DNNL(call)                                                                      \
+    do {                                                                                      \
+        dnnl_status_t st_ = (call);                                                           \
+        if (st_ != dnnl_success) {                                                            \
+            fprintf(stderr, "norm_step: %s failed: %d\n", #call, (int)st_);                   \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+typedef struct {
+    const char *what;
+    int n, c, h, w;
+} Shape;
+
+static float *filled(size_t n, unsigned seed)
+{
+    float *p = NULL;
+    if (fh_alloc_aligned((void **)&p, n * sizeof(float), "bench tensor") != FH_OK) exit(1);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u; /* a fixed LCG: timing does not depend on the values */
+        p[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+    return p;
+}
+
+static double fedhet_ms(const Shape *s, int reps)
+{
+    const size_t n = (size_t)s->n * s->c * s->h * s->w;
+    float *x = filled(n, 1), *y = filled(n, 2), *dy0 = filled(n, 3), *dy = filled(n, 4), *dx = filled(n, 5);
+    float *gamma = filled((size_t)s->c, 6), *beta = filled((size_t)s->c, 7), *stats = filled(6 * (size_t)s->c, 8);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        memcpy(dy, dy0, n * sizeof(float)); /* backward masks dy in place */
+        const double t0 = fh_time_now();
+        nn_batchnorm_forward_train_act(y, stats, stats + s->c, stats + 2 * s->c, stats + 3 * s->c, x, gamma, beta,
+                                       s->n, s->c, s->h * s->w, 1e-5f, 0.1f, NN_ACT_RELU, 16);
+        nn_batchnorm_backward_train_act(dx, stats + 4 * s->c, stats + 5 * s->c, dy, y, x, gamma, stats,
+                                        stats + s->c, s->n, s->c, s->h * s->w, NN_ACT_RELU, 16);
+        const double t = fh_time_now() - t0;
+        if (t < best) best = t;
+    }
+    float *all[] = {x, y, dy0, dy, dx, gamma, beta, stats};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fh_free((void **)&all[i]);
+    return best * 1e3;
+}
+
+static dnnl_memory_t mem(dnnl_engine_t eng, const dnnl_memory_desc_t *md, unsigned seed)
+{
+    dnnl_memory_t m;
+    CHECK_DNNL(dnnl_memory_create(&m, md, eng, DNNL_MEMORY_ALLOCATE));
+    void *p = NULL;
+    CHECK_DNNL(dnnl_memory_get_data_handle(m, &p));
+    float *src = filled(dnnl_memory_desc_get_size(md) / sizeof(float), seed);
+    memcpy(p, src, dnnl_memory_desc_get_size(md));
+    fh_free((void **)&src);
+    return m;
+}
+
+static double onednn_ms(const Shape *s, int reps)
+{
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    CHECK_DNNL(dnnl_engine_create(&eng, dnnl_cpu, 0));
+    CHECK_DNNL(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags));
+    const dnnl_dims_t dims = {s->n, s->c, s->h, s->w}, cdim = {s->c};
+    dnnl_memory_desc_t data, chan;
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&data, 4, dims, dnnl_f32, dnnl_nChw16c));
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&chan, 1, cdim, dnnl_f32, dnnl_x));
+    const unsigned flags = dnnl_use_scale | dnnl_use_shift | dnnl_fuse_norm_relu;
+    dnnl_batch_normalization_desc_t fd, bd;
+    dnnl_primitive_desc_t fpd, bpd;
+    dnnl_primitive_t fwd, bwd;
+    CHECK_DNNL(dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &data, 1e-5f, flags));
+    CHECK_DNNL(dnnl_primitive_desc_create(&fpd, &fd, NULL, eng, NULL));
+    CHECK_DNNL(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &data, &data, 1e-5f, flags));
+    CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, NULL, eng, fpd));
+    CHECK_DNNL(dnnl_primitive_create(&fwd, fpd));
+    CHECK_DNNL(dnnl_primitive_create(&bwd, bpd));
+    const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0);
+    dnnl_memory_t x = mem(eng, &data, 1), y = mem(eng, &data, 2), dy = mem(eng, &data, 3), dx = mem(eng, &data, 5);
+    dnnl_memory_t scale = mem(eng, &chan, 6), shift = mem(eng, &chan, 7), mean = mem(eng, &chan, 8),
+                  var = mem(eng, &chan, 9), dscale = mem(eng, &chan, 10), dshift = mem(eng, &chan, 11);
+    dnnl_memory_t ws = mem(eng, ws_md, 12);
+    dnnl_exec_arg_t fargs[] = {{DNNL_ARG_SRC, x},     {DNNL_ARG_DST, y},          {DNNL_ARG_SCALE, scale},
+                               {DNNL_ARG_SHIFT, shift}, {DNNL_ARG_MEAN, mean},     {DNNL_ARG_VARIANCE, var},
+                               {DNNL_ARG_WORKSPACE, ws}};
+    dnnl_exec_arg_t bargs[] = {{DNNL_ARG_SRC, x},           {DNNL_ARG_DIFF_DST, dy},      {DNNL_ARG_SCALE, scale},
+                               {DNNL_ARG_SHIFT, shift},
+                               {DNNL_ARG_MEAN, mean},         {DNNL_ARG_VARIANCE, var},     {DNNL_ARG_WORKSPACE, ws},
+                               {DNNL_ARG_DIFF_SRC, dx},       {DNNL_ARG_DIFF_SCALE, dscale},
+                               {DNNL_ARG_DIFF_SHIFT, dshift}};
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = fh_time_now();
+        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, sizeof fargs / sizeof fargs[0], fargs));
+        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, sizeof bargs / sizeof bargs[0], bargs));
+        CHECK_DNNL(dnnl_stream_wait(stream));
+        const double t = fh_time_now() - t0;
+        if (t < best) best = t;
+    }
+    dnnl_memory_t all[] = {x, y, dy, dx, scale, shift, mean, var, dscale, dshift, ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dnnl_memory_destroy(all[i]);
+    dnnl_primitive_destroy(fwd);
+    dnnl_primitive_destroy(bwd);
+    dnnl_primitive_desc_destroy(fpd);
+    dnnl_primitive_desc_destroy(bpd);
+    dnnl_stream_destroy(stream);
+    dnnl_engine_destroy(eng);
+    return best * 1e3;
+}
+
+int main(int argc, char **argv)
+{
+    const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    if (reps < 1) {
+        fprintf(stderr, "usage: norm_step [reps >= 1]\n");
+        return 2;
+    }
+    nn_set_threads(1);
+    const Shape shapes[] = {{"resnet8 stage 1", 32, 128, 32, 32},
+                            {"mobilenetv2 expansion", 32, 96, 16, 16},
+                            {"resnet18 stage 4", 32, 512, 4, 4}};
+    printf("batch norm + ReLU, forward (training) + backward, nChw16c, 1 thread, best of %d\n", reps);
+    printf("%-24s %-16s %12s %12s %14s\n", "shape", "NxCxHxW", "fedhet ms", "oneDNN ms", "oneDNN/fedhet");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const Shape *s = &shapes[i];
+        const double f = fedhet_ms(s, reps), o = onednn_ms(s, reps);
+        char dims[32];
+        snprintf(dims, sizeof dims, "%dx%dx%dx%d", s->n, s->c, s->h, s->w);
+        printf("%-24s %-16s %12.3f %12.3f %14.2f\n", s->what, dims, f, o, o / f);
+    }
+    return 0;
+}
