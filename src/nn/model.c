@@ -486,24 +486,21 @@ static void plan_layouts(NnModel *m)
             out->block = m->tensors[l->in].block && (l->in2 < 0 || m->tensors[l->in2].block) ? block : 0;
     }
     m->tensors[root_of(m, m->logits)].block = m->tensors[root_of(m, m->features)].block = 0;
-    for (int changed = 1; changed;) { /* back to NCHW where a reader needs it, until nothing changes */
+    /* back to NCHW where a reader needs it, and on both sides of a layout-keeping layer that has NCHW on one,
+     * until nothing changes */
+    for (int changed = 1; changed;) {
         changed = 0;
         for (int i = 0; i < m->n_layers; i++) {
             const NnLayer *l = &m->layers[i];
             NnTensor *in = &m->tensors[l->in], *in2 = l->in2 >= 0 ? &m->tensors[l->in2] : NULL;
             NnTensor *out = &m->tensors[l->out];
-            const int mixed = keeps_layout(l, block) &&
-                              (!in->block || !out->block || (in2 && !in2->block)) &&
-                              (in->block || out->block || (in2 && in2->block));
-            if ((!reads_blocks(m, l, block) || mixed) && (in->block || (in2 && in2->block))) {
-                in->block = 0;
-                if (in2) in2->block = 0;
-                changed = 1;
-            }
-            if (mixed && out->block) {
-                out->block = 0;
-                changed = 1;
-            }
+            const int all_blocked = in->block && out->block && (!in2 || in2->block);
+            if (reads_blocks(m, l, block) && (!keeps_layout(l, block) || all_blocked)) continue;
+            const int any_blocked = in->block || (in2 && in2->block) || (keeps_layout(l, block) && out->block);
+            in->block = 0;
+            if (in2) in2->block = 0;
+            if (keeps_layout(l, block)) out->block = 0;
+            changed |= any_blocked;
         }
     }
 }
