@@ -272,8 +272,9 @@ static void relayout(float *dst, int dst_block, const float *src, int src_block)
             for (int i = 0; i < LHW; i++) dst[at(b, c, i, dst_block)] = src[at(b, c, i, src_block)];
 }
 
-static void to_blocked(float *dst, const float *src, int block) { relayout(dst, block, src, 0); }
-static void from_blocked(float *dst, const float *src, int block) { relayout(dst, 0, src, block); }
+/* NCHW to and from `block` (0: a copy) */
+static void to_layout(float *dst, const float *src, int block) { relayout(dst, block, src, 0); }
+static void from_layout(float *dst, const float *src, int block) { relayout(dst, 0, src, block); }
 
 /* y, dx, dy after the fused mask, dgamma, dbeta, mean, invstd and running statistics of one layout, in NCHW */
 typedef struct {
@@ -285,14 +286,9 @@ typedef struct {
 static void norm_in_layout(LayoutRun *o, int block, const float *x0, const float *dy0, const float *gamma,
                            const float *beta)
 {
-    float *x = falloc(LN), *dy = falloc(LN), *t = falloc(LN);
-    if (block) {
-        to_blocked(x, x0, block);
-        to_blocked(dy, dy0, block);
-    } else {
-        memcpy(x, x0, sizeof(float) * LN);
-        memcpy(dy, dy0, sizeof(float) * LN);
-    }
+    float *x = falloc(LN), *dy = falloc(LN), *y = falloc(LN), *dx = falloc(LN);
+    to_layout(x, x0, block);
+    to_layout(dy, dy0, block);
     for (int c = 0; c < LC; c++) {
         o->rm[c] = 0.1f * (float)c;
         o->rv[c] = 1.0f + 0.05f * (float)c;
@@ -302,61 +298,43 @@ static void norm_in_layout(LayoutRun *o, int block, const float *x0, const float
     memset(o->dgamma_eval, 0, sizeof o->dgamma_eval);
     memset(o->dbeta_eval, 0, sizeof o->dbeta_eval);
     /* training with a fused ReLU; dy is masked in place, dx accumulates onto 1 */
-    float *y = falloc(LN), *dx = falloc(LN);
     for (int64_t i = 0; i < LN; i++) dx[i] = 1.0f;
     nn_batchnorm_forward_train_act(y, o->mean, o->invstd, o->rm, o->rv, x, gamma, beta, LB, LC, LHW, 1e-5f, 0.1f,
                                    NN_ACT_RELU, block);
     nn_batchnorm_backward_train_act(dx, o->dgamma, o->dbeta, dy, y, x, gamma, o->mean, o->invstd, LB, LC, LHW,
                                     NN_ACT_RELU, block);
-    float *outs[3] = {y, dx, dy}, *dst[3] = {o->y, o->dx, o->dy};
-    for (int k = 0; k < 3; k++) {
-        if (block) from_blocked(dst[k], outs[k], block);
-        else memcpy(dst[k], outs[k], sizeof(float) * LN);
-    }
+    from_layout(o->y, y, block);
+    from_layout(o->dx, dx, block);
+    from_layout(o->dy, dy, block);
     /* eval (frozen statistics) with a fused ReLU6, and its backward */
-    if (block) to_blocked(dy, dy0, block);
-    else memcpy(dy, dy0, sizeof(float) * LN);
+    to_layout(dy, dy0, block);
     for (int64_t i = 0; i < LN; i++) dx[i] = 0.0f;
     nn_batchnorm_forward_eval_act(y, x, gamma, beta, o->rm, o->rv, LB, LC, LHW, 1e-5f, NN_ACT_RELU6, block);
     nn_batchnorm_backward_eval(dx, o->dgamma_eval, o->dbeta_eval, dy, x, gamma, o->rm, o->rv, LB, LC, LHW, 1e-5f,
                                block);
+    from_layout(o->y_eval, y, block);
+    from_layout(o->dx_eval, dx, block);
     /* group norm, 2 groups: its statistics are layout-free sums, its per-channel parts are not */
-    float *gy = falloc(LN), *gdx = falloc(LN);
-    for (int64_t i = 0; i < LN; i++) gdx[i] = 0.5f;
+    for (int64_t i = 0; i < LN; i++) dx[i] = 0.5f;
     memset(o->gn_dgamma, 0, sizeof o->gn_dgamma);
     memset(o->gn_dbeta, 0, sizeof o->gn_dbeta);
-    if (block) to_blocked(dy, dy0, block);
-    else memcpy(dy, dy0, sizeof(float) * LN);
-    nn_groupnorm_forward(gy, o->gn_stats, o->gn_stats + 2 * LB, x, gamma, beta, LB, LC, LHW, 2, 1e-5f, block);
-    nn_groupnorm_backward(gdx, o->gn_dgamma, o->gn_dbeta, dy, x, gamma, o->gn_stats, o->gn_stats + 2 * LB, LB, LC,
+    nn_groupnorm_forward(y, o->gn_stats, o->gn_stats + 2 * LB, x, gamma, beta, LB, LC, LHW, 2, 1e-5f, block);
+    nn_groupnorm_backward(dx, o->gn_dgamma, o->gn_dbeta, dy, x, gamma, o->gn_stats, o->gn_stats + 2 * LB, LB, LC,
                           LHW, 2, block);
-    if (block) {
-        from_blocked(o->gn_y, gy, block);
-        from_blocked(o->gn_dx, gdx, block);
-    } else {
-        memcpy(o->gn_y, gy, sizeof(float) * LN);
-        memcpy(o->gn_dx, gdx, sizeof(float) * LN);
-    }
-    free(gy);
-    free(gdx);
-    /* global average pooling: [LB, LC] out in every layout */
-    for (int64_t i = 0; i < LN; i++) t[i] = 0.0f;
+    from_layout(o->gn_y, y, block);
+    from_layout(o->gn_dx, dx, block);
+    /* global average pooling: [LB, LC] out in every layout, its dy the first LB * LC values of dy0 */
+    for (int64_t i = 0; i < LN; i++) dx[i] = 0.0f;
     if (block) {
         nn_gap_forward_blocked(o->pooled, x, LB, LC, LHW, block);
-        nn_gap_backward_blocked(t, dy0, LB, LC, LHW, block); /* dy: [LB, LC] */
-        from_blocked(o->y_eval, y, block);
-        from_blocked(o->dx_eval, dx, block);
-        from_blocked(o->dpool, t, block);
+        nn_gap_backward_blocked(dx, dy0, LB, LC, LHW, block);
     } else {
         nn_gap_forward(o->pooled, x, LB * LC, LHW);
-        nn_gap_backward(t, dy0, LB * LC, LHW);
-        memcpy(o->y_eval, y, sizeof(float) * LN);
-        memcpy(o->dx_eval, dx, sizeof(float) * LN);
-        memcpy(o->dpool, t, sizeof(float) * LN);
+        nn_gap_backward(dx, dy0, LB * LC, LHW);
     }
+    from_layout(o->dpool, dx, block);
     free(x);
     free(dy);
-    free(t);
     free(y);
     free(dx);
 }
