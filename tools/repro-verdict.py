@@ -112,7 +112,8 @@ def matches(member, sel):
 def column(rows, name, path):
     if not rows or name not in rows[0]:
         fail(f"{path} has no column {name}")
-    return [(int(float(r["round"])), float(r[name])) for r in rows if r[name] not in ("", "nan")]
+    # metrics.csv counts rounds from 0; statistics speak of 1-based rounds as fedhet report does (spec C.3)
+    return [(int(float(r["round"])) + 1, float(r[name])) for r in rows if r[name] not in ("", "nan")]
 
 
 def run_statistic(metrics_path, stat):
@@ -140,7 +141,7 @@ def run_statistic(metrics_path, stat):
     else:  # reachT
         target = float(kind[5:])
         hit = [r for r, v in values if v >= target]
-        last_round = int(float(rows[-1]["round"]))
+        last_round = int(float(rows[-1]["round"])) + 1
         x = float(hit[0]) if hit else float(last_round + 1)
         flag = "" if hit else "never reached"
     return x, flag

@@ -28,7 +28,8 @@ member()
     echo "$index,$name,$method,$seed,$state,0,1,1.0,$#,," >>"$dir/members.csv"
     [ "$state" = done ] || return 0
     mkdir -p "$dir/$name"
-    { echo "round,lr,test_accuracy"; for acc in "$@"; do r=$((r + 1)); echo "$r,0.01,$acc"; done; } >"$dir/$name/metrics.csv"
+    # rounds from 0, as fedhet writes them
+    { echo "round,lr,test_accuracy"; for acc in "$@"; do echo "$r,0.01,$acc"; r=$((r + 1)); done; } >"$dir/$name/metrics.csv"
 }
 
 fake_grid()
@@ -89,6 +90,9 @@ EOF
     expect_verdict gap inconclusive       # (0.81 - 0.71) - (0.8167 - 0.71) = -0.0067
     expect_verdict reach reproduced       # round 2 against never (counted as 4)
     grep -q "never reached" "$WORK/verdicts.md" || fail "reach: the runs that never reached the target are not flagged"
+    # 1-based rounds, as fedhet report counts them: a reaches 0.75 in round 2, b never (3 rounds + 1)
+    grep -q '^reach,reach0.75:test_accuracy,[^,]*,2.0,0.0,3,4.0,0.0,3,' "$WORK/verdicts.csv" ||
+        fail "reach: rounds are not 1-based (2 and 4 expected): $(grep '^reach' "$WORK/verdicts.csv")"
     expect_verdict last reproduced
     expect_verdict partial "incomplete"
     grep -q '^up,final:test_accuracy,.*,0.81,0.01' "$WORK/verdicts.csv" ||
