@@ -273,11 +273,7 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
         eps_norm = asam_perturb(m, w, g, o->rho, o->asam_eta, e);
     } else {
         const float scale = (float)(o->rho / (gnorm + e)); /* SAM (and GSAM's ascent): eps = rho g/(||g|| + e) */
-#pragma omp simd
-        for (int64_t j = 0; j < P; j++) {
-            saved[j] = w[j];
-            w[j] += scale * g[j];
-        }
+        nn_sam_ascend(w, saved, g, scale, P);
         eps_norm = (double)scale * gnorm;
     }
     const int bn = m->bn_update_running;

@@ -31,9 +31,9 @@ static void bench_step(BenchCtx *b)
     nn_softmax_xent(b->dlogits, NULL, nn_model_logits(m), b->labels, NULL, NULL, b->batch, m->classes);
     nn_model_backward(m, b->dlogits, NULL);
     if (b->sam) {
-        float norm = nn_vec_norm(m->grad, m->n_params);
-        nn_vec_copy(b->saved, m->state, m->n_params);
-        nn_vec_axpy(m->state, b->rho / (norm + 1e-12f), m->grad, m->n_params);
+        /* the passes of the methods' SAM step (algo/sam.c) */
+        const double norm = nn_vec_norm_f64(m->grad, m->n_params);
+        nn_sam_ascend(m->state, b->saved, m->grad, (float)(b->rho / (norm + 1e-12)), m->n_params);
         nn_model_zero_grad(m);
         m->bn_update_running = 0;
         nn_model_forward(m, b->input, b->batch);

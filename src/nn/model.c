@@ -882,7 +882,7 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
     return FH_OK;
 }
 
-void nn_model_zero_grad(NnModel *m) { memset(m->grad, 0, sizeof(float) * (size_t)m->n_state); }
+void nn_model_zero_grad(NnModel *m) { nn_vec_zero(m->grad, m->n_state); }
 
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
 {

@@ -27,9 +27,39 @@ void nn_vec_scale(float *x, float a, int64_t n)
     for (int64_t i = 0; i < n; i += VEC_PIECE) cblas_sscal((int)(n - i < VEC_PIECE ? n - i : VEC_PIECE), a, x + i, 1);
 }
 
+/* Copies and fills of whole state vectors are memory-bound passes: on several threads each copies its own
+ * pieces (bits are those of a plain copy). Overlapping ranges keep memmove's one-thread semantics. */
+#define COPY_PIECE ((int64_t)1 << 14)
+
 void nn_vec_copy(float *dst, const float *src, int64_t n)
 {
-    if (n > 0 && dst != src) memmove(dst, src, sizeof(float) * (size_t)n);
+    if (n <= 0 || dst == src) return;
+    if (dst < src + n && src < dst + n) {
+        memmove(dst, src, sizeof(float) * (size_t)n);
+        return;
+    }
+    const int64_t pieces = (n + COPY_PIECE - 1) / COPY_PIECE;
+    NN_PARALLEL_FOR(n, for (int64_t p = 0; p < pieces; p++) {
+        const int64_t i = p * COPY_PIECE, len = n - i < COPY_PIECE ? n - i : COPY_PIECE;
+        memcpy(dst + i, src + i, sizeof(float) * (size_t)len);
+    });
+}
+
+void nn_vec_zero(float *x, int64_t n)
+{
+    const int64_t pieces = n > 0 ? (n + COPY_PIECE - 1) / COPY_PIECE : 0;
+    NN_PARALLEL_FOR(n, for (int64_t p = 0; p < pieces; p++) {
+        const int64_t i = p * COPY_PIECE, len = n - i < COPY_PIECE ? n - i : COPY_PIECE;
+        memset(x + i, 0, sizeof(float) * (size_t)len);
+    });
+}
+
+void nn_sam_ascend(float *w, float *saved, const float *g, float scale, int64_t n)
+{
+    NN_PARALLEL_FOR(n, for (int64_t j = 0; j < n; j++) {
+        saved[j] = w[j];
+        w[j] += scale * g[j];
+    });
 }
 
 float nn_vec_dot(const float *x, const float *y, int64_t n)

@@ -1,5 +1,5 @@
 /* The optimisers (src/nn): SGD (momentum, Nesterov, weight decay), Adam and AdamW against PyTorch's update
- * rules in double precision, their reset, and gradient-norm clipping.
+ * rules in double precision, their reset, gradient-norm clipping, and the whole-vector passes of a SAM step.
  * Run: make build/tests/test_layers_optim && build/tests/test_layers_optim [test_name] */
 #include "test.h"
 
@@ -164,6 +164,40 @@ static void test_clip_grad_norm(void)
     for (int i = 0; i < N; i++) CHECK_NEAR(v[i], v0[i] * (7.5 / norm), 1e-5);
 }
 
+/* copy, fill and SAM's ascent split over threads for long vectors: the same bits as one thread, and a
+ * copy between overlapping ranges keeps memmove's meaning */
+static void test_vector_passes(void)
+{
+    enum { N = 3 * 32768 + 1234 };
+    static float w[N], g[N], w1[N], saved1[N], w2[N], saved2[N], z[N];
+    FhRng rng = rng_for("passes", 0);
+    fill_normal(&rng, w, N, 1.0);
+    fill_normal(&rng, g, N, 0.1);
+    const float scale = 0.37f;
+    for (int threads = 1; threads <= 2; threads++) {
+        nn_set_threads(threads);
+        float *wt = threads == 1 ? w1 : w2, *st = threads == 1 ? saved1 : saved2;
+        nn_vec_copy(wt, w, N);
+        CHECK(memcmp(wt, w, sizeof w) == 0);
+        nn_sam_ascend(wt, st, g, scale, N);
+        CHECK(memcmp(st, w, sizeof w) == 0);
+        int near = 1;
+        for (int i = 0; i < N; i++) near &= fabs((double)wt[i] - ((double)w[i] + scale * (double)g[i])) <= 1e-6 * (fabs(w[i]) + 1);
+        CHECK_MSG(near, "%d threads: w is not w + scale g", threads);
+        for (int i = 0; i < N; i++) z[i] = 1.0f;
+        nn_vec_zero(z, N);
+        int zero = 1;
+        for (int i = 0; i < N; i++) zero &= z[i] == 0.0f;
+        CHECK_MSG(zero, "%d threads: nn_vec_zero left a value", threads);
+        /* overlapping: shift by one to the right, as memmove would */
+        nn_vec_copy(z, w, N);
+        nn_vec_copy(z + 1, z, N - 1);
+        CHECK(z[0] == w[0] && memcmp(z + 1, w, sizeof(float) * (N - 1)) == 0);
+    }
+    nn_set_threads(1);
+    CHECK(memcmp(w1, w2, sizeof w1) == 0 && memcmp(saved1, saved2, sizeof saved1) == 0);
+}
+
 /* ============================== main ============================== */
 
 int main(int argc, char **argv)
@@ -174,5 +208,6 @@ int main(int argc, char **argv)
     RUN(test_sgd_pytorch);
     RUN(test_adam_adamw);
     RUN(test_clip_grad_norm);
+    RUN(test_vector_passes);
     return test_summary();
 }
