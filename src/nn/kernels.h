@@ -84,7 +84,11 @@ const char *nn_onednn_conv_impl(const NnOnednnConv *c, int which);
 /* ---- pooling over [B*C] planes of h x w ---- */
 void nn_maxpool_forward(float *y, int32_t *argmax, const float *x, int planes, int h, int w, int k, int stride,
                         int pad, int ho, int wo);
-void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int planes, int h, int w, int ho, int wo);
+/* x in a channel-blocked layout (block lanes); argmax: the winner's index within its sample's run of h*w*block */
+void nn_maxpool_forward_blocked(float *y, int32_t *argmax, const float *x, int batch, int c, int h, int w, int k,
+                                int stride, int pad, int ho, int wo, int block);
+/* planes of `in` input and `out` output values: h*w and ho*wo in NCHW, times the block in a blocked layout */
+void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int planes, int64_t in, int64_t out);
 /* count_include_pad: the divisor is always k*k */
 void nn_avgpool_forward(float *y, const float *x, int planes, int h, int w, int k, int stride, int pad, int ho,
                         int wo);

@@ -5,6 +5,11 @@
 
 #include "kernels.h"
 
+/* Lane kernels of the channel-blocked layouts (block 8 or 16, NnTensor.block) are inlined with their lane count
+ * L a constant (LANES), so that a loop over the lanes is whole vectors. */
+#define LANE_INLINE static inline __attribute__((always_inline))
+#define LANES(L, f, ...) ((L) == 16 ? f(__VA_ARGS__, 16) : f(__VA_ARGS__, 8))
+
 /* ============================== activations ============================== */
 
 /* Compares, not fminf(fmaxf()): those keep IEEE NaN rules that gcc will not vectorise (5x slower in
@@ -96,9 +101,58 @@ void nn_maxpool_forward(float *y, int32_t *argmax, const float *x, int planes, i
                                                    ho, wo););
 }
 
-void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int planes, int h, int w, int ho, int wo)
+/* x in a channel-blocked layout: each sample's block of channels is a run of h*w vectors of L lanes; the window
+ * is walked in NCHW's order per lane (the same maxima and winners), and argmax holds the winner's index within
+ * the run, so that the backward pass and the pattern replay treat a run as a plane of h*w*L values */
+/* four lanes at once, as GCC vector types: the compare-and-select below is not vectorised from a lane loop */
+typedef float Lane4f __attribute__((vector_size(16)));
+typedef int32_t Lane4i __attribute__((vector_size(16)));
+
+LANE_INLINE void maxpool_run(float *restrict yr, int32_t *restrict ar, const float *restrict xr, int h, int w, int k,
+                             int stride, int pad, int ho, int wo, const int L)
 {
-    const int64_t in = (int64_t)h * w, out = (int64_t)ho * wo;
+    const Lane4i lane = {0, 1, 2, 3};
+    for (int oh = 0; oh < ho; oh++) {
+        const int h0 = oh * stride - pad, ih0 = h0 > 0 ? h0 : 0, ih1 = h0 + k < h ? h0 + k : h;
+        for (int ow = 0; ow < wo; ow++) {
+            const int w0 = ow * stride - pad, iw0 = w0 > 0 ? w0 : 0, iw1 = w0 + k < w ? w0 + k : w;
+            Lane4f best[NN_MAX_BLOCK / 4];
+            Lane4i best_i[NN_MAX_BLOCK / 4];
+            const int32_t first = (ih0 * w + iw0) * L;
+            for (int v = 0; v < L / 4; v++) {
+                memcpy(&best[v], xr + first + 4 * v, sizeof(Lane4f));
+                best_i[v] = lane + (first + 4 * v);
+            }
+            for (int ih = ih0; ih < ih1; ih++)
+                for (int iw = ih == ih0 ? iw0 + 1 : iw0; iw < iw1; iw++) {
+                    const int32_t at = (ih * w + iw) * L;
+                    for (int v = 0; v < L / 4; v++) {
+                        Lane4f x;
+                        memcpy(&x, xr + at + 4 * v, sizeof x);
+                        const Lane4i take = x > best[v]; /* the first maximum wins ties */
+                        best[v] = (Lane4f)(((Lane4i)x & take) | ((Lane4i)best[v] & ~take));
+                        best_i[v] = ((lane + (at + 4 * v)) & take) | (best_i[v] & ~take);
+                    }
+                }
+            const int64_t o = ((int64_t)oh * wo + ow) * L;
+            memcpy(yr + o, best, sizeof(float) * (size_t)L);
+            memcpy(ar + o, best_i, sizeof(int32_t) * (size_t)L);
+        }
+    }
+}
+
+void nn_maxpool_forward_blocked(float *y, int32_t *argmax, const float *x, int batch, int c, int h, int w, int k,
+                                int stride, int pad, int ho, int wo, int block)
+{
+    const int runs = batch * (c / block);
+    const int64_t in = (int64_t)h * w * block, out = (int64_t)ho * wo * block;
+    NN_PARALLEL_FOR((int64_t)runs * in, for (int r = 0; r < runs; r++)
+                        LANES(block, maxpool_run, y + r * out, argmax + r * out, x + r * in, h, w, k, stride, pad, ho,
+                              wo););
+}
+
+void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int planes, int64_t in, int64_t out)
+{
     NN_PARALLEL_FOR(planes * in, for (int p = 0; p < planes; p++) {
         float *dxp = dx + p * in;
         for (int64_t i = 0; i < out; i++) dxp[argmax[p * out + i]] += dy[p * out + i];
@@ -248,14 +302,11 @@ static inline int bn_blocks(const BnShape *s) { return (s->c + bn_step(s) - 1) /
         call;                                                                                      \
     })
 
-/* ---- the lane kernels of the blocked layouts: one sample's run of hw vectors of L lanes, channel j in lane j.
- * Each is inlined with its L a constant (BN_LANES), so that the lane loop is whole vectors. Sums run in float
- * over chunks of BN_CHUNK positions, then in double: about the rounding of the NCHW kernels' plane sums. */
-#define BN_INLINE static inline __attribute__((always_inline))
-#define BN_LANES(L, f, ...) ((L) == 16 ? f(__VA_ARGS__, 16) : f(__VA_ARGS__, 8))
+/* ---- the batch-norm lane kernels: one sample's run of hw vectors of L lanes, channel j in lane j. Sums run in
+ * float over chunks of BN_CHUNK positions, then in double: about the rounding of the NCHW kernels' plane sums. */
 enum { BN_CHUNK = 64 };
 
-BN_INLINE void lanes_affine(float *yp, const float *xp, const float *scale, const float *offset, int hw, NnAct act,
+LANE_INLINE void lanes_affine(float *yp, const float *xp, const float *scale, const float *offset, int hw, NnAct act,
                             const int L)
 {
     for (int64_t i = 0; i < (int64_t)hw * L; i += L)
@@ -264,7 +315,7 @@ BN_INLINE void lanes_affine(float *yp, const float *xp, const float *scale, cons
 }
 
 /* sums of x - shift and (x - shift)^2, added to sum and sumsq */
-BN_INLINE void lanes_stats(double *sum, double *sumsq, const float *xp, const float *shift, int hw, const int L)
+LANE_INLINE void lanes_stats(double *sum, double *sumsq, const float *xp, const float *shift, int hw, const int L)
 {
     for (int i0 = 0; i0 < hw; i0 += BN_CHUNK) {
         const int i1 = i0 + BN_CHUNK < hw ? i0 + BN_CHUNK : hw;
@@ -284,7 +335,7 @@ BN_INLINE void lanes_stats(double *sum, double *sumsq, const float *xp, const fl
 }
 
 /* sums of dy and dy * (x - mean), dy masked by the activation first (and stored back) */
-BN_INLINE void lanes_mask_sums(double *sum_dy, double *sum_dy_xc, float *dyp, const float *yp, const float *xp,
+LANE_INLINE void lanes_mask_sums(double *sum_dy, double *sum_dy_xc, float *dyp, const float *yp, const float *xp,
                                const float *mean, int hw, const NnAct act, const int L)
 {
     for (int i0 = 0; i0 < hw; i0 += BN_CHUNK) {
@@ -306,7 +357,7 @@ BN_INLINE void lanes_mask_sums(double *sum_dy, double *sum_dy_xc, float *dyp, co
 }
 
 /* one activation per inlined copy: a choice inside the loop keeps it from vectorising */
-BN_INLINE void lanes_mask_sums_act(double *sum_dy, double *sum_dy_xc, float *dyp, const float *yp, const float *xp,
+LANE_INLINE void lanes_mask_sums_act(double *sum_dy, double *sum_dy_xc, float *dyp, const float *yp, const float *xp,
                                    const float *mean, int hw, NnAct act, const int L)
 {
     if (act == NN_ACT_RELU) lanes_mask_sums(sum_dy, sum_dy_xc, dyp, yp, xp, mean, hw, NN_ACT_RELU, L);
@@ -315,7 +366,7 @@ BN_INLINE void lanes_mask_sums_act(double *sum_dy, double *sum_dy_xc, float *dyp
 }
 
 /* dx += k (dy - m1 - xhat m2), xhat = (x - mean) invstd */
-BN_INLINE void lanes_dx(float *dxp, const float *xp, const float *dyp, const float *mean, const float *invstd,
+LANE_INLINE void lanes_dx(float *dxp, const float *xp, const float *dyp, const float *mean, const float *invstd,
                         const float *k, const float *m1, const float *m2, int hw, const int L)
 {
     for (int64_t i = 0; i < (int64_t)hw * L; i += L)
@@ -327,7 +378,7 @@ BN_INLINE void lanes_dx(float *dxp, const float *xp, const float *dyp, const flo
 }
 
 /* frozen statistics: s1 += dy, s2 += dy xhat, dx += k dy (dxp may be NULL) */
-BN_INLINE void lanes_eval_backward(float *s1, float *s2, float *dxp, const float *xp, const float *dyp,
+LANE_INLINE void lanes_eval_backward(float *s1, float *s2, float *dxp, const float *xp, const float *dyp,
                                    const float *mean, const float *invstd, const float *k, int hw, const int L)
 {
     for (int64_t i = 0; i < (int64_t)hw * L; i += L)
@@ -347,9 +398,9 @@ static void bn_affine_block(float *y, const float *x, const float *scale, const 
         if (L) {
             float *yp = y + bn_plane(s, b, c0);
             const float *xp = x + bn_plane(s, b, c0);
-            if (s->act == NN_ACT_RELU) BN_LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_RELU);
-            else if (s->act == NN_ACT_RELU6) BN_LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_RELU6);
-            else BN_LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_NONE);
+            if (s->act == NN_ACT_RELU) LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_RELU);
+            else if (s->act == NN_ACT_RELU6) LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_RELU6);
+            else LANES(L, lanes_affine, yp, xp, scale, offset, s->hw, NN_ACT_NONE);
             continue;
         }
         for (int ch = c0; ch < c1; ch++) {
@@ -376,7 +427,7 @@ static void bn_train_block(float *y, float *save_mean, float *save_invstd, float
     for (int ch = c0; ch < c1; ch++) shift[ch - c0] = L ? x[bn_plane(s, 0, c0) + ch - c0] : x[bn_plane(s, 0, ch)];
     for (int b = 0; b < s->batch; b++) {
         if (L) {
-            BN_LANES(L, lanes_stats, sum, sumsq, x + bn_plane(s, b, c0), shift, s->hw);
+            LANES(L, lanes_stats, sum, sumsq, x + bn_plane(s, b, c0), shift, s->hw);
             continue;
         }
         for (int ch = c0; ch < c1; ch++) {
@@ -487,7 +538,7 @@ static void bn_backward_sums(double *sum_dy, double *sum_dy_xc, float *dy, const
     const int hw = s->hw, L = s->block;
     if (L) {
         const float *yp = y ? y + bn_plane(s, b, c0) : NULL;
-        BN_LANES(L, lanes_mask_sums_act, sum_dy, sum_dy_xc, dy + bn_plane(s, b, c0), yp, x + bn_plane(s, b, c0),
+        LANES(L, lanes_mask_sums_act, sum_dy, sum_dy_xc, dy + bn_plane(s, b, c0), yp, x + bn_plane(s, b, c0),
                  save_mean + c0, hw, s->act);
         return;
     }
@@ -528,7 +579,7 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
     if (!dx) return;
     for (int b = 0; b < s->batch; b++) {
         if (L) {
-            BN_LANES(L, lanes_dx, dx + bn_plane(s, b, c0), x + bn_plane(s, b, c0), dy + bn_plane(s, b, c0),
+            LANES(L, lanes_dx, dx + bn_plane(s, b, c0), x + bn_plane(s, b, c0), dy + bn_plane(s, b, c0),
                      save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat, hw);
             continue;
         }
@@ -576,7 +627,7 @@ static void bn_backward_eval_block(float *dx, float *dgamma, float *dbeta, const
     }
     for (int b = 0; b < s->batch; b++) {
         if (L) {
-            BN_LANES(L, lanes_eval_backward, s1, s2, dx ? dx + bn_plane(s, b, c0) : NULL, x + bn_plane(s, b, c0),
+            LANES(L, lanes_eval_backward, s1, s2, dx ? dx + bn_plane(s, b, c0) : NULL, x + bn_plane(s, b, c0),
                      dy + bn_plane(s, b, c0), rm + c0, invstd, k, hw);
             continue;
         }

@@ -451,16 +451,17 @@ out:
 }
 
 /* Activation layouts (NnTensor.block). oneDNN's convs run fastest on channel-blocked tensors (nChw16c with
- * AVX-512, nChw8c else), and batch norm, group norm (a block within a group), global average pooling and the
- * element-wise layers run on them as well; the other layers (linear, pooling windows, flatten, a conv on
- * blas) read NCHW, and so do the callers of the logits and features. A tensor is blocked when a oneDNN conv
+ * AVX-512, nChw8c else), and batch norm, group norm (a block within a group), max and global average pooling
+ * and the element-wise layers run on them as well; the other layers (linear, average pooling, flatten, a conv
+ * on blas) read NCHW, and so do the callers of the logits and features. A tensor is blocked when a oneDNN conv
  * writes it (its channels a multiple of the block), or a layout-keeping layer makes it from blocked inputs,
  * and every reader takes it: then only the convs at the boundaries reorder (the first conv's input, a conv
  * that feeds a pool). The layouts depend on the shapes and the CPU alone, never on the data or the ranks. */
 static int keeps_layout(const NnLayer *l, int block)
 {
     if (l->type == NN_OP_GROUPNORM) return (l->cin / l->groups) % block == 0; /* a block within one group */
-    return l->type == NN_OP_BATCHNORM || l->type == NN_OP_ACT || l->type == NN_OP_ADD || l->type == NN_OP_DROPOUT;
+    return l->type == NN_OP_BATCHNORM || l->type == NN_OP_ACT || l->type == NN_OP_ADD || l->type == NN_OP_DROPOUT ||
+           l->type == NN_OP_MAXPOOL;
 }
 
 static int on_onednn(const NnModel *m, const NnLayer *l)
@@ -832,9 +833,15 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
             if (m->pattern != NN_PATTERN_OFF && !l->pool_pattern)
                 FH_FAIL(FH_ERR_USAGE, "model %s: activation patterns without nn_model_pattern_alloc", m->arch);
             if (replay) {
-                maxpool_replay(y, l->argmax, l->pool_pattern, x, batch * si.c, si.h * si.w, so.h * so.w);
+                const int lanes = block ? block : 1; /* a blocked run is a plane of its lanes' values */
+                maxpool_replay(y, l->argmax, l->pool_pattern, x, batch * si.c / lanes, si.h * si.w * lanes,
+                               so.h * so.w * lanes);
             } else {
-                nn_maxpool_forward(y, l->argmax, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+                if (block)
+                    nn_maxpool_forward_blocked(y, l->argmax, x, batch, si.c, si.h, si.w, l->k, l->stride, l->pad, so.h,
+                                               so.w, block);
+                else
+                    nn_maxpool_forward(y, l->argmax, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
                 if (m->pattern == NN_PATTERN_RECORD)
                     memcpy(l->pool_pattern, l->argmax, sizeof(int32_t) * (size_t)n_out);
             }
@@ -928,7 +935,11 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             break;
         }
         case NN_OP_MAXPOOL:
-            if (dx) nn_maxpool_backward(dx, dy, l->argmax, batch * si.c, si.h, si.w, so.h, so.w);
+            if (dx) {
+                const int lanes = block ? block : 1;
+                nn_maxpool_backward(dx, dy, l->argmax, batch * si.c / lanes, (int64_t)si.h * si.w * lanes,
+                                    (int64_t)so.h * so.w * lanes);
+            }
             break;
         case NN_OP_AVGPOOL:
             if (dx) nn_avgpool_backward(dx, dy, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);

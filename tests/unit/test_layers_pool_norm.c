@@ -251,36 +251,40 @@ static void test_bad_pool(void)
 
 /* ============================== channel-blocked layouts ============================== */
 
-/* Batch norm, group norm (2 groups of 16 channels) and global average pooling on the blocked layouts of the
- * oneDNN backend (nChw8c, nChw16c: NnTensor.block) compute what they compute on NCHW: every output, saved
+/* Batch norm, group norm (2 groups of 16 channels), global average and max pooling on the blocked layouts of
+ * the oneDNN backend (nChw8c, nChw16c: NnTensor.block) compute what they compute on NCHW: every output, saved
  * and running statistic and gradient (dy masked by the fused activation included) within 1e-5 of NCHW's
- * after a reorder; the sums run in another order, so the bits differ. 32 channels: two or four blocks,
- * split over the threads like NCHW's. */
+ * after a reorder; the sums run in another order, so the bits differ, except the max pool's, which are
+ * NCHW's. 32 channels: two or four blocks, split over the threads like NCHW's. */
 enum { LB = 3, LC = 32, LHW = 35, LN = LB * LC * LHW };
 
-/* index of (sample b, channel c, position i) in NCHW (block 0) or in a channel-blocked layout */
-static int64_t at(int b, int c, int i, int block)
+/* index of (sample b, channel c, position i of hw) in NCHW (block 0) or in a channel-blocked layout */
+static int64_t at(int b, int c, int i, int hw, int block)
 {
-    if (!block) return ((int64_t)b * LC + c) * LHW + i;
-    return (((int64_t)b * (LC / block) + c / block) * LHW + i) * block + c % block;
+    if (!block) return ((int64_t)b * LC + c) * hw + i;
+    return (((int64_t)b * (LC / block) + c / block) * hw + i) * block + c % block;
 }
 
-static void relayout(float *dst, int dst_block, const float *src, int src_block)
+static void relayout(float *dst, int dst_block, const float *src, int src_block, int hw)
 {
     for (int b = 0; b < LB; b++)
         for (int c = 0; c < LC; c++)
-            for (int i = 0; i < LHW; i++) dst[at(b, c, i, dst_block)] = src[at(b, c, i, src_block)];
+            for (int i = 0; i < hw; i++) dst[at(b, c, i, hw, dst_block)] = src[at(b, c, i, hw, src_block)];
 }
 
 /* NCHW to and from `block` (0: a copy) */
-static void to_layout(float *dst, const float *src, int block) { relayout(dst, block, src, 0); }
-static void from_layout(float *dst, const float *src, int block) { relayout(dst, 0, src, block); }
+static void to_layout(float *dst, const float *src, int block) { relayout(dst, block, src, 0, LHW); }
+static void from_layout(float *dst, const float *src, int block) { relayout(dst, 0, src, block, LHW); }
+
+/* the max pool: a 3x3 window, stride 2, padded by 1, over the 5 x 7 planes (LHW) */
+enum { MP_H = 5, MP_W = 7, MP_HO = 3, MP_WO = 4, MP_N = LB * LC * MP_HO * MP_WO };
 
 /* y, dx, dy after the fused mask, dgamma, dbeta, mean, invstd and running statistics of one layout, in NCHW */
 typedef struct {
     float y[LN], dx[LN], dy[LN], y_eval[LN], dx_eval[LN], pooled[LB * LC], dpool[LN];
     float dgamma[LC], dbeta[LC], mean[LC], invstd[LC], rm[LC], rv[LC], dgamma_eval[LC], dbeta_eval[LC];
     float gn_y[LN], gn_dx[LN], gn_dgamma[LC], gn_dbeta[LC], gn_stats[4 * LB];
+    float mp_y[MP_N], mp_dx[LN];
 } LayoutRun;
 
 static void norm_in_layout(LayoutRun *o, int block, const float *x0, const float *dy0, const float *gamma,
@@ -333,6 +337,17 @@ static void norm_in_layout(LayoutRun *o, int block, const float *x0, const float
         nn_gap_backward(dx, dy0, LB * LC, LHW);
     }
     from_layout(o->dpool, dx, block);
+    /* max pooling: its dy the first MP_N values of dy0 */
+    float mp_y[MP_N], mp_dy[MP_N];
+    int32_t argmax[MP_N];
+    relayout(mp_dy, block, dy0, 0, MP_HO * MP_WO);
+    for (int64_t i = 0; i < LN; i++) dx[i] = 0.0f;
+    const int lanes = block ? block : 1;
+    if (block) nn_maxpool_forward_blocked(mp_y, argmax, x, LB, LC, MP_H, MP_W, 3, 2, 1, MP_HO, MP_WO, block);
+    else nn_maxpool_forward(mp_y, argmax, x, LB * LC, MP_H, MP_W, 3, 2, 1, MP_HO, MP_WO);
+    nn_maxpool_backward(dx, mp_dy, argmax, LB * LC / lanes, (int64_t)LHW * lanes, (int64_t)MP_HO * MP_WO * lanes);
+    relayout(o->mp_y, 0, mp_y, block, MP_HO * MP_WO);
+    from_layout(o->mp_dx, dx, block);
     free(x);
     free(dy);
     free(y);
@@ -382,6 +397,9 @@ static void test_norm_blocked_layouts(void)
             };
             for (size_t k = 0; k < sizeof out / sizeof out[0]; k++)
                 check_close(label, out[k].what, out[k].a, out[k].ref, out[k].n, 1e-5);
+            /* a max is exact: the same winners, the same bits */
+            CHECK_MSG(memcmp(blocked->mp_y, plain->mp_y, sizeof plain->mp_y) == 0, "%s: max pool y", label);
+            CHECK_MSG(memcmp(blocked->mp_dx, plain->mp_dx, sizeof plain->mp_dx) == 0, "%s: max pool dx", label);
         }
     free(plain);
     free(blocked);
@@ -414,7 +432,7 @@ static void kernels_on_threads(int threads, float *res, int32_t *argmax)
     nn_act_backward(r, y, TN, NN_ACT_RELU6);
     r += TN;
     nn_maxpool_forward(r, argmax, x, planes, TH, TW, 2, 2, 0, TH / 2, TW / 2);
-    nn_maxpool_backward(r + TO, dy, argmax, planes, TH, TW, TH / 2, TW / 2);
+    nn_maxpool_backward(r + TO, dy, argmax, planes, TH * TW, (TH / 2) * (TW / 2));
     r += TO + TN;
     nn_maxpool_forward(r, argmax + TO, x, planes, TH, TW, 3, 2, 1, TH / 2, TW / 2);
     nn_avgpool_forward(r + TO, x, planes, TH, TW, 3, 2, 1, TH / 2, TW / 2);

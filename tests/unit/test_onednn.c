@@ -221,14 +221,25 @@ static int build_blocked(NnModel *m, int x, const void *arg)
     return nn_gap(m, a);
 }
 
-/* a max pool reads NCHW: the conv and batch norm before it stay NCHW, the conv after it is blocked again */
+/* an average pool reads NCHW: the conv and batch norm before it stay NCHW, the conv after it is blocked again */
 static int build_pooled(NnModel *m, int x, const void *arg)
 {
     (void)arg;
     int h = nn_conv2d(m, x, 16, 3, 1, 1, 1, 0, NN_ACT_NONE);
     int b = nn_batchnorm(m, h, NN_ACT_RELU);
-    int p = nn_maxpool(m, b, 2, 2, 0);
+    int p = nn_avgpool(m, b, 2, 2, 0);
     int h2 = nn_conv2d(m, p, 32, 3, 1, 1, 1, 1, NN_ACT_RELU);
+    return nn_gap(m, h2);
+}
+
+/* a max pool keeps the blocks (a 3x3 window, stride 2, padded: ResNet's stem) */
+static int build_max_pooled(NnModel *m, int x, const void *arg)
+{
+    (void)arg;
+    int h = nn_conv2d(m, x, 16, 3, 1, 1, 1, 0, NN_ACT_NONE);
+    int b = nn_batchnorm(m, h, NN_ACT_NONE);
+    int p = nn_maxpool(m, b, 3, 2, 1);
+    int h2 = nn_conv2d(m, p, 32, 3, 1, 1, 1, 1, NN_ACT_NONE);
     return nn_gap(m, h2);
 }
 
@@ -253,8 +264,12 @@ static void test_blocked_layouts(void)
     GradCase pooled = {.label = "onednn_pooled", .in = {3, 6, 6}, .batch = 2, .build = build_pooled, .training = 1};
     g_backend = NN_BACKEND_ONEDNN;
     check_blocks(&c, (const int[]){B, B, B, B, 0}, 5);
+    GradCase max_pooled = {.label = "onednn_max_pooled", .in = {3, 7, 6}, .batch = 2, .build = build_max_pooled,
+                           .training = 1};
     check_blocks(&pooled, (const int[]){0, 0, 0, B, 0}, 5);
+    check_blocks(&max_pooled, (const int[]){B, B, B, B, 0}, 5);
     grad_check(&c);
+    grad_check(&max_pooled);
     c.label = "onednn_blocked_eval";
     c.training = 0;
     grad_check(&c);
