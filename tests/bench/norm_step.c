@@ -1,9 +1,13 @@
-/* Batch norm with a fused ReLU, forward (training statistics) and backward, on the channel-blocked layout the
- * onednn backend keeps between layers: fedhet's kernels (src/nn/kernels_act_pool_norm.c) against oneDNN's
- * batch-normalization primitive (dnnl_fuse_norm_relu, scale and shift, its ReLU mask in a workspace), on the
- * same tensors, one thread. The question it answers: whether moving batch norm to oneDNN would pay.
+/* Batch norm with a fused activation, forward (training statistics) and backward, on the channel-blocked layout
+ * the onednn backend keeps between layers: fedhet's kernels (src/nn/kernels_act_pool_norm.c) against oneDNN's
+ * batch-normalization primitive (scale and shift; a ReLU fused with dnnl_fuse_norm_relu, its mask in a
+ * workspace), on the same tensors, one thread. The question it answers: whether moving batch norm to oneDNN
+ * would pay. The primitive alone is timed, and as fedhet would have to run it: its diff_src written to a
+ * staging buffer and added into dx (fedhet's backward passes accumulate, a tensor read by a residual branch
+ * too), and a ReLU6 (mobilenetv2), which oneDNN's batch norm cannot fuse, as separate passes after the
+ * forward and before the backward.
  * Shapes: resnet8's first stage, a mobilenetv2 expansion, resnet18's last stage (batch 32).
- * Prints one line per shape: ms per forward + backward of each, best of `reps` (default 20), and the ratio.
+ * Prints one line per shape and activation: ms per forward + backward, best of `reps` (default 20), and ratios.
  * Run: make bench-norm (or build/bench/norm_step [reps]). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +43,7 @@ static float *filled(size_t n, unsigned seed)
     return p;
 }
 
-static double fedhet_ms(const Shape *s, int reps)
+static double fedhet_ms(const Shape *s, NnAct act, int reps)
 {
     const size_t n = (size_t)s->n * s->c * s->h * s->w;
     float *x = filled(n, 1), *y = filled(n, 2), *dy0 = filled(n, 3), *dy = filled(n, 4), *dx = filled(n, 5);
@@ -49,9 +53,9 @@ static double fedhet_ms(const Shape *s, int reps)
         memcpy(dy, dy0, n * sizeof(float)); /* backward masks dy in place */
         const double t0 = fh_time_now();
         nn_batchnorm_forward_train_act(y, stats, stats + s->c, stats + 2 * s->c, stats + 3 * s->c, x, gamma, beta,
-                                       s->n, s->c, s->h * s->w, 1e-5f, 0.1f, NN_ACT_RELU, 16);
+                                       s->n, s->c, s->h * s->w, 1e-5f, 0.1f, act, 16);
         nn_batchnorm_backward_train_act(dx, stats + 4 * s->c, stats + 5 * s->c, dy, y, x, gamma, stats,
-                                        stats + s->c, s->n, s->c, s->h * s->w, NN_ACT_RELU, 16);
+                                        stats + s->c, s->n, s->c, s->h * s->w, act, 16);
         const double t = fh_time_now() - t0;
         if (t < best) best = t;
     }
@@ -72,8 +76,10 @@ static dnnl_memory_t mem(dnnl_engine_t eng, const dnnl_memory_desc_t *md, unsign
     return m;
 }
 
-static double onednn_ms(const Shape *s, int reps)
+/* ms of the primitive alone (*bare) and as fedhet would run it (returned) */
+static double onednn_ms(const Shape *s, NnAct act, int reps, double *bare)
 {
+    const size_t n = (size_t)s->n * s->c * s->h * s->w;
     dnnl_engine_t eng;
     dnnl_stream_t stream;
     CHECK_DNNL(dnnl_engine_create(&eng, dnnl_cpu, 0));
@@ -82,7 +88,7 @@ static double onednn_ms(const Shape *s, int reps)
     dnnl_memory_desc_t data, chan;
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&data, 4, dims, dnnl_f32, dnnl_nChw16c));
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&chan, 1, cdim, dnnl_f32, dnnl_x));
-    const unsigned flags = dnnl_use_scale | dnnl_use_shift | dnnl_fuse_norm_relu;
+    const unsigned flags = dnnl_use_scale | dnnl_use_shift | (act == NN_ACT_RELU ? dnnl_fuse_norm_relu : 0);
     dnnl_batch_normalization_desc_t fd, bd;
     dnnl_primitive_desc_t fpd, bpd;
     dnnl_primitive_t fwd, bwd;
@@ -93,27 +99,46 @@ static double onednn_ms(const Shape *s, int reps)
     CHECK_DNNL(dnnl_primitive_create(&fwd, fpd));
     CHECK_DNNL(dnnl_primitive_create(&bwd, bpd));
     const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0);
+    const dnnl_memory_desc_t no_ws = {0};
     dnnl_memory_t x = mem(eng, &data, 1), y = mem(eng, &data, 2), dy = mem(eng, &data, 3), dx = mem(eng, &data, 5);
     dnnl_memory_t scale = mem(eng, &chan, 6), shift = mem(eng, &chan, 7), mean = mem(eng, &chan, 8),
                   var = mem(eng, &chan, 9), dscale = mem(eng, &chan, 10), dshift = mem(eng, &chan, 11);
-    dnnl_memory_t ws = mem(eng, ws_md, 12);
+    dnnl_memory_t ws = mem(eng, ws_md ? ws_md : &no_ws, 12);
+    float *staged = NULL, *acc = filled(n, 13), *ydata = NULL, *dydata = NULL;
+    CHECK_DNNL(dnnl_memory_get_data_handle(dx, (void **)&staged));
+    CHECK_DNNL(dnnl_memory_get_data_handle(y, (void **)&ydata));
+    CHECK_DNNL(dnnl_memory_get_data_handle(dy, (void **)&dydata));
     dnnl_exec_arg_t fargs[] = {{DNNL_ARG_SRC, x},     {DNNL_ARG_DST, y},          {DNNL_ARG_SCALE, scale},
                                {DNNL_ARG_SHIFT, shift}, {DNNL_ARG_MEAN, mean},     {DNNL_ARG_VARIANCE, var},
                                {DNNL_ARG_WORKSPACE, ws}};
-    dnnl_exec_arg_t bargs[] = {{DNNL_ARG_SRC, x},           {DNNL_ARG_DIFF_DST, dy},      {DNNL_ARG_SCALE, scale},
-                               {DNNL_ARG_SHIFT, shift},
-                               {DNNL_ARG_MEAN, mean},         {DNNL_ARG_VARIANCE, var},     {DNNL_ARG_WORKSPACE, ws},
-                               {DNNL_ARG_DIFF_SRC, dx},       {DNNL_ARG_DIFF_SCALE, dscale},
-                               {DNNL_ARG_DIFF_SHIFT, dshift}};
-    double best = 1e30;
+    dnnl_exec_arg_t bargs[] = {{DNNL_ARG_SRC, x},          {DNNL_ARG_DIFF_DST, dy},     {DNNL_ARG_SCALE, scale},
+                               {DNNL_ARG_SHIFT, shift},      {DNNL_ARG_MEAN, mean},       {DNNL_ARG_VARIANCE, var},
+                               {DNNL_ARG_DIFF_SRC, dx},      {DNNL_ARG_DIFF_SCALE, dscale},
+                               {DNNL_ARG_DIFF_SHIFT, dshift}, {DNNL_ARG_WORKSPACE, ws}};
+    /* the workspace (the fused ReLU's mask) is the last argument of each */
+    const int n_fargs = (int)(sizeof fargs / sizeof fargs[0]) - !ws_md;
+    const int n_bargs = (int)(sizeof bargs / sizeof bargs[0]) - !ws_md;
+    double best = 1e30, best_bare = 1e30;
     for (int r = 0; r < reps; r++) {
-        const double t0 = fh_time_now();
-        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, sizeof fargs / sizeof fargs[0], fargs));
-        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, sizeof bargs / sizeof bargs[0], bargs));
+        double t0 = fh_time_now();
+        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, n_fargs, fargs));
+        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, n_bargs, bargs));
         CHECK_DNNL(dnnl_stream_wait(stream));
-        const double t = fh_time_now() - t0;
+        double t = fh_time_now() - t0;
+        if (t < best_bare) best_bare = t;
+        t0 = fh_time_now();
+        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, n_fargs, fargs));
+        if (act != NN_ACT_RELU) nn_act_forward(ydata, (int64_t)n, act);
+        if (act != NN_ACT_RELU) nn_act_backward(dydata, ydata, (int64_t)n, act);
+        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, n_bargs, bargs));
+        CHECK_DNNL(dnnl_stream_wait(stream));
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) acc[i] += staged[i];
+        t = fh_time_now() - t0;
         if (t < best) best = t;
     }
+    fh_free((void **)&acc);
+    *bare = best_bare * 1e3;
     dnnl_memory_t all[] = {x, y, dy, dx, scale, shift, mean, var, dscale, dshift, ws};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dnnl_memory_destroy(all[i]);
     dnnl_primitive_destroy(fwd);
@@ -136,14 +161,21 @@ int main(int argc, char **argv)
     const Shape shapes[] = {{"resnet8 stage 1", 32, 128, 32, 32},
                             {"mobilenetv2 expansion", 32, 96, 16, 16},
                             {"resnet18 stage 4", 32, 512, 4, 4}};
-    printf("batch norm + ReLU, forward (training) + backward, nChw16c, 1 thread, best of %d\n", reps);
-    printf("%-24s %-16s %12s %12s %14s\n", "shape", "NxCxHxW", "fedhet ms", "oneDNN ms", "oneDNN/fedhet");
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        const Shape *s = &shapes[i];
-        const double f = fedhet_ms(s, reps), o = onednn_ms(s, reps);
-        char dims[32];
-        snprintf(dims, sizeof dims, "%dx%dx%dx%d", s->n, s->c, s->h, s->w);
-        printf("%-24s %-16s %12.3f %12.3f %14.2f\n", s->what, dims, f, o, o / f);
-    }
+    printf("batch norm + activation, forward (training) + backward, nChw16c, 1 thread, best of %d\n", reps);
+    printf("%-24s %-16s %-6s %10s %12s %16s %8s %12s\n", "shape", "NxCxHxW", "act", "fedhet ms", "oneDNN ms",
+           "as fedhet ms", "ratio", "as fedhet");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int a = 0; a < 2; a++) {
+            const Shape *s = &shapes[i];
+            const NnAct act = a ? NN_ACT_RELU6 : NN_ACT_RELU;
+            double bare;
+            const double f = fedhet_ms(s, act, reps), o = onednn_ms(s, act, reps, &bare);
+            char dims[32];
+            snprintf(dims, sizeof dims, "%dx%dx%dx%d", s->n, s->c, s->h, s->w);
+            printf("%-24s %-16s %-6s %10.3f %12.3f %16.3f %8.2f %12.2f\n", s->what, dims, a ? "relu6" : "relu", f,
+                   bare, o, bare / f, o / f);
+        }
+    printf("ratio: oneDNN's primitive / fedhet's kernels; as fedhet: with the accumulation into dx and, for\n"
+           "ReLU6, the activation's own passes, / fedhet's kernels\n");
     return 0;
 }
