@@ -247,8 +247,7 @@ void nn_vec_axpy(float *y, float a, const float *x, int64_t n);  /* y += a x */
 void nn_vec_scale(float *x, float a, int64_t n);
 void nn_vec_copy(float *dst, const float *src, int64_t n);
 void nn_vec_zero(float *x, int64_t n);
-/* SAM's ascent in one pass: saved = w, then w += scale g (restore with nn_vec_copy(w, saved, n)) */
-void nn_sam_ascend(float *w, float *saved, const float *g, float scale, int64_t n);
+void nn_vec_add_scaled(float *out, const float *x, float a, const float *y, int64_t n); /* out = x + a y */
 float nn_vec_dot(const float *x, const float *y, int64_t n);
 float nn_vec_norm(const float *x, int64_t n);
 /* the same in double accumulation (x.y, ||x||, ||x - y||), without BLAS */

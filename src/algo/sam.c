@@ -272,15 +272,20 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
         nn_vec_copy(saved, w, P);
         eps_norm = asam_perturb(m, w, g, o->rho, o->asam_eta, e);
     } else {
-        const float scale = (float)(o->rho / (gnorm + e)); /* SAM (and GSAM's ascent): eps = rho g/(||g|| + e) */
-        nn_sam_ascend(w, saved, g, scale, P);
+        /* SAM (and GSAM's ascent): eps = rho g/(||g|| + e). w + eps is written beside w and the model reads
+         * it there (its state pointer), so w is never touched: no copy to save, none to restore. */
+        const float scale = (float)(o->rho / (gnorm + e));
+        nn_vec_add_scaled(saved, w, scale, g, P);
+        nn_vec_copy(saved + P, w + P, m->n_state - P); /* the batch-norm running statistics */
+        m->state = saved;
         eps_norm = (double)scale * gnorm;
     }
     const int bn = m->bn_update_running;
     m->bn_update_running = 0; /* fb 2 at w + eps, running statistics frozen (spec 0.3) */
     status = grad(env, &loss1);
     m->bn_update_running = bn;
-    nn_vec_copy(w, saved, P); /* exact restore */
+    if (m->state == saved) m->state = w;
+    else nn_vec_copy(w, saved, P); /* exact restore */
     c->state.grad_pure = 0;
     FH_CHECK(status);
     if (o->perturb == PERTURB_GSAM && o->gsam_alpha != 0.0) {

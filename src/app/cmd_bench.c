@@ -31,9 +31,12 @@ static void bench_step(BenchCtx *b)
     nn_softmax_xent(b->dlogits, NULL, nn_model_logits(m), b->labels, NULL, NULL, b->batch, m->classes);
     nn_model_backward(m, b->dlogits, NULL);
     if (b->sam) {
-        /* the passes of the methods' SAM step (algo/sam.c) */
+        /* the passes of the methods' SAM step (algo/sam.c): fb 2 reads w + eps from beside w */
+        float *w = m->state;
         const double norm = nn_vec_norm_f64(m->grad, m->n_params);
-        nn_sam_ascend(m->state, b->saved, m->grad, (float)(b->rho / (norm + 1e-12)), m->n_params);
+        nn_vec_add_scaled(b->saved, w, (float)(b->rho / (norm + 1e-12)), m->grad, m->n_params);
+        nn_vec_copy(b->saved + m->n_params, w + m->n_params, m->n_state - m->n_params);
+        m->state = b->saved;
         nn_model_zero_grad(m);
         m->bn_update_running = 0;
         nn_model_forward(m, b->input, b->batch);
@@ -41,7 +44,7 @@ static void bench_step(BenchCtx *b)
         memset(b->dlogits, 0, sizeof(float) * nlog);
         nn_softmax_xent(b->dlogits, NULL, nn_model_logits(m), b->labels, NULL, NULL, b->batch, m->classes);
         nn_model_backward(m, b->dlogits, NULL);
-        nn_vec_copy(m->state, b->saved, m->n_params);
+        m->state = w;
     }
     nn_sgd_step(&b->opt, m->state, m->grad, 0.01f);
 }
@@ -189,7 +192,7 @@ int app_cmd_bench(int argc, char **argv)
     if (status == FH_OK) status = fh_calloc(&b.labels, (size_t)batch, sizeof(int32_t), "benchmark labels");
     if (status == FH_OK)
         status = fh_alloc_aligned(&b.dlogits, sizeof(float) * (size_t)batch * (size_t)a.classes, "benchmark dlogits");
-    if (status == FH_OK && b.sam) status = fh_alloc_aligned(&b.saved, sizeof(float) * (size_t)m->n_params, "SAM copy");
+    if (status == FH_OK && b.sam) status = fh_alloc_aligned(&b.saved, sizeof(float) * (size_t)m->n_state, "SAM copy");
     if (status == FH_OK) {
         FhRng rng;
         fh_rng_init(&rng, 1, FH_RNG_TEST, 0, 0, 0);

@@ -54,12 +54,9 @@ void nn_vec_zero(float *x, int64_t n)
     });
 }
 
-void nn_sam_ascend(float *w, float *saved, const float *g, float scale, int64_t n)
+void nn_vec_add_scaled(float *out, const float *x, float a, const float *y, int64_t n)
 {
-    NN_PARALLEL_FOR(n, for (int64_t j = 0; j < n; j++) {
-        saved[j] = w[j];
-        w[j] += scale * g[j];
-    });
+    NN_PARALLEL_FOR(n, for (int64_t j = 0; j < n; j++) out[j] = x[j] + a * y[j];);
 }
 
 float nn_vec_dot(const float *x, const float *y, int64_t n)
