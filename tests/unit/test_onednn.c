@@ -221,25 +221,15 @@ static int build_blocked(NnModel *m, int x, const void *arg)
     return nn_gap(m, a);
 }
 
-/* an average pool reads NCHW: the conv and batch norm before it stay NCHW, the conv after it is blocked again */
+/* arg: 0 for an average pool, which reads NCHW (the conv and batch norm before it stay NCHW, the conv after it
+ * is blocked again); 1 for a max pool, which keeps the blocks (a 3x3 window, stride 2, padded: ResNet's stem) */
 static int build_pooled(NnModel *m, int x, const void *arg)
 {
-    (void)arg;
+    const int max_pool = *(const int *)arg;
     int h = nn_conv2d(m, x, 16, 3, 1, 1, 1, 0, NN_ACT_NONE);
-    int b = nn_batchnorm(m, h, NN_ACT_RELU);
-    int p = nn_avgpool(m, b, 2, 2, 0);
-    int h2 = nn_conv2d(m, p, 32, 3, 1, 1, 1, 1, NN_ACT_RELU);
-    return nn_gap(m, h2);
-}
-
-/* a max pool keeps the blocks (a 3x3 window, stride 2, padded: ResNet's stem) */
-static int build_max_pooled(NnModel *m, int x, const void *arg)
-{
-    (void)arg;
-    int h = nn_conv2d(m, x, 16, 3, 1, 1, 1, 0, NN_ACT_NONE);
-    int b = nn_batchnorm(m, h, NN_ACT_NONE);
-    int p = nn_maxpool(m, b, 3, 2, 1);
-    int h2 = nn_conv2d(m, p, 32, 3, 1, 1, 1, 1, NN_ACT_NONE);
+    int b = nn_batchnorm(m, h, max_pool ? NN_ACT_NONE : NN_ACT_RELU);
+    int p = max_pool ? nn_maxpool(m, b, 3, 2, 1) : nn_avgpool(m, b, 2, 2, 0);
+    int h2 = nn_conv2d(m, p, 32, 3, 1, 1, 1, 1, max_pool ? NN_ACT_NONE : NN_ACT_RELU);
     return nn_gap(m, h2);
 }
 
@@ -261,11 +251,13 @@ static void test_blocked_layouts(void)
 {
     const int B = nn_onednn_block();
     GradCase c = {.label = "onednn_blocked", .in = {3, 5, 4}, .batch = 2, .build = build_blocked, .training = 1};
-    GradCase pooled = {.label = "onednn_pooled", .in = {3, 6, 6}, .batch = 2, .build = build_pooled, .training = 1};
+    static const int avg = 0, max = 1;
+    GradCase pooled = {.label = "onednn_pooled", .in = {3, 6, 6}, .batch = 2, .build = build_pooled, .arg = &avg,
+                       .training = 1};
     g_backend = NN_BACKEND_ONEDNN;
     check_blocks(&c, (const int[]){B, B, B, B, 0}, 5);
-    GradCase max_pooled = {.label = "onednn_max_pooled", .in = {3, 7, 6}, .batch = 2, .build = build_max_pooled,
-                           .training = 1};
+    GradCase max_pooled = {.label = "onednn_max_pooled", .in = {3, 7, 6}, .batch = 2, .build = build_pooled,
+                           .arg = &max, .training = 1};
     check_blocks(&pooled, (const int[]){0, 0, 0, B, 0}, 5);
     check_blocks(&max_pooled, (const int[]){B, B, B, B, 0}, 5);
     grad_check(&c);
