@@ -135,6 +135,8 @@ typedef struct NnModel {
     /* samples through nn_model_forward / nn_model_backward since the build: callers take differences
      * around a phase to count its compute where it happens (metrics.csv cum_* columns) */
     int64_t forward_samples, backward_samples;
+    int grad_zero; /* set by nn_model_zero_grad, cleared by nn_model_backward: the parameter gradients are zeros
+                    * (each parameter belongs to one layer, whose backward may then write it instead of adding) */
 } NnModel;
 
 /* ---- building ---------------------------------------------------------------------------------

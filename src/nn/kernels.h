@@ -75,9 +75,11 @@ void nn_onednn_conv_free(NnOnednnConv **conv);
 /* b must be given exactly when the conv was created with a bias; batch <= the creation's */
 int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const float *w, const float *b, int batch,
                            NnAct act);
-/* after a forward at the same batch; dx may be NULL (a first layer); dy is overwritten with dy * act'(y) */
+/* after a forward at the same batch; dx may be NULL (a first layer); dy is overwritten with dy * act'(y).
+ * dw_zero: dw and db hold zeros (the model's first backward after a zero fill), so they are written, not added
+ * to: the same values, less memory traffic */
 void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, float *dy, const float *y,
-                             const float *x, const float *w, int batch, NnAct act);
+                             const float *x, const float *w, int batch, NnAct act, int dw_zero);
 /* the implementation oneDNN chose for the largest batch: which 0 forward, 1 backward-data, 2 backward-weights */
 const char *nn_onednn_conv_impl(const NnOnednnConv *c, int which);
 

@@ -889,7 +889,11 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
     return FH_OK;
 }
 
-void nn_model_zero_grad(NnModel *m) { nn_vec_zero(m->grad, m->n_state); }
+void nn_model_zero_grad(NnModel *m)
+{
+    nn_vec_zero(m->grad, m->n_state);
+    m->grad_zero = 1;
+}
 
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
 {
@@ -928,7 +932,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             NnConvShape s = conv_shape(m, l, batch);
             if (l->onednn)
                 nn_onednn_conv_backward(l->onednn, dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
-                                        param(m, l->w_off), batch, replay ? NN_ACT_NONE : l->act);
+                                        param(m, l->w_off), batch, replay ? NN_ACT_NONE : l->act, m->grad_zero);
             else
                 nn_conv2d_backward_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x, param(m, l->w_off), &s,
                                        replay ? NN_ACT_NONE : l->act, m->workspace);
@@ -987,6 +991,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         }
         if (m->profile) l->seconds_backward += fh_time_now() - t0;
     }
+    m->grad_zero = 0;
 }
 
 float *nn_model_logits(const NnModel *m) { return tdata(m, m->logits); }

@@ -83,7 +83,7 @@ static void onednn_forward(ConvKernel *k, float *y, const float *x, const float 
 static void onednn_backward(ConvKernel *k, float *dx, float *dw, float *db, float *dy, const float *y, const float *x,
                             const float *w, const NnConvShape *s, NnAct act)
 {
-    nn_onednn_conv_backward(((OnednnConv *)k->state)->conv, dx, dw, db, dy, y, x, w, s->batch, act);
+    nn_onednn_conv_backward(((OnednnConv *)k->state)->conv, dx, dw, db, dy, y, x, w, s->batch, act, 0);
 }
 
 static void onednn_teardown(ConvKernel *k)
@@ -268,6 +268,54 @@ static void test_blocked_layouts(void)
     g_backend = NN_BACKEND_BLAS;
     check_blocks(&c, (const int[]){0, 0, 0, 0, 0}, 5);
     printf("[block %d] ", B);
+}
+
+/* The first backward after nn_model_zero_grad writes the convs' weight gradients instead of adding to them
+ * (model.c, grad_zero): the same values as adding onto zeros; a second backward without a zero fill adds
+ * again (2g), and a zero fill by hand (not through nn_model_zero_grad) keeps the adding path. */
+static void test_weight_grad_written_once(void)
+{
+    g_backend = NN_BACKEND_ONEDNN;
+    const GradCase c = {.label = "onednn_grad_once", .in = {3, 5, 4}, .batch = 2, .build = build_blocked,
+                        .training = 1};
+    NnModel m;
+    int st = build_case(&m, &c);
+    CHECK_OK(st);
+    g_backend = NN_BACKEND_BLAS;
+    if (st != FH_OK) return;
+    nn_model_init_params(&m, SEED);
+    nn_model_set_training(&m, 1);
+    FhRng rng = rng_for(c.label, 0);
+    const int64_t nx = (int64_t)c.batch * 3 * 5 * 4, nz = (int64_t)c.batch * m.classes, n = m.n_params;
+    float *x = falloc(nx), *dz = falloc(nz), *written = falloc(n), *added = falloc(n);
+    fill_normal(&rng, x, nx, 1.0);
+    fill_uniform(&rng, dz, nz, -1.0, 1.0);
+    nn_model_zero_grad(&m);
+    CHECK(m.grad_zero == 1);
+    CHECK_OK(nn_model_forward(&m, x, c.batch));
+    nn_model_backward(&m, dz, NULL);
+    CHECK(m.grad_zero == 0);
+    memcpy(written, m.grad, sizeof(float) * (size_t)n);
+    CHECK_OK(nn_model_forward(&m, x, c.batch));
+    nn_model_backward(&m, dz, NULL);
+    int twice = 1, same = 1, nonzero = 0;
+    for (int64_t i = 0; i < n; i++) {
+        twice &= m.grad[i] == 2.0f * written[i];
+        nonzero += written[i] != 0.0f;
+    }
+    CHECK_MSG(twice, "a second backward without a zero fill did not add to the first");
+    memset(m.grad, 0, sizeof(float) * (size_t)m.n_state);
+    CHECK_OK(nn_model_forward(&m, x, c.batch));
+    nn_model_backward(&m, dz, NULL);
+    memcpy(added, m.grad, sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) same &= added[i] == written[i];
+    CHECK_MSG(same, "written and added weight gradients differ");
+    CHECK_MSG(nonzero > n / 2, "only %lld of %lld gradients are nonzero", (long long)nonzero, (long long)n);
+    free(x);
+    free(dz);
+    free(written);
+    free(added);
+    nn_model_free(&m);
 }
 
 /* ============================== the zoo under both backends ============================== */
@@ -507,6 +555,7 @@ int main(int argc, char **argv)
     RUN(test_conv_onednn_winograd_where_it_pays);
     RUN(test_grad_conv_onednn);
     RUN(test_blocked_layouts);
+    RUN(test_weight_grad_written_once);
     RUN(test_zoo_losses_agree);
     RUN(test_zoo_layout_same);
     RUN(test_onednn_bit_identical);
