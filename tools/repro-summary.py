@@ -9,8 +9,9 @@ when all its comparisons are, contradicted when any is, inconclusive otherwise; 
 no verdict yet (its grid has not run or is incomplete).
 
 usage: tools/repro-summary.py [DOCS_REPRO_DIR]     (default docs/repro; markdown on stdout)
-       tools/repro-summary.py --update docs/reproduction.md [DOCS_REPRO_DIR]
-                       replaces the table between '<!-- summary -->' and '<!-- /summary -->' in that file
+       tools/repro-summary.py --update FILE.md [FILE.md ...] [DOCS_REPRO_DIR]
+                       replaces the table between '<!-- summary -->' and '<!-- /summary -->' in each file
+                       (docs/reproduction.md and README.md)
 """
 import csv
 import glob
@@ -72,17 +73,23 @@ def main(argv):
         print(__doc__)
         return 0
     if len(argv) > 2 and argv[1] == "--update":
-        doc, repro_dir = argv[2], argv[3] if len(argv) > 3 else "docs/repro"
-        text = open(doc, encoding="utf-8").read()
+        args = argv[2:]
+        repro_dir = args.pop() if len(args) > 1 and os.path.isdir(args[-1]) else "docs/repro"
         start, end = "<!-- summary -->\n", "<!-- /summary -->"
-        if start not in text or end not in text:
-            sys.stderr.write(f"repro-summary: error: {doc} has no '<!-- summary -->' ... '<!-- /summary -->' block\n")
-            return 2
-        a, b = text.index(start) + len(start), text.index(end)
-        tmp = doc + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text[:a] + table(repro_dir) + text[b:])
-        os.replace(tmp, doc)
+        texts = {}
+        for doc in args:  # every file checked before any is written
+            text = open(doc, encoding="utf-8").read()
+            if start not in text or end not in text:
+                sys.stderr.write(f"repro-summary: error: {doc} has no '<!-- summary -->' ... '<!-- /summary -->' block\n")
+                return 2
+            texts[doc] = text
+        summary = table(repro_dir)
+        for doc, text in texts.items():
+            a, b = text.index(start) + len(start), text.index(end)
+            tmp = doc + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text[:a] + summary + text[b:])
+            os.replace(tmp, doc)
         return 0
     sys.stdout.write(table(argv[1] if len(argv) > 1 else "docs/repro"))
     return 0

@@ -154,13 +154,20 @@ test_summary_table()
     grep -q '^| 002 FLOOD |.*| 1 (T7) | 0 | 0 | 3 (' "$WORK/summary.md" || fail "T7 not reproduced: $(grep 002 "$WORK/summary.md")"
     grep -q '^| 003 A-FedSAM |.*| 2 (T12, S1) | 1 (S3) | 0 | 1 (S7) |' "$WORK/summary.md" ||
         fail "A-FedSAM row wrong: $(grep 003 "$WORK/summary.md")"
+    # every file given (the report and the README) gets the same table
     printf 'before\n<!-- summary -->\nold table\n<!-- /summary -->\nafter\n' >"$WORK/doc.md"
-    "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/doc.md" "$WORK/repro" || fail "--update failed"
+    printf 'readme\n<!-- summary -->\nold\n<!-- /summary -->\nend\n' >"$WORK/readme.md"
+    "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/doc.md" "$WORK/readme.md" "$WORK/repro" || fail "--update failed"
     grep -q 'old table' "$WORK/doc.md" && fail "--update kept the old table"
     [ "$(head -1 "$WORK/doc.md")" = before ] && [ "$(tail -1 "$WORK/doc.md")" = after ] || fail "--update changed text outside the block"
+    grep -q '^| 002 FLOOD |.*| 1 (T7) |' "$WORK/readme.md" || fail "the second file did not get the table"
+    [ "$(tail -1 "$WORK/readme.md")" = end ] || fail "--update changed text outside the second file's block"
+    # a file without the block: an error naming it, and no file written
     printf 'no markers\n' >"$WORK/plain.md"
-    "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/plain.md" "$WORK/repro" 2>"$WORK/upd.err" && fail "--update without markers succeeded"
+    printf 'readme\n<!-- summary -->\nstale\n<!-- /summary -->\nend\n' >"$WORK/readme.md"
+    "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/readme.md" "$WORK/plain.md" "$WORK/repro" 2>"$WORK/upd.err" && fail "--update without markers succeeded"
     grep -q "plain.md has no" "$WORK/upd.err" || fail "no message naming the file: $(cat "$WORK/upd.err")"
+    grep -q stale "$WORK/readme.md" || fail "a file was written although another had no block"
 }
 
 # a grid stopped by a signal (members neither done nor failed) gives no report or verdicts yet
