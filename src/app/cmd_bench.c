@@ -1,8 +1,8 @@
 /* fedhet bench: one engine benchmark point. A training step is forward + cross-entropy + backward +
- * SGD(momentum 0.9) step on fixed random data; a SAM step adds the ascent to w + rho g/|g|, a second
- * forward/backward there (BatchNorm running statistics frozen) and the exact restore of w before the
- * SGD step. Prints `model,batch,threads,mode,samples_per_s,gflops` with gflops = 3 x forward FLOPs x
- * samples/s (the convention of the PyTorch script beside it, tests/bench/torch_bench.py). */
+ * SGD(momentum 0.9) step on fixed random data; a SAM step adds the ascent to w + rho g/|g| and a second
+ * forward/backward there (BatchNorm running statistics frozen), w itself untouched, before the SGD step. Prints `model,batch,threads,mode,samples_per_s,gflops` with gflops = 3 x forward FLOPs x
+ * samples/s (the convention of the PyTorch script beside it, tests/bench/torch_bench.py); --mode both
+ * measures the two steps in turns and prints a line for each. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,25 +55,35 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* median over reps of steps*batch/seconds, each rep calibrated to last about target_s */
-static double bench_measure(BenchCtx *b, int reps, double target_s)
+/* samples/s of each mode (0: SGD step, 1: SAM step): the median over reps of steps*batch/seconds, each slice
+ * calibrated to last about target_s. Several modes take turns within every rep, so that a change in the
+ * machine's speed (other tenants, clocks) touches them alike and their ratio holds. */
+static void bench_measure(BenchCtx *b, const int *modes, int n_modes, int reps, double target_s, double *rate)
 {
-    bench_step(b); /* warm-up: first touches of every buffer */
-    double t0 = fh_time_now();
-    bench_step(b);
-    double one = fh_time_now() - t0;
-    int steps = one > 0 ? (int)(target_s / one) : 1;
-    if (steps < 1) steps = 1;
-    if (one > 1.0 && reps > 3) reps = 3;
-    double rates[16];
-    if (reps > 16) reps = 16;
-    for (int r = 0; r < reps; r++) {
-        t0 = fh_time_now();
-        for (int s = 0; s < steps; s++) bench_step(b);
-        rates[r] = (double)steps * b->batch / (fh_time_now() - t0);
+    int steps[2];
+    double rates[2][16];
+    for (int k = 0; k < n_modes; k++) {
+        b->sam = modes[k];
+        bench_step(b); /* warm-up: first touches of every buffer */
+        double t0 = fh_time_now();
+        bench_step(b);
+        double one = fh_time_now() - t0;
+        steps[k] = one > 0 ? (int)(target_s / one) : 1;
+        if (steps[k] < 1) steps[k] = 1;
+        if (one > 1.0 && reps > 3) reps = 3;
     }
-    qsort(rates, (size_t)reps, sizeof(double), cmp_double);
-    return rates[reps / 2];
+    if (reps > 16) reps = 16;
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < n_modes; k++) {
+            b->sam = modes[k];
+            double t0 = fh_time_now();
+            for (int s = 0; s < steps[k]; s++) bench_step(b);
+            rates[k][r] = (double)steps[k] * b->batch / (fh_time_now() - t0);
+        }
+    for (int k = 0; k < n_modes; k++) {
+        qsort(rates[k], (size_t)reps, sizeof(double), cmp_double);
+        rate[k] = rates[k][reps / 2];
+    }
 }
 
 /* per-layer forward/backward milliseconds per step, and GFLOP/s of the layers that count FLOPs */
@@ -127,12 +137,14 @@ static int bench_sgemm(int n, int threads)
 
 static void print_help(void)
 {
-    printf("usage: fedhet bench --model M --batch B [--threads T] [--mode sgd|sam] [--input CxHxW] [--classes K]\n"
+    printf("usage: fedhet bench --model M --batch B [--threads T] [--mode sgd|sam|both] [--input CxHxW] [--classes K]\n"
            "                    [--backend onednn|blas|auto] [--reps R] [--seconds S] [--header] [--profile]\n"
            "       fedhet bench --sgemm N [--threads T]\n"
            "  Prints one CSV line: model,batch,threads,mode,samples_per_s,gflops\n"
            "  (median of R reps, default 5, each about S seconds, default 0.5; gflops = 3 x forward FLOPs/sample\n"
-           "  x samples/s). --backend: what computes the conv layers (train.backend), onednn by default.\n"
+           "  x samples/s); --mode both: a line for the SGD step and one for the SAM step, the two taking turns in\n"
+           "  every rep so that their ratio holds on a machine whose speed drifts.\n"
+           "  --backend: what computes the conv layers (train.backend), onednn by default.\n"
            "  --profile adds a per-layer time table (with oneDNN's implementation of each conv layer under onednn).\n"
            "  --sgemm N prints sgemm,N,threads,gflops for an N x N x N OpenBLAS sgemm (best of 5).\n"
            "  Models: %s.\n",
@@ -166,8 +178,8 @@ int app_cmd_bench(int argc, char **argv)
         else if (!strcmp(opt, "--seconds")) FH_CHECK(app_parse_float(value, "--seconds", 0.01, 60.0, &seconds));
         else if (!strcmp(opt, "--sgemm")) FH_CHECK(app_parse_int(value, "--sgemm", 16, 8192, &sgemm_n));
         else if (!strcmp(opt, "--mode")) {
-            if (strcmp(value, "sgd") && strcmp(value, "sam"))
-                FH_FAIL(FH_ERR_USAGE, "--mode: '%s' must be sgd or sam", value);
+            if (strcmp(value, "sgd") && strcmp(value, "sam") && strcmp(value, "both"))
+                FH_FAIL(FH_ERR_USAGE, "--mode: '%s' must be sgd, sam or both", value);
             mode = value;
         } else FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet bench --help)", opt);
     }
@@ -179,7 +191,8 @@ int app_cmd_bench(int argc, char **argv)
     BenchCtx b;
     memset(&b, 0, sizeof b);
     b.batch = batch;
-    b.sam = !strcmp(mode, "sam");
+    const int both = !strcmp(mode, "both"), modes[2] = { both ? 0 : !strcmp(mode, "sam"), 1 };
+    const int n_modes = both ? 2 : 1;
     b.rho = 0.05f;
     int status = nn_zoo_build(&b.m, a.model, a.input, a.classes, batch, &a.zoo);
     NnModel *m = &b.m;
@@ -192,16 +205,19 @@ int app_cmd_bench(int argc, char **argv)
     if (status == FH_OK) status = fh_calloc(&b.labels, (size_t)batch, sizeof(int32_t), "benchmark labels");
     if (status == FH_OK)
         status = fh_alloc_aligned(&b.dlogits, sizeof(float) * (size_t)batch * (size_t)a.classes, "benchmark dlogits");
-    if (status == FH_OK && b.sam) status = fh_alloc_aligned(&b.saved, sizeof(float) * (size_t)m->n_state, "SAM copy");
+    if (status == FH_OK && modes[n_modes - 1])
+        status = fh_alloc_aligned(&b.saved, sizeof(float) * (size_t)m->n_state, "SAM copy");
     if (status == FH_OK) {
         FhRng rng;
         fh_rng_init(&rng, 1, FH_RNG_TEST, 0, 0, 0);
         for (int64_t i = 0; i < n_in; i++) b.input[i] = (float)fh_rng_normal(&rng);
         for (int i = 0; i < batch; i++) b.labels[i] = (int32_t)fh_rng_below(&rng, (uint64_t)a.classes);
-        double rate = bench_measure(&b, reps, seconds);
-        double gflops = 3.0 * (double)nn_model_flops_forward(m) * rate / 1e9;
+        double rate[2];
+        bench_measure(&b, modes, n_modes, reps, seconds, rate);
         if (header) printf("model,batch,threads,mode,samples_per_s,gflops\n");
-        printf("%s,%d,%d,%s,%.1f,%.3f\n", a.model, batch, threads, mode, rate, gflops);
+        for (int k = 0; k < n_modes; k++)
+            printf("%s,%d,%d,%s,%.1f,%.3f\n", a.model, batch, threads, modes[k] ? "sam" : "sgd", rate[k],
+                   3.0 * (double)nn_model_flops_forward(m) * rate[k] / 1e9);
         if (profile) bench_profile(&b);
     }
     nn_sgd_free(&b.opt);

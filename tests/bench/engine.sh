@@ -43,8 +43,10 @@ printf '%-12s %5s %3s | %11s %7s %5s %8s | %11s | %11s %8s | %6s\n' model batch 
 for m in $models; do
     for b in $batches; do
         for t in $threads_list; do
-            sgd=$(point "$m" "$b" "$t" sgd)
-            sam=$(point "$m" "$b" "$t" sam)
+            # the SGD and SAM steps in turns within every rep (--mode both): their ratio survives a drifting machine
+            both=$(point "$m" "$b" "$t" both)
+            sgd=$(sed -n 1p <<<"$both")
+            sam=$(sed -n 2p <<<"$both")
             blas=$(field 5 "$(point "$m" "$b" "$t" sgd blas)")
             rate=$(field 5 "$sgd"); gf=$(field 6 "$sgd"); sam_rate=$(field 5 "$sam")
             sam_ratio=$(awk -v a="$rate" -v b="$sam_rate" 'BEGIN { printf "%.2f", a / b }')

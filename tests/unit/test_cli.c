@@ -134,6 +134,8 @@ static void test_bench_csv(void)
     check_csv_line("bench --model cnn --input 1x8x8 --batch 2 --reps 1 --seconds 0.02", "cnn,2,1,sgd,");
     EXPECT_RUN("bench --model mlp --batch 8 --reps 1 --seconds 0.02 --header", 0,
                "model,batch,threads,mode,samples_per_s,gflops\nmlp,8,1,sgd,");
+    /* both steps in turns: a line for each, SGD first */
+    EXPECT_RUN("bench --model mlp --batch 4 --reps 2 --seconds 0.02 --mode both", 0, "mlp,4,1,sgd,", "\nmlp,4,1,sam,");
 }
 
 int main(int argc, char **argv)
