@@ -81,7 +81,7 @@ help:
 	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
 	@echo "make bench-partition / bench-round / bench-methods   one of them (methods: hook overhead over FedAvg)"
 	@echo "make bench-sam   SAM-family step cost over the SGD step (targets 2.1x, single-backprop 1.15x)"
-	@echo "make bench-norm  batch norm + ReLU on the blocked layout: fedhet's kernels against oneDNN's primitive"
+	@echo "make bench-norm  batch norm and max pooling on the blocked layout: fedhet's kernels against oneDNN's primitives"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make fuzz        build the libFuzzer targets (build-fuzz/) and run each for FUZZ_SECONDS (default 600)"
 	@echo "make clean       remove build/, build-fuzz/ and bin/"

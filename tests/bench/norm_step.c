@@ -7,7 +7,10 @@
  * too), and a ReLU6 (mobilenetv2), which oneDNN's batch norm cannot fuse, as separate passes after the
  * forward and before the backward.
  * Shapes: resnet8's first stage, a mobilenetv2 expansion, resnet18's last stage (batch 32).
- * Prints one line per shape and activation: ms per forward + backward, best of `reps` (default 20), and ratios.
+ * Then max pooling, forward (training) + backward, on the same layout: fedhet's kernel against oneDNN's
+ * pooling primitive (its winners in a workspace), alone and with its diff_src added into dx; shapes:
+ * resnet18_gn's stem (3x3, stride 2, padded) and smallcnn's first pool (2x2, stride 2), batch 64.
+ * Prints one line per shape (and activation): ms per forward + backward, best of `reps` (default 20), and ratios.
  * Run: make bench-norm (or build/bench/norm_step [reps]). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +153,95 @@ static double onednn_ms(const Shape *s, NnAct act, int reps, double *bare)
     return best * 1e3;
 }
 
+typedef struct {
+    const char *what;
+    int n, c, h, w, k, stride, pad;
+} PoolShape;
+
+static int pool_out(int in, const PoolShape *p) { return (in + 2 * p->pad - p->k) / p->stride + 1; }
+
+static double fedhet_pool_ms(const PoolShape *p, int reps)
+{
+    const int ho = pool_out(p->h, p), wo = pool_out(p->w, p);
+    const size_t n = (size_t)p->n * p->c * p->h * p->w, no = (size_t)p->n * p->c * ho * wo;
+    float *x = filled(n, 1), *y = filled(no, 2), *dy = filled(no, 3), *dx = filled(n, 4);
+    int32_t *argmax = NULL;
+    if (fh_alloc_aligned((void **)&argmax, no * sizeof(int32_t), "bench indices") != FH_OK) exit(1);
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = fh_time_now();
+        nn_maxpool_forward_blocked(y, argmax, x, p->n, p->c, p->h, p->w, p->k, p->stride, p->pad, ho, wo, 16);
+        nn_maxpool_backward(dx, dy, argmax, p->n * p->c / 16, (int64_t)p->h * p->w * 16, (int64_t)ho * wo * 16);
+        const double t = fh_time_now() - t0;
+        if (t < best) best = t;
+    }
+    float *all[] = {x, y, dy, dx};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) fh_free((void **)&all[i]);
+    fh_free((void **)&argmax);
+    return best * 1e3;
+}
+
+/* ms of the primitives alone (*bare) and with diff_src added into dx as fedhet's backward does (returned) */
+static double onednn_pool_ms(const PoolShape *p, int reps, double *bare)
+{
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    CHECK_DNNL(dnnl_engine_create(&eng, dnnl_cpu, 0));
+    CHECK_DNNL(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags));
+    const int ho = pool_out(p->h, p), wo = pool_out(p->w, p);
+    const size_t n = (size_t)p->n * p->c * p->h * p->w;
+    const dnnl_dims_t in_dims = {p->n, p->c, p->h, p->w}, out_dims = {p->n, p->c, ho, wo};
+    const dnnl_dims_t strides = {p->stride, p->stride}, kernel = {p->k, p->k}, pad = {p->pad, p->pad};
+    dnnl_memory_desc_t src, dst;
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&src, 4, in_dims, dnnl_f32, dnnl_nChw16c));
+    CHECK_DNNL(dnnl_memory_desc_init_by_tag(&dst, 4, out_dims, dnnl_f32, dnnl_nChw16c));
+    dnnl_pooling_desc_t fd, bd;
+    dnnl_primitive_desc_t fpd, bpd;
+    dnnl_primitive_t fwd, bwd;
+    CHECK_DNNL(dnnl_pooling_forward_desc_init(&fd, dnnl_forward_training, dnnl_pooling_max, &src, &dst, strides, kernel,
+                                              pad, pad));
+    CHECK_DNNL(dnnl_primitive_desc_create(&fpd, &fd, NULL, eng, NULL));
+    CHECK_DNNL(dnnl_pooling_backward_desc_init(&bd, dnnl_pooling_max, &src, &dst, strides, kernel, pad, pad));
+    CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, NULL, eng, fpd));
+    CHECK_DNNL(dnnl_primitive_create(&fwd, fpd));
+    CHECK_DNNL(dnnl_primitive_create(&bwd, bpd));
+    const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0);
+    dnnl_memory_t x = mem(eng, &src, 1), y = mem(eng, &dst, 2), dy = mem(eng, &dst, 3), dx = mem(eng, &src, 4);
+    dnnl_memory_t ws = mem(eng, ws_md, 5);
+    dnnl_exec_arg_t fargs[] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_DST, y}, {DNNL_ARG_WORKSPACE, ws}};
+    dnnl_exec_arg_t bargs[] = {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_SRC, dx}, {DNNL_ARG_WORKSPACE, ws}};
+    float *staged = NULL, *acc = filled(n, 6);
+    CHECK_DNNL(dnnl_memory_get_data_handle(dx, (void **)&staged));
+    double best = 1e30, best_bare = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = fh_time_now();
+        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, 3, fargs));
+        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, 3, bargs));
+        CHECK_DNNL(dnnl_stream_wait(stream));
+        double t = fh_time_now() - t0;
+        if (t < best_bare) best_bare = t;
+        t0 = fh_time_now();
+        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, 3, fargs));
+        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, 3, bargs));
+        CHECK_DNNL(dnnl_stream_wait(stream));
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) acc[i] += staged[i];
+        t = fh_time_now() - t0;
+        if (t < best) best = t;
+    }
+    fh_free((void **)&acc);
+    dnnl_memory_t all[] = {x, y, dy, dx, ws};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dnnl_memory_destroy(all[i]);
+    dnnl_primitive_destroy(fwd);
+    dnnl_primitive_destroy(bwd);
+    dnnl_primitive_desc_destroy(fpd);
+    dnnl_primitive_desc_destroy(bpd);
+    dnnl_stream_destroy(stream);
+    dnnl_engine_destroy(eng);
+    *bare = best_bare * 1e3;
+    return best * 1e3;
+}
+
 int main(int argc, char **argv)
 {
     const int reps = argc > 1 ? atoi(argv[1]) : 20;
@@ -177,5 +269,20 @@ int main(int argc, char **argv)
         }
     printf("ratio: oneDNN's primitive / fedhet's kernels; as fedhet: with the accumulation into dx and, for\n"
            "ReLU6, the activation's own passes, / fedhet's kernels\n");
+    const PoolShape pools[] = {{"resnet18_gn stem pool", 64, 64, 16, 16, 3, 2, 1},
+                               {"smallcnn first pool", 64, 32, 28, 28, 2, 2, 0}};
+    printf("\nmax pooling, forward (training) + backward, nChw16c, 1 thread, best of %d\n", reps);
+    printf("%-24s %-16s %-6s %10s %12s %16s %8s %12s\n", "shape", "NxCxHxW", "window", "fedhet ms", "oneDNN ms",
+           "as fedhet ms", "ratio", "as fedhet");
+    for (size_t i = 0; i < sizeof pools / sizeof pools[0]; i++) {
+        const PoolShape *p = &pools[i];
+        double bare;
+        const double f = fedhet_pool_ms(p, reps), o = onednn_pool_ms(p, reps, &bare);
+        char dims[32], window[16];
+        snprintf(dims, sizeof dims, "%dx%dx%dx%d", p->n, p->c, p->h, p->w);
+        snprintf(window, sizeof window, "%dx%d/%d", p->k, p->k, p->stride);
+        printf("%-24s %-16s %-6s %10.3f %12.3f %16.3f %8.2f %12.2f\n", p->what, dims, window, f, bare, o, bare / f,
+               o / f);
+    }
     return 0;
 }
