@@ -170,6 +170,10 @@ int nn_model_forward(NnModel *m, const float *input, int batch);
  * tensor [batch, features size] (MOON, FedDecorr). Accumulates into m->grad. */
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures);
 void nn_model_zero_grad(NnModel *m);
+/* SAM's perturbed pass without touching the weights: writes the state with a g added to the parameters into
+ * `beside` (n_state floats; the buffers copied) and points m->state there. Returns the state the model had,
+ * which the caller puts back (m->state = it) after the pass. */
+float *nn_model_perturb_beside(NnModel *m, float *beside, float a, const float *g);
 /* Activation patterns (eval mode only): a forward with m->pattern = NN_PATTERN_RECORD keeps, per output,
  * the side of every ReLU / ReLU6 and every max-pool's winner; with NN_PATTERN_REPLAY later forwards and
  * backwards use that pattern instead of their own, so that the network is, for other weights, the

@@ -275,9 +275,7 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
         /* SAM (and GSAM's ascent): eps = rho g/(||g|| + e). w + eps is written beside w and the model reads
          * it there (its state pointer), so w is never touched: no copy to save, none to restore. */
         const float scale = (float)(o->rho / (gnorm + e));
-        nn_vec_add_scaled(saved, w, scale, g, P);
-        nn_vec_copy(saved + P, w + P, m->n_state - P); /* the batch-norm running statistics */
-        m->state = saved;
+        nn_model_perturb_beside(m, saved, scale, g);
         eps_norm = (double)scale * gnorm;
     }
     const int bn = m->bn_update_running;

@@ -32,11 +32,8 @@ static void bench_step(BenchCtx *b)
     nn_model_backward(m, b->dlogits, NULL);
     if (b->sam) {
         /* the passes of the methods' SAM step (algo/sam.c): fb 2 reads w + eps from beside w */
-        float *w = m->state;
         const double norm = nn_vec_norm_f64(m->grad, m->n_params);
-        nn_vec_add_scaled(b->saved, w, (float)(b->rho / (norm + 1e-12)), m->grad, m->n_params);
-        nn_vec_copy(b->saved + m->n_params, w + m->n_params, m->n_state - m->n_params);
-        m->state = b->saved;
+        float *w = nn_model_perturb_beside(m, b->saved, (float)(b->rho / (norm + 1e-12)), m->grad);
         nn_model_zero_grad(m);
         m->bn_update_running = 0;
         nn_model_forward(m, b->input, b->batch);

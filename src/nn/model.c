@@ -895,6 +895,15 @@ void nn_model_zero_grad(NnModel *m)
     m->grad_zero = 1;
 }
 
+float *nn_model_perturb_beside(NnModel *m, float *beside, float a, const float *g)
+{
+    float *w = m->state;
+    nn_vec_add_scaled(beside, w, a, g, m->n_params);
+    nn_vec_copy(beside + m->n_params, w + m->n_params, m->n_state - m->n_params); /* batch-norm running statistics */
+    m->state = beside;
+    return w;
+}
+
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
 {
     int batch = m->batch;

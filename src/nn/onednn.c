@@ -10,9 +10,8 @@
  * layout and the primitive's where they differ; those that write a gradient carry a sum post-op, so that
  * gradients accumulate (+=) as the engine promises, whatever layout the primitive wrote (the weights'
  * gradient after a zero fill is written without it: the sum reads the zeros too, 18 % of that reorder's time
- * for a 512x512 3x3 conv). Keeping the
- * weights blocked between steps would save their reorders but not fit the flat state vector that methods
- * work on.
+ * for a 512x512 3x3 conv). Keeping the weights blocked between steps would save their reorders but not fit
+ * the flat state vector that methods work on.
  *
  * Algorithm: Winograd for the 3x3 stride-1 convs where it pays (winograd_pays below), direct for the others.
  *
