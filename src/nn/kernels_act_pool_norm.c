@@ -314,6 +314,15 @@ LANE_INLINE void lanes_affine(float *yp, const float *xp, const float *scale, co
         for (int j = 0; j < L; j++) yp[i + j] = act_apply(xp[i + j] * scale[j] + offset[j], act);
 }
 
+/* the end of a chunk: its float sums added to the double ones */
+LANE_INLINE void lanes_flush(double *sum1, double *sum2, const float *s1, const float *s2, const int L)
+{
+    for (int j = 0; j < L; j++) {
+        sum1[j] += s1[j];
+        sum2[j] += s2[j];
+    }
+}
+
 /* sums of x - shift and (x - shift)^2, added to sum and sumsq */
 LANE_INLINE void lanes_stats(double *sum, double *sumsq, const float *xp, const float *shift, int hw, const int L)
 {
@@ -327,10 +336,7 @@ LANE_INLINE void lanes_stats(double *sum, double *sumsq, const float *xp, const 
                 s1[j] += d;
                 s2[j] += d * d;
             }
-        for (int j = 0; j < L; j++) {
-            sum[j] += s1[j];
-            sumsq[j] += s2[j];
-        }
+        lanes_flush(sum, sumsq, s1, s2, L);
     }
 }
 
@@ -349,10 +355,7 @@ LANE_INLINE void lanes_mask_sums(double *sum_dy, double *sum_dy_xc, float *dyp, 
                 s1[j] += g;
                 s2[j] += g * (xp[i + j] - mean[j]);
             }
-        for (int j = 0; j < L; j++) {
-            sum_dy[j] += s1[j];
-            sum_dy_xc[j] += s2[j];
-        }
+        lanes_flush(sum_dy, sum_dy_xc, s1, s2, L);
     }
 }
 
