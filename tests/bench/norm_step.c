@@ -79,38 +79,112 @@ static dnnl_memory_t mem(dnnl_engine_t eng, const dnnl_memory_desc_t *md, unsign
     return m;
 }
 
+/* A oneDNN forward-training primitive and its backward on one engine and stream, with their arguments. */
+typedef struct {
+    dnnl_engine_t eng;
+    dnnl_stream_t stream;
+    dnnl_primitive_desc_t fpd, bpd;
+    dnnl_primitive_t fwd, bwd;
+    dnnl_exec_arg_t *fargs, *bargs;
+    int n_fargs, n_bargs;
+} FwdBwd;
+
+static void pair_open(FwdBwd *p)
+{
+    memset(p, 0, sizeof *p);
+    CHECK_DNNL(dnnl_engine_create(&p->eng, dnnl_cpu, 0));
+    CHECK_DNNL(dnnl_stream_create(&p->stream, p->eng, dnnl_stream_default_flags));
+}
+
+static void pair_make(FwdBwd *p, const_dnnl_op_desc_t fd, const_dnnl_op_desc_t bd)
+{
+    CHECK_DNNL(dnnl_primitive_desc_create(&p->fpd, fd, NULL, p->eng, NULL));
+    CHECK_DNNL(dnnl_primitive_desc_create(&p->bpd, bd, NULL, p->eng, p->fpd));
+    CHECK_DNNL(dnnl_primitive_create(&p->fwd, p->fpd));
+    CHECK_DNNL(dnnl_primitive_create(&p->bwd, p->bpd));
+}
+
+/* Best ms over reps of forward + backward alone (*bare), and as fedhet would run them (returned): `between`
+ * (may be NULL) after the forward, and the backward's diff_src (`staged`, n floats) added into a gradient. */
+static double pair_time(const FwdBwd *p, int reps, const float *staged, size_t n, void (*between)(const void *),
+                        const void *env, double *bare)
+{
+    float *acc = filled(n, 13);
+    double best = 1e30, best_bare = 1e30;
+    for (int r = 0; r < reps; r++) {
+        double t0 = fh_time_now();
+        CHECK_DNNL(dnnl_primitive_execute(p->fwd, p->stream, p->n_fargs, p->fargs));
+        CHECK_DNNL(dnnl_primitive_execute(p->bwd, p->stream, p->n_bargs, p->bargs));
+        CHECK_DNNL(dnnl_stream_wait(p->stream));
+        double t = fh_time_now() - t0;
+        if (t < best_bare) best_bare = t;
+        t0 = fh_time_now();
+        CHECK_DNNL(dnnl_primitive_execute(p->fwd, p->stream, p->n_fargs, p->fargs));
+        if (between) between(env);
+        CHECK_DNNL(dnnl_primitive_execute(p->bwd, p->stream, p->n_bargs, p->bargs));
+        CHECK_DNNL(dnnl_stream_wait(p->stream));
+#pragma omp simd
+        for (size_t i = 0; i < n; i++) acc[i] += staged[i];
+        t = fh_time_now() - t0;
+        if (t < best) best = t;
+    }
+    fh_free((void **)&acc);
+    *bare = best_bare * 1e3;
+    return best * 1e3;
+}
+
+static void pair_close(FwdBwd *p, dnnl_memory_t *mems, size_t n_mems)
+{
+    for (size_t i = 0; i < n_mems; i++) dnnl_memory_destroy(mems[i]);
+    dnnl_primitive_destroy(p->fwd);
+    dnnl_primitive_destroy(p->bwd);
+    dnnl_primitive_desc_destroy(p->fpd);
+    dnnl_primitive_desc_destroy(p->bpd);
+    dnnl_stream_destroy(p->stream);
+    dnnl_engine_destroy(p->eng);
+}
+
+/* an activation oneDNN's batch norm cannot fuse (ReLU6), as fedhet's own passes around the primitives */
+typedef struct {
+    float *y, *dy;
+    int64_t n;
+    NnAct act;
+} ActPasses;
+
+static void act_passes(const void *env)
+{
+    const ActPasses *a = env;
+    nn_act_forward(a->y, a->n, a->act);
+    nn_act_backward(a->dy, a->y, a->n, a->act);
+}
+
 /* ms of the primitive alone (*bare) and as fedhet would run it (returned) */
 static double onednn_ms(const Shape *s, NnAct act, int reps, double *bare)
 {
     const size_t n = (size_t)s->n * s->c * s->h * s->w;
-    dnnl_engine_t eng;
-    dnnl_stream_t stream;
-    CHECK_DNNL(dnnl_engine_create(&eng, dnnl_cpu, 0));
-    CHECK_DNNL(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags));
+    FwdBwd p;
+    pair_open(&p);
     const dnnl_dims_t dims = {s->n, s->c, s->h, s->w}, cdim = {s->c};
     dnnl_memory_desc_t data, chan;
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&data, 4, dims, dnnl_f32, dnnl_nChw16c));
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&chan, 1, cdim, dnnl_f32, dnnl_x));
     const unsigned flags = dnnl_use_scale | dnnl_use_shift | (act == NN_ACT_RELU ? dnnl_fuse_norm_relu : 0);
     dnnl_batch_normalization_desc_t fd, bd;
-    dnnl_primitive_desc_t fpd, bpd;
-    dnnl_primitive_t fwd, bwd;
     CHECK_DNNL(dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &data, 1e-5f, flags));
-    CHECK_DNNL(dnnl_primitive_desc_create(&fpd, &fd, NULL, eng, NULL));
     CHECK_DNNL(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &data, &data, 1e-5f, flags));
-    CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, NULL, eng, fpd));
-    CHECK_DNNL(dnnl_primitive_create(&fwd, fpd));
-    CHECK_DNNL(dnnl_primitive_create(&bwd, bpd));
-    const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0);
+    pair_make(&p, &fd, &bd);
+    const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(p.fpd, dnnl_query_workspace_md, 0);
     const dnnl_memory_desc_t no_ws = {0};
-    dnnl_memory_t x = mem(eng, &data, 1), y = mem(eng, &data, 2), dy = mem(eng, &data, 3), dx = mem(eng, &data, 5);
-    dnnl_memory_t scale = mem(eng, &chan, 6), shift = mem(eng, &chan, 7), mean = mem(eng, &chan, 8),
-                  var = mem(eng, &chan, 9), dscale = mem(eng, &chan, 10), dshift = mem(eng, &chan, 11);
-    dnnl_memory_t ws = mem(eng, ws_md ? ws_md : &no_ws, 12);
-    float *staged = NULL, *acc = filled(n, 13), *ydata = NULL, *dydata = NULL;
+    dnnl_memory_t x = mem(p.eng, &data, 1), y = mem(p.eng, &data, 2), dy = mem(p.eng, &data, 3),
+                  dx = mem(p.eng, &data, 5);
+    dnnl_memory_t scale = mem(p.eng, &chan, 6), shift = mem(p.eng, &chan, 7), mean = mem(p.eng, &chan, 8),
+                  var = mem(p.eng, &chan, 9), dscale = mem(p.eng, &chan, 10), dshift = mem(p.eng, &chan, 11);
+    dnnl_memory_t ws = mem(p.eng, ws_md ? ws_md : &no_ws, 12);
+    float *staged = NULL;
+    ActPasses passes = {NULL, NULL, (int64_t)n, act};
     CHECK_DNNL(dnnl_memory_get_data_handle(dx, (void **)&staged));
-    CHECK_DNNL(dnnl_memory_get_data_handle(y, (void **)&ydata));
-    CHECK_DNNL(dnnl_memory_get_data_handle(dy, (void **)&dydata));
+    CHECK_DNNL(dnnl_memory_get_data_handle(y, (void **)&passes.y));
+    CHECK_DNNL(dnnl_memory_get_data_handle(dy, (void **)&passes.dy));
     dnnl_exec_arg_t fargs[] = {{DNNL_ARG_SRC, x},     {DNNL_ARG_DST, y},          {DNNL_ARG_SCALE, scale},
                                {DNNL_ARG_SHIFT, shift}, {DNNL_ARG_MEAN, mean},     {DNNL_ARG_VARIANCE, var},
                                {DNNL_ARG_WORKSPACE, ws}};
@@ -119,38 +193,14 @@ static double onednn_ms(const Shape *s, NnAct act, int reps, double *bare)
                                {DNNL_ARG_DIFF_SRC, dx},      {DNNL_ARG_DIFF_SCALE, dscale},
                                {DNNL_ARG_DIFF_SHIFT, dshift}, {DNNL_ARG_WORKSPACE, ws}};
     /* the workspace (the fused ReLU's mask) is the last argument of each */
-    const int n_fargs = (int)(sizeof fargs / sizeof fargs[0]) - !ws_md;
-    const int n_bargs = (int)(sizeof bargs / sizeof bargs[0]) - !ws_md;
-    double best = 1e30, best_bare = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = fh_time_now();
-        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, n_fargs, fargs));
-        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, n_bargs, bargs));
-        CHECK_DNNL(dnnl_stream_wait(stream));
-        double t = fh_time_now() - t0;
-        if (t < best_bare) best_bare = t;
-        t0 = fh_time_now();
-        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, n_fargs, fargs));
-        if (act != NN_ACT_RELU) nn_act_forward(ydata, (int64_t)n, act);
-        if (act != NN_ACT_RELU) nn_act_backward(dydata, ydata, (int64_t)n, act);
-        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, n_bargs, bargs));
-        CHECK_DNNL(dnnl_stream_wait(stream));
-#pragma omp simd
-        for (size_t i = 0; i < n; i++) acc[i] += staged[i];
-        t = fh_time_now() - t0;
-        if (t < best) best = t;
-    }
-    fh_free((void **)&acc);
-    *bare = best_bare * 1e3;
+    p.fargs = fargs;
+    p.bargs = bargs;
+    p.n_fargs = (int)(sizeof fargs / sizeof fargs[0]) - !ws_md;
+    p.n_bargs = (int)(sizeof bargs / sizeof bargs[0]) - !ws_md;
+    const double ms = pair_time(&p, reps, staged, n, act == NN_ACT_RELU ? NULL : act_passes, &passes, bare);
     dnnl_memory_t all[] = {x, y, dy, dx, scale, shift, mean, var, dscale, dshift, ws};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dnnl_memory_destroy(all[i]);
-    dnnl_primitive_destroy(fwd);
-    dnnl_primitive_destroy(bwd);
-    dnnl_primitive_desc_destroy(fpd);
-    dnnl_primitive_desc_destroy(bpd);
-    dnnl_stream_destroy(stream);
-    dnnl_engine_destroy(eng);
-    return best * 1e3;
+    pair_close(&p, all, sizeof all / sizeof all[0]);
+    return ms;
 }
 
 typedef struct {
@@ -182,64 +232,36 @@ static double fedhet_pool_ms(const PoolShape *p, int reps)
 }
 
 /* ms of the primitives alone (*bare) and with diff_src added into dx as fedhet's backward does (returned) */
-static double onednn_pool_ms(const PoolShape *p, int reps, double *bare)
+static double onednn_pool_ms(const PoolShape *ps, int reps, double *bare)
 {
-    dnnl_engine_t eng;
-    dnnl_stream_t stream;
-    CHECK_DNNL(dnnl_engine_create(&eng, dnnl_cpu, 0));
-    CHECK_DNNL(dnnl_stream_create(&stream, eng, dnnl_stream_default_flags));
-    const int ho = pool_out(p->h, p), wo = pool_out(p->w, p);
-    const size_t n = (size_t)p->n * p->c * p->h * p->w;
-    const dnnl_dims_t in_dims = {p->n, p->c, p->h, p->w}, out_dims = {p->n, p->c, ho, wo};
-    const dnnl_dims_t strides = {p->stride, p->stride}, kernel = {p->k, p->k}, pad = {p->pad, p->pad};
+    FwdBwd p;
+    pair_open(&p);
+    const int ho = pool_out(ps->h, ps), wo = pool_out(ps->w, ps);
+    const size_t n = (size_t)ps->n * ps->c * ps->h * ps->w;
+    const dnnl_dims_t in_dims = {ps->n, ps->c, ps->h, ps->w}, out_dims = {ps->n, ps->c, ho, wo};
+    const dnnl_dims_t strides = {ps->stride, ps->stride}, kernel = {ps->k, ps->k}, pad = {ps->pad, ps->pad};
     dnnl_memory_desc_t src, dst;
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&src, 4, in_dims, dnnl_f32, dnnl_nChw16c));
     CHECK_DNNL(dnnl_memory_desc_init_by_tag(&dst, 4, out_dims, dnnl_f32, dnnl_nChw16c));
     dnnl_pooling_desc_t fd, bd;
-    dnnl_primitive_desc_t fpd, bpd;
-    dnnl_primitive_t fwd, bwd;
     CHECK_DNNL(dnnl_pooling_forward_desc_init(&fd, dnnl_forward_training, dnnl_pooling_max, &src, &dst, strides, kernel,
                                               pad, pad));
-    CHECK_DNNL(dnnl_primitive_desc_create(&fpd, &fd, NULL, eng, NULL));
     CHECK_DNNL(dnnl_pooling_backward_desc_init(&bd, dnnl_pooling_max, &src, &dst, strides, kernel, pad, pad));
-    CHECK_DNNL(dnnl_primitive_desc_create(&bpd, &bd, NULL, eng, fpd));
-    CHECK_DNNL(dnnl_primitive_create(&fwd, fpd));
-    CHECK_DNNL(dnnl_primitive_create(&bwd, bpd));
-    const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(fpd, dnnl_query_workspace_md, 0);
-    dnnl_memory_t x = mem(eng, &src, 1), y = mem(eng, &dst, 2), dy = mem(eng, &dst, 3), dx = mem(eng, &src, 4);
-    dnnl_memory_t ws = mem(eng, ws_md, 5);
+    pair_make(&p, &fd, &bd);
+    const dnnl_memory_desc_t *ws_md = dnnl_primitive_desc_query_md(p.fpd, dnnl_query_workspace_md, 0);
+    dnnl_memory_t x = mem(p.eng, &src, 1), y = mem(p.eng, &dst, 2), dy = mem(p.eng, &dst, 3),
+                  dx = mem(p.eng, &src, 4), ws = mem(p.eng, ws_md, 5);
     dnnl_exec_arg_t fargs[] = {{DNNL_ARG_SRC, x}, {DNNL_ARG_DST, y}, {DNNL_ARG_WORKSPACE, ws}};
     dnnl_exec_arg_t bargs[] = {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_SRC, dx}, {DNNL_ARG_WORKSPACE, ws}};
-    float *staged = NULL, *acc = filled(n, 6);
+    p.fargs = fargs;
+    p.bargs = bargs;
+    p.n_fargs = p.n_bargs = 3;
+    float *staged = NULL;
     CHECK_DNNL(dnnl_memory_get_data_handle(dx, (void **)&staged));
-    double best = 1e30, best_bare = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = fh_time_now();
-        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, 3, fargs));
-        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, 3, bargs));
-        CHECK_DNNL(dnnl_stream_wait(stream));
-        double t = fh_time_now() - t0;
-        if (t < best_bare) best_bare = t;
-        t0 = fh_time_now();
-        CHECK_DNNL(dnnl_primitive_execute(fwd, stream, 3, fargs));
-        CHECK_DNNL(dnnl_primitive_execute(bwd, stream, 3, bargs));
-        CHECK_DNNL(dnnl_stream_wait(stream));
-#pragma omp simd
-        for (size_t i = 0; i < n; i++) acc[i] += staged[i];
-        t = fh_time_now() - t0;
-        if (t < best) best = t;
-    }
-    fh_free((void **)&acc);
+    const double ms = pair_time(&p, reps, staged, n, NULL, NULL, bare);
     dnnl_memory_t all[] = {x, y, dy, dx, ws};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dnnl_memory_destroy(all[i]);
-    dnnl_primitive_destroy(fwd);
-    dnnl_primitive_destroy(bwd);
-    dnnl_primitive_desc_destroy(fpd);
-    dnnl_primitive_desc_destroy(bpd);
-    dnnl_stream_destroy(stream);
-    dnnl_engine_destroy(eng);
-    *bare = best_bare * 1e3;
-    return best * 1e3;
+    pair_close(&p, all, sizeof all / sizeof all[0]);
+    return ms;
 }
 
 int main(int argc, char **argv)
