@@ -141,14 +141,52 @@ LANE_INLINE void maxpool_run(float *restrict yr, int32_t *restrict ar, const flo
     }
 }
 
+static inline Lane4f lane4_load(const float *p)
+{
+    Lane4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline Lane4f lane4_select(Lane4i take, Lane4f a, Lane4f b) { return (Lane4f)(((Lane4i)a & take) | ((Lane4i)b & ~take)); }
+
+/* 2x2 stride 2 without padding: the pairwise selects of maxpool2x2_plane (the same winners as NCHW, ties and NaN
+ * included); a third faster than the general walk, whose window bounds the compiler cannot unroll */
+LANE_INLINE void maxpool2x2_run(float *restrict yr, int32_t *restrict ar, const float *restrict xr, int w, int ho,
+                                int wo, const int L)
+{
+    const Lane4i lane = {0, 1, 2, 3};
+    for (int oh = 0; oh < ho; oh++)
+        for (int ow = 0; ow < wo; ow++) {
+            const int32_t ia = (2 * oh * w + 2 * ow) * L, ic = ia + w * L;
+            const int64_t o = ((int64_t)oh * wo + ow) * L;
+            for (int v = 0; v < L; v += 4) {
+                const Lane4f a = lane4_load(xr + ia + v), b = lane4_load(xr + ia + L + v);
+                const Lane4f c = lane4_load(xr + ic + v), d = lane4_load(xr + ic + L + v);
+                const Lane4i take_b = b > a, take_d = d > c; /* -1 where taken */
+                const Lane4f m0 = lane4_select(take_b, b, a), m1 = lane4_select(take_d, d, c);
+                const Lane4i i0 = lane + (ia + v) - take_b * L, i1 = lane + (ic + v) - take_d * L;
+                const Lane4i take_1 = m1 > m0;
+                const Lane4f best = lane4_select(take_1, m1, m0);
+                const Lane4i best_i = (i1 & take_1) | (i0 & ~take_1);
+                memcpy(yr + o + v, &best, sizeof best);
+                memcpy(ar + o + v, &best_i, sizeof best_i);
+            }
+        }
+}
+
 void nn_maxpool_forward_blocked(float *y, int32_t *argmax, const float *x, int batch, int c, int h, int w, int k,
                                 int stride, int pad, int ho, int wo, int block)
 {
     const int runs = batch * (c / block);
     const int64_t in = (int64_t)h * w * block, out = (int64_t)ho * wo * block;
-    NN_PARALLEL_FOR((int64_t)runs * in, for (int r = 0; r < runs; r++)
-                        LANES(block, maxpool_run, y + r * out, argmax + r * out, x + r * in, h, w, k, stride, pad, ho,
-                              wo););
+    if (k == 2 && stride == 2 && pad == 0)
+        NN_PARALLEL_FOR((int64_t)runs * in, for (int r = 0; r < runs; r++)
+                            LANES(block, maxpool2x2_run, y + r * out, argmax + r * out, x + r * in, w, ho, wo););
+    else
+        NN_PARALLEL_FOR((int64_t)runs * in, for (int r = 0; r < runs; r++)
+                            LANES(block, maxpool_run, y + r * out, argmax + r * out, x + r * in, h, w, k, stride, pad,
+                                  ho, wo););
 }
 
 void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int planes, int64_t in, int64_t out)
@@ -157,6 +195,59 @@ void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int 
         float *dxp = dx + p * in;
         for (int64_t i = 0; i < out; i++) dxp[argmax[p * out + i]] += dy[p * out + i];
     });
+}
+
+int nn_maxpool_tiles(int h, int w, int k, int stride, int pad) { return stride == k && pad == 0 && h % k == 0 && w % k == 0; }
+
+/* every input value lies in one window: a dense pass over dx in input order instead of a scatter, with the
+ * scatter's sums (onto zeros, 0 + dy: a -0 gradient lands as +0); four lanes at once as above, one for NCHW */
+LANE_INLINE void maxpool_tiled_backward_run(float *restrict dxr, const float *restrict dyr, const int32_t *restrict ar,
+                                            int w, int k, int ho, int wo, const int onto_zeros, const int L)
+{
+    const Lane4i lane = {0, 1, 2, 3};
+    for (int oh = 0; oh < ho; oh++)
+        for (int i = 0; i < k; i++)
+            for (int ow = 0; ow < wo; ow++)
+                for (int j = 0; j < k; j++) {
+                    const int32_t at = ((oh * k + i) * w + ow * k + j) * L;
+                    const int64_t o = ((int64_t)oh * wo + ow) * L;
+                    if (L == 1) {
+                        const float before = onto_zeros ? 0.0f : dxr[at];
+                        dxr[at] = ar[o] == at ? before + dyr[o] : before;
+                        continue;
+                    }
+                    for (int v = 0; v < L; v += 4) {
+                        Lane4i winner;
+                        memcpy(&winner, ar + o + v, sizeof winner);
+                        const Lane4f before = onto_zeros ? (Lane4f){0} : lane4_load(dxr + at + v);
+                        const Lane4f sum = lane4_select(winner == lane + (at + v), before + lane4_load(dyr + o + v),
+                                                        before);
+                        memcpy(dxr + at + v, &sum, sizeof sum);
+                    }
+                }
+}
+
+static void maxpool_tiled_backward_lanes(float *dxr, const float *dyr, const int32_t *ar, int w, int k, int ho, int wo,
+                                         int onto_zeros, int lanes)
+{
+    switch (lanes * 2 + !!onto_zeros) {
+    case 33: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 1, 16); break;
+    case 32: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 0, 16); break;
+    case 17: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 1, 8); break;
+    case 16: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 0, 8); break;
+    case 3: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 1, 1); break;
+    default: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 0, 1); break;
+    }
+}
+
+void nn_maxpool_backward_tiled(float *dx, const float *dy, const int32_t *argmax, int runs, int h, int w, int k,
+                               int lanes, int onto_zeros)
+{
+    const int ho = h / k, wo = w / k;
+    const int64_t in = (int64_t)h * w * lanes, out = (int64_t)ho * wo * lanes;
+    NN_PARALLEL_FOR(runs * in, for (int r = 0; r < runs; r++)
+                                   maxpool_tiled_backward_lanes(dx + r * in, dy + r * out, argmax + r * out, w, k, ho,
+                                                                wo, onto_zeros, lanes););
 }
 
 void nn_avgpool_forward(float *y, const float *x, int planes, int h, int w, int k, int stride, int pad, int ho,

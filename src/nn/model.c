@@ -904,6 +904,14 @@ float *nn_model_perturb_beside(NnModel *m, float *beside, float a, const float *
     return w;
 }
 
+/* a layer that writes every value of its input's gradient when it is the first to reach it (zero_in), so that
+ * the gradient need not be zeroed first */
+static int writes_whole_dx(const NnModel *m, const NnLayer *l)
+{
+    const NnShape si = m->tensors[l->in].shape;
+    return l->type == NN_OP_MAXPOOL && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad);
+}
+
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
 {
     int batch = m->batch;
@@ -919,7 +927,8 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
     for (int i = m->n_layers - 1; i >= 0; i--) {
         NnLayer *l = &m->layers[i];
         double t0 = m->profile ? fh_time_now() : 0.0;
-        if (l->zero_in) memset(tgrad(m, l->in), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->in].size);
+        if (l->zero_in && !writes_whole_dx(m, l))
+            memset(tgrad(m, l->in), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->in].size);
         if (l->zero_in2) memset(tgrad(m, l->in2), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->in2].size);
         const float *x = tdata(m, l->in), *y = tdata(m, l->out);
         float *dy = tgrad(m, l->out);
@@ -950,8 +959,12 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         case NN_OP_MAXPOOL:
             if (dx) {
                 const int lanes = block ? block : 1;
-                nn_maxpool_backward(dx, dy, l->argmax, batch * si.c / lanes, (int64_t)si.h * si.w * lanes,
-                                    (int64_t)so.h * so.w * lanes);
+                if (nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad))
+                    nn_maxpool_backward_tiled(dx, dy, l->argmax, batch * si.c / lanes, si.h, si.w, l->k, lanes,
+                                              l->zero_in);
+                else
+                    nn_maxpool_backward(dx, dy, l->argmax, batch * si.c / lanes, (int64_t)si.h * si.w * lanes,
+                                        (int64_t)so.h * so.w * lanes);
             }
             break;
         case NN_OP_AVGPOOL:

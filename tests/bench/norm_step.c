@@ -7,8 +7,10 @@
  * too), and a ReLU6 (mobilenetv2), which oneDNN's batch norm cannot fuse, as separate passes after the
  * forward and before the backward.
  * Shapes: resnet8's first stage, a mobilenetv2 expansion, resnet18's last stage (batch 32).
- * Then max pooling, forward (training) + backward, on the same layout: fedhet's kernel against oneDNN's
- * pooling primitive (its winners in a workspace), alone and with its diff_src added into dx; shapes:
+ * Then max pooling, forward (training) + backward, on the same layout: fedhet's kernels as a model runs a pool
+ * that is the first layer to reach its input's gradient (both shapes here are): windows that tile the input
+ * write dx in one dense pass, others zero it and scatter; against oneDNN's pooling primitive (its winners in a
+ * workspace), alone (what it would cost writing dx directly) and with its diff_src added into dx; shapes:
  * resnet18_gn's stem (3x3, stride 2, padded) and smallcnn's first pool (2x2, stride 2), batch 64.
  * Prints one line per shape (and activation): ms per forward + backward, best of `reps` (default 20), and ratios.
  * Run: make bench-norm (or build/bench/norm_step [reps]). */
@@ -221,7 +223,12 @@ static double fedhet_pool_ms(const PoolShape *p, int reps)
     for (int r = 0; r < reps; r++) {
         const double t0 = fh_time_now();
         nn_maxpool_forward_blocked(y, argmax, x, p->n, p->c, p->h, p->w, p->k, p->stride, p->pad, ho, wo, 16);
-        nn_maxpool_backward(dx, dy, argmax, p->n * p->c / 16, (int64_t)p->h * p->w * 16, (int64_t)ho * wo * 16);
+        if (nn_maxpool_tiles(p->h, p->w, p->k, p->stride, p->pad))
+            nn_maxpool_backward_tiled(dx, dy, argmax, p->n * p->c / 16, p->h, p->w, p->k, 16, 1);
+        else {
+            memset(dx, 0, n * sizeof(float));
+            nn_maxpool_backward(dx, dy, argmax, p->n * p->c / 16, (int64_t)p->h * p->w * 16, (int64_t)ho * wo * 16);
+        }
         const double t = fh_time_now() - t0;
         if (t < best) best = t;
     }

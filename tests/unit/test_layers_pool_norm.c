@@ -407,6 +407,83 @@ static void test_norm_blocked_layouts(void)
     free(dy);
 }
 
+/* Max pools whose windows tile the input (2x2 and 3x3 of stride k over 6 x 6 planes), ties (small integers),
+ * a NaN and -0 gradients included: the blocked forward has NCHW's winners and bits, and the dense backward
+ * gives the scatter's bits in every layout on 1 and 2 threads, written (whatever dx held) or added. */
+enum { TP_H = 6, TP_HW = TP_H * TP_H, TP_N = LB * LC * TP_HW };
+
+static void tiled_pool_in_layout(float *y_nchw, float *dx_nchw, float *dx_added_nchw, int block, int k,
+                                 const float *x0, const float *dy0, const float *dx0)
+{
+    const int ho = TP_H / k, out_hw = ho * ho, lanes = block ? block : 1, runs = LB * LC / lanes;
+    float *x = falloc(TP_N), *y = falloc(TP_N), *dy = falloc(TP_N), *scattered = falloc(TP_N), *dx = falloc(TP_N);
+    int32_t *argmax = calloc(TP_N, sizeof *argmax);
+    if (!argmax) abort();
+    relayout(x, block, x0, 0, TP_HW);
+    relayout(dy, block, dy0, 0, out_hw);
+    if (block) nn_maxpool_forward_blocked(y, argmax, x, LB, LC, TP_H, TP_H, k, k, 0, ho, ho, block);
+    else nn_maxpool_forward(y, argmax, x, LB * LC, TP_H, TP_H, k, k, 0, ho, ho);
+    relayout(y_nchw, 0, y, block, out_hw);
+    CHECK(nn_maxpool_tiles(TP_H, TP_H, k, k, 0));
+    for (int added = 0; added <= 1; added++) {
+        relayout(scattered, block, dx0, 0, TP_HW);
+        if (!added) memset(scattered, 0, sizeof(float) * TP_N);
+        nn_maxpool_backward(scattered, dy, argmax, runs, (int64_t)TP_HW * lanes, (int64_t)out_hw * lanes);
+        relayout(dx, block, dx0, 0, TP_HW);
+        if (!added) for (int64_t i = 0; i < TP_N; i++) dx[i] = 7.0f; /* ignored */
+        nn_maxpool_backward_tiled(dx, dy, argmax, runs, TP_H, TP_H, k, lanes, !added);
+        CHECK_MSG(memcmp(dx, scattered, sizeof(float) * TP_N) == 0, "block %d, %dx%d, %s: tiled dx is the scatter's",
+                  block, k, k, added ? "added" : "written");
+        relayout(added ? dx_added_nchw : dx_nchw, 0, dx, block, TP_HW);
+    }
+    free(x);
+    free(y);
+    free(dy);
+    free(scattered);
+    free(dx);
+    free(argmax);
+}
+
+static void test_maxpool_tiled(void)
+{
+    FhRng rng = rng_for("maxpool_tiled", 0);
+    float *x = falloc(TP_N), *dy = falloc(TP_N), *dx0 = falloc(TP_N);
+    fill_uniform(&rng, x, TP_N, 0.0, 3.0);
+    for (int64_t i = 0; i < TP_N; i++) x[i] = floorf(x[i]); /* ties in most windows */
+    x[5] = NAN;
+    fill_normal(&rng, dy, TP_N, 1.0);
+    fill_normal(&rng, dx0, TP_N, 1.0);
+    dy[0] = dy[7] = -0.0f;
+    dx0[3] = -0.0f;
+    float *ref[3], *got[3];
+    for (int i = 0; i < 3; i++) {
+        ref[i] = falloc(TP_N);
+        got[i] = falloc(TP_N);
+    }
+    for (int k = 2; k <= 3; k++) {
+        tiled_pool_in_layout(ref[0], ref[1], ref[2], 0, k, x, dy, dx0);
+        for (int block = 8; block <= 16; block += 8)
+            for (int threads = 1; threads <= 2; threads++) {
+                nn_set_threads(threads);
+                tiled_pool_in_layout(got[0], got[1], got[2], block, k, x, dy, dx0);
+                nn_set_threads(1);
+                const int64_t out_n = (int64_t)LB * LC * (TP_H / k) * (TP_H / k);
+                CHECK_MSG(memcmp(got[0], ref[0], sizeof(float) * out_n) == 0, "block %d, %dx%d: y", block, k, k);
+                for (int i = 1; i < 3; i++)
+                    CHECK_MSG(memcmp(got[i], ref[i], sizeof(float) * TP_N) == 0, "block %d, %d threads, %dx%d: dx",
+                              block, threads, k, k);
+            }
+    }
+    CHECK(!nn_maxpool_tiles(7, 6, 2, 2, 0) && !nn_maxpool_tiles(6, 6, 3, 2, 1) && !nn_maxpool_tiles(6, 6, 2, 1, 0));
+    for (int i = 0; i < 3; i++) {
+        free(ref[i]);
+        free(got[i]);
+    }
+    free(x);
+    free(dy);
+    free(dx0);
+}
+
 /* ============================== threads ============================== */
 
 /* The kernels split over train.threads (kernels.h, NN_PAR_MIN) on tensors large enough to split: every
@@ -496,6 +573,7 @@ int main(int argc, char **argv)
     RUN(test_groupnorm_normalises);
     RUN(test_bad_pool);
     RUN(test_norm_blocked_layouts);
+    RUN(test_maxpool_tiled);
     RUN(test_threads_same_bits);
     return test_summary();
 }
