@@ -77,9 +77,9 @@ int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const floa
                            NnAct act);
 /* after a forward at the same batch; dx may be NULL (a first layer); dy is overwritten with dy * act'(y).
  * dw_zero: dw and db hold zeros (the model's first backward after a zero fill), so they are written, not added
- * to: the same values, less memory traffic */
+ * to: the same values, less memory traffic. dx_zero: nothing has reached dx yet; it is written whatever it holds */
 void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, float *dy, const float *y,
-                             const float *x, const float *w, int batch, NnAct act, int dw_zero);
+                             const float *x, const float *w, int batch, NnAct act, int dw_zero, int dx_zero);
 /* the implementation oneDNN chose for the largest batch: which 0 forward, 1 backward-data, 2 backward-weights */
 const char *nn_onednn_conv_impl(const NnOnednnConv *c, int which);
 

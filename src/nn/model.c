@@ -909,7 +909,8 @@ float *nn_model_perturb_beside(NnModel *m, float *beside, float a, const float *
 static int writes_whole_dx(const NnModel *m, const NnLayer *l)
 {
     const NnShape si = m->tensors[l->in].shape;
-    return l->type == NN_OP_MAXPOOL && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad);
+    return (l->type == NN_OP_MAXPOOL && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad)) ||
+           (l->type == NN_OP_CONV2D && l->onednn);
 }
 
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
@@ -950,7 +951,8 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             NnConvShape s = conv_shape(m, l, batch);
             if (l->onednn)
                 nn_onednn_conv_backward(l->onednn, dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
-                                        param(m, l->w_off), batch, replay ? NN_ACT_NONE : l->act, m->grad_zero);
+                                        param(m, l->w_off), batch, replay ? NN_ACT_NONE : l->act, m->grad_zero,
+                                        l->zero_in);
             else
                 nn_conv2d_backward_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x, param(m, l->w_off), &s,
                                        replay ? NN_ACT_NONE : l->act, m->workspace);

@@ -10,7 +10,8 @@
  * layout and the primitive's where they differ; those that write a gradient carry a sum post-op, so that
  * gradients accumulate (+=) as the engine promises, whatever layout the primitive wrote (the weights'
  * gradient after a zero fill is written without it: the sum reads the zeros too, 18 % of that reorder's time
- * for a 512x512 3x3 conv). Keeping the weights blocked between steps would save their reorders but not fit
+ * for a 512x512 3x3 conv; and a conv that is the first to reach its input's gradient writes it in place, with
+ * no zero fill before). Keeping the weights blocked between steps would save their reorders but not fit
  * the flat state vector that methods work on.
  *
  * Algorithm: Winograd for the 3x3 stride-1 convs where it pays (winograd_pays below), direct for the others.
@@ -80,6 +81,9 @@ typedef struct {
                           * which spares the read of the user's tensor (the weights' gradient after a zero fill) */
     int stage;
     int ready;           /* input: inner already holds the data (backward-data's dy, reordered for backward-weights) */
+    int user_layout;     /* accumulated output: the primitive writes the user's layout, so that onto zeros it can
+                          * write the user's tensor itself (a conv's dx when the conv is the first to reach it) */
+    int direct;          /* output: the current call writes `user` (set by arg_out) */
 } Arg;
 
 typedef struct {
@@ -217,6 +221,7 @@ static dnnl_status_t arg_output(NnOnednn *ctx, Arg *a, const dnnl_memory_desc_t 
     if (st != dnnl_success || (!accumulate && dnnl_memory_desc_equal(user, got))) return st;
     a->stage = stage;
     if (stage_reserve(ctx, stage, dnnl_memory_desc_get_size(got)) != FH_OK) return dnnl_out_of_memory;
+    a->user_layout = accumulate && dnnl_memory_desc_equal(user, got);
     st = dnnl_memory_create(&a->inner, got, ctx->engine, DNNL_MEMORY_NONE);
     if (st == dnnl_success) st = reorder_create(ctx, &a->reorder, got, user, accumulate);
     return st == dnnl_success && accumulate ? reorder_create(ctx, &a->set, got, user, 0) : st;
@@ -432,20 +437,21 @@ static dnnl_memory_t arg_in(NnOnednn *ctx, Arg *a, const float *data)
     return a->inner;
 }
 
-/* the memory a primitive writes output `data` to; arg_out_done then moves it to data */
-static dnnl_memory_t arg_out(NnOnednn *ctx, Arg *a, float *data)
+/* The memory a primitive writes output `data` to; arg_out_done then moves it to data. onto_zeros: nothing has
+ * reached data yet (it holds zeros, or anything: it is not read), so an accumulated output is written instead
+ * of added (the same values: x + 0 = x), straight into data when the layouts agree. */
+static dnnl_memory_t arg_out(NnOnednn *ctx, Arg *a, float *data, int onto_zeros)
 {
     set_data(ctx, a->user, data);
-    if (!a->inner) return a->user;
+    a->direct = !a->inner || (onto_zeros && a->user_layout);
+    if (a->direct) return a->user;
     set_data(ctx, a->inner, ctx->stage[a->stage]);
     return a->inner;
 }
 
-/* onto_zeros: the user's tensor holds zeros, so an accumulated output may be written instead of added (the
- * same values: x + 0 = x) */
 static void arg_out_done(NnOnednn *ctx, Arg *a, int onto_zeros)
 {
-    if (!a->inner) return;
+    if (a->direct) return;
     dnnl_exec_arg_t args[3] = { { DNNL_ARG_FROM, a->inner }, { DNNL_ARG_TO, a->user } };
     prim_run(ctx, onto_zeros && a->set.p ? &a->set : &a->reorder, 2, args);
 }
@@ -464,7 +470,7 @@ int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const floa
     args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, arg_in(ctx, &e->src, x) };
     args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, arg_in(ctx, &e->weights, w) };
     if (c->bias) args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_BIAS, arg_in(ctx, &e->bias, b) };
-    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DST, arg_out(ctx, &e->dst, y) };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DST, arg_out(ctx, &e->dst, y, 0) };
     prim_run(ctx, &e->prim[FWD], n, args);
     arg_out_done(ctx, &e->dst, 0);
     track(ctx, dnnl_stream_wait(ctx->stream));
@@ -478,7 +484,7 @@ int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const floa
 }
 
 void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, float *dy, const float *y,
-                             const float *x, const float *w, int batch, NnAct act, int dw_zero)
+                             const float *x, const float *w, int batch, NnAct act, int dw_zero, int dx_zero)
 {
     NnOnednn *ctx = c->ctx;
     ConvEntry *e = NULL;
@@ -495,8 +501,8 @@ void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, f
     int n = 0;
     args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, arg_in(ctx, &e->bw_src, x) };
     args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_DST, arg_in(ctx, &e->bw_diff_dst, dy) };
-    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_WEIGHTS, arg_out(ctx, &e->bw_diff_weights, dw) };
-    if (c->bias) args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_BIAS, arg_out(ctx, &e->bw_diff_bias, db) };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_WEIGHTS, arg_out(ctx, &e->bw_diff_weights, dw, dw_zero) };
+    if (c->bias) args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_BIAS, arg_out(ctx, &e->bw_diff_bias, db, dw_zero) };
     prim_run(ctx, &e->prim[BWD_WEIGHTS], n, args);
     arg_out_done(ctx, &e->bw_diff_weights, dw_zero);
     if (c->bias) arg_out_done(ctx, &e->bw_diff_bias, dw_zero);
@@ -504,9 +510,9 @@ void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, f
         n = 0;
         args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_DST, arg_in(ctx, &e->bd_diff_dst, dy) };
         args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_WEIGHTS, arg_in(ctx, &e->bd_weights, w) };
-        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_SRC, arg_out(ctx, &e->bd_diff_src, dx) };
+        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_SRC, arg_out(ctx, &e->bd_diff_src, dx, dx_zero) };
         prim_run(ctx, &e->prim[BWD_DATA], n, args);
-        arg_out_done(ctx, &e->bd_diff_src, 0);
+        arg_out_done(ctx, &e->bd_diff_src, dx_zero);
     }
     track(ctx, dnnl_stream_wait(ctx->stream));
     if (ctx->status != dnnl_success) {
