@@ -93,10 +93,10 @@ void nn_maxpool_forward_blocked(float *y, int32_t *argmax, const float *x, int b
 void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int planes, int64_t in, int64_t out);
 /* windows that tile the input: stride k, no padding, h and w multiples of k */
 int nn_maxpool_tiles(int h, int w, int k, int stride, int pad);
-/* for windows that tile the input, the same dx as nn_maxpool_backward (onto zeros: dx is written, its contents
- * ignored), for runs of h*w values of `lanes` lanes (1: NCHW planes) */
+/* for windows that tile a channel-blocked input (runs of h*w vectors of `block` lanes), the same dx as
+ * nn_maxpool_backward; onto_zeros: dx is written, its contents ignored */
 void nn_maxpool_backward_tiled(float *dx, const float *dy, const int32_t *argmax, int runs, int h, int w, int k,
-                               int lanes, int onto_zeros);
+                               int block, int onto_zeros);
 /* count_include_pad: the divisor is always k*k */
 void nn_avgpool_forward(float *y, const float *x, int planes, int h, int w, int k, int stride, int pad, int ho,
                         int wo);

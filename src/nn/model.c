@@ -909,7 +909,7 @@ float *nn_model_perturb_beside(NnModel *m, float *beside, float a, const float *
 static int writes_whole_dx(const NnModel *m, const NnLayer *l)
 {
     const NnShape si = m->tensors[l->in].shape;
-    return (l->type == NN_OP_MAXPOOL && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad)) ||
+    return (l->type == NN_OP_MAXPOOL && m->tensors[l->in].block && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad)) ||
            (l->type == NN_OP_CONV2D && l->onednn);
 }
 
@@ -961,7 +961,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         case NN_OP_MAXPOOL:
             if (dx) {
                 const int lanes = block ? block : 1;
-                if (nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad))
+                if (block && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad))
                     nn_maxpool_backward_tiled(dx, dy, l->argmax, batch * si.c / lanes, si.h, si.w, l->k, lanes,
                                               l->zero_in);
                 else

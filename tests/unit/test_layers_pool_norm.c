@@ -408,8 +408,8 @@ static void test_norm_blocked_layouts(void)
 }
 
 /* Max pools whose windows tile the input (2x2 and 3x3 of stride k over 6 x 6 planes), ties (small integers),
- * a NaN and -0 gradients included: the blocked forward has NCHW's winners and bits, and the dense backward
- * gives the scatter's bits in every layout on 1 and 2 threads, written (whatever dx held) or added. */
+ * a NaN and -0 gradients included: the blocked forward has NCHW's winners and bits, and the blocked layouts'
+ * dense backward gives the scatter's bits on 1 and 2 threads, written (whatever dx held) or added. */
 enum { TP_H = 6, TP_HW = TP_H * TP_H, TP_N = LB * LC * TP_HW };
 
 static void tiled_pool_in_layout(float *y_nchw, float *dx_nchw, float *dx_added_nchw, int block, int k,
@@ -431,7 +431,8 @@ static void tiled_pool_in_layout(float *y_nchw, float *dx_nchw, float *dx_added_
         nn_maxpool_backward(scattered, dy, argmax, runs, (int64_t)TP_HW * lanes, (int64_t)out_hw * lanes);
         relayout(dx, block, dx0, 0, TP_HW);
         if (!added) for (int64_t i = 0; i < TP_N; i++) dx[i] = 7.0f; /* ignored */
-        nn_maxpool_backward_tiled(dx, dy, argmax, runs, TP_H, TP_H, k, lanes, !added);
+        if (block) nn_maxpool_backward_tiled(dx, dy, argmax, runs, TP_H, TP_H, k, block, !added);
+        else memcpy(dx, scattered, sizeof(float) * TP_N); /* NCHW keeps the scatter */
         CHECK_MSG(memcmp(dx, scattered, sizeof(float) * TP_N) == 0, "block %d, %dx%d, %s: tiled dx is the scatter's",
                   block, k, k, added ? "added" : "written");
         relayout(added ? dx_added_nchw : dx_nchw, 0, dx, block, TP_HW);

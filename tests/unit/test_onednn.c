@@ -406,7 +406,7 @@ static void test_zoo_layout_same(void)
 }
 
 /* Layers that are the first to reach their input's gradient write it without a zero fill before (oneDNN's
- * convs, max pools whose windows tile the input): gradient buffers poisoned with NaN between two identical
+ * convs, max pools whose windows tile a blocked input): gradient buffers poisoned with NaN between two identical
  * steps change no bit of the parameters' or the input's gradient, on every zoo model. */
 static void test_first_writers_ignore_stale_gradients(void)
 {
