@@ -127,7 +127,8 @@ void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma,
                                    const float *rv, int batch, int c, int hw, float eps, NnAct act, int block);
 void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, float *dy, const float *y,
                                      const float *x, const float *gamma, const float *save_mean,
-                                     const float *save_invstd, int batch, int c, int hw, NnAct act, int block);
+                                     const float *save_invstd, int batch, int c, int hw, NnAct act, int block,
+                                     int dx_zero);
 void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                                 const float *gamma, const float *rm, const float *rv, int batch, int c, int hw,
                                 float eps, int block);
@@ -138,6 +139,8 @@ void nn_groupnorm_forward(float *y, float *save_mean, float *save_invstd, const 
                           const float *beta, int batch, int c, int hw, int groups, float eps, int block);
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                            const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
-                           int hw, int groups, int block);
+                           int hw, int groups, int block, int dx_zero);
+/* dx_zero (both backward passes above): nothing has reached dx yet, so it is written whatever it holds, with the
+ * bits of a zero fill and an add */
 
 #endif

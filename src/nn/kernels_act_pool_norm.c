@@ -373,6 +373,7 @@ typedef struct {
     int batch, c, hw;
     int block; /* 0: NCHW; else the channel block of the layout */
     NnAct act;
+    int dx_zero; /* backward: nothing has reached dx yet, so it is written (0 + the gradient), not added to */
 } BnShape;
 
 /* where plane (b, ch) starts; in a blocked layout, with ch the block's first channel, where its run starts */
@@ -455,13 +456,13 @@ LANE_INLINE void lanes_mask_sums_act(double *sum_dy, double *sum_dy_xc, float *d
 
 /* dx += k (dy - m1 - xhat m2), xhat = (x - mean) invstd */
 LANE_INLINE void lanes_dx(float *dxp, const float *xp, const float *dyp, const float *mean, const float *invstd,
-                        const float *k, const float *m1, const float *m2, int hw, const int L)
+                        const float *k, const float *m1, const float *m2, int hw, const int dx_zero, const int L)
 {
     for (int64_t i = 0; i < (int64_t)hw * L; i += L)
 #pragma omp simd
         for (int j = 0; j < L; j++) {
             float xhat = (xp[i + j] - mean[j]) * invstd[j];
-            dxp[i + j] += k[j] * (dyp[i + j] - m1[j] - xhat * m2[j]);
+            dxp[i + j] = (dx_zero ? 0.0f : dxp[i + j]) + k[j] * (dyp[i + j] - m1[j] - xhat * m2[j]);
         }
 }
 
@@ -557,7 +558,7 @@ void nn_batchnorm_forward_train_act(float *y, float *save_mean, float *save_invs
                                     const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
                                     float eps, float momentum, NnAct act, int block)
 {
-    const BnShape s = {batch, c, hw, block, act};
+    const BnShape s = {batch, c, hw, block, act, 0};
     BN_FOR_BLOCKS(&s, bn_train_block(y, save_mean, save_invstd, rm, rv, x, gamma, beta, eps, momentum, &s, c0, c1));
 }
 
@@ -584,7 +585,7 @@ static void bn_eval_block(float *y, const float *x, const float *gamma, const fl
 void nn_batchnorm_forward_eval_act(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
                                    const float *rv, int batch, int c, int hw, float eps, NnAct act, int block)
 {
-    const BnShape s = {batch, c, hw, block, act};
+    const BnShape s = {batch, c, hw, block, act, 0};
     BN_FOR_BLOCKS(&s, bn_eval_block(y, x, gamma, beta, rm, rv, eps, &s, c0, c1));
 }
 
@@ -666,9 +667,14 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
     }
     if (!dx) return;
     for (int b = 0; b < s->batch; b++) {
+        if (L && s->dx_zero) {
+            LANES(L, lanes_dx, dx + bn_plane(s, b, c0), x + bn_plane(s, b, c0), dy + bn_plane(s, b, c0),
+                     save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat, hw, 1);
+            continue;
+        }
         if (L) {
             LANES(L, lanes_dx, dx + bn_plane(s, b, c0), x + bn_plane(s, b, c0), dy + bn_plane(s, b, c0),
-                     save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat, hw);
+                     save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat, hw, 0);
             continue;
         }
         for (int ch = c0; ch < c1; ch++) {
@@ -678,6 +684,8 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
             float *dxp = dx + bn_plane(s, b, ch);
             const float mean = save_mean[ch], invstd = save_invstd[ch], kj = k[j], m1 = mean_dy[j],
                         m2 = mean_dy_xhat[j];
+            if (s->dx_zero)
+                for (int i = 0; i < hw; i++) dxp[i] = 0.0f;
             for (int i = 0; i < hw; i++) {
                 float xhat = (xp[i] - mean) * invstd;
                 dxp[i] += kj * (dyp[i] - m1 - xhat * m2);
@@ -688,9 +696,10 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
 
 void nn_batchnorm_backward_train_act(float *dx, float *dgamma, float *dbeta, float *dy, const float *y,
                                      const float *x, const float *gamma, const float *save_mean,
-                                     const float *save_invstd, int batch, int c, int hw, NnAct act, int block)
+                                     const float *save_invstd, int batch, int c, int hw, NnAct act, int block,
+                                     int dx_zero)
 {
-    const BnShape s = {batch, c, hw, block, act};
+    const BnShape s = {batch, c, hw, block, act, dx_zero};
     BN_FOR_BLOCKS(&s, bn_backward_block(dx, dgamma, dbeta, dy, y, x, gamma, save_mean, save_invstd, &s, c0, c1));
 }
 
@@ -700,7 +709,7 @@ void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const f
 {
     /* with no activation dy is only read */
     nn_batchnorm_backward_train_act(dx, dgamma, dbeta, (float *)dy, NULL, x, gamma, save_mean, save_invstd, batch, c,
-                                    hw, NN_ACT_NONE, 0);
+                                    hw, NN_ACT_NONE, 0, 0);
 }
 
 static void bn_backward_eval_block(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
@@ -746,7 +755,7 @@ void nn_batchnorm_backward_eval(float *dx, float *dgamma, float *dbeta, const fl
                                 const float *gamma, const float *rm, const float *rv, int batch, int c, int hw,
                                 float eps, int block)
 {
-    const BnShape s = {batch, c, hw, block, NN_ACT_NONE};
+    const BnShape s = {batch, c, hw, block, NN_ACT_NONE, 0};
     BN_FOR_BLOCKS(&s, bn_backward_eval_block(dx, dgamma, dbeta, dy, x, gamma, rm, rv, eps, &s, c0, c1));
 }
 
@@ -822,7 +831,7 @@ static void gn_sums_lanes(float *s1, float *s2, const float *xr, const float *dy
 /* One group of every sample, the samples in order: dgamma and dbeta sum over the batch as on one thread. */
 static void gn_backward_group(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                               const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
-                              int hw, int groups, int block, int g)
+                              int hw, int groups, int block, int dx_zero, int g)
 {
     int cg = c / groups;
     int64_t count = (int64_t)cg * hw;
@@ -860,6 +869,7 @@ static void gn_backward_group(float *dx, float *dgamma, float *dbeta, const floa
         if (!dx) continue;
         float m1 = (float)(sum_dxhat / (double)count), m2 = (float)(sum_dxhat_xhat / (double)count);
         float *dxg = dx + ((int64_t)b * c + (int64_t)g * cg) * hw;
+        if (dx_zero) memset(dxg, 0, sizeof(float) * (size_t)count); /* cache-hot: the pass below reads it at once */
         if (block) {
             for (int k = 0; k < cg; k += block) {
                 const float *gm = gamma + g * cg + k, *xr = xg + (int64_t)k * hw, *dyr = dyg + (int64_t)k * hw;
@@ -885,10 +895,10 @@ static void gn_backward_group(float *dx, float *dgamma, float *dbeta, const floa
 
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                            const float *gamma, const float *save_mean, const float *save_invstd, int batch, int c,
-                           int hw, int groups, int block)
+                           int hw, int groups, int block, int dx_zero)
 {
     NN_PARALLEL_FOR((int64_t)batch * c * hw,
                     for (int g = 0; g < groups; g++)
                         gn_backward_group(dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, batch, c, hw, groups,
-                                          block, g););
+                                          block, dx_zero, g););
 }

@@ -910,7 +910,8 @@ static int writes_whole_dx(const NnModel *m, const NnLayer *l)
 {
     const NnShape si = m->tensors[l->in].shape;
     return (l->type == NN_OP_MAXPOOL && m->tensors[l->in].block && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad)) ||
-           (l->type == NN_OP_CONV2D && l->onednn);
+           (l->type == NN_OP_CONV2D && l->onednn) || (l->type == NN_OP_BATCHNORM && m->training) ||
+           l->type == NN_OP_GROUPNORM;
 }
 
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
@@ -980,7 +981,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             if (m->training)
                 nn_batchnorm_backward_train_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
                                                 param(m, l->w_off), l->save_mean, l->save_invstd, batch, si.c,
-                                                si.h * si.w, l->act, block);
+                                                si.h * si.w, l->act, block, l->zero_in);
             else
                 nn_batchnorm_backward_eval(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off),
                                            param(m, l->rm_off), param(m, l->rv_off), batch, si.c, si.h * si.w,
@@ -988,7 +989,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             break;
         case NN_OP_GROUPNORM:
             nn_groupnorm_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), l->save_mean,
-                                  l->save_invstd, batch, si.c, si.h * si.w, l->groups, block);
+                                  l->save_invstd, batch, si.c, si.h * si.w, l->groups, block, l->zero_in);
             break;
         case NN_OP_ACT:
             if (dx) {

@@ -60,7 +60,7 @@ static double fedhet_ms(const Shape *s, NnAct act, int reps)
         nn_batchnorm_forward_train_act(y, stats, stats + s->c, stats + 2 * s->c, stats + 3 * s->c, x, gamma, beta,
                                        s->n, s->c, s->h * s->w, 1e-5f, 0.1f, act, 16);
         nn_batchnorm_backward_train_act(dx, stats + 4 * s->c, stats + 5 * s->c, dy, y, x, gamma, stats,
-                                        stats + s->c, s->n, s->c, s->h * s->w, act, 16);
+                                        stats + s->c, s->n, s->c, s->h * s->w, act, 16, 0);
         const double t = fh_time_now() - t0;
         if (t < best) best = t;
     }

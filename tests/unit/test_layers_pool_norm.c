@@ -306,7 +306,7 @@ static void norm_in_layout(LayoutRun *o, int block, const float *x0, const float
     nn_batchnorm_forward_train_act(y, o->mean, o->invstd, o->rm, o->rv, x, gamma, beta, LB, LC, LHW, 1e-5f, 0.1f,
                                    NN_ACT_RELU, block);
     nn_batchnorm_backward_train_act(dx, o->dgamma, o->dbeta, dy, y, x, gamma, o->mean, o->invstd, LB, LC, LHW,
-                                    NN_ACT_RELU, block);
+                                    NN_ACT_RELU, block, 0);
     from_layout(o->y, y, block);
     from_layout(o->dx, dx, block);
     from_layout(o->dy, dy, block);
@@ -324,7 +324,7 @@ static void norm_in_layout(LayoutRun *o, int block, const float *x0, const float
     memset(o->gn_dbeta, 0, sizeof o->gn_dbeta);
     nn_groupnorm_forward(y, o->gn_stats, o->gn_stats + 2 * LB, x, gamma, beta, LB, LC, LHW, 2, 1e-5f, block);
     nn_groupnorm_backward(dx, o->gn_dgamma, o->gn_dbeta, dy, x, gamma, o->gn_stats, o->gn_stats + 2 * LB, LB, LC,
-                          LHW, 2, block);
+                          LHW, 2, block, 0);
     from_layout(o->gn_y, y, block);
     from_layout(o->gn_dx, dx, block);
     /* global average pooling: [LB, LC] out in every layout, its dy the first LB * LC values of dy0 */
@@ -524,7 +524,7 @@ static void kernels_on_threads(int threads, float *res, int32_t *argmax)
     nn_batchnorm_forward_train_act(r, r + TN, r + TN + TC, stats, stats + TC, x, gamma, beta, TB, TC, THW, 1e-5f,
                                    0.1f, NN_ACT_RELU, 0);
     nn_batchnorm_backward_train_act(r + TN + 2 * TC, r + 2 * TN + 2 * TC, r + 2 * TN + 3 * TC, bn_dy, r, x, gamma,
-                                    r + TN, r + TN + TC, TB, TC, THW, NN_ACT_RELU, 0);
+                                    r + TN, r + TN + TC, TB, TC, THW, NN_ACT_RELU, 0, 0);
     r += 2 * TN + 4 * TC;
     nn_batchnorm_forward_eval_act(r, x, gamma, beta, stats, stats + TC, TB, TC, THW, 1e-5f, NN_ACT_RELU6, 0);
     nn_batchnorm_backward_eval(r + TN, r + 2 * TN, r + 2 * TN + TC, dy, x, gamma, stats, stats + TC, TB, TC, THW, 1e-5f, 0);
@@ -532,7 +532,7 @@ static void kernels_on_threads(int threads, float *res, int32_t *argmax)
     /* group norm, 2 groups */
     nn_groupnorm_forward(r, r + TN, r + TN + 2 * TB, x, gamma, beta, TB, TC, THW, 2, 1e-5f, 0);
     nn_groupnorm_backward(r + TN + 4 * TB, r + 2 * TN + 4 * TB, r + 2 * TN + 4 * TB + TC, dy, x, gamma, r + TN,
-                          r + TN + 2 * TB, TB, TC, THW, 2, 0);
+                          r + TN + 2 * TB, TB, TC, THW, 2, 0, 0);
     r += 2 * TN + 4 * TB + 2 * TC;
     memcpy(r, stats, sizeof stats);
     r += 4 * TC;

@@ -406,14 +406,15 @@ static void test_zoo_layout_same(void)
 }
 
 /* Layers that are the first to reach their input's gradient write it without a zero fill before (oneDNN's
- * convs, max pools whose windows tile a blocked input): gradient buffers poisoned with NaN between two identical
- * steps change no bit of the parameters' or the input's gradient, on every zoo model. */
+ * convs, batch and group norm, max pools whose windows tile a blocked input): gradient buffers poisoned with
+ * NaN between two identical steps change no bit of the parameters' or the input's gradient, on every zoo
+ * model under both backends. */
 static void test_first_writers_ignore_stale_gradients(void)
 {
-    for (size_t i = 0; i < sizeof zoo_inputs / sizeof zoo_inputs[0]; i++) {
-        const ZooInput *z = &zoo_inputs[i];
+    for (size_t i = 0; i < 2 * sizeof zoo_inputs / sizeof zoo_inputs[0]; i++) {
+        const ZooInput *z = &zoo_inputs[i / 2];
         NnModel m;
-        NnZooOptions opt = {.backend = "onednn"};
+        NnZooOptions opt = {.backend = i % 2 ? "onednn" : "blas"};
         const int batch = 3;
         CHECK_OK(nn_zoo_build(&m, z->name, z->in, 10, batch, &opt));
         m.need_input_grad = 1;
@@ -439,7 +440,7 @@ static void test_first_writers_ignore_stale_gradients(void)
             } else {
                 CHECK_MSG(!memcmp(clean, m.grad, sizeof(float) * (size_t)m.n_params) &&
                               !memcmp(clean_dx, dx, sizeof(float) * (size_t)nx),
-                          "%s: stale gradient buffers changed the gradients", z->name);
+                          "%s (%s): stale gradient buffers changed the gradients", z->name, opt.backend);
             }
         }
         free(x);
