@@ -2,15 +2,15 @@
  * the onednn backend keeps between layers: fedhet's kernels (src/nn/kernels_act_pool_norm.c) against oneDNN's
  * batch-normalization primitive (scale and shift; a ReLU fused with dnnl_fuse_norm_relu, its mask in a
  * workspace), on the same tensors, one thread. The question it answers: whether moving batch norm to oneDNN
- * would pay. The primitive alone is timed, and as fedhet would have to run it: its diff_src written to a
- * staging buffer and added into dx (fedhet's backward passes accumulate, a tensor read by a residual branch
- * too), and a ReLU6 (mobilenetv2), which oneDNN's batch norm cannot fuse, as separate passes after the
- * forward and before the backward.
+ * would pay. Both as a model runs a layer that is the first to reach its input's gradient (every batch norm of
+ * the zoo is: it reads a conv's output that nothing else reads), so dx is written, not added to. The primitive
+ * is timed alone, and as fedhet would have to run it: a ReLU6 (mobilenetv2), which oneDNN's batch norm cannot
+ * fuse, as separate passes after the forward and before the backward.
  * Shapes: resnet8's first stage, a mobilenetv2 expansion, resnet18's last stage (batch 32).
  * Then max pooling, forward (training) + backward, on the same layout: fedhet's kernels as a model runs a pool
  * that is the first layer to reach its input's gradient (both shapes here are): windows that tile the input
  * write dx in one dense pass, others zero it and scatter; against oneDNN's pooling primitive (its winners in a
- * workspace), alone (what it would cost writing dx directly) and with its diff_src added into dx; shapes:
+ * workspace) writing dx; shapes:
  * resnet18_gn's stem (3x3, stride 2, padded) and smallcnn's first pool (2x2, stride 2), batch 64.
  * Prints one line per shape (and activation): ms per forward + backward, best of `reps` (default 20), and ratios.
  * Run: make bench-norm (or build/bench/norm_step [reps]). */
@@ -60,7 +60,7 @@ static double fedhet_ms(const Shape *s, NnAct act, int reps)
         nn_batchnorm_forward_train_act(y, stats, stats + s->c, stats + 2 * s->c, stats + 3 * s->c, x, gamma, beta,
                                        s->n, s->c, s->h * s->w, 1e-5f, 0.1f, act, 16);
         nn_batchnorm_backward_train_act(dx, stats + 4 * s->c, stats + 5 * s->c, dy, y, x, gamma, stats,
-                                        stats + s->c, s->n, s->c, s->h * s->w, act, 16, 0);
+                                        stats + s->c, s->n, s->c, s->h * s->w, act, 16, 1);
         const double t = fh_time_now() - t0;
         if (t < best) best = t;
     }
@@ -107,11 +107,9 @@ static void pair_make(FwdBwd *p, const_dnnl_op_desc_t fd, const_dnnl_op_desc_t b
 }
 
 /* Best ms over reps of forward + backward alone (*bare), and as fedhet would run them (returned): `between`
- * (may be NULL) after the forward, and the backward's diff_src (`staged`, n floats) added into a gradient. */
-static double pair_time(const FwdBwd *p, int reps, const float *staged, size_t n, void (*between)(const void *),
-                        const void *env, double *bare)
+ * (may be NULL) after the forward. */
+static double pair_time(const FwdBwd *p, int reps, void (*between)(const void *), const void *env, double *bare)
 {
-    float *acc = filled(n, 13);
     double best = 1e30, best_bare = 1e30;
     for (int r = 0; r < reps; r++) {
         double t0 = fh_time_now();
@@ -125,12 +123,9 @@ static double pair_time(const FwdBwd *p, int reps, const float *staged, size_t n
         if (between) between(env);
         CHECK_DNNL(dnnl_primitive_execute(p->bwd, p->stream, p->n_bargs, p->bargs));
         CHECK_DNNL(dnnl_stream_wait(p->stream));
-#pragma omp simd
-        for (size_t i = 0; i < n; i++) acc[i] += staged[i];
         t = fh_time_now() - t0;
         if (t < best) best = t;
     }
-    fh_free((void **)&acc);
     *bare = best_bare * 1e3;
     return best * 1e3;
 }
@@ -182,9 +177,7 @@ static double onednn_ms(const Shape *s, NnAct act, int reps, double *bare)
     dnnl_memory_t scale = mem(p.eng, &chan, 6), shift = mem(p.eng, &chan, 7), mean = mem(p.eng, &chan, 8),
                   var = mem(p.eng, &chan, 9), dscale = mem(p.eng, &chan, 10), dshift = mem(p.eng, &chan, 11);
     dnnl_memory_t ws = mem(p.eng, ws_md ? ws_md : &no_ws, 12);
-    float *staged = NULL;
     ActPasses passes = {NULL, NULL, (int64_t)n, act};
-    CHECK_DNNL(dnnl_memory_get_data_handle(dx, (void **)&staged));
     CHECK_DNNL(dnnl_memory_get_data_handle(y, (void **)&passes.y));
     CHECK_DNNL(dnnl_memory_get_data_handle(dy, (void **)&passes.dy));
     dnnl_exec_arg_t fargs[] = {{DNNL_ARG_SRC, x},     {DNNL_ARG_DST, y},          {DNNL_ARG_SCALE, scale},
@@ -199,7 +192,7 @@ static double onednn_ms(const Shape *s, NnAct act, int reps, double *bare)
     p.bargs = bargs;
     p.n_fargs = (int)(sizeof fargs / sizeof fargs[0]) - !ws_md;
     p.n_bargs = (int)(sizeof bargs / sizeof bargs[0]) - !ws_md;
-    const double ms = pair_time(&p, reps, staged, n, act == NN_ACT_RELU ? NULL : act_passes, &passes, bare);
+    const double ms = pair_time(&p, reps, act == NN_ACT_RELU ? NULL : act_passes, &passes, bare);
     dnnl_memory_t all[] = {x, y, dy, dx, scale, shift, mean, var, dscale, dshift, ws};
     pair_close(&p, all, sizeof all / sizeof all[0]);
     return ms;
@@ -238,13 +231,12 @@ static double fedhet_pool_ms(const PoolShape *p, int reps)
     return best * 1e3;
 }
 
-/* ms of the primitives alone (*bare) and with diff_src added into dx as fedhet's backward does (returned) */
+/* ms of the primitives alone (*bare) and as fedhet would run them (returned: the same, nothing runs between) */
 static double onednn_pool_ms(const PoolShape *ps, int reps, double *bare)
 {
     FwdBwd p;
     pair_open(&p);
     const int ho = pool_out(ps->h, ps), wo = pool_out(ps->w, ps);
-    const size_t n = (size_t)ps->n * ps->c * ps->h * ps->w;
     const dnnl_dims_t in_dims = {ps->n, ps->c, ps->h, ps->w}, out_dims = {ps->n, ps->c, ho, wo};
     const dnnl_dims_t strides = {ps->stride, ps->stride}, kernel = {ps->k, ps->k}, pad = {ps->pad, ps->pad};
     dnnl_memory_desc_t src, dst;
@@ -263,9 +255,7 @@ static double onednn_pool_ms(const PoolShape *ps, int reps, double *bare)
     p.fargs = fargs;
     p.bargs = bargs;
     p.n_fargs = p.n_bargs = 3;
-    float *staged = NULL;
-    CHECK_DNNL(dnnl_memory_get_data_handle(dx, (void **)&staged));
-    const double ms = pair_time(&p, reps, staged, n, NULL, NULL, bare);
+    const double ms = pair_time(&p, reps, NULL, NULL, bare);
     dnnl_memory_t all[] = {x, y, dy, dx, ws};
     pair_close(&p, all, sizeof all / sizeof all[0]);
     return ms;
@@ -296,8 +286,8 @@ int main(int argc, char **argv)
             printf("%-24s %-16s %-6s %10.3f %12.3f %16.3f %8.2f %12.2f\n", s->what, dims, a ? "relu6" : "relu", f,
                    bare, o, bare / f, o / f);
         }
-    printf("ratio: oneDNN's primitive / fedhet's kernels; as fedhet: with the accumulation into dx and, for\n"
-           "ReLU6, the activation's own passes, / fedhet's kernels\n");
+    printf("ratio: oneDNN's primitive / fedhet's kernels; as fedhet: with, for ReLU6, the activation's own\n"
+           "passes, / fedhet's kernels\n");
     const PoolShape pools[] = {{"resnet18_gn stem pool", 64, 64, 16, 16, 3, 2, 1},
                                {"smallcnn first pool", 64, 32, 28, 28, 2, 2, 0}};
     printf("\nmax pooling, forward (training) + backward, nChw16c, 1 thread, best of %d\n", reps);
