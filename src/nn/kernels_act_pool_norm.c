@@ -108,6 +108,19 @@ void nn_maxpool_forward(float *y, int32_t *argmax, const float *x, int planes, i
 typedef float Lane4f __attribute__((vector_size(16)));
 typedef int32_t Lane4i __attribute__((vector_size(16)));
 
+static inline Lane4f lane4_load(const float *p)
+{
+    Lane4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* a where take is set (all bits: a comparison's true), else b */
+static inline Lane4f lane4_select(Lane4i take, Lane4f a, Lane4f b)
+{
+    return (Lane4f)(((Lane4i)a & take) | ((Lane4i)b & ~take));
+}
+
 LANE_INLINE void maxpool_run(float *restrict yr, int32_t *restrict ar, const float *restrict xr, int h, int w, int k,
                              int stride, int pad, int ho, int wo, const int L)
 {
@@ -127,10 +140,9 @@ LANE_INLINE void maxpool_run(float *restrict yr, int32_t *restrict ar, const flo
                 for (int iw = ih == ih0 ? iw0 + 1 : iw0; iw < iw1; iw++) {
                     const int32_t at = (ih * w + iw) * L;
                     for (int v = 0; v < L / 4; v++) {
-                        Lane4f x;
-                        memcpy(&x, xr + at + 4 * v, sizeof x);
+                        const Lane4f x = lane4_load(xr + at + 4 * v);
                         const Lane4i take = x > best[v]; /* the first maximum wins ties */
-                        best[v] = (Lane4f)(((Lane4i)x & take) | ((Lane4i)best[v] & ~take));
+                        best[v] = lane4_select(take, x, best[v]);
                         best_i[v] = ((lane + (at + 4 * v)) & take) | (best_i[v] & ~take);
                     }
                 }
@@ -140,15 +152,6 @@ LANE_INLINE void maxpool_run(float *restrict yr, int32_t *restrict ar, const flo
         }
     }
 }
-
-static inline Lane4f lane4_load(const float *p)
-{
-    Lane4f v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline Lane4f lane4_select(Lane4i take, Lane4f a, Lane4f b) { return (Lane4f)(((Lane4i)a & take) | ((Lane4i)b & ~take)); }
 
 /* 2x2 stride 2 without padding: the pairwise selects of maxpool2x2_plane (the same winners as NCHW, ties and NaN
  * included); a third faster than the general walk, whose window bounds the compiler cannot unroll */
@@ -197,7 +200,10 @@ void nn_maxpool_backward(float *dx, const float *dy, const int32_t *argmax, int 
     });
 }
 
-int nn_maxpool_tiles(int h, int w, int k, int stride, int pad) { return stride == k && pad == 0 && h % k == 0 && w % k == 0; }
+int nn_maxpool_tiles(int h, int w, int k, int stride, int pad)
+{
+    return stride == k && pad == 0 && h % k == 0 && w % k == 0;
+}
 
 /* every input value lies in one window: a dense pass over dx in input order instead of a scatter, with the
  * scatter's sums (onto zeros, 0 + dy: a -0 gradient lands as +0); four lanes at once as above. On NCHW planes,

@@ -909,9 +909,13 @@ float *nn_model_perturb_beside(NnModel *m, float *beside, float a, const float *
 static int writes_whole_dx(const NnModel *m, const NnLayer *l)
 {
     const NnShape si = m->tensors[l->in].shape;
-    return (l->type == NN_OP_MAXPOOL && m->tensors[l->in].block && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad)) ||
-           (l->type == NN_OP_CONV2D && l->onednn) || (l->type == NN_OP_BATCHNORM && m->training) ||
-           l->type == NN_OP_GROUPNORM;
+    switch (l->type) {
+    case NN_OP_CONV2D: return l->onednn != NULL; /* the blas kernels' col2im adds */
+    case NN_OP_BATCHNORM: return m->training;
+    case NN_OP_GROUPNORM: return 1;
+    case NN_OP_MAXPOOL: return m->tensors[l->in].block && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad);
+    default: return 0;
+    }
 }
 
 void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
