@@ -1,8 +1,9 @@
 /* fedhet bench: one engine benchmark point. A training step is forward + cross-entropy + backward +
  * SGD(momentum 0.9) step on fixed random data; a SAM step adds the ascent to w + rho g/|g| and a second
- * forward/backward there (BatchNorm running statistics frozen), w itself untouched, before the SGD step. Prints `model,batch,threads,mode,samples_per_s,gflops` with gflops = 3 x forward FLOPs x
- * samples/s (the convention of the PyTorch script beside it, tests/bench/torch_bench.py); --mode both
- * measures the two steps in turns and prints a line for each. */
+ * forward/backward there (BatchNorm running statistics frozen), w itself untouched, before the SGD step.
+ * Prints `model,batch,threads,mode,samples_per_s,gflops` with gflops = 3 x forward FLOPs x samples/s (the
+ * convention of the PyTorch script beside it, tests/bench/torch_bench.py); --mode both measures the two steps
+ * in turns and prints a line for each. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -229,25 +229,19 @@ LANE_INLINE void maxpool_tiled_backward_run(float *restrict dxr, const float *re
                 }
 }
 
-static void maxpool_tiled_backward_lanes(float *dxr, const float *dyr, const int32_t *ar, int w, int k, int ho, int wo,
-                                         int onto_zeros, int lanes)
-{
-    switch (lanes * 2 + !!onto_zeros) {
-    case 33: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 1, 16); break;
-    case 32: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 0, 16); break;
-    case 17: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 1, 8); break;
-    default: maxpool_tiled_backward_run(dxr, dyr, ar, w, k, ho, wo, 0, 8); break;
-    }
-}
-
 void nn_maxpool_backward_tiled(float *dx, const float *dy, const int32_t *argmax, int runs, int h, int w, int k,
                                int block, int onto_zeros)
 {
     const int ho = h / k, wo = w / k;
     const int64_t in = (int64_t)h * w * block, out = (int64_t)ho * wo * block;
-    NN_PARALLEL_FOR(runs * in, for (int r = 0; r < runs; r++)
-                                   maxpool_tiled_backward_lanes(dx + r * in, dy + r * out, argmax + r * out, w, k, ho,
-                                                                wo, onto_zeros, block););
+    /* onto_zeros as a constant of each inlined copy: the load it spares stays out of the loop */
+    NN_PARALLEL_FOR(runs * in, for (int r = 0; r < runs; r++) {
+        float *dxr = dx + r * in;
+        const float *dyr = dy + r * out;
+        const int32_t *ar = argmax + r * out;
+        if (onto_zeros) LANES(block, maxpool_tiled_backward_run, dxr, dyr, ar, w, k, ho, wo, 1);
+        else LANES(block, maxpool_tiled_backward_run, dxr, dyr, ar, w, k, ho, wo, 0);
+    });
 }
 
 void nn_avgpool_forward(float *y, const float *x, int planes, int h, int w, int k, int stride, int pad, int ho,
@@ -673,14 +667,15 @@ static void bn_backward_block(float *dx, float *dgamma, float *dbeta, float *dy,
     }
     if (!dx) return;
     for (int b = 0; b < s->batch; b++) {
-        if (L && s->dx_zero) {
-            LANES(L, lanes_dx, dx + bn_plane(s, b, c0), x + bn_plane(s, b, c0), dy + bn_plane(s, b, c0),
-                     save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat, hw, 1);
-            continue;
-        }
         if (L) {
-            LANES(L, lanes_dx, dx + bn_plane(s, b, c0), x + bn_plane(s, b, c0), dy + bn_plane(s, b, c0),
-                     save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat, hw, 0);
+            const int64_t at = bn_plane(s, b, c0);
+            /* dx_zero as a constant of each inlined copy, as in the tiled max-pool backward */
+            if (s->dx_zero)
+                LANES(L, lanes_dx, dx + at, x + at, dy + at, save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat,
+                      hw, 1);
+            else
+                LANES(L, lanes_dx, dx + at, x + at, dy + at, save_mean + c0, save_invstd + c0, k, mean_dy, mean_dy_xhat,
+                      hw, 0);
             continue;
         }
         for (int ch = c0; ch < c1; ch++) {

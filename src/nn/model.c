@@ -904,16 +904,22 @@ float *nn_model_perturb_beside(NnModel *m, float *beside, float a, const float *
     return w;
 }
 
+/* a max pool whose backward is the dense pass: windows that tile a blocked input */
+static int maxpool_backward_dense(const NnModel *m, const NnLayer *l)
+{
+    const NnShape si = m->tensors[l->in].shape;
+    return m->tensors[l->in].block && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad);
+}
+
 /* a layer that writes every value of its input's gradient when it is the first to reach it (zero_in), so that
  * the gradient need not be zeroed first */
 static int writes_whole_dx(const NnModel *m, const NnLayer *l)
 {
-    const NnShape si = m->tensors[l->in].shape;
     switch (l->type) {
     case NN_OP_CONV2D: return l->onednn != NULL; /* the blas kernels' col2im adds */
     case NN_OP_BATCHNORM: return m->training;
     case NN_OP_GROUPNORM: return 1;
-    case NN_OP_MAXPOOL: return m->tensors[l->in].block && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad);
+    case NN_OP_MAXPOOL: return maxpool_backward_dense(m, l);
     default: return 0;
     }
 }
@@ -966,7 +972,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         case NN_OP_MAXPOOL:
             if (dx) {
                 const int lanes = block ? block : 1;
-                if (block && nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad))
+                if (maxpool_backward_dense(m, l))
                     nn_maxpool_backward_tiled(dx, dy, l->argmax, batch * si.c / lanes, si.h, si.w, l->k, lanes,
                                               l->zero_in);
                 else
