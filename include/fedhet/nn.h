@@ -78,6 +78,9 @@ typedef struct {
     int64_t flops;                  /* forward FLOPs per sample (2 x multiply-adds) */
     struct NnOnednnConv *onednn;    /* a conv layer's oneDNN primitives (src/nn/onednn.c); NULL under blas */
     unsigned char onednn_refused;   /* oneDNN could not build this conv (backend auto): it runs on blas */
+    struct NnOnednnLayer *onednn_train; /* a batch norm's or max pool's oneDNN primitives for training mode */
+    unsigned char onednn_ran;       /* the last forward ran them (its backward must too); a batch norm's
+                                     * save_invstd then holds the batch variance */
     double seconds_forward, seconds_backward; /* accumulated while model->profile is set */
 } NnLayer;
 

@@ -63,7 +63,8 @@ static int inspect_model(const AppModelArgs *a, int batch)
     FH_CHECK(nn_zoo_build(&m, a->model, a->input, a->classes, onednn ? batch : 1, &a->zoo));
     printf("model %s, input %dx%dx%d, %d classes, conv layers on %s", a->model, a->input.c, a->input.h, a->input.w,
            a->classes, nn_backend_name(m.backend));
-    if (onednn) printf(" (implementations at batch %d)", batch);
+    if (onednn) printf(" (implementations at batch %d; \"training\": a batch norm or max pool on oneDNN in training, "
+                       "fedhet's kernel in evaluation)", batch);
     printf("\n%-4s %-12s %-16s %-16s %12s %14s%s\n", "#", "layer", "op", "output", "params", "fwd FLOPs",
            onednn ? "  layout   oneDNN implementation" : "");
     for (int i = 0; i < m.n_layers; i++) {
@@ -98,7 +99,7 @@ static int inspect_model(const AppModelArgs *a, int batch)
         printf(" batch %d: %.1f MiB%s", batches[b], (double)nn_model_activation_bytes(&m, batches[b]) / 1048576.0,
                b < 2 ? "," : "\n");
     if (onednn)
-        printf("oneDNN staging and scratchpad at batch %d: %.1f MiB\n", batch,
+        printf("oneDNN staging, scratchpad and workspaces at batch %d: %.1f MiB\n", batch,
                (double)nn_model_backend_bytes(&m) / 1048576.0);
     nn_model_free(&m);
     return FH_OK;

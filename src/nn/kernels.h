@@ -83,6 +83,26 @@ void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, f
 /* the implementation oneDNN chose for the largest batch: which 0 forward, 1 backward-data, 2 backward-weights */
 const char *nn_onednn_conv_impl(const NnOnednnConv *c, int which);
 
+/* ---- batch norm and max pooling on oneDNN, training mode (onednn.c); block: the tensors' layout ---- */
+typedef struct NnOnednnLayer NnOnednnLayer;
+/* act: a ReLU is fused (forward and backward); other activations are the caller's passes */
+int nn_onednn_bn_create(NnOnednnLayer **bn, NnOnednn *ctx, int batch, int c, int h, int w, int block, float eps,
+                        NnAct act, const char *name);
+int nn_onednn_maxpool_create(NnOnednnLayer **pool, NnOnednn *ctx, int batch, int c, int h, int w, int block, int k,
+                             int stride, int pad, int ho, int wo, const char *name);
+void nn_onednn_layer_free(NnOnednnLayer **layer);
+const char *nn_onednn_layer_impl(const NnOnednnLayer *layer, int backward);
+/* batch statistics: writes y, the mean and the biased variance (the backward's inputs); no running statistics */
+int nn_onednn_bn_forward(NnOnednnLayer *bn, float *y, float *mean, float *var, const float *x, const float *gamma,
+                         const float *beta, int batch);
+/* dx (NULL: not wanted), dgamma, dbeta accumulate; *_zero: nothing has reached them yet, so they are written */
+void nn_onednn_bn_backward(NnOnednnLayer *bn, float *dx, float *dgamma, float *dbeta, const float *dy,
+                           const float *x, const float *gamma, const float *beta, const float *mean, const float *var,
+                           int batch, int dgrad_zero, int dx_zero);
+/* the winners stay in the layer's workspace for the backward */
+int nn_onednn_maxpool_forward(NnOnednnLayer *pool, float *y, const float *x, int batch);
+void nn_onednn_maxpool_backward(NnOnednnLayer *pool, float *dx, const float *dy, int batch, int dx_zero);
+
 /* ---- pooling over [B*C] planes of h x w ---- */
 void nn_maxpool_forward(float *y, int32_t *argmax, const float *x, int planes, int h, int w, int k, int stride,
                         int pad, int ho, int wo);
@@ -113,6 +133,8 @@ void nn_gap_backward_blocked(float *dx, const float *dy, int batch, int c, int h
 void nn_batchnorm_forward_train(float *y, float *save_mean, float *save_invstd, float *rm, float *rv,
                                 const float *x, const float *gamma, const float *beta, int batch, int c, int hw,
                                 float eps, float momentum);
+/* one channel's running statistics after a batch of `count` values per channel with these biased statistics */
+void nn_batchnorm_running_update(float *rm, float *rv, int ch, double mean, double var, int64_t count, float momentum);
 void nn_batchnorm_forward_eval(float *y, const float *x, const float *gamma, const float *beta, const float *rm,
                                const float *rv, int batch, int c, int hw, float eps);
 void nn_batchnorm_backward_train(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,

@@ -501,6 +501,14 @@ static void bn_affine_block(float *y, const float *x, const float *scale, const 
     }
 }
 
+void nn_batchnorm_running_update(float *rm, float *rv, int ch, double mean, double var, int64_t count, float momentum)
+{
+    /* running variance uses the unbiased estimate, as PyTorch */
+    double unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;
+    rm[ch] = (1.0f - momentum) * rm[ch] + momentum * (float)mean;
+    rv[ch] = (1.0f - momentum) * rv[ch] + momentum * (float)unbiased;
+}
+
 /* One pass for the statistics: sums of (x - K) and (x - K)^2 with K the channel's first value (the
  * shifted-data algorithm: no cancellation when the mean is large against the spread), per plane (or per
  * lane of a sample's run) in float, across samples in double. A second pass normalises and applies the
@@ -542,12 +550,7 @@ static void bn_train_block(float *y, float *save_mean, float *save_invstd, float
         float invstd = (float)(1.0 / sqrt(var + (double)eps));
         save_mean[ch] = (float)mean;
         save_invstd[ch] = invstd;
-        if (rm) {
-            /* running variance uses the unbiased estimate, as PyTorch */
-            double unbiased = count > 1 ? var * (double)count / (double)(count - 1) : var;
-            rm[ch] = (1.0f - momentum) * rm[ch] + momentum * (float)mean;
-            rv[ch] = (1.0f - momentum) * rv[ch] + momentum * (float)unbiased;
-        }
+        if (rm) nn_batchnorm_running_update(rm, rv, ch, mean, var, count, momentum);
         scale[j] = gamma[ch] * invstd;
         offset[j] = beta[ch] - (float)mean * scale[j];
     }

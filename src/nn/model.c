@@ -533,6 +533,47 @@ static int create_onednn_convs(NnModel *m)
     }
 }
 
+static int feeds_maxpool(const NnModel *m, int tensor)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].type == NN_OP_MAXPOOL && m->layers[i].in == tensor) return 1;
+    return 0;
+}
+
+/* Batch norms and max pools on oneDNN for training mode where that pays (1 thread, AVX-512: `fedhet bench
+ * --profile`), in the layouts planned for the convs (which do not depend on these):
+ *  - on blocked tensors only: oneDNN's batch norm on NCHW is a reference loop, 12x slower than fedhet's;
+ *  - a batch norm that feeds a conv or an add (ResNets, MobileNetV2: 25 to 40 % less time than fedhet's), not
+ *    one that feeds a max pool (smallcnn): oneDNN writes large outputs with streaming stores, past the cache, and
+ *    the pool, which only moves memory, then took twice as long as the batch norm saved;
+ *  - a max pool whose windows do not tile its input (ResNet's padded 3x3/2 stem: 2x faster); where they tile,
+ *    fedhet's dense pass is as fast in a model.
+ * Under backend auto one oneDNN cannot build runs fedhet's kernels, as it does in evaluation. */
+static int create_onednn_train_layers(NnModel *m)
+{
+    for (int i = 0; i < m->n_layers; i++) {
+        NnLayer *l = &m->layers[i];
+        const NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
+        const int block = m->tensors[l->in].block;
+        const int pays = l->type == NN_OP_BATCHNORM ? !feeds_maxpool(m, l->out)
+                         : l->type == NN_OP_MAXPOOL ? !nn_maxpool_tiles(si.h, si.w, l->k, l->stride, l->pad)
+                                                    : 0;
+        if (!block || !pays) continue;
+        char name[96];
+        snprintf(name, sizeof name, "model %s: %s", m->arch, l->name);
+        int st = l->type == NN_OP_BATCHNORM
+                     ? nn_onednn_bn_create(&l->onednn_train, m->onednn, m->max_batch, si.c, si.h, si.w, block, l->eps,
+                                           l->act, name)
+                     : nn_onednn_maxpool_create(&l->onednn_train, m->onednn, m->max_batch, si.c, si.h, si.w, block,
+                                                l->k, l->stride, l->pad, so.h, so.w, name);
+        if (st == FH_OK) continue;
+        if (m->backend != NN_BACKEND_AUTO || st != FH_ERR_USAGE) return st;
+        fh_log_warn("%s; it runs fedhet's kernel (train.backend = auto)", fh_error_message());
+        fh_error_clear();
+    }
+    return FH_OK;
+}
+
 int nn_model_finalize(NnModel *m, int logits, int features, int classes)
 {
     if (m->status != FH_OK) return m->status;
@@ -602,6 +643,7 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
         }
     }
     if (m->onednn) FH_CHECK(create_onednn_convs(m));
+    if (m->onednn) FH_CHECK(create_onednn_train_layers(m));
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
         NnShape so = m->tensors[l->out].shape;
@@ -660,6 +702,7 @@ void nn_model_free(NnModel *m)
         fh_free(&m->layers[i].act_pattern);
         fh_free(&m->layers[i].pool_pattern);
         nn_onednn_conv_free(&m->layers[i].onednn);
+        nn_onednn_layer_free(&m->layers[i].onednn_train);
     }
     nn_onednn_free(&m->onednn);
     fh_free(&m->layers);
@@ -779,6 +822,21 @@ static void pattern_backward(float *dy, const uint8_t *pattern, int64_t n)
         if (pattern[i] != 1) dy[i] = 0.0f;
 }
 
+/* oneDNN's batch norm with batch statistics, then what it leaves to fedhet: the running statistics (unless frozen)
+ * and an activation it cannot fuse */
+static int bn_forward_onednn(NnModel *m, NnLayer *l, float *y, const float *x, int batch, NnShape si)
+{
+    FH_CHECK(nn_onednn_bn_forward(l->onednn_train, y, l->save_mean, l->save_invstd, x, param(m, l->w_off),
+                                  param(m, l->b_off), batch));
+    const int64_t count = (int64_t)batch * si.h * si.w;
+    if (m->bn_update_running)
+        for (int ch = 0; ch < si.c; ch++)
+            nn_batchnorm_running_update(param(m, l->rm_off), param(m, l->rv_off), ch, l->save_mean[ch],
+                                        l->save_invstd[ch], count, l->momentum);
+    if (l->act != NN_ACT_RELU) nn_act_forward(y, count * si.c, l->act);
+    return FH_OK;
+}
+
 static void maxpool_replay(float *y, int32_t *argmax, const int32_t *winners, const float *x, int planes, int hw,
                            int hwo)
 {
@@ -815,6 +873,9 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         if (use_pattern && !l->act_pattern)
             FH_FAIL(FH_ERR_USAGE, "model %s: activation patterns without nn_model_pattern_alloc", m->arch);
         const NnAct kernel_act = replay ? NN_ACT_NONE : l->act; /* replay: the pattern acts instead */
+        /* oneDNN's batch norm and max pool in training, unless a pattern is recorded or replayed: those read and
+         * write fedhet's max-pool winners and batch-norm activation */
+        l->onednn_ran = l->onednn_train && m->training && m->pattern == NN_PATTERN_OFF;
         switch (l->type) {
         case NN_OP_LINEAR:
             nn_linear_forward(y, x, param(m, l->w_off), param(m, l->b_off), batch, l->cin, l->cout);
@@ -832,7 +893,9 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         case NN_OP_MAXPOOL:
             if (m->pattern != NN_PATTERN_OFF && !l->pool_pattern)
                 FH_FAIL(FH_ERR_USAGE, "model %s: activation patterns without nn_model_pattern_alloc", m->arch);
-            if (replay) {
+            if (l->onednn_ran) {
+                FH_CHECK(nn_onednn_maxpool_forward(l->onednn_train, y, x, batch));
+            } else if (replay) {
                 const int lanes = block ? block : 1; /* a blocked run is a plane of its lanes' values */
                 maxpool_replay(y, l->argmax, l->pool_pattern, x, batch * si.c / lanes, si.h * si.w * lanes,
                                so.h * so.w * lanes);
@@ -854,7 +917,9 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
             else nn_gap_forward(y, x, batch * si.c, si.h * si.w);
             break;
         case NN_OP_BATCHNORM:
-            if (m->training)
+            if (l->onednn_ran)
+                FH_CHECK(bn_forward_onednn(m, l, y, x, batch, si));
+            else if (m->training)
                 nn_batchnorm_forward_train_act(y, l->save_mean, l->save_invstd,
                                                m->bn_update_running ? param(m, l->rm_off) : NULL, param(m, l->rv_off),
                                                x, param(m, l->w_off), param(m, l->b_off), batch, si.c, si.h * si.w,
@@ -919,7 +984,7 @@ static int writes_whole_dx(const NnModel *m, const NnLayer *l)
     case NN_OP_CONV2D: return l->onednn != NULL; /* the blas kernels' col2im adds */
     case NN_OP_BATCHNORM: return m->training;
     case NN_OP_GROUPNORM: return 1;
-    case NN_OP_MAXPOOL: return maxpool_backward_dense(m, l);
+    case NN_OP_MAXPOOL: return l->onednn_ran || maxpool_backward_dense(m, l);
     default: return 0;
     }
 }
@@ -948,8 +1013,10 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
         const int block = m->tensors[l->in].block;
         int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
-        /* conv and training-mode batch norm fold the activation's mask into their own passes */
-        int fused_mask = l->type == NN_OP_CONV2D || (l->type == NN_OP_BATCHNORM && m->training);
+        /* conv and training-mode batch norm fold the activation's mask into their own passes (oneDNN's batch norm
+         * a ReLU's only) */
+        const int fused_mask = l->type == NN_OP_CONV2D ||
+                               (l->type == NN_OP_BATCHNORM && m->training && (!l->onednn_ran || l->act == NN_ACT_RELU));
         const int replay = m->pattern == NN_PATTERN_REPLAY && l->act != NN_ACT_NONE;
         if (replay) pattern_backward(dy, l->act_pattern, n_out);
         else if (!fused_mask) nn_act_backward(dy, y, n_out, l->act);
@@ -970,7 +1037,9 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             break;
         }
         case NN_OP_MAXPOOL:
-            if (dx) {
+            if (dx && l->onednn_ran) {
+                nn_onednn_maxpool_backward(l->onednn_train, dx, dy, batch, l->zero_in);
+            } else if (dx) {
                 const int lanes = block ? block : 1;
                 if (maxpool_backward_dense(m, l))
                     nn_maxpool_backward_tiled(dx, dy, l->argmax, batch * si.c / lanes, si.h, si.w, l->k, lanes,
@@ -988,7 +1057,11 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             else if (dx) nn_gap_backward(dx, dy, batch * si.c, si.h * si.w);
             break;
         case NN_OP_BATCHNORM:
-            if (m->training)
+            if (l->onednn_ran)
+                nn_onednn_bn_backward(l->onednn_train, dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x,
+                                      param(m, l->w_off), param(m, l->b_off), l->save_mean, l->save_invstd, batch,
+                                      m->grad_zero, l->zero_in);
+            else if (m->training)
                 nn_batchnorm_backward_train_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
                                                 param(m, l->w_off), l->save_mean, l->save_invstd, batch, si.c,
                                                 si.h * si.w, l->act, block, l->zero_in);
@@ -1082,7 +1155,14 @@ const char *nn_backend_name(NnBackend backend)
 
 void nn_model_layer_impl(const NnModel *m, int layer, char *out, size_t size)
 {
-    const NnOnednnConv *c = layer >= 0 && layer < m->n_layers ? m->layers[layer].onednn : NULL;
+    const NnLayer *l = layer >= 0 && layer < m->n_layers ? &m->layers[layer] : NULL;
+    if (l && l->onednn_train) {
+        const char *fwd = nn_onednn_layer_impl(l->onednn_train, 0), *bwd = nn_onednn_layer_impl(l->onednn_train, 1);
+        if (!strcmp(fwd, bwd)) snprintf(out, size, "%s (training)", fwd);
+        else snprintf(out, size, "fwd %s, bwd %s (training)", fwd, bwd);
+        return;
+    }
+    const NnOnednnConv *c = l ? l->onednn : NULL;
     const char *fwd = nn_onednn_conv_impl(c, 0), *bwd_data = nn_onednn_conv_impl(c, 1),
                *bwd_weights = nn_onednn_conv_impl(c, 2);
     if (!strcmp(fwd, bwd_data) && !strcmp(fwd, bwd_weights)) snprintf(out, size, "%s", fwd);

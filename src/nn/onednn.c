@@ -1,6 +1,7 @@
 /* Conv layers on oneDNN (train.backend = onednn): forward, backward-data and backward-weights primitives,
  * grouped and depthwise convs included, with the contract of the BLAS kernels (kernels_blas.c) and tested
- * against the same naive _ref loops (tests/unit/test_onednn.c).
+ * against the same naive _ref loops (tests/unit/test_onednn.c). Batch norm and max pooling in training mode
+ * too, at the end of the file.
  *
  * Layouts. Every primitive is created with format `any`, so that oneDNN picks the layout it runs fastest in
  * (blocked nChw16c and OIhw16i16o with AVX-512, nChw8c with AVX2): held to plain NCHW it falls back to its
@@ -63,6 +64,7 @@ struct NnOnednn {
     dnnl_primitive_attr_t attr_sum; /* the same and a sum post-op: reorders that accumulate into their output */
     void *stage[N_STAGES];
     size_t stage_bytes[N_STAGES];
+    size_t ws_bytes;         /* the workspaces of the batch norm and max pool entries */
     uint64_t clock;          /* counts forwards: the cache's recency */
     dnnl_status_t status;    /* first failure of the current call */
 };
@@ -86,9 +88,14 @@ typedef struct {
     int direct;          /* output: the current call writes `user` (set by arg_out) */
 } Arg;
 
+/* The first member of a per-batch entry (ConvEntry, LayerEntry): which batch it serves and when it last did. */
 typedef struct {
     int batch;     /* 0: an empty slot */
     uint64_t used; /* NnOnednn.clock at its last forward */
+} EntryKey;
+
+typedef struct {
+    EntryKey key;
     dnnl_primitive_desc_t pd[N_PRIMS];
     Prim prim[N_PRIMS];
     Arg src, weights, bias, dst;                              /* forward */
@@ -153,7 +160,7 @@ void nn_onednn_free(NnOnednn **pctx)
 
 size_t nn_onednn_bytes(const NnOnednn *ctx)
 {
-    size_t bytes = 0;
+    size_t bytes = ctx ? ctx->ws_bytes : 0;
     for (int i = 0; ctx && i < N_STAGES; i++) bytes += ctx->stage_bytes[i];
     return bytes;
 }
@@ -300,7 +307,7 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
     const dnnl_dim_t *wd = g > 1 ? wdg : wd1;
     int failed = -1; /* the primitive oneDNN could not create */
     memset(e, 0, sizeof *e);
-    e->batch = batch;
+    e->key.batch = batch;
     dnnl_status_t st = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, activation_tag(c->x_block));
     if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, activation_tag(c->y_block));
     if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&w, wn, wd, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw);
@@ -377,7 +384,7 @@ void nn_onednn_conv_free(NnOnednnConv **pc)
 {
     if (!*pc) return;
     for (int i = 0; i < CONV_BATCHES; i++)
-        if ((*pc)->entry[i].batch) entry_free(&(*pc)->entry[i]);
+        if ((*pc)->entry[i].key.batch) entry_free(&(*pc)->entry[i]);
     fh_free(pc);
 }
 
@@ -390,21 +397,33 @@ const char *nn_onednn_conv_impl(const NnOnednnConv *c, int which)
     return name;
 }
 
-/* The entry for `batch`, created on its first use (see the file's comment for what that allocates). */
-static int entry_for(NnOnednnConv *c, int batch, ConvEntry **out)
+/* Among n entries of `stride` bytes, each beginning with its EntryKey, the one for `batch` (*found = 1), or the slot
+ * to create it in: an empty one, else the least recently used other than the first (the largest batch's). */
+static void *entry_slot(void *entries, size_t stride, int n, int batch, int *found)
 {
-    ConvEntry *victim = NULL;
-    for (int i = 0; i < CONV_BATCHES; i++) {
-        ConvEntry *e = &c->entry[i];
+    EntryKey *victim = NULL;
+    for (int i = 0; i < n; i++) {
+        EntryKey *e = (EntryKey *)((char *)entries + (size_t)i * stride);
         if (e->batch == batch) {
-            *out = e;
-            return FH_OK;
+            *found = 1;
+            return e;
         }
         if (i > 0 && (!victim || (victim->batch && (!e->batch || e->used < victim->used)))) victim = e;
     }
-    if (victim->batch) entry_free(victim);
-    FH_CHECK(entry_create(c, victim, batch));
-    *out = victim;
+    *found = 0;
+    return victim;
+}
+
+/* The entry for `batch`, created on its first use (see the file's comment for what that allocates). */
+static int entry_for(NnOnednnConv *c, int batch, ConvEntry **out)
+{
+    int found = 0;
+    ConvEntry *e = entry_slot(c->entry, sizeof c->entry[0], CONV_BATCHES, batch, &found);
+    if (!found) {
+        if (e->key.batch) entry_free(e);
+        FH_CHECK(entry_create(c, e, batch));
+    }
+    *out = e;
     return FH_OK;
 }
 
@@ -463,7 +482,7 @@ int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const floa
     NnOnednn *ctx = c->ctx;
     ConvEntry *e = NULL;
     FH_CHECK(entry_for(c, batch, &e));
-    e->used = ++ctx->clock;
+    e->key.used = ++ctx->clock;
     ctx->status = dnnl_success;
     dnnl_exec_arg_t args[5];
     int n = 0;
@@ -489,7 +508,7 @@ void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, f
     NnOnednn *ctx = c->ctx;
     ConvEntry *e = NULL;
     for (int i = 0; i < CONV_BATCHES && !e; i++)
-        if (c->entry[i].batch == batch) e = &c->entry[i];
+        if (c->entry[i].key.batch == batch) e = &c->entry[i];
     if (!e) {
         /* the forward at this batch made it, and entries are replaced only by forwards at other batches */
         fh_log_error("%s: oneDNN convolution backward at batch %d without its forward", c->name, batch);
@@ -521,4 +540,306 @@ void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, f
                      dnnl_status2str(ctx->status));
         abort();
     }
+}
+
+/* ============================== batch norm and max pooling ============================== */
+
+/* A batch norm or a max pool in training mode: the forward (batch statistics; the pool's winners) and the
+ * backward, on the tensors' own layout (these primitives take the layout they are given: no reorders), one entry
+ * per batch size as for convs. A ReLU after a batch norm is fused (dnnl_fuse_norm_relu keeps its mask in the
+ * workspace); other activations, the running statistics and evaluation stay fedhet's (model.c), and so does
+ * everything under an activation pattern (the Hessian's replay reads fedhet's winners). Gradients of the scale,
+ * the shift and the input accumulate as a conv's do: written when nothing has reached them yet, else added by a
+ * reorder with a sum post-op. */
+
+enum { LAYER_BN, LAYER_MAXPOOL };
+enum { LAYER_FWD, LAYER_BWD, LAYER_PASSES };
+
+typedef struct {
+    EntryKey key;
+    dnnl_primitive_desc_t pd[LAYER_PASSES];
+    Prim prim[LAYER_PASSES];
+    dnnl_memory_t x, y, dy, scale, shift, mean, var, ws; /* the engine's tensors, data set at every call; NULL:
+                                                          * not an argument of this layer */
+    Arg dx, dscale, dshift;                              /* accumulated outputs (dscale, dshift: batch norm) */
+    void *ws_data;                                       /* the forward's record for the backward */
+    size_t ws_bytes;
+} LayerEntry;
+
+struct NnOnednnLayer {
+    NnOnednn *ctx;
+    int kind;
+    int c, h, w, ho, wo, block;
+    int k, stride, pad; /* max pool */
+    float eps;          /* batch norm */
+    int fuse_relu;      /* batch norm */
+    char name[96];
+    LayerEntry entry[CONV_BATCHES]; /* entry[0]: the largest batch, as for convs */
+};
+
+static void layer_entry_free(NnOnednn *ctx, LayerEntry *e)
+{
+    dnnl_memory_t mems[] = { e->x, e->y, e->dy, e->scale, e->shift, e->mean, e->var, e->ws };
+    for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
+        if (mems[i]) dnnl_memory_destroy(mems[i]);
+    arg_free(&e->dx);
+    arg_free(&e->dscale);
+    arg_free(&e->dshift);
+    for (int i = 0; i < LAYER_PASSES; i++) {
+        prim_free(&e->prim[i]);
+        if (e->pd[i]) dnnl_primitive_desc_destroy(e->pd[i]);
+    }
+    ctx->ws_bytes -= e->ws_bytes;
+    fh_free(&e->ws_data);
+    memset(e, 0, sizeof *e);
+}
+
+static dnnl_status_t layer_desc_init(const NnOnednnLayer *l, int pass, dnnl_batch_normalization_desc_t *bn,
+                                     dnnl_pooling_desc_t *pool, const dnnl_memory_desc_t *x,
+                                     const dnnl_memory_desc_t *y)
+{
+    if (l->kind == LAYER_BN) {
+        const unsigned flags = dnnl_use_scale | dnnl_use_shift | (l->fuse_relu ? dnnl_fuse_norm_relu : 0);
+        return pass == LAYER_FWD ? dnnl_batch_normalization_forward_desc_init(bn, dnnl_forward_training, x, l->eps, flags)
+                                 : dnnl_batch_normalization_backward_desc_init(bn, dnnl_backward, x, x, l->eps, flags);
+    }
+    /* symmetric padding, the output size by the engine's floor as for convs */
+    const dnnl_dims_t strides = { l->stride, l->stride }, kernel = { l->k, l->k }, pad = { l->pad, l->pad };
+    return pass == LAYER_FWD ? dnnl_pooling_forward_desc_init(pool, dnnl_forward_training, dnnl_pooling_max, x, y,
+                                                              strides, kernel, pad, pad)
+                             : dnnl_pooling_backward_desc_init(pool, dnnl_pooling_max, x, y, strides, kernel, pad, pad);
+}
+
+static dnnl_status_t layer_memory(NnOnednn *ctx, dnnl_memory_t *m, const dnnl_memory_desc_t *md)
+{
+    return dnnl_memory_create(m, md, ctx->engine, DNNL_MEMORY_NONE);
+}
+
+static int layer_entry_create(NnOnednnLayer *l, LayerEntry *e, int batch)
+{
+    NnOnednn *ctx = l->ctx;
+    const int bn = l->kind == LAYER_BN;
+    dnnl_memory_desc_t x, y, chan;
+    const dnnl_dims_t xd = { batch, l->c, l->h, l->w }, yd = { batch, l->c, l->ho, l->wo }, cd = { l->c };
+    int failed = -1;
+    memset(e, 0, sizeof *e);
+    e->key.batch = batch;
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&x, 4, xd, dnnl_f32, activation_tag(l->block));
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&y, 4, yd, dnnl_f32, activation_tag(l->block));
+    if (st == dnnl_success) st = dnnl_memory_desc_init_by_tag(&chan, 1, cd, dnnl_f32, dnnl_x);
+    for (int i = 0; i < LAYER_PASSES && st == dnnl_success; i++) {
+        dnnl_batch_normalization_desc_t bn_desc;
+        dnnl_pooling_desc_t pool_desc;
+        st = layer_desc_init(l, i, &bn_desc, &pool_desc, &x, &y);
+        const_dnnl_op_desc_t desc = bn ? (const_dnnl_op_desc_t)&bn_desc : (const_dnnl_op_desc_t)&pool_desc;
+        if (st == dnnl_success)
+            st = dnnl_primitive_desc_create(&e->pd[i], desc, ctx->attr, ctx->engine, i == LAYER_FWD ? NULL : e->pd[0]);
+        if (st == dnnl_success) st = prim_create(ctx, &e->prim[i], e->pd[i]);
+        if (st != dnnl_success) failed = i;
+    }
+    const dnnl_memory_desc_t *ws = st == dnnl_success ? dnnl_primitive_desc_query_md(e->pd[LAYER_FWD],
+                                                                                     dnnl_query_workspace_md, 0) : NULL;
+    e->ws_bytes = ws ? dnnl_memory_desc_get_size(ws) : 0;
+    if (e->ws_bytes) {
+        if (fh_alloc_aligned(&e->ws_data, e->ws_bytes, "oneDNN workspace") != FH_OK) st = dnnl_out_of_memory;
+        else ctx->ws_bytes += e->ws_bytes;
+        if (st == dnnl_success) st = layer_memory(ctx, &e->ws, ws);
+    }
+    if (st == dnnl_success) st = layer_memory(ctx, &e->x, &x);
+    if (st == dnnl_success) st = layer_memory(ctx, &e->y, bn ? &x : &y);
+    if (st == dnnl_success) st = layer_memory(ctx, &e->dy, bn ? &x : &y);
+    if (st == dnnl_success) st = arg_output(ctx, &e->dx, &x, &x, STAGE_DIFF_SRC, 1);
+    if (bn) {
+        dnnl_memory_t *chans[] = { &e->scale, &e->shift, &e->mean, &e->var };
+        for (size_t i = 0; i < sizeof chans / sizeof chans[0] && st == dnnl_success; i++)
+            st = layer_memory(ctx, chans[i], &chan);
+        if (st == dnnl_success) st = arg_output(ctx, &e->dscale, &chan, &chan, STAGE_DIFF_WEIGHTS, 1);
+        if (st == dnnl_success) st = arg_output(ctx, &e->dshift, &chan, &chan, STAGE_DIFF_BIAS, 1);
+    }
+    if (st == dnnl_success) return FH_OK;
+    layer_entry_free(ctx, e);
+    if (bn)
+        FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_IO : FH_ERR_USAGE,
+                "%s: oneDNN cannot %s the batch norm %s of a %dx%dx%dx%d input%s: %s; train.backend = blas runs it",
+                l->name, failed >= 0 ? "create" : "set up", failed >= 0 ? (failed ? "backward" : "forward") : "arguments",
+                batch, l->c, l->h, l->w, l->fuse_relu ? " (ReLU fused)" : "", dnnl_status2str(st));
+    FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_IO : FH_ERR_USAGE,
+            "%s: oneDNN cannot %s the max pool %s of a %dx%dx%dx%d input (window %d, stride %d, pad %d): %s; "
+            "train.backend = blas runs it", l->name, failed >= 0 ? "create" : "set up",
+            failed >= 0 ? (failed ? "backward" : "forward") : "arguments", batch, l->c, l->h, l->w, l->k, l->stride,
+            l->pad, dnnl_status2str(st));
+}
+
+static int layer_create(NnOnednnLayer **out, NnOnednnLayer *proto, int batch)
+{
+    NnOnednnLayer *l = NULL;
+    FH_CHECK(fh_calloc(&l, 1, sizeof *l, "oneDNN layer"));
+    *l = *proto;
+    *out = l;
+    const int status = layer_entry_create(l, &l->entry[0], batch);
+    if (status != FH_OK) nn_onednn_layer_free(out);
+    return status;
+}
+
+int nn_onednn_bn_create(NnOnednnLayer **out, NnOnednn *ctx, int batch, int c, int h, int w, int block, float eps,
+                        NnAct act, const char *name)
+{
+    NnOnednnLayer l = { .ctx = ctx, .kind = LAYER_BN, .c = c, .h = h, .w = w, .ho = h, .wo = w, .block = block,
+                        .eps = eps, .fuse_relu = act == NN_ACT_RELU };
+    snprintf(l.name, sizeof l.name, "%s", name);
+    return layer_create(out, &l, batch);
+}
+
+int nn_onednn_maxpool_create(NnOnednnLayer **out, NnOnednn *ctx, int batch, int c, int h, int w, int block, int k,
+                             int stride, int pad, int ho, int wo, const char *name)
+{
+    NnOnednnLayer l = { .ctx = ctx, .kind = LAYER_MAXPOOL, .c = c, .h = h, .w = w, .ho = ho, .wo = wo,
+                        .block = block, .k = k, .stride = stride, .pad = pad };
+    snprintf(l.name, sizeof l.name, "%s", name);
+    return layer_create(out, &l, batch);
+}
+
+void nn_onednn_layer_free(NnOnednnLayer **pl)
+{
+    if (!*pl) return;
+    for (int i = 0; i < CONV_BATCHES; i++)
+        if ((*pl)->entry[i].key.batch) layer_entry_free((*pl)->ctx, &(*pl)->entry[i]);
+    fh_free(pl);
+}
+
+const char *nn_onednn_layer_impl(const NnOnednnLayer *l, int backward)
+{
+    const char *name = NULL;
+    if (!l || !l->entry[0].pd[backward ? LAYER_BWD : LAYER_FWD] ||
+        dnnl_primitive_desc_query(l->entry[0].pd[backward ? LAYER_BWD : LAYER_FWD], dnnl_query_impl_info_str, 0,
+                                  &name) != dnnl_success)
+        return "";
+    return name;
+}
+
+/* the forward's entry for `batch`, created on its first use; status cleared for the call */
+static int layer_forward_entry(NnOnednnLayer *l, int batch, LayerEntry **out)
+{
+    int found = 0;
+    LayerEntry *e = entry_slot(l->entry, sizeof l->entry[0], CONV_BATCHES, batch, &found);
+    if (!found) {
+        if (e->key.batch) layer_entry_free(l->ctx, e);
+        FH_CHECK(layer_entry_create(l, e, batch));
+    }
+    e->key.used = ++l->ctx->clock;
+    l->ctx->status = dnnl_success;
+    *out = e;
+    return FH_OK;
+}
+
+/* the backward's entry: the one its forward used (entries are replaced only by forwards at other batches) */
+static LayerEntry *layer_backward_entry(NnOnednnLayer *l, int batch)
+{
+    for (int i = 0; i < CONV_BATCHES; i++)
+        if (l->entry[i].key.batch == batch) {
+            l->ctx->status = dnnl_success;
+            return &l->entry[i];
+        }
+    fh_log_error("%s: oneDNN backward at batch %d without its forward", l->name, batch);
+    abort();
+}
+
+static int layer_forward_done(NnOnednnLayer *l, int batch)
+{
+    track(l->ctx, dnnl_stream_wait(l->ctx->stream));
+    if (l->ctx->status != dnnl_success)
+        FH_FAIL(FH_ERR_IO, "%s: oneDNN %s forward at batch %d failed: %s", l->name,
+                l->kind == LAYER_BN ? "batch norm" : "max pool", batch, dnnl_status2str(l->ctx->status));
+    return FH_OK;
+}
+
+static void layer_backward_done(NnOnednnLayer *l, int batch)
+{
+    track(l->ctx, dnnl_stream_wait(l->ctx->stream));
+    if (l->ctx->status == dnnl_success) return;
+    /* as for convs: primitives that were created fine do not fail on a CPU */
+    fh_log_error("%s: oneDNN backward at batch %d failed: %s", l->name, batch, dnnl_status2str(l->ctx->status));
+    abort();
+}
+
+/* binds the memory objects of a batch norm call; returns the argument count */
+static int bn_bind(NnOnednn *ctx, LayerEntry *e, dnnl_exec_arg_t *args, const float *x, const float *gamma,
+                   const float *beta, const float *mean, const float *var)
+{
+    int n = 0;
+    set_data(ctx, e->x, x);
+    set_data(ctx, e->scale, gamma);
+    set_data(ctx, e->shift, beta);
+    set_data(ctx, e->mean, mean);
+    set_data(ctx, e->var, var);
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, e->x };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SCALE, e->scale };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SHIFT, e->shift };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_MEAN, e->mean };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_VARIANCE, e->var };
+    if (e->ws) {
+        set_data(ctx, e->ws, e->ws_data);
+        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_WORKSPACE, e->ws };
+    }
+    return n;
+}
+
+int nn_onednn_bn_forward(NnOnednnLayer *l, float *y, float *mean, float *var, const float *x, const float *gamma,
+                         const float *beta, int batch)
+{
+    LayerEntry *e = NULL;
+    FH_CHECK(layer_forward_entry(l, batch, &e));
+    dnnl_exec_arg_t args[9];
+    int n = bn_bind(l->ctx, e, args, x, gamma, beta, mean, var);
+    set_data(l->ctx, e->y, y);
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DST, e->y };
+    prim_run(l->ctx, &e->prim[LAYER_FWD], n, args);
+    return layer_forward_done(l, batch);
+}
+
+void nn_onednn_bn_backward(NnOnednnLayer *l, float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                           const float *gamma, const float *beta, const float *mean, const float *var, int batch,
+                           int dgrad_zero, int dx_zero)
+{
+    NnOnednn *ctx = l->ctx;
+    LayerEntry *e = layer_backward_entry(l, batch);
+    dnnl_exec_arg_t args[12];
+    int n = bn_bind(ctx, e, args, x, gamma, beta, mean, var);
+    set_data(ctx, e->dy, dy);
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_DST, e->dy };
+    /* no dx wanted (the model's input): the primitive writes it to the stage buffer all the same */
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_SRC, arg_out(ctx, &e->dx, dx, dx && dx_zero) };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_SCALE, arg_out(ctx, &e->dscale, dgamma, dgrad_zero) };
+    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_SHIFT, arg_out(ctx, &e->dshift, dbeta, dgrad_zero) };
+    prim_run(ctx, &e->prim[LAYER_BWD], n, args);
+    if (dx) arg_out_done(ctx, &e->dx, dx_zero);
+    arg_out_done(ctx, &e->dscale, dgrad_zero);
+    arg_out_done(ctx, &e->dshift, dgrad_zero);
+    layer_backward_done(l, batch);
+}
+
+int nn_onednn_maxpool_forward(NnOnednnLayer *l, float *y, const float *x, int batch)
+{
+    LayerEntry *e = NULL;
+    FH_CHECK(layer_forward_entry(l, batch, &e));
+    NnOnednn *ctx = l->ctx;
+    set_data(ctx, e->x, x);
+    set_data(ctx, e->y, y);
+    set_data(ctx, e->ws, e->ws_data);
+    dnnl_exec_arg_t args[4] = { { DNNL_ARG_SRC, e->x }, { DNNL_ARG_DST, e->y }, { DNNL_ARG_WORKSPACE, e->ws } };
+    prim_run(ctx, &e->prim[LAYER_FWD], 3, args);
+    return layer_forward_done(l, batch);
+}
+
+void nn_onednn_maxpool_backward(NnOnednnLayer *l, float *dx, const float *dy, int batch, int dx_zero)
+{
+    NnOnednn *ctx = l->ctx;
+    LayerEntry *e = layer_backward_entry(l, batch);
+    set_data(ctx, e->dy, dy);
+    set_data(ctx, e->ws, e->ws_data);
+    dnnl_exec_arg_t args[4] = { { DNNL_ARG_DIFF_DST, e->dy }, { DNNL_ARG_DIFF_SRC, arg_out(ctx, &e->dx, dx, dx_zero) },
+                                { DNNL_ARG_WORKSPACE, e->ws } };
+    prim_run(ctx, &e->prim[LAYER_BWD], 3, args);
+    arg_out_done(ctx, &e->dx, dx_zero);
+    layer_backward_done(l, batch);
 }

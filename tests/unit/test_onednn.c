@@ -7,12 +7,16 @@
  *  - finite-difference gradients (layer_check.h) of small convs and of a residual graph built on oneDNN;
  *  - the channel-blocked layouts between layers (model.c, plan_layouts): which tensors get them, and
  *    finite-difference gradients through blocked batch norm (training and frozen), add and pooling;
+ *  - batch norm and max pooling on oneDNN (training): against fedhet's kernels (full and partial batches, fused
+ *    ReLU, ReLU6 as separate passes, gradients added and written), which layers of a model get them, and the
+ *    running statistics (updated, frozen, evaluation);
  *  - every zoo model: the losses of 10 SGD steps (full and partial batches) agree with the blas backend's
  *    (ZOO_SPREAD, ZOO_LOSS_RTOL below), and the state layout is the same under both;
  *  - bits: two runs of a model with the same backend and thread count (1 and 2) are identical;
  *  - a warm training step, at the full and at a partial batch, allocates no buffer (malloc and friends are
  *    counted here; not in a sanitizer build, whose allocator they would replace);
- *  - a CPU without AVX-512: the reference comparison and the blocked layouts (nChw8c there) again in a child
+ *  - a CPU without AVX-512: the reference comparison, the blocked layouts (nChw8c there) and batch norm and max
+ *    pooling against fedhet's again in a child
  *    process that oneDNN limits to AVX2 (DNNL_MAX_CPU_ISA), as it would run there;
  *  - inspect's implementation names, and a bad backend name.
  * Run: make build/tests/test_onednn && build/tests/test_onednn [test_name] */
@@ -149,6 +153,8 @@ static void test_conv_onednn_without_avx512(void)
     if (impls) printf("%.*s ", (int)(strchr(impls, ']') ? strchr(impls, ']') - impls + 1 : 0), impls);
     run_as_avx2("test_blocked_layouts", out, sizeof out);
     CHECK_MSG(strstr(out, "[block 8]"), "the AVX2 run's layouts were not nChw8c: %s", out);
+    run_as_avx2("test_norm_pool_onednn_match_fedhet", out, sizeof out);
+    CHECK_MSG(strstr(out, "[bn: ") && !strstr(out, "avx512"), "the AVX2 run's batch norm and pool: %s", out);
 }
 
 /* Winograd (onednn.c, winograd_pays) for the 3x3 stride-1 convs with 16+ channels in and out and outputs of 4x4
@@ -318,6 +324,234 @@ static void test_weight_grad_written_once(void)
     nn_model_free(&m);
 }
 
+/* ============================== batch norm and max pooling on oneDNN ============================== */
+
+#define BN_RTOL 1e-4 /* oneDNN's batch norm vs fedhet's: the same formulas with float sums in another order */
+
+/* The primitives against fedhet's kernels on the blocked layout: batch norm (training) with a fused ReLU, without
+ * an activation, and with a ReLU6 as the caller's passes (model.c); the max pool of ResNet's stem. Each at its
+ * creation's batch, then at a partial batch (another entry), then at the first again. Gradients are added onto
+ * what the buffers hold, and written over NaN when the zero flags say nothing has reached them: the same values. */
+static void check_bn_onednn(NnOnednn *ctx, int batch, int c, int h, int w, NnAct act)
+{
+    const int B = nn_onednn_block(), hw = h * w;
+    char label[64];
+    snprintf(label, sizeof label, "bn %dx%dx%dx%d act %d", batch, c, h, w, (int)act);
+    NnOnednnLayer *bn = NULL;
+    CHECK_OK(nn_onednn_bn_create(&bn, ctx, 4, c, h, w, B, 1e-5f, act, label));
+    if (!bn) return;
+    FhRng rng = rng_for(label, 0);
+    const int64_t n = (int64_t)batch * c * hw;
+    float *x = falloc(n), *gamma = falloc(c), *beta = falloc(c), *dy = falloc(n), *base = falloc(n);
+    float *y_ref = falloc(n), *dy_ref = falloc(n), *dx_ref = falloc(n), *stats_ref = falloc(4 * c);
+    float *y = falloc(n), *dy_in = falloc(n), *dx = falloc(n), *stats = falloc(4 * c), *dx_w = falloc(n),
+          *dg_w = falloc(2 * c);
+    fill_normal(&rng, x, n, 2.0);
+    for (int64_t i = 0; i < n; i++) x[i] += 0.5f;
+    fill_uniform(&rng, gamma, c, 0.5, 1.5);
+    fill_uniform(&rng, beta, c, -0.5, 0.5);
+    fill_normal(&rng, dy, n, 1.0);
+    fill_normal(&rng, base, n, 1.0);
+    /* fedhet: mean, 1/std, dgamma, dbeta in stats_ref */
+    nn_batchnorm_forward_train_act(y_ref, stats_ref, stats_ref + c, NULL, NULL, x, gamma, beta, batch, c, hw, 1e-5f,
+                                   0.1f, act, B);
+    memcpy(dy_ref, dy, sizeof(float) * (size_t)n);
+    memcpy(dx_ref, base, sizeof(float) * (size_t)n);
+    for (int i = 0; i < 2 * c; i++) stats_ref[2 * c + i] = 0.25f;
+    nn_batchnorm_backward_train_act(dx_ref, stats_ref + 2 * c, stats_ref + 3 * c, dy_ref, y_ref, x, gamma, stats_ref,
+                                    stats_ref + c, batch, c, hw, act, B, 0);
+    /* oneDNN: mean, variance, dgamma, dbeta in stats */
+    CHECK_OK(nn_onednn_bn_forward(bn, y, stats, stats + c, x, gamma, beta, batch));
+    if (act != NN_ACT_RELU) nn_act_forward(y, n, act);
+    check_close(label, "y", y, y_ref, n, BN_RTOL);
+    check_close(label, "mean", stats, stats_ref, c, BN_RTOL);
+    float *invstd = falloc(c);
+    for (int i = 0; i < c; i++) invstd[i] = 1.0f / sqrtf(stats[c + i] + 1e-5f);
+    check_close(label, "1/std", invstd, stats_ref + c, c, BN_RTOL);
+    /* added onto base (and 0.25), onto zeros, and written over NaN */
+    float *onto[3] = {dx, falloc(n), dx_w}, *dgrad[3] = {stats + 2 * c, falloc(2 * c), dg_w};
+    for (int pass = 0; pass < 3; pass++) {
+        for (int64_t i = 0; i < n; i++) onto[pass][i] = pass == 0 ? base[i] : pass == 1 ? 0.0f : NAN;
+        for (int i = 0; i < 2 * c; i++) dgrad[pass][i] = pass == 0 ? 0.25f : pass == 1 ? 0.0f : NAN;
+        memcpy(dy_in, dy, sizeof(float) * (size_t)n);
+        if (act != NN_ACT_RELU) nn_act_backward(dy_in, y, n, act);
+        nn_onednn_bn_backward(bn, onto[pass], dgrad[pass], dgrad[pass] + c, dy_in, x, gamma, beta, stats, stats + c,
+                              batch, pass == 2, pass == 2);
+    }
+    check_close(label, "dx", dx, dx_ref, n, BN_RTOL);
+    check_close(label, "dgamma, dbeta", stats + 2 * c, stats_ref + 2 * c, 2 * c, BN_RTOL);
+    int same = 1;
+    for (int64_t i = 0; i < n; i++) same &= onto[1][i] == onto[2][i];
+    for (int i = 0; i < 2 * c; i++) same &= dgrad[1][i] == dgrad[2][i];
+    CHECK_MSG(same, "%s: gradients written over NaN differ from those added onto zeros", label);
+    free(onto[1]);
+    free(dgrad[1]);
+    float *all[] = {x, gamma, beta, dy, base, y_ref, dy_ref, dx_ref, stats_ref, y, dy_in, dx, stats, dx_w, dg_w, invstd};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    nn_onednn_layer_free(&bn);
+}
+
+static void check_maxpool_onednn(NnOnednnLayer *pool, int batch, int c, int h, int w, int k, int stride, int pad)
+{
+    const int B = nn_onednn_block(), ho = (h + 2 * pad - k) / stride + 1, wo = (w + 2 * pad - k) / stride + 1;
+    char label[64];
+    snprintf(label, sizeof label, "max pool %dx%dx%dx%d k%d s%d p%d", batch, c, h, w, k, stride, pad);
+    FhRng rng = rng_for(label, 0);
+    const int64_t n = (int64_t)batch * c * h * w, no = (int64_t)batch * c * ho * wo;
+    float *x = falloc(n), *y = falloc(no), *y_ref = falloc(no), *dy = falloc(no), *dx = falloc(n), *dx_ref = falloc(n),
+          *dx_w = falloc(n);
+    int32_t *argmax = calloc((size_t)no, sizeof(int32_t));
+    fill_normal(&rng, x, n, 1.0); /* distinct values: no ties for the two to break differently */
+    fill_normal(&rng, dy, no, 1.0);
+    fill_normal(&rng, dx_ref, n, 1.0);
+    memcpy(dx, dx_ref, sizeof(float) * (size_t)n);
+    nn_maxpool_forward_blocked(y_ref, argmax, x, batch, c, h, w, k, stride, pad, ho, wo, B);
+    nn_maxpool_backward(dx_ref, dy, argmax, batch * c / B, (int64_t)h * w * B, (int64_t)ho * wo * B);
+    CHECK_OK(nn_onednn_maxpool_forward(pool, y, x, batch));
+    CHECK_MSG(!memcmp(y, y_ref, sizeof(float) * (size_t)no), "%s: y differs", label);
+    nn_onednn_maxpool_backward(pool, dx, dy, batch, 0);
+    check_close(label, "dx", dx, dx_ref, n, 1e-6);
+    for (int64_t i = 0; i < n; i++) dx_w[i] = NAN;
+    nn_onednn_maxpool_backward(pool, dx_w, dy, batch, 1);
+    memset(dx_ref, 0, sizeof(float) * (size_t)n);
+    nn_maxpool_backward(dx_ref, dy, argmax, batch * c / B, (int64_t)h * w * B, (int64_t)ho * wo * B);
+    check_close(label, "dx written", dx_w, dx_ref, n, 1e-6);
+    free(x), free(y), free(y_ref), free(dy), free(dx), free(dx_ref), free(dx_w), free(argmax);
+}
+
+static void test_norm_pool_onednn_match_fedhet(void)
+{
+    NnOnednn *ctx = NULL;
+    CHECK_OK(nn_onednn_create(&ctx));
+    if (!ctx) return;
+    const int B = nn_onednn_block();
+    const NnAct acts[] = {NN_ACT_RELU, NN_ACT_NONE, NN_ACT_RELU6};
+    for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++)
+        for (int batch = 4; batch >= 3; batch--) check_bn_onednn(ctx, batch, 2 * B, 5, 6, acts[a]);
+    NnOnednnLayer *pool = NULL;
+    CHECK_OK(nn_onednn_maxpool_create(&pool, ctx, 4, B, 9, 9, B, 3, 2, 1, 5, 5, "stem pool"));
+    if (pool) {
+        const int batches[] = {4, 3, 4};
+        for (int i = 0; i < 3; i++) check_maxpool_onednn(pool, batches[i], B, 9, 9, 3, 2, 1);
+    }
+    /* what the CPU runs them with: no reference loop */
+    NnOnednnLayer *bn = NULL;
+    CHECK_OK(nn_onednn_bn_create(&bn, ctx, 4, 2 * B, 5, 6, B, 1e-5f, NN_ACT_RELU, "bn"));
+    const char *bn_impl = nn_onednn_layer_impl(bn, 0), *pool_impl = nn_onednn_layer_impl(pool, 0);
+    CHECK_MSG(strstr(bn_impl, "jit") && strstr(pool_impl, "jit"), "batch norm on %s, max pool on %s", bn_impl, pool_impl);
+    printf("[bn: %s, pool: %s] ", bn_impl, pool_impl);
+    nn_onednn_layer_free(&bn);
+    nn_onednn_layer_free(&pool);
+    nn_onednn_free(&ctx);
+}
+
+/* conv, batch norm with the activation *arg, conv: the batch norm feeds a conv, so it runs on oneDNN */
+static int build_bn_act(NnModel *m, int x, const void *arg)
+{
+    int h = nn_conv2d(m, x, 16, 3, 1, 1, 1, 0, NN_ACT_NONE);
+    int b = nn_batchnorm(m, h, *(const NnAct *)arg);
+    int h2 = nn_conv2d(m, b, 16, 3, 1, 1, 1, 1, NN_ACT_NONE);
+    return nn_gap(m, h2);
+}
+
+/* One training step's gradients (parameters and input) through a batch norm with a ReLU (fused by oneDNN) and a
+ * ReLU6 (fedhet's passes around the primitives) agree with the blas model's; gamma 4 puts a quarter of the ReLU6's
+ * inputs above 6. */
+static void test_bn_act_onednn_gradients(void)
+{
+    const NnAct acts[] = {NN_ACT_RELU, NN_ACT_RELU6};
+    for (int a = 0; a < 2; a++) {
+        GradCase c = {.label = a ? "onednn_bn_relu6" : "onednn_bn_relu", .in = {3, 6, 6}, .batch = 4,
+                      .build = build_bn_act, .arg = &acts[a]};
+        NnModel m[2];
+        float *grads[2] = {NULL, NULL};
+        const int64_t nx = 4 * 3 * 6 * 6;
+        float *x = falloc(nx), *dz = NULL;
+        FhRng rng = rng_for(c.label, 0);
+        fill_normal(&rng, x, nx, 1.0);
+        for (int k = 0; k < 2; k++) {
+            g_backend = k ? NN_BACKEND_ONEDNN : NN_BACKEND_BLAS;
+            int st = build_case(&m[k], &c);
+            g_backend = NN_BACKEND_BLAS;
+            CHECK_OK(st);
+            if (st != FH_OK) return;
+            nn_model_init_params(&m[k], SEED);
+            const NnLayer *bn = &m[k].layers[1];
+            for (int ch = 0; ch < bn->cin; ch++) m[k].state[bn->w_off + ch] = 4.0f;
+            m[k].need_input_grad = 1;
+            nn_model_set_training(&m[k], 1);
+            if (!dz) {
+                dz = falloc(4 * m[k].classes);
+                fill_uniform(&rng, dz, 4 * m[k].classes, -1.0, 1.0);
+            }
+            nn_model_zero_grad(&m[k]);
+            CHECK_OK(nn_model_forward(&m[k], x, 4));
+            nn_model_backward(&m[k], dz, NULL);
+            grads[k] = falloc(m[k].n_params + nx);
+            memcpy(grads[k], m[k].grad, sizeof(float) * (size_t)m[k].n_params);
+            memcpy(grads[k] + m[k].n_params, m[k].tensors[m[k].input].grad, sizeof(float) * (size_t)nx);
+        }
+        CHECK(m[1].layers[1].onednn_ran && !m[0].layers[1].onednn_ran);
+        check_close(c.label, "gradients, onednn vs blas", grads[1], grads[0], m[0].n_params + nx, 1e-3);
+        for (int k = 0; k < 2; k++) {
+            free(grads[k]);
+            nn_model_free(&m[k]);
+        }
+        free(x);
+        free(dz);
+    }
+}
+
+/* In a model: which batch norms and max pools run on oneDNN in training (model.c, create_onednn_train_layers),
+ * and the running statistics: updated as fedhet's kernel updates them (the blas model beside it), untouched in
+ * the frozen mode of SAM's second pass and in evaluation, where fedhet's kernels run. */
+static void test_norm_pool_onednn_in_model(void)
+{
+    static const int max = 1;
+    GradCase blocked = {.label = "onednn_bn_model", .in = {3, 5, 4}, .batch = 3, .build = build_blocked};
+    GradCase pooled = {.label = "onednn_pool_model", .in = {3, 7, 6}, .batch = 3, .build = build_pooled, .arg = &max};
+    NnModel o, b, p;
+    g_backend = NN_BACKEND_ONEDNN;
+    int st = build_case(&o, &blocked) | build_case(&p, &pooled);
+    g_backend = NN_BACKEND_BLAS;
+    st |= build_case(&b, &blocked);
+    CHECK_OK(st);
+    if (st != FH_OK) return;
+    /* blocked: conv, bn (feeds a conv), ...; pooled: conv, bn (feeds the pool: fedhet's), 3x3/2 pool (oneDNN's) */
+    CHECK(o.layers[1].type == NN_OP_BATCHNORM && o.layers[1].onednn_train && !b.layers[1].onednn_train);
+    CHECK(p.layers[1].type == NN_OP_BATCHNORM && !p.layers[1].onednn_train);
+    CHECK(p.layers[2].type == NN_OP_MAXPOOL && p.layers[2].onednn_train);
+    nn_model_init_params(&o, SEED);
+    nn_model_init_params(&b, SEED);
+    FhRng rng = rng_for(blocked.label, 0);
+    const int64_t nx = 3 * 3 * 5 * 4;
+    float *x = falloc(nx), *before = falloc(o.n_state);
+    fill_normal(&rng, x, nx, 1.0);
+    const NnLayer *l = &o.layers[1];
+    const int64_t stats = o.n_state - o.n_params;
+    for (int mode = 0; mode < 3; mode++) { /* training, frozen, evaluation */
+        memcpy(before, o.state, sizeof(float) * (size_t)o.n_state);
+        nn_model_set_training(&o, mode < 2);
+        nn_model_set_training(&b, mode < 2);
+        o.bn_update_running = b.bn_update_running = mode == 0;
+        CHECK_OK(nn_model_forward(&o, x, 3));
+        CHECK_OK(nn_model_forward(&b, x, 3));
+        CHECK_MSG(o.layers[1].onednn_ran == (mode < 2), "mode %d: oneDNN ran %d", mode, o.layers[1].onednn_ran);
+        if (mode == 0) {
+            check_close("running mean", "onednn vs blas", o.state + l->rm_off, b.state + l->rm_off, l->cin, BN_RTOL);
+            check_close("running var", "onednn vs blas", o.state + l->rv_off, b.state + l->rv_off, l->cin, BN_RTOL);
+            CHECK(memcmp(before + o.n_params, o.state + o.n_params, sizeof(float) * (size_t)stats));
+        } else {
+            CHECK_MSG(!memcmp(before, o.state, sizeof(float) * (size_t)o.n_state), "mode %d changed the state", mode);
+        }
+    }
+    free(x);
+    free(before);
+    nn_model_free(&o);
+    nn_model_free(&b);
+    nn_model_free(&p);
+}
+
 /* ============================== the zoo under both backends ============================== */
 
 typedef struct {
@@ -387,18 +621,22 @@ static void test_zoo_layout_same(void)
             CHECK_MSG(!strcmp(b.views[v].name, o.views[v].name) && b.views[v].offset == o.views[v].offset &&
                           b.views[v].count == o.views[v].count,
                       "%s: view %d differs", zoo_inputs[i].name, v);
-        int convs = 0, named = 0;
+        int on_onednn = 0, named = 0, convs = 0;
         for (int l = 0; l < o.n_layers; l++) {
             char impl[256], none[256];
             nn_model_layer_impl(&o, l, impl, sizeof impl);
             nn_model_layer_impl(&b, l, none, sizeof none);
-            convs += o.layers[l].type == NN_OP_CONV2D;
-            named += o.layers[l].type == NN_OP_CONV2D && *impl;
-            CHECK_MSG(!*none && (o.layers[l].type == NN_OP_CONV2D || !*impl), "%s layer %d: implementation '%s' / '%s'",
-                      zoo_inputs[i].name, l, impl, none);
+            const NnOpType t = o.layers[l].type;
+            /* batch norms and max pools where oneDNN's pay (test_norm_pool_onednn_in_model) */
+            const int onednn = t == NN_OP_CONV2D || o.layers[l].onednn_train;
+            convs += t == NN_OP_CONV2D;
+            on_onednn += onednn;
+            named += onednn && *impl;
+            CHECK_MSG(!*none && (onednn || !*impl), "%s layer %d: implementation '%s' / '%s'", zoo_inputs[i].name, l,
+                      impl, none);
         }
-        CHECK_MSG(named == convs, "%s: %d of %d conv layers name their implementation", zoo_inputs[i].name, named,
-                  convs);
+        CHECK_MSG(named == on_onednn, "%s: %d of %d layers on oneDNN name their implementation",
+                  zoo_inputs[i].name, named, on_onednn);
         CHECK(nn_model_backend_bytes(&b) == 0 && (convs == 0 || nn_model_backend_bytes(&o) > 0));
         nn_model_free(&b);
         nn_model_free(&o);
@@ -603,6 +841,9 @@ int main(int argc, char **argv)
     RUN(test_blocked_layouts);
     RUN(test_weight_grad_written_once);
     RUN(test_first_writers_ignore_stale_gradients);
+    RUN(test_norm_pool_onednn_match_fedhet);
+    RUN(test_norm_pool_onednn_in_model);
+    RUN(test_bn_act_onednn_gradients);
     RUN(test_zoo_losses_agree);
     RUN(test_zoo_layout_same);
     RUN(test_onednn_bit_identical);
