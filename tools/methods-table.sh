@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's method tables from real runs: inputs/methods-table.ini once per method (3 MPI ranks), then
-# a markdown table of final test accuracy, the best over the evaluated rounds, and seconds per round,
-# beside FedAvg's, into outputs/methods-table/table.md.
+# a markdown table of each run's server weights, final test accuracy, the best over the evaluated rounds, and
+# seconds per round, beside FedAvg's, into outputs/methods-table/table.md.
 # usage: tools/methods-table.sh [METHOD[:key=value,...] ...]   (default: every method of `fedhet methods`)
 # FEDHET=path runs another build (e.g. a copy, while the tree is rebuilt). NP: ranks (3).
 # e.g.   tools/methods-table.sh fedavg fedprox "afl:algo.variant=original,train.steps=1"
@@ -34,10 +34,22 @@ for spec in "$@"; do
         echo "   failed: $(grep -m1 error "$OUT/$name.log" || tail -1 "$OUT/$name.log")"
     fi
 done
+# the server weights a run aggregated with: the method's rule (`fedhet methods NAME`), resolved through the
+# run's own `weights` key where the rule is that key
+server_weights() {
+    local config=$1 method rule
+    method=$(awk '/^\[algo\]/ { a = 1; next } /^\[/ { a = 0 } a && $1 == "method" { print $3 }' "$config")
+    rule=$("$FEDHET" methods "$method" | sed -n 's/^  server weights: //p' | sed 's/ (uniform or sample.*//')
+    if [ "$rule" = algo.weights ]; then
+        awk '/^\[algo\]/ { a = 1; next } /^\[/ { a = 0 } a && $1 == "weights" { print ($3 == "samples" ? "sample counts" : $3) }' "$config"
+    else
+        echo "$rule"
+    fi
+}
 # the table: every run folder there is
 {
-    echo "| method | test accuracy after 20 rounds | best evaluated | s / round | vs FedAvg |"
-    echo "| --- | --- | --- | --- | --- |"
+    echo "| method | server weights | test accuracy after 20 rounds | best evaluated | s / round | vs FedAvg |"
+    echo "| --- | --- | --- | --- | --- | --- |"
     base=$(column "$OUT/fedavg/metrics.csv" test_accuracy 2>/dev/null | grep -v nan | tail -1 || true)
     for dir in "$OUT"/*/; do
         name=$(basename "$dir")
@@ -46,13 +58,13 @@ done
         acc=$(column "$csv" test_accuracy | grep -v nan | grep . | tail -1)
         # a run that stopped with an error (e.g. diverged) has no final accuracy to show
         if [ -z "$acc" ] || grep -q error "$OUT/$name.log" 2>/dev/null; then
-            printf '| %s | failed (%s.log) | | | |\n' "$name" "$name"
+            printf '| %s | | failed (%s.log) | | | |\n' "$name" "$name"
             continue
         fi
         best=$(column "$csv" test_accuracy | grep -v nan | sort -g | tail -1)
         secs=$(column "$csv" t_round | awk '{ s += $1; n++ } END { if (n) printf "%.2f", s / n }')
         diff=$(awk -v a="$acc" -v b="$base" 'BEGIN { if (b == "") print "-"; else printf "%+.4f", a - b }')
-        printf '| %s | %.4f | %.4f | %s | %s |\n' "$name" "$acc" "$best" "$secs" "$diff"
+        printf '| %s | %s | %.4f | %.4f | %s | %s |\n' "$name" "$(server_weights "$dir/config.ini")" "$acc" "$best" "$secs" "$diff"
     done
 } >"$OUT/table.md"
 cat "$OUT/table.md"

@@ -361,7 +361,11 @@ typedef struct {
 typedef struct {
     /* p[i] for uploads in ascending client id; they need not sum to 1 (the update normalises) */
     int (*weights)(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);
+    const char *rule; /* what the weights are, for `fedhet methods` and the README's tables */
 } AlgoServerWeights;
+/* the rule of weights chosen by the method's `weights` key (uniform or sample counts) */
+#define ALGO_WEIGHTS_BY_KEY "algo.weights"
+
 
 typedef struct {
     /* new global state from the uploads and weights (default: sum p_i state_i / sum p_i, in double,

@@ -310,7 +310,7 @@ static const AlgoLocalStep ism_step_part = { .step = ism_step, .norm_eps = ISM_N
 static const AlgoLocalStep ismplus_step_part = { .step = ism_step, .round_radius = algo_fedismplus_radius,
                                                  .norm_eps = ISM_NORM_EPS };
 static const AlgoClientReport ism_report_part = { .begin = ism_begin };
-static const AlgoServerWeights saga_weights_part = { .weights = saga_weights };
+static const AlgoServerWeights saga_weights_part = { .weights = saga_weights, .rule = "SAGA (sharpness, algo.q)" };
 static const AlgoServerUpdate saga_update_part = { .update = saga_update };
 
 const AlgoMethod algo_family_fedism[] = {

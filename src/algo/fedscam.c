@@ -459,7 +459,7 @@ static int scam_validate(const AlgoMethod *m, const AlgoSetup *s)
 static const AlgoLocalStep scam_step_part = { .step = scam_step, .round_radius = scam_round_radius,
                                               .client_radius = scam_client_radius };
 static const AlgoClientReport scam_report_part = { .begin = scam_begin, .end = scam_end };
-static const AlgoServerWeights scam_weights_part = { .weights = scam_weights };
+static const AlgoServerWeights scam_weights_part = { .weights = scam_weights, .rule = "FedSCAM's (heterogeneity and alignment)" };
 static const AlgoServerUpdate scam_update_part = { .update = scam_update };
 
 /* ---- the registry rows ---------------------------------------------------------------------------------- */

@@ -180,7 +180,7 @@ static int sam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doubl
     return (samples ? &algo_weights_samples : &algo_weights_uniform)->weights(s, u, m, p);
 }
 
-static const AlgoServerWeights sam_weights_part = { .weights = sam_weights };
+static const AlgoServerWeights sam_weights_part = { .weights = sam_weights, .rule = ALGO_WEIGHTS_BY_KEY };
 
 /* ---- the two-pass step: SAM, ASAM, GSAM (spec 1, 2), FedSpeed's merge (6), FedSMOO's dual (7) --------- */
 
@@ -742,7 +742,7 @@ static int lwsam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
 }
 
 static const AlgoClientReport lwsam_report_part = { .end = upload_train_loss };
-static const AlgoServerWeights lwsam_weights_part = { .weights = lwsam_weights };
+static const AlgoServerWeights lwsam_weights_part = { .weights = lwsam_weights, .rule = "FedLW's or FedNoLoWe's (algo.lw)" };
 
 /* ---- sizes -------------------------------------------------------------------------------------------- */
 

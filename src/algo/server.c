@@ -133,7 +133,7 @@ static int fedprox_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
 }
 
 static const AlgoLocalTerm fedprox_term_part = { .grad_term = fedprox_term };
-static const AlgoServerWeights fedprox_weights_part = { .weights = fedprox_weights };
+static const AlgoServerWeights fedprox_weights_part = { .weights = fedprox_weights, .rule = ALGO_WEIGHTS_BY_KEY };
 
 /* ---- SCAFFOLD (spec A.5) ------------------------------------------------------------------------------ */
 
@@ -297,7 +297,7 @@ static void scaffold_sizes(const AlgoSetup *s, AlgoSizes *z)
 static const AlgoGradCorrection scaffold_correct_part = { .correct = scaffold_correct };
 static const AlgoLocalStep scaffold_step_part = { .step = scaffold_step };
 static const AlgoClientReport scaffold_report_part = { .begin = scaffold_begin, .end = scaffold_end };
-static const AlgoServerWeights scaffold_weights_part = { .weights = scaffold_weights };
+static const AlgoServerWeights scaffold_weights_part = { .weights = scaffold_weights, .rule = ALGO_WEIGHTS_BY_KEY };
 static const AlgoServerUpdate scaffold_update_part = { .update = scaffold_update };
 
 /* ---- FedDyn (spec A.6, FL-Simulator form) ------------------------------------------------------------- */

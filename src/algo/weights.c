@@ -16,8 +16,8 @@ static int weights_uniform(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
     return FH_OK;
 }
 
-const AlgoServerWeights algo_weights_samples = { weights_samples };
-const AlgoServerWeights algo_weights_uniform = { weights_uniform };
+const AlgoServerWeights algo_weights_samples = { weights_samples, "sample counts" };
+const AlgoServerWeights algo_weights_uniform = { weights_uniform, "uniform" };
 
 int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int vec, int64_t from,
                        int64_t to, float *out)

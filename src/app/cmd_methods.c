@@ -70,9 +70,12 @@ int app_cmd_methods(int argc, char **argv)
         if (!m) FH_FAIL(FH_ERR_USAGE, "no method named '%s'; methods: %s", argv[1], algo_choices());
         char parts[128];
         components(m, parts, sizeof parts);
-        printf("%s: %s\n  source: %s\n  components: %s\n  state: %s\n  payload: %s\n\n[algo] keys (method = %s):\n",
-               m->name, m->summary, m->source, parts, m->state ? m->state : "-", m->payload ? m->payload : "-",
-               m->name);
+        /* a method without a weights part averages by sample counts (src/fl/run.c) */
+        const char *rule = (m->weights ? m->weights : &algo_weights_samples)->rule;
+        printf("%s: %s\n  source: %s\n  components: %s\n  state: %s\n  payload: %s\n  server weights: %s%s\n\n"
+               "[algo] keys (method = %s):\n",
+               m->name, m->summary, m->source, parts, m->state ? m->state : "-", m->payload ? m->payload : "-", rule,
+               strcmp(rule, ALGO_WEIGHTS_BY_KEY) ? "" : " (uniform or sample counts: the weights key below)", m->name);
         print_keys(m);
         return FH_OK;
     }

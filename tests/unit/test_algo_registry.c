@@ -87,7 +87,7 @@ static void test_option_parts_declared(void)
     fh_error_clear();
 }
 
-/* `fedhet methods NAME` lists every key of the row with its default */
+/* `fedhet methods NAME` lists every key of the row with its default, and the rule of its server weights */
 static void test_methods_listing(void)
 {
     for (int i = 0; i < algo_count(); i++) {
@@ -106,6 +106,16 @@ static void test_methods_listing(void)
                 snprintf(want, sizeof want, "  %-16s default %g, range", o->key, algo_option_default(m, o));
             CHECK_MSG(strstr(r->out, want) != NULL, "methods %s: no line '%s'", m->name, want);
         }
+        /* the server weights' rule: a method with a `weights` key names it, and only such a method */
+        const AlgoServerWeights *w = m->weights ? m->weights : &algo_weights_samples;
+        CHECK_MSG(w->rule && *w->rule, "%s: server weights without a rule", m->name);
+        if (!w->rule) continue;
+        CHECK_MSG(!strcmp(w->rule, ALGO_WEIGHTS_BY_KEY) == (algo_option_find(m, "weights") != NULL),
+                  "%s: server weights '%s' but %s weights key", m->name, w->rule,
+                  algo_option_find(m, "weights") ? "a" : "no");
+        char line[160];
+        snprintf(line, sizeof line, "  server weights: %s", w->rule);
+        CHECK_MSG(strstr(r->out, line) != NULL, "methods %s: no line '%s'", m->name, line);
     }
 }
 
