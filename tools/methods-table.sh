@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's method tables from real runs: inputs/methods-table.ini once per method (3 MPI ranks), then
-# a markdown table of each run's server weights, final test accuracy, the best over the evaluated rounds, and
-# seconds per round, beside FedAvg's, into outputs/methods-table/table.md.
+# a markdown table of each run's server weights, test accuracy after rounds 10 and 20 (beside FedAvg's), seconds
+# per round and backward passes per round, into outputs/methods-table/table.md.
 # usage: tools/methods-table.sh [METHOD[:key=value,...] ...]   (default: every method of `fedhet methods`)
 # FEDHET=path runs another build (e.g. a copy, while the tree is rebuilt). NP: ranks (3).
 # e.g.   tools/methods-table.sh fedavg fedprox "afl:algo.variant=original,train.steps=1"
@@ -47,24 +47,30 @@ server_weights() {
     fi
 }
 # the table: every run folder there is
+at_round() { # metrics.csv's column $2 after 1-based round $3
+    awk -F, -v name="$2" -v r="$3" 'NR == 1 { for (i = 1; i <= NF; i++) { if ($i == name) c = i; if ($i == "round") k = i } next }
+        $k + 1 == r { print $c }' "$1"
+}
 {
-    echo "| method | server weights | test accuracy after 20 rounds | best evaluated | s / round | vs FedAvg |"
-    echo "| --- | --- | --- | --- | --- | --- |"
-    base=$(column "$OUT/fedavg/metrics.csv" test_accuracy 2>/dev/null | grep -v nan | tail -1 || true)
+    echo "| method | server weights | test accuracy, round 10 | round 20 | vs FedAvg (round 20) | s / round | backward passes per round |"
+    echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+    base=$(at_round "$OUT/fedavg/metrics.csv" test_accuracy 20 2>/dev/null || true)
     for dir in "$OUT"/*/; do
         name=$(basename "$dir")
         csv=$dir/metrics.csv
         [ -f "$csv" ] || continue
-        acc=$(column "$csv" test_accuracy | grep -v nan | grep . | tail -1)
+        acc=$(at_round "$csv" test_accuracy 20)
         # a run that stopped with an error (e.g. diverged) has no final accuracy to show
-        if [ -z "$acc" ] || grep -q error "$OUT/$name.log" 2>/dev/null; then
-            printf '| %s | | failed (%s.log) | | | |\n' "$name" "$name"
+        if [ -z "$acc" ] || [ "$acc" = nan ] || grep -q error "$OUT/$name.log" 2>/dev/null; then
+            printf '| %s | | failed (%s.log) | | | | |\n' "$name" "$name"
             continue
         fi
-        best=$(column "$csv" test_accuracy | grep -v nan | sort -g | tail -1)
-        secs=$(column "$csv" t_round | awk '{ s += $1; n++ } END { if (n) printf "%.2f", s / n }')
+        acc10=$(at_round "$csv" test_accuracy 10)
+        secs=$(column "$csv" t_round | awk '{ s += $1; n++ } END { if (n) printf "%.3f", s / n }')
+        passes=$(column "$csv" cum_train_backward | awk '{ last = $1; n++ } END { if (n) printf "%d", last / n }')
         diff=$(awk -v a="$acc" -v b="$base" 'BEGIN { if (b == "") print "-"; else printf "%+.4f", a - b }')
-        printf '| %s | %s | %.4f | %.4f | %s | %s |\n' "$name" "$(server_weights "$dir/config.ini")" "$acc" "$best" "$secs" "$diff"
+        printf '| %s | %s | %.4f | %.4f | %s | %s | %s |\n' "$name" "$(server_weights "$dir/config.ini")" "$acc10" \
+            "$acc" "$diff" "$secs" "$passes"
     done
 } >"$OUT/table.md"
 cat "$OUT/table.md"
