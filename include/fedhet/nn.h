@@ -24,10 +24,11 @@ typedef struct {
 typedef enum { NN_ACT_NONE = 0, NN_ACT_RELU, NN_ACT_RELU6 } NnAct;
 
 /* Who computes the conv layers: OpenBLAS (im2col + sgemm, and direct loops for depthwise) or oneDNN
- * primitives (src/nn/onednn.c). Everything else runs the same code under both. The state vector, its views
- * and the semantics of every call are the same; the bits are not (another summation order). AUTO: oneDNN for
- * every conv layer it can create primitives for when the model is built, OpenBLAS for the others (each named
- * in a warning), fixed for the model's life, so that no run changes numbers midway. */
+ * primitives (src/nn/onednn.c; under oneDNN also the batch norms and max pools of training where its
+ * primitives pay: model.c, create_onednn_train_layers). Everything else runs the same code under both. The
+ * state vector, its views and the semantics of every call are the same; the bits are not (another summation
+ * order). AUTO: oneDNN for every conv layer it can create primitives for when the model is built, OpenBLAS for
+ * the others (each named in a warning), fixed for the model's life, so that no run changes numbers midway. */
 typedef enum { NN_BACKEND_BLAS = 0, NN_BACKEND_ONEDNN, NN_BACKEND_AUTO } NnBackend;
 
 typedef enum {

@@ -639,11 +639,13 @@ static int layer_entry_create(NnOnednnLayer *l, LayerEntry *e, int batch)
     }
     const dnnl_memory_desc_t *ws = st == dnnl_success ? dnnl_primitive_desc_query_md(e->pd[LAYER_FWD],
                                                                                      dnnl_query_workspace_md, 0) : NULL;
-    e->ws_bytes = ws ? dnnl_memory_desc_get_size(ws) : 0;
-    if (e->ws_bytes) {
-        if (fh_alloc_aligned(&e->ws_data, e->ws_bytes, "oneDNN workspace") != FH_OK) st = dnnl_out_of_memory;
-        else ctx->ws_bytes += e->ws_bytes;
-        if (st == dnnl_success) st = layer_memory(ctx, &e->ws, ws);
+    const size_t ws_bytes = ws ? dnnl_memory_desc_get_size(ws) : 0;
+    if (ws_bytes && fh_alloc_aligned(&e->ws_data, ws_bytes, "oneDNN workspace") != FH_OK) {
+        st = dnnl_out_of_memory;
+    } else if (ws_bytes) {
+        e->ws_bytes = ws_bytes; /* counted once it exists: layer_entry_free takes it back */
+        ctx->ws_bytes += ws_bytes;
+        st = layer_memory(ctx, &e->ws, ws);
     }
     if (st == dnnl_success) st = layer_memory(ctx, &e->x, &x);
     if (st == dnnl_success) st = layer_memory(ctx, &e->y, bn ? &x : &y);
