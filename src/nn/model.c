@@ -506,6 +506,16 @@ static void plan_layouts(NnModel *m)
     }
 }
 
+/* After a oneDNN layer could not be created (status st): under backend auto a refusal (FH_ERR_USAGE) is a warning,
+ * and the layer runs `instead`; anything else is the model's error. */
+static int onednn_refused_under_auto(const NnModel *m, int st, const char *instead)
+{
+    if (m->backend != NN_BACKEND_AUTO || st != FH_ERR_USAGE) return st;
+    fh_log_warn("%s; it runs %s (train.backend = auto)", fh_error_message(), instead);
+    fh_error_clear();
+    return FH_OK;
+}
+
 /* The conv layers' oneDNN primitives, made for the tensors' layouts. Under backend auto a conv oneDNN cannot
  * build runs on blas: its tensors go back to NCHW, so the layouts are planned again and every conv remade. */
 static int create_onednn_convs(NnModel *m)
@@ -522,9 +532,7 @@ static int create_onednn_convs(NnModel *m)
             int st = nn_onednn_conv_create(&l->onednn, m->onednn, &s, l->b_off >= 0, m->tensors[l->in].block,
                                            m->tensors[l->out].block, name);
             if (st == FH_OK) continue;
-            if (m->backend != NN_BACKEND_AUTO || st != FH_ERR_USAGE) FH_CHECK(st);
-            fh_log_warn("%s; it runs on blas (train.backend = auto)", fh_error_message());
-            fh_error_clear();
+            FH_CHECK(onednn_refused_under_auto(m, st, "on blas"));
             l->onednn_refused = 1;
             refused = 1;
         }
@@ -566,10 +574,7 @@ static int create_onednn_train_layers(NnModel *m)
                                            l->act, name)
                      : nn_onednn_maxpool_create(&l->onednn_train, m->onednn, m->max_batch, si.c, si.h, si.w, block,
                                                 l->k, l->stride, l->pad, so.h, so.w, name);
-        if (st == FH_OK) continue;
-        if (m->backend != NN_BACKEND_AUTO || st != FH_ERR_USAGE) return st;
-        fh_log_warn("%s; it runs fedhet's kernel (train.backend = auto)", fh_error_message());
-        fh_error_clear();
+        if (st != FH_OK) FH_CHECK(onednn_refused_under_auto(m, st, "fedhet's kernel"));
     }
     return FH_OK;
 }

@@ -712,10 +712,8 @@ void nn_onednn_layer_free(NnOnednnLayer **pl)
 const char *nn_onednn_layer_impl(const NnOnednnLayer *l, int backward)
 {
     const char *name = NULL;
-    if (!l || !l->entry[0].pd[backward ? LAYER_BWD : LAYER_FWD] ||
-        dnnl_primitive_desc_query(l->entry[0].pd[backward ? LAYER_BWD : LAYER_FWD], dnnl_query_impl_info_str, 0,
-                                  &name) != dnnl_success)
-        return "";
+    const_dnnl_primitive_desc_t pd = l ? l->entry[0].pd[backward ? LAYER_BWD : LAYER_FWD] : NULL;
+    if (!pd || dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &name) != dnnl_success) return "";
     return name;
 }
 
