@@ -399,6 +399,9 @@ typedef struct AlgoMethod {
      * cannot join: NULL, or a reason for host `host` */
     int plugin;
     const char *(*plugin_refuse)(const struct AlgoMethod *host, AlgoOptions host_options);
+    /* metrics.csv method_scalar of a method whose shown value follows from the round alone (FLOOD's lambda_t), so
+     * that it keeps no server scalar for it (AlgoSizes.metric_scalar); a plug-in's shows when the host shows none */
+    double (*round_scalar)(AlgoOptions options, int round);
     /* 1: the method's paper compares clean and corrupted test sets (spec C.5, C.6; FedISM); a run whose data
      * has no corrupted test set says at the start that those metrics are off */
     int quality_shift;

@@ -191,6 +191,8 @@ static int batch_scores(const FloodOptions *o, const NnModel *model, const AlgoB
 /* client scratch: a batch's scores and the copy its quantile permutes (flood_weigh), then batch_scores's */
 static void flood_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
+    z->client_columns = "phi";
+    z->client_column_first = UP_PHI;
     z->client_scratch = 2 * algo_scratch_bytes((size_t)s->batch_size, sizeof(double));
     if (is_ash(flood_of(s->options)->flood_score))
         z->client_scratch += algo_scratch_bytes((size_t)s->feature_size, sizeof(double));
@@ -344,8 +346,8 @@ const AlgoMethod algo_family_flood[] = {
         .name = "flood",
         .summary = "FLOOD: pseudo-OOD sample weighting (ASW) and confidence-corrected aggregation (DAC); also a plug-in",
         .source = "spec algorithms-sam 13, A.23",
-        .state = "- | lambda_t (computed from the round)",
-        .payload = "down 1, up 1 + phi_i",
+        .state = "- | lambda_t (computed from the round; metrics.csv method_scalar)",
+        .payload = "down 1, up 1 + phi_i (clients.csv phi)",
         .sample_weights = &flood_asw,
         .report = &flood_report,
         .weights = &flood_dac,
@@ -353,6 +355,7 @@ const AlgoMethod algo_family_flood[] = {
         .sizes = flood_sizes,
         .plugin = 1,
         .plugin_refuse = flood_refuse,
+        .round_scalar = algo_flood_lambda,
         .n_upload_scalars = 1,
         .parts = { &flood_options },
     },

@@ -80,6 +80,8 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
         w->z.upload_scalars += pz.upload_scalars;
         w->z.client_scratch += pz.client_scratch;
         w->z.server_scratch += pz.server_scratch;
+        w->plugin_client_columns = pz.client_columns;
+        w->plugin_client_column_first = w->host_upload_scalars + pz.client_column_first;
         if (s->plugin->validate) FH_CHECK(s->plugin->validate(s->plugin, &ps));
     }
     if (w->z.aux_models > ALGO_MAX_AUX)

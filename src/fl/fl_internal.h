@@ -149,6 +149,10 @@ typedef struct {
     int64_t service_forward, service_backward; /* passes made by for_each_local_batch and probe_grad */
     /* the method's own upload scalars and scratch bytes: a plug-in's follow them */
     int host_upload_scalars;
+    /* the plug-in's clients.csv columns (AlgoSizes.client_columns) and the index of the upload scalar of its
+     * first one in the combined upload */
+    const char *plugin_client_columns;
+    int plugin_client_column_first;
     size_t host_client_scratch, host_server_scratch;
     void *scratch;   /* [z.client_scratch] bytes: the hooks' scratch */
     AlgoScratch method_scratch, plugin_scratch; /* the method's and the plug-in's views of it */
@@ -280,7 +284,8 @@ typedef struct {
     double *client_rows;      /* [cap_client_rows * n_ccols] */
     int n_ccols;              /* clients.csv columns: the fixed ones, then the method's */
     const char *ccol_names[FL_MAX_CCOLUMNS];
-    char ccol_text[512];      /* the method's column names */
+    int ccol_scalar[FL_MAX_CCOLUMNS]; /* the upload scalar of each of the method's and the plug-in's columns */
+    char ccol_text[512];      /* the method's and the plug-in's column names */
     int64_t n_client_rows, cap_client_rows;
     FILE *metrics_csv, *clients_csv, *log;
     float *probe_x, *probe_work; /* the probe set [n_probe rows] (fl.sharpness_every, fl.hessian_every) and the

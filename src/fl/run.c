@@ -685,7 +685,7 @@ static int client_rows(FlRun *run, const FlLoop *L, int n_selected, int round)
         cr[FL_CCOL_WEIGHT] = L->weights[i] / wsum;
         cr[FL_CCOL_SECONDS] = fl_record_header(gathered_record(run, L, L->order[i]))->seconds;
         for (int c = FL_N_CCOLUMNS; c < run->n_ccols; c++) /* the method's columns */
-            cr[c] = u->scalars[run->z.client_column_first + c - FL_N_CCOLUMNS];
+            cr[c] = u->scalars[run->ccol_scalar[c]];
         csv_row(run->clients_csv, cr, run->n_ccols);
     }
     return FH_OK;
@@ -702,6 +702,9 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     FH_CHECK(round_weights(run, L, &sctx, n_selected));
     /* the method's scalar as the round used it, before the update */
     if (run->z.metric_scalar) row[FL_COL_method_scalar] = run->server_scalars[run->z.metric_scalar - 1];
+    else if (run->s.method->round_scalar) row[FL_COL_method_scalar] = run->s.method->round_scalar(sctx.options, round);
+    else if (run->s.plugin && run->s.plugin->round_scalar)
+        row[FL_COL_method_scalar] = run->s.plugin->round_scalar(fl_plugin_options(&run->s), round);
     FH_CHECK(update_global(run, L, &sctx, n_selected, round, diverged));
     if (*diverged) return FH_OK;
     upload_columns(run, L, n_selected, row);
@@ -1031,23 +1034,37 @@ static void print_budget(const FlRun *run)
                     m->name);
 }
 
-/* clients.csv: the fixed columns, then the method's upload scalars named by AlgoSizes.client_columns */
+/* clients.csv: the fixed columns, then the upload scalars named by the method's AlgoSizes.client_columns, then
+ * the plug-in's */
 static int client_columns(FlRun *run)
 {
     run->n_ccols = FL_N_CCOLUMNS;
     for (int c = 0; c < FL_N_CCOLUMNS; c++) run->ccol_names[c] = fl_client_column_names[c];
-    const char *list = run->z.client_columns;
-    if (!list || !*list) return FH_OK;
-    snprintf(run->ccol_text, sizeof run->ccol_text, "%s", list);
-    for (char *p = run->ccol_text; p;) {
-        char *comma = strchr(p, ',');
-        if (comma) *comma = '\0';
-        if (run->n_ccols == FL_MAX_CCOLUMNS || run->z.client_column_first + run->n_ccols - FL_N_CCOLUMNS >=
-                                                   run->z.upload_scalars)
-            FH_FAIL(FH_ERR_USAGE, "method %s: clients.csv columns \"%s\" exceed its upload scalars or %d columns",
-                    run->s.method->name, list, FL_MAX_CCOLUMNS - FL_N_CCOLUMNS);
-        run->ccol_names[run->n_ccols++] = p;
-        p = comma ? comma + 1 : NULL;
+    const struct {
+        const AlgoMethod *method;
+        const char *list;
+        int first;
+    } owners[] = { { run->s.method, run->z.client_columns, run->z.client_column_first },
+                   { run->s.plugin, run->work.plugin_client_columns, run->work.plugin_client_column_first } };
+    size_t used = 0;
+    for (size_t o = 0; o < sizeof owners / sizeof owners[0]; o++) {
+        const char *list = owners[o].list;
+        if (!list || !*list) continue;
+        const int written = snprintf(run->ccol_text + used, sizeof run->ccol_text - used, "%s", list);
+        if (written < 0 || (size_t)written >= sizeof run->ccol_text - used)
+            FH_FAIL(FH_ERR_USAGE, "method %s: clients.csv column names \"%s\" too long", owners[o].method->name, list);
+        char *p = run->ccol_text + used;
+        used += (size_t)written + 1;
+        for (int scalar = owners[o].first; p; scalar++) {
+            char *comma = strchr(p, ',');
+            if (comma) *comma = '\0';
+            if (run->n_ccols == FL_MAX_CCOLUMNS || scalar >= run->z.upload_scalars)
+                FH_FAIL(FH_ERR_USAGE, "method %s: clients.csv columns \"%s\" exceed its upload scalars or %d columns",
+                        owners[o].method->name, list, FL_MAX_CCOLUMNS - FL_N_CCOLUMNS);
+            run->ccol_scalar[run->n_ccols] = scalar;
+            run->ccol_names[run->n_ccols++] = p;
+            p = comma ? comma + 1 : NULL;
+        }
     }
     return FH_OK;
 }

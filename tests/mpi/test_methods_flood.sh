@@ -41,6 +41,30 @@ test_ash_scores()
     expect_rc "flood ash-s with DAC" 0
 }
 
+# metrics.csv method_scalar is lambda_t (1 in round 1, then a(1 - cos(pi (t - 1) / T_h))); clients.csv phi holds
+# each client's phi_i, also under a plug-in, after the host's own columns
+test_logs_lambda_and_phi()
+{
+    local sched="algo.flood_halt=3 algo.flood_a=1"
+    fh 3 logged "$WORK/base.ini" output.name=logged algo.method=flood $sched
+    expect_rc "flood" 0 || return
+    [ "$(metric_values logged method_scalar | tr '\n' ' ')" = "1 0 0.5 " ] ||
+        fail "flood: method_scalar is not lambda_t = 1 0 0.5: $(metric_values logged method_scalar | tr '\n' ' ')"
+    local phi
+    phi=$(column "$WORK/out/logged/clients.csv" phi)
+    [ "$(echo "$phi" | wc -l)" = 9 ] && ! echo "$phi" | grep -qvE '^-?[0-9]' ||
+        fail "flood: clients.csv phi is not a number for each of the 9 client rounds: $(echo "$phi" | tr '\n' ' ')"
+    fh 3 plugged "$WORK/base.ini" output.name=plugged algo.method=fedscam algo.plugin=flood $sched
+    expect_rc "fedscam + flood" 0 || return
+    [ "$(metric_values plugged method_scalar | tr '\n' ' ')" = "1 0 0.5 " ] ||
+        fail "fedscam + flood: method_scalar is not lambda_t: $(metric_values plugged method_scalar | tr '\n' ' ')"
+    local header
+    header=$(head -1 "$WORK/out/plugged/clients.csv")
+    [[ $header == *,rho,h,c,h_adj,delta_norm,phi ]] || fail "fedscam + flood: clients.csv columns: $header"
+    [ "$(column "$WORK/out/plugged/clients.csv" phi | grep -cE '^-?[0-9]')" = 9 ] ||
+        fail "fedscam + flood: clients.csv phi: $(column "$WORK/out/plugged/clients.csv" phi | tr '\n' ' ')"
+}
+
 test_resume()
 {
     resume_identical "flood" algo.method=flood algo.flood_halt=3 algo.flood_a=1
@@ -62,5 +86,5 @@ test_bad_keys()
     [ ! -d "$WORK/out/badq" ] && [ ! -d "$WORK/out/twice" ] || fail "a refused config left a run folder"
 }
 
-TESTS=(neutral_equals_fedavg plugin_on_fedavg switches_change_results ash_scores resume bad_keys)
+TESTS=(neutral_equals_fedavg plugin_on_fedavg switches_change_results ash_scores logs_lambda_and_phi resume bad_keys)
 run_tests
