@@ -6,7 +6,7 @@ reproduced, contradicted, inconclusive or pending, from the verdicts each claim'
 A claim is the part of a comparison id before its first '-' or lower-case suffix (T1a, T1b -> T1; T14-0.5-... ->
 T14); S1 is two claims, one per paper (S1-fedscam..., S1-afedsam...). By the plan's rule a claim is reproduced
 when all its comparisons are, contradicted when any is, inconclusive otherwise; pending while a comparison has
-no verdict yet (its grid has not run or is incomplete).
+no verdict yet (its grid has not run or is incomplete) and none is contradicted.
 
 usage: tools/repro-summary.py [DOCS_REPRO_DIR]     (default docs/repro; markdown on stdout)
        tools/repro-summary.py --update FILE.md [FILE.md ...] [DOCS_REPRO_DIR]
@@ -43,12 +43,13 @@ def claim_verdicts(repro_dir):
                 found.setdefault(claim_of(row["id"]), []).append(row["verdict"].split(" ")[0])
     verdicts = {}
     for claim, vs in found.items():
-        if any(v not in ("reproduced", "contradicted", "inconclusive") for v in vs):
+        # one contradicted comparison decides the claim, whatever its other comparisons (a follow-up's, say) give
+        if any(v == "contradicted" for v in vs):
+            verdicts[claim] = "contradicted"
+        elif any(v not in ("reproduced", "inconclusive") for v in vs):
             verdicts[claim] = "pending"
         elif all(v == "reproduced" for v in vs):
             verdicts[claim] = "reproduced"
-        elif any(v == "contradicted" for v in vs):
-            verdicts[claim] = "contradicted"
         else:
             verdicts[claim] = "inconclusive"
     return verdicts

@@ -142,13 +142,15 @@ test_reproduce_unknown_claim()
 }
 
 # the summary table: a claim is reproduced when all its comparisons are, contradicted when any is, pending
-# while one has no verdict; S1 counts once per paper; --update rewrites only the marked block
+# while one has no verdict and none is contradicted; S1 counts once per paper; --update rewrites only the marked block
 test_summary_table()
 {
-    mkdir -p "$WORK/repro/A" "$WORK/repro/B"
+    mkdir -p "$WORK/repro/A" "$WORK/repro/B" "$WORK/repro/C"
     printf 'id,verdict\nT1a,reproduced\nT1b,inconclusive\nT7a-dir0.1,reproduced\nT7b,reproduced\n' >"$WORK/repro/A/verdicts.csv"
     printf 'id,verdict\nT12a,reproduced\nS3,contradicted\nS1-afedsam-up,reproduced\nS7-up,incomplete (2 and 3 runs)\n' \
         >"$WORK/repro/B/verdicts.csv"
+    # a follow-up's comparison without a verdict leaves a contradicted claim contradicted
+    printf 'id,verdict\nS3-f1,incomplete (1 and 3 runs)\n' >"$WORK/repro/C/verdicts.csv"
     "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >"$WORK/summary.md" 2>&1 || fail "repro-summary.py failed"
     grep -q '^| 000 FedSCAM |.*| 0 | 0 | 1 (T1) | 8 (' "$WORK/summary.md" || fail "T1 not inconclusive: $(grep 000 "$WORK/summary.md")"
     grep -q '^| 002 FLOOD |.*| 1 (T7) | 0 | 0 | 3 (' "$WORK/summary.md" || fail "T7 not reproduced: $(grep 002 "$WORK/summary.md")"
