@@ -13,10 +13,15 @@ test_neutral_equals_fedavg()
     equal_runs "flood neutral vs fedavg" 3 "algo.method=fedavg" "algo.method=flood $NEUTRAL"
 }
 
-# the plug-in leaves its host alone when neutral, and changes it when not
-test_plugin_on_fedavg()
+# the plug-in leaves its host alone when neutral (002 Table IV's hosts too: their own terms and server rules
+# unchanged, spec 13), and changes it when not
+test_plugin_on_hosts()
 {
-    equal_runs "fedavg + neutral plug-in vs fedavg" 3 "algo.method=fedavg" "algo.method=fedavg algo.plugin=flood $NEUTRAL"
+    local host
+    for host in fedavg "fedprox algo.mu=0.1" "scaffold algo.weights=samples" "feddecorr algo.beta=0.1" \
+        "fednp algo.lambda=0.01"; do
+        equal_runs "${host%% *} + neutral plug-in vs ${host%% *}" 3 "algo.method=$host" "algo.method=$host algo.plugin=flood $NEUTRAL"
+    done
     differ_runs "fedavg + flood vs fedavg" 3 "algo.method=fedavg" "algo.method=fedavg algo.plugin=flood algo.flood_halt=3 algo.flood_a=1"
 }
 
@@ -86,5 +91,5 @@ test_bad_keys()
     [ ! -d "$WORK/out/badq" ] && [ ! -d "$WORK/out/twice" ] || fail "a refused config left a run folder"
 }
 
-TESTS=(neutral_equals_fedavg plugin_on_fedavg switches_change_results ash_scores logs_lambda_and_phi resume bad_keys)
+TESTS=(neutral_equals_fedavg plugin_on_hosts switches_change_results ash_scores logs_lambda_and_phi resume bad_keys)
 run_tests
