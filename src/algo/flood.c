@@ -290,6 +290,12 @@ static int flood_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
     const double alpha = o->flood_alpha;
     double N = 0.0, Phi = 0.0, lo = INFINITY;
     for (int i = 0; i < m; i++) {
+        /* a local model whose logits overflow in evaluation mode (large lambda_t, batch-norm running statistics)
+         * has diverged: no shift of the scores mends that */
+        if (alpha != 0.0 && !isfinite(u[i].scalars[UP_PHI]))
+            FH_FAIL(FH_ERR_NUMERIC, "round %d: client %lld's FLOOD confidence score phi is %g: its local model "
+                    "diverged (non-finite logits in evaluation mode; lambda_t = %g this round)", s->round + 1,
+                    (long long)u[i].client, u[i].scalars[UP_PHI], algo_flood_lambda(s->options, s->round));
         N += (double)u[i].n_samples;
         if (u[i].scalars[UP_PHI] < lo) lo = u[i].scalars[UP_PHI];
     }

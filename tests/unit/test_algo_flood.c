@@ -4,7 +4,9 @@
  * gives FedAvg's weights exactly). */
 #include "test.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../../src/algo/algo_internal.h"
 #include "test_options.h"
@@ -256,6 +258,12 @@ static void test_dac_weights(void)
     const double shifted[3] = { 3.0 + 1e-6, 4.0 + 1e-6, 1e-6 }, total = 7.0 + 3e-6;
     const double psum = p[0] + p[1] + p[2];
     for (int i = 0; i < 3; i++) CHECK_NEAR(p[i] / psum, (u[i].n_samples / 100.0 + 0.5 * shifted[i] / total) / 1.5, 1e-12);
+    /* a diverged client (phi not finite) is named as such, not sent to the shift */
+    neg[1] = NAN;
+    CHECK(m->weights->weights(&s, u, 3, p) == FH_ERR_NUMERIC);
+    CHECK(strstr(fh_error_message(), "client 1's") && strstr(fh_error_message(), "diverged") &&
+          !strstr(fh_error_message(), "dac_shift"));
+    fh_error_clear();
 }
 
 int main(int argc, char **argv)
