@@ -25,6 +25,9 @@ SE = sqrt(s_L^2/n_L + f^2 s_R^2/n_R) (sample variances; a side that is a differe
 s^2/n). For > (or <): reproduced when d > 2 SE (d < -2 SE),
 contradicted when d < -2 SE (d > 2 SE), else inconclusive. For ~D: reproduced when |d| + 2 SE <= D,
 contradicted when |d| - 2 SE > D, else inconclusive. Fewer than 3 runs on a side: incomplete, no verdict.
+A ~D comparison whose 2 SE is at least D cannot be reproduced whatever d is: its note says "untestable at n"
+with the seeds a side the observed spread would need. verdicts.csv also carries df, the Welch-Satterthwaite
+degrees of freedom of d / SE, for the Holm-adjusted verdicts of tools/repro-summary.py.
 
 usage: tools/repro-verdict.py GRID.ini GRID_OUTPUT_DIR [--csv OUT.csv]   (markdown table on stdout)
        tools/repro-verdict.py --finished GRID_OUTPUT_DIR   exit 0 when every member has ended (done or failed),
@@ -39,6 +42,9 @@ import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import repro_stats as st  # noqa: E402
 
 MIN_RUNS = 3
 
@@ -254,34 +260,41 @@ def main(argv):
         where = f"{grid_path}: verdict {d['id']}"
         sides = []
         for side in (d["left"], d["right"]):
-            mean, var, n_done, n_all, flags = 0.0, 0.0, [], [], 0
+            mean, var, n_done, n_all, flags, parts = 0.0, 0.0, [], [], 0, []
             for sign, sel in side:
                 xs, fl, n = group_values(grid_dir, members, sel, d["stat"], where)
                 m, sd = mean_sd(xs)
                 mean += sign * m
                 var += sd * sd / len(xs) if len(xs) > 1 else float("nan")
+                parts.append((sd * sd / len(xs) if len(xs) > 1 else float("nan"), len(xs)))
                 n_done.append(len(xs))
                 n_all.append(n)
                 flags += fl
-            sides.append(dict(mean=mean, var=var, n=min(n_done), n_all=min(n_all), flags=flags,
+            sides.append(dict(mean=mean, var=var, n=min(n_done), n_all=min(n_all), flags=flags, parts=parts,
                               sd=math.sqrt(var * min(n_done)) if len(side) == 1 and min(n_done) > 1 else float("nan")))
         L, R = sides
         f = d["factor"]
         lm, ls, rm, rs = L["mean"], L["sd"], R["mean"], R["sd"]
         lx, rx = [0] * L["n"], [0] * R["n"]
         lflags, rflags = L["flags"], R["flags"]
+        needed = None
         if L["n"] < MIN_RUNS or R["n"] < MIN_RUNS:
-            diff, se = float("nan"), float("nan")
+            diff, se, df = float("nan"), float("nan"), float("nan")
             v = f"incomplete ({L['n']} and {R['n']} runs done of {L['n_all']} and {R['n_all']})"
         else:
             diff = lm - f * rm
             se = math.sqrt(L["var"] + f * f * R["var"])
+            df = st.welch_df(L["parts"] + [(f * f * v, n) for v, n in R["parts"]])
             v = verdict(d["op"], diff, se)
+            # an agreement margin that 2 SE cannot fit under: "reproduced" is out of reach at these seeds
+            needed = st.untestable(d["op"], se, min(L["n"], R["n"]))
         note = ", ".join(s for s in (f"{lflags} left run(s) never reached" if lflags else "",
-                                     f"{rflags} right run(s) never reached" if rflags else "") if s)
+                                     f"{rflags} right run(s) never reached" if rflags else "",
+                                     f"untestable at n: 2 SE >= {d['op'][1:]}, {needed} seeds a side needed"
+                                     if needed else "") if s)
         out_rows.append(dict(id=d["id"], statistic=d["stat"], comparison=d["text"], left_mean=lm, left_std=ls,
                              left_n=len(lx), right_mean=rm, right_std=rs, right_n=len(rx), difference=diff,
-                             se=se, verdict=v, note=note))
+                             se=se, df=df, verdict=v, note=note))
     print("| id | statistic | comparison | left: mean ± std (n) | right: mean ± std (n) | d | SE | verdict |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
     for r in out_rows:
