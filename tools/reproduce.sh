@@ -18,6 +18,11 @@ if [ -z "$claim" ] || [ ! -f "inputs/repro/$claim.ini" ]; then
     exit 1
 fi
 grid=inputs/repro/$claim.ini
+# a follow-up dropped before its runs (it could change no verdict) stays as written, with its reason, unrun
+if grep -q '^; dropped:' "$grid"; then
+    echo "reproduce: $claim was dropped before its runs: $(sed -n 's/^; dropped: //p' "$grid")" >&2
+    exit 1
+fi
 /usr/bin/python3 tools/repro-verdict.py --check "$grid" "$FEDHET"
 np=${NP:-$(sed -n 's/^; reproduce: np \([0-9][0-9]*\).*/\1/p' "$grid" | head -1)}
 np=${np:-2}

@@ -149,6 +149,10 @@ test_reproduce_unknown_claim()
     "$ROOT/tools/reproduce.sh" NO_SUCH >"$WORK/make.out" 2>&1 && fail "reproduce.sh NO_SUCH succeeded"
     grep -q "unknown claim NO_SUCH" "$WORK/make.out" || fail "no 'unknown claim' message: $(head -3 "$WORK/make.out")"
     grep -q "T1" "$WORK/make.out" || fail "the valid claims are not listed: $(head -3 "$WORK/make.out")"
+    # a dropped follow-up is refused with its reason, before any run
+    "$ROOT/tools/reproduce.sh" T1-f1 >"$WORK/drop.out" 2>&1 && fail "reproduce.sh ran the dropped T1-f1"
+    grep -q "T1-f1 was dropped before its runs: it cannot change any verdict" "$WORK/drop.out" ||
+        fail "no 'dropped' message: $(head -3 "$WORK/drop.out")"
 }
 
 # vrow ID OP D SE VERDICT: one verdicts.csv row, two groups of 3 with std 0.01 (the columns repro-verdict.py writes)
@@ -239,6 +243,44 @@ near(s.false_positive_rate(3, 1.0, 20000, seed=1), 0.058, 0.006)
 EOF
 }
 
+# a follow-up with more seeds: its pooled comparison joins its own groups with the original's (mean, std, n
+# from the original's verdicts.csv); its own row, the new seeds alone, is a replication
+test_pooled_followup()
+{
+    fake_grid
+    mkdir -p "$WORK/orig/ORIG"
+    { echo "$VHEAD"; echo "up,final:test_accuracy,method=a > method=b,0.75,0.01,3,0.70,0.01,3,0.05,0.008165,4.0,reproduced,"; } \
+        >"$WORK/orig/ORIG/verdicts.csv"
+    printf '; verdict: up-f2 final:test_accuracy method=a > method=b\n; pooled: up-p up-f2 ORIG:up\n' >"$WORK/f2.ini"
+    "$PY" "$VERDICT" "$WORK/f2.ini" "$WORK/grid" --csv "$WORK/f2.csv" --repro-dir "$WORK/orig" >"$WORK/f2.md" 2>"$WORK/f2.err" ||
+        { fail "repro-verdict with a pooled line exited $?: $(head -2 "$WORK/f2.err")"; return; }
+    # new a 0.80-0.82, b 0.70-0.72; pooled a: mean 0.78, s^2 = (2e-4 + 2e-4 + 1.5 x 0.06^2) / 5, sd 0.034059
+    grep -q '^up-f2,.*,0.81,0.01,3,0.71,0.01,3,.*,reproduced,,replication' "$WORK/f2.csv" ||
+        fail "the new seeds' row is not a replication: $(grep '^up-f2' "$WORK/f2.csv")"
+    grep -q '^up-p,.*,0.78,0.034059,6,0.705,0.010488,6,0.075,0.014549,.*,reproduced,.*,pooled' "$WORK/f2.csv" ||
+        fail "pooled groups wrong: $(grep '^up-p' "$WORK/f2.csv")"
+    local bad
+    for bad in '; pooled: up-p nosuch ORIG:up' '; pooled: up-p up-f2 ORIG:nosuch' '; pooled: up-p up-f2 NOGRID:up' \
+               '; pooled: up-p up-f2'; do
+        printf '; verdict: up-f2 final:test_accuracy method=a > method=b\n%s\n' "$bad" >"$WORK/bad.ini"
+        "$PY" "$VERDICT" "$WORK/bad.ini" "$WORK/grid" --repro-dir "$WORK/orig" >/dev/null 2>"$WORK/bad.err"
+        [ $? -eq 2 ] && grep -q "repro-verdict: error:" "$WORK/bad.err" || fail "'$bad' not refused: $(cat "$WORK/bad.err")"
+    done
+    printf '; verdict: up-f2 last2:test_accuracy method=a > method=b\n; pooled: up-p up-f2 ORIG:up\n' >"$WORK/bad.ini"
+    "$PY" "$VERDICT" "$WORK/bad.ini" "$WORK/grid" --repro-dir "$WORK/orig" >/dev/null 2>"$WORK/bad.err" &&
+        fail "a pooled original with another statistic was accepted"
+    grep -q "statistic final:test_accuracy is not last2:test_accuracy" "$WORK/bad.err" || fail "no statistic message: $(cat "$WORK/bad.err")"
+    # the summary counts the pooled row with its claim, not the replication
+    mkdir -p "$WORK/prepro/A"
+    cp "$ROOT/docs/repro/claims.csv" "$WORK/prepro/"
+    { echo "$VHEAD,role"; echo "S8-f2,s,method=a > method=b,0.5,0.01,3,0.6,0.01,3,-0.1,0.01,4.0,contradicted,,replication"
+      echo "S8-f2p,s,method=a > method=b,0.5,0.01,6,0.5,0.01,6,0.0,0.01,10.0,inconclusive,,pooled"; } >"$WORK/prepro/A/verdicts.csv"
+    "$PY" "$ROOT/tools/repro-summary.py" "$WORK/prepro" >"$WORK/psum.md" 2>&1 || fail "summary with a replication row: $(tail -2 "$WORK/psum.md")"
+    grep -q '^| S8 | 1 | inconclusive | inconclusive |' "$WORK/psum.md" || fail "the replication row was counted: $(grep '^| S8 ' "$WORK/psum.md")"
+    "$PY" "$ROOT/tools/repro-summary.py" --comparisons "$WORK/pcomp.md" "$WORK/prepro" || fail "--comparisons failed"
+    grep -q '^| S8 | S8-f2 |.*not counted' "$WORK/pcomp.md" || fail "the comparisons page does not show the replication"
+}
+
 # a grid stopped by a signal (members neither done nor failed) gives no report or verdicts yet
 test_stopped_grid_unfinished()
 {
@@ -252,5 +294,5 @@ test_stopped_grid_unfinished()
     grep -q -- '--finished' "$ROOT/tools/reproduce.sh" || fail "tools/reproduce.sh does not check that the grid finished"
 }
 
-TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table repro_stats stopped_grid_unfinished)
+TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table repro_stats pooled_followup stopped_grid_unfinished)
 run_tests "$@"
