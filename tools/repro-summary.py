@@ -111,6 +111,8 @@ def read_comparisons(repro_dir, all_rows=False):
     found = {}
     for path in sorted(glob.glob(os.path.join(repro_dir, "*", "verdicts.csv"))):
         grid = os.path.basename(os.path.dirname(path))
+        if grid.startswith("paper-"):
+            continue  # a paper-scale grid's verdicts are another setting's: their own section, not the claims'
         with open(path, newline="", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 if all_rows or row.get("role") != "replication":
