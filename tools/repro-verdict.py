@@ -66,28 +66,33 @@ def fail(msg):
     sys.exit(2)
 
 
-def parse_declarations(grid_path):
-    decls = []
+def comment_lines(grid_path, tag):
+    """(line number, text) of every '; TAG: text' comment line of a grid file"""
     with open(grid_path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            m = re.match(r"\s*;\s*verdict:\s*(.*)$", line)
-            if not m:
-                continue
-            parts = m.group(1).split()
-            if len(parts) != 5:
-                fail(f"{grid_path}:{lineno}: expected 'ID STATISTIC LEFT OP RIGHT', got: {m.group(1).strip()}")
-            ident, stat, left, op, right = parts
-            if not re.fullmatch(r"(final|mean|last\d+|std\d+|reach[0-9.]+):\w+", stat):
-                fail(f"{grid_path}:{lineno}: statistic '{stat}' is not final:COL, lastK:COL, stdK:COL, mean:COL or reachT:COL")
-            if not re.fullmatch(r">|<|~[0-9.]+", op):
-                fail(f"{grid_path}:{lineno}: operator '{op}' is not >, < or ~D")
-            factor = 1.0
-            fm = re.match(r"([0-9.]+)\*(.*)$", right)
-            if fm:
-                factor, right = float(fm.group(1)), fm.group(2)
-            decls.append(dict(id=ident, stat=stat, left=parse_side(left, grid_path, lineno),
-                              right=parse_side(right, grid_path, lineno), op=op, factor=factor,
-                              text=f"{left} {op} {'' if factor == 1.0 else f'{factor:g}*'}{right}"))
+            m = re.match(rf"\s*;\s*{tag}:\s*(.*)$", line)
+            if m:
+                yield lineno, m.group(1).strip()
+
+
+def parse_declarations(grid_path):
+    decls = []
+    for lineno, text in comment_lines(grid_path, "verdict"):
+        parts = text.split()
+        if len(parts) != 5:
+            fail(f"{grid_path}:{lineno}: expected 'ID STATISTIC LEFT OP RIGHT', got: {text}")
+        ident, stat, left, op, right = parts
+        if not re.fullmatch(r"(final|mean|last\d+|std\d+|reach[0-9.]+):\w+", stat):
+            fail(f"{grid_path}:{lineno}: statistic '{stat}' is not final:COL, lastK:COL, stdK:COL, mean:COL or reachT:COL")
+        if not re.fullmatch(r">|<|~[0-9.]+", op):
+            fail(f"{grid_path}:{lineno}: operator '{op}' is not >, < or ~D")
+        factor = 1.0
+        fm = re.match(r"([0-9.]+)\*(.*)$", right)
+        if fm:
+            factor, right = float(fm.group(1)), fm.group(2)
+        decls.append(dict(id=ident, stat=stat, left=parse_side(left, grid_path, lineno),
+                          right=parse_side(right, grid_path, lineno), op=op, factor=factor,
+                          text=f"{left} {op} {'' if factor == 1.0 else f'{factor:g}*'}{right}"))
     if not decls:
         fail(f"{grid_path} declares no '; verdict:' line")
     return decls
@@ -283,20 +288,16 @@ def parse_pooled(grid_path, decls):
     ORIG_ID of grid GRID (docs/repro/GRID/verdicts.csv), its groups pooled from their mean, std and n; NEW_ID's
     own row (the new seeds alone) is then a replication, reported but not counted with its claim"""
     out = []
-    with open(grid_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            m = re.match(r"\s*;\s*pooled:\s*(.*)$", line)
-            if not m:
-                continue
-            parts = m.group(1).split()
-            if len(parts) != 3 or ":" not in parts[2]:
-                fail(f"{grid_path}:{lineno}: expected 'ID NEW_ID GRID:ORIG_ID', got: {m.group(1).strip()}")
-            d = next((x for x in decls if x["id"] == parts[1]), None)
-            if d is None:
-                fail(f"{grid_path}:{lineno}: pooled {parts[0]}: {parts[1]} is not a verdict this file declares")
-            if len(d["left"]) != 1 or len(d["right"]) != 1 or d["factor"] != 1.0:
-                fail(f"{grid_path}:{lineno}: pooled {parts[0]}: {parts[1]} must compare two single groups")
-            out.append((parts[0], parts[1]) + tuple(parts[2].split(":", 1)))
+    for lineno, text in comment_lines(grid_path, "pooled"):
+        parts = text.split()
+        if len(parts) != 3 or ":" not in parts[2]:
+            fail(f"{grid_path}:{lineno}: expected 'ID NEW_ID GRID:ORIG_ID', got: {text}")
+        d = next((x for x in decls if x["id"] == parts[1]), None)
+        if d is None:
+            fail(f"{grid_path}:{lineno}: pooled {parts[0]}: {parts[1]} is not a verdict this file declares")
+        if len(d["left"]) != 1 or len(d["right"]) != 1 or d["factor"] != 1.0:
+            fail(f"{grid_path}:{lineno}: pooled {parts[0]}: {parts[1]} must compare two single groups")
+        out.append((parts[0], parts[1]) + tuple(parts[2].split(":", 1)))
     return out
 
 

@@ -2,7 +2,7 @@
 # The reproduction study's tools (docs/reproduction.md): tools/repro-verdict.py applies the pre-registered
 # rule to hand-made grid results (>, < and ~D verdicts, a side that is a gap between two groups, a factor,
 # rounds to a target that a run never reaches, a group with a failed member), refuses malformed
-# declarations, and every grid file of inputs/repro/ is valid, with each declared comparison selecting at
+# declarations, and every grid file of inputs/repro/ and inputs/repro/paper/ is valid, with each declared comparison selecting at
 # least 3 members, an agreement margin narrower than 2 SE is marked untestable at n;
 # tools/repro-summary.py's tables (raw and Holm-adjusted verdicts, the coverage and category kept per claim,
 # the marginal comparisons, the false-positive rate) and tools/repro_stats.py's t tail and Holm step-down;
@@ -134,7 +134,7 @@ test_bad_declarations()
 test_study_grids_valid()
 {
     local g n=0
-    for g in "$ROOT"/inputs/repro/*.ini; do
+    for g in "$ROOT"/inputs/repro/*.ini "$ROOT"/inputs/repro/paper/*.ini; do
         [ -f "$g" ] || continue
         n=$((n + 1))
         "$PY" "$VERDICT" --check "$g" "$FEDHET" >"$WORK/check.out" 2>&1 ||

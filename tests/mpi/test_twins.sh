@@ -47,16 +47,12 @@ steps = $STEPS
 [fl]
 selection = all
 checkpoint_every = 1
-
-[algo]
-method = fedavg
-
 [output]
 dir = $WORK/out
 EOF
     # every method's config stopped after 1..ROUNDS rounds, in one grid (one start of MPI)
     {
-        grep -v '^\[algo\]\|^method = fedavg' "$WORK/base.ini"
+        cat "$WORK/base.ini"
         cat <<EOF
 
 [grid]
