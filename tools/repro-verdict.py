@@ -25,13 +25,26 @@ SE = sqrt(s_L^2/n_L + f^2 s_R^2/n_R) (sample variances; a side that is a differe
 s^2/n). For > (or <): reproduced when d > 2 SE (d < -2 SE),
 contradicted when d < -2 SE (d > 2 SE), else inconclusive. For ~D: reproduced when |d| + 2 SE <= D,
 contradicted when |d| - 2 SE > D, else inconclusive. Fewer than 3 runs on a side: incomplete, no verdict.
+A follow-up that adds seeds to a finished comparison declares, beside its own verdict line, before its runs:
 
-usage: tools/repro-verdict.py GRID.ini GRID_OUTPUT_DIR [--csv OUT.csv]   (markdown table on stdout)
+    ; pooled: ID NEW_ID GRID:ORIG_ID
+
+  comparison ID is NEW_ID (declared in this file, two single groups) over this grid's seeds together with
+  those of comparison ORIG_ID of grid GRID, whose groups' mean, std and n come from docs/repro/GRID/verdicts.csv
+  (the statistic must be the same; the operator may differ: a re-operationalisation). NEW_ID's own row, the
+  new seeds alone, is marked role=replication; the pooled row role=pooled.
+
+A ~D comparison whose 2 SE is at least D cannot be reproduced whatever d is: its note says "untestable at n"
+with the seeds a side the observed spread would need. verdicts.csv also carries df, the Welch-Satterthwaite
+degrees of freedom of d / SE, for the Holm-adjusted verdicts of tools/repro-summary.py.
+
+usage: tools/repro-verdict.py GRID.ini GRID_OUTPUT_DIR [--csv OUT.csv] [--repro-dir DIR]   (markdown on stdout;
+                                                          DIR: where pooled originals are, default docs/repro)
        tools/repro-verdict.py --finished GRID_OUTPUT_DIR   exit 0 when every member has ended (done or failed),
                                                           3 when some have not (a grid stopped by a signal)
        tools/repro-verdict.py --check GRID.ini [FEDHET]   before any run: every member's config is valid
-                                                          (fedhet grid --list) and every selector picks
-                                                          at least 3 members
+                                                          (fedhet grid --list), every selector picks
+                                                          at least 3 members, every pooled original exists
 """
 import csv
 import math
@@ -40,7 +53,12 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import repro_stats as st  # noqa: E402
+
 MIN_RUNS = 3
+# the study's results, where a follow-up's pooled comparison finds its original's groups
+REPRO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "repro")
 
 
 def fail(msg):
@@ -48,28 +66,33 @@ def fail(msg):
     sys.exit(2)
 
 
-def parse_declarations(grid_path):
-    decls = []
+def comment_lines(grid_path, tag):
+    """(line number, text) of every '; TAG: text' comment line of a grid file"""
     with open(grid_path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
-            m = re.match(r"\s*;\s*verdict:\s*(.*)$", line)
-            if not m:
-                continue
-            parts = m.group(1).split()
-            if len(parts) != 5:
-                fail(f"{grid_path}:{lineno}: expected 'ID STATISTIC LEFT OP RIGHT', got: {m.group(1).strip()}")
-            ident, stat, left, op, right = parts
-            if not re.fullmatch(r"(final|mean|last\d+|std\d+|reach[0-9.]+):\w+", stat):
-                fail(f"{grid_path}:{lineno}: statistic '{stat}' is not final:COL, lastK:COL, stdK:COL, mean:COL or reachT:COL")
-            if not re.fullmatch(r">|<|~[0-9.]+", op):
-                fail(f"{grid_path}:{lineno}: operator '{op}' is not >, < or ~D")
-            factor = 1.0
-            fm = re.match(r"([0-9.]+)\*(.*)$", right)
-            if fm:
-                factor, right = float(fm.group(1)), fm.group(2)
-            decls.append(dict(id=ident, stat=stat, left=parse_side(left, grid_path, lineno),
-                              right=parse_side(right, grid_path, lineno), op=op, factor=factor,
-                              text=f"{left} {op} {'' if factor == 1.0 else f'{factor:g}*'}{right}"))
+            m = re.match(rf"\s*;\s*{tag}:\s*(.*)$", line)
+            if m:
+                yield lineno, m.group(1).strip()
+
+
+def parse_declarations(grid_path):
+    decls = []
+    for lineno, text in comment_lines(grid_path, "verdict"):
+        parts = text.split()
+        if len(parts) != 5:
+            fail(f"{grid_path}:{lineno}: expected 'ID STATISTIC LEFT OP RIGHT', got: {text}")
+        ident, stat, left, op, right = parts
+        if not re.fullmatch(r"(final|mean|last\d+|std\d+|reach[0-9.]+):\w+", stat):
+            fail(f"{grid_path}:{lineno}: statistic '{stat}' is not final:COL, lastK:COL, stdK:COL, mean:COL or reachT:COL")
+        if not re.fullmatch(r">|<|~[0-9.]+", op):
+            fail(f"{grid_path}:{lineno}: operator '{op}' is not >, < or ~D")
+        factor = 1.0
+        fm = re.match(r"([0-9.]+)\*(.*)$", right)
+        if fm:
+            factor, right = float(fm.group(1)), fm.group(2)
+        decls.append(dict(id=ident, stat=stat, left=parse_side(left, grid_path, lineno),
+                          right=parse_side(right, grid_path, lineno), op=op, factor=factor,
+                          text=f"{left} {op} {'' if factor == 1.0 else f'{factor:g}*'}{right}"))
     if not decls:
         fail(f"{grid_path} declares no '; verdict:' line")
     return decls
@@ -219,7 +242,10 @@ def check(grid_path, fedhet):
                 n += ok
             if n < MIN_RUNS:
                 fail(f"{grid_path}: verdict {d['id']}: {sel} selects {n} member(s), fewer than {MIN_RUNS}")
-    print(f"{grid_path}: {len(members)} members valid, {len(parse_declarations(grid_path))} verdicts declared")
+    decls = parse_declarations(grid_path)
+    for pid, new_id, grid, ident in parse_pooled(grid_path, decls):
+        original_row(REPRO_DIR, grid, ident, next(x for x in decls if x["id"] == new_id), f"{grid_path}: pooled {pid}")
+    print(f"{grid_path}: {len(members)} members valid, {len(decls)} verdicts declared")
     return 0
 
 
@@ -231,6 +257,77 @@ def cell(mean, sd, n):
 def unfinished(grid_dir):
     """members of a grid that have not ended (neither done nor failed): a grid stopped by a signal has some"""
     return [m["member"] for m in read_members(grid_dir) if m.get("state") not in ("done", "failed")]
+
+
+def judge(d, L, R):
+    """one comparison's row: d, SE, Welch df and the rule's verdict from its two sides' group statistics"""
+    f = d["factor"]
+    lm, ls, rm, rs = L["mean"], L["sd"], R["mean"], R["sd"]
+    lflags, rflags = L["flags"], R["flags"]
+    needed = None
+    if L["n"] < MIN_RUNS or R["n"] < MIN_RUNS:
+        diff, se, df = float("nan"), float("nan"), float("nan")
+        v = f"incomplete ({L['n']} and {R['n']} runs done of {L['n_all']} and {R['n_all']})"
+    else:
+        diff = lm - f * rm
+        se = math.sqrt(L["var"] + f * f * R["var"])
+        df = st.welch_df(L["parts"] + [(f * f * v, n) for v, n in R["parts"]])
+        v = verdict(d["op"], diff, se)
+        # an agreement margin that 2 SE cannot fit under: "reproduced" is out of reach at these seeds
+        needed = st.untestable(d["op"], se, min(L["n"], R["n"]))
+    note = ", ".join(s for s in (f"{lflags} left run(s) never reached" if lflags else "",
+                                 f"{rflags} right run(s) never reached" if rflags else "",
+                                 f"untestable at n: 2 SE >= {d['op'][1:]}, {needed} seeds a side needed"
+                                 if needed else "") if s)
+    return dict(id=d["id"], statistic=d["stat"], comparison=d["text"], left_mean=lm, left_std=ls, left_n=L["n"],
+                right_mean=rm, right_std=rs, right_n=R["n"], difference=diff, se=se, df=df, verdict=v, note=note)
+
+
+def parse_pooled(grid_path, decls):
+    """'; pooled: ID NEW_ID GRID:ORIG_ID': comparison ID is NEW_ID over this grid's seeds and those of comparison
+    ORIG_ID of grid GRID (docs/repro/GRID/verdicts.csv), its groups pooled from their mean, std and n; NEW_ID's
+    own row (the new seeds alone) is then a replication, reported but not counted with its claim"""
+    out = []
+    for lineno, text in comment_lines(grid_path, "pooled"):
+        parts = text.split()
+        if len(parts) != 3 or ":" not in parts[2]:
+            fail(f"{grid_path}:{lineno}: expected 'ID NEW_ID GRID:ORIG_ID', got: {text}")
+        d = next((x for x in decls if x["id"] == parts[1]), None)
+        if d is None:
+            fail(f"{grid_path}:{lineno}: pooled {parts[0]}: {parts[1]} is not a verdict this file declares")
+        if len(d["left"]) != 1 or len(d["right"]) != 1 or d["factor"] != 1.0:
+            fail(f"{grid_path}:{lineno}: pooled {parts[0]}: {parts[1]} must compare two single groups")
+        out.append((parts[0], parts[1]) + tuple(parts[2].split(":", 1)))
+    return out
+
+
+def original_row(repro_dir, grid, ident, d, where):
+    path = os.path.join(repro_dir, grid, "verdicts.csv")
+    if not os.path.exists(path):
+        fail(f"{where}: pooled with {grid}:{ident}, but {path} is missing")
+    with open(path, newline="", encoding="utf-8") as f:
+        row = next((r for r in csv.DictReader(f) if r["id"] == ident), None)
+    if row is None:
+        fail(f"{where}: pooled with {grid}:{ident}, but {path} has no comparison {ident}")
+    if row["statistic"] != d["stat"]:
+        fail(f"{where}: pooled with {grid}:{ident}, whose statistic {row['statistic']} is not {d['stat']}")
+    for k in ("left_mean", "left_std", "left_n", "right_mean", "right_std", "right_n"):
+        try:
+            if math.isnan(float(row[k])):
+                raise ValueError
+        except ValueError:
+            fail(f"{where}: pooled with {grid}:{ident}, whose {k} is '{row[k]}' (a side that is a gap cannot be pooled)")
+    return row
+
+
+def pool(new, orig, side):
+    """two groups of runs of one configuration joined: mean, sample variance and n from each group's own"""
+    n1, m1, s1 = new[f"{side}_n"], new[f"{side}_mean"], new[f"{side}_std"]
+    n2, m2, s2 = int(orig[f"{side}_n"]), float(orig[f"{side}_mean"]), float(orig[f"{side}_std"])
+    n = n1 + n2
+    m = (n1 * m1 + n2 * m2) / n
+    var = ((n1 - 1) * s1 * s1 + (n2 - 1) * s2 * s2 + n1 * n2 / n * (m1 - m2) ** 2) / (n - 1)
+    return dict(mean=m, var=var / n, n=n, n_all=n, flags=0, parts=[(var / n, n)], sd=math.sqrt(var))
 
 
 def main(argv):
@@ -247,41 +344,45 @@ def main(argv):
         return 0 if len(argv) > 1 and argv[1] in ("-h", "--help") else 1
     grid_path, grid_dir = argv[1], argv[2]
     csv_out = argv[argv.index("--csv") + 1] if "--csv" in argv else None
+    repro_dir = argv[argv.index("--repro-dir") + 1] if "--repro-dir" in argv else REPRO_DIR
     decls = parse_declarations(grid_path)
+    pooled = parse_pooled(grid_path, decls)
+    replicated = {p[1] for p in pooled}
     members = read_members(grid_dir)
     out_rows = []
     for d in decls:
         where = f"{grid_path}: verdict {d['id']}"
         sides = []
         for side in (d["left"], d["right"]):
-            mean, var, n_done, n_all, flags = 0.0, 0.0, [], [], 0
+            mean, var, n_done, n_all, flags, parts = 0.0, 0.0, [], [], 0, []
             for sign, sel in side:
                 xs, fl, n = group_values(grid_dir, members, sel, d["stat"], where)
                 m, sd = mean_sd(xs)
                 mean += sign * m
                 var += sd * sd / len(xs) if len(xs) > 1 else float("nan")
+                parts.append((sd * sd / len(xs) if len(xs) > 1 else float("nan"), len(xs)))
                 n_done.append(len(xs))
                 n_all.append(n)
                 flags += fl
-            sides.append(dict(mean=mean, var=var, n=min(n_done), n_all=min(n_all), flags=flags,
+            sides.append(dict(mean=mean, var=var, n=min(n_done), n_all=min(n_all), flags=flags, parts=parts,
                               sd=math.sqrt(var * min(n_done)) if len(side) == 1 and min(n_done) > 1 else float("nan")))
         L, R = sides
-        f = d["factor"]
-        lm, ls, rm, rs = L["mean"], L["sd"], R["mean"], R["sd"]
-        lx, rx = [0] * L["n"], [0] * R["n"]
-        lflags, rflags = L["flags"], R["flags"]
-        if L["n"] < MIN_RUNS or R["n"] < MIN_RUNS:
-            diff, se = float("nan"), float("nan")
-            v = f"incomplete ({L['n']} and {R['n']} runs done of {L['n_all']} and {R['n_all']})"
+        row = judge(d, L, R)
+        row["role"] = "replication" if d["id"] in replicated else ""
+        out_rows.append(row)
+    for pid, new_id, orig_grid, orig_id in pooled:
+        new = next(r for r in out_rows if r["id"] == new_id)
+        d = next(x for x in decls if x["id"] == new_id)
+        orig = original_row(repro_dir, orig_grid, orig_id, d, grid_path)
+        if new["left_n"] < MIN_RUNS or new["right_n"] < MIN_RUNS:
+            L = R = dict(mean=float("nan"), var=float("nan"), n=0, n_all=0, flags=0, parts=[], sd=float("nan"))
         else:
-            diff = lm - f * rm
-            se = math.sqrt(L["var"] + f * f * R["var"])
-            v = verdict(d["op"], diff, se)
-        note = ", ".join(s for s in (f"{lflags} left run(s) never reached" if lflags else "",
-                                     f"{rflags} right run(s) never reached" if rflags else "") if s)
-        out_rows.append(dict(id=d["id"], statistic=d["stat"], comparison=d["text"], left_mean=lm, left_std=ls,
-                             left_n=len(lx), right_mean=rm, right_std=rs, right_n=len(rx), difference=diff,
-                             se=se, verdict=v, note=note))
+            L = pool(new, orig, "left")
+            R = pool(new, orig, "right")
+        row = judge(dict(d, id=pid, text=d["text"] + f" (with {orig_grid}'s {orig_id})"), L, R)
+        row["role"] = "pooled"
+        row["note"] = ", ".join(x for x in (f"seeds of {orig_grid}'s {orig_id} and {new_id}", row["note"]) if x)
+        out_rows.append(row)
     print("| id | statistic | comparison | left: mean ± std (n) | right: mean ± std (n) | d | SE | verdict |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
     for r in out_rows:

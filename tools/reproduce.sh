@@ -2,7 +2,8 @@
 # One claim of the reproduction study (docs/reproduction.md): runs inputs/repro/CLAIM.ini as a `fedhet grid`
 # (continuing it with --resume when outputs/repro-CLAIM exists), then writes docs/repro/CLAIM/: the grid's
 # report (summary.md, summary.csv, accuracy.png, sensitivity plots) and verdicts.md / verdicts.csv, the
-# comparisons the grid file declared before its runs, judged by tools/repro-verdict.py.
+# comparisons the grid file declared before its runs, judged by tools/repro-verdict.py; then the summary
+# tables of docs/reproduction.md (and README.md's copy) and docs/repro/comparisons.md, by tools/repro-summary.py.
 # usage: tools/reproduce.sh CLAIM          (make reproduce CLAIM=T7)
 #        NP=ranks (default: the grid file's '; reproduce: np N' line, else 2)   FEDHET=path: another build
 set -euo pipefail
@@ -17,6 +18,11 @@ if [ -z "$claim" ] || [ ! -f "inputs/repro/$claim.ini" ]; then
     exit 1
 fi
 grid=inputs/repro/$claim.ini
+# a follow-up dropped before its runs (it could change no verdict) stays as written, with its reason, unrun
+if grep -q '^; dropped:' "$grid"; then
+    echo "reproduce: $claim was dropped before its runs: $(sed -n 's/^; dropped: //p' "$grid")" >&2
+    exit 1
+fi
 /usr/bin/python3 tools/repro-verdict.py --check "$grid" "$FEDHET"
 np=${NP:-$(sed -n 's/^; reproduce: np \([0-9][0-9]*\).*/\1/p' "$grid" | head -1)}
 np=${np:-2}
@@ -46,4 +52,5 @@ mkdir -p "docs/repro/$claim"
 "$FEDHET" report "$out" --out "docs/repro/$claim"
 /usr/bin/python3 tools/repro-verdict.py "$grid" "$out" --csv "docs/repro/$claim/verdicts.csv" >"docs/repro/$claim/verdicts.md"
 /usr/bin/python3 tools/repro-summary.py --update docs/reproduction.md README.md docs/repro
+/usr/bin/python3 tools/repro-summary.py --comparisons docs/repro/comparisons.md docs/repro
 cat "docs/repro/$claim/verdicts.md"

@@ -2,8 +2,11 @@
 # The reproduction study's tools (docs/reproduction.md): tools/repro-verdict.py applies the pre-registered
 # rule to hand-made grid results (>, < and ~D verdicts, a side that is a gap between two groups, a factor,
 # rounds to a target that a run never reaches, a group with a failed member), refuses malformed
-# declarations, and every grid file of inputs/repro/ is valid, with each declared comparison selecting at
-# least 3 members; tools/reproduce.sh (make reproduce) lists the claims when the claim is unknown.
+# declarations, and every grid file of inputs/repro/ and inputs/repro/paper/ is valid, with each declared comparison selecting at
+# least 3 members, an agreement margin narrower than 2 SE is marked untestable at n;
+# tools/repro-summary.py's tables (raw and Holm-adjusted verdicts, the coverage and category kept per claim,
+# the marginal comparisons, the false-positive rate) and tools/repro_stats.py's t tail and Holm step-down;
+# tools/reproduce.sh (make reproduce) lists the claims when the claim is unknown.
 # usage: tests/mpi/test_repro.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 . "$(dirname "$0")/lib.sh"
 
@@ -76,6 +79,7 @@ test_verdict_rule()
 ; verdict: reach reach0.75:test_accuracy method=a < method=b
 ; verdict: last last2:test_accuracy method=a > method=b
 ; verdict: partial final:test_accuracy method=d > method=b
+; verdict: tight final:test_accuracy method=a ~0.01 method=c
 EOF
     "$PY" "$VERDICT" "$WORK/claim.ini" "$WORK/grid" --csv "$WORK/verdicts.csv" >"$WORK/verdicts.md" 2>"$WORK/verdict.err" ||
         { fail "repro-verdict exited $?: $(head -2 "$WORK/verdict.err")"; return; }
@@ -95,6 +99,12 @@ EOF
         fail "reach: rounds are not 1-based (2 and 4 expected): $(grep '^reach' "$WORK/verdicts.csv")"
     expect_verdict last reproduced
     expect_verdict partial "incomplete"
+    # 2 SE = 0.0186 >= 0.01: no d can reproduce it; 3 x (0.0186 / 0.01)^2 = 10.4 -> 11 seeds a side
+    expect_verdict tight "inconclusive (untestable at n: 2 SE >= 0.01, 11 seeds a side needed)"
+    grep '^near,' "$WORK/verdicts.csv" | grep -q untestable && fail "near: 2 SE = 0.016 < 0.2 marked untestable"
+    # Welch-Satterthwaite df: two groups of 3 with equal spread give 4
+    head -1 "$WORK/verdicts.csv" | grep -q ',se,df,verdict,' || fail "verdicts.csv has no df column: $(head -1 "$WORK/verdicts.csv")"
+    grep -q '^up,.*,0.008165,4.0,reproduced' "$WORK/verdicts.csv" || fail "up: df is not 4: $(grep '^up' "$WORK/verdicts.csv")"
     grep -q '^up,final:test_accuracy,.*,0.81,0.01' "$WORK/verdicts.csv" ||
         fail "verdicts.csv lacks the mean 0.81 and std 0.01 of 'up': $(grep '^up' "$WORK/verdicts.csv")"
 }
@@ -124,7 +134,7 @@ test_bad_declarations()
 test_study_grids_valid()
 {
     local g n=0
-    for g in "$ROOT"/inputs/repro/*.ini; do
+    for g in "$ROOT"/inputs/repro/*.ini "$ROOT"/inputs/repro/paper/*.ini; do
         [ -f "$g" ] || continue
         n=$((n + 1))
         "$PY" "$VERDICT" --check "$g" "$FEDHET" >"$WORK/check.out" 2>&1 ||
@@ -139,29 +149,58 @@ test_reproduce_unknown_claim()
     "$ROOT/tools/reproduce.sh" NO_SUCH >"$WORK/make.out" 2>&1 && fail "reproduce.sh NO_SUCH succeeded"
     grep -q "unknown claim NO_SUCH" "$WORK/make.out" || fail "no 'unknown claim' message: $(head -3 "$WORK/make.out")"
     grep -q "T1" "$WORK/make.out" || fail "the valid claims are not listed: $(head -3 "$WORK/make.out")"
+    # a dropped follow-up is refused with its reason, before any run
+    "$ROOT/tools/reproduce.sh" T1-f1 >"$WORK/drop.out" 2>&1 && fail "reproduce.sh ran the dropped T1-f1"
+    grep -q "T1-f1 was dropped before its runs: it cannot change any verdict" "$WORK/drop.out" ||
+        fail "no 'dropped' message: $(head -3 "$WORK/drop.out")"
 }
 
-# the summary table: a claim is reproduced when all its comparisons are, contradicted when any is, pending
-# while one has no verdict and none is contradicted; S1 counts once per paper; --update rewrites only the marked block
+# vrow ID OP D SE VERDICT: one verdicts.csv row, two groups of 3 with std 0.01 (the columns repro-verdict.py writes)
+vrow() { echo "$1,final:test_accuracy,method=a $2 method=b,0.5,0.01,3,0.5,0.01,3,$3,$4,4.0,$5,"; }
+VHEAD=id,statistic,comparison,left_mean,left_std,left_n,right_mean,right_std,right_n,difference,se,df,verdict,note
+
+# the summary tables: a claim is reproduced when all its comparisons are, contradicted when any is, pending
+# while one has no verdict and none is contradicted; S1 counts once per paper; the Holm-adjusted verdict
+# beside the raw one; the coverage and category from claims.csv; --update rewrites only the marked blocks
 test_summary_table()
 {
-    mkdir -p "$WORK/repro/A" "$WORK/repro/B" "$WORK/repro/C"
-    printf 'id,verdict\nT1a,reproduced\nT1b,inconclusive\nT7a-dir0.1,reproduced\nT7b,reproduced\n' >"$WORK/repro/A/verdicts.csv"
-    printf 'id,verdict\nT12a,reproduced\nS3,contradicted\nS1-afedsam-up,reproduced\nS7-up,incomplete (2 and 3 runs)\n' \
-        >"$WORK/repro/B/verdicts.csv"
+    mkdir -p "$WORK/repro/A" "$WORK/repro/B" "$WORK/repro/C" "$WORK/repro/D"
+    cp "$ROOT/docs/repro/claims.csv" "$WORK/repro/" || { fail "docs/repro/claims.csv is missing"; return; }
+    { echo "$VHEAD"; vrow T1a '>' 0.05 0.01 reproduced; vrow T1b '>' 0.01 0.01 inconclusive
+      vrow T7a-dir0.1 '>' 0.05 0.01 reproduced; vrow T7b '>' 0.05 0.01 reproduced; } >"$WORK/repro/A/verdicts.csv"
+    { echo "$VHEAD"; vrow T12a '>' 0.05 0.01 reproduced; vrow S3 '>' -0.021 0.01 contradicted
+      vrow S1-afedsam-up '>' 0.05 0.01 reproduced; vrow S7-up '>' nan nan "incomplete (2 and 3 runs)"; } >"$WORK/repro/B/verdicts.csv"
     # a follow-up's comparison without a verdict leaves a contradicted claim contradicted
-    printf 'id,verdict\nS3-f1,incomplete (1 and 3 runs)\n' >"$WORK/repro/C/verdicts.csv"
-    "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >"$WORK/summary.md" 2>&1 || fail "repro-summary.py failed"
+    { echo "$VHEAD"; vrow S3-f1 '>' nan nan "incomplete (1 and 3 runs)"; } >"$WORK/repro/C/verdicts.csv"
+    # one comparison of five past 2 SE (2.1): contradicted raw, not after Holm (p 0.018 > 0.0228 / 5);
+    # an agreement margin of 1 point under an SE of 1 point: untestable, 3 x (0.02 / 0.01)^2 = 12 seeds needed
+    { echo "$VHEAD"; vrow T13a '>' -0.021 0.01 contradicted
+      for x in b c d e; do vrow "T13$x" '>' 0.005 0.01 inconclusive; done
+      vrow S6-flat '~0.01' 0.0 0.01 inconclusive; } >"$WORK/repro/D/verdicts.csv"
+    "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >"$WORK/summary.md" 2>"$WORK/summary.err" ||
+        { fail "repro-summary.py failed: $(head -3 "$WORK/summary.err")"; return; }
     grep -q '^| 000 FedSCAM |.*| 0 | 0 | 1 (T1) | 8 (' "$WORK/summary.md" || fail "T1 not inconclusive: $(grep 000 "$WORK/summary.md")"
-    grep -q '^| 002 FLOOD |.*| 1 (T7) | 0 | 0 | 3 (' "$WORK/summary.md" || fail "T7 not reproduced: $(grep 002 "$WORK/summary.md")"
-    grep -q '^| 003 A-FedSAM |.*| 2 (T12, S1) | 1 (S3) | 0 | 1 (S7) |' "$WORK/summary.md" ||
-        fail "A-FedSAM row wrong: $(grep 003 "$WORK/summary.md")"
-    # every file given (the report and the README) gets the same table
-    printf 'before\n<!-- summary -->\nold table\n<!-- /summary -->\nafter\n' >"$WORK/doc.md"
+    grep -q '^| 002 FLOOD |.*| 1 (T7) | 0 | 1 (S6) | 2 (' "$WORK/summary.md" || fail "T7 not reproduced: $(grep 002 "$WORK/summary.md")"
+    grep -q '^| 003 A-FedSAM |.*| 2 (T12, S1) | 1 (S3) | 0 | 1 (S7) | 2 / 1 / 0 / 1 |' "$WORK/summary.md" ||
+        fail "A-FedSAM row wrong (S3 alone stays contradicted after Holm): $(grep 003 "$WORK/summary.md")"
+    grep -q '^| 004 FedWMSAM |.*| 0 | 1 (T13) | 0 | 2 (T14, S8) | 0 / 0 / 1 / 2 (T13 inconclusive) |' "$WORK/summary.md" ||
+        fail "FedWMSAM row: T13 not inconclusive after Holm: $(grep 004 "$WORK/summary.md")"
+    grep -q '^| T13 | 5 | contradicted (1 of 5) | inconclusive | — |' "$WORK/summary.md" ||
+        fail "T13's claim row wrong: $(grep '^| T13 ' "$WORK/summary.md")"
+    grep -q '^| S6 | 1 | inconclusive | inconclusive | S6-flat (12) |' "$WORK/summary.md" ||
+        fail "S6-flat not untestable at n (12 seeds): $(grep '^| S6 ' "$WORK/summary.md")"
+    grep -q '^| T7 |.* 25 of 2000 rounds (1.25 %);.*| \*reduced horizon\*: ' "$WORK/summary.md" ||
+        fail "T7's coverage or category missing: $(grep '^| T7 ' "$WORK/summary.md")"
+    # every file given gets the summary; the marginal and false-positive blocks where a file has them
+    printf 'before\n<!-- summary -->\nold table\n<!-- /summary -->\n<!-- marginal -->\nx\n<!-- /marginal -->\n<!-- fpr -->\ny\n<!-- /fpr -->\nafter\n' >"$WORK/doc.md"
     printf 'readme\n<!-- summary -->\nold\n<!-- /summary -->\nend\n' >"$WORK/readme.md"
     "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/doc.md" "$WORK/readme.md" "$WORK/repro" || fail "--update failed"
     grep -q 'old table' "$WORK/doc.md" && fail "--update kept the old table"
     [ "$(head -1 "$WORK/doc.md")" = before ] && [ "$(tail -1 "$WORK/doc.md")" = after ] || fail "--update changed text outside the block"
+    grep -q '^| T13a (method=a > method=b) | D | -0.0210 | 0.0100 | 2.10 | contradicted | inconclusive |' "$WORK/doc.md" ||
+        fail "T13a (2.1 SE) not in the marginal block: $(sed -n '/<!-- marginal -->/,/<!-- \/marginal -->/p' "$WORK/doc.md")"
+    grep -q '^| T13b' "$WORK/doc.md" && fail "T13b (0.5 SE) listed as marginal"
+    grep -q 'P(t₄ > 2) | 5.81 % | 11.61 %' "$WORK/doc.md" || fail "the false-positive rate at n = 3 (5.81 %) is not in the fpr block"
     grep -q '^| 002 FLOOD |.*| 1 (T7) |' "$WORK/readme.md" || fail "the second file did not get the table"
     [ "$(tail -1 "$WORK/readme.md")" = end ] || fail "--update changed text outside the second file's block"
     # a file without the block: an error naming it, and no file written
@@ -170,6 +209,76 @@ test_summary_table()
     "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/readme.md" "$WORK/plain.md" "$WORK/repro" 2>"$WORK/upd.err" && fail "--update without markers succeeded"
     grep -q "plain.md has no" "$WORK/upd.err" || fail "no message naming the file: $(cat "$WORK/upd.err")"
     grep -q stale "$WORK/readme.md" || fail "a file was written although another had no block"
+    # the coverage is data kept per claim: a claim without its row, or a category outside the five, is an error
+    grep -v '^S8,' "$ROOT/docs/repro/claims.csv" >"$WORK/repro/claims.csv"
+    "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >/dev/null 2>"$WORK/claims.err" && fail "a claim without a claims.csv row was accepted"
+    grep -q "no row for claim(s) S8" "$WORK/claims.err" || fail "no message naming S8: $(cat "$WORK/claims.err")"
+    sed 's/,reduced horizon,/,short run,/' "$ROOT/docs/repro/claims.csv" >"$WORK/repro/claims.csv"
+    "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >/dev/null 2>"$WORK/claims.err" && fail "an unknown category was accepted"
+    grep -q "category 'short run' is not one of" "$WORK/claims.err" || fail "no message naming the category: $(cat "$WORK/claims.err")"
+}
+
+# the statistics behind the adjusted verdicts: Student's t tail, Holm's step-down, the simulated rate
+test_repro_stats()
+{
+    "$PY" - "$ROOT/tools" >"$WORK/stats.out" 2>&1 <<'EOF' || fail "repro_stats: $(tail -3 "$WORK/stats.out")"
+import sys
+sys.path.insert(0, sys.argv[1])
+import repro_stats as s
+def near(a, b, tol=1e-6):
+    assert abs(a - b) < tol, (a, b)
+near(s.t_sf(2.0, 4.0), 0.0580583)        # tables: P(t4 > 2)
+near(s.t_sf(2.776445, 4.0), 0.025)       # t4's 97.5 % point
+near(s.t_sf(12.7062, 1.0), 0.025, 1e-5)  # t1's
+near(s.t_sf(-1.0, 3.0), 1 - s.t_sf(1.0, 3.0))
+near(s.t_sf(2.0, float("inf")), 0.0227501)
+near(s.welch_df([(1.0, 3), (1.0, 3)]), 4.0)
+near(s.HOLM_ALPHA, 0.0227501)
+assert s.holm([0.004, 0.012, 0.02]) == [True, False, False]  # 0.004 < 0.0228 / 3; 0.012 >= 0.0228 / 2 stops
+assert s.holm([0.004, 0.01, 0.02]) == [True, True, True]     # 0.01 < 0.0114, 0.02 < 0.0228
+assert s.holm([0.01, float("nan")]) == [True, False]
+assert s.untestable("~0.01", 0.004, 3) is None and s.untestable("~0.01", 0.01, 3) == 12
+assert s.untestable(">", 1.0, 3) is None
+near(s.false_positive_rate(3, 1.0, 20000, seed=1), 0.058, 0.006)
+EOF
+}
+
+# a follow-up with more seeds: its pooled comparison joins its own groups with the original's (mean, std, n
+# from the original's verdicts.csv); its own row, the new seeds alone, is a replication
+test_pooled_followup()
+{
+    fake_grid
+    mkdir -p "$WORK/orig/ORIG"
+    { echo "$VHEAD"; echo "up,final:test_accuracy,method=a > method=b,0.75,0.01,3,0.70,0.01,3,0.05,0.008165,4.0,reproduced,"; } \
+        >"$WORK/orig/ORIG/verdicts.csv"
+    printf '; verdict: up-f2 final:test_accuracy method=a > method=b\n; pooled: up-p up-f2 ORIG:up\n' >"$WORK/f2.ini"
+    "$PY" "$VERDICT" "$WORK/f2.ini" "$WORK/grid" --csv "$WORK/f2.csv" --repro-dir "$WORK/orig" >"$WORK/f2.md" 2>"$WORK/f2.err" ||
+        { fail "repro-verdict with a pooled line exited $?: $(head -2 "$WORK/f2.err")"; return; }
+    # new a 0.80-0.82, b 0.70-0.72; pooled a: mean 0.78, s^2 = (2e-4 + 2e-4 + 1.5 x 0.06^2) / 5, sd 0.034059
+    grep -q '^up-f2,.*,0.81,0.01,3,0.71,0.01,3,.*,reproduced,,replication' "$WORK/f2.csv" ||
+        fail "the new seeds' row is not a replication: $(grep '^up-f2' "$WORK/f2.csv")"
+    grep -q '^up-p,.*,0.78,0.034059,6,0.705,0.010488,6,0.075,0.014549,.*,reproduced,.*,pooled' "$WORK/f2.csv" ||
+        fail "pooled groups wrong: $(grep '^up-p' "$WORK/f2.csv")"
+    local bad
+    for bad in '; pooled: up-p nosuch ORIG:up' '; pooled: up-p up-f2 ORIG:nosuch' '; pooled: up-p up-f2 NOGRID:up' \
+               '; pooled: up-p up-f2'; do
+        printf '; verdict: up-f2 final:test_accuracy method=a > method=b\n%s\n' "$bad" >"$WORK/bad.ini"
+        "$PY" "$VERDICT" "$WORK/bad.ini" "$WORK/grid" --repro-dir "$WORK/orig" >/dev/null 2>"$WORK/bad.err"
+        [ $? -eq 2 ] && grep -q "repro-verdict: error:" "$WORK/bad.err" || fail "'$bad' not refused: $(cat "$WORK/bad.err")"
+    done
+    printf '; verdict: up-f2 last2:test_accuracy method=a > method=b\n; pooled: up-p up-f2 ORIG:up\n' >"$WORK/bad.ini"
+    "$PY" "$VERDICT" "$WORK/bad.ini" "$WORK/grid" --repro-dir "$WORK/orig" >/dev/null 2>"$WORK/bad.err" &&
+        fail "a pooled original with another statistic was accepted"
+    grep -q "statistic final:test_accuracy is not last2:test_accuracy" "$WORK/bad.err" || fail "no statistic message: $(cat "$WORK/bad.err")"
+    # the summary counts the pooled row with its claim, not the replication
+    mkdir -p "$WORK/prepro/A"
+    cp "$ROOT/docs/repro/claims.csv" "$WORK/prepro/"
+    { echo "$VHEAD,role"; echo "S8-f2,s,method=a > method=b,0.5,0.01,3,0.6,0.01,3,-0.1,0.01,4.0,contradicted,,replication"
+      echo "S8-f2p,s,method=a > method=b,0.5,0.01,6,0.5,0.01,6,0.0,0.01,10.0,inconclusive,,pooled"; } >"$WORK/prepro/A/verdicts.csv"
+    "$PY" "$ROOT/tools/repro-summary.py" "$WORK/prepro" >"$WORK/psum.md" 2>&1 || fail "summary with a replication row: $(tail -2 "$WORK/psum.md")"
+    grep -q '^| S8 | 1 | inconclusive | inconclusive |' "$WORK/psum.md" || fail "the replication row was counted: $(grep '^| S8 ' "$WORK/psum.md")"
+    "$PY" "$ROOT/tools/repro-summary.py" --comparisons "$WORK/pcomp.md" "$WORK/prepro" || fail "--comparisons failed"
+    grep -q '^| S8 | S8-f2 |.*not counted' "$WORK/pcomp.md" || fail "the comparisons page does not show the replication"
 }
 
 # a grid stopped by a signal (members neither done nor failed) gives no report or verdicts yet
@@ -185,5 +294,5 @@ test_stopped_grid_unfinished()
     grep -q -- '--finished' "$ROOT/tools/reproduce.sh" || fail "tools/reproduce.sh does not check that the grid finished"
 }
 
-TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table stopped_grid_unfinished)
+TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table repro_stats pooled_followup stopped_grid_unfinished)
 run_tests "$@"

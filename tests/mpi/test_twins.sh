@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Independent twins in lockstep (tests/twins/twins.py, PyTorch, written from the methods' equations, not from
+# fedhet's code): FedAvgM (server momentum 0.9) and FedSCAM full, WA and SAM run from the same initial weights
+# ([model] init from a PyTorch initialisation) on the same data, 3 clients all taking part, full-batch local
+# steps (so no batch order is involved); after every round fedhet's global model and each client's h, h_adj,
+# radius, weight and ||Delta|| equal the twin's to float rounding (1e-4 of the round's step), and a
+# deliberately wrong twin is far off. FedSCAM runs once with kappa = beta = 0 (nothing depends on its sketched
+# alignment c_i: the twin is wholly independent) and once with kappa 0.5, beta 2 and fedhet's c_i given to the
+# twin (everything downstream of the sketch checked). TWIN_ROUNDS (default 3) lengthens the lockstep.
+# usage: tests/mpi/test_twins.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
+. "$(dirname "$0")/lib.sh"
+
+PY=/usr/bin/python3
+TWINS=$ROOT/tests/twins/twins.py
+TOOL=$ROOT/tools/fedhet-torch
+LOGITS=$ROOT/build/tests/model_logits
+ROUNDS=${TWIN_ROUNDS:-3}
+LR=0.05
+STEPS=2
+
+setup()
+{
+    [ -x "$LOGITS" ] || { echo "$LOGITS is missing (make first)"; return 1; }
+    $PY -c 'import torch, h5py' || { echo "/usr/bin/python3 lacks torch or h5py: run make deps"; return 1; }
+    $PY "$HERE/torch_interop.py" source "$WORK/src.h5" + init mlp "$WORK/init.pt" >"$WORK/setup.out" 2>&1 || { cat "$WORK/setup.out"; return 1; }
+    # 3 clients of 15-17 rows: every local step below is a full-batch step (batch 64)
+    "$FEDHET" partition "$WORK/src.h5" "$WORK/p3.h5" scheme=dirichlet alpha=0.5 clients=3 min_size=5 seed=1 \
+        >"$WORK/partition.out" 2>&1 || { cat "$WORK/partition.out"; return 1; }
+    "$TOOL" from-torch "$WORK/init.pt" "$WORK/init.h5" --arch mlp --input 3x16x16 --classes 4 >"$WORK/from.out" 2>&1 ||
+        { cat "$WORK/from.out"; return 1; }
+    cat >"$WORK/base.ini" <<EOF
+; fedhet twins: 3 Dirichlet clients of a 3x16x16, 4-class synthetic set, all every round, full-batch steps
+[data]
+path = $WORK/p3.h5
+eval_batch = 40
+
+[model]
+name = mlp
+init = $WORK/init.h5
+
+[train]
+optimizer = sgd
+lr = $LR
+batch_size = 64
+steps = $STEPS
+
+[fl]
+selection = all
+checkpoint_every = 1
+[output]
+dir = $WORK/out
+EOF
+    # every method's config stopped after 1..ROUNDS rounds, in one grid (one start of MPI)
+    {
+        cat "$WORK/base.ini"
+        cat <<EOF
+
+[grid]
+algo.method   = fedavgm, fedscam, fedscam, fedscam_wa, fedscam_sam
+algo.beta     = 0.9,     0,       2,       2,          -
+algo.kappa    = -,       0,       -,       -,          -
+algo.rho_max  = -,       0.5,     0.5,     -,          0.5
+algo.proj_dim = -,       16,      16,      16,         16
+zip = algo.method, algo.beta, algo.kappa, algo.rho_max, algo.proj_dim
+fl.rounds = $(seq -s, 1 "$ROUNDS")
+ranks_per_member = 1
+EOF
+    } >"$WORK/twins.ini"
+    timeout -k 5 300 mpirun --oversubscribe -np 1 "$FEDHET" grid "$WORK/twins.ini" >"$WORK/grid.out" 2>&1 ||
+        { tail -5 "$WORK/grid.out"; return 1; }
+    # the rows as fedhet normalises them, client by client (model_logits reads them from the partition)
+    local first
+    first=$(awk -F, 'NR == 2 { print $2 }' "$WORK/out/twins/members.csv")
+    "$LOGITS" "$WORK/out/twins/$first/run.h5" "$WORK/p3.h5" "$WORK/data.h5" >"$WORK/logits.out" 2>&1 ||
+        { cat "$WORK/logits.out"; return 1; }
+    # NAME METHOD BETA KAPPA TWIN_KEYS: $WORK/NAME/rR -> the grid member of that method, beta and kappa after R rounds
+    local name method beta kappa keys r m cmd=()
+    while read -r name method beta kappa keys; do
+        mkdir -p "$WORK/$name"
+        for r in $(seq 1 "$ROUNDS"); do
+            m=$(awk -F, -v me="$method" -v b="$beta" -v k="$kappa" -v r="$r" '
+                NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
+                $col["algo.method"] == me && $col["algo.beta"] == b && $col["algo.kappa"] == k && $col["fl.rounds"] == r {
+                    print $col["member"] }' "$WORK/out/twins/members.csv")
+            [ -n "$m" ] || { echo "no member for $name round $r in members.csv"; return 1; }
+            ln -sfn "$WORK/out/twins/$m" "$WORK/$name/r$r"
+        done
+        [ ${#cmd[@]} -eq 0 ] || cmd+=(+)
+        # shellcheck disable=SC2086
+        cmd+=(lockstep "$name" "$method" "$WORK/data.h5" "$WORK/p3.h5" "$WORK/init.pt" "$WORK/$name" "$ROUNDS" "$LR"
+              "$STEPS" ${keys//,/ })
+    done <<'LIST'
+fedavgm fedavgm 0.9 - beta=0.9
+scam0 fedscam 0 0 rho_max=0.5,kappa=0,beta=0
+scam fedscam 2 - rho_max=0.5,beta=2,c=fedhet
+wa fedscam_wa 2 - beta=2,c=fedhet
+sam fedscam_sam - - rho_max=0.5,c=fedhet
+LIST
+    $PY "$TWINS" "${cmd[@]}" >"$WORK/twins.out" 2>&1
+    return 0
+}
+
+# expect_agree NAME: the twin's lines for NAME become notes; "NAME: agrees" or a failure naming the first difference
+expect_agree()
+{
+    local line
+    grep -q . "$WORK/twins.out" || { fail "$1: the twins printed nothing"; return; }
+    while IFS= read -r line; do note "$line"; done < <(grep "^$1[ :]" "$WORK/twins.out")
+    grep -q "^$1: agrees" "$WORK/twins.out" ||
+        fail "$1: $(grep -m1 "^$1: " "$WORK/twins.out" || grep -m1 -i 'error' "$WORK/twins.out" || tail -1 "$WORK/twins.out")"
+}
+
+test_fedavgm() { expect_agree fedavgm; }
+test_fedscam_independent() { expect_agree scam0; }
+test_fedscam() { expect_agree scam; }
+test_fedscam_wa() { expect_agree wa; }
+test_fedscam_sam() { expect_agree sam; }
+
+TESTS=(fedavgm fedscam_independent fedscam fedscam_wa fedscam_sam)
+run_tests "$@"
