@@ -385,6 +385,14 @@ static void test_act_ex_patterns(void)
         nn_act_ex_forward(y, pat, x, N, s, NULL);
         nn_act_ex_forward(y2, NULL, x, N, s, pat);
         CHECK_MSG(memcmp(y, y2, sizeof(float) * N) == 0, "%s: replay at the recorded point differs", label);
+        nn_act_ex_forward(y2, NULL, x, N, s, NULL); /* the branch-free training loops: the same bits */
+        CHECK_MSG(memcmp(y, y2, sizeof(float) * N) == 0, "%s: the pass without patterns differs", label);
+        fill_normal(&rng, x2, N, 1.0);
+        memset(dx, 0, sizeof(float) * N);
+        memset(y2, 0, sizeof(float) * N);
+        nn_act_ex_backward(dx, x2, x, N, s, NULL);
+        nn_act_ex_backward(y2, x2, x, N, s, pat);
+        CHECK_MSG(memcmp(dx, y2, sizeof(float) * N) == 0, "%s: backward without patterns differs", label);
         for (int j = 0; j < N; j++) x2[j] = -x[j]; /* most values change piece */
         nn_act_ex_forward(y2, NULL, x2, N, s, pat);
         memset(dx, 0, sizeof(float) * N);
