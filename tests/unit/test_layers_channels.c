@@ -416,6 +416,52 @@ static void test_onednn_blocked_channel_ops(void)
     g_backend = NN_BACKEND_BLAS;
 }
 
+/* Every new kernel on 1 and 3 OpenMP threads, on tensors past NN_PAR_MIN: the same bits (each thread writes its
+ * own outputs and sums in one thread's order) */
+enum { TB = 2, TC = 32, THW = 1024 };
+#define T_N ((int64_t)TB * TC * THW)
+
+static void new_kernels_on_threads(int threads, const float *x, const float *x2, float *out, int32_t *arg)
+{
+    omp_set_num_threads(threads);
+    float *o = out;
+    for (int act = NN_ACT_LEAKY_RELU; act <= NN_ACT_TANH; act++, o += 2 * T_N) {
+        const NnActSpec s = {(NnAct)act, act == NN_ACT_CLIP ? -0.5f : 0.2f, 0.5f};
+        nn_act_ex_forward(o, NULL, x, T_N, s, NULL);
+        nn_act_ex_backward(o + T_N, x2, x, T_N, s, NULL);
+    }
+    nn_mul_forward(o, x, x2, TB, TC, THW, 1, 16), o += T_N;
+    nn_mul_backward(o, o + T_N, x2, x, x2, TB, TC, THW, 1, 16), o += 2 * T_N;
+    nn_add_bcast_backward(o, o + T_N, x2, TB, TC, THW, 0), o += 2 * T_N;
+    nn_channels_copy(o, TC, 0, x, TC, 0, TC, TB, THW, 1), o += T_N;
+    nn_shuffle_backward(o, x, TB, TC, 4, THW), o += T_N;
+    const NnPoolShape ps = {TB * TC, 32, 32, 3, 2, 2, 1, 1, 0, 1, 1, 16, 32, 0};
+    nn_avgpool_ex_forward(o, x, &ps), o += T_N;
+    nn_avgpool_ex_backward(o, x2, &ps), o += T_N;
+    nn_maxpool_ex_forward(o, arg, x, &ps);
+    omp_set_num_threads(1);
+}
+
+static void test_threads_same_bits(void)
+{
+    const int64_t n_out = 2 * T_N * (NN_ACT_TANH - NN_ACT_LEAKY_RELU + 1) + 10 * T_N;
+    float *x = falloc(T_N), *x2 = falloc(T_N), *one = falloc(n_out), *three = falloc(n_out);
+    int32_t *a1 = calloc(T_N, sizeof *a1), *a3 = calloc(T_N, sizeof *a3);
+    FhRng rng = rng_for("threads", 0);
+    fill_normal(&rng, x, T_N, 3.0);
+    fill_normal(&rng, x2, T_N, 1.0);
+    new_kernels_on_threads(1, x, x2, one, a1);
+    new_kernels_on_threads(3, x, x2, three, a3);
+    CHECK(memcmp(one, three, sizeof(float) * (size_t)n_out) == 0);
+    CHECK(memcmp(a1, a3, sizeof(int32_t) * (size_t)T_N) == 0);
+    free(x);
+    free(x2);
+    free(one);
+    free(three);
+    free(a1);
+    free(a3);
+}
+
 /* ============================== main ============================== */
 
 int main(int argc, char **argv)
@@ -432,5 +478,6 @@ int main(int argc, char **argv)
     RUN(test_patterns_replay);
     RUN(test_onednn_layouts);
     RUN(test_onednn_blocked_channel_ops);
+    RUN(test_threads_same_bits);
     return test_summary();
 }
