@@ -34,6 +34,8 @@ static const ConvExCase conv_cases[] = {
     {2, 4, 8, 9, 4, {5, 3, 2, 1, 2, 0, 1, 2, 1, 1, 4, 0}}, /* depthwise, asymmetric */
     {2, 3, 7, 7, 6, {3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3, 1}}, /* depthwise with a channel multiplier */
     {2, 1, 6, 6, 2, {1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1}}, /* 1x1 with a bottom/right pad: not the plain gemm */
+    {2, 2, 3, 2, 3, {1, 7, 1, 1, 0, 6, 0, 0, 1, 1, 1, 1}},   /* a left pad wider than the output row */
+    {2, 2, 4, 3, 3, {2, 4, 1, 1, 1, 7, 0, 1, 1, 3, 1, 0}},   /* the same, dilated */
     {3, 16, 9, 9, 16, {3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}}, /* the square case through the general fields */
 };
 
