@@ -132,19 +132,22 @@ void nn_act_ex_backward_ref(float *dx, const float *dy, const float *x, int64_t 
 /* whether an activation is piecewise (its branches are recorded for NN_PATTERN_*) */
 int nn_act_piecewise(NnAct act);
 
-/* ---- channel ops over x [batch, c, hw] (kernels_elementwise.c); backward passes accumulate ---- */
-/* y = a + b, b [batch, c] broadcast over hw; db += sums over hw */
-void nn_add_bcast_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw);
-void nn_add_bcast_backward(float *da, float *db, const float *dy, int batch, int c, int64_t hw);
-/* y = a * b, b [batch, c, hw] (bhw = hw) or [batch, c] broadcast (bhw = 1); da, db may be NULL */
-void nn_mul_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int64_t bhw);
+/* ---- channel ops over x [batch, c, hw] (kernels_elementwise.c); backward passes accumulate; block: the layout of
+ * a and y (NnTensor.block, dividing c), in which b [batch, c] is the same floats ---- */
+/* y = a + b, b [batch, c] broadcast over hw; db += sums over hw; da, db may be NULL */
+void nn_add_bcast_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int block);
+void nn_add_bcast_backward(float *da, float *db, const float *dy, int batch, int c, int64_t hw, int block);
+/* y = a * b, b [batch, c, hw] (bhw = hw: any layout) or [batch, c] broadcast (bhw = 1); da, db may be NULL */
+void nn_mul_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int64_t bhw, int block);
 void nn_mul_backward(float *da, float *db, const float *dy, const float *a, const float *b, int batch, int c,
-                     int64_t hw, int64_t bhw);
+                     int64_t hw, int64_t bhw, int block);
+/* the same in NCHW, naive */
 void nn_mul_forward_ref(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int64_t bhw);
 void nn_mul_backward_ref(float *da, float *db, const float *dy, const float *a, const float *b, int batch, int c,
                          int64_t hw, int64_t bhw);
 /* channels [y_c0, y_c0 + c) of y [batch, y_c, hw] = (add: +=) channels [x_c0, x_c0 + c) of x [batch, x_c, hw]:
- * concat and slice, forward and backward */
+ * concat and slice, forward and backward; also in a blocked layout whose block divides every count and offset
+ * (those channels are then one run of c * hw floats as well) */
 void nn_channels_copy(float *y, int y_c, int y_c0, const float *x, int x_c, int x_c0, int c, int batch, int64_t hw,
                       int add);
 /* y channel i * groups + g = x channel g * (c / groups) + i; backward the inverse, accumulated */

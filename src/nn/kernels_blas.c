@@ -121,6 +121,7 @@ static void im2col(float *col, int64_t ldc, const float *x, int c_in, const NnCo
                 const float *xc = x + (int64_t)c * h * w;
                 /* stride 1: iw = ow + (j dil - pad) is valid for ow in [lo, hi) */
                 int off = j * s->dil_w - s->pad_l, lo = off < 0 ? -off : 0, hi = w - off < wo ? w - off : wo;
+                if (lo > wo) lo = wo; /* a left pad wider than the output row */
                 if (hi < lo) hi = lo;
                 for (int oh = 0; oh < ho; oh++) {
                     int ih = oh * s->stride_h - s->pad_t + i * s->dil_h;

@@ -90,8 +90,74 @@ static inline float act_slope(float x, uint8_t br, NnActSpec s)
     default: ACT_LOOP(spec.act); break;                                                                       \
     }
 
+/* Without patterns (training), the piecewise functions as branch-free loops that gcc vectorises (the loops below
+ * with their pieces are not): act_value's formulas, so the same bits. 0: not one of them. */
+static int act_forward_plain(float *restrict y, const float *restrict x, int64_t n, NnActSpec s)
+{
+    const float a = s.a, b = s.b;
+    switch (s.act) {
+    case NN_ACT_LEAKY_RELU:
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
+            const float slope = x[i] > 0.0f ? 1.0f : a; /* x * 1 is x: act_value's bits */
+            y[i] = slope * x[i];
+        });
+        return 1;
+    case NN_ACT_CLIP:
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = x[i] < a ? a : x[i] > b ? b : x[i];);
+        return 1;
+    case NN_ACT_HARDSIGMOID:
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
+            const float t = a * x[i] + b;
+            y[i] = t <= 0.0f ? 0.0f : t < 1.0f ? t : 1.0f;
+        });
+        return 1;
+    case NN_ACT_HARDSWISH:
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], q = v * (v + 3.0f) / 6.0f, lo = v < -3.0f ? 0.0f : q; /* selects, no branch */
+            y[i] = v <= 3.0f ? lo : v;
+        });
+        return 1;
+    default: return 0;
+    }
+}
+
+/* dx += dy * act_slope, as above */
+static int act_backward_plain(float *restrict dx, const float *restrict dy, const float *restrict x, int64_t n,
+                              NnActSpec s)
+{
+    const float a = s.a, b = s.b;
+    switch (s.act) {
+    case NN_ACT_LEAKY_RELU:
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
+            const float slope = x[i] > 0.0f ? 1.0f : a;
+            dx[i] += dy[i] * slope;
+        });
+        return 1;
+    case NN_ACT_CLIP:
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
+            const float slope = (x[i] < a) | (x[i] > b) ? 0.0f : 1.0f;
+            dx[i] += dy[i] * slope;
+        });
+        return 1;
+    case NN_ACT_HARDSIGMOID:
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
+            const float t = a * x[i] + b, slope = (t <= 0.0f) | !(t < 1.0f) ? 0.0f : a;
+            dx[i] += dy[i] * slope;
+        });
+        return 1;
+    case NN_ACT_HARDSWISH:
+        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
+            const float v = x[i], mid = v / 3.0f + 0.5f, lo = v < -3.0f ? 0.0f : mid, slope = v <= 3.0f ? lo : 1.0f;
+            dx[i] += dy[i] * slope;
+        });
+        return 1;
+    default: return 0;
+    }
+}
+
 void nn_act_ex_forward(float *y, uint8_t *record, const float *x, int64_t n, NnActSpec spec, const uint8_t *replay)
 {
+    if (!record && !replay && act_forward_plain(y, x, n, spec)) return;
 #define FWD_LOOP(A)                                                                                            \
     do {                                                                                                       \
         const NnActSpec sp = {(A), spec.a, spec.b};                                                            \
@@ -107,6 +173,7 @@ void nn_act_ex_forward(float *y, uint8_t *record, const float *x, int64_t n, NnA
 
 void nn_act_ex_backward(float *dx, const float *dy, const float *x, int64_t n, NnActSpec spec, const uint8_t *replay)
 {
+    if (!replay && act_backward_plain(dx, dy, x, n, spec)) return;
 #define BWD_LOOP(A)                                                                                            \
     do {                                                                                                       \
         const NnActSpec sp = {(A), spec.a, spec.b};                                                            \
@@ -149,61 +216,73 @@ void nn_act_ex_backward_ref(float *dx, const float *dy, const float *x, int64_t 
 
 /* ============================== channel arithmetic ============================== */
 
-void nn_add_bcast_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw)
+/* The broadcast kernels walk runs of hw vectors of L lanes: a channel's plane in NCHW (L = 1), a block of L channels
+ * in a blocked layout, whose C x 1 x 1 operand is the same floats in either layout (L divides C). Sums over a run
+ * go in its order, lane by lane. */
+void nn_add_bcast_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int block)
 {
-    const int64_t planes = (int64_t)batch * c;
-    NN_PARALLEL_FOR(planes * hw, for (int64_t p = 0; p < planes; p++) {
-        const float bv = b[p];
-        for (int64_t i = 0; i < hw; i++) y[p * hw + i] = a[p * hw + i] + bv;
+    const int L = block ? block : 1;
+    const int64_t runs = (int64_t)batch * c / L, len = hw * L;
+    NN_PARALLEL_FOR(runs * len, for (int64_t r = 0; r < runs; r++) {
+        const float *bv = b + r * L;
+        for (int64_t i = 0; i < hw; i++)
+            for (int v = 0; v < L; v++) y[r * len + i * L + v] = a[r * len + i * L + v] + bv[v];
     });
 }
 
-void nn_add_bcast_backward(float *da, float *db, const float *dy, int batch, int c, int64_t hw)
+void nn_add_bcast_backward(float *da, float *db, const float *dy, int batch, int c, int64_t hw, int block)
 {
-    const int64_t planes = (int64_t)batch * c;
-    NN_PARALLEL_FOR(planes * hw, for (int64_t p = 0; p < planes; p++) {
-        const float *d = dy + p * hw;
-        float s = 0.0f;
-        for (int64_t i = 0; i < hw; i++) s += d[i];
-        if (db) db[p] += s;
+    const int L = block ? block : 1;
+    const int64_t runs = (int64_t)batch * c / L, len = hw * L;
+    NN_PARALLEL_FOR(runs * len, for (int64_t r = 0; r < runs; r++) {
+        const float *d = dy + r * len;
+        float s[NN_MAX_BLOCK] = {0};
+        for (int64_t i = 0; i < hw; i++)
+            for (int v = 0; v < L; v++) s[v] += d[i * L + v];
+        for (int v = 0; db && v < L; v++) db[r * L + v] += s[v];
         if (da)
-            for (int64_t i = 0; i < hw; i++) da[p * hw + i] += d[i];
+            for (int64_t i = 0; i < len; i++) da[r * len + i] += d[i];
     });
 }
 
-void nn_mul_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int64_t bhw)
+void nn_mul_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int64_t bhw, int block)
 {
-    const int64_t planes = (int64_t)batch * c;
-    if (bhw == hw) {
-        const int64_t n = planes * hw;
+    if (bhw == hw) { /* element-wise: any layout */
+        const int64_t n = (int64_t)batch * c * hw;
         NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i];);
         return;
     }
-    NN_PARALLEL_FOR(planes * hw, for (int64_t p = 0; p < planes; p++) {
-        const float bv = b[p];
-        for (int64_t i = 0; i < hw; i++) y[p * hw + i] = a[p * hw + i] * bv;
+    const int L = block ? block : 1;
+    const int64_t runs = (int64_t)batch * c / L, len = hw * L;
+    NN_PARALLEL_FOR(runs * len, for (int64_t r = 0; r < runs; r++) {
+        const float *bv = b + r * L;
+        for (int64_t i = 0; i < hw; i++)
+            for (int v = 0; v < L; v++) y[r * len + i * L + v] = a[r * len + i * L + v] * bv[v];
     });
 }
 
 void nn_mul_backward(float *da, float *db, const float *dy, const float *a, const float *b, int batch, int c,
-                     int64_t hw, int64_t bhw)
+                     int64_t hw, int64_t bhw, int block)
 {
-    const int64_t planes = (int64_t)batch * c;
     if (bhw == hw) {
-        const int64_t n = planes * hw;
+        const int64_t n = (int64_t)batch * c * hw;
         NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
             if (da) da[i] += dy[i] * b[i];
             if (db) db[i] += dy[i] * a[i];
         });
         return;
     }
-    NN_PARALLEL_FOR(planes * hw, for (int64_t p = 0; p < planes; p++) {
-        const float bv = b[p], *d = dy + p * hw, *ap = a + p * hw;
-        float s = 0.0f;
-        for (int64_t i = 0; i < hw; i++) s += d[i] * ap[i];
-        if (db) db[p] += s;
+    const int L = block ? block : 1;
+    const int64_t runs = (int64_t)batch * c / L, len = hw * L;
+    NN_PARALLEL_FOR(runs * len, for (int64_t r = 0; r < runs; r++) {
+        const float *bv = b + r * L, *d = dy + r * len, *ar = a + r * len;
+        float s[NN_MAX_BLOCK] = {0};
+        for (int64_t i = 0; i < hw; i++)
+            for (int v = 0; v < L; v++) s[v] += d[i * L + v] * ar[i * L + v];
+        for (int v = 0; db && v < L; v++) db[r * L + v] += s[v];
         if (da)
-            for (int64_t i = 0; i < hw; i++) da[p * hw + i] += d[i] * bv;
+            for (int64_t i = 0; i < hw; i++)
+                for (int v = 0; v < L; v++) da[r * len + i * L + v] += d[i * L + v] * bv[v];
     });
 }
 

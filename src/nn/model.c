@@ -636,10 +636,32 @@ out:
  * that feeds a pool). The layouts depend on the shapes and the CPU alone, never on the data or the ranks. */
 static int keeps_layout(const NnModel *m, const NnLayer *l, int block)
 {
-    if (l->type == NN_OP_GROUPNORM) return (l->cin / l->groups) % block == 0; /* a block within one group */
-    if (l->type == NN_OP_ADD) return !broadcasts(m, l);
-    if (l->type == NN_OP_MAXPOOL) return !pool_general(m, l);
-    return l->type == NN_OP_BATCHNORM || l->type == NN_OP_ACT || l->type == NN_OP_DROPOUT;
+    switch (l->type) {
+    case NN_OP_GROUPNORM: return (l->cin / l->groups) % block == 0; /* a block within one group */
+    case NN_OP_MAXPOOL: return !pool_general(m, l);
+    case NN_OP_CONCAT: /* whole blocks: each input's channels one run of every sample, as in NCHW */
+        for (int k = 0; k < l->n_ins; k++)
+            if (m->tensors[l->ins[k]].shape.c % block) return 0;
+        return 1;
+    case NN_OP_SLICE: return l->start % block == 0 && l->end % block == 0;
+    case NN_OP_BATCHNORM:
+    case NN_OP_ACT:
+    case NN_OP_DROPOUT:
+    case NN_OP_ADD:
+    case NN_OP_MUL: return 1;
+    default: return 0;
+    }
+}
+
+/* the inputs whose layout matters: a broadcast C x 1 x 1 operand is the same floats in every layout whose block
+ * divides C, so it takes no part */
+static int n_layout_inputs(const NnModel *m, const NnLayer *l) { return broadcasts(m, l) ? 1 : n_inputs(l); }
+
+static int layout_inputs_blocked(const NnModel *m, const NnLayer *l)
+{
+    for (int k = 0; k < n_layout_inputs(m, l); k++)
+        if (!m->tensors[input_of(l, k)].block) return 0;
+    return 1;
 }
 
 static int on_onednn(const NnModel *m, const NnLayer *l)
@@ -662,7 +684,7 @@ static void plan_layouts(NnModel *m)
         NnTensor *out = &m->tensors[l->out];
         if (on_onednn(m, l)) out->block = out->shape.c % block == 0 ? block : 0;
         else if (keeps_layout(m, l, block))
-            out->block = m->tensors[l->in].block && (l->in2 < 0 || m->tensors[l->in2].block) ? block : 0;
+            out->block = layout_inputs_blocked(m, l) ? block : 0;
     }
     m->tensors[root_of(m, m->logits)].block = m->tensors[root_of(m, m->features)].block = 0;
     /* back to NCHW where a reader needs it, and on both sides of a layout-keeping layer that has NCHW on one,
@@ -671,18 +693,15 @@ static void plan_layouts(NnModel *m)
         changed = 0;
         for (int i = 0; i < m->n_layers; i++) {
             const NnLayer *l = &m->layers[i];
-            NnTensor *in = &m->tensors[l->in], *in2 = l->in2 >= 0 ? &m->tensors[l->in2] : NULL;
             NnTensor *out = &m->tensors[l->out];
-            const int all_blocked = in->block && out->block && (!in2 || in2->block);
-            if (reads_blocks(m, l, block) && (!keeps_layout(m, l, block) || all_blocked)) continue;
-            int any_blocked = in->block || (in2 && in2->block) || (keeps_layout(m, l, block) && out->block);
-            in->block = 0;
-            if (in2) in2->block = 0;
-            for (int k = 1; l->ins && k < l->n_ins; k++) { /* a concat's others */
-                any_blocked |= m->tensors[l->ins[k]].block;
-                m->tensors[l->ins[k]].block = 0;
+            const int keeps = keeps_layout(m, l, block);
+            if (reads_blocks(m, l, block) && (!keeps || (out->block && layout_inputs_blocked(m, l)))) continue;
+            int any_blocked = keeps && out->block;
+            for (int k = 0; k < n_layout_inputs(m, l); k++) {
+                any_blocked |= m->tensors[input_of(l, k)].block;
+                m->tensors[input_of(l, k)].block = 0;
             }
-            if (keeps_layout(m, l, block)) out->block = 0;
+            if (keeps) out->block = 0;
             changed |= any_blocked;
         }
     }
@@ -1147,14 +1166,14 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         case NN_OP_ADD: {
             const float *x2 = tdata(m, l->in2);
             if (broadcasts(m, l))
-                nn_add_bcast_forward(y, x, x2, batch, si.c, (int64_t)si.h * si.w);
+                nn_add_bcast_forward(y, x, x2, batch, si.c, (int64_t)si.h * si.w, block);
             else
                 NN_PARALLEL_FOR(n_out, for (int64_t j = 0; j < n_out; j++) y[j] = x[j] + x2[j];);
             break;
         }
         case NN_OP_MUL:
             nn_mul_forward(y, x, tdata(m, l->in2), batch, si.c, (int64_t)si.h * si.w,
-                           broadcasts(m, l) ? 1 : (int64_t)si.h * si.w);
+                           broadcasts(m, l) ? 1 : (int64_t)si.h * si.w, block);
             break;
         case NN_OP_CONCAT:
             for (int k = 0, c0 = 0; k < l->n_ins; k++) {
@@ -1329,7 +1348,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         case NN_OP_ADD: {
             float *dx2 = (is_input(m, l->in2) && !m->need_input_grad) ? NULL : tgrad(m, l->in2);
             if (broadcasts(m, l)) {
-                nn_add_bcast_backward(dx, dx2, dy, batch, si.c, (int64_t)si.h * si.w);
+                nn_add_bcast_backward(dx, dx2, dy, batch, si.c, (int64_t)si.h * si.w, block);
                 break;
             }
             if (dx) nn_vec_axpy(dx, 1.0f, dy, n_out);
@@ -1339,7 +1358,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         case NN_OP_MUL: {
             float *dx2 = (is_input(m, l->in2) && !m->need_input_grad) ? NULL : tgrad(m, l->in2);
             nn_mul_backward(dx, dx2, dy, x, tdata(m, l->in2), batch, si.c, (int64_t)si.h * si.w,
-                            broadcasts(m, l) ? 1 : (int64_t)si.h * si.w);
+                            broadcasts(m, l) ? 1 : (int64_t)si.h * si.w, block);
             break;
         }
         case NN_OP_CONCAT:

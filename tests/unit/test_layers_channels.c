@@ -73,6 +73,7 @@ static int build_mixed(NnModel *m, int x, const void *arg)
     int d = nn_conv2d_ex(m, h, 16, &dil, NN_ACT_NONE);
     h = nn_add(m, d, h, NN_ACT_NONE);
     h = nn_act_ex(m, h, (NnActSpec){NN_ACT_LEAKY_RELU, 0.1f, 0});
+    h = nn_conv2d(m, h, 16, 1, 1, 0, 1, 1, NN_ACT_NONE); /* under oneDNN the blocks end here: the pools read NCHW */
     const NnPoolSpec p = {3, 3, 2, 2, 1, 1, 1, 1, 1, 0};
     int mp = nn_maxpool_ex(m, h, &p);
     int ap = nn_avgpool_ex(m, h, &p);
@@ -138,20 +139,20 @@ static void test_mul_add_kernels(void)
     for (int bcast = 0; bcast < 2; bcast++) {
         const int64_t bhw = bcast ? 1 : HW, nb = B * C * bhw;
         const char *label = bcast ? "mul broadcast" : "mul";
-        nn_mul_forward(y, a, b, B, C, HW, bhw);
+        nn_mul_forward(y, a, b, B, C, HW, bhw, 0);
         nn_mul_forward_ref(yr, a, b, B, C, HW, bhw);
         check_close(label, "forward", y, yr, n, 0);
         memset(da, 0, sizeof(float) * n), memset(db, 0, sizeof(float) * n);
         memset(dar, 0, sizeof(float) * n), memset(dbr, 0, sizeof(float) * n);
-        nn_mul_backward(da, db, dy, a, b, B, C, HW, bhw);
+        nn_mul_backward(da, db, dy, a, b, B, C, HW, bhw, 0);
         nn_mul_backward_ref(dar, dbr, dy, a, b, B, C, HW, bhw);
         check_close(label, "da", da, dar, n, 1e-6);
         check_close(label, "db", db, dbr, nb, 1e-6);
     }
     /* broadcast add: y = a + b[c]; db = sums of dy over each plane */
-    nn_add_bcast_forward(y, a, b, B, C, HW);
+    nn_add_bcast_forward(y, a, b, B, C, HW, 0);
     memset(da, 0, sizeof(float) * n), memset(db, 0, sizeof(float) * n);
-    nn_add_bcast_backward(da, db, dy, B, C, HW);
+    nn_add_bcast_backward(da, db, dy, B, C, HW, 0);
     int ok = 1;
     for (int p = 0; p < B * C; p++) {
         double s = 0.0;
@@ -163,6 +164,59 @@ static void test_mul_add_kernels(void)
     }
     CHECK_MSG(ok, "broadcast add");
     float *bufs[] = {a, b, dy, y, yr, da, db, dar, dbr};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+}
+
+/* NCHW [B, C, HW] to blocked runs of HW vectors of L lanes and back */
+static void to_blocked(float *dst, const float *src, int batch, int c, int hw, int L, int back)
+{
+    for (int n = 0; n < batch; n++)
+        for (int ch = 0; ch < c; ch++)
+            for (int i = 0; i < hw; i++) {
+                const int64_t nchw = ((int64_t)n * c + ch) * hw + i;
+                const int64_t blk = (((int64_t)n * c + ch / L * L) * hw + (int64_t)i * L) + ch % L;
+                if (back) dst[nchw] = src[blk];
+                else dst[blk] = src[nchw];
+            }
+}
+
+/* the broadcast kernels in a blocked layout give NCHW's numbers (their sums in the same order: the same bits) */
+static void test_broadcast_blocked(void)
+{
+    enum { B = 2, C = 32, HW = 5 };
+    const int64_t n = B * C * HW;
+    FhRng rng = rng_for("blocked", 0);
+    float *a = falloc(n), *b = falloc(B * C), *dy = falloc(n), *ab = falloc(n), *dyb = falloc(n);
+    float *y = falloc(n), *yb = falloc(n), *back = falloc(n), *da = falloc(n), *dab = falloc(n);
+    float *db = falloc(B * C), *dbb = falloc(B * C);
+    fill_normal(&rng, a, n, 1.0);
+    fill_normal(&rng, b, B * C, 1.0);
+    fill_normal(&rng, dy, n, 1.0);
+    for (int L = 8; L <= 16; L *= 2) {
+        to_blocked(ab, a, B, C, HW, L, 0);
+        to_blocked(dyb, dy, B, C, HW, L, 0);
+        for (int mul = 0; mul < 2; mul++) {
+            memset(da, 0, sizeof(float) * n), memset(dab, 0, sizeof(float) * n);
+            memset(db, 0, sizeof(float) * B * C), memset(dbb, 0, sizeof(float) * B * C);
+            if (mul) {
+                nn_mul_forward(y, a, b, B, C, HW, 1, 0);
+                nn_mul_forward(yb, ab, b, B, C, HW, 1, L);
+                nn_mul_backward(da, db, dy, a, b, B, C, HW, 1, 0);
+                nn_mul_backward(dab, dbb, dyb, ab, b, B, C, HW, 1, L);
+            } else {
+                nn_add_bcast_forward(y, a, b, B, C, HW, 0);
+                nn_add_bcast_forward(yb, ab, b, B, C, HW, L);
+                nn_add_bcast_backward(da, db, dy, B, C, HW, 0);
+                nn_add_bcast_backward(dab, dbb, dyb, B, C, HW, L);
+            }
+            to_blocked(back, yb, B, C, HW, L, 1);
+            CHECK_MSG(memcmp(back, y, sizeof(float) * n) == 0, "%s block %d: forward", mul ? "mul" : "add", L);
+            to_blocked(back, dab, B, C, HW, L, 1);
+            CHECK_MSG(memcmp(back, da, sizeof(float) * n) == 0, "%s block %d: da", mul ? "mul" : "add", L);
+            CHECK_MSG(memcmp(dbb, db, sizeof(float) * B * C) == 0, "%s block %d: db", mul ? "mul" : "add", L);
+        }
+    }
+    float *bufs[] = {a, b, dy, ab, dyb, y, yb, back, da, dab, db, dbb};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
 }
 
@@ -309,9 +363,10 @@ static void test_onednn_layouts(void)
     NnModel *on = &pair[0], *bl = &pair[1], *ms[2] = {on, bl};
     for (int i = 0; i < on->n_layers; i++) {
         const NnLayer *l = &on->layers[i];
-        const int nchw_only = l->type == NN_OP_MUL || l->type == NN_OP_CONCAT || l->type == NN_OP_SLICE ||
-                              l->type == NN_OP_SHUFFLE || l->type == NN_OP_AVGPOOL ||
+        const int nchw_only = l->type == NN_OP_SHUFFLE || l->type == NN_OP_AVGPOOL ||
                               (l->type == NN_OP_MAXPOOL && l->ceil_mode);
+        /* squeeze-and-excitation's product keeps the blocks of the conv before it */
+        if (l->type == NN_OP_MUL) CHECK_MSG(on->tensors[l->in].block && on->tensors[l->out].block, "%s: NCHW", l->name);
         for (int k = 0; nchw_only && k < (l->ins ? l->n_ins : 1 + (l->in2 >= 0)); k++) {
             const int t = l->ins ? l->ins[k] : k ? l->in2 : l->in;
             CHECK_MSG(on->tensors[t].block == 0, "%s reads a blocked tensor", l->name);
@@ -329,6 +384,84 @@ static void test_onednn_layouts(void)
     free(x);
 }
 
+/* DenseNet's and ShuffleNet V2's channel ops on whole blocks: under oneDNN they keep the convs' blocked layout */
+static int build_dense_blocked(NnModel *m, int x, const void *arg)
+{
+    (void)arg;
+    int a = nn_conv2d(m, x, 16, 3, 1, 1, 1, 1, NN_ACT_NONE);
+    int b = nn_conv2d(m, a, 16, 3, 1, 1, 1, 1, NN_ACT_NONE);
+    int c = nn_concat(m, (int[]){a, b, a}, 3);
+    int s = nn_slice_channels(m, c, 16, 48);
+    int h = nn_mul(m, nn_conv2d(m, s, 16, 1, 1, 0, 1, 1, NN_ACT_NONE), nn_gap(m, b));
+    return nn_gap(m, nn_add(m, h, nn_gap(m, a), NN_ACT_NONE));
+}
+
+static void test_onednn_blocked_channel_ops(void)
+{
+    g_backend = NN_BACKEND_ONEDNN;
+    GradCase c = {.label = "onednn_dense_blocked", .in = {3, 5, 4}, .batch = 2, .build = build_dense_blocked,
+                  .training = 1};
+    grad_check(&c);
+    NnModel m;
+    if (build_case(&m, &c) == FH_OK) {
+        for (int i = 0; i < m.n_layers; i++) {
+            const NnLayer *l = &m.layers[i];
+            if (l->type == NN_OP_CONCAT || l->type == NN_OP_SLICE || l->type == NN_OP_MUL || l->type == NN_OP_ADD)
+                CHECK_MSG(m.tensors[l->in].block && m.tensors[l->out].block, "%s runs NCHW", l->name);
+        }
+        nn_model_free(&m);
+    } else {
+        CHECK_MSG(0, "%s", fh_error_message());
+    }
+    g_backend = NN_BACKEND_BLAS;
+}
+
+/* Every new kernel on 1 and 3 OpenMP threads, on tensors past NN_PAR_MIN: the same bits (each thread writes its
+ * own outputs and sums in one thread's order) */
+enum { TB = 2, TC = 32, THW = 1024 };
+#define T_N ((int64_t)TB * TC * THW)
+
+static void new_kernels_on_threads(int threads, const float *x, const float *x2, float *out, int32_t *arg)
+{
+    omp_set_num_threads(threads);
+    float *o = out;
+    for (int act = NN_ACT_LEAKY_RELU; act <= NN_ACT_TANH; act++, o += 2 * T_N) {
+        const NnActSpec s = {(NnAct)act, act == NN_ACT_CLIP ? -0.5f : 0.2f, 0.5f};
+        nn_act_ex_forward(o, NULL, x, T_N, s, NULL);
+        nn_act_ex_backward(o + T_N, x2, x, T_N, s, NULL);
+    }
+    nn_mul_forward(o, x, x2, TB, TC, THW, 1, 16), o += T_N;
+    nn_mul_backward(o, o + T_N, x2, x, x2, TB, TC, THW, 1, 16), o += 2 * T_N;
+    nn_add_bcast_backward(o, o + T_N, x2, TB, TC, THW, 0), o += 2 * T_N;
+    nn_channels_copy(o, TC, 0, x, TC, 0, TC, TB, THW, 1), o += T_N;
+    nn_shuffle_backward(o, x, TB, TC, 4, THW), o += T_N;
+    const NnPoolShape ps = {TB * TC, 32, 32, 3, 2, 2, 1, 1, 0, 1, 1, 16, 32, 0};
+    nn_avgpool_ex_forward(o, x, &ps), o += T_N;
+    nn_avgpool_ex_backward(o, x2, &ps), o += T_N;
+    nn_maxpool_ex_forward(o, arg, x, &ps);
+    omp_set_num_threads(1);
+}
+
+static void test_threads_same_bits(void)
+{
+    const int64_t n_out = 2 * T_N * (NN_ACT_TANH - NN_ACT_LEAKY_RELU + 1) + 10 * T_N;
+    float *x = falloc(T_N), *x2 = falloc(T_N), *one = falloc(n_out), *three = falloc(n_out);
+    int32_t *a1 = calloc(T_N, sizeof *a1), *a3 = calloc(T_N, sizeof *a3);
+    FhRng rng = rng_for("threads", 0);
+    fill_normal(&rng, x, T_N, 3.0);
+    fill_normal(&rng, x2, T_N, 1.0);
+    new_kernels_on_threads(1, x, x2, one, a1);
+    new_kernels_on_threads(3, x, x2, three, a3);
+    CHECK(memcmp(one, three, sizeof(float) * (size_t)n_out) == 0);
+    CHECK(memcmp(a1, a3, sizeof(int32_t) * (size_t)T_N) == 0);
+    free(x);
+    free(x2);
+    free(one);
+    free(three);
+    free(a1);
+    free(a3);
+}
+
 /* ============================== main ============================== */
 
 int main(int argc, char **argv)
@@ -339,9 +472,12 @@ int main(int argc, char **argv)
     RUN(test_grad_graphs);
     RUN(test_channel_values);
     RUN(test_mul_add_kernels);
+    RUN(test_broadcast_blocked);
     RUN(test_bad_channel_ops);
     RUN(test_activation_plan);
     RUN(test_patterns_replay);
     RUN(test_onednn_layouts);
+    RUN(test_onednn_blocked_channel_ops);
+    RUN(test_threads_same_bits);
     return test_summary();
 }

@@ -34,6 +34,8 @@ static const ConvExCase conv_cases[] = {
     {2, 4, 8, 9, 4, {5, 3, 2, 1, 2, 0, 1, 2, 1, 1, 4, 0}}, /* depthwise, asymmetric */
     {2, 3, 7, 7, 6, {3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 3, 1}}, /* depthwise with a channel multiplier */
     {2, 1, 6, 6, 2, {1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1}}, /* 1x1 with a bottom/right pad: not the plain gemm */
+    {2, 2, 3, 2, 3, {1, 7, 1, 1, 0, 6, 0, 0, 1, 1, 1, 1}},   /* a left pad wider than the output row */
+    {2, 2, 4, 3, 3, {2, 4, 1, 1, 1, 7, 0, 1, 1, 3, 1, 0}},   /* the same, dilated */
     {3, 16, 9, 9, 16, {3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}}, /* the square case through the general fields */
 };
 
@@ -385,6 +387,14 @@ static void test_act_ex_patterns(void)
         nn_act_ex_forward(y, pat, x, N, s, NULL);
         nn_act_ex_forward(y2, NULL, x, N, s, pat);
         CHECK_MSG(memcmp(y, y2, sizeof(float) * N) == 0, "%s: replay at the recorded point differs", label);
+        nn_act_ex_forward(y2, NULL, x, N, s, NULL); /* the branch-free training loops: the same bits */
+        CHECK_MSG(memcmp(y, y2, sizeof(float) * N) == 0, "%s: the pass without patterns differs", label);
+        fill_normal(&rng, x2, N, 1.0);
+        memset(dx, 0, sizeof(float) * N);
+        memset(y2, 0, sizeof(float) * N);
+        nn_act_ex_backward(dx, x2, x, N, s, NULL);
+        nn_act_ex_backward(y2, x2, x, N, s, pat);
+        CHECK_MSG(memcmp(dx, y2, sizeof(float) * N) == 0, "%s: backward without patterns differs", label);
         for (int j = 0; j < N; j++) x2[j] = -x[j]; /* most values change piece */
         nn_act_ex_forward(y2, NULL, x2, N, s, pat);
         memset(dx, 0, sizeof(float) * N);
