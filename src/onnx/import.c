@@ -752,7 +752,7 @@ static int act_node(Bld *b, NnAct act)
     FH_CHECK(in_tensor(b, 0, &x));
     NnModel *m = b->m;
     if (x->layer >= 0 && layer_takes_act(&m->layers[x->layer]) && m->layers[x->layer].out == x->t &&
-        consumers(b, x->name, b->node) == 1 && !is_features_name(b, x->name) && b->features != x->t) {
+        consumers(b, x->name, b->node - 1) == 1 && !is_features_name(b, x->name) && b->features != x->t) {
         m->layers[x->layer].act = act;
         Val *v = put_tensor(b, cur(b)->output[0], x->t, x->rank);
         if (!v) FH_FAIL(FH_ERR_IO, "out of memory");

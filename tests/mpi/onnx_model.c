@@ -101,9 +101,10 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc < 10) return 1;
-    const int n = atoi(argv[4]);
-    const NnShape s = { atoi(argv[5]), atoi(argv[6]), atoi(argv[7]) };
-    const int classes = atoi(argv[8]);
+    const int o = !strcmp(cmd, "sgd"); /* sgd has Y.bin before the sizes */
+    const int n = atoi(argv[4 + o]);
+    const NnShape s = { atoi(argv[5 + o]), atoi(argv[6 + o]), atoi(argv[7 + o]) };
+    const int classes = atoi(argv[8 + o]);
     if (!strcmp(cmd, "logits") || !strcmp(cmd, "roundtrip")) {
         if ((status = load(&net, &m, argv[2], s, classes, n)) != FH_OK) return die(status);
         float *x = read_floats(argv[3], (size_t)n * s.c * s.h * s.w);
@@ -129,6 +130,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "sgd") && argc >= 13) {
         const int steps = atoi(argv[10]);
         const float lr = (float)atof(argv[11]);
+        if (steps < 1) return 1;
         if ((status = load(&net, &m, argv[2], s, classes, n)) != FH_OK) return die(status);
         float *x = read_floats(argv[3], (size_t)steps * n * s.c * s.h * s.w);
         int32_t *y = (int32_t *)read_floats(argv[4], (size_t)steps * n);
