@@ -313,17 +313,18 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         FH_FAIL(FH_ERR_USAGE, "layer %s: its type has no ONNX export", l->name);
     }
     if (!n || e->oom) FH_FAIL(FH_ERR_IO, "out of memory exporting layer %s", l->name);
+    char an[64];
     if (l->act == NN_ACT_RELU) {
-        snprintf(pre, sizeof pre, "%s_relu", l->name);
-        ex_node(e, "Relu", pre, 1, (const char *[]){ y }, out);
+        snprintf(an, sizeof an, "%s_relu", l->name);
+        ex_node(e, "Relu", an, 1, (const char *[]){ y }, out);
     } else if (l->act == NN_ACT_RELU6) {
         char lo[64], hi[64];
         snprintf(lo, sizeof lo, "%s.clip_min", l->name);
         snprintf(hi, sizeof hi, "%s.clip_max", l->name);
         const float zero = 0.0f, six = 6.0f;
         const char *ins[3] = { y, ex_init(e, lo, &zero, 0, NULL), ex_init(e, hi, &six, 0, NULL) };
-        snprintf(pre, sizeof pre, "%s_relu6", l->name);
-        ex_node(e, "Clip", pre, 3, ins, out);
+        snprintf(an, sizeof an, "%s_relu6", l->name);
+        ex_node(e, "Clip", an, 3, ins, out);
     }
     return e->oom ? FH_ERR_IO : FH_OK;
 }
