@@ -857,8 +857,11 @@ static int op_batchnorm(Bld *b)
     int li = b->m->n_layers - 1;
     NnLayer *l = &b->m->layers[li];
     l->eps = attr_f(n, "epsilon", 1e-5f);
-    /* ONNX: running = running * momentum + batch * (1 - momentum); the engine's is PyTorch's, the other way round */
-    l->momentum = 1.0f - attr_f(n, "momentum", 0.9f);
+    /* ONNX: running = running * momentum + batch * (1 - momentum); the engine's is PyTorch's, the other way round.
+     * 1 - 0.9f is 0.100000024, not PyTorch's 0.1f: a momentum that is a round decimal to 1e-6 is taken as that
+     * decimal, so that PyTorch's 0.1 (and a fedhet export's) come back exactly */
+    const double mom = 1.0 - (double)attr_f(n, "momentum", 0.9f), round6 = nearbyint(mom * 1e4) / 1e4;
+    l->momentum = (float)(fabs(mom - round6) < 1e-6 ? round6 : mom);
     static const int roles[] = { ONNX_W, ONNX_B, ONNX_RM, ONNX_RV };
     for (int k = 0; k < 4; k++) FH_CHECK(record_weight(b, li, roles[k], p[k], 0, 1.0f));
     if (!put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
