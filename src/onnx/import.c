@@ -801,7 +801,7 @@ static int square_geometry(Bld *b, int64_t kh, int64_t kw, int *k, int *stride, 
 
 static int need_rank4(Bld *b, const Val *x)
 {
-    if (x->rank != 4) NODE_FAIL(b, FH_ERR_USAGE, "input '%s' must be N x C x H x W", x->name);
+    if (x->rank != 4) NODE_FAIL(b, FH_ERR_USAGE, "input '%s' of rank %d is not supported (N x C x H x W only)", x->name, x->rank);
     return FH_OK;
 }
 
@@ -1104,7 +1104,7 @@ static int op_linear(Bld *b, int gemm)
     const Const *w, *bias = NULL;
     FH_CHECK(in_tensor(b, 0, &x));
     FH_CHECK(need_const(b, 1, &w, "weight"));
-    if (x->rank != 2) NODE_FAIL(b, FH_ERR_USAGE, "input must be 2-D (N x F: Flatten first)");
+    if (x->rank != 2) NODE_FAIL(b, FH_ERR_USAGE, "an input of rank %d is not supported (N x F only: Flatten first)", x->rank);
     if (w->ndim != 2) NODE_FAIL(b, FH_ERR_USAGE, "weight must be 2-D");
     if (gemm && attr_i(n, "transA", 0)) NODE_FAIL(b, FH_ERR_USAGE, "attribute transA = 1 is not supported");
     const int trans = gemm && attr_i(n, "transB", 0);
@@ -1268,6 +1268,10 @@ static int build_graph(Bld *b, int *features, int *logits)
                     "first, '%s')", net->path, g->input[k]->name, in->name);
     int64_t d[8];
     int rank = info_dims(in, d, 8);
+    if (in->type && in->type->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && in->type->tensor_type->has_elem_type &&
+        in->type->tensor_type->elem_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+        FH_FAIL(FH_ERR_USAGE, "%s: input '%s' has element type %d: only float32 inputs are supported", net->path, in->name,
+                in->type->tensor_type->elem_type);
     if (rank != 4 && rank != 2)
         FH_FAIL(FH_ERR_USAGE, "%s: input '%s' has %d dimensions: N x C x H x W images (or N x F vectors) are supported",
                 net->path, in->name, rank);
@@ -1286,9 +1290,13 @@ static int build_graph(Bld *b, int *features, int *logits)
         int status = do_node(b);
         if (status == FH_OK && m->status != FH_OK) status = m->status;
         if (status != FH_OK) {
-            if (m->n_layers > layers && m->status != FH_OK) /* the engine's message names its layer: add the node */
-                return fh_error_raise(status, __FILE__, __LINE__, "%s: node '%s' (%s) cannot be built", net->path,
-                                      node_name(b, cur(b)), cur(b)->op_type);
+            if (m->n_layers > layers && m->status != FH_OK) { /* the engine refused the layer: say which node */
+                char why[512];
+                const char *msg = fh_error_message();
+                snprintf(why, sizeof why, "%.*s", (int)strcspn(msg, "\n"), msg);
+                return fh_error_raise(status, __FILE__, __LINE__, "%s: node '%s' (%s): not supported by the engine's "
+                                      "layer: %s", net->path, node_name(b, cur(b)), cur(b)->op_type, why);
+            }
             return status;
         }
         if (net->features_node) {
@@ -1317,6 +1325,7 @@ static int build_graph(Bld *b, int *features, int *logits)
                 out ? "a constant" : "computed by no node");
     if (net->features_node && !b->features_named)
         FH_FAIL(FH_ERR_USAGE, "%s: model.features = %s: no node or output of that name", net->path, net->features_node);
+    if (!m->n_layers) FH_FAIL(FH_ERR_USAGE, "%s: the graph has no layer (its output is its input): not supported", net->path);
     if (b->features < 0) b->features = m->layers[m->n_layers - 1].in; /* no classifier layer: the last layer's input */
     *features = b->features;
     if (m->tensors[out->t].size != b->classes)

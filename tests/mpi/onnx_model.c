@@ -81,7 +81,7 @@ int main(int argc, char **argv)
         const long bytes = ftell(f);
         fclose(f);
         batch = (int)(bytes / 4 / ((long)s.c * s.h * s.w));
-        if (batch < 1) return 4;
+        if (batch < 1) batch = 1; /* no float input (another element type): the importer refuses the graph */
         if (!classes) classes = 2;
         status = onnx_net_build(net, &m, s, classes, batch, NULL);
         if (status != FH_OK) {
@@ -89,6 +89,10 @@ int main(int argc, char **argv)
             const char *msg = fh_error_message();
             const char *p = strstr(msg, "' has ");
             if (!p || sscanf(p, "' has %d values", &classes) != 1) return die(status);
+            if (classes < 2) { /* the engine's models have at least two outputs */
+                fprintf(stderr, "%s: an output of %d value per sample is not supported\n", argv[2], classes);
+                return 1;
+            }
             status = onnx_net_build(net, &m, s, classes, batch, NULL);
             if (status != FH_OK) return die(status);
         }
