@@ -21,7 +21,33 @@ typedef struct {
     int c, h, w;
 } NnShape;
 
-typedef enum { NN_ACT_NONE = 0, NN_ACT_RELU, NN_ACT_RELU6 } NnAct;
+/* Activations. Layers fuse NONE, RELU and RELU6 (conv, linear, batch norm, ...); the others are standalone
+ * layers (nn_act_ex), whose a and b are the op's parameters. */
+typedef enum { NN_ACT_NONE = 0, NN_ACT_RELU, NN_ACT_RELU6,
+               NN_ACT_LEAKY_RELU,  /* a = alpha: x > 0 ? x : a x */
+               NN_ACT_CLIP,        /* min(max(x, a), b); either may be -INFINITY / INFINITY */
+               NN_ACT_SIGMOID,
+               NN_ACT_HARDSIGMOID, /* max(0, min(1, a x + b)); ONNX defaults a = 0.2, b = 0.5; PyTorch's 1/6, 0.5 */
+               NN_ACT_HARDSWISH,   /* x * relu6(x + 3) / 6 */
+               NN_ACT_SILU,        /* x * sigmoid(x) */
+               NN_ACT_TANH } NnAct;
+typedef struct {
+    NnAct act;
+    float a, b;
+} NnActSpec;
+
+/* A conv's geometry: kernel kh x kw, strides, pads top / left / bottom / right, dilations, groups (cin = groups:
+ * depthwise), bias 0/1. Output: (h + pad_t + pad_b - dil_h (kh - 1) - 1) / stride_h + 1, floored. */
+typedef struct {
+    int kh, kw, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, dil_h, dil_w, groups, bias;
+} NnConvSpec;
+
+/* A pooling window kh x kw with strides and pads. ceil_mode: the output size rounds up, but the last window must
+ * start inside the input or its top / left padding (ONNX, PyTorch). count_include_pad (average pooling): the
+ * divisor counts the padding a window covers (never beyond the bottom / right pads), else only input values. */
+typedef struct {
+    int kh, kw, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, ceil_mode, count_include_pad;
+} NnPoolSpec;
 
 /* Who computes the conv layers: OpenBLAS (im2col + sgemm, and direct loops for depthwise) or oneDNN
  * primitives (src/nn/onednn.c; under oneDNN also the batch norms and max pools of training where its
@@ -39,10 +65,14 @@ typedef enum {
     NN_OP_GAP,
     NN_OP_BATCHNORM,
     NN_OP_GROUPNORM,
-    NN_OP_ACT,     /* standalone ReLU / ReLU6 */
+    NN_OP_ACT,     /* standalone activation (any NnAct) */
     NN_OP_DROPOUT,
     NN_OP_ADD,     /* residual add */
-    NN_OP_FLATTEN  /* a view: shares its input's buffers */
+    NN_OP_FLATTEN, /* a view: shares its input's buffers */
+    NN_OP_MUL,     /* element-wise product, the second operand the same shape or C x 1 x 1 (broadcast) */
+    NN_OP_CONCAT,  /* channels of n inputs (NnLayer.ins) */
+    NN_OP_SLICE,   /* channels [start, end) */
+    NN_OP_SHUFFLE  /* channel shuffle of `groups` groups */
 } NnOpType;
 
 typedef struct {
@@ -64,10 +94,17 @@ typedef struct {
     NnOpType type;
     NnAct act;          /* fused activation applied to this layer's output */
     char name[40];
-    int in, in2, out;   /* tensor indices (in2: second operand of ADD, else -1) */
+    int in, in2, out;   /* tensor indices (in2: second operand of ADD and MUL, else -1) */
     int64_t w_off, b_off;   /* trainable offsets into state, -1 if absent */
     int64_t rm_off, rv_off; /* BatchNorm running mean / var offsets into state (buffers), -1 if absent */
-    int cin, cout, k, stride, pad, groups;
+    int cin, cout, k, stride, pad, groups; /* k, stride, pad: kh, stride_h, pad_t below */
+    /* conv and pooling geometry (NnConvSpec, NnPoolSpec); the old square calls set all of it */
+    int kh, kw, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, dil_h, dil_w;
+    unsigned char ceil_mode, count_include_pad;
+    float act_a, act_b; /* NnActSpec.a, .b of a standalone activation */
+    int start, end;     /* SLICE: channels [start, end) */
+    int *ins, n_ins;    /* CONCAT: its inputs (in = ins[0]) */
+    unsigned char *zero_ins; /* CONCAT: as zero_in, per input */
     unsigned char zero_in, zero_in2; /* backward zeroes the gradient of in / in2 first: the first step to write it */
     float eps, momentum, p; /* norm eps, BN momentum, dropout probability */
     /* per-layer scratch sized for max_batch */
@@ -156,7 +193,23 @@ int nn_gap(NnModel *m, int in);
 int nn_batchnorm(NnModel *m, int in, NnAct act);
 int nn_groupnorm(NnModel *m, int in, int groups, NnAct act);
 int nn_act(NnModel *m, int in, NnAct act);
+/* ---- the general forms (the calls above are their square / symmetric cases, with the same bits) ----
+ * act of nn_conv2d_ex: NONE, RELU or RELU6 (fused); the others follow as an nn_act_ex layer */
+int nn_act_ex(NnModel *m, int in, NnActSpec spec);
+int nn_conv2d_ex(NnModel *m, int in, int cout, const NnConvSpec *spec, NnAct act);
+int nn_maxpool_ex(NnModel *m, int in, const NnPoolSpec *spec);
+int nn_avgpool_ex(NnModel *m, int in, const NnPoolSpec *spec);
+/* element-wise product; b has a's shape, or C x 1 x 1 (broadcast over H, W: squeeze-and-excitation) */
+int nn_mul(NnModel *m, int a, int b);
+/* along channels; the inputs share H x W */
+int nn_concat(NnModel *m, const int *ins, int n);
+/* channels [start, end) */
+int nn_slice_channels(NnModel *m, int in, int start, int end);
+/* ShuffleNet's reshape (groups, C / groups) - transpose - reshape: output channel i * groups + g is input channel
+ * g * (C / groups) + i */
+int nn_channel_shuffle(NnModel *m, int in, int groups);
 int nn_dropout(NnModel *m, int in, float p);
+/* b has a's shape, or C x 1 x 1 (broadcast over H, W) */
 int nn_add(NnModel *m, int a, int b, NnAct act);
 int nn_flatten(NnModel *m, int in);
 /* Names the output and the classifier's input; allocates state, gradients, activations, workspace. */

@@ -12,12 +12,52 @@
 
 static const char *op_name(NnOpType t)
 {
-    static const char *names[] = {"linear", "conv2d", "maxpool", "avgpool", "gap", "batchnorm",
-                                  "groupnorm", "act", "dropout", "add", "flatten"};
+    static const char *names[] = {"linear", "conv2d", "maxpool", "avgpool", "gap", "batchnorm", "groupnorm",
+                                  "act", "dropout", "add", "flatten", "mul", "concat", "slice", "shuffle"};
     return names[t];
 }
 
 static const char *act_name(NnAct a) { return a == NN_ACT_RELU ? "-relu" : a == NN_ACT_RELU6 ? "-relu6" : ""; }
+
+/* the op column: the type with what sets it apart (kernel, strides, dilation, activation parameters, ...) */
+static void layer_op(const NnModel *m, const NnLayer *l, char *op, size_t size)
+{
+    const int bcast = l->in2 >= 0 && m->tensors[l->in2].size != m->tensors[l->in].size;
+    switch (l->type) {
+    case NN_OP_CONV2D: {
+        char stride[16] = "", dil[16] = "";
+        if (l->stride_w != l->stride_h) snprintf(stride, sizeof stride, "x%d", l->stride_w);
+        if (l->dil_h > 1 || l->dil_w > 1) snprintf(dil, sizeof dil, "/d%d", l->dil_h);
+        snprintf(op, size, "conv%dx%d/%d%s%s%s%s", l->kh, l->kw, l->stride_h, stride, dil, l->groups > 1 ? "/g" : "",
+                 act_name(l->act));
+        return;
+    }
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+        snprintf(op, size, "%s%dx%d/%d%s%s", op_name(l->type), l->kh, l->kw, l->stride_h, l->ceil_mode ? "/ceil" : "",
+                 l->type == NN_OP_AVGPOOL && !l->count_include_pad && (l->pad_t || l->pad_l || l->pad_b || l->pad_r)
+                     ? "/nopad"
+                     : "");
+        return;
+    case NN_OP_ACT:
+        switch (l->act) {
+        case NN_ACT_LEAKY_RELU: snprintf(op, size, "leakyrelu%g", (double)l->act_a); return;
+        case NN_ACT_CLIP: snprintf(op, size, "clip%g:%g", (double)l->act_a, (double)l->act_b); return;
+        case NN_ACT_SIGMOID: snprintf(op, size, "sigmoid"); return;
+        case NN_ACT_HARDSIGMOID: snprintf(op, size, "hardsigmoid"); return;
+        case NN_ACT_HARDSWISH: snprintf(op, size, "hardswish"); return;
+        case NN_ACT_SILU: snprintf(op, size, "silu"); return;
+        case NN_ACT_TANH: snprintf(op, size, "tanh"); return;
+        default: break;
+        }
+        break;
+    case NN_OP_CONCAT: snprintf(op, size, "concat%d", l->n_ins); return;
+    case NN_OP_SLICE: snprintf(op, size, "slice%d:%d", l->start, l->end); return;
+    case NN_OP_SHUFFLE: snprintf(op, size, "shuffle/%d", l->groups); return;
+    default: break;
+    }
+    snprintf(op, size, "%s%s%s", op_name(l->type), bcast ? "-bcast" : "", act_name(l->act));
+}
 
 
 static void print_help(void)
@@ -74,9 +114,7 @@ static int inspect_model(const AppModelArgs *a, int batch)
         for (int v = 0; v < m.n_views; v++)
             if (m.views[v].layer == i) params += m.views[v].count;
         char op[40], shape[40];
-        if (l->type == NN_OP_CONV2D)
-            snprintf(op, sizeof op, "conv%dx%d/%d%s%s", l->k, l->k, l->stride, l->groups > 1 ? "/g" : "", act_name(l->act));
-        else snprintf(op, sizeof op, "%s%s", op_name(l->type), act_name(l->act));
+        layer_op(&m, l, op, sizeof op);
         NnShape s = m.tensors[l->out].shape;
         snprintf(shape, sizeof shape, "%dx%dx%d", s.c, s.h, s.w);
         char impl[256];

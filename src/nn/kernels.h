@@ -35,11 +35,16 @@ void nn_linear_forward(float *y, const float *x, const float *w, const float *b,
 void nn_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
                         int n_in, int n_out);
 
-/* ---- conv2d, NCHW; w [cout, cin/groups, k, k] ---- */
+/* ---- conv2d, NCHW; w [cout, cin/groups, kh, kw] ----
+ * The fields after wo are the general geometry (NnConvSpec); left 0 they are the square case's: kh = kw = k,
+ * strides `stride`, pads `pad` on every side, no dilation (dil 1). pad_b and pad_r only fix ho and wo. */
 typedef struct {
     int batch, cin, h, w, cout, k, stride, pad, groups, ho, wo;
+    int kh, kw, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, dil_h, dil_w;
 } NnConvShape;
 int nn_conv_out_size(int in, int k, int stride, int pad);
+/* s with its general fields filled from the square ones where they are 0 */
+NnConvShape nn_conv_shape_full(const NnConvShape *s);
 /* floats of workspace the BLAS path needs for this shape when `chunk` samples go through one gemm */
 int64_t nn_conv2d_workspace(const NnConvShape *s, int chunk);
 int nn_conv2d_chunk(const NnConvShape *s);
@@ -102,6 +107,49 @@ void nn_onednn_bn_backward(NnOnednnLayer *bn, float *dx, float *dgamma, float *d
 /* the winners stay in the layer's workspace for the backward */
 int nn_onednn_maxpool_forward(NnOnednnLayer *pool, float *y, const float *x, int batch);
 void nn_onednn_maxpool_backward(NnOnednnLayer *pool, float *dx, const float *dy, int batch, int dx_zero);
+
+/* ---- general pooling (NnPoolSpec) over `planes` NCHW planes; the square kernels below are its fast cases ---- */
+typedef struct {
+    int planes, h, w, kh, kw, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, ho, wo, count_include_pad;
+} NnPoolShape;
+/* output size of one axis under ceil_mode's rule (the last window starts inside the input or the leading pad) */
+int nn_pool_out_size(int in, int k, int stride, int pad_lo, int pad_hi, int ceil_mode);
+/* argmax: the winner's index within its plane (nn_maxpool_backward reads it) */
+void nn_maxpool_ex_forward(float *y, int32_t *argmax, const float *x, const NnPoolShape *s);
+void nn_maxpool_ex_forward_ref(float *y, int32_t *argmax, const float *x, const NnPoolShape *s);
+void nn_avgpool_ex_forward(float *y, const float *x, const NnPoolShape *s);
+void nn_avgpool_ex_backward(float *dx, const float *dy, const NnPoolShape *s);
+void nn_avgpool_ex_forward_ref(float *y, const float *x, const NnPoolShape *s);
+void nn_avgpool_ex_backward_ref(float *dx, const float *dy, const NnPoolShape *s);
+
+/* ---- standalone activations (kernels_elementwise.c): y = f(x); dx += dy f'(x). Branch patterns
+ * (NN_PATTERN_*): `record` (may be NULL) receives each value's piece of a piecewise function (0 below, 1 the
+ * middle, 2 above); `replay` (NULL: none) makes each value follow the recorded piece, also in the backward ---- */
+void nn_act_ex_forward(float *y, uint8_t *record, const float *x, int64_t n, NnActSpec spec, const uint8_t *replay);
+void nn_act_ex_backward(float *dx, const float *dy, const float *x, int64_t n, NnActSpec spec, const uint8_t *replay);
+void nn_act_ex_forward_ref(float *y, const float *x, int64_t n, NnActSpec spec);
+void nn_act_ex_backward_ref(float *dx, const float *dy, const float *x, int64_t n, NnActSpec spec);
+/* whether an activation is piecewise (its branches are recorded for NN_PATTERN_*) */
+int nn_act_piecewise(NnAct act);
+
+/* ---- channel ops over x [batch, c, hw] (kernels_elementwise.c); backward passes accumulate ---- */
+/* y = a + b, b [batch, c] broadcast over hw; db += sums over hw */
+void nn_add_bcast_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw);
+void nn_add_bcast_backward(float *da, float *db, const float *dy, int batch, int c, int64_t hw);
+/* y = a * b, b [batch, c, hw] (bhw = hw) or [batch, c] broadcast (bhw = 1); da, db may be NULL */
+void nn_mul_forward(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int64_t bhw);
+void nn_mul_backward(float *da, float *db, const float *dy, const float *a, const float *b, int batch, int c,
+                     int64_t hw, int64_t bhw);
+void nn_mul_forward_ref(float *y, const float *a, const float *b, int batch, int c, int64_t hw, int64_t bhw);
+void nn_mul_backward_ref(float *da, float *db, const float *dy, const float *a, const float *b, int batch, int c,
+                         int64_t hw, int64_t bhw);
+/* channels [y_c0, y_c0 + c) of y [batch, y_c, hw] = (add: +=) channels [x_c0, x_c0 + c) of x [batch, x_c, hw]:
+ * concat and slice, forward and backward */
+void nn_channels_copy(float *y, int y_c, int y_c0, const float *x, int x_c, int x_c0, int c, int batch, int64_t hw,
+                      int add);
+/* y channel i * groups + g = x channel g * (c / groups) + i; backward the inverse, accumulated */
+void nn_shuffle_forward(float *y, const float *x, int batch, int c, int groups, int64_t hw);
+void nn_shuffle_backward(float *dx, const float *dy, int batch, int c, int groups, int64_t hw);
 
 /* ---- pooling over [B*C] planes of h x w ---- */
 void nn_maxpool_forward(float *y, int32_t *argmax, const float *x, int planes, int h, int w, int k, int stride,

@@ -44,25 +44,46 @@ void nn_linear_backward(float *dx, float *dw, float *db, const float *dy, const 
 
 int nn_conv_out_size(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
 
-static int conv_is_1x1(const NnConvShape *s) { return s->k == 1 && s->stride == 1 && s->pad == 0 && s->groups == 1; }
+NnConvShape nn_conv_shape_full(const NnConvShape *s)
+{
+    NnConvShape g = *s;
+    if (!g.kh) { /* the square case */
+        g.kh = g.kw = g.k;
+        g.stride_h = g.stride_w = g.stride;
+        g.pad_t = g.pad_l = g.pad_b = g.pad_r = g.pad;
+    }
+    if (!g.dil_h) g.dil_h = 1;
+    if (!g.dil_w) g.dil_w = 1;
+    return g;
+}
+
+/* The kernels below take shapes through nn_conv_shape_full: the square case runs the same loops, so the same
+ * bits, as before the general geometry. */
+static int conv_is_1x1(const NnConvShape *s)
+{
+    return s->kh == 1 && s->kw == 1 && s->stride_h == 1 && s->stride_w == 1 && s->pad_t == 0 && s->pad_l == 0 &&
+           s->ho == s->h && s->wo == s->w && s->groups == 1;
+}
 static int conv_is_depthwise(const NnConvShape *s) { return s->groups > 1 && s->groups == s->cin && s->cout == s->cin; }
 
-int nn_conv2d_chunk(const NnConvShape *s)
+int nn_conv2d_chunk(const NnConvShape *shape)
 {
+    const NnConvShape full = nn_conv_shape_full(shape), *s = &full;
     if (s->groups != 1 || conv_is_1x1(s)) return 1;
-    int64_t per_sample = (int64_t)(s->cin * s->k * s->k + s->cout) * s->ho * s->wo;
+    int64_t per_sample = (int64_t)(s->cin * s->kh * s->kw + s->cout) * s->ho * s->wo;
     int64_t chunk = CONV_CHUNK_FLOATS / (per_sample > 0 ? per_sample : 1);
     if (chunk < 1) chunk = 1;
     if (chunk > s->batch) chunk = s->batch;
     return (int)chunk;
 }
 
-int64_t nn_conv2d_workspace(const NnConvShape *s, int chunk)
+int64_t nn_conv2d_workspace(const NnConvShape *shape, int chunk)
 {
+    const NnConvShape full = nn_conv_shape_full(shape), *s = &full;
     int64_t hwo = (int64_t)s->ho * s->wo;
     if (conv_is_1x1(s) || conv_is_depthwise(s)) return 0;
-    if (s->groups > 1) return (int64_t)(s->cin / s->groups) * s->k * s->k * hwo;
-    int64_t kk = (int64_t)s->cin * s->k * s->k;
+    if (s->groups > 1) return (int64_t)(s->cin / s->groups) * s->kh * s->kw * hwo;
+    int64_t kk = (int64_t)s->cin * s->kh * s->kw;
     int64_t ws = kk * chunk * hwo;
     if (chunk > 1) ws += (int64_t)s->cout * chunk * hwo;
     if (kk > s->cout) ws += kk * s->cout; /* dW^T accumulator, see nn_conv2d_backward_act */
@@ -89,20 +110,20 @@ static inline void row_copy_shifted(float *dst, const float *src, int off, int l
 #endif
 }
 
-/* col rows r = (c*k + i)*k + j; this sample's columns start at col + 0 with row stride ldc */
-static void im2col(float *col, int64_t ldc, const float *x, int c_in, int h, int w, int k, int stride, int pad,
-                   int ho, int wo)
+/* col rows r = (c*kh + i)*kw + j; this sample's columns start at col + 0 with row stride ldc */
+static void im2col(float *col, int64_t ldc, const float *x, int c_in, const NnConvShape *s)
 {
+    const int h = s->h, w = s->w, kh = s->kh, kw = s->kw, ho = s->ho, wo = s->wo, stride = s->stride_w;
     for (int c = 0; c < c_in; c++)
-        for (int i = 0; i < k; i++)
-            for (int j = 0; j < k; j++) {
-                float *row = col + ((int64_t)(c * k + i) * k + j) * ldc;
+        for (int i = 0; i < kh; i++)
+            for (int j = 0; j < kw; j++) {
+                float *row = col + ((int64_t)(c * kh + i) * kw + j) * ldc;
                 const float *xc = x + (int64_t)c * h * w;
-                /* stride 1: iw = ow + (j - pad) is valid for ow in [lo, hi) */
-                int off = j - pad, lo = off < 0 ? -off : 0, hi = w - off < wo ? w - off : wo;
+                /* stride 1: iw = ow + (j dil - pad) is valid for ow in [lo, hi) */
+                int off = j * s->dil_w - s->pad_l, lo = off < 0 ? -off : 0, hi = w - off < wo ? w - off : wo;
                 if (hi < lo) hi = lo;
                 for (int oh = 0; oh < ho; oh++) {
-                    int ih = oh * stride - pad + i;
+                    int ih = oh * s->stride_h - s->pad_t + i * s->dil_h;
                     float *dst = row + (int64_t)oh * wo;
                     if (ih < 0 || ih >= h) {
                         for (int ow = 0; ow < wo; ow++) dst[ow] = 0.0f;
@@ -113,7 +134,7 @@ static void im2col(float *col, int64_t ldc, const float *x, int c_in, int h, int
                         row_copy_shifted(dst, src, off, lo, hi, wo);
                     } else {
                         for (int ow = 0; ow < wo; ow++) {
-                            int iw = ow * stride - pad + j;
+                            int iw = ow * stride + off;
                             dst[ow] = (iw >= 0 && iw < w) ? src[iw] : 0.0f;
                         }
                     }
@@ -124,25 +145,25 @@ static void im2col(float *col, int64_t ldc, const float *x, int c_in, int h, int
 /* dx += col2im(col). With AVX-512 and stride 1, the k taps j that land on one 16-wide block of an input
  * row are summed in a register first and written once: adding tap by tap would re-read a block just
  * stored at a one-float shift, which stalls on store forwarding. */
-static void col2im_add(float *dx, const float *col, int64_t ldc, int c_in, int h, int w, int k, int stride, int pad,
-                       int ho, int wo)
+static void col2im_add(float *dx, const float *col, int64_t ldc, int c_in, const NnConvShape *s)
 {
+    const int h = s->h, w = s->w, kh = s->kh, kw = s->kw, ho = s->ho, wo = s->wo;
 #if defined(__AVX512F__)
-    if (stride == 1) {
+    if (s->stride_w == 1) {
         for (int c = 0; c < c_in; c++)
-            for (int i = 0; i < k; i++) {
-                const float *rows = col + (int64_t)(c * k + i) * k * ldc; /* tap j's row: rows + j * ldc */
+            for (int i = 0; i < kh; i++) {
+                const float *rows = col + (int64_t)(c * kh + i) * kw * ldc; /* tap j's row: rows + j * ldc */
                 float *dxc = dx + (int64_t)c * h * w;
                 for (int oh = 0; oh < ho; oh++) {
-                    int ih = oh - pad + i;
+                    int ih = oh * s->stride_h - s->pad_t + i * s->dil_h;
                     if (ih < 0 || ih >= h) continue;
                     float *dst = dxc + (int64_t)ih * w;
                     for (int b = 0; b < w; b += 16) {
                         int n = w - b < 16 ? w - b : 16;
                         __m512 acc = _mm512_setzero_ps();
-                        for (int j = 0; j < k; j++) {
-                            /* input column iw = ow + j - pad: lane t (iw = b + t) reads ow = b + t - off */
-                            int off = j - pad;
+                        for (int j = 0; j < kw; j++) {
+                            /* input column iw = ow + j dil - pad: lane t (iw = b + t) reads ow = b + t - off */
+                            int off = j * s->dil_w - s->pad_l;
                             int lo = off - b > 0 ? off - b : 0, hi = wo + off - b < n ? wo + off - b : n;
                             if (hi <= lo) continue;
                             __mmask16 m = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
@@ -158,17 +179,17 @@ static void col2im_add(float *dx, const float *col, int64_t ldc, int c_in, int h
     }
 #endif
     for (int c = 0; c < c_in; c++)
-        for (int i = 0; i < k; i++)
-            for (int j = 0; j < k; j++) {
-                const float *row = col + ((int64_t)(c * k + i) * k + j) * ldc;
+        for (int i = 0; i < kh; i++)
+            for (int j = 0; j < kw; j++) {
+                const float *row = col + ((int64_t)(c * kh + i) * kw + j) * ldc;
                 float *dxc = dx + (int64_t)c * h * w;
                 for (int oh = 0; oh < ho; oh++) {
-                    int ih = oh * stride - pad + i;
+                    int ih = oh * s->stride_h - s->pad_t + i * s->dil_h;
                     if (ih < 0 || ih >= h) continue;
                     const float *src = row + (int64_t)oh * wo;
                     float *dst = dxc + (int64_t)ih * w;
                     for (int ow = 0; ow < wo; ow++) {
-                        int iw = ow * stride - pad + j;
+                        int iw = ow * s->stride_w - s->pad_l + j * s->dil_w;
                         if (iw >= 0 && iw < w) dst[iw] += src[ow];
                     }
                 }
@@ -203,22 +224,22 @@ static void conv_prologue(float *dy, float *db, const float *y, int cout, int64_
 
 static void depthwise_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s)
 {
-    int k = s->k;
+    const int kh = s->kh, kw = s->kw;
     for (int n = 0; n < s->batch; n++)
         for (int c = 0; c < s->cin; c++) {
             const float *xc = x + ((int64_t)n * s->cin + c) * s->h * s->w;
             float *yc = y + ((int64_t)n * s->cout + c) * s->ho * s->wo;
-            const float *wc = w + (int64_t)c * k * k;
+            const float *wc = w + (int64_t)c * kh * kw;
             float bias = b ? b[c] : 0.0f;
             for (int oh = 0; oh < s->ho; oh++)
                 for (int ow = 0; ow < s->wo; ow++) {
                     float acc = bias;
-                    for (int i = 0; i < k; i++) {
-                        int ih = oh * s->stride - s->pad + i;
+                    for (int i = 0; i < kh; i++) {
+                        int ih = oh * s->stride_h - s->pad_t + i * s->dil_h;
                         if (ih < 0 || ih >= s->h) continue;
-                        for (int j = 0; j < k; j++) {
-                            int iw = ow * s->stride - s->pad + j;
-                            if (iw >= 0 && iw < s->w) acc += xc[ih * s->w + iw] * wc[i * k + j];
+                        for (int j = 0; j < kw; j++) {
+                            int iw = ow * s->stride_w - s->pad_l + j * s->dil_w;
+                            if (iw >= 0 && iw < s->w) acc += xc[ih * s->w + iw] * wc[i * kw + j];
                         }
                     }
                     yc[oh * s->wo + ow] = acc;
@@ -229,27 +250,27 @@ static void depthwise_forward(float *y, const float *x, const float *w, const fl
 static void depthwise_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                                const NnConvShape *s)
 {
-    int k = s->k;
+    const int kh = s->kh, kw = s->kw;
     for (int n = 0; n < s->batch; n++)
         for (int c = 0; c < s->cin; c++) {
             const float *xc = x + ((int64_t)n * s->cin + c) * s->h * s->w;
             float *dxc = dx ? dx + ((int64_t)n * s->cin + c) * s->h * s->w : NULL;
             const float *dyc = dy + ((int64_t)n * s->cout + c) * s->ho * s->wo;
-            const float *wc = w + (int64_t)c * k * k;
-            float *dwc = dw + (int64_t)c * k * k;
+            const float *wc = w + (int64_t)c * kh * kw;
+            float *dwc = dw + (int64_t)c * kh * kw;
             float dbias = 0.0f;
             for (int oh = 0; oh < s->ho; oh++)
                 for (int ow = 0; ow < s->wo; ow++) {
                     float g = dyc[oh * s->wo + ow];
                     dbias += g;
-                    for (int i = 0; i < k; i++) {
-                        int ih = oh * s->stride - s->pad + i;
+                    for (int i = 0; i < kh; i++) {
+                        int ih = oh * s->stride_h - s->pad_t + i * s->dil_h;
                         if (ih < 0 || ih >= s->h) continue;
-                        for (int j = 0; j < k; j++) {
-                            int iw = ow * s->stride - s->pad + j;
+                        for (int j = 0; j < kw; j++) {
+                            int iw = ow * s->stride_w - s->pad_l + j * s->dil_w;
                             if (iw < 0 || iw >= s->w) continue;
-                            dwc[i * k + j] += g * xc[ih * s->w + iw];
-                            if (dxc) dxc[ih * s->w + iw] += g * wc[i * k + j];
+                            dwc[i * kw + j] += g * xc[ih * s->w + iw];
+                            if (dxc) dxc[ih * s->w + iw] += g * wc[i * kw + j];
                         }
                     }
                 }
@@ -257,9 +278,10 @@ static void depthwise_backward(float *dx, float *dw, float *db, const float *dy,
         }
 }
 
-void nn_conv2d_forward_act(float *y, const float *x, const float *w, const float *b, const NnConvShape *s, NnAct act,
-                           float *ws)
+void nn_conv2d_forward_act(float *y, const float *x, const float *w, const float *b, const NnConvShape *shape,
+                           NnAct act, float *ws)
 {
+    const NnConvShape full = nn_conv_shape_full(shape), *s = &full;
     int64_t hwi = (int64_t)s->h * s->w, hwo = (int64_t)s->ho * s->wo;
     if (conv_is_depthwise(s)) {
         depthwise_forward(y, x, w, b, s);
@@ -277,11 +299,10 @@ void nn_conv2d_forward_act(float *y, const float *x, const float *w, const float
     }
     if (s->groups > 1) {
         int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
-        int kk = cg_in * s->k * s->k;
+        int kk = cg_in * s->kh * s->kw;
         for (int n = 0; n < s->batch; n++) {
             for (int g = 0; g < s->groups; g++) {
-                im2col(ws, hwo, x + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi, cg_in, s->h, s->w, s->k,
-                       s->stride, s->pad, s->ho, s->wo);
+                im2col(ws, hwo, x + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi, cg_in, s);
                 float *yg = y + ((int64_t)n * s->cout + (int64_t)g * cg_out) * hwo;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, cg_out, (int)hwo, kk, 1.0f,
                             w + (int64_t)g * cg_out * kk, kk, ws, (int)hwo, 0.0f, yg, (int)hwo);
@@ -290,15 +311,14 @@ void nn_conv2d_forward_act(float *y, const float *x, const float *w, const float
         }
         return;
     }
-    int kk = s->cin * s->k * s->k;
+    int kk = s->cin * s->kh * s->kw;
     int chunk = nn_conv2d_chunk(s);
     for (int n0 = 0; n0 < s->batch; n0 += chunk) {
         int nb = s->batch - n0 < chunk ? s->batch - n0 : chunk;
         int64_t ldc = nb * hwo;
         float *col = ws, *tmp = ws + (int64_t)kk * ldc;
         for (int j = 0; j < nb; j++)
-            im2col(col + j * hwo, ldc, x + (int64_t)(n0 + j) * s->cin * hwi, s->cin, s->h, s->w, s->k, s->stride,
-                   s->pad, s->ho, s->wo);
+            im2col(col + j * hwo, ldc, x + (int64_t)(n0 + j) * s->cin * hwi, s->cin, s);
         float *out = nb == 1 ? y + (int64_t)n0 * s->cout * hwo : tmp;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s->cout, (int)ldc, kk, 1.0f, w, kk, col, (int)ldc,
                     0.0f, out, (int)ldc);
@@ -312,8 +332,9 @@ void nn_conv2d_forward_act(float *y, const float *x, const float *w, const float
 }
 
 void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const float *y, const float *x,
-                            const float *w, const NnConvShape *s, NnAct act, float *ws)
+                            const float *w, const NnConvShape *shape, NnAct act, float *ws)
 {
+    const NnConvShape full = nn_conv_shape_full(shape), *s = &full;
     int64_t hwi = (int64_t)s->h * s->w, hwo = (int64_t)s->ho * s->wo;
     if (conv_is_depthwise(s)) {
         nn_act_backward(dy, y, (int64_t)s->batch * s->cout * hwo, act);
@@ -335,26 +356,25 @@ void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const fl
     }
     if (s->groups > 1) {
         int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
-        int kk = cg_in * s->k * s->k;
+        int kk = cg_in * s->kh * s->kw;
         for (int n = 0; n < s->batch; n++) {
             conv_prologue(dy + (int64_t)n * s->cout * hwo, db, y + (int64_t)n * s->cout * hwo, s->cout, hwo, act);
             for (int g = 0; g < s->groups; g++) {
                 const float *xg = x + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi;
                 const float *dyg = dy + ((int64_t)n * s->cout + (int64_t)g * cg_out) * hwo;
                 const float *wg = w + (int64_t)g * cg_out * kk;
-                im2col(ws, hwo, xg, cg_in, s->h, s->w, s->k, s->stride, s->pad, s->ho, s->wo);
+                im2col(ws, hwo, xg, cg_in, s);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, cg_out, kk, (int)hwo, 1.0f, dyg, (int)hwo, ws,
                             (int)hwo, 1.0f, dw + (int64_t)g * cg_out * kk, kk);
                 if (!dx) continue;
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, (int)hwo, cg_out, 1.0f, wg, kk, dyg,
                             (int)hwo, 0.0f, ws, (int)hwo);
-                col2im_add(dx + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi, ws, hwo, cg_in, s->h, s->w, s->k,
-                           s->stride, s->pad, s->ho, s->wo);
+                col2im_add(dx + ((int64_t)n * s->cin + (int64_t)g * cg_in) * hwi, ws, hwo, cg_in, s);
             }
         }
         return;
     }
-    int kk = s->cin * s->k * s->k;
+    int kk = s->cin * s->kh * s->kw;
     int chunk = nn_conv2d_chunk(s);
     /* When the columns outnumber the output channels, dW^T = col dY^T (M = kk) runs faster in OpenBLAS
      * than dW = dY col^T (M = cout): measured 145 vs 128 GFLOP/s on the cnn's 5x5 32->64 layer. It is
@@ -378,8 +398,7 @@ void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const fl
             dyc = tmp;
         }
         for (int j = 0; j < nb; j++)
-            im2col(col + j * hwo, ldc, x + (int64_t)(n0 + j) * s->cin * hwi, s->cin, s->h, s->w, s->k, s->stride,
-                   s->pad, s->ho, s->wo);
+            im2col(col + j * hwo, ldc, x + (int64_t)(n0 + j) * s->cin * hwi, s->cin, s);
         if (dwt)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kk, s->cout, (int)ldc, 1.0f, col, (int)ldc, dyc,
                         (int)ldc, 1.0f, dwt, s->cout);
@@ -391,8 +410,7 @@ void nn_conv2d_backward_act(float *dx, float *dw, float *db, float *dy, const fl
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kk, (int)ldc, s->cout, 1.0f, w, kk, dyc, (int)ldc, 0.0f,
                     col, (int)ldc);
         for (int j = 0; j < nb; j++)
-            col2im_add(dx + (int64_t)(n0 + j) * s->cin * hwi, col + j * hwo, ldc, s->cin, s->h, s->w, s->k,
-                       s->stride, s->pad, s->ho, s->wo);
+            col2im_add(dx + (int64_t)(n0 + j) * s->cin * hwi, col + j * hwo, ldc, s->cin, s);
     }
     if (dwt)
         for (int co = 0; co < s->cout; co++)
@@ -413,8 +431,9 @@ void nn_conv2d_backward(float *dx, float *dw, float *db, const float *dy, const 
 
 /* ============================== reference conv ============================== */
 
-void nn_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b, const NnConvShape *s)
+void nn_conv2d_forward_ref(float *y, const float *x, const float *w, const float *b, const NnConvShape *shape)
 {
+    const NnConvShape full = nn_conv_shape_full(shape), *s = &full;
     int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
     for (int n = 0; n < s->batch; n++)
         for (int co = 0; co < s->cout; co++) {
@@ -423,12 +442,13 @@ void nn_conv2d_forward_ref(float *y, const float *x, const float *w, const float
                 for (int ow = 0; ow < s->wo; ow++) {
                     double acc = b ? b[co] : 0.0;
                     for (int ci = 0; ci < cg_in; ci++)
-                        for (int i = 0; i < s->k; i++)
-                            for (int j = 0; j < s->k; j++) {
-                                int ih = oh * s->stride - s->pad + i, iw = ow * s->stride - s->pad + j;
+                        for (int i = 0; i < s->kh; i++)
+                            for (int j = 0; j < s->kw; j++) {
+                                int ih = oh * s->stride_h - s->pad_t + i * s->dil_h;
+                                int iw = ow * s->stride_w - s->pad_l + j * s->dil_w;
                                 if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
                                 acc += (double)x[(((int64_t)n * s->cin + g * cg_in + ci) * s->h + ih) * s->w + iw] *
-                                       w[(((int64_t)co * cg_in + ci) * s->k + i) * s->k + j];
+                                       w[(((int64_t)co * cg_in + ci) * s->kh + i) * s->kw + j];
                             }
                     y[(((int64_t)n * s->cout + co) * s->ho + oh) * s->wo + ow] = (float)acc;
                 }
@@ -436,8 +456,9 @@ void nn_conv2d_forward_ref(float *y, const float *x, const float *w, const float
 }
 
 void nn_conv2d_backward_ref(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
-                            const NnConvShape *s)
+                            const NnConvShape *shape)
 {
+    const NnConvShape full = nn_conv_shape_full(shape), *s = &full;
     int cg_in = s->cin / s->groups, cg_out = s->cout / s->groups;
     for (int n = 0; n < s->batch; n++)
         for (int co = 0; co < s->cout; co++) {
@@ -447,12 +468,13 @@ void nn_conv2d_backward_ref(float *dx, float *dw, float *db, const float *dy, co
                     float d = dy[(((int64_t)n * s->cout + co) * s->ho + oh) * s->wo + ow];
                     if (db) db[co] += d;
                     for (int ci = 0; ci < cg_in; ci++)
-                        for (int i = 0; i < s->k; i++)
-                            for (int j = 0; j < s->k; j++) {
-                                int ih = oh * s->stride - s->pad + i, iw = ow * s->stride - s->pad + j;
+                        for (int i = 0; i < s->kh; i++)
+                            for (int j = 0; j < s->kw; j++) {
+                                int ih = oh * s->stride_h - s->pad_t + i * s->dil_h;
+                                int iw = ow * s->stride_w - s->pad_l + j * s->dil_w;
                                 if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
                                 int64_t xi = (((int64_t)n * s->cin + g * cg_in + ci) * s->h + ih) * s->w + iw;
-                                int64_t wi = (((int64_t)co * cg_in + ci) * s->k + i) * s->k + j;
+                                int64_t wi = (((int64_t)co * cg_in + ci) * s->kh + i) * s->kw + j;
                                 dw[wi] += d * x[xi];
                                 if (dx) dx[xi] += d * w[wi];
                             }

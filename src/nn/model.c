@@ -69,6 +69,10 @@ static const char *op_prefix(NnOpType type)
     case NN_OP_DROPOUT: return "dropout";
     case NN_OP_ADD: return "add";
     case NN_OP_FLATTEN: return "flatten";
+    case NN_OP_MUL: return "mul";
+    case NN_OP_CONCAT: return "concat";
+    case NN_OP_SLICE: return "slice";
+    case NN_OP_SHUFFLE: return "shuffle";
     }
     return "layer";
 }
@@ -173,55 +177,124 @@ int nn_linear(NnModel *m, int in, int n_out, int bias, NnAct act)
     return l->out = add_tensor(m, (NnShape){n_out, 1, 1}, -1);
 }
 
-int nn_conv2d(NnModel *m, int in, int cout, int k, int stride, int pad, int groups, int bias, NnAct act)
+/* g: kh, kw, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r; k, stride and pad keep the first row's, which is
+ * all there is of the square calls */
+static void set_window(NnLayer *l, const int g[8])
+{
+    l->k = l->kh = g[0];
+    l->kw = g[1];
+    l->stride = l->stride_h = g[2];
+    l->stride_w = g[3];
+    l->pad = l->pad_t = g[4];
+    l->pad_l = g[5];
+    l->pad_b = g[6];
+    l->pad_r = g[7];
+}
+
+int nn_conv2d_ex(NnModel *m, int in, int cout, const NnConvSpec *spec, NnAct act)
 {
     NnLayer *l = add_layer(m, NN_OP_CONV2D, in, act);
     if (!l) return -1;
     int li = (int)(l - m->layers);
     NnShape s = tshape(m, in);
-    if (cout < 1 || k < 1 || stride < 1 || pad < 0 || groups < 1)
-        return build_fail(m, "%s: needs positive channels, kernel, stride and groups and pad >= 0 (got %d, %d, %d, %d, pad %d)",
-                          l->name, cout, k, stride, groups, pad);
-    if (s.c % groups || cout % groups)
+    const NnConvSpec c = *spec;
+    if (cout < 1 || c.kh < 1 || c.kw < 1 || c.stride_h < 1 || c.stride_w < 1 || c.dil_h < 1 || c.dil_w < 1 ||
+        c.groups < 1 || c.pad_t < 0 || c.pad_l < 0 || c.pad_b < 0 || c.pad_r < 0)
+        return build_fail(m, "%s: needs positive channels, kernel, stride, dilation and groups and pads >= 0 (got %d, "
+                          "%dx%d, %dx%d, %dx%d, %d, pads %d %d %d %d)", l->name, cout, c.kh, c.kw, c.stride_h,
+                          c.stride_w, c.dil_h, c.dil_w, c.groups, c.pad_t, c.pad_l, c.pad_b, c.pad_r);
+    if (act != NN_ACT_NONE && act != NN_ACT_RELU && act != NN_ACT_RELU6)
+        return build_fail(m, "%s: a conv fuses no activation but ReLU and ReLU6 (got %d): add an activation layer",
+                          l->name, (int)act);
+    if (s.c % c.groups || cout % c.groups)
         return build_fail(m, "%s: %d input and %d output channels are not divisible by %d groups", l->name, s.c, cout,
-                          groups);
-    int ho = nn_conv_out_size(s.h, k, stride, pad), wo = nn_conv_out_size(s.w, k, stride, pad);
-    if (s.h + 2 * pad < k || s.w + 2 * pad < k || ho < 1 || wo < 1)
-        return build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d kernel (stride %d, pad %d)", l->name, s.c,
-                          s.h, s.w, k, k, stride, pad);
+                          c.groups);
+    /* the dilated kernel's extent, and the output by the floor of every framework */
+    const int64_t ext_h = (int64_t)c.dil_h * (c.kh - 1) + 1, ext_w = (int64_t)c.dil_w * (c.kw - 1) + 1;
+    const int64_t span_h = (int64_t)s.h + c.pad_t + c.pad_b - ext_h, span_w = (int64_t)s.w + c.pad_l + c.pad_r - ext_w;
+    if (span_h < 0 || span_w < 0 || span_h / c.stride_h + 1 > NN_MAX_DIM || span_w / c.stride_w + 1 > NN_MAX_DIM)
+        return build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d kernel (stride %d, pad %d, dilation %d)",
+                          l->name, s.c, s.h, s.w, c.kh, c.kw, c.stride_h, c.pad_t, c.dil_h);
+    const int ho = (int)(span_h / c.stride_h) + 1, wo = (int)(span_w / c.stride_w) + 1;
     l->cin = s.c;
     l->cout = cout;
-    l->k = k;
-    l->stride = stride;
-    l->pad = pad;
-    l->groups = groups;
-    l->w_off = add_view(m, li, "weight", NN_ROLE_WEIGHT, 4, (int[]){cout, s.c / groups, k, k});
-    if (bias) l->b_off = add_view(m, li, "bias", NN_ROLE_BIAS, 1, (int[]){cout});
-    l->flops = 2LL * cout * ho * wo * (s.c / groups) * k * k;
+    set_window(l, (const int[]){c.kh, c.kw, c.stride_h, c.stride_w, c.pad_t, c.pad_l, c.pad_b, c.pad_r});
+    l->dil_h = c.dil_h;
+    l->dil_w = c.dil_w;
+    l->groups = c.groups;
+    l->w_off = add_view(m, li, "weight", NN_ROLE_WEIGHT, 4, (int[]){cout, s.c / c.groups, c.kh, c.kw});
+    if (c.bias) l->b_off = add_view(m, li, "bias", NN_ROLE_BIAS, 1, (int[]){cout});
+    l->flops = 2LL * cout * ho * wo * (s.c / c.groups) * c.kh * c.kw;
     return l->out = add_tensor(m, (NnShape){cout, ho, wo}, -1);
 }
 
-static int add_pool(NnModel *m, NnOpType type, int in, int k, int stride, int pad)
+int nn_conv2d(NnModel *m, int in, int cout, int k, int stride, int pad, int groups, int bias, NnAct act)
+{
+    const NnConvSpec spec = {k, k, stride, stride, pad, pad, pad, pad, 1, 1, groups, bias};
+    return nn_conv2d_ex(m, in, cout, &spec, act);
+}
+
+static int add_pool(NnModel *m, NnOpType type, int in, const NnPoolSpec *spec)
 {
     NnLayer *l = add_layer(m, type, in, NN_ACT_NONE);
     if (!l) return -1;
     NnShape s = tshape(m, in);
-    if (k < 1 || stride < 1 || pad < 0 || 2 * pad > k)
-        return build_fail(m, "%s: bad pooling kernel %d, stride %d, pad %d (pad must be at most half the kernel)",
-                          l->name, k, stride, pad);
-    int ho = nn_conv_out_size(s.h, k, stride, pad), wo = nn_conv_out_size(s.w, k, stride, pad);
-    if (s.h + 2 * pad < k || s.w + 2 * pad < k || ho < 1 || wo < 1)
+    const NnPoolSpec p = *spec;
+    /* a pad as wide as the window would make windows of padding alone */
+    if (p.kh < 1 || p.kw < 1 || p.stride_h < 1 || p.stride_w < 1 || p.pad_t < 0 || p.pad_l < 0 || p.pad_b < 0 ||
+        p.pad_r < 0 || p.pad_t >= p.kh || p.pad_b >= p.kh || p.pad_l >= p.kw || p.pad_r >= p.kw)
+        return build_fail(m, "%s: bad pooling window %dx%d, stride %dx%d, pads %d %d %d %d (each pad must be smaller "
+                          "than the window)", l->name, p.kh, p.kw, p.stride_h, p.stride_w, p.pad_t, p.pad_l, p.pad_b,
+                          p.pad_r);
+    int ho = nn_pool_out_size(s.h, p.kh, p.stride_h, p.pad_t, p.pad_b, p.ceil_mode);
+    int wo = nn_pool_out_size(s.w, p.kw, p.stride_w, p.pad_l, p.pad_r, p.ceil_mode);
+    if (ho < 1 || wo < 1)
         return build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d pool (stride %d)", l->name, s.c, s.h, s.w,
-                          k, k, stride);
-    l->k = k;
-    l->stride = stride;
-    l->pad = pad;
+                          p.kh, p.kw, p.stride_h);
+    set_window(l, (const int[]){p.kh, p.kw, p.stride_h, p.stride_w, p.pad_t, p.pad_l, p.pad_b, p.pad_r});
+    l->ceil_mode = (unsigned char)!!p.ceil_mode;
+    l->count_include_pad = (unsigned char)!!p.count_include_pad;
     l->cin = l->cout = s.c;
     return l->out = add_tensor(m, (NnShape){s.c, ho, wo}, -1);
 }
 
-int nn_maxpool(NnModel *m, int in, int k, int stride, int pad) { return add_pool(m, NN_OP_MAXPOOL, in, k, stride, pad); }
-int nn_avgpool(NnModel *m, int in, int k, int stride, int pad) { return add_pool(m, NN_OP_AVGPOOL, in, k, stride, pad); }
+/* the square calls: count_include_pad (the divisor is always k*k), floor */
+static int add_square_pool(NnModel *m, NnOpType type, int in, int k, int stride, int pad)
+{
+    if (m->status == FH_OK && (k < 1 || stride < 1 || pad < 0 || 2 * pad > k)) {
+        NnLayer *l = add_layer(m, type, in, NN_ACT_NONE);
+        if (!l) return -1;
+        return build_fail(m, "%s: bad pooling kernel %d, stride %d, pad %d (pad must be at most half the kernel)",
+                          l->name, k, stride, pad);
+    }
+    const NnPoolSpec spec = {k, k, stride, stride, pad, pad, pad, pad, 0, 1};
+    return add_pool(m, type, in, &spec);
+}
+
+int nn_maxpool_ex(NnModel *m, int in, const NnPoolSpec *spec) { return add_pool(m, NN_OP_MAXPOOL, in, spec); }
+int nn_avgpool_ex(NnModel *m, int in, const NnPoolSpec *spec) { return add_pool(m, NN_OP_AVGPOOL, in, spec); }
+
+/* a pool the square kernels compute (the general one otherwise): one window size, stride and pad, the floor's
+ * output size, and for averages a divisor of k*k */
+static int pool_general(const NnModel *m, const NnLayer *l)
+{
+    const NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
+    const int pads_equal = l->pad_t == l->pad_l && l->pad_t == l->pad_b && l->pad_t == l->pad_r;
+    return !(l->kh == l->kw && l->stride_h == l->stride_w && pads_equal && 2 * l->pad_t <= l->kh &&
+             so.h == nn_conv_out_size(si.h, l->kh, l->stride_h, l->pad_t) &&
+             so.w == nn_conv_out_size(si.w, l->kw, l->stride_w, l->pad_l) &&
+             (l->type == NN_OP_MAXPOOL || l->count_include_pad || l->pad_t == 0));
+}
+
+static NnPoolShape pool_shape(const NnModel *m, const NnLayer *l, int batch)
+{
+    const NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
+    return (NnPoolShape){batch * si.c, si.h, si.w, l->kh, l->kw, l->stride_h, l->stride_w, l->pad_t, l->pad_l,
+                         l->pad_b, l->pad_r, so.h, so.w, l->count_include_pad};
+}
+
+int nn_maxpool(NnModel *m, int in, int k, int stride, int pad) { return add_square_pool(m, NN_OP_MAXPOOL, in, k, stride, pad); }
+int nn_avgpool(NnModel *m, int in, int k, int stride, int pad) { return add_square_pool(m, NN_OP_AVGPOOL, in, k, stride, pad); }
 
 int nn_gap(NnModel *m, int in)
 {
@@ -279,17 +352,113 @@ int nn_dropout(NnModel *m, int in, float p)
     return l->out = add_tensor(m, tshape(m, in), -1);
 }
 
-int nn_add(NnModel *m, int a, int b, NnAct act)
+/* ADD and MUL: b of a's shape, or C x 1 x 1 (broadcast) */
+static int add_binary(NnModel *m, NnOpType type, int a, int b, NnAct act)
 {
-    NnLayer *l = add_layer(m, NN_OP_ADD, a, act);
+    NnLayer *l = add_layer(m, type, a, act);
     if (!l) return -1;
     if (b < 0 || b >= m->n_tensors) return build_fail(m, "%s: input tensor %d does not exist", l->name, b);
     NnShape sa = tshape(m, a), sb = tshape(m, b);
-    if (sa.c != sb.c || sa.h != sb.h || sa.w != sb.w)
-        return build_fail(m, "%s: shapes %dx%dx%d and %dx%dx%d differ", l->name, sa.c, sa.h, sa.w, sb.c, sb.h, sb.w);
+    if (sa.c != sb.c || ((sa.h != sb.h || sa.w != sb.w) && (sb.h != 1 || sb.w != 1)))
+        return build_fail(m, "%s: shapes %dx%dx%d and %dx%dx%d differ (the second may be %dx1x1)", l->name, sa.c, sa.h,
+                          sa.w, sb.c, sb.h, sb.w, sa.c);
     l->in2 = b;
+    if (type == NN_OP_MUL) l->cin = l->cout = sa.c;
     return l->out = add_tensor(m, sa, -1);
 }
+
+int nn_add(NnModel *m, int a, int b, NnAct act) { return add_binary(m, NN_OP_ADD, a, b, act); }
+int nn_mul(NnModel *m, int a, int b) { return add_binary(m, NN_OP_MUL, a, b, NN_ACT_NONE); }
+
+/* b broadcast over a's H x W (ADD, MUL) */
+static int broadcasts(const NnModel *m, const NnLayer *l)
+{
+    return l->in2 >= 0 && m->tensors[l->in2].size != m->tensors[l->in].size;
+}
+
+int nn_act_ex(NnModel *m, int in, NnActSpec spec)
+{
+    if (spec.act == NN_ACT_NONE || spec.act == NN_ACT_RELU || spec.act == NN_ACT_RELU6) return nn_act(m, in, spec.act);
+    NnLayer *l = add_layer(m, NN_OP_ACT, in, spec.act);
+    if (!l) return -1;
+    if (spec.act < NN_ACT_NONE || spec.act > NN_ACT_TANH)
+        return build_fail(m, "%s: unknown activation %d", l->name, (int)spec.act);
+    if (isnan(spec.a) || isnan(spec.b) || (spec.act == NN_ACT_CLIP && !(spec.a <= spec.b)) ||
+        ((spec.act == NN_ACT_LEAKY_RELU || spec.act == NN_ACT_HARDSIGMOID) && !isfinite(spec.a)) ||
+        (spec.act == NN_ACT_HARDSIGMOID && !isfinite(spec.b)))
+        return build_fail(m, "%s: bad activation parameters %g, %g (Clip needs min <= max; LeakyRelu and HardSigmoid "
+                          "finite ones)", l->name, (double)spec.a, (double)spec.b);
+    l->act_a = spec.a;
+    l->act_b = spec.b;
+    l->cin = l->cout = tshape(m, in).c;
+    return l->out = add_tensor(m, tshape(m, in), -1);
+}
+
+/* a standalone activation beyond ReLU / ReLU6: the layer computes it from its input (not read off the output),
+ * branch patterns included */
+static int own_act(const NnLayer *l)
+{
+    return l->type == NN_OP_ACT && l->act != NN_ACT_NONE && l->act != NN_ACT_RELU && l->act != NN_ACT_RELU6;
+}
+
+int nn_concat(NnModel *m, const int *ins, int n)
+{
+    NnLayer *l = add_layer(m, NN_OP_CONCAT, n >= 1 ? ins[0] : -1, NN_ACT_NONE);
+    if (!l) return -1;
+    NnShape s0 = tshape(m, ins[0]);
+    int c = 0;
+    for (int k = 0; k < n; k++) {
+        if (ins[k] < 0 || ins[k] >= m->n_tensors)
+            return build_fail(m, "%s: input %d: tensor %d does not exist", l->name, k, ins[k]);
+        NnShape s = tshape(m, ins[k]);
+        if (s.h != s0.h || s.w != s0.w)
+            return build_fail(m, "%s: input %d is %dx%dx%d, input 0 %dx%dx%d: the spatial sizes differ", l->name, k,
+                              s.c, s.h, s.w, s0.c, s0.h, s0.w);
+        if (c > (1 << 20) - s.c) return build_fail(m, "%s: too many channels", l->name);
+        c += s.c;
+    }
+    if (fh_calloc(&l->ins, (size_t)n, sizeof *l->ins, "concat inputs") ||
+        fh_calloc(&l->zero_ins, (size_t)n, 1, "concat inputs")) {
+        m->status = FH_ERR_IO;
+        return -1;
+    }
+    memcpy(l->ins, ins, sizeof *ins * (size_t)n);
+    l->n_ins = n;
+    l->cin = s0.c;
+    l->cout = c;
+    return l->out = add_tensor(m, (NnShape){c, s0.h, s0.w}, -1);
+}
+
+int nn_slice_channels(NnModel *m, int in, int start, int end)
+{
+    NnLayer *l = add_layer(m, NN_OP_SLICE, in, NN_ACT_NONE);
+    if (!l) return -1;
+    NnShape s = tshape(m, in);
+    if (start < 0 || end > s.c || start >= end)
+        return build_fail(m, "%s: channels [%d, %d) are not a non-empty range of the input's %d", l->name, start, end,
+                          s.c);
+    l->start = start;
+    l->end = end;
+    l->cin = s.c;
+    l->cout = end - start;
+    return l->out = add_tensor(m, (NnShape){end - start, s.h, s.w}, -1);
+}
+
+int nn_channel_shuffle(NnModel *m, int in, int groups)
+{
+    NnLayer *l = add_layer(m, NN_OP_SHUFFLE, in, NN_ACT_NONE);
+    if (!l) return -1;
+    NnShape s = tshape(m, in);
+    if (groups < 1 || s.c % groups)
+        return build_fail(m, "%s: %d channels are not divisible by %d groups", l->name, s.c, groups);
+    l->groups = groups;
+    l->cin = l->cout = s.c;
+    return l->out = add_tensor(m, s, -1);
+}
+
+/* a layer's inputs: in and in2, or a concat's list */
+static int n_inputs(const NnLayer *l) { return l->ins ? l->n_ins : 1 + (l->in2 >= 0); }
+static int input_of(const NnLayer *l, int k) { return l->ins ? l->ins[k] : k ? l->in2 : l->in; }
 
 int nn_flatten(NnModel *m, int in)
 {
@@ -310,7 +479,9 @@ static int view_by_offset(const void *a, const void *b)
 static NnConvShape conv_shape(const NnModel *m, const NnLayer *l, int batch)
 {
     NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
-    return (NnConvShape){batch, si.c, si.h, si.w, l->cout, l->k, l->stride, l->pad, l->groups, so.h, so.w};
+    return (NnConvShape){batch, si.c, si.h, si.w, l->cout, l->k, l->stride, l->pad, l->groups, so.h, so.w,
+                         l->kh, l->kw, l->stride_h, l->stride_w, l->pad_t, l->pad_l, l->pad_b, l->pad_r, l->dil_h,
+                         l->dil_w};
 }
 
 static int model_finalize(NnModel *m, int logits, int features, int classes);
@@ -373,9 +544,9 @@ static int data_read_by_backward(const NnModel *m, int t)
     for (int i = 0; i < m->n_layers; i++) {
         const NnLayer *l = &m->layers[i];
         if (l->type == NN_OP_FLATTEN) continue;
-        if (root_of(m, l->out) == t && l->act != NN_ACT_NONE) return 1;
+        if (root_of(m, l->out) == t && l->act != NN_ACT_NONE && !own_act(l)) return 1;
         const int needs_x = l->type == NN_OP_LINEAR || l->type == NN_OP_CONV2D || l->type == NN_OP_BATCHNORM ||
-                            l->type == NN_OP_GROUPNORM;
+                            l->type == NN_OP_GROUPNORM || l->type == NN_OP_MUL || own_act(l);
         if (needs_x && (root_of(m, l->in) == t || (l->in2 >= 0 && root_of(m, l->in2) == t))) return 1;
     }
     return 0;
@@ -402,11 +573,13 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
     for (int i = 0; i < L; i++) {
         NnLayer *l = &m->layers[i];
         l->zero_in = l->zero_in2 = 0;
+        if (l->zero_ins) memset(l->zero_ins, 0, (size_t)l->n_ins);
         if (l->type == NN_OP_FLATTEN) continue; /* a view: its gradient is its input's */
         last[root_of(m, l->out)] = L - 1 - i;
-        const int ins[2] = { l->in, l->in2 };
-        for (int k = 0; k < 2; k++)
-            if (ins[k] >= 0 && L - 1 - i < first[root_of(m, ins[k])]) first[root_of(m, ins[k])] = L - 1 - i;
+        for (int k = 0; k < n_inputs(l); k++) {
+            const int r = root_of(m, input_of(l, k));
+            if (L - 1 - i < first[r]) first[r] = L - 1 - i;
+        }
     }
     first[root_of(m, m->logits)] = first[root_of(m, m->features)] = -1;
     int n_ids = 0;
@@ -417,8 +590,13 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
         m->tensors[t].grad_from_start = first[t] < 0;
         if (first[t] >= 0) {
             NnLayer *w = &m->layers[L - 1 - first[t]];
-            if (root_of(m, w->in) == t) w->zero_in = 1;
-            else w->zero_in2 = 1;
+            if (w->ins) {
+                for (int k = 0; k < w->n_ins; k++) w->zero_ins[k] |= root_of(m, w->ins[k]) == t;
+            } else if (root_of(m, w->in) == t) {
+                w->zero_in = 1;
+            } else {
+                w->zero_in2 = 1;
+            }
         }
         ids[n_ids++] = t;
     }
@@ -430,9 +608,8 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
     for (int i = 0; i < L; i++) {
         const NnLayer *l = &m->layers[i];
         if (l->type != NN_OP_FLATTEN) first[root_of(m, l->out)] = last[root_of(m, l->out)] = i;
-        const int ins[2] = { l->in, l->in2 };
-        for (int k = 0; k < 2; k++)
-            if (ins[k] >= 0 && i > last[root_of(m, ins[k])]) last[root_of(m, ins[k])] = i;
+        for (int k = 0; k < n_inputs(l); k++)
+            if (i > last[root_of(m, input_of(l, k))]) last[root_of(m, input_of(l, k))] = i;
     }
     n_ids = 0;
     for (int t = 0; t < n; t++) {
@@ -457,11 +634,12 @@ out:
  * writes it (its channels a multiple of the block), or a layout-keeping layer makes it from blocked inputs,
  * and every reader takes it: then only the convs at the boundaries reorder (the first conv's input, a conv
  * that feeds a pool). The layouts depend on the shapes and the CPU alone, never on the data or the ranks. */
-static int keeps_layout(const NnLayer *l, int block)
+static int keeps_layout(const NnModel *m, const NnLayer *l, int block)
 {
     if (l->type == NN_OP_GROUPNORM) return (l->cin / l->groups) % block == 0; /* a block within one group */
-    return l->type == NN_OP_BATCHNORM || l->type == NN_OP_ACT || l->type == NN_OP_ADD || l->type == NN_OP_DROPOUT ||
-           l->type == NN_OP_MAXPOOL;
+    if (l->type == NN_OP_ADD) return !broadcasts(m, l);
+    if (l->type == NN_OP_MAXPOOL) return !pool_general(m, l);
+    return l->type == NN_OP_BATCHNORM || l->type == NN_OP_ACT || l->type == NN_OP_DROPOUT;
 }
 
 static int on_onednn(const NnModel *m, const NnLayer *l)
@@ -471,7 +649,7 @@ static int on_onednn(const NnModel *m, const NnLayer *l)
 
 static int reads_blocks(const NnModel *m, const NnLayer *l, int block)
 {
-    return on_onednn(m, l) || keeps_layout(l, block) || l->type == NN_OP_GAP;
+    return on_onednn(m, l) || keeps_layout(m, l, block) || l->type == NN_OP_GAP;
 }
 
 static void plan_layouts(NnModel *m)
@@ -483,7 +661,7 @@ static void plan_layouts(NnModel *m)
         const NnLayer *l = &m->layers[i];
         NnTensor *out = &m->tensors[l->out];
         if (on_onednn(m, l)) out->block = out->shape.c % block == 0 ? block : 0;
-        else if (keeps_layout(l, block))
+        else if (keeps_layout(m, l, block))
             out->block = m->tensors[l->in].block && (l->in2 < 0 || m->tensors[l->in2].block) ? block : 0;
     }
     m->tensors[root_of(m, m->logits)].block = m->tensors[root_of(m, m->features)].block = 0;
@@ -496,11 +674,15 @@ static void plan_layouts(NnModel *m)
             NnTensor *in = &m->tensors[l->in], *in2 = l->in2 >= 0 ? &m->tensors[l->in2] : NULL;
             NnTensor *out = &m->tensors[l->out];
             const int all_blocked = in->block && out->block && (!in2 || in2->block);
-            if (reads_blocks(m, l, block) && (!keeps_layout(l, block) || all_blocked)) continue;
-            const int any_blocked = in->block || (in2 && in2->block) || (keeps_layout(l, block) && out->block);
+            if (reads_blocks(m, l, block) && (!keeps_layout(m, l, block) || all_blocked)) continue;
+            int any_blocked = in->block || (in2 && in2->block) || (keeps_layout(m, l, block) && out->block);
             in->block = 0;
             if (in2) in2->block = 0;
-            if (keeps_layout(l, block)) out->block = 0;
+            for (int k = 1; l->ins && k < l->n_ins; k++) { /* a concat's others */
+                any_blocked |= m->tensors[l->ins[k]].block;
+                m->tensors[l->ins[k]].block = 0;
+            }
+            if (keeps_layout(m, l, block)) out->block = 0;
             changed |= any_blocked;
         }
     }
@@ -706,6 +888,8 @@ void nn_model_free(NnModel *m)
         fh_free(&m->layers[i].mask);
         fh_free(&m->layers[i].act_pattern);
         fh_free(&m->layers[i].pool_pattern);
+        fh_free(&m->layers[i].ins);
+        fh_free(&m->layers[i].zero_ins);
         nn_onednn_conv_free(&m->layers[i].onednn);
         nn_onednn_layer_free(&m->layers[i].onednn_train);
     }
@@ -724,7 +908,7 @@ void nn_model_free(NnModel *m)
 static int fan_in(const NnLayer *l)
 {
     if (l->type == NN_OP_LINEAR) return l->cin;
-    return (l->cin / l->groups) * l->k * l->k;
+    return (l->cin / l->groups) * l->kh * l->kw;
 }
 
 void nn_model_init_params(NnModel *m, uint64_t seed)
@@ -905,7 +1089,10 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
                 maxpool_replay(y, l->argmax, l->pool_pattern, x, batch * si.c / lanes, si.h * si.w * lanes,
                                so.h * so.w * lanes);
             } else {
-                if (block)
+                const NnPoolShape ps = pool_shape(m, l, batch);
+                if (pool_general(m, l))
+                    nn_maxpool_ex_forward(y, l->argmax, x, &ps);
+                else if (block)
                     nn_maxpool_forward_blocked(y, l->argmax, x, batch, si.c, si.h, si.w, l->k, l->stride, l->pad, so.h,
                                                so.w, block);
                 else
@@ -915,7 +1102,12 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
             }
             break;
         case NN_OP_AVGPOOL:
-            nn_avgpool_forward(y, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+            if (pool_general(m, l)) {
+                const NnPoolShape ps = pool_shape(m, l, batch);
+                nn_avgpool_ex_forward(y, x, &ps);
+            } else {
+                nn_avgpool_forward(y, x, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+            }
             break;
         case NN_OP_GAP:
             if (block) nn_gap_forward_blocked(y, x, batch, si.c, si.h * si.w, block);
@@ -939,21 +1131,49 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
             nn_groupnorm_forward(y, l->save_mean, l->save_invstd, x, param(m, l->w_off), param(m, l->b_off), batch,
                                  si.c, si.h * si.w, l->groups, l->eps, block);
             break;
-        case NN_OP_ACT: memcpy(y, x, sizeof(float) * (size_t)n_out); break;
+        case NN_OP_ACT:
+            if (own_act(l)) {
+                const NnActSpec spec = {l->act, l->act_a, l->act_b};
+                nn_act_ex_forward(y, m->pattern == NN_PATTERN_RECORD ? l->act_pattern : NULL, x, n_out, spec,
+                                  replay ? l->act_pattern : NULL);
+            } else {
+                memcpy(y, x, sizeof(float) * (size_t)n_out);
+            }
+            break;
         case NN_OP_DROPOUT:
             if (m->training && l->p > 0.0f) dropout_forward(m, l, y, x, n_out);
             else memcpy(y, x, sizeof(float) * (size_t)n_out);
             break;
         case NN_OP_ADD: {
             const float *x2 = tdata(m, l->in2);
-            NN_PARALLEL_FOR(n_out, for (int64_t j = 0; j < n_out; j++) y[j] = x[j] + x2[j];);
+            if (broadcasts(m, l))
+                nn_add_bcast_forward(y, x, x2, batch, si.c, (int64_t)si.h * si.w);
+            else
+                NN_PARALLEL_FOR(n_out, for (int64_t j = 0; j < n_out; j++) y[j] = x[j] + x2[j];);
             break;
         }
+        case NN_OP_MUL:
+            nn_mul_forward(y, x, tdata(m, l->in2), batch, si.c, (int64_t)si.h * si.w,
+                           broadcasts(m, l) ? 1 : (int64_t)si.h * si.w);
+            break;
+        case NN_OP_CONCAT:
+            for (int k = 0, c0 = 0; k < l->n_ins; k++) {
+                const NnShape sk = m->tensors[l->ins[k]].shape;
+                nn_channels_copy(y, so.c, c0, tdata(m, l->ins[k]), sk.c, 0, sk.c, batch, (int64_t)sk.h * sk.w, 0);
+                c0 += sk.c;
+            }
+            break;
+        case NN_OP_SLICE:
+            nn_channels_copy(y, so.c, 0, x, si.c, l->start, so.c, batch, (int64_t)si.h * si.w, 0);
+            break;
+        case NN_OP_SHUFFLE: nn_shuffle_forward(y, x, batch, si.c, l->groups, (int64_t)si.h * si.w); break;
         case NN_OP_FLATTEN: break;
         }
-        if (replay && use_pattern) pattern_forward(y, l->act_pattern, n_out);
-        else if (!continue_without_act) nn_act_forward(y, n_out, l->act);
-        if (m->pattern == NN_PATTERN_RECORD && use_pattern) pattern_record(l->act_pattern, y, n_out, l->act);
+        if (!own_act(l)) { /* an own activation's kernel applied it, and recorded or replayed its pattern */
+            if (replay && use_pattern) pattern_forward(y, l->act_pattern, n_out);
+            else if (!continue_without_act) nn_act_forward(y, n_out, l->act);
+            if (m->pattern == NN_PATTERN_RECORD && use_pattern) pattern_record(l->act_pattern, y, n_out, l->act);
+        }
         if (m->profile) l->seconds_forward += fh_time_now() - t0;
     }
     return FH_OK;
@@ -1023,8 +1243,12 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         const int fused_mask = l->type == NN_OP_CONV2D ||
                                (l->type == NN_OP_BATCHNORM && m->training && (!l->onednn_ran || l->act == NN_ACT_RELU));
         const int replay = m->pattern == NN_PATTERN_REPLAY && l->act != NN_ACT_NONE;
-        if (replay) pattern_backward(dy, l->act_pattern, n_out);
-        else if (!fused_mask) nn_act_backward(dy, y, n_out, l->act);
+        if (own_act(l)) { /* its case below: f'(x) from the input, or the replayed pieces */
+        } else if (replay) {
+            pattern_backward(dy, l->act_pattern, n_out);
+        } else if (!fused_mask) {
+            nn_act_backward(dy, y, n_out, l->act);
+        }
         switch (l->type) {
         case NN_OP_LINEAR:
             nn_linear_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), batch, l->cin,
@@ -1055,7 +1279,12 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             }
             break;
         case NN_OP_AVGPOOL:
-            if (dx) nn_avgpool_backward(dx, dy, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+            if (dx && pool_general(m, l)) {
+                const NnPoolShape ps = pool_shape(m, l, batch);
+                nn_avgpool_ex_backward(dx, dy, &ps);
+            } else if (dx) {
+                nn_avgpool_backward(dx, dy, batch * si.c, si.h, si.w, l->k, l->stride, l->pad, so.h, so.w);
+            }
             break;
         case NN_OP_GAP:
             if (dx && block) nn_gap_backward_blocked(dx, dy, batch, si.c, si.h * si.w, block);
@@ -1080,7 +1309,10 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
                                   l->save_invstd, batch, si.c, si.h * si.w, l->groups, block, l->zero_in);
             break;
         case NN_OP_ACT:
-            if (dx) {
+            if (dx && own_act(l)) {
+                const NnActSpec spec = {l->act, l->act_a, l->act_b};
+                nn_act_ex_backward(dx, dy, x, n_out, spec, replay ? l->act_pattern : NULL);
+            } else if (dx) {
                 /* the mask was applied to dy above (l->act is the layer's own activation) */
                 nn_vec_axpy(dx, 1.0f, dy, n_out);
             }
@@ -1095,11 +1327,38 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             }
             break;
         case NN_OP_ADD: {
-            if (dx) nn_vec_axpy(dx, 1.0f, dy, n_out);
             float *dx2 = (is_input(m, l->in2) && !m->need_input_grad) ? NULL : tgrad(m, l->in2);
+            if (broadcasts(m, l)) {
+                nn_add_bcast_backward(dx, dx2, dy, batch, si.c, (int64_t)si.h * si.w);
+                break;
+            }
+            if (dx) nn_vec_axpy(dx, 1.0f, dy, n_out);
             if (dx2) nn_vec_axpy(dx2, 1.0f, dy, n_out);
             break;
         }
+        case NN_OP_MUL: {
+            float *dx2 = (is_input(m, l->in2) && !m->need_input_grad) ? NULL : tgrad(m, l->in2);
+            nn_mul_backward(dx, dx2, dy, x, tdata(m, l->in2), batch, si.c, (int64_t)si.h * si.w,
+                            broadcasts(m, l) ? 1 : (int64_t)si.h * si.w);
+            break;
+        }
+        case NN_OP_CONCAT:
+            for (int k = 0; k < l->n_ins; k++) /* every first write zeroed before any input adds (an input twice) */
+                if (l->zero_ins[k])
+                    memset(tgrad(m, l->ins[k]), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->ins[k]].size);
+            for (int k = 0, c0 = 0; k < l->n_ins; k++) {
+                const NnShape sk = m->tensors[l->ins[k]].shape;
+                if (!is_input(m, l->ins[k]) || m->need_input_grad)
+                    nn_channels_copy(tgrad(m, l->ins[k]), sk.c, 0, dy, so.c, c0, sk.c, batch, (int64_t)sk.h * sk.w, 1);
+                c0 += sk.c;
+            }
+            break;
+        case NN_OP_SLICE:
+            if (dx) nn_channels_copy(dx, si.c, l->start, dy, so.c, 0, so.c, batch, (int64_t)si.h * si.w, 1);
+            break;
+        case NN_OP_SHUFFLE:
+            if (dx) nn_shuffle_backward(dx, dy, batch, si.c, l->groups, (int64_t)si.h * si.w);
+            break;
         case NN_OP_FLATTEN: break;
         }
         if (m->profile) l->seconds_backward += fh_time_now() - t0;

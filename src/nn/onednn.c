@@ -269,23 +269,32 @@ static const dnnl_memory_desc_t *md_of(const ConvEntry *e, int prim, dnnl_query_
  * CONV_RTOL of the reference, tests/unit/conv_check.h). */
 static int winograd_pays(const NnConvShape *s)
 {
-    return s->k == 3 && s->stride == 1 && s->groups == 1 && s->cin >= 16 && s->cout >= 16 && s->ho >= 4 &&
-           s->wo >= 4;
+    return s->kh == 3 && s->kw == 3 && s->stride_h == 1 && s->stride_w == 1 && s->dil_h == 1 && s->dil_w == 1 &&
+           s->groups == 1 && s->cin >= 16 && s->cout >= 16 && s->ho >= 4 && s->wo >= 4;
 }
 
-/* symmetric padding: oneDNN checks ho = (h + 2 pad - k) / stride + 1 with the same floor as the engine */
+/* oneDNN checks ho = (h + pad_t + pad_b - dil_h (kh - 1) - 1) / stride_h + 1 with the same floor as the engine;
+ * its dilations count the gaps (dil - 1). Undilated convs take the undilated calls, as before dilations. */
 static dnnl_status_t conv_desc_init(dnnl_convolution_desc_t *d, int pass, dnnl_alg_kind_t alg,
                                     const dnnl_memory_desc_t *x, const dnnl_memory_desc_t *w,
                                     const dnnl_memory_desc_t *b, const dnnl_memory_desc_t *y, const NnConvShape *s)
 {
-    const dnnl_dims_t strides = { s->stride, s->stride }, pad = { s->pad, s->pad };
+    const dnnl_dims_t strides = { s->stride_h, s->stride_w }, pad_l = { s->pad_t, s->pad_l },
+                      pad_r = { s->pad_b, s->pad_r }, dil = { s->dil_h - 1, s->dil_w - 1 };
+    const int dilated = s->dil_h > 1 || s->dil_w > 1;
     switch (pass) {
     case FWD:
-        return dnnl_convolution_forward_desc_init(d, dnnl_forward_training, alg, x, w, b, y, strides, pad, pad);
+        return dilated ? dnnl_dilated_convolution_forward_desc_init(d, dnnl_forward_training, alg, x, w, b, y, strides,
+                                                                     dil, pad_l, pad_r)
+                       : dnnl_convolution_forward_desc_init(d, dnnl_forward_training, alg, x, w, b, y, strides, pad_l,
+                                                            pad_r);
     case BWD_DATA:
-        return dnnl_convolution_backward_data_desc_init(d, alg, x, w, y, strides, pad, pad);
+        return dilated ? dnnl_dilated_convolution_backward_data_desc_init(d, alg, x, w, y, strides, dil, pad_l, pad_r)
+                       : dnnl_convolution_backward_data_desc_init(d, alg, x, w, y, strides, pad_l, pad_r);
     default:
-        return dnnl_convolution_backward_weights_desc_init(d, alg, x, w, b, y, strides, pad, pad);
+        return dilated ? dnnl_dilated_convolution_backward_weights_desc_init(d, alg, x, w, b, y, strides, dil, pad_l,
+                                                                              pad_r)
+                       : dnnl_convolution_backward_weights_desc_init(d, alg, x, w, b, y, strides, pad_l, pad_r);
     }
 }
 
@@ -302,7 +311,7 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
     dnnl_memory_desc_t x, y, w, b, x_any, y_any, w_any;
     const dnnl_dims_t xd = { batch, s->cin, s->h, s->w }, yd = { batch, s->cout, s->ho, s->wo }, bd = { s->cout };
     /* OIHW with groups is goihw: each group's output channels are consecutive */
-    const dnnl_dims_t wd1 = { s->cout, s->cin, s->k, s->k }, wdg = { g, s->cout / g, s->cin / g, s->k, s->k };
+    const dnnl_dims_t wd1 = { s->cout, s->cin, s->kh, s->kw }, wdg = { g, s->cout / g, s->cin / g, s->kh, s->kw };
     const int wn = g > 1 ? 5 : 4;
     const dnnl_dim_t *wd = g > 1 ? wdg : wd1;
     int failed = -1; /* the primitive oneDNN could not create */
@@ -357,10 +366,11 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
     if (st == dnnl_success) return FH_OK;
     entry_free(e);
     FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_IO : FH_ERR_USAGE,
-            "%s: oneDNN cannot %s the convolution %s of a %dx%dx%dx%d input to %d channels (kernel %d, stride %d, "
-            "pad %d, groups %d%s): %s; train.backend = blas runs it", c->name, failed >= 0 ? "create" : "set up",
-            failed >= 0 ? prim_names[failed] : "arguments", batch, s->cin, s->h, s->w, s->cout, s->k, s->stride,
-            s->pad, s->groups, c->bias ? ", bias" : "", dnnl_status2str(st));
+            "%s: oneDNN cannot %s the convolution %s of a %dx%dx%dx%d input to %d channels (kernel %dx%d, stride "
+            "%dx%d, pads %d %d %d %d, dilation %dx%d, groups %d%s): %s; train.backend = blas runs it", c->name,
+            failed >= 0 ? "create" : "set up", failed >= 0 ? prim_names[failed] : "arguments", batch, s->cin, s->h,
+            s->w, s->cout, s->kh, s->kw, s->stride_h, s->stride_w, s->pad_t, s->pad_l, s->pad_b, s->pad_r, s->dil_h,
+            s->dil_w, s->groups, c->bias ? ", bias" : "", dnnl_status2str(st));
 }
 
 int nn_onednn_conv_create(NnOnednnConv **out, NnOnednn *ctx, const NnConvShape *s, int bias, int x_block,
@@ -369,7 +379,7 @@ int nn_onednn_conv_create(NnOnednnConv **out, NnOnednn *ctx, const NnConvShape *
     NnOnednnConv *c = NULL;
     FH_CHECK(fh_calloc(&c, 1, sizeof *c, "oneDNN convolution"));
     c->ctx = ctx;
-    c->shape = *s;
+    c->shape = nn_conv_shape_full(s);
     c->bias = bias;
     c->x_block = x_block;
     c->y_block = y_block;

@@ -42,7 +42,7 @@ static inline NnConvShape conv_spec_shape(const ConvSpec *cs, int batch)
 {
     return (NnConvShape){batch, cs->cin, cs->h, cs->w, cs->cout, cs->k, cs->stride, cs->pad, cs->groups,
                          nn_conv_out_size(cs->h, cs->k, cs->stride, cs->pad),
-                         nn_conv_out_size(cs->w, cs->k, cs->stride, cs->pad)};
+                         nn_conv_out_size(cs->w, cs->k, cs->stride, cs->pad), .kh = 0 /* square */};
 }
 
 /* A backend under test: the contract of nn_conv2d_forward_act / nn_conv2d_backward_act (s->batch: the call's) */

@@ -155,7 +155,7 @@ static int pick_multi_chunk(ConvSpec *cs, int extra)
     for (int cin = 1; cin <= 4096; cin *= 2) {
         NnConvShape s = {1 << 20, cin, cs->h, cs->w, cs->cout, cs->k, cs->stride, cs->pad, 1,
                          nn_conv_out_size(cs->h, cs->k, cs->stride, cs->pad),
-                         nn_conv_out_size(cs->w, cs->k, cs->stride, cs->pad)};
+                         nn_conv_out_size(cs->w, cs->k, cs->stride, cs->pad), .kh = 0 /* square */};
         int chunk = nn_conv2d_chunk(&s);
         if (chunk <= 12) {
             cs->cin = cin;
