@@ -152,7 +152,7 @@ static void attr_float(Ex *e, Onnx__NodeProto *n, const char *name, float v)
     a->f = v;
 }
 
-static void attr_ints(Ex *e, Onnx__NodeProto *n, const char *name, int count, int64_t v)
+static void attr_list(Ex *e, Onnx__NodeProto *n, const char *name, int count, const int64_t *v)
 {
     Onnx__AttributeProto *a = ex_attr(e, n, name);
     if (!a) return;
@@ -160,15 +160,15 @@ static void attr_ints(Ex *e, Onnx__NodeProto *n, const char *name, int count, in
     a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
     a->n_ints = (size_t)count;
     a->ints = ex_alloc(e, (size_t)count * sizeof *a->ints);
-    for (int k = 0; a->ints && k < count; k++) a->ints[k] = v;
+    for (int k = 0; a->ints && k < count; k++) a->ints[k] = v[k];
 }
 
 /* the geometry of a conv or pool layer */
 static void attr_geometry(Ex *e, Onnx__NodeProto *n, const NnLayer *l)
 {
-    attr_ints(e, n, "kernel_shape", 2, l->k);
-    attr_ints(e, n, "strides", 2, l->stride);
-    attr_ints(e, n, "pads", 4, l->pad);
+    attr_list(e, n, "kernel_shape", 2, (int64_t[]){ l->kh, l->kw });
+    attr_list(e, n, "strides", 2, (int64_t[]){ l->stride_h, l->stride_w });
+    attr_list(e, n, "pads", 4, (int64_t[]){ l->pad_t, l->pad_l, l->pad_b, l->pad_r });
 }
 
 static const float *view_data(const NnModel *m, const float *state, int layer, const char *suffix, int64_t *dims,
@@ -201,6 +201,43 @@ static void tname(const NnModel *m, int t, char *out, size_t size)
     else snprintf(out, size, "t%d", t);
 }
 
+/* a standalone activation beyond ReLU / ReLU6 */
+static int export_act(Ex *e, const NnLayer *l, const char *in, const char *out)
+{
+    Onnx__NodeProto *n = NULL;
+    char nm[96];
+    switch (l->act) {
+    case NN_ACT_LEAKY_RELU:
+        n = ex_node(e, "LeakyRelu", l->name, 1, (const char *[]){ in }, out);
+        attr_float(e, n, "alpha", l->act_a);
+        break;
+    case NN_ACT_CLIP: {
+        char lo[64], hi[64];
+        snprintf(lo, sizeof lo, "%s.clip_min", l->name);
+        snprintf(hi, sizeof hi, "%s.clip_max", l->name);
+        const char *ins[3] = { in, ex_init(e, lo, &l->act_a, 0, NULL), ex_init(e, hi, &l->act_b, 0, NULL) };
+        n = ex_node(e, "Clip", l->name, 3, ins, out);
+        break;
+    }
+    case NN_ACT_SIGMOID: n = ex_node(e, "Sigmoid", l->name, 1, (const char *[]){ in }, out); break;
+    case NN_ACT_TANH: n = ex_node(e, "Tanh", l->name, 1, (const char *[]){ in }, out); break;
+    case NN_ACT_HARDSWISH: n = ex_node(e, "HardSwish", l->name, 1, (const char *[]){ in }, out); break;
+    case NN_ACT_HARDSIGMOID:
+        n = ex_node(e, "HardSigmoid", l->name, 1, (const char *[]){ in }, out);
+        attr_float(e, n, "alpha", l->act_a);
+        attr_float(e, n, "beta", l->act_b);
+        break;
+    case NN_ACT_SILU: /* x * sigmoid(x), as PyTorch exports it */
+        snprintf(nm, sizeof nm, "%s_sigmoid", out);
+        ex_node(e, "Sigmoid", nm, 1, (const char *[]){ in }, nm);
+        n = ex_node(e, "Mul", l->name, 2, (const char *[]){ in, nm }, out);
+        break;
+    default:
+        FH_FAIL(FH_ERR_USAGE, "layer %s: its activation has no ONNX export", l->name);
+    }
+    return !n || e->oom ? FH_ERR_IO : FH_OK;
+}
+
 static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
 {
     const NnLayer *l = &m->layers[li];
@@ -223,7 +260,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         const char *ins[3] = { in, param(e, m, state, li, "weight"), b };
         n = ex_node(e, "Conv", l->name, b ? 3 : 2, ins, y);
         attr_geometry(e, n, l);
-        attr_ints(e, n, "dilations", 2, 1);
+        attr_list(e, n, "dilations", 2, (int64_t[]){ l->dil_h, l->dil_w });
         attr_int(e, n, "group", l->groups);
         break;
     }
@@ -232,7 +269,8 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         const char *ins[1] = { in };
         n = ex_node(e, l->type == NN_OP_MAXPOOL ? "MaxPool" : "AveragePool", l->name, 1, ins, y);
         attr_geometry(e, n, l);
-        if (l->type == NN_OP_AVGPOOL) attr_int(e, n, "count_include_pad", 1); /* the engine divides by k * k */
+        attr_int(e, n, "ceil_mode", l->ceil_mode);
+        if (l->type == NN_OP_AVGPOOL) attr_int(e, n, "count_include_pad", l->count_include_pad);
         break;
     }
     case NN_OP_GAP: {
@@ -289,9 +327,55 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         break;
     }
     case NN_OP_ACT:
-        y = in; /* only the activation node below */
-        n = (Onnx__NodeProto *)1;
+        if (l->act == NN_ACT_RELU || l->act == NN_ACT_RELU6) { /* only the activation node below */
+            y = in;
+            n = (Onnx__NodeProto *)1;
+            break;
+        }
+        return export_act(e, l, in, out);
+    case NN_OP_MUL: {
+        tname(m, l->in2, in2, sizeof in2);
+        n = ex_node(e, "Mul", l->name, 2, (const char *[]){ in, in2 }, y);
         break;
+    }
+    case NN_OP_CONCAT: {
+        const char **ins = ex_alloc(e, (size_t)l->n_ins * sizeof *ins);
+        char (*names)[32] = ex_alloc(e, (size_t)l->n_ins * sizeof *names);
+        if (!ins || !names) return FH_ERR_IO;
+        for (int k = 0; k < l->n_ins; k++) {
+            tname(m, l->ins[k], names[k], sizeof names[k]);
+            ins[k] = names[k];
+        }
+        n = ex_node(e, "Concat", l->name, l->n_ins, ins, y);
+        attr_int(e, n, "axis", 1);
+        break;
+    }
+    case NN_OP_SLICE: {
+        char nm[96];
+        snprintf(nm, sizeof nm, "%s.starts", l->name);
+        const char *st = ex_init_ints(e, nm, 1, (int64_t[]){ l->start });
+        snprintf(nm, sizeof nm, "%s.ends", l->name);
+        const char *en = ex_init_ints(e, nm, 1, (int64_t[]){ l->end });
+        snprintf(nm, sizeof nm, "%s.axes", l->name);
+        const char *ax = ex_init_ints(e, nm, 1, (int64_t[]){ 1 });
+        n = ex_node(e, "Slice", l->name, 4, (const char *[]){ in, st, en, ax }, y);
+        break;
+    }
+    case NN_OP_SHUFFLE: { /* Reshape to N x g x C/g x H x W, swap the two channel axes, Reshape back */
+        const NnShape s = m->tensors[l->in].shape;
+        char nm[96], a[112], c[112];
+        snprintf(nm, sizeof nm, "%s.split_shape", l->name);
+        const char *sh1 = ex_init_ints(e, nm, 5, (int64_t[]){ 0, l->groups, s.c / l->groups, s.h, s.w });
+        snprintf(nm, sizeof nm, "%s.back_shape", l->name);
+        const char *sh2 = ex_init_ints(e, nm, 4, (int64_t[]){ -1, s.c, s.h, s.w });
+        snprintf(a, sizeof a, "%s_split", pre);
+        snprintf(c, sizeof c, "%s_swapped", pre);
+        ex_node(e, "Reshape", a, 2, (const char *[]){ in, sh1 }, a);
+        Onnx__NodeProto *tr = ex_node(e, "Transpose", c, 1, (const char *[]){ a }, c);
+        attr_list(e, tr, "perm", 5, (int64_t[]){ 0, 2, 1, 3, 4 });
+        n = ex_node(e, "Reshape", l->name, 2, (const char *[]){ c, sh2 }, y);
+        break;
+    }
     case NN_OP_DROPOUT: { /* an inference graph: dropout is the identity */
         const char *ins[1] = { in };
         n = ex_node(e, "Identity", l->name, 1, ins, y);

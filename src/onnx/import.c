@@ -20,8 +20,9 @@
 
 static const char *supported[] = {
     "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Constant", "Conv", "Div", "Dropout",
-    "Flatten", "Gather", "Gemm", "GlobalAveragePool", "Identity", "InstanceNormalization", "MatMul", "MaxPool",
-    "Mul", "ReduceMean", "Relu", "Reshape", "Shape", "Squeeze", "Sub", "Unsqueeze",
+    "Flatten", "Gather", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
+    "LeakyRelu", "MatMul", "MaxPool", "Mul", "ReduceMean", "Relu", "Reshape", "Shape", "Sigmoid", "Slice", "Split",
+    "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze",
 };
 
 const char *onnx_supported_ops(void)
@@ -51,7 +52,7 @@ typedef struct {
     int init;     /* index of the initializer it is, -1 */
 } Const;
 
-enum { V_NONE = 0, V_CONST, V_TENSOR, V_GN_SPLIT, V_GN_NORMED, V_GN_BACK, V_GN_SCALED };
+enum { V_NONE = 0, V_CONST, V_TENSOR, V_GN_SPLIT, V_GN_NORMED, V_GN_BACK, V_GN_SCALED, V_SHUF_SPLIT, V_SHUF_SWAPPED };
 
 typedef struct {
     const char *name;
@@ -709,6 +710,20 @@ static int fold(Bld *b, int *done)
                     else out.f[o] = (float)cval(c, j);
                 }
             }
+        } else if (!strcmp(op, "Slice")) { /* 1-D constants (shape arithmetic) */
+            const Const *st = in_const(b, 1), *en = in_const(b, 2), *sp = in_const(b, 4);
+            if (x->ndim != 1 || st->n != 1 || en->n != 1 || (sp && cval(sp, 0) != 1))
+                NODE_FAIL(b, FH_ERR_USAGE, "constant Slice is folded on 1-D data with step 1 only");
+            int64_t a0 = (int64_t)cval(st, 0), e0 = (int64_t)fmin(cval(en, 0), (double)x->n);
+            if (a0 < 0) a0 += x->n;
+            if (e0 < 0) e0 += x->n;
+            if (a0 < 0) a0 = 0;
+            int64_t len = e0 > a0 ? e0 - a0 : 0;
+            FH_CHECK(const_new(b, &out, 1, &len, x->is_int));
+            for (int64_t k = 0; k < len; k++) {
+                if (x->is_int) out.i[k] = x->i[a0 + k];
+                else out.f[k] = x->f[a0 + k];
+            }
         } else if (!strcmp(op, "Reshape")) {
             const Const *s = in_const(b, 1);
             out = *x;
@@ -746,6 +761,16 @@ static int is_features_name(const Bld *b, const char *value)
     return f && !strcmp(f, value);
 }
 
+static int act_node_ex(Bld *b, NnActSpec spec, const char *out)
+{
+    Val *x;
+    FH_CHECK(in_tensor(b, 0, &x));
+    int t = nn_act_ex(b->m, x->t, spec);
+    if (t < 0) return b->m->status;
+    if (!put_tensor(b, out, t, x->rank)) FH_FAIL(FH_ERR_IO, "out of memory");
+    return FH_OK;
+}
+
 static int act_node(Bld *b, NnAct act)
 {
     Val *x;
@@ -764,38 +789,42 @@ static int act_node(Bld *b, NnAct act)
     return FH_OK;
 }
 
-/* symmetric square geometry from kernel_shape, strides, pads, dilations: the engine's k, stride, pad */
-static int square_geometry(Bld *b, int64_t kh, int64_t kw, int *k, int *stride, int *pad)
+/* kernel_shape, strides, pads and dilations of a conv or pool: kh, kw, strides, pads t l b r, dilations */
+typedef struct {
+    int kh, kw, sh, sw, pt, pl, pb, pr, dh, dw;
+} Geometry;
+
+static int geometry(Bld *b, int64_t kh, int64_t kw, Geometry *g)
 {
     const Onnx__NodeProto *n = cur(b);
     const int64_t *v;
     int c;
-    const char *ap = attr(n, "auto_pad") && attr(n, "auto_pad")->has_s ? (const char *)attr(n, "auto_pad")->s.data : "NOTSET";
-    size_t aplen = attr(n, "auto_pad") && attr(n, "auto_pad")->has_s ? attr(n, "auto_pad")->s.len : 6;
-    if (!(aplen == 6 && !strncmp(ap, "NOTSET", 6)) && !(aplen == 5 && !strncmp(ap, "VALID", 5)))
+    const Onnx__AttributeProto *ap = attr(n, "auto_pad");
+    const char *pad = ap && ap->has_s ? (const char *)ap->s.data : "NOTSET";
+    const int plen = ap && ap->has_s ? (int)ap->s.len : 6;
+    if (!(plen == 6 && !strncmp(pad, "NOTSET", 6)) && !(plen == 5 && !strncmp(pad, "VALID", 5)))
         NODE_FAIL(b, FH_ERR_USAGE, "attribute auto_pad = %.*s is not supported (NOTSET and VALID are; export with "
-                  "explicit pads)", (int)aplen, ap);
+                  "explicit pads)", plen, pad);
     if ((c = attr_ints(n, "kernel_shape", &v)) && (c != 2 || v[0] != kh || v[1] != kw))
         NODE_FAIL(b, FH_ERR_USAGE, "attribute kernel_shape does not match the weights (2-D kernels only)");
-    if (kh != kw) NODE_FAIL(b, FH_ERR_USAGE, "attribute kernel_shape = [%lld, %lld]: only square kernels are supported",
-                            (long long)kh, (long long)kw);
-    *k = (int)kh;
-    *stride = 1;
+    *g = (Geometry){ (int)kh, (int)kw, 1, 1, 0, 0, 0, 0, 1, 1 };
     if ((c = attr_ints(n, "strides", &v))) {
-        if (c != 2 || v[0] != v[1]) NODE_FAIL(b, FH_ERR_USAGE, "attribute strides: only equal strides are supported");
-        *stride = (int)v[0];
+        if (c != 2) NODE_FAIL(b, FH_ERR_USAGE, "attribute strides: 2 values are supported, not %d", c);
+        g->sh = (int)v[0];
+        g->sw = (int)v[1];
     }
-    *pad = 0;
-    if ((c = attr_ints(n, "pads", &v))) {
-        if (c != 4 || v[0] != v[1] || v[0] != v[2] || v[0] != v[3])
-            NODE_FAIL(b, FH_ERR_USAGE, "attribute pads = [%lld, %lld, %lld, %lld]: only equal pads on all sides are "
-                      "supported", (long long)v[0], (long long)(c > 1 ? v[1] : 0), (long long)(c > 2 ? v[2] : 0),
-                      (long long)(c > 3 ? v[3] : 0));
-        *pad = (int)v[0];
+    if ((c = attr_ints(n, "pads", &v))) { /* ONNX: begins (top, left), then ends (bottom, right) */
+        if (c != 4) NODE_FAIL(b, FH_ERR_USAGE, "attribute pads: 4 values are supported, not %d", c);
+        g->pt = (int)v[0];
+        g->pl = (int)v[1];
+        g->pb = (int)v[2];
+        g->pr = (int)v[3];
     }
-    if ((c = attr_ints(n, "dilations", &v)))
-        for (int d = 0; d < c; d++)
-            if (v[d] != 1) NODE_FAIL(b, FH_ERR_USAGE, "attribute dilations = %lld: only dilation 1 is supported", (long long)v[d]);
+    if ((c = attr_ints(n, "dilations", &v))) {
+        if (c != 2) NODE_FAIL(b, FH_ERR_USAGE, "attribute dilations: 2 values are supported, not %d", c);
+        g->dh = (int)v[0];
+        g->dw = (int)v[1];
+    }
     return FH_OK;
 }
 
@@ -815,8 +844,8 @@ static int op_conv(Bld *b)
     FH_CHECK(need_const(b, 1, &w, "weight"));
     if (cur(b)->n_input > 2 && *cur(b)->input[2]) FH_CHECK(need_const(b, 2, &bias, "bias"));
     if (w->ndim != 4) NODE_FAIL(b, FH_ERR_USAGE, "weight must be 4-D (2-D convolutions only)");
-    int k, stride, pad;
-    FH_CHECK(square_geometry(b, w->dims[2], w->dims[3], &k, &stride, &pad));
+    Geometry g;
+    FH_CHECK(geometry(b, w->dims[2], w->dims[3], &g));
     int groups = (int)attr_i(cur(b), "group", 1);
     const NnShape s = b->m->tensors[x->t].shape;
     if (groups < 1 || w->dims[1] * groups != s.c)
@@ -824,7 +853,8 @@ static int op_conv(Bld *b)
                   (long long)w->dims[0], (long long)w->dims[1], (long long)w->dims[2], (long long)w->dims[3], groups, s.c);
     if (bias && bias->n != w->dims[0]) NODE_FAIL(b, FH_ERR_USAGE, "bias has %lld values for %lld output channels",
                                                  (long long)bias->n, (long long)w->dims[0]);
-    int t = nn_conv2d(b->m, x->t, (int)w->dims[0], k, stride, pad, groups, bias != NULL, NN_ACT_NONE);
+    const NnConvSpec spec = { g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr, g.dh, g.dw, groups, bias != NULL };
+    int t = nn_conv2d_ex(b->m, x->t, (int)w->dims[0], &spec, NN_ACT_NONE);
     if (t < 0) return b->m->status;
     int li = b->m->n_layers - 1;
     FH_CHECK(record_weight(b, li, ONNX_W, w, 0, 1.0f));
@@ -880,16 +910,16 @@ static int op_pool(Bld *b, int max)
     FH_CHECK(need_rank4(b, x));
     const int64_t *ks;
     if (attr_ints(n, "kernel_shape", &ks) != 2) NODE_FAIL(b, FH_ERR_USAGE, "attribute kernel_shape must name 2 sizes");
-    int k, stride, pad;
-    FH_CHECK(square_geometry(b, ks[0], ks[1], &k, &stride, &pad));
-    if (attr_i(n, "ceil_mode", 0)) NODE_FAIL(b, FH_ERR_USAGE, "attribute ceil_mode = 1 is not supported");
+    Geometry g;
+    FH_CHECK(geometry(b, ks[0], ks[1], &g));
+    if (g.dh != 1 || g.dw != 1) NODE_FAIL(b, FH_ERR_USAGE, "attribute dilations = [%d, %d]: pools with dilation 1 only are "
+                                          "supported", g.dh, g.dw);
     if (attr_i(n, "storage_order", 0)) NODE_FAIL(b, FH_ERR_USAGE, "attribute storage_order = 1 is not supported");
-    if (!max && pad > 0 && !attr_i(n, "count_include_pad", 0))
-        NODE_FAIL(b, FH_ERR_USAGE, "attribute count_include_pad = 0 with pads %d is not supported (the engine's average "
-                  "pool counts the padding, PyTorch's default)", pad);
     if (n->n_output > 1 && *n->output[1] && consumers(b, n->output[1], b->node))
         NODE_FAIL(b, FH_ERR_USAGE, "output Indices is read by the graph, which is not supported");
-    int t = max ? nn_maxpool(b->m, x->t, k, stride, pad) : nn_avgpool(b->m, x->t, k, stride, pad);
+    const NnPoolSpec spec = { g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr, (int)attr_i(n, "ceil_mode", 0),
+                              (int)attr_i(n, "count_include_pad", 0) };
+    int t = max ? nn_maxpool_ex(b->m, x->t, &spec) : nn_avgpool_ex(b->m, x->t, &spec);
     if (t < 0) return b->m->status;
     if (!put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
     return FH_OK;
@@ -958,6 +988,24 @@ static int op_reshape(Bld *b)
         if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
         v->t = x->t;
         v->groups = (int)g;
+        return FH_OK;
+    }
+    if (x && x->kind == V_TENSOR && x->rank == 4 && s->n == 5) { /* channel shuffle: N x g x C/g x H x W */
+        const NnShape sh = b->m->tensors[x->t].shape;
+        int64_t g = s->i[1];
+        if (g < 1 || sh.c % g || (s->i[2] != -1 && s->i[2] * g != sh.c))
+            NODE_FAIL(b, FH_ERR_USAGE, "a reshape to 5-D is read as the start of a channel shuffle, but %lld groups do "
+                      "not divide %d channels", (long long)g, sh.c);
+        Val *v = put(b, n->output[0], V_SHUF_SPLIT);
+        if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+        v->t = x->t;
+        v->groups = (int)g;
+        return FH_OK;
+    }
+    if (x && x->kind == V_SHUF_SWAPPED) {
+        int t = nn_channel_shuffle(b->m, x->t, x->groups);
+        if (t < 0) return b->m->status;
+        if (!put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
         return FH_OK;
     }
     if (x && x->kind == V_GN_NORMED) { /* back to N x C x H x W */
@@ -1058,7 +1106,123 @@ static int op_mul(Bld *b)
         v->gamma = &y->c;
         return FH_OK;
     }
-    NODE_FAIL(b, FH_ERR_USAGE, "Mul of activations is supported only as the scale of PyTorch's GroupNorm pattern");
+    Val *a, *c;
+    FH_CHECK(in_tensor(b, 0, &a));
+    FH_CHECK(in_tensor(b, 1, &c));
+    if (b->m->tensors[a->t].size < b->m->tensors[c->t].size) { /* the broadcast operand (C x 1 x 1) second */
+        Val *t = a;
+        a = c;
+        c = t;
+    }
+    int t = nn_mul(b->m, a->t, c->t);
+    if (t < 0) return b->m->status;
+    if (!put_tensor(b, cur(b)->output[0], t, a->rank)) FH_FAIL(FH_ERR_IO, "out of memory");
+    return FH_OK;
+}
+
+/* Sigmoid: SiLU when its one reader is Mul(x, Sigmoid(x)), else a sigmoid layer */
+static int op_sigmoid(Bld *b)
+{
+    FH_CHECK(check_attrs(b, (const char *[]){ NULL }));
+    const Onnx__NodeProto *n = cur(b);
+    int r = next_reader(b, n->output[0]);
+    if (r >= 0 && consumers(b, n->output[0], b->node) == 1 && !strcmp(b->g->node[r]->op_type, "Mul") &&
+        b->g->node[r]->n_input == 2) {
+        const Onnx__NodeProto *mul = b->g->node[r];
+        const char *other = !strcmp(mul->input[0], n->output[0]) ? mul->input[1] : mul->input[0];
+        if (!strcmp(other, n->input[0])) {
+            b->absorbed[r] = 1;
+            return act_node_ex(b, (NnActSpec){ NN_ACT_SILU, 0, 0 }, mul->output[0]);
+        }
+    }
+    return act_node_ex(b, (NnActSpec){ NN_ACT_SIGMOID, 0, 0 }, n->output[0]);
+}
+
+static int op_concat(Bld *b)
+{
+    FH_CHECK(check_attrs(b, (const char *[]){ "axis", NULL }));
+    const Onnx__NodeProto *n = cur(b);
+    if (attr_i(n, "axis", 0) != 1) NODE_FAIL(b, FH_ERR_USAGE, "attribute axis = %lld: only the channel axis 1 is "
+                                             "supported", (long long)attr_i(n, "axis", 0));
+    int *ins = bld_alloc(b, n->n_input * sizeof *ins);
+    if (!ins) FH_FAIL(FH_ERR_IO, "out of memory");
+    for (size_t k = 0; k < n->n_input; k++) {
+        Val *x;
+        FH_CHECK(in_tensor(b, (int)k, &x));
+        FH_CHECK(need_rank4(b, x));
+        ins[k] = x->t;
+    }
+    int t = nn_concat(b->m, ins, (int)n->n_input);
+    if (t < 0) return b->m->status;
+    if (!put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
+    return FH_OK;
+}
+
+static int slice_to(Bld *b, Val *x, int64_t start, int64_t end, const char *out)
+{
+    const int c = b->m->tensors[x->t].shape.c;
+    if (start < 0) start += c;
+    if (end < 0) end += c;
+    if (start < 0) start = 0;
+    if (end > c) end = c;
+    int t = nn_slice_channels(b->m, x->t, (int)start, (int)end);
+    if (t < 0) return b->m->status;
+    if (!put_tensor(b, out, t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
+    return FH_OK;
+}
+
+static int op_slice(Bld *b)
+{
+    FH_CHECK(check_attrs(b, (const char *[]){ NULL }));
+    Val *x;
+    FH_CHECK(in_tensor(b, 0, &x));
+    FH_CHECK(need_rank4(b, x));
+    const Const *st, *en, *ax = in_const(b, 3), *sp = in_const(b, 4);
+    FH_CHECK(need_const(b, 1, &st, "starts"));
+    FH_CHECK(need_const(b, 2, &en, "ends"));
+    if (st->n != 1 || en->n != 1 || (ax && (ax->n != 1 || norm_axis((int64_t)cval(ax, 0), 4) != 1)) || (!ax) ||
+        (sp && (sp->n != 1 || cval(sp, 0) != 1)))
+        NODE_FAIL(b, FH_ERR_USAGE, "a slice of activations on the channel axis 1 with step 1 is supported, nothing else");
+    return slice_to(b, x, (int64_t)cval(st, 0), (int64_t)fmin(cval(en, 0), 1e9), cur(b)->output[0]);
+}
+
+static int op_split(Bld *b)
+{
+    FH_CHECK(check_attrs(b, (const char *[]){ "axis", "split", NULL }));
+    const Onnx__NodeProto *n = cur(b);
+    Val *x;
+    FH_CHECK(in_tensor(b, 0, &x));
+    FH_CHECK(need_rank4(b, x));
+    if (norm_axis(attr_i(n, "axis", 0), 4) != 1) NODE_FAIL(b, FH_ERR_USAGE, "attribute axis: only the channel axis 1 is supported");
+    const int c = b->m->tensors[x->t].shape.c, parts = (int)n->n_output;
+    const int64_t *sizes = NULL;
+    int n_sizes = attr_ints(n, "split", &sizes);
+    const Const *sc = in_const(b, 1);
+    int64_t start = 0;
+    for (int k = 0; k < parts; k++) {
+        int64_t len = sc ? (int64_t)cval(sc, k < sc->n ? k : 0) : n_sizes ? sizes[k < n_sizes ? k : 0] : c / parts;
+        if ((sc && sc->n != parts) || (n_sizes && n_sizes != parts) || (!sc && !n_sizes && c % parts))
+            NODE_FAIL(b, FH_ERR_USAGE, "split sizes do not fit %d channels in %d parts", c, parts);
+        FH_CHECK(slice_to(b, x, start, start + len, n->output[k]));
+        start += len;
+    }
+    return FH_OK;
+}
+
+static int op_transpose(Bld *b)
+{
+    FH_CHECK(check_attrs(b, (const char *[]){ "perm", NULL }));
+    Val *x = in_val(b, 0);
+    const int64_t *p;
+    int c = attr_ints(cur(b), "perm", &p);
+    if (!x || x->kind != V_SHUF_SPLIT || c != 5 || p[0] != 0 || p[1] != 2 || p[2] != 1 || p[3] != 3 || p[4] != 4)
+        NODE_FAIL(b, FH_ERR_USAGE, "Transpose is supported only inside the channel-shuffle pattern (Reshape to "
+                  "N x g x C/g x H x W, Transpose perm [0, 2, 1, 3, 4], Reshape back)");
+    Val *v = put(b, cur(b)->output[0], V_SHUF_SWAPPED);
+    if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+    v->t = x->t;
+    v->groups = x->groups;
+    return FH_OK;
 }
 
 static int op_add(Bld *b)
@@ -1075,7 +1239,12 @@ static int op_add(Bld *b)
     Val *a, *c;
     FH_CHECK(in_tensor(b, 0, &a));
     FH_CHECK(in_tensor(b, 1, &c));
-    if (a->rank != c->rank) NODE_FAIL(b, FH_ERR_USAGE, "inputs of different ranks");
+    if (a->rank != c->rank) NODE_FAIL(b, FH_ERR_USAGE, "inputs of different ranks are not supported");
+    if (b->m->tensors[a->t].size < b->m->tensors[c->t].size) { /* the broadcast operand (C x 1 x 1) second */
+        Val *t = a;
+        a = c;
+        c = t;
+    }
     int t = nn_add(b->m, a->t, c->t, NN_ACT_NONE);
     if (t < 0) return b->m->status;
     if (!put_tensor(b, cur(b)->output[0], t, a->rank)) FH_FAIL(FH_ERR_IO, "out of memory");
@@ -1185,7 +1354,8 @@ static int op_clip(Bld *b)
     if (ch) hi = cval(ch, 0);
     if (lo == 0.0 && hi == 6.0) return act_node(b, NN_ACT_RELU6);
     if (lo == 0.0 && isinf(hi) && hi > 0) return act_node(b, NN_ACT_RELU);
-    NODE_FAIL(b, FH_ERR_USAGE, "bounds [%g, %g] are not supported (only [0, 6], ReLU6, and [0, inf), ReLU)", lo, hi);
+    if (!(lo <= hi)) NODE_FAIL(b, FH_ERR_USAGE, "bounds [%g, %g] are not supported (min above max)", lo, hi);
+    return act_node_ex(b, (NnActSpec){ NN_ACT_CLIP, (float)lo, (float)hi }, n->output[0]);
 }
 
 static int op_identity(Bld *b)
@@ -1223,6 +1393,24 @@ static int do_node(Bld *b)
         return act_node(b, NN_ACT_RELU);
     }
     if (!strcmp(op, "Clip")) return op_clip(b);
+    if (!strcmp(op, "LeakyRelu")) {
+        FH_CHECK(check_attrs(b, (const char *[]){ "alpha", NULL }));
+        return act_node_ex(b, (NnActSpec){ NN_ACT_LEAKY_RELU, attr_f(n, "alpha", 0.01f), 0 }, n->output[0]);
+    }
+    if (!strcmp(op, "HardSigmoid")) {
+        FH_CHECK(check_attrs(b, (const char *[]){ "alpha", "beta", NULL }));
+        return act_node_ex(b, (NnActSpec){ NN_ACT_HARDSIGMOID, attr_f(n, "alpha", 0.2f), attr_f(n, "beta", 0.5f) },
+                           n->output[0]);
+    }
+    if (!strcmp(op, "HardSwish") || !strcmp(op, "Tanh")) {
+        FH_CHECK(check_attrs(b, (const char *[]){ NULL }));
+        return act_node_ex(b, (NnActSpec){ op[0] == 'H' ? NN_ACT_HARDSWISH : NN_ACT_TANH, 0, 0 }, n->output[0]);
+    }
+    if (!strcmp(op, "Sigmoid")) return op_sigmoid(b);
+    if (!strcmp(op, "Concat")) return op_concat(b);
+    if (!strcmp(op, "Slice")) return op_slice(b);
+    if (!strcmp(op, "Split")) return op_split(b);
+    if (!strcmp(op, "Transpose")) return op_transpose(b);
     if (!strcmp(op, "MaxPool")) return op_pool(b, 1);
     if (!strcmp(op, "AveragePool")) return op_pool(b, 0);
     if (!strcmp(op, "GlobalAveragePool")) return op_gap(b, 0);
