@@ -21,7 +21,7 @@
 static const char *supported[] = {
     "Add", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "Constant", "Conv", "Div", "Dropout",
     "Flatten", "Gather", "Gemm", "GlobalAveragePool", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization",
-    "LeakyRelu", "MatMul", "MaxPool", "Mul", "ReduceMean", "Relu", "Reshape", "Shape", "Sigmoid", "Slice", "Split",
+    "LeakyRelu", "MatMul", "MaxPool", "Mul", "Pad", "ReduceMean", "Relu", "Reshape", "Shape", "Sigmoid", "Slice", "Split",
     "Squeeze", "Sub", "Tanh", "Transpose", "Unsqueeze",
 };
 
@@ -64,6 +64,8 @@ typedef struct {
     int groups;  /* V_GN_*: groups, eps, scale */
     float eps;
     const Const *gamma;
+    int pad[4];  /* V_TENSOR: a constant zero Pad not applied yet (top, left, bottom, right): the next Conv or
+                  * AveragePool takes it into its own pads */
 } Val;
 
 struct OnnxNet {
@@ -463,6 +465,10 @@ static int in_tensor(Bld *b, int k, Val **v)
     if ((*v)->kind != V_TENSOR)
         NODE_FAIL(b, FH_ERR_USAGE, "input '%s' must be an activation tensor of the network here (it is %s)",
                   n->input[k], (*v)->kind == V_CONST ? "a constant" : "part of a GroupNorm pattern read elsewhere");
+    const int *p = (*v)->pad;
+    if ((p[0] | p[1] | p[2] | p[3]) && strcmp(n->op_type, "Conv") && strcmp(n->op_type, "AveragePool"))
+        NODE_FAIL(b, FH_ERR_USAGE, "input '%s' comes from a Pad: a Pad followed by %s is not supported (by Conv or "
+                  "AveragePool is)", n->input[k], n->op_type);
     return FH_OK;
 }
 
@@ -781,7 +787,7 @@ static int act_node(Bld *b, NnAct act)
         m->layers[x->layer].act = act;
         Val *v = put_tensor(b, cur(b)->output[0], x->t, x->rank);
         if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
-        v->layer = x->layer;
+        v->layer = -1; /* an alias (see op_pad) */
         return FH_OK;
     }
     int t = nn_act(m, x->t, act);
@@ -846,6 +852,7 @@ static int op_conv(Bld *b)
     if (w->ndim != 4) NODE_FAIL(b, FH_ERR_USAGE, "weight must be 4-D (2-D convolutions only)");
     Geometry g;
     FH_CHECK(geometry(b, w->dims[2], w->dims[3], &g));
+    g.pt += x->pad[0], g.pl += x->pad[1], g.pb += x->pad[2], g.pr += x->pad[3];
     int groups = (int)attr_i(cur(b), "group", 1);
     const NnShape s = b->m->tensors[x->t].shape;
     if (groups < 1 || w->dims[1] * groups != s.c)
@@ -917,8 +924,15 @@ static int op_pool(Bld *b, int max)
     if (attr_i(n, "storage_order", 0)) NODE_FAIL(b, FH_ERR_USAGE, "attribute storage_order = 1 is not supported");
     if (n->n_output > 1 && *n->output[1] && consumers(b, n->output[1], b->node))
         NODE_FAIL(b, FH_ERR_USAGE, "output Indices is read by the graph, which is not supported");
-    const NnPoolSpec spec = { g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr, (int)attr_i(n, "ceil_mode", 0),
-                              (int)attr_i(n, "count_include_pad", 0) };
+    int include = (int)attr_i(n, "count_include_pad", 0);
+    if (x->pad[0] | x->pad[1] | x->pad[2] | x->pad[3]) { /* zeros padded before: they count in every window */
+        if ((g.pt | g.pl | g.pb | g.pr) && !include)
+            NODE_FAIL(b, FH_ERR_USAGE, "a Pad before an AveragePool with its own pads and count_include_pad = 0 is "
+                      "not supported");
+        g.pt += x->pad[0], g.pl += x->pad[1], g.pb += x->pad[2], g.pr += x->pad[3];
+        include = 1;
+    }
+    const NnPoolSpec spec = { g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr, (int)attr_i(n, "ceil_mode", 0), include };
     int t = max ? nn_maxpool_ex(b->m, x->t, &spec) : nn_avgpool_ex(b->m, x->t, &spec);
     if (t < 0) return b->m->status;
     if (!put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
@@ -951,7 +965,7 @@ static int flatten_to(Bld *b, Val *x, const char *out)
     if (x->rank == 2) {
         Val *v = put_tensor(b, out, x->t, 2);
         if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
-        v->layer = x->layer;
+        v->layer = -1; /* an alias (see op_pad) */
         return FH_OK;
     }
     int t = nn_flatten(b->m, x->t);
@@ -1152,6 +1166,12 @@ static int op_concat(Bld *b)
         FH_CHECK(need_rank4(b, x));
         ins[k] = x->t;
     }
+    if (n->n_input == 1) { /* a concatenation of one tensor is that tensor */
+        Val *v = put_tensor(b, n->output[0], ins[0], 4);
+        if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+        v->layer = -1; /* an alias (see op_pad) */
+        return FH_OK;
+    }
     int t = nn_concat(b->m, ins, (int)n->n_input);
     if (t < 0) return b->m->status;
     if (!put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
@@ -1206,6 +1226,36 @@ static int op_split(Bld *b)
         FH_CHECK(slice_to(b, x, start, start + len, n->output[k]));
         start += len;
     }
+    return FH_OK;
+}
+
+/* Pad, constant mode with value 0, on H and W only: kept for the Conv or AveragePool that reads it */
+static int op_pad(Bld *b)
+{
+    FH_CHECK(check_attrs(b, (const char *[]){ "mode", "pads", "value", NULL }));
+    const Onnx__NodeProto *n = cur(b);
+    const Onnx__AttributeProto *mode = attr(n, "mode");
+    if (mode && mode->has_s && !(mode->s.len == 8 && !memcmp(mode->s.data, "constant", 8)))
+        NODE_FAIL(b, FH_ERR_USAGE, "attribute mode = %.*s is not supported (constant is)", (int)mode->s.len, (const char *)mode->s.data);
+    Val *x;
+    FH_CHECK(in_tensor(b, 0, &x));
+    FH_CHECK(need_rank4(b, x));
+    int64_t p[8] = { 0 };
+    const int64_t *pa;
+    int c = attr_ints(n, "pads", &pa);
+    const Const *pc = in_const(b, 1), *vc = in_const(b, 2);
+    if (n->n_input > 1 && *n->input[1] && !pc) NODE_FAIL(b, FH_ERR_USAGE, "pads must be a constant");
+    if (pc) c = (int)pc->n;
+    if (c != 8) NODE_FAIL(b, FH_ERR_USAGE, "pads of %d values: 8 (N C H W begins, then ends) are supported", c);
+    for (int k = 0; k < 8; k++) p[k] = pc ? (int64_t)cval(pc, k) : pa[k];
+    double value = vc ? cval(vc, 0) : attr_f(n, "value", 0.0f);
+    if (value != 0.0) NODE_FAIL(b, FH_ERR_USAGE, "a pad value of %g is not supported (0 is)", value);
+    if (p[0] || p[1] || p[4] || p[5] || p[2] < 0 || p[3] < 0 || p[6] < 0 || p[7] < 0)
+        NODE_FAIL(b, FH_ERR_USAGE, "pads on the batch or channel axes, or negative pads, are not supported");
+    Val *v = put_tensor(b, n->output[0], x->t, 4);
+    if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+    v->layer = -1; /* an alias: an activation after it must not fuse into the layer that others read */
+    v->pad[0] = (int)p[2], v->pad[1] = (int)p[3], v->pad[2] = (int)p[6], v->pad[3] = (int)p[7];
     return FH_OK;
 }
 
@@ -1364,7 +1414,7 @@ static int op_identity(Bld *b)
     FH_CHECK(in_tensor(b, 0, &x));
     Val *v = put_tensor(b, cur(b)->output[0], x->t, x->rank);
     if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
-    v->layer = x->layer;
+    v->layer = -1; /* an alias (see op_pad) */
     return FH_OK;
 }
 
@@ -1411,6 +1461,7 @@ static int do_node(Bld *b)
     if (!strcmp(op, "Slice")) return op_slice(b);
     if (!strcmp(op, "Split")) return op_split(b);
     if (!strcmp(op, "Transpose")) return op_transpose(b);
+    if (!strcmp(op, "Pad")) return op_pad(b);
     if (!strcmp(op, "MaxPool")) return op_pool(b, 1);
     if (!strcmp(op, "AveragePool")) return op_pool(b, 0);
     if (!strcmp(op, "GlobalAveragePool")) return op_gap(b, 0);

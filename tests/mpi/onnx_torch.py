@@ -91,8 +91,11 @@ def export(name, d, mode="train"):
         m = resnet18_gn(10)
     else:
         m = getattr(torchvision.models, name)(weights=None, num_classes=10)
-    for mod in m.modules():  # dropout's masks cannot be the same on both sides: p = 0 keeps the node
-        if isinstance(mod, torch.nn.Dropout):
+    if name == "vgg11_bn":  # its adaptive pool to 7 x 7 has no export at 32 x 32 (1 x 1 maps): a 512-input classifier
+        m.avgpool = torch.nn.Identity()
+        m.classifier[0] = torch.nn.Linear(512, 4096)
+    for mod in m.modules():  # dropout's masks and stochastic depth cannot be the same on both sides: p = 0
+        if isinstance(mod, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
             mod.p = 0.0
     g = torch.Generator().manual_seed(1)
     x = torch.randn(STEPS * BATCH, 3, SIZE, SIZE, generator=g)
