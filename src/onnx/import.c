@@ -7,7 +7,6 @@
  *
  * Everything this cannot represent exactly is refused, naming the node, its op type and attribute: a silent
  * change of semantics is worse than an error. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,33 +268,10 @@ int onnx_net_parse(OnnxNet **out, const uint8_t *buf, size_t len, const char *na
 int onnx_net_read(OnnxNet **out, const char *path)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) FH_FAIL(errno == ENOENT ? FH_ERR_USAGE : FH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            uint8_t *grown = realloc(buf, cap * 2);
-            if (!grown) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) FH_FAIL(FH_ERR_IO, "%s: out of memory reading it", path);
-    if (bad) {
-        free(buf);
-        FH_FAIL(FH_ERR_IO, "%s: read error", path);
-    }
-    int status = onnx_net_parse(out, buf, n, path);
+    char *buf;
+    size_t n;
+    FH_CHECK(fh_read_bytes(path, &buf, &n, FH_ERR_USAGE)); /* a missing file is the config's error */
+    int status = onnx_net_parse(out, (const uint8_t *)buf, n, path);
     free(buf);
     return status;
 }
