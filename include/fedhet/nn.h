@@ -329,8 +329,9 @@ typedef struct {
     int no_activation_reuse; /* NnModel.no_activation_reuse (tests) */
     const char *backend;     /* "blas" (NULL or "": the default), "onednn" or "auto": NnModel.backend */
     /* A model from outside the zoo (an imported graph, src/onnx): when set, nn_zoo_build calls it on the
-     * initialised model instead of a zoo builder (proj_dim: NnZooOptions.proj_dim); it adds the layers and returns the logits tensor (-1 on error,
-     * m->status or its own status set) with *features set. The engine never learns where the graph came from. */
+     * initialised model instead of a zoo builder (proj_dim: NnZooOptions.proj_dim); it adds the layers and
+     * returns the logits tensor with *features set, or -1 with m->status set. The engine never learns where the
+     * graph came from. */
     int (*build)(void *ctx, NnModel *m, int classes, int proj_dim, int *features);
     void *build_ctx;
 } NnZooOptions;
