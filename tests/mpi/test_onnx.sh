@@ -7,8 +7,8 @@
 #                tests/mpi/onnx_torch.py states; the ones that need layers fedhet lacks are refused by name
 #   zoo_roundtrip  the zoo's resnet18 exported (fedhet export), imported and trained: the same bits as the zoo model
 #   methods      a small imported CNN in 3-rank runs: fedavg, fedsam, fedwmsam, moon (features); 1, 2 and 3 ranks
-#                identical; checkpoint + --resume bit-identical; fedhet export of the run passes onnx.checker and
-#                imports back with the same logits bit for bit
+#                identical; checkpoint + --resume bit-identical; fedhet landscape of the run; fedhet export of the
+#                run passes onnx.checker and imports back with the same logits bit for bit
 #   bad_input    damaged file exit 2 naming it; unsupported op / attribute, control flow, shared weights exit 1
 #                saying what and where; no run folder
 # Works on the 3x16x16, 4-class set of tests/mpi/torch_interop.py in a temporary folder; needs /usr/bin/python3 with
@@ -180,6 +180,9 @@ test_methods()
     $PY -c 'import numpy as np; np.random.default_rng(0).standard_normal((8, 3, 16, 16), dtype=np.float32).tofile("'"$WORK"'/x16.bin")'
     "$MODEL" roundtrip "$WORK/trained.onnx" "$WORK/x16.bin" 8 3 16 16 4 "$WORK/again.onnx" >"$WORK/rt.out" 2>&1 ||
         fail "import of the exported run: $(tail -1 "$WORK/rt.out")"
+    # the loss landscape of the imported model's run
+    timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe -np 2 "$FEDHET" landscape "$WORK/out/m_fedavg/run.h5" dims=1 points=3 \
+        out="$WORK" >"$WORK/land.out" 2>&1 || fail "landscape of the imported model: $(grep -m1 error "$WORK/land.out")"
     "$FEDHET" export "$WORK/out/m_fedavg" --round 7 "$WORK/r7.onnx" >/dev/null 2>"$WORK/r7.err"
     [ $? -eq 1 ] && grep -q "no model after round 7" "$WORK/r7.err" || fail "--round 7 of a 2-round run: $(head -1 "$WORK/r7.err")"
 }
