@@ -4,7 +4,8 @@
 #                or is refused naming what is unsupported; a wrong number fails; counts per op printed
 #   torchvision  torchvision 0.14 models and FL-Simulator's ResNet-18 with GroupNorm exported by torch.onnx.export:
 #                fedhet's logits = PyTorch's within 1e-4 of the largest, 10 SGD steps' losses within the tolerance
-#                tests/mpi/onnx_torch.py states; the ones that need layers fedhet lacks are refused by name
+#                tests/mpi/onnx_torch.py states; exported back, onnx.checker passes and the logits are bit-identical;
+#                an op fedhet lacks is refused by name
 #   zoo_roundtrip  the zoo's resnet18 exported (fedhet export), imported and trained: the same bits as the zoo model
 #   methods      a small imported CNN in 3-rank runs: fedavg, fedsam, fedwmsam, moon (features); 1, 2 and 3 ranks
 #                identical; checkpoint + --resume bit-identical; fedhet landscape of the run; fedhet export of the
@@ -122,6 +123,12 @@ test_torchvision()
     compare mobilenet_v2
     compare mobilenet_v3_small
     compare squeezenet1_1
+    # their layers go back out: onnx.checker accepts the export and its import gives the same logits bit for bit
+    local n
+    for n in mobilenet_v3_small squeezenet1_1 resnet18_gn; do
+        "$MODEL" roundtrip "$WORK/tv/$n.onnx" "$WORK/tv/x.bin" 4 3 32 32 10 "$WORK/tv/$n-back.onnx" >"$WORK/$n-rt.out" 2>&1 &&
+            $PY "$OT" check "$WORK/tv/$n-back.onnx" >>"$WORK/$n-rt.out" 2>&1 || fail "$n exported back: $(tail -1 "$WORK/$n-rt.out")"
+    done
     # a network that needs what the engine lacks is refused by name, never imported wrongly
     $PY - "$WORK/tv/resnet18.onnx" "$WORK/tv/resize.onnx" <<'EOF' || { fail "cannot make the Resize graph"; return; }
 import sys, onnx
