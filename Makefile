@@ -18,7 +18,8 @@ PYTHON   ?= python3
 DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5-tools librandom123-dev \
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
              slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev \
-             libopenblas-openmp-dev
+             libopenblas-openmp-dev libonnx-dev libprotobuf-c-dev protobuf-c-compiler python3-onnx python3-torchvision \
+             libonnx-testdata
 BENCH_PKGS = python3-torch python3-numpy
 
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
@@ -43,15 +44,19 @@ endif
 # -fopenmp: `omp simd` (vectorised float reductions, in a fixed order) and the element-wise, pooling and
 # normalisation kernels split over train.threads, each output computed by one thread in a fixed order
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -fopenmp -Wall -Wextra -Wno-unused-parameter \
-           -Iinclude $(BLAS_CFLAGS) $(HDF5_CFLAGS) -MMD -MP
+           -Iinclude -I$(BUILD)/gen $(BLAS_CFLAGS) $(HDF5_CFLAGS) -MMD -MP
 LDFLAGS += $(OPTFLAGS) -fopenmp
 # oneDNN (train.backend = onednn) runs on GNU OpenMP, whose thread count nn_set_threads sets
-LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -ldnnl -lgomp -linih -lz -lm
+LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -ldnnl -lgomp -linih -lprotobuf-c -lz -lm
 
 BUILD   = build
-SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c src/algo/*.c src/fl/*.c src/grid/*.c src/analysis/*.c)
+SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c src/algo/*.c src/fl/*.c src/grid/*.c src/analysis/*.c \
+                    src/onnx/*.c)
 APP_SRC = $(wildcard src/app/*.c)
-OBJ     = $(SRC:%.c=$(BUILD)/%.o)
+# ONNX's protobuf schema as Debian ships it (libonnx-dev), compiled by protoc-c at build time
+ONNX_PROTO = /usr/include/onnx/onnx.proto
+ONNX_GEN   = $(BUILD)/gen/onnx.pb-c.c
+OBJ     = $(SRC:%.c=$(BUILD)/%.o) $(ONNX_GEN:.c=.o)
 APP_OBJ = $(APP_SRC:%.c=$(BUILD)/%.o)
 LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
@@ -60,7 +65,7 @@ UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 .PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam bench-norm clean help check-tools
 
 # test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
-TEST_HELPERS = $(BUILD)/tests/model_logits
+TEST_HELPERS = $(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model
 # programs left in build/tests by a unit test since renamed or split: tests/run.sh would run them too
 STALE_UNIT_BIN = $(filter-out $(UNIT_BIN),$(patsubst %.d,%,$(wildcard $(BUILD)/tests/test_*)))
 
@@ -92,6 +97,8 @@ check-tools:
 	@test -n "$(BLAS_LIBS)" || { echo "error: OpenBLAS not found by pkg-config: run 'make deps' (package libopenblas-dev)"; exit 1; }
 	@test -n "$(HDF5_LIBS)" || { echo "error: parallel HDF5 not found by pkg-config: run 'make deps' (package libhdf5-openmpi-dev)"; exit 1; }
 	@test -f /usr/include/oneapi/dnnl/dnnl.h || { echo "error: oneDNN headers missing: run 'make deps' (package libdnnl-dev)"; exit 1; }
+	@test -f $(ONNX_PROTO) || { echo "error: $(ONNX_PROTO) missing: run 'make deps' (package libonnx-dev)"; exit 1; }
+	@command -v protoc-c >/dev/null 2>&1 || { echo "error: protoc-c not found: run 'make deps' (package protobuf-c-compiler)"; exit 1; }
 
 deps:
 	@./tools/install-deps.sh $(DEPS_PKGS)
@@ -108,6 +115,14 @@ $(FLAGS_STAMP): FORCE
 bin/fedhet: $(APP_OBJ) $(LIB) $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(APP_OBJ) $(LIB) $(LDLIBS)
+
+$(ONNX_GEN): $(ONNX_PROTO)
+	@mkdir -p $(@D)
+	protoc-c --c_out=$(@D) -I$(<D) $<
+$(ONNX_GEN:.c=.h): $(ONNX_GEN)
+$(BUILD)/src/onnx/%.o $(FUZZ_BUILD)/src/onnx/%.o: $(ONNX_GEN:.c=.h)
+$(ONNX_GEN:.c=.o): $(ONNX_GEN) $(FLAGS_STAMP)
+	$(CC) $(CFLAGS) -Wno-unused-parameter -c -o $@ $<
 
 $(LIB): $(OBJ)
 	@mkdir -p $(@D)
@@ -126,7 +141,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) $(FLAGS_STAMP)
 ALLOC_WRAP = malloc calloc realloc aligned_alloc posix_memalign strdup strndup fl_injected_kill
 $(BUILD)/tests/test_round_alloc: LDFLAGS += $(ALLOC_WRAP:%=-Wl,--wrap=%)
 
-$(BUILD)/tests/model_logits: tests/mpi/model_logits.c $(LIB)
+$(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model: $(BUILD)/tests/%: tests/mpi/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
@@ -199,10 +214,10 @@ FUZZ_BUILD   = build-fuzz
 FUZZ_CC      = OMPI_CC=clang mpicc
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  = -std=c11 -D_POSIX_C_SOURCE=200809L -O1 -g $(FUZZ_SAN) -fopenmp-simd -Wall -Wextra \
-               -Wno-unused-parameter -Wno-missing-field-initializers -Wno-pass-failed -Iinclude $(BLAS_CFLAGS) \
+               -Wno-unused-parameter -Wno-missing-field-initializers -Wno-pass-failed -Iinclude -I$(BUILD)/gen $(BLAS_CFLAGS) \
                $(HDF5_CFLAGS) -MMD -MP
 FUZZ_TARGETS = config grid idx cifar partfile checkpoint
-FUZZ_OBJ     = $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(SRC) $(filter-out src/app/main.c,$(APP_SRC)))
+FUZZ_OBJ     = $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(SRC) $(filter-out src/app/main.c,$(APP_SRC))) $(FUZZ_BUILD)/gen/onnx.pb-c.o
 FUZZ_BIN     = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%) $(FUZZ_BUILD)/fuzz_seeds
 FUZZ_SECONDS ?= 600
 
@@ -216,6 +231,10 @@ fuzz: deps
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) ./tests/fuzz/fuzz.sh
 
 $(FUZZ_BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+$(FUZZ_BUILD)/gen/onnx.pb-c.o: $(ONNX_GEN)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 

@@ -82,6 +82,8 @@ const char *fh_shell_quote(const char *text, char *out, size_t size);
 /* A whole file into a malloc'd NUL-terminated buffer (free() it); `fail_status` when it cannot be opened or
  * read or holds a NUL byte, FH_ERR_IO when memory runs out. */
 int fh_read_file(const char *path, char **text, int fail_status);
+/* A whole file of any bytes (NUL-terminated beyond *len, free() it): errors as fh_read_file's */
+int fh_read_bytes(const char *path, char **bytes, size_t *len, int fail_status);
 /* dir/name into out; FH_ERR_IO when it does not fit */
 int fh_path_join(char *out, size_t size, const char *dir, const char *name);
 /* 1 when dir/name exists (any kind of file; name NULL or "": dir itself), else 0 */

@@ -328,6 +328,12 @@ typedef struct {
                         * (MOON's ModelFedCon); 0: none */
     int no_activation_reuse; /* NnModel.no_activation_reuse (tests) */
     const char *backend;     /* "blas" (NULL or "": the default), "onednn" or "auto": NnModel.backend */
+    /* A model from outside the zoo (an imported graph, src/onnx): when set, nn_zoo_build calls it on the
+     * initialised model instead of a zoo builder (proj_dim: NnZooOptions.proj_dim); it adds the layers and
+     * returns the logits tensor with *features set, or -1 with m->status set. The engine never learns where the
+     * graph came from. */
+    int (*build)(void *ctx, NnModel *m, int classes, int proj_dim, int *features);
+    void *build_ctx;
 } NnZooOptions;
 /* Builds and finalises model `name` for input C x H x W and `classes`; parameters are NOT initialised
  * (call nn_model_init_params). Unknown names and inputs too small for the model are FH_ERR_USAGE. */

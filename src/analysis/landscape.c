@@ -27,6 +27,7 @@
 #include "fedhet/fl.h"
 #include "fedhet/h5io.h"
 #include "fedhet/nn.h"
+#include "fedhet/onnx.h"
 #include "fedhet/rng.h"
 
 #define LS_FORMAT "fedhet-landscape"
@@ -40,8 +41,9 @@ typedef struct {
     char *config;        /* the checkpoint's config text */
     int64_t rounds_done, n_state;
     float *center;       /* [n_state] the checkpoint's global state */
-    char data_path[4096], model[64], norm[16], backend[16];
+    char data_path[4096], model[64], norm[16], backend[16], onnx[4096], features[256];
     int groups, proj_dim;
+    OnnxNet *net;        /* the run's [model] onnx graph, or NULL */
     DataPartFile f;
     int f_open;
     NnModel m;
@@ -68,6 +70,10 @@ static int settings_from_config(Landscape *L)
     snprintf(L->norm, sizeof L->norm, "%s", v ? v : "bn");
     v = fh_ini_get(&ini, "model", "groups");
     L->groups = v ? atoi(v) : 2;
+    v = fh_ini_get(&ini, "model", "onnx");
+    snprintf(L->onnx, sizeof L->onnx, "%s", v ? v : "");
+    v = fh_ini_get(&ini, "model", "features");
+    snprintf(L->features, sizeof L->features, "%s", v ? v : "");
     v = fh_ini_get(&ini, "train", "backend"); /* the run's: a checkpoint written before the key trained on blas */
     snprintf(L->backend, sizeof L->backend, "%s", v ? v : "blas");
     v = fh_ini_get(&ini, "algo", "method"); /* MOON's projection head is part of the model */
@@ -87,6 +93,12 @@ static int setup_model(Landscape *L)
     L->f_open = 1;
     if (L->f.n_test == 0) FH_FAIL(FH_ERR_DATA, "%s has no test set: the landscape needs test rows", L->data_path);
     NnZooOptions zoo = { .norm = L->norm, .gn_groups = L->groups, .proj_dim = L->proj_dim, .backend = L->backend };
+    if (L->onnx[0]) { /* an imported model: its graph again */
+        FH_CHECK(onnx_net_read(&L->net, L->onnx));
+        onnx_net_set_features(L->net, L->features);
+        zoo = onnx_zoo_options(L->net, &zoo);
+        snprintf(L->model, sizeof L->model, "onnx");
+    }
     nn_set_threads(L->o.threads); /* before the build: oneDNN's primitives keep the thread count they were made with */
     FH_CHECK(nn_zoo_build(&L->m, L->model, (NnShape){ L->f.c, L->f.h, L->f.w }, L->f.classes, L->o.batch, &zoo));
     L->m_built = 1;
@@ -348,6 +360,7 @@ static void landscape_free(Landscape *L)
     free(L->config);
     fh_free(&L->center);
     if (L->m_built) nn_model_free(&L->m);
+    onnx_net_free(L->net);
     if (L->f_open) data_partfile_close(&L->f);
     fh_free(&L->dir[0]);
     fh_free(&L->dir[1]);

@@ -12,6 +12,7 @@ int app_cmd_report(int argc, char **argv);
 int app_cmd_grid(int argc, char **argv);
 int app_cmd_landscape(int argc, char **argv);
 int app_cmd_methods(int argc, char **argv);
+int app_cmd_export(int argc, char **argv);
 
 /* "1x28x28" -> {1, 28, 28} */
 int app_parse_shape(const char *text, NnShape *shape);
@@ -21,13 +22,16 @@ int app_parse_float(const char *text, const char *what, double lo, double hi, do
 /* argv[*i] is an option that needs a value: returns it and advances, or fails naming the option */
 int app_option_value(int argc, char **argv, int *i, const char **value);
 
-/* model options shared by inspect and bench: --model --input --classes --norm --groups --backend */
+/* model options shared by inspect and bench: --model --input --classes --norm --groups --backend; --model FILE.onnx
+ * reads the graph, whose input shape and class count become the defaults */
 typedef struct {
     const char *model;
     NnShape input;
     int input_given;
     int classes;
+    int classes_given;
     NnZooOptions zoo;
+    struct OnnxNet *net; /* --model FILE.onnx: its graph (zoo.build builds it) */
 } AppModelArgs;
 void app_model_args_default(AppModelArgs *a);
 /* consumes argv[*i] (and its value) if it is a model option: 1 consumed, 0 not ours, <0 never (errors are statuses) */

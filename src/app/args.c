@@ -5,6 +5,7 @@
 
 #include "app.h"
 #include "fedhet/core.h"
+#include "fedhet/onnx.h"
 
 int app_parse_int(const char *text, const char *what, long lo, long hi, int *out)
 {
@@ -90,6 +91,7 @@ int app_model_args_take(AppModelArgs *a, int argc, char **argv, int *i, int *con
     } else if (!strcmp(opt, "--classes")) {
         FH_CHECK(app_option_value(argc, argv, i, &value));
         FH_CHECK(app_parse_int(value, "--classes", -1000000, 1000000, &a->classes));
+        a->classes_given = 1;
     } else if (!strcmp(opt, "--norm")) {
         FH_CHECK(app_option_value(argc, argv, i, &a->zoo.norm));
     } else if (!strcmp(opt, "--groups")) {
@@ -102,6 +104,14 @@ int app_model_args_take(AppModelArgs *a, int argc, char **argv, int *i, int *con
     } else {
         *consumed = 0;
     }
+    if (*consumed && a->model && onnx_is_path(a->model) && !a->net) {
+        FH_CHECK(onnx_net_read(&a->net, a->model));
+        a->zoo.build = onnx_zoo_options(a->net, NULL).build;
+        a->zoo.build_ctx = a->net;
+    }
     if (*consumed && a->model && !a->input_given) a->input = app_default_input(a->model);
+    if (*consumed && a->net && !a->input_given && !onnx_net_input_shape(a->net, &a->input))
+        a->input = (NnShape){ 3, 32, 32 }; /* symbolic in the file: --input decides */
+    if (*consumed && a->net && !a->classes_given && onnx_net_classes(a->net) > 1) a->classes = onnx_net_classes(a->net);
     return FH_OK;
 }

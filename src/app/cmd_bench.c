@@ -145,7 +145,7 @@ static void print_help(void)
            "  --backend: what computes the conv layers (train.backend), onednn by default.\n"
            "  --profile adds a per-layer time table (with oneDNN's implementation of each conv layer under onednn).\n"
            "  --sgemm N prints sgemm,N,threads,gflops for an N x N x N OpenBLAS sgemm (best of 5).\n"
-           "  Models: %s.\n",
+           "  Models: %s, or an ONNX file (FILE.onnx, docs/onnx.md: input shape and classes from the file).\n",
            nn_zoo_names());
 }
 
@@ -183,7 +183,7 @@ int app_cmd_bench(int argc, char **argv)
     }
     nn_set_threads(threads);
     if (sgemm_n) return bench_sgemm(sgemm_n, threads);
-    if (!a.model) FH_FAIL(FH_ERR_USAGE, "--model NAME is required (one of %s)", nn_zoo_names());
+    if (!a.model) FH_FAIL(FH_ERR_USAGE, "--model NAME is required (one of %s, or FILE.onnx)", nn_zoo_names());
     if (!batch) FH_FAIL(FH_ERR_USAGE, "--batch B is required");
 
     BenchCtx b;

@@ -63,7 +63,7 @@ static void layer_op(const NnModel *m, const NnLayer *l, char *op, size_t size)
 static void print_help(void)
 {
     printf("usage: fedhet inspect FILE.h5\n"
-           "       fedhet inspect --model NAME [--input CxHxW] [--classes K] [--norm bn|gn] [--groups G]\n"
+           "       fedhet inspect --model NAME|FILE.onnx [--input CxHxW] [--classes K] [--norm bn|gn] [--groups G]\n"
            "                      [--backend onednn|blas|auto] [--batch B]\n"
            "\n"
            "FILE.h5: a partition file written by `fedhet partition`. Prints its source, classes, image shape,\n"
@@ -78,7 +78,8 @@ static void print_help(void)
            "\n"
            "--model NAME: prints the model's layers (output shape, parameters, forward FLOPs), its trainable\n"
            "  and buffer counts, forward FLOPs per sample and memory per client.\n"
-           "  --model    %s\n"
+           "  --model    %s, or an ONNX file (FILE.onnx: its graph as fedhet imports it, docs/onnx.md; input shape\n"
+           "             and classes default to the file's; a graph with convs but no normalisation gets a note)\n"
            "  --input    input shape, default 1x28x28 for mlp/cnn/lenet/smallcnn, 3x32x32 otherwise\n"
            "  --classes  class count, default 10\n"
            "  --norm     resnet18 normalisation: bn (default) or gn; --groups: GroupNorm groups (default 2)\n"
@@ -139,6 +140,20 @@ static int inspect_model(const AppModelArgs *a, int batch)
     if (onednn)
         printf("oneDNN staging, scratchpad and workspaces at batch %d: %.1f MiB\n", batch,
                (double)nn_model_backend_bytes(&m) / 1048576.0);
+    if (a->net) {
+        int convs = 0, norms = 0;
+        for (int i = 0; i < m.n_layers; i++) {
+            convs += m.layers[i].type == NN_OP_CONV2D;
+            norms += m.layers[i].type == NN_OP_BATCHNORM || m.layers[i].type == NN_OP_GROUPNORM;
+        }
+        if (convs && !norms)
+            printf("note: %d conv layers and no normalisation layer: if the network has batch norms, the export folded "
+                   "them into the convs (torch.onnx.export's default in eval mode). Export again with\n"
+                   "  model.train(); torch.onnx.export(model, x, FILE, training=torch.onnx.TrainingMode.TRAINING)\n"
+                   "or\n"
+                   "  model.eval(); torch.onnx.export(model, x, FILE, training=torch.onnx.TrainingMode.PRESERVE, "
+                   "do_constant_folding=False)\n(docs/onnx.md)\n", convs);
+    }
     nn_model_free(&m);
     return FH_OK;
 }

@@ -24,6 +24,7 @@ static const AppCommand commands[] = {
     {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0, 0},
     {"grid", app_cmd_grid, "many experiments in one MPI job: the lists of a [grid] section (GRID.ini [key=value ...])", 1, 1},
     {"report", app_cmd_report, "summary tables and plots of runs and grids (DIR), or a partition file (--partition DST.h5 OUT.png)", 0, 0},
+    {"export", app_cmd_export, "a run's global model as an ONNX inference graph (RUN_DIR [--round R] FILE.onnx)", 1, 0},
     {"landscape", app_cmd_landscape, "loss around a model along random filter-normalised directions (CHECKPOINT.h5)", 1, 0},
 };
 

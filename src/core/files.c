@@ -14,9 +14,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int fh_read_file(const char *path, char **text, int fail_status)
+int fh_read_bytes(const char *path, char **bytes, size_t *len, int fail_status)
 {
-    *text = NULL;
+    *bytes = NULL;
+    *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) FH_FAIL(fail_status, "%s: cannot open: %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
@@ -44,11 +45,20 @@ int fh_read_file(const char *path, char **text, int fail_status)
         FH_FAIL(fail_status, "%s: read error", path);
     }
     buf[n] = '\0';
-    if (strlen(buf) != n) {
-        free(buf);
+    *bytes = buf;
+    *len = n;
+    return FH_OK;
+}
+
+int fh_read_file(const char *path, char **text, int fail_status)
+{
+    size_t n;
+    FH_CHECK(fh_read_bytes(path, text, &n, fail_status));
+    if (strlen(*text) != n) {
+        free(*text);
+        *text = NULL;
         FH_FAIL(fail_status, "%s: not a text file (it holds a NUL byte)", path);
     }
-    *text = buf;
     return FH_OK;
 }
 

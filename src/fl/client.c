@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fedhet/core.h"
+#include "fedhet/onnx.h"
 
 /* The services hooks call (AlgoClientServices), defined with the local loop below */
 static void grad_terms(AlgoClientCtx *c, float *grad, double *loss);
@@ -52,7 +53,15 @@ NnZooOptions fl_zoo_options(const FlSettings *s, int n_clients, int classes)
     AlgoSizes arch;
     fl_algo_setup(&setup, s, NULL, n_clients, classes);
     algo_sizes(s->method, &setup, &arch);
-    return (NnZooOptions){ .norm = s->norm, .gn_groups = s->groups, .proj_dim = arch.proj_dim, .backend = s->backend };
+    const NnZooOptions zoo = { .norm = s->norm, .gn_groups = s->groups, .proj_dim = arch.proj_dim, .backend = s->backend };
+    return s->net ? onnx_zoo_options(s->net, &zoo) : zoo;
+}
+
+int fl_init_kind(const FlSettings *s)
+{
+    if (!strcmp(s->init, "random")) return FL_INIT_RANDOM;
+    if (!strcmp(s->init, "onnx") || (!*s->init && s->net)) return FL_INIT_ONNX;
+    return *s->init ? FL_INIT_FILE : FL_INIT_RANDOM;
 }
 
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned)

@@ -23,7 +23,9 @@ typedef struct {
     int eval_batch;
     const char *model, *norm;
     int groups;
-    const char *init; /* [model] init: HDF5 file of named tensors to start from ("": none) */
+    const char *init; /* [model] init: HDF5 file of named tensors to start from, "random", "onnx" or "" (fl_init_kind) */
+    const char *onnx, *features; /* [model] onnx (the graph, read into net) and features ("": defaults) */
+    struct OnnxNet *net;
     const char *optimizer;
     double lr, momentum, weight_decay, clip, lr_decay, beta1, beta2, eps;
     int epochs, batch_size;
@@ -190,6 +192,10 @@ int fl_clients_per_round(const FlSettings *s, int K);
 void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, int classes);
 /* The zoo options of the run's model, the method's additions (MOON's projection head) included. */
 NnZooOptions fl_zoo_options(const FlSettings *s, int n_clients, int classes);
+/* where the first global model comes from: fedhet's initialisation, an HDF5 file ([model] init) or the ONNX
+ * file's initializers */
+enum { FL_INIT_RANDOM = 0, FL_INIT_FILE, FL_INIT_ONNX };
+int fl_init_kind(const FlSettings *s);
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned);
 void fl_client_free(FlClientWork *w);
 /* the persistent block of owned client `client` */

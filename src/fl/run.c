@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "fedhet/core.h"
+#include "fedhet/onnx.h"
 #include "fedhet/rng.h"
 
 #define X(name) #name,
@@ -172,6 +173,19 @@ static int read_init(FlRun *run)
     const NnShape shape = { f.c, f.h, f.w };
     const int classes = f.classes, n_clients = f.n_clients;
     data_partfile_close(&f);
+    if (fl_init_kind(&run->s) == FL_INIT_ONNX) { /* the file's initializers over fedhet's initialisation (a head) */
+        NnModel m;
+        const NnZooOptions zoo = fl_zoo_options(&run->s, n_clients, classes);
+        FH_CHECK(nn_zoo_build(&m, run->s.model, shape, classes, 1, &zoo));
+        nn_model_init_params(&m, (uint64_t)run->s.seed);
+        int status = fh_alloc_aligned(&run->init_state, (size_t)m.n_state * sizeof(float), "initial state");
+        if (status == FH_OK) {
+            nn_vec_copy(run->init_state, m.state, m.n_state);
+            status = onnx_net_copy_weights(run->s.net, &m, run->init_state);
+        }
+        nn_model_free(&m);
+        return status;
+    }
     return fl_model_tensors_read(run->s.init, &run->s, shape, classes, n_clients, &run->init_state);
 }
 
@@ -219,7 +233,7 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
             fh_log_info("%s has no checkpoint (the run stopped before its first one): starting it again from round 1",
                         run->dir);
             /* a restart starts from the init file as the first attempt did */
-            if (*run->s.init) FH_CHECK(read_init(run));
+            if (fl_init_kind(&run->s) != FL_INIT_RANDOM) FH_CHECK(read_init(run));
             return FH_OK;
         }
         char *saved = NULL;
@@ -250,7 +264,7 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
         FH_CHECK(fh_check_plain_name(name, what));
     }
     /* a bad init file is input data: refused before the run folder exists */
-    if (*run->s.init) FH_CHECK(read_init(run));
+    if (fl_init_kind(&run->s) != FL_INIT_RANDOM) FH_CHECK(read_init(run));
     snprintf(run->dir, sizeof run->dir, "%.2000s/%.2000s", run->s.out_dir, name);
     snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
     if (stat(run->dir, &st) == 0 && !opt->force)
@@ -1159,7 +1173,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
         FH_CHECK(fl_bcast(&run->comm, &run->write_final, sizeof run->write_final));
     } else {
         nn_model_init_params(m, (uint64_t)s->seed);
-        if (*s->init) {
+        if (fl_init_kind(s) != FL_INIT_RANDOM) {
             if (rank == 0) nn_vec_copy(m->state, run->init_state, run->n_state);
             FH_CHECK(fl_bcast(&run->comm, m->state, run->n_state * (int64_t)sizeof(float)));
             fh_free(&run->init_state);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fedhet/core.h"
+#include "fedhet/onnx.h"
 
 #define BIG 1e12
 
@@ -157,7 +158,13 @@ static void base_keys(void)
     add("model", "groups", FH_CFG_INT, "2", 1, 1024, NULL, "GroupNorm groups");
     add("model", "init", FH_CFG_STRING, "", 1, 0, NULL,
         "HDF5 file whose /model tensors start the run (a run.h5, checkpoint.h5 or tools/fedhet-torch export); "
-        "empty: fedhet's own initialisation from fl.seed");
+        "random: fedhet's own initialisation from fl.seed; onnx: the initializers of [model] onnx; "
+        "empty: onnx with [model] onnx, else random");
+    add("model", "onnx", FH_CFG_STRING, "", 1, 0, NULL,
+        "ONNX file of the model (replaces name; docs/onnx.md): its graph becomes the model");
+    add("model", "features", FH_CFG_STRING, "", 1, 0, NULL,
+        "with onnx: the node (or output) whose output is the features tensor; empty: the input of the last "
+        "Gemm / MatMul");
     add("train", "optimizer", FH_CFG_CHOICE, "sgd", 1, 0, "sgd|adam|adamw", "local optimiser, fresh every round (spec 0.1)");
     add("train", "lr", FH_CFG_FLOAT, "0.01", 1e-12, BIG, NULL, "local learning rate, > 0");
     add("train", "momentum", FH_CFG_FLOAT, "0", 0, 0.999999, NULL, "SGD momentum");
@@ -328,6 +335,8 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     s->norm = S("model", "norm");
     s->groups = (int)I("model", "groups");
     s->init = S("model", "init");
+    s->onnx = S("model", "onnx");
+    s->features = S("model", "features");
     s->optimizer = S("train", "optimizer");
     s->lr = F("train", "lr");
     s->momentum = F("train", "momentum");
@@ -372,6 +381,14 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
         FH_FAIL(FH_ERR_USAGE, "%s: [data] corruption = %s but corrupted = 0 (how many clients?)",
                 config_path ? config_path : "config", s->corruption);
     if (!*s->out_dir) FH_FAIL(FH_ERR_USAGE, "%s: [output] dir is empty", config_path ? config_path : "config");
+    if (!*s->onnx && (!strcmp(s->init, "onnx") || *s->features))
+        FH_FAIL(FH_ERR_USAGE, "%s: [model] %s needs [model] onnx", config_path ? config_path : "config",
+                *s->features ? "features" : "init = onnx");
+    if (*s->onnx) { /* every rank reads the graph: each builds its models from it */
+        FH_CHECK(onnx_net_read(&s->net, s->onnx));
+        onnx_net_set_features(s->net, s->features);
+        s->model = "onnx";
+    }
     if (*s->name) { /* empty: the config file's name, checked when the run folder is named */
         char what[4200];
         snprintf(what, sizeof what, "%.4000s: [output] name", config_path ? config_path : "config");

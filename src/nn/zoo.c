@@ -183,7 +183,8 @@ int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int m
     ZooBuildFn build = NULL;
     for (size_t i = 0; i < sizeof zoo_table / sizeof zoo_table[0]; i++)
         if (strcmp(zoo_table[i].name, name) == 0) build = zoo_table[i].build;
-    if (!build) FH_FAIL(FH_ERR_USAGE, "unknown model '%s' (known: %s)", name, nn_zoo_names());
+    const int outside = opt && opt->build;
+    if (!build && !outside) FH_FAIL(FH_ERR_USAGE, "unknown model '%s' (known: %s)", name, nn_zoo_names());
     if (classes < 2) FH_FAIL(FH_ERR_USAGE, "model %s: class count %d must be at least 2", name, classes);
     ZooCtx z = {m, 0, 2, 0};
     if (opt && opt->norm && strcmp(opt->norm, "bn") != 0) {
@@ -209,8 +210,8 @@ int nn_zoo_build(NnModel *m, const char *name, NnShape input, int classes, int m
         m->no_activation_reuse = opt && opt->no_activation_reuse;
         m->backend = backend;
         int features = -1;
-        int logits = build(&z, m->input, classes, &features);
-        status = m->status != FH_OK ? m->status : nn_model_finalize(m, logits, features, classes);
+        int logits = outside ? opt->build(opt->build_ctx, m, classes, z.proj_dim, &features) : build(&z, m->input, classes, &features);
+        status = m->status != FH_OK ? m->status : logits < 0 ? FH_ERR_USAGE : nn_model_finalize(m, logits, features, classes);
     }
     if (status != FH_OK) {
         nn_model_free(m);

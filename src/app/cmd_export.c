@@ -1,0 +1,121 @@
+/* fedhet export: a run's global model (zoo or imported) as an ONNX inference graph (src/onnx/export.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "fedhet/config.h"
+#include "fedhet/core.h"
+#include "fedhet/data.h"
+#include "fedhet/fl.h"
+#include "fedhet/onnx.h"
+
+static void print_help(void)
+{
+    printf("usage: fedhet export RUN_DIR [--round R] FILE.onnx\n"
+           "\n"
+           "Writes the global model of run RUN_DIR (outputs/NAME) as an ONNX inference graph, opset 13: its trained\n"
+           "weights, batch norms in their inference form with the running statistics, dropout left out, the batch\n"
+           "dimension symbolic. onnx.checker accepts it; `[model] onnx = FILE.onnx` (or `fedhet inspect --model`)\n"
+           "imports it back as the same model, with the same logits bit for bit. Works for zoo models and imported\n"
+           "ones (docs/onnx.md).\n"
+           "  RUN_DIR     a run folder: its run.h5 (the final model), or its checkpoint.h5 while it is unfinished\n"
+           "  --round R   the model after round R: the run keeps the final model (run.h5) and the latest checkpoint\n"
+           "              (checkpoint.h5), so R must be the round one of them holds (the error lists them)\n"
+           "The model is built from the run's config with its partition file's shape and classes ([data] path).\n");
+}
+
+/* the run's model: built from the config text of `path` */
+static int build_model(const char *path, NnModel *m, OnnxNet **net)
+{
+    char *text = NULL;
+    FH_CHECK(fl_checkpoint_read_config(path, &text));
+    FhIni ini;
+    int status = fh_ini_parse(&ini, text, path);
+    free(text);
+    FH_CHECK(status);
+    const char *name = fh_ini_get(&ini, "model", "name"), *norm = fh_ini_get(&ini, "model", "norm");
+    const char *groups = fh_ini_get(&ini, "model", "groups"), *onnx = fh_ini_get(&ini, "model", "onnx");
+    const char *features = fh_ini_get(&ini, "model", "features"), *data = fh_ini_get(&ini, "data", "path");
+    const char *method = fh_ini_get(&ini, "algo", "method");
+    const char *proj = method && !strcmp(method, "moon") ? fh_ini_get(&ini, "algo", "proj_dim") : NULL;
+    NnZooOptions zoo = { .norm = norm, .gn_groups = groups ? atoi(groups) : 2, .proj_dim = proj ? atoi(proj) : 0 };
+    DataPartFile f;
+    int opened = 0;
+    if (!data || !*data) status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: its config names no [data] path", path);
+    if (status == FH_OK && (status = data_partfile_open(&f, data)) == FH_OK) opened = 1;
+    if (status == FH_OK && onnx && *onnx) {
+        status = onnx_net_read(net, onnx);
+        if (status == FH_OK) {
+            onnx_net_set_features(*net, features);
+            zoo = onnx_zoo_options(*net, &zoo);
+        }
+    }
+    if (status == FH_OK)
+        status = nn_zoo_build(m, onnx && *onnx ? "onnx" : name ? name : "cnn", (NnShape){ f.c, f.h, f.w }, f.classes, 1, &zoo);
+    if (opened) data_partfile_close(&f);
+    fh_ini_free(&ini);
+    return status;
+}
+
+int app_cmd_export(int argc, char **argv)
+{
+    const char *dir = NULL, *out = NULL;
+    int round = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            print_help();
+            return FH_OK;
+        }
+        if (!strcmp(argv[i], "--round")) {
+            const char *v;
+            FH_CHECK(app_option_value(argc, argv, &i, &v));
+            FH_CHECK(app_parse_int(v, "--round", 0, 1 << 30, &round));
+        } else if (argv[i][0] == '-') FH_FAIL(FH_ERR_USAGE, "unknown option %s (fedhet export --help)", argv[i]);
+        else if (!dir) dir = argv[i];
+        else if (!out) out = argv[i];
+        else FH_FAIL(FH_ERR_USAGE, "one run folder and one output file (fedhet export --help): %s is too many", argv[i]);
+    }
+    if (!dir || !out) FH_FAIL(FH_ERR_USAGE, "usage: fedhet export RUN_DIR [--round R] FILE.onnx (--help)");
+    if (!onnx_is_path(out)) FH_FAIL(FH_ERR_USAGE, "%s: the output's name must end in .onnx", out);
+    /* run.h5 when present, else the checkpoint; --round picks the one holding that round */
+    const char *files[2] = { "run.h5", "checkpoint.h5" };
+    char path[FH_PATH_MAX], held[256] = "";
+    int status = FH_ERR_USAGE, found = 0;
+    NnModel m;
+    OnnxNet *net = NULL;
+    float *state = NULL;
+    for (int k = 0; k < 2 && !found; k++) {
+        if (!fh_path_exists(dir, files[k])) continue;
+        FH_CHECK(fh_path_join(path, sizeof path, dir, files[k]));
+        onnx_net_free(net);
+        net = NULL;
+        FH_CHECK(build_model(path, &m, &net));
+        int64_t rounds = 0;
+        status = fh_alloc_aligned(&state, (size_t)m.n_state * sizeof *state, "model state");
+        if (status == FH_OK) status = fl_checkpoint_read_global(path, &m, state, &rounds);
+        if (status == FH_OK && (round < 0 || rounds == round)) found = 1;
+        else if (status == FH_OK) {
+            snprintf(held + strlen(held), sizeof held - strlen(held), "%s%s: round %lld", *held ? ", " : "", files[k],
+                     (long long)rounds);
+            nn_model_free(&m);
+            fh_free(&state);
+        } else {
+            nn_model_free(&m);
+            fh_free(&state);
+            onnx_net_free(net);
+            return status;
+        }
+    }
+    if (!found) {
+        onnx_net_free(net);
+        if (!*held) FH_FAIL(FH_ERR_USAGE, "%s: no run.h5 or checkpoint.h5 (is it a run folder?)", dir);
+        FH_FAIL(FH_ERR_USAGE, "%s: no model after round %d is kept (%s)", dir, round, held);
+    }
+    status = onnx_export(&m, state, out);
+    if (status == FH_OK) printf("%s: %s (%d layers, %lld parameters)\n", out, path, m.n_layers, (long long)m.n_params);
+    nn_model_free(&m);
+    fh_free(&state);
+    onnx_net_free(net);
+    return status;
+}

@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# ONNX import and export end to end (docs/onnx.md):
+#   nodes        ONNX's own node tests (libonnx-testdata) of every supported op: each passes within ONNX's tolerance
+#                or is refused naming what is unsupported; a wrong number fails; counts per op printed
+#   torchvision  torchvision 0.14 models and FL-Simulator's ResNet-18 with GroupNorm exported by torch.onnx.export:
+#                fedhet's logits = PyTorch's within 1e-4 of the largest, 10 SGD steps' losses within the tolerance
+#                tests/mpi/onnx_torch.py states; exported back, onnx.checker passes and the logits are bit-identical;
+#                an op fedhet lacks is refused by name
+#   zoo_roundtrip  the zoo's resnet18 exported (fedhet export), imported and trained: the same bits as the zoo model
+#   methods      a small imported CNN in 3-rank runs: fedavg, fedsam, fedwmsam, moon (features); 1, 2 and 3 ranks
+#                identical; checkpoint + --resume bit-identical; fedhet landscape of the run; fedhet export of the
+#                run passes onnx.checker and imports back with the same logits bit for bit
+#   bad_input    damaged file exit 2 naming it; unsupported op / attribute, control flow, shared weights exit 1
+#                saying what and where; no run folder
+# Works on the 3x16x16, 4-class set of tests/mpi/torch_interop.py in a temporary folder; needs /usr/bin/python3 with
+# python3-torch, python3-torchvision, python3-onnx and libonnx-testdata (make deps).
+# usage: tests/mpi/test_onnx.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
+source "$(dirname "$0")/lib.sh"
+
+PY=/usr/bin/python3
+OT=$HERE/onnx_torch.py
+MODEL=$ROOT/build/tests/onnx_model
+NODE_DATA=/usr/share/libonnx-testdata/data/node
+
+setup()
+{
+    [ -x "$MODEL" ] || { echo "$MODEL is missing (make first)"; return 1; }
+    $PY -c 'import torch, torchvision, onnx' || { echo "/usr/bin/python3 lacks torch, torchvision or onnx: run make deps"; return 1; }
+    [ -d "$NODE_DATA" ] || { echo "$NODE_DATA is missing: run make deps (libonnx-testdata)"; return 1; }
+    $PY "$HERE/torch_interop.py" source "$WORK/src.h5" || return 1
+    "$FEDHET" partition "$WORK/src.h5" "$WORK/p3.h5" scheme=iid clients=3 seed=1 >"$WORK/partition.out" 2>&1 ||
+        { cat "$WORK/partition.out"; return 1; }
+    $PY "$OT" tiny "$WORK/tiny.onnx" 2>/dev/null || return 1
+    cat >"$WORK/base.ini" <<EOF
+; fedhet ONNX tests: 3 IID clients of a 3x16x16, 4-class synthetic set, a small CNN from PyTorch
+[data]
+path = $WORK/p3.h5
+eval_batch = 16
+
+[model]
+onnx = $WORK/tiny.onnx
+
+[train]
+lr = 0.05
+momentum = 0.9
+batch_size = 8
+backend = blas
+
+[fl]
+rounds = 2
+checkpoint_every = 1
+seed = 5
+
+[algo]
+method = fedavg
+
+[output]
+dir = $WORK/out
+EOF
+}
+
+# ---- ONNX's node tests ----
+test_nodes()
+{
+    local ops list t op rc passed=0 refused=0 wrong=0
+    ops=$(printf '%s\n' Add AveragePool BatchNormalization Clip Concat Conv Dropout Flatten Gemm GlobalAveragePool \
+        HardSigmoid HardSwish Identity InstanceNormalization LeakyRelu MatMul MaxPool Mul Pad ReduceMean Relu Reshape \
+        Sigmoid Slice Split Tanh Transpose)
+    mkdir -p "$WORK/nodes"
+    list=$($PY "$OT" nodes "$NODE_DATA" "$WORK/nodes" 2>/dev/null | awk -v ops="$(echo $ops)" \
+        'BEGIN { n = split(ops, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 } want[$2] { print }')
+    [ -n "$list" ] || { fail "no node test of a supported op was found in $NODE_DATA"; return; }
+    declare -A P R
+    while read -r t op; do
+        local d=$WORK/nodes/$t
+        if [ ! -f "$d/x.bin" ]; then # a non-float input: the importer must refuse it by itself
+            "$MODEL" node "$d/model.onnx" /dev/null "$d/out.bin" >"$d/log" 2>&1
+            rc=$?
+        else
+            "$MODEL" node "$d/model.onnx" "$d/x.bin" "$d/out.bin" >"$d/log" 2>&1
+            rc=$?
+        fi
+        if [ $rc -eq 0 ]; then
+            if $PY "$OT" near "$d/out.bin" "$d/ref.bin" >"$d/cmp" 2>&1; then
+                passed=$((passed + 1)) P[$op]=$((${P[$op]:-0} + 1))
+            else
+                wrong=$((wrong + 1))
+                fail "$t ($op): a wrong result: $(cat "$d/cmp")"
+            fi
+        elif [ $rc -eq 1 ] && grep -q "^$d/model.onnx: .*\(support\|must\|only\)" "$d/log"; then
+            refused=$((refused + 1)) R[$op]=$((${R[$op]:-0} + 1))
+        else
+            wrong=$((wrong + 1))
+            fail "$t ($op): exit $rc without naming what is unsupported: $(head -1 "$d/log")"
+        fi
+    done <<<"$list"
+    for op in $ops; do note "$op: ${P[$op]:-0} passed, ${R[$op]:-0} refused"; done
+    note "node tests: $passed passed, $refused refused, $wrong wrong"
+    [ "$passed" -ge 20 ] || fail "only $passed node tests pass"
+}
+
+# ---- torchvision models against PyTorch ----
+# compare NAME [eval]: export, fedhet's logits and SGD losses, PyTorch's comparison
+compare()
+{
+    local n=$1 d=$WORK/tv
+    mkdir -p "$d"
+    $PY "$OT" export "$n" "$d" ${2:-} >"$d/$n.export" 2>&1 || { fail "$n: export: $(tail -1 "$d/$n.export")"; return 1; }
+    "$MODEL" logits "$d/$n.onnx" "$d/x.bin" 16 3 32 32 10 "$d/$n.fh_logits" >"$d/$n.log" 2>&1 &&
+        "$MODEL" sgd "$d/$n.onnx" "$d/x.bin" "$d/y.bin" 16 3 32 32 10 10 0.01 "$d/$n.fh_losses" >>"$d/$n.log" 2>&1 ||
+        { fail "$n: fedhet: $(head -1 "$d/$n.log")"; return 1; }
+    local out
+    out=$($PY "$OT" compare "$n" "$d" 2>&1) || { fail "$out"; return 1; }
+    note "$out"
+}
+
+test_torchvision()
+{
+    # each model shows layers the others lack: residual adds and batch norms; the GroupNorm pattern; depthwise convs
+    # and ReLU6; HardSwish, HardSigmoid and squeeze-and-excitation's broadcast Mul; Concat and ceil_mode pools
+    compare resnet18
+    compare resnet18_gn
+    compare mobilenet_v2
+    compare mobilenet_v3_small
+    compare squeezenet1_1
+    # their layers go back out: onnx.checker accepts the export and its import gives the same logits bit for bit
+    local n
+    for n in mobilenet_v3_small squeezenet1_1 resnet18_gn; do
+        "$MODEL" roundtrip "$WORK/tv/$n.onnx" "$WORK/tv/x.bin" 4 3 32 32 10 "$WORK/tv/$n-back.onnx" >"$WORK/$n-rt.out" 2>&1 &&
+            $PY "$OT" check "$WORK/tv/$n-back.onnx" >>"$WORK/$n-rt.out" 2>&1 || fail "$n exported back: $(tail -1 "$WORK/$n-rt.out")"
+    done
+    # a network that needs what the engine lacks is refused by name, never imported wrongly
+    $PY - "$WORK/tv/resnet18.onnx" "$WORK/tv/resize.onnx" <<'EOF' || { fail "cannot make the Resize graph"; return; }
+import sys, onnx
+from onnx import helper
+m = onnx.load(sys.argv[1])
+n = m.graph.node[0]
+m.graph.node.insert(0, helper.make_node("Resize", ["input", "", "scales_up"], ["resized"], name="upsample", mode="nearest"))
+m.graph.initializer.append(helper.make_tensor("scales_up", onnx.TensorProto.FLOAT, [4], [1, 1, 1, 1]))
+n.input[0] = "resized"
+onnx.save(m, sys.argv[2])
+EOF
+    "$FEDHET" inspect --model "$WORK/tv/resize.onnx" --backend blas >/dev/null 2>"$WORK/resize.err"
+    local rc=$?
+    [ $rc -eq 1 ] && grep -q "node 'upsample' (Resize): op type Resize is not supported (supported: Add," "$WORK/resize.err" ||
+        fail "a Resize node: exit $rc: $(head -1 "$WORK/resize.err")"
+}
+
+# ---- the zoo's resnet18 through ONNX ----
+test_zoo_roundtrip()
+{
+    local short="fl.rounds=1 train.steps=3" # resnet18 is slow: a few steps show the bits
+    fh 2 zoo0 "$WORK/base.ini" model.onnx= model.name=resnet18 output.name=zoo0 $short
+    expect_rc "zoo resnet18, 1 round" 0 || return
+    "$FEDHET" export "$WORK/out/zoo0" "$WORK/zoo0.onnx" >"$WORK/zexp.out" 2>&1 || { fail "export: $(tail -1 "$WORK/zexp.out")"; return; }
+    $PY "$OT" check "$WORK/zoo0.onnx" >"$WORK/zcheck.out" 2>&1 || { fail "onnx.checker: $(tail -1 "$WORK/zcheck.out")"; return; }
+    # the same start (round 1's model) trained on: as a zoo model from its run.h5, and as the imported graph
+    fh 2 zooA "$WORK/base.ini" model.onnx= model.name=resnet18 model.init="$WORK/out/zoo0/run.h5" output.name=zooA $short
+    expect_rc "zoo resnet18 from run.h5" 0 || return
+    fh 2 zooB "$WORK/base.ini" model.onnx="$WORK/zoo0.onnx" output.name=zooB $short
+    expect_rc "imported resnet18" 0 || return
+    same_global "$WORK/out/zooA/run.h5" "$WORK/out/zooB/run.h5" "zoo vs imported resnet18" || return
+    same_csv "$WORK/out/zooA/metrics.csv" "$WORK/out/zooB/metrics.csv" "zoo vs imported resnet18"
+}
+
+# ---- every method on an imported model ----
+test_methods()
+{
+    local m
+    for m in fedavg fedsam fedwmsam moon; do
+        fh 3 "m_$m" "$WORK/base.ini" algo.method=$m output.name="m_$m"
+        expect_rc "$m on the imported CNN" 0 || continue
+        [ "$(data_rows "$WORK/out/m_$m/metrics.csv")" -eq 2 ] || fail "$m: metrics.csv lacks its 2 rounds"
+    done
+    # the same bits on 1, 2 and 3 ranks
+    fh 1 r1 "$WORK/base.ini" output.name=r1
+    fh 2 r2 "$WORK/base.ini" output.name=r2
+    expect_rc "1 and 2 ranks" 0 || return
+    same_global "$WORK/out/r1/run.h5" "$WORK/out/m_fedavg/run.h5" "1 vs 3 ranks"
+    same_global "$WORK/out/r2/run.h5" "$WORK/out/m_fedavg/run.h5" "2 vs 3 ranks"
+    # checkpoint + resume
+    resume_identical "imported CNN, fedsam" algo.method=fedsam
+    # export of the run: onnx.checker, and the import gives the same logits bit for bit
+    "$FEDHET" export "$WORK/out/m_fedavg" "$WORK/trained.onnx" >"$WORK/texp.out" 2>&1 ||
+        { fail "export: $(tail -1 "$WORK/texp.out")"; return; }
+    $PY "$OT" check "$WORK/trained.onnx" >/dev/null 2>&1 || fail "onnx.checker refuses the exported run"
+    $PY -c 'import numpy as np; np.random.default_rng(0).standard_normal((8, 3, 16, 16), dtype=np.float32).tofile("'"$WORK"'/x16.bin")'
+    "$MODEL" roundtrip "$WORK/trained.onnx" "$WORK/x16.bin" 8 3 16 16 4 "$WORK/again.onnx" >"$WORK/rt.out" 2>&1 ||
+        fail "import of the exported run: $(tail -1 "$WORK/rt.out")"
+    # the loss landscape of the imported model's run
+    timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe -np 2 "$FEDHET" landscape "$WORK/out/m_fedavg/run.h5" dims=1 points=3 \
+        out="$WORK" >"$WORK/land.out" 2>&1 || fail "landscape of the imported model: $(grep -m1 error "$WORK/land.out")"
+    "$FEDHET" export "$WORK/out/m_fedavg" --round 7 "$WORK/r7.onnx" >/dev/null 2>"$WORK/r7.err"
+    [ $? -eq 1 ] && grep -q "no model after round 7" "$WORK/r7.err" || fail "--round 7 of a 2-round run: $(head -1 "$WORK/r7.err")"
+}
+
+# ---- bad input ----
+test_bad_input()
+{
+    head -c 3000 "$WORK/tiny.onnx" >"$WORK/cut.onnx"
+    fh 2 cut "$WORK/base.ini" model.onnx="$WORK/cut.onnx" output.name=cut
+    expect_rc "a truncated file" 2 && { grep -q "$WORK/cut.onnx" "$WORK/cut.err" || fail "truncated: $(errline cut)"; }
+    [ -e "$WORK/out/cut" ] && fail "a refused model left its run folder"
+    $PY - "$WORK" <<'EOF' || { fail "cannot make the bad graphs"; return; }
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as T
+d = sys.argv[1]
+x = helper.make_tensor_value_info("x", T.FLOAT, ["N", 3, 16, 16])
+y = helper.make_tensor_value_info("y", T.FLOAT, ["N", 4])
+w = numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float32), "w")
+fc = numpy_helper.from_array(np.zeros((4, 4), np.float32), "fc")
+tail = [helper.make_node("GlobalAveragePool", ["c"], ["g"], name="gap"), helper.make_node("Flatten", ["g"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "fc"], ["y"], name="head", transB=1)]
+def save(name, nodes, inits):
+    m = helper.make_model(helper.make_graph(nodes, name, [x], [y], inits), opset_imports=[helper.make_opsetid("", 13)])
+    onnx.save(m, "%s/%s.onnx" % (d, name))
+save("samepad", [helper.make_node("Conv", ["x", "w"], ["c"], name="conv_s", auto_pad="SAME_UPPER")] + tail, [w, fc])
+save("unknown", [helper.make_node("Conv", ["x", "w"], ["c0"], name="conv"), helper.make_node("Softsign", ["c0"], ["c"], name="soft")] + tail, [w, fc])
+branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [], [helper.make_tensor_value_info("z", T.FLOAT, None)])
+save("control", [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                 helper.make_node("If", ["cond"], ["q"], name="branchy", then_branch=branch, else_branch=branch)] + tail,
+     [w, fc, numpy_helper.from_array(np.array(True), "cond")])
+save("shared", [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("GlobalAveragePool", ["c"], ["g"], name="gap"),
+                helper.make_node("Flatten", ["g"], ["f"], name="flat"), helper.make_node("Gemm", ["f", "fc"], ["h"], name="fc1", transB=1),
+                helper.make_node("Gemm", ["h", "fc"], ["y"], name="fc2", transB=1)], [w, fc])
+EOF
+    local n want
+    for n in samepad unknown control shared; do
+        case $n in
+        samepad) want="node 'conv_s' (Conv): attribute auto_pad = SAME_UPPER is not supported" ;;
+        unknown) want="node 'soft' (Softsign): op type Softsign is not supported (supported: Add, AveragePool," ;;
+        control) want="node 'branchy' (If): control flow is not supported" ;;
+        shared) want="node 'fc2' (Gemm): initializer 'fc' is already the weights of layer fc1: weights shared" ;;
+        esac
+        fh 2 "bad_$n" "$WORK/base.ini" model.onnx="$WORK/$n.onnx" output.name="bad_$n"
+        expect_rc "$n graph" 1 || continue
+        grep -qF "$WORK/$n.onnx: $want" "$WORK/bad_$n.err" || fail "$n: the message lacks '$want': $(errline "bad_$n")"
+        [ -e "$WORK/out/bad_$n" ] && fail "$n: the run folder was made"
+    done
+    # inspect refuses as the run does
+    "$FEDHET" inspect --model "$WORK/samepad.onnx" >/dev/null 2>&1 && fail "inspect imported auto_pad = SAME_UPPER"
+}
+
+TESTS=(bad_input methods zoo_roundtrip nodes torchvision)
+run_tests "$@"
