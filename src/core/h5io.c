@@ -134,8 +134,12 @@ int fh_h5_open_checked(const FhH5File *f, const char *name, H5T_class_t cls, siz
         status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: cannot query %s (HDF5: %s)", f->path, name,
                                 fh_h5_message(msg));
     } else if (H5Tget_class(type) != cls || (size && H5Tget_size(type) != size)) {
-        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must be a %zu-byte %s (found %s)", f->path,
-                                name, size, cls == H5T_INTEGER ? "integer" : "float", fh_h5_type_text(type, tbuf));
+        char want[32] = ""; /* size 0: any size of that class */
+        if (size) snprintf(want, sizeof want, "%zu-byte ", size);
+        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must be %s%s%s (found %s)", f->path, name,
+                                size ? "a " : "", want, cls == H5T_INTEGER ? (size ? "integer" : "an integer")
+                                                                          : (size ? "float" : "a float"),
+                                fh_h5_type_text(type, tbuf));
     } else if (H5Sget_simple_extent_ndims(space) != rank) {
         status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must have rank %d (found %d)", f->path, name,
                                 rank, H5Sget_simple_extent_ndims(space));

@@ -161,7 +161,12 @@ static int check_rank_count(const FlRun *run, const char *data_path)
     DataPartFile f;
     FH_CHECK(data_partfile_open(&f, data_path));
     int K = f.n_clients, classes = f.classes;
+    const int64_t n_test = f.n_test;
     data_partfile_close(&f);
+    /* a run without evaluation is asked for, never a silent consequence of the data file */
+    if (n_test == 0 && run->s.eval_every != 0)
+        FH_FAIL(FH_ERR_DATA, "%s has no test set (/test): the run could not evaluate its model (make the file with a "
+                "test split, or set fl.eval_every = 0 to run without evaluation)", data_path);
     if (run->comm.size > 1 && run->comm.size - 1 > K)
         FH_FAIL(FH_ERR_USAGE, "%d ranks for %d clients: at most clients + 1 = %d ranks (rank 0 is the server)",
                 run->comm.size, K, K + 1);
@@ -258,6 +263,9 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
              * run that lost its checkpoint is not replaced that way */
             char path[4300];
             snprintf(path, sizeof path, "%s/run.h5", run->dir);
+            if (stat(path, &st) == 0 && fl_checkpoint_verify(path) != FH_OK)
+                return fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s is damaged and there is no checkpoint to "
+                                      "rebuild it from (--force runs the experiment again)", path);
             if (stat(path, &st) == 0)
                 FH_FAIL(FH_ERR_USAGE, "%s: no checkpoint to resume from, but the run's final model %s exists (--force "
                         "runs it again)", run->checkpoint_path, path);
@@ -274,6 +282,8 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
             if (*run->s.init) FH_CHECK(read_init(run));
             return FH_OK;
         }
+        /* nothing is continued from a file that is not whole */
+        FH_CHECK(fl_checkpoint_verify(run->checkpoint_path));
         char *saved = NULL;
         FH_CHECK(fl_checkpoint_read_config(run->checkpoint_path, &saved));
         int n;
@@ -1211,8 +1221,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
             /* a kill after the last checkpoint but before run.h5 was renamed into place */
             run->write_final = !fl_final_model_current(run->dir);
             if (run->write_final)
-                fh_log_info("%s: all %d rounds are done but run.h5 is missing or older than checkpoint.h5: writing it "
-                            "from the final checkpoint", run->dir, s->rounds);
+                fh_log_info("%s: all %d rounds are done but run.h5 is missing, damaged or older than checkpoint.h5: "
+                            "writing it from the final checkpoint", run->dir, s->rounds);
             else fh_log_info("%s: all %d rounds are done (raise fl.rounds to continue)", run->dir, s->rounds);
         }
         FH_CHECK(fl_bcast(&run->comm, &run->write_final, sizeof run->write_final));
