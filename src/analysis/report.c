@@ -1087,8 +1087,8 @@ static int summarise(Report *R)
             char path[PATHN + 16];
             snprintf(path, sizeof path, "%s/run.h5", r->dir);
             if (fl_checkpoint_verify(path) != FH_OK)
-                return fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "run %s: its final model is damaged (fedhet run "
-                                      "--resume %s rebuilds it from the final checkpoint)", r->dir, r->dir);
+                return fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: the run's final model is damaged (fedhet "
+                                      "run --resume %s rebuilds it from the final checkpoint)", path, r->dir);
         }
     }
     partition_stats(R);
