@@ -57,6 +57,7 @@ int fh_h5_open(FhH5File *f, const char *path, int fail_status)
     f->id = H5I_INVALID_HID;
     f->fail_status = fail_status;
     f->tmp_path[0] = '\0';
+    f->write_errno = 0;
     if (!path || !*path) FH_FAIL(fail_status, "HDF5 file path is empty");
     errno = 0;
     FILE *probe = fopen(path, "rb");
