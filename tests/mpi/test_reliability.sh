@@ -15,17 +15,7 @@ PY=/usr/bin/python3
 
 setup() { setup_tiny; }
 
-# f1 TAG ARGS...: `fedhet ARGS` as one process (MPI singleton); output in $WORK/TAG.out/.err; sets RC
-f1()
-{
-    local tag=$1
-    LAST_TAG=$tag
-    shift
-    timeout -k 5 "$RUN_LIMIT" "$FEDHET" "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err"
-    RC=$?
-}
-
-# limited KB TAG ARGS...: f1 under a file-size limit of KB KiB. SIGXFSZ is ignored (inherited through
+# limited KB TAG ARGS...: fx under a file-size limit of KB KiB. SIGXFSZ is ignored (inherited through
 # exec), so that a write past the limit fails with EFBIG as on a full disk. Open MPI's own shared-memory
 # files would exceed the limit: its singleton is told to keep them small (hash store, no shared-memory
 # transport).
@@ -87,7 +77,7 @@ test_full_disk_limit()
 # stays; with room again, --resume ends identical to an uninterrupted run. Needs root (CI runs as root).
 test_full_disk_tmpfs()
 {
-    f1 tmref run "$WORK/base.ini" output.name=tmref
+    fx tmref run "$WORK/base.ini" output.name=tmref
     expect_rc "reference run" 0 || return
     local size mnt=$WORK/tmpfs
     size=$(stat -c %s "$WORK/out/tmref/checkpoint.h5")
@@ -96,7 +86,7 @@ test_full_disk_tmpfs()
         fail "cannot mount a tmpfs (this test needs root): $(head -1 "$WORK/mount.err")"
         return
     fi
-    f1 tmfull run "$WORK/base.ini" output.dir="$mnt" output.name=full
+    fx tmfull run "$WORK/base.ini" output.dir="$mnt" output.name=full
     if expect_rc "full tmpfs" 4; then
         grep -q "error: $mnt/full/checkpoint.h5: .*No space left on device" "$WORK/tmfull.err" ||
             fail "full tmpfs: the message does not name the checkpoint and the cause: $(errline tmfull)"
@@ -104,7 +94,7 @@ test_full_disk_tmpfs()
             fail "full tmpfs: round 1's checkpoint is not intact (rounds_done '$(rounds_done "$mnt/full/checkpoint.h5")')"
         no_temporaries "$mnt" "full tmpfs"
         mount -o remount,size=64m "$mnt" || fail "cannot grow the tmpfs"
-        f1 tmresume run --resume "$mnt/full"
+        fx tmresume run --resume "$mnt/full"
         expect_rc "--resume with room again" 0 &&
             same_run_files "$WORK/out/tmref" "$mnt/full" "full tmpfs + --resume vs uninterrupted"
     fi
@@ -123,7 +113,7 @@ same_run_files()
 test_two_runs_one_name()
 {
     # rounds long enough (about 2 s a run) that runs started together overlap even on a busy machine
-    f1 oneref run "$WORK/base.ini" output.name=oneref train.epochs=20
+    fx oneref run "$WORK/base.ini" output.name=oneref train.epochs=20
     expect_rc "reference run" 0 || return
     local i a b force
     for i in 1 2 3 4; do
@@ -158,19 +148,19 @@ test_one_writer()
     fi
     local host
     host=$(hostname)
-    f1 busyR run --resume "$WORK/out/busy"
+    fx busyR run --resume "$WORK/out/busy"
     expect_rc "--resume of a folder in use" 1 &&
         { grep -q "in use by pid $pid on host $host" "$WORK/busyR.err" || fail "--resume: holder not named: $(errline busyR)"; }
-    f1 busyF run "$WORK/base.ini" output.name=busy --force
+    fx busyF run "$WORK/base.ini" output.name=busy --force
     expect_rc "--force on a folder in use" 1 &&
         { grep -q "in use by pid $pid on host $host" "$WORK/busyF.err" || fail "--force: holder not named: $(errline busyF)"; }
-    f1 busyP report "$WORK/out/busy"
+    fx busyP report "$WORK/out/busy"
     expect_rc "report into a folder in use" 1 &&
         { grep -q "in use by pid $pid on host $host" "$WORK/busyP.err" || fail "report: holder not named: $(errline busyP)"; }
     kill -KILL "$pid"
     wait "$pid" 2>/dev/null
     # the killed run's lock died with it; its checkpoint (if any) is continued, else the run restarts
-    f1 busyAfter run --resume "$WORK/out/busy" fl.rounds=2
+    fx busyAfter run --resume "$WORK/out/busy" fl.rounds=2
     [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ] && grep -q "in use" "$WORK/busyAfter.err" &&
         fail "--resume after the holder was killed: the stale lock was not taken over"
 }
@@ -179,9 +169,9 @@ test_one_writer()
 # gains no stray row and loses none.
 test_two_resumes()
 {
-    f1 r6 run "$WORK/base.ini" output.name=r6 fl.rounds=12
+    fx r6 run "$WORK/base.ini" output.name=r6 fl.rounds=12
     expect_rc "12 rounds" 0 || return
-    f1 r3 run "$WORK/base.ini" output.name=r3
+    fx r3 run "$WORK/base.ini" output.name=r3
     expect_rc "3 rounds" 0 || return
     "$FEDHET" run --resume "$WORK/out/r3" fl.rounds=12 >"$WORK/rA.out" 2>"$WORK/rA.err" &
     local pa=$!
@@ -201,24 +191,24 @@ test_two_resumes()
 # Output names that are symbolic links: refused with and without --force; the run linked to is untouched.
 test_symlink_folder()
 {
-    f1 real run "$WORK/base.ini" output.name=real
+    fx real run "$WORK/base.ini" output.name=real
     expect_rc "the real run" 0 || return
     cp "$WORK/out/real/run.h5" "$WORK/real-run.h5"
     ln -s "$WORK/out/real" "$WORK/out/alias"
-    f1 aliasF run "$WORK/base.ini" output.name=alias --force
+    fx aliasF run "$WORK/base.ini" output.name=alias --force
     expect_rc "--force on a symbolic link" 1 &&
         { grep -q "symbolic link" "$WORK/aliasF.err" || fail "--force: $(errline aliasF)"; }
-    f1 alias run "$WORK/base.ini" output.name=alias
+    fx alias run "$WORK/base.ini" output.name=alias
     expect_rc "a symbolic link without --force" 1
     cmp -s "$WORK/real-run.h5" "$WORK/out/real/run.h5" || fail "the linked run's run.h5 changed"
     [ -L "$WORK/out/alias" ] || fail "the link was replaced"
     # a partition onto its own source (by name, or through a link)
     cp "$WORK/p6.h5" "$WORK/src.h5"
     ln -s "$WORK/src.h5" "$WORK/srclink.h5"
-    f1 selfpart partition "$WORK/src.h5" "$WORK/src.h5" scheme=iid clients=2 classes=4 --force
+    fx selfpart partition "$WORK/src.h5" "$WORK/src.h5" scheme=iid clients=2 classes=4 --force
     expect_rc "partition SRC SRC --force" 1 &&
         { grep -q "is the source" "$WORK/selfpart.err" || fail "partition SRC SRC: $(errline selfpart)"; }
-    f1 linkpart partition "$WORK/src.h5" "$WORK/srclink.h5" scheme=iid clients=2 classes=4 --force
+    fx linkpart partition "$WORK/src.h5" "$WORK/srclink.h5" scheme=iid clients=2 classes=4 --force
     expect_rc "partition SRC LINK-TO-SRC --force" 1
     cmp -s "$WORK/p6.h5" "$WORK/src.h5" || fail "the source was replaced"
 }
@@ -228,7 +218,7 @@ test_symlink_folder()
 # damaged checkpoint.
 test_damaged_run_file()
 {
-    f1 dmg run "$WORK/base.ini" output.name=dmg
+    fx dmg run "$WORK/base.ini" output.name=dmg
     expect_rc "the run" 0 || return
     cp -r "$WORK/out/dmg" "$WORK/dmg-ref"
     local how
@@ -244,25 +234,25 @@ test_damaged_run_file()
         esac
         touch "$WORK/out/dmg/run.h5" # newer than the checkpoint
         if [ $how = empty ]; then
-            f1 dmgReport report "$WORK/out/dmg"
+            fx dmgReport report "$WORK/out/dmg"
             expect_rc "report on an empty run.h5" 4 &&
                 { grep -q "dmg/run.h5" "$WORK/dmgReport.err" || fail "report: the file is not named: $(errline dmgReport)"; }
         fi
-        f1 dmg_$how run --resume "$WORK/out/dmg"
+        fx dmg_$how run --resume "$WORK/out/dmg"
         expect_rc "$how run.h5: --resume" 0 || continue
         grep -q "writing it from the final checkpoint" "$WORK/dmg_$how.out" || fail "$how: no rebuild message"
         cmp -s "$WORK/dmg-ref/run.h5" "$WORK/out/dmg/run.h5" || fail "$how: the rebuilt run.h5 differs from the original"
     done
     # a damaged checkpoint: --resume and landscape exit 4 naming it; with no checkpoint, a damaged run.h5 too
     head -c 20000 "$WORK/dmg-ref/checkpoint.h5" >"$WORK/out/dmg/checkpoint.h5"
-    f1 dmgCk run --resume "$WORK/out/dmg" fl.rounds=4
+    fx dmgCk run --resume "$WORK/out/dmg" fl.rounds=4
     expect_rc "--resume from a truncated checkpoint" 4 &&
         { grep -q "dmg/checkpoint.h5" "$WORK/dmgCk.err" || fail "truncated checkpoint not named: $(errline dmgCk)"; }
-    f1 dmgLand landscape "$WORK/out/dmg/checkpoint.h5" points=3
+    fx dmgLand landscape "$WORK/out/dmg/checkpoint.h5" points=3
     expect_rc "landscape on a truncated checkpoint" 4
     rm "$WORK/out/dmg/checkpoint.h5"
     : >"$WORK/out/dmg/run.h5"
-    f1 dmgNone run --resume "$WORK/out/dmg"
+    fx dmgNone run --resume "$WORK/out/dmg"
     expect_rc "empty run.h5, no checkpoint" 4 &&
         { grep -q "dmg/run.h5 is damaged" "$WORK/dmgNone.err" || fail "no checkpoint: $(errline dmgNone)"; }
 }
@@ -294,12 +284,12 @@ with h5py.File(sys.argv[2], "r+") as f:
     del f["clients/labels"]
     f["clients/labels"] = lab
 EOF
-    f1 notest run "$WORK/base.ini" data.path="$WORK/notest.h5" output.name=notest
+    fx notest run "$WORK/base.ini" data.path="$WORK/notest.h5" output.name=notest
     expect_rc "no /test" 2 && { grep -q "notest.h5 has no test set" "$WORK/notest.err" || fail "no /test: $(errline notest)"; }
     [ -e "$WORK/out/notest" ] && fail "no /test: the run folder was made"
-    f1 notest0 run "$WORK/base.ini" data.path="$WORK/notest.h5" output.name=notest0 fl.eval_every=0
+    fx notest0 run "$WORK/base.ini" data.path="$WORK/notest.h5" output.name=notest0 fl.eval_every=0
     expect_rc "no /test, fl.eval_every = 0" 0
-    f1 floatlab run "$WORK/base.ini" data.path="$WORK/floatlab.h5" output.name=floatlab
+    fx floatlab run "$WORK/base.ini" data.path="$WORK/floatlab.h5" output.name=floatlab
     expect_rc "float labels" 2
     grep -q "0-byte" "$WORK/floatlab.err" && fail "float labels: $(errline floatlab)"
     grep -q "must be an integer (found 4-byte float)" "$WORK/floatlab.err" || fail "float labels: $(errline floatlab)"
