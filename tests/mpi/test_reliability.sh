@@ -116,9 +116,9 @@ test_two_runs_one_name()
     fx oneref run "$WORK/base.ini" output.name=oneref train.epochs=20
     expect_rc "reference run" 0 || return
     local i a b force
-    for i in 1 2 3 4; do
+    for i in 1 2; do
         force=""
-        [ $i -gt 2 ] && force=--force
+        [ $i = 2 ] && force=--force
         "$FEDHET" run "$WORK/base.ini" output.name=twin$i train.epochs=20 $force >"$WORK/twinA$i.out" 2>"$WORK/twinA$i.err" &
         local pa=$!
         "$FEDHET" run "$WORK/base.ini" output.name=twin$i train.epochs=20 $force >"$WORK/twinB$i.out" 2>"$WORK/twinB$i.err" &
