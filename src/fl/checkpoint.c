@@ -243,17 +243,28 @@ static void dset_list_free(DsetList *l)
     memset(l, 0, sizeof *l);
 }
 
-static int list_datasets(const FhH5File *f, DsetList *l)
+/* the round loop allocates nothing: the writer only counts */
+static herr_t count_dataset(hid_t obj, const char *name, const H5O_info_t *info, void *data)
 {
-    memset(l, 0, sizeof *l);
+    (void)obj, (void)name;
+    if (info->type == H5O_TYPE_DATASET) ++*(int *)data;
+    return 0;
+}
+
+/* every dataset of f: names into l (list_dataset), or only their count (count_dataset, l NULL) */
+static int visit_datasets(const FhH5File *f, DsetList *l, int *count)
+{
+    if (l) memset(l, 0, sizeof *l);
+    void *data = l ? (void *)l : (void *)count;
 #if H5_VERSION_GE(1, 12, 0)
-    herr_t rc = H5Ovisit3(f->id, H5_INDEX_NAME, H5_ITER_INC, (H5O_iterate2_t)list_dataset, l, H5O_INFO_BASIC);
+    herr_t rc = H5Ovisit3(f->id, H5_INDEX_NAME, H5_ITER_INC, (H5O_iterate2_t)(l ? list_dataset : count_dataset), data,
+                          H5O_INFO_BASIC);
 #else
-    herr_t rc = H5Ovisit2(f->id, H5_INDEX_NAME, H5_ITER_INC, list_dataset, l, H5O_INFO_BASIC);
+    herr_t rc = H5Ovisit2(f->id, H5_INDEX_NAME, H5_ITER_INC, l ? list_dataset : count_dataset, data, H5O_INFO_BASIC);
 #endif
     if (rc < 0) {
         char msg[256];
-        dset_list_free(l);
+        if (l) dset_list_free(l);
         FH_FAIL(FH_ERR_IO, "%s: cannot walk its objects (HDF5: %s)", f->path, fh_h5_message(msg));
     }
     return FH_OK;
@@ -262,10 +273,9 @@ static int list_datasets(const FhH5File *f, DsetList *l)
 /* rank 0, last thing before the commit */
 static int write_mark(FhH5File *f, const FlRun *run)
 {
-    DsetList l;
-    FH_CHECK(list_datasets(f, &l));
-    const int64_t mark[2] = { l.n, (int64_t)fnv1a(FNV_SEED, run->global, (size_t)run->n_state * sizeof(float)) };
-    dset_list_free(&l);
+    int n = 0;
+    FH_CHECK(visit_datasets(f, NULL, &n));
+    const int64_t mark[2] = { n, (int64_t)fnv1a(FNV_SEED, run->global, (size_t)run->n_state * sizeof(float)) };
     hid_t g = H5Gopen2(f->id, "/meta", H5P_DEFAULT);
     int status = fh_h5_attr_write_int64s(f, g, "complete", mark, 2);
     H5Gclose(g);
@@ -326,7 +336,7 @@ int fl_checkpoint_verify(const char *path)
     DsetList l = { 0 };
     int status = fh_h5_open(&f, path, FH_ERR_IO);
     if (status == FH_OK) status = read_meta(&f, &meta);
-    if (status == FH_OK) status = list_datasets(&f, &l);
+    if (status == FH_OK) status = visit_datasets(&f, &l, NULL);
     uint64_t global = FNV_SEED;
     for (int i = 0; i < l.n && status == FH_OK; i++)
         status = read_through(&f, l.names[i], strcmp(l.names[i], "server/global") ? NULL : &global);
