@@ -14,7 +14,7 @@
  * written file from ever being under the final name; the mark and a full read (Fletcher32 checks every
  * chunk, the 1.10 format every object header) catch what happens to a file afterwards: a copy cut short,
  * a disk that loses blocks, a dataset removed by hand. A file without the mark (written before it
- * existed) counts as complete when every dataset reads back with its checksums. */
+ * existed, or of format version 2) counts as complete when every dataset reads back with its checksums. */
 #include "fl_internal.h"
 
 #include <stdlib.h>
@@ -201,7 +201,7 @@ void fl_checkpoint_free(FlRun *run)
 }
 
 typedef struct {
-    int64_t rounds_done, layout_hash, n_state;
+    int64_t rounds_done, layout_hash, n_state, version;
     double lr;
 } CkptMeta;
 static int read_meta(const FhH5File *f, CkptMeta *meta);
@@ -342,7 +342,8 @@ int fl_checkpoint_verify(const char *path)
         status = read_through(&f, l.names[i], strcmp(l.names[i], "server/global") ? NULL : &global);
     int has_mark = 0;
     hid_t g = status == FH_OK ? H5Gopen2(f.id, "/meta", H5P_DEFAULT) : H5I_INVALID_HID;
-    if (status == FH_OK) status = fh_h5_attr_exists(&f, g, "complete", &has_mark);
+    /* the mark belongs to this format version; a file of an older one is verified by the read alone */
+    if (status == FH_OK && meta.version == CKPT_VERSION) status = fh_h5_attr_exists(&f, g, "complete", &has_mark);
     int64_t mark[2];
     if (status == FH_OK && has_mark) status = fh_h5_attr_read_int64s(&f, g, "complete", mark, 2);
     if (status == FH_OK && has_mark && (mark[0] != l.n || (uint64_t)mark[1] != global))
@@ -510,6 +511,7 @@ static int read_meta(const FhH5File *f, CkptMeta *meta)
     if (status == FH_OK && (version < CKPT_OLDEST_VERSION || version > CKPT_VERSION))
         status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: checkpoint version %lld; this fedhet reads %d to %d",
                                 f->path, (long long)version, CKPT_OLDEST_VERSION, CKPT_VERSION);
+    meta->version = version;
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "rounds_done", &meta->rounds_done, 1);
     if (status == FH_OK) status = fh_h5_attr_read_doubles(f, g, "lr", &meta->lr, 1);
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "layout_hash", &meta->layout_hash, 1);
