@@ -238,15 +238,14 @@ static int claim_run_folder(FlRun *run, int mode)
     char what[4400];
     snprintf(what, sizeof what, "run folder %.4300s", run->dir);
     int status = fh_lock_take(&run->lock, lock_path, what);
-    if (status != FH_OK && run->made_folder) { /* another writer took it in between: the folder is theirs now */
-        run->made_folder = 0;
-    }
+    if (status != FH_OK) run->made_folder = 0; /* another writer took it in between: the folder is theirs now */
     return status;
 }
 
 /* Rank 0 before any work: data file, run folder name (never replaced without --force), a resumed run's
- * config against its checkpoint's. Nothing is written here: create_run_folder does that once the whole
- * setup has succeeded, so a setup error leaves no folder behind. */
+ * config against its checkpoint's. The folder is claimed here (made empty, or reopened, with its lock);
+ * its files are written by create_run_folder once the whole setup has succeeded, and a setup error
+ * removes a folder made here (remove_empty_run_folder). */
 static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
     FH_CHECK(prepare_data(&run->s, config_path));

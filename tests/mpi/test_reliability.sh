@@ -257,6 +257,22 @@ test_damaged_run_file()
         { grep -q "dmg/run.h5 is damaged" "$WORK/dmgNone.err" || fail "no checkpoint: $(errline dmgNone)"; }
 }
 
+# fedhet grid --resume: a member whose run.h5 is damaged is resumed and its run.h5 rebuilt, identical.
+test_damaged_grid_member()
+{
+    { cat "$WORK/base.ini"; printf '\n[grid]\ntrain.lr = 0.05, 0.1\n'; } >"$WORK/sweep.ini"
+    fg 1 gd "$WORK/sweep.ini" output.name=gd
+    expect_rc "the grid" 0 || return
+    local m
+    m=$(dirname "$(find "$WORK/out/gd" -name run.h5 | sort | head -1)")
+    [ -d "$m" ] || { fail "no member with a run.h5"; return; }
+    cp "$m/run.h5" "$WORK/gd-run.h5"
+    head -c 10000 "$WORK/gd-run.h5" >"$m/run.h5"
+    fg 1 gdr --resume "$WORK/out/gd"
+    expect_rc "grid --resume with a truncated run.h5" 0 || return
+    cmp -s "$WORK/gd-run.h5" "$m/run.h5" || fail "the member's run.h5 was not rebuilt as it was"
+}
+
 # A client rank failing alone in round 1 (injected: it ends the job through MPI_Abort): no checkpoint yet,
 # so the run folder goes.
 test_client_failure_folder()
@@ -317,6 +333,6 @@ test_signal_names()
 }
 
 TESTS=(full_disk_limit full_disk_tmpfs two_runs_one_name one_writer two_resumes symlink_folder damaged_run_file
-       client_failure_folder partition_contents signal_names)
+       damaged_grid_member client_failure_folder partition_contents signal_names)
 
 run_tests "$@"
