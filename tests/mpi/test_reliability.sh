@@ -33,6 +33,22 @@ limited()
     RC=$?
 }
 
+# bg_fx TAG ARGS...: fedhet ARGS on one process in the background, bounded by RUN_LIMIT; BG: the timeout's
+# pid (wait on it: the run's exit code), FH_PID: fedhet's own (to signal it, and the lock's holder)
+bg_fx()
+{
+    local tag=$1 until=$(($(date +%s) + 10))
+    shift
+    timeout -k 5 "$RUN_LIMIT" "$FEDHET" "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err" &
+    BG=$!
+    BG_PIDS+=("$BG")
+    FH_PID=""
+    while [ -z "$FH_PID" ] && [ "$(date +%s)" -lt "$until" ]; do
+        FH_PID=$(pgrep -P "$BG" | head -1)
+        [ -n "$FH_PID" ] || sleep 0.02
+    done
+}
+
 no_temporaries()
 {
     local left
@@ -139,10 +155,9 @@ test_two_runs_one_name()
 # lock is free and --resume continues it.
 test_one_writer()
 {
-    "$FEDHET" run "$WORK/base.ini" output.name=busy fl.rounds=100000 train.epochs=3 >"$WORK/busy.out" 2>&1 &
-    local pid=$!
-    BG_PIDS+=("$pid")
-    if ! wait_rows "$WORK/out/busy/metrics.csv" 1 60 "$pid"; then
+    bg_fx busy run "$WORK/base.ini" output.name=busy fl.rounds=100000 train.epochs=3
+    local pid=$FH_PID
+    if ! wait_rows "$WORK/out/busy/metrics.csv" 1 60 "$BG"; then
         fail "the long run ended or stalled before its first row: $(tail -2 "$WORK/busy.out" | tr '\n' ' ')"
         return
     fi
@@ -158,7 +173,7 @@ test_one_writer()
     expect_rc "report into a folder in use" 1 &&
         { grep -q "in use by pid $pid on host $host" "$WORK/busyP.err" || fail "report: holder not named: $(errline busyP)"; }
     kill -KILL "$pid"
-    wait "$pid" 2>/dev/null
+    wait "$BG" 2>/dev/null
     # the killed run's lock died with it; its checkpoint (if any) is continued, else the run restarts
     fx busyAfter run --resume "$WORK/out/busy" fl.rounds=2
     [ "$RC" -eq 0 ] || [ "$RC" -eq 1 ] && grep -q "in use" "$WORK/busyAfter.err" &&
@@ -316,13 +331,10 @@ test_signal_names()
 {
     local sig
     for sig in INT USR1; do
-        "$FEDHET" run "$WORK/base.ini" output.name=sig$sig fl.rounds=100000 fl.checkpoint_every=100000 \
-            >"$WORK/sig$sig.out" 2>"$WORK/sig$sig.err" &
-        local pid=$!
-        BG_PIDS+=("$pid")
-        if ! wait_rows "$WORK/out/sig$sig/metrics.csv" 1 60 "$pid"; then fail "$sig: no first row"; continue; fi
-        kill -$sig "$pid"
-        wait "$pid"
+        bg_fx sig$sig run "$WORK/base.ini" output.name=sig$sig fl.rounds=100000 fl.checkpoint_every=100000
+        if ! wait_rows "$WORK/out/sig$sig/metrics.csv" 1 60 "$BG"; then fail "$sig: no first row"; continue; fi
+        kill -$sig "$FH_PID"
+        wait "$BG"
         RC=$?
         LAST_TAG=sig$sig
         expect_rc "SIG$sig" 0 || continue
