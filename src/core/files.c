@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int fh_read_file(const char *path, char **text, int fail_status)
@@ -179,12 +180,20 @@ int fh_write_file_atomic(const char *path, const char *text)
 static void lock_holder_text(int fd, char *out, size_t size)
 {
     char buf[300];
-    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-    buf[n > 0 ? n : 0] = '\0';
     long pid = 0;
     char host[256] = "";
-    if (sscanf(buf, "%ld %255s", &pid, host) == 2) snprintf(out, size, "pid %ld on host %s", pid, host);
-    else snprintf(out, size, "a process that is just starting");
+    /* the holder writes its text just after it takes the lock: give it up to 0.2 s */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = '\0';
+        if (sscanf(buf, "%ld %255s", &pid, host) == 2 && strchr(buf, '\n')) {
+            snprintf(out, size, "pid %ld on host %s", pid, host);
+            return;
+        }
+        struct timespec ts = { 0, 2000000 };
+        nanosleep(&ts, NULL);
+    }
+    snprintf(out, size, "a process that is just starting");
 }
 
 int fh_lock_held(const char *path, char *holder, size_t size)
@@ -237,7 +246,10 @@ int fh_lock_take(FhLock *l, const char *path, const char *what)
 
 void fh_lock_release(FhLock *l)
 {
-    if (l->fd >= 0) close(l->fd);
+    if (l->fd >= 0) {
+        (void)!ftruncate(l->fd, 0); /* emptied first: a later refusal never names a holder that has left */
+        close(l->fd);
+    }
     l->fd = -1;
 }
 

@@ -196,7 +196,7 @@ test_two_resumes()
     wait $pb; b=$?
     [ $a -le 1 ] && [ $b -le 1 ] && [ $((a + b)) -le 1 ] || fail "exit codes $a and $b (expected 0 and 0 or 1)"
     [ $((a + b)) = 1 ] && { grep -q "is in use by pid [0-9]* on host" "$WORK/rA.err" "$WORK/rB.err" ||
-        fail "the refused --resume does not name the holder"; }
+        fail "the refused --resume does not name the holder: $(errline rA) $(errline rB)"; }
     # both 0 is right only when one came after the other had finished
     [ $((a + b)) = 0 ] && { grep -q "all 12 rounds are done" "$WORK/rA.out" "$WORK/rB.out" ||
         fail "both --resume continued the run at once"; }
