@@ -78,7 +78,7 @@ help:
 	@echo "make deps        install the Debian packages fedhet needs (idempotent)"
 	@echo "make             build bin/fedhet and the unit tests for any x86-64 CPU (ARCH=native: this CPU only; DEBUG=1: -O1 -g with sanitizers)"
 	@echo "make test        deps + build + every test; ends with 'N passed, N failed, N skipped' (DEBUG=1: under ASan + UBSan)"
-	@echo "make test-sanitizers  DEBUG=1 build + the unit tests and tests/mpi/test_run.sh (CI's sanitizer pass)"
+	@echo "make test-sanitizers  DEBUG=1 build + the unit tests, tests/mpi/test_run.sh and test_reliability.sh (CI's sanitizer pass)"
 	@echo "make run         deps + build + the demo experiment"
 	@echo "make sensitivity deps + build + a 3-seed grid on Fashion-MNIST and its report (outputs/sensitivity-fedsam)"
 	@echo "make quick-results deps + build + every inputs/*-quick.ini over 3 seeds (outputs/quick-results)"
@@ -154,9 +154,10 @@ test: deps
 test-unit: all
 	@./tests/run.sh
 
-# CI's sanitizer pass (always DEBUG=1): every unit test and one MPI script (the runtime end to end)
+# CI's sanitizer pass (always DEBUG=1): every unit test and the MPI scripts of the runtime end to end and of its
+# failure handling (full disk, locks, damaged files: mostly one rank)
 test-sanitizers: all
-	@./tests/run.sh build/tests/test_* tests/mpi/test_run.sh
+	@./tests/run.sh build/tests/test_* tests/mpi/test_run.sh tests/mpi/test_reliability.sh
 
 run: deps
 	@$(MAKE) --no-print-directory all

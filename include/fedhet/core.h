@@ -52,11 +52,13 @@ int fh_alloc_aligned(void *out_ptr, size_t bytes, const char *what);
 void fh_free(void *ptr_to_ptr); /* frees *ptr and sets it to NULL */
 
 /* ---- stop requests ---- */
-/* SIGTERM (a scheduler's time limit) and SIGUSR1 (what mpirun forwards to the ranks) set a flag that long
- * loops poll at their safe points. Installed first thing in main, so a signal that comes while MPI and
- * the data are still starting up is not lost. */
+/* SIGTERM (a scheduler's time limit), SIGUSR1 (what mpirun forwards to the ranks) and SIGINT (Ctrl-C,
+ * which a terminal sends to mpirun and the ranks alike) set a flag that long loops poll at their safe
+ * points. Installed first thing in main, so a signal that comes while MPI and the data are still starting
+ * up is not lost. */
 void fh_stop_signals_install(void);
 int fh_stop_requested(void);
+const char *fh_stop_signal_name(void); /* "SIGTERM", "SIGUSR1" or "SIGINT": the first stop signal seen */
 
 /* ---- logging ---- */
 enum { FH_LOG_QUIET = 0, FH_LOG_WARN = 1, FH_LOG_INFO = 2, FH_LOG_DEBUG = 3 };
@@ -110,6 +112,22 @@ int fh_atomic_commit(FhAtomicFile *a);
 void fh_atomic_discard(FhAtomicFile *a);
 /* text as the whole new content of path */
 int fh_write_file_atomic(const char *path, const char *text);
+
+/* ---- one writer per folder (src/core/files.c) ----
+ * An exclusive flock(2) on a lock file, held until fh_lock_release or the process ends (the kernel drops
+ * it then, so a lock left by a killed process is free again: no stale lock to clear). The holder writes
+ * "pid host" into the file; a refused taker names them. Taken without waiting: a second writer fails at
+ * once (FH_ERR_USAGE) instead of queueing behind a run that may last days. */
+typedef struct {
+    int fd; /* -1: not held */
+    char path[FH_PATH_MAX];
+} FhLock;
+/* Takes path (created if missing); `what` names the thing locked in the refusal ("run folder X"). */
+int fh_lock_take(FhLock *l, const char *path, const char *what);
+/* 1 when path exists and another process holds its lock (holder: "pid N on host H"), else 0 */
+int fh_lock_held(const char *path, char *holder, size_t size);
+void fh_lock_release(FhLock *l); /* the file stays (the next taker reuses it) */
+void fh_lock_drop(FhLock *l);    /* removes the lock file, then releases (the folder is going away) */
 
 /* ---- timers ---- */
 double fh_time_now(void); /* monotonic seconds */

@@ -25,9 +25,14 @@ typedef struct {
  * that would outlast [fl] term_grace, checkpoint and return FH_OK. */
 int fl_run(const FlRunOptions *opt, MPI_Comm comm);
 
-/* 1 when RUN_DIR/run.h5 exists and is not older than RUN_DIR/checkpoint.h5 (or there is no checkpoint):
- * a run whose final checkpoint is newer was stopped before its final model was written. */
+/* 1 when RUN_DIR/run.h5 exists, is not older than RUN_DIR/checkpoint.h5 (or there is no checkpoint) and
+ * passes fl_checkpoint_verify: a run whose final checkpoint is newer was stopped before its final model was
+ * written; a damaged one (warned about) is rebuilt from the final checkpoint. */
 int fl_final_model_current(const char *run_dir);
+/* A checkpoint or run file is whole: it opens, /meta is a fedhet checkpoint's, every dataset reads back
+ * with its checksums, and its completeness mark (when it has one: files written before the mark have
+ * none) matches. FH_ERR_IO naming the file and the damage otherwise. */
+int fl_checkpoint_verify(const char *path);
 
 /* Reading a checkpoint or run file (checkpoint.h5, run.h5) outside a run, e.g. for fedhet landscape: */
 /* the resolved config text it was written with (free() it); FH_ERR_IO for a file that is no checkpoint */

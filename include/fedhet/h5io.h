@@ -20,6 +20,7 @@ typedef struct {
     const char *path;       /* for messages (the final path when writing) */
     int fail_status;        /* status of every failure */
     char tmp_path[FH_H5_PATH_MAX]; /* writing only */
+    int write_errno;        /* writing: errno of the first failed write (the file is then discarded) */
 } FhH5File;
 
 typedef struct {

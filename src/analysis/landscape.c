@@ -412,7 +412,9 @@ static int read_state(Landscape *L)
 static int run(Landscape *L, int rank, int size)
 {
     /* rank 0 reads the checkpoint's config; every rank builds the model it describes */
-    int status = rank == 0 ? fl_checkpoint_read_config(L->o.checkpoint, &L->config) : FH_OK;
+    /* a damaged file is refused, not half-used (fl_checkpoint_verify reads every dataset through) */
+    int status = rank == 0 ? fl_checkpoint_verify(L->o.checkpoint) : FH_OK;
+    if (status == FH_OK && rank == 0) status = fl_checkpoint_read_config(L->o.checkpoint, &L->config);
     FH_CHECK(agree(L->comm, status));
     int64_t config_len = rank == 0 ? (int64_t)strlen(L->config) + 1 : 0;
     MPI_Bcast(&config_len, 1, MPI_INT64_T, 0, L->comm);

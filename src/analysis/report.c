@@ -24,6 +24,7 @@
 #include "fedhet/data.h"
 #include "fedhet/grid.h"
 #include "fedhet/config.h"
+#include "fedhet/fl.h"
 
 #define MAX_KEYS GRID_MAX_AXES
 #define REPORT_PARTITION_STATS 5
@@ -1081,6 +1082,14 @@ static int summarise(Report *R)
         for (int k = 0; k < R->n_keys; k++)
             if (!r->values[k]) r->values[k] = strdup("");
         run_stats(R, r);
+        /* a run's final model must be whole: a damaged run.h5 is named, not summarised beside good ones */
+        if (fh_path_exists(r->dir, "run.h5")) {
+            char path[PATHN + 16];
+            snprintf(path, sizeof path, "%s/run.h5", r->dir);
+            if (fl_checkpoint_verify(path) != FH_OK)
+                return fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: the run's final model is damaged (fedhet "
+                                      "run --resume %s rebuilds it from the final checkpoint)", path, r->dir);
+        }
     }
     partition_stats(R);
     int n_usable = 0;
@@ -1159,10 +1168,17 @@ int report_runs(const ReportOptions *o)
     if (!S_ISDIR(st.st_mode))
         FH_FAIL(FH_ERR_USAGE, "%s is not a folder (give a run or grid folder; --partition DST.h5 OUT.png for a partition "
                 "file)", o->dir);
+    /* writing into a run folder: as its one writer (a run or resume still writing it refuses the report) */
+    FhLock lock = { .fd = -1 };
+    char lock_path[PATHN + 16], what[PATHN + 32];
+    snprintf(lock_path, sizeof lock_path, "%s/.lock", o->dir);
+    snprintf(what, sizeof what, "run folder %s", o->dir);
+    if (!o->out_dir && fh_path_exists(o->dir, "metrics.csv")) FH_CHECK(fh_lock_take(&lock, lock_path, what));
     Report R;
     memset(&R, 0, sizeof R);
     R.o = o;
     int status = summarise(&R);
     report_free(&R);
+    fh_lock_release(&lock);
     return status;
 }

@@ -43,7 +43,7 @@ static void print_help(void)
            "  --member I      run member I (0-based) alone on all ranks, resuming it when it has a checkpoint\n"
            "  --verbose       also print the members' round lines (they always go to each member's log.txt)\n"
            "  Every member is checked before any starts; a member whose config is invalid is recorded as failed.\n"
-           "  SIGTERM (or SIGUSR1 to mpirun): running members finish their round (or leave one still running after\n"
+           "  SIGTERM (or SIGUSR1 to mpirun, or SIGINT): running members finish their round (or leave one still running after\n"
            "  fl.term_grace seconds) and checkpoint, no new member starts, exit 0.\n"
            "  Exit codes: 0 no member failed; 10+N: N members failed (N <= 100); 1 usage or config, 4 I/O, 5 MPI.\n",
            GRID_MEMBERS_ASK);

@@ -11,7 +11,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int fh_read_bytes(const char *path, char **bytes, size_t *len, int fail_status)
@@ -180,4 +182,89 @@ int fh_write_file_atomic(const char *path, const char *text)
         FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(err));
     }
     return fh_atomic_commit(&a);
+}
+
+/* ---- one writer per folder ---- */
+
+/* "pid N on host H" from a lock file's content, or a note that the holder has not written it yet */
+static void lock_holder_text(int fd, char *out, size_t size)
+{
+    char buf[300];
+    long pid = 0;
+    char host[256] = "";
+    /* the holder writes its text just after it takes the lock: give it up to 0.2 s */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = '\0';
+        if (sscanf(buf, "%ld %255s", &pid, host) == 2 && strchr(buf, '\n')) {
+            snprintf(out, size, "pid %ld on host %s", pid, host);
+            return;
+        }
+        struct timespec ts = { 0, 2000000 };
+        nanosleep(&ts, NULL);
+    }
+    snprintf(out, size, "a process that is just starting");
+}
+
+int fh_lock_held(const char *path, char *holder, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (held && holder) lock_holder_text(fd, holder, size);
+    close(fd); /* drops the shared lock, if it was taken */
+    return held;
+}
+
+int fh_lock_take(FhLock *l, const char *path, const char *what)
+{
+    l->fd = -1;
+    if (snprintf(l->path, sizeof l->path, "%s", path) >= (int)sizeof l->path) FH_FAIL(FH_ERR_IO, "%s: path too long", path);
+    /* a holder that removes the file as it leaves (fh_lock_drop) may do so between our open and flock:
+     * the lock then belongs to a file no longer at path, so it is taken again on the new one */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == ELOOP)
+            FH_FAIL(FH_ERR_IO, "%s is a symbolic link: fedhet does not lock through it (remove it)", path);
+        if (fd < 0) FH_FAIL(FH_ERR_IO, "%s: cannot open the lock file of %s: %s", path, what, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            char holder[400];
+            if (err == EWOULDBLOCK) lock_holder_text(fd, holder, sizeof holder);
+            close(fd);
+            if (err == EWOULDBLOCK)
+                FH_FAIL(FH_ERR_USAGE, "%s is in use by %s (it holds %s): one writer per folder; wait for it to end, "
+                        "or stop it first", what, holder, path);
+            FH_FAIL(FH_ERR_IO, "%s: cannot lock %s: %s", path, what, strerror(err));
+        }
+        struct stat held, now;
+        if (fstat(fd, &held) != 0 || stat(path, &now) != 0 || held.st_ino != now.st_ino || held.st_dev != now.st_dev) {
+            close(fd);
+            continue;
+        }
+        char text[320], host[256] = "unknown";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        int n = snprintf(text, sizeof text, "%ld %s\n", (long)getpid(), host);
+        /* the text is for messages only: a full disk that refuses it does not stop the run */
+        if (ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)n, 0) != n) (void)ftruncate(fd, 0);
+        l->fd = fd;
+        return FH_OK;
+    }
+    FH_FAIL(FH_ERR_IO, "%s: the lock file of %s keeps being replaced", path, what);
+}
+
+void fh_lock_release(FhLock *l)
+{
+    if (l->fd >= 0) {
+        (void)!ftruncate(l->fd, 0); /* emptied first: a later refusal never names a holder that has left */
+        close(l->fd);
+    }
+    l->fd = -1;
+}
+
+void fh_lock_drop(FhLock *l)
+{
+    if (l->fd >= 0) unlink(l->path);
+    fh_lock_release(l);
 }

@@ -3,6 +3,7 @@
 #include "fedhet/core.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,7 @@ int fh_h5_open(FhH5File *f, const char *path, int fail_status)
     f->id = H5I_INVALID_HID;
     f->fail_status = fail_status;
     f->tmp_path[0] = '\0';
+    f->write_errno = 0;
     if (!path || !*path) FH_FAIL(fail_status, "HDF5 file path is empty");
     errno = 0;
     FILE *probe = fopen(path, "rb");
@@ -133,8 +135,12 @@ int fh_h5_open_checked(const FhH5File *f, const char *name, H5T_class_t cls, siz
         status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: cannot query %s (HDF5: %s)", f->path, name,
                                 fh_h5_message(msg));
     } else if (H5Tget_class(type) != cls || (size && H5Tget_size(type) != size)) {
-        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must be a %zu-byte %s (found %s)", f->path,
-                                name, size, cls == H5T_INTEGER ? "integer" : "float", fh_h5_type_text(type, tbuf));
+        char want[32] = ""; /* size 0: any size of that class */
+        if (size) snprintf(want, sizeof want, "%zu-byte ", size);
+        status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must be %s%s%s (found %s)", f->path, name,
+                                size ? "a " : "", want, cls == H5T_INTEGER ? (size ? "integer" : "an integer")
+                                                                          : (size ? "float" : "a float"),
+                                fh_h5_type_text(type, tbuf));
     } else if (H5Sget_simple_extent_ndims(space) != rank) {
         status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must have rank %d (found %d)", f->path, name,
                                 rank, H5Sget_simple_extent_ndims(space));
@@ -363,12 +369,221 @@ int fh_h5_attr_write_int64s(const FhH5File *f, hid_t obj, const char *name, cons
 
 /* ---- atomic writing ---- */
 
+/* Files are written through a small POSIX driver of our own instead of HDF5's sec2 driver, for one
+ * reason: a write that fails (ENOSPC, EFBIG, EIO) inside HDF5 leaves dirty metadata that H5Fclose then
+ * cannot flush; with sec2 the close fails half-way and HDF5 1.10 keeps a dangling file ID that it closes
+ * again at MPI_Finalize, where it crashes. Here the first failed write is recorded (errno, in the
+ * FhH5File) and every later write of that file is dropped, so the close always succeeds, the temporary
+ * is removed, and the error reaches the caller with the file's name. A file with a recorded failure is
+ * never committed. The driver's struct is HDF5 1.10's (Debian's); later versions keep sec2. */
+#if !H5_VERSION_GE(1, 11, 0)
+#include <sys/stat.h>
+
+typedef struct {
+    int *failed; /* the FhH5File's write_errno */
+} SafeFapl;
+
+typedef struct {
+    H5FD_t pub; /* first: HDF5 casts */
+    int fd;
+    haddr_t eoa, eof;
+    dev_t dev;
+    ino_t ino;
+    int *failed;
+    int in_use; /* a slot of safe_slots */
+} SafeFile;
+
+/* A run writes one file at a time: its checkpoints come from these slots, so that the round loop allocates
+ * nothing (tests/unit/test_round_alloc.c); more files open at once are allocated. */
+#define SAFE_SLOTS 4
+static SafeFile safe_slots[SAFE_SLOTS];
+
+static H5FD_t *safe_open(const char *name, unsigned flags, hid_t fapl, haddr_t maxaddr)
+{
+    (void)maxaddr;
+    const SafeFapl *fa = H5Pget_driver_info(fapl);
+    int o = (flags & H5F_ACC_RDWR) ? O_RDWR : O_RDONLY;
+    if (flags & H5F_ACC_CREAT) o |= O_CREAT;
+    if (flags & H5F_ACC_TRUNC) o |= O_TRUNC;
+    if (flags & H5F_ACC_EXCL) o |= O_EXCL;
+    int fd = open(name, o | O_CLOEXEC, 0666);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0) close(fd);
+        H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_FILE, H5E_CANTOPENFILE, "%s: %s", name,
+                 strerror(errno));
+        return NULL;
+    }
+    SafeFile *f = NULL;
+    for (int i = 0; i < SAFE_SLOTS && !f; i++)
+        if (!safe_slots[i].in_use) f = &safe_slots[i];
+    if (!f) f = calloc(1, sizeof *f);
+    if (!f) {
+        close(fd);
+        return NULL;
+    }
+    memset(f, 0, sizeof *f);
+    f->in_use = 1;
+    f->fd = fd;
+    f->eof = (haddr_t)st.st_size;
+    f->dev = st.st_dev;
+    f->ino = st.st_ino;
+    f->failed = fa ? fa->failed : NULL;
+    return &f->pub;
+}
+
+static herr_t safe_close(H5FD_t *file)
+{
+    SafeFile *f = (SafeFile *)file;
+    int rc = close(f->fd);
+    if (rc != 0 && f->failed && !*f->failed) *f->failed = errno;
+    if (f >= safe_slots && f < safe_slots + SAFE_SLOTS) f->in_use = 0;
+    else free(f);
+    return 0;
+}
+
+static int safe_cmp(const H5FD_t *a, const H5FD_t *b)
+{
+    const SafeFile *x = (const SafeFile *)a, *y = (const SafeFile *)b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return 0;
+}
+
+static herr_t safe_query(const H5FD_t *file, unsigned long *flags)
+{
+    (void)file;
+    *flags = H5FD_FEAT_AGGREGATE_METADATA | H5FD_FEAT_ACCUMULATE_METADATA | H5FD_FEAT_DATA_SIEVE |
+             H5FD_FEAT_AGGREGATE_SMALLDATA;
+    return 0;
+}
+
+static haddr_t safe_get_eoa(const H5FD_t *file, H5FD_mem_t type)
+{
+    (void)type;
+    return ((const SafeFile *)file)->eoa;
+}
+
+static herr_t safe_set_eoa(H5FD_t *file, H5FD_mem_t type, haddr_t addr)
+{
+    (void)type;
+    ((SafeFile *)file)->eoa = addr;
+    return 0;
+}
+
+static haddr_t safe_get_eof(const H5FD_t *file, H5FD_mem_t type)
+{
+    (void)type;
+    return ((const SafeFile *)file)->eof;
+}
+
+static herr_t safe_read(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, size_t size, void *buf)
+{
+    (void)type, (void)dxpl;
+    SafeFile *f = (SafeFile *)file;
+    char *p = buf;
+    while (size > 0) {
+        ssize_t n = pread(f->fd, p, size, (off_t)addr);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_IO, H5E_READERROR, "read failed: %s",
+                     strerror(errno));
+            return -1;
+        }
+        if (n == 0) { /* past the end (or dropped writes): zeros, as sec2 gives */
+            memset(p, 0, size);
+            break;
+        }
+        p += n, addr += (haddr_t)n, size -= (size_t)n;
+    }
+    return 0;
+}
+
+static herr_t safe_write(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, size_t size, const void *buf)
+{
+    (void)type, (void)dxpl;
+    SafeFile *f = (SafeFile *)file;
+    if (f->failed && *f->failed) return 0; /* the file is lost already: let HDF5 close it */
+    const char *p = buf;
+    const haddr_t end = addr + size;
+    while (size > 0) {
+        ssize_t n = pwrite(f->fd, p, size, (off_t)addr);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int err = n < 0 ? errno : EIO;
+            if (f->failed) *f->failed = err;
+            H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_IO, H5E_WRITEERROR, "%s",
+                     strerror(err));
+            return -1;
+        }
+        p += n, addr += (haddr_t)n, size -= (size_t)n;
+    }
+    if (end > f->eof) f->eof = end;
+    return 0;
+}
+
+static herr_t safe_truncate(H5FD_t *file, hid_t dxpl, hbool_t closing)
+{
+    (void)dxpl, (void)closing;
+    SafeFile *f = (SafeFile *)file;
+    if ((f->failed && *f->failed) || f->eoa == f->eof) return 0;
+    if (ftruncate(f->fd, (off_t)f->eoa) != 0) {
+        if (f->failed) *f->failed = errno;
+        H5Epush2(H5E_DEFAULT, __FILE__, __func__, __LINE__, H5E_ERR_CLS, H5E_IO, H5E_SEEKERROR, "%s", strerror(errno));
+        return -1;
+    }
+    f->eof = f->eoa;
+    return 0;
+}
+
+static const H5FD_class_t safe_class = {
+    .name = "fedhet-posix",
+    .maxaddr = (haddr_t)INT64_MAX,
+    .fc_degree = H5F_CLOSE_WEAK,
+    .fapl_size = sizeof(SafeFapl),
+    .open = safe_open,
+    .close = safe_close,
+    .cmp = safe_cmp,
+    .query = safe_query,
+    .get_eoa = safe_get_eoa,
+    .set_eoa = safe_set_eoa,
+    .get_eof = safe_get_eof,
+    .read = safe_read,
+    .write = safe_write,
+    .truncate = safe_truncate,
+    .fl_map = H5FD_FLMAP_DICHOTOMY,
+};
+
+static int set_safe_driver(hid_t fapl, FhH5File *f)
+{
+    static hid_t driver = H5I_INVALID_HID;
+    if (driver < 0 || H5Iis_valid(driver) <= 0) driver = H5FDregister(&safe_class);
+    const SafeFapl info = { &f->write_errno };
+    return driver >= 0 && H5Pset_driver(fapl, driver, &info) >= 0 ? 0 : -1;
+}
+#else
+static int set_safe_driver(hid_t fapl, FhH5File *f)
+{
+    (void)fapl, (void)f;
+    return 0;
+}
+#endif
+
+/* "No space left on device" and the like, when the driver saw a write fail; else HDF5's message */
+static const char *write_failure(const FhH5File *f, char msg[256])
+{
+    if (f->write_errno) snprintf(msg, 256, "%s", strerror(f->write_errno));
+    else fh_h5_message(msg);
+    return msg;
+}
+
 int fh_h5_create(FhH5File *f, const char *path, int fail_status)
 {
     f->path = path;
     f->fail_status = fail_status;
     f->id = H5I_INVALID_HID;
     f->tmp_path[0] = '\0';
+    f->write_errno = 0;
     if (!path || !*path) FH_FAIL(fail_status, "output file path is empty");
     FH_CHECK(fh_atomic_tmp_path(f->tmp_path, sizeof f->tmp_path, path));
     /* fixed file-space settings and no timestamps keep the bytes of equal content equal */
@@ -378,13 +593,15 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
     /* the 1.10 format checksums object headers and chunk indexes too, not only chunk data (Fletcher32):
      * a damaged index is then refused instead of read as zeros or unchecked chunks */
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
-    f->id = H5Fcreate(f->tmp_path, H5F_ACC_TRUNC, fcpl, fapl);
+    errno = 0;
+    f->id = set_safe_driver(fapl, f) == 0 ? H5Fcreate(f->tmp_path, H5F_ACC_TRUNC, fcpl, fapl) : H5I_INVALID_HID;
     H5Pclose(fcpl);
     H5Pclose(fapl);
     if (f->id < 0) {
         char msg[256];
         fh_h5_message(msg);
         int err = errno;
+        unlink(f->tmp_path);
         f->tmp_path[0] = '\0';
         H5_FAIL(f, "%s: cannot create the file (%s; HDF5: %s)", path, err ? strerror(err) : "unknown", msg);
     }
@@ -394,13 +611,16 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
 int fh_h5_commit(FhH5File *f)
 {
     char msg[256];
-    if (H5Fflush(f->id, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(f->id) < 0) {
-        fh_h5_message(msg);
-        f->id = H5I_INVALID_HID;
-        fh_h5_discard(f);
-        H5_FAIL(f, "%s: finishing the file failed (HDF5: %s)", f->path, msg);
-    }
+    const int flushed = H5Fflush(f->id, H5F_SCOPE_GLOBAL) >= 0;
+    if (!flushed) write_failure(f, msg);
+    const int closed = H5Fclose(f->id) >= 0;
+    if (flushed && !closed) write_failure(f, msg);
     f->id = H5I_INVALID_HID;
+    if (!flushed || !closed || f->write_errno) {
+        if (flushed && closed) write_failure(f, msg);
+        fh_h5_discard(f);
+        H5_FAIL(f, "%s: cannot write: %s (the previous %s, if any, is kept)", f->path, msg, f->path);
+    }
     /* fh_atomic_replace removes the temporary itself on failure */
     const int status = fh_atomic_replace(f->tmp_path, f->path);
     f->tmp_path[0] = '\0';
@@ -409,6 +629,7 @@ int fh_h5_commit(FhH5File *f)
 
 void fh_h5_discard(FhH5File *f)
 {
+    /* after a failed write the driver drops the rest, so this close succeeds and leaves no open ID */
     if (f->id >= 0) H5Fclose(f->id);
     f->id = H5I_INVALID_HID;
     if (f->tmp_path[0]) unlink(f->tmp_path);

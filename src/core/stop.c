@@ -5,12 +5,11 @@
 #include <signal.h>
 #include <string.h>
 
-static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t stop_signal; /* the first stop signal seen, 0 before any */
 
 static void on_stop_signal(int sig)
 {
-    (void)sig;
-    stop_flag = 1;
+    if (!stop_signal) stop_signal = sig;
 }
 
 void fh_stop_signals_install(void)
@@ -21,6 +20,16 @@ void fh_stop_signals_install(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 }
 
-int fh_stop_requested(void) { return stop_flag != 0; }
+int fh_stop_requested(void) { return stop_signal != 0; }
+
+const char *fh_stop_signal_name(void)
+{
+    switch (stop_signal) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
+    default: return "SIGTERM";
+    }
+}

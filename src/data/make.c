@@ -103,6 +103,16 @@ static int make_parent_dirs(const char *path)
 int data_partition_make(const char *src, const char *format, int idx_classes, const char *dst, DataPartFileSpec *spec,
                         const char *mean_text, const char *std_text)
 {
+    /* the destination is replaced at the end (atomic rename): it must be neither the source, under its own
+     * name or another (a hard or symbolic link), nor a link that would redirect the write */
+    struct stat st_dst, st_src;
+    if (lstat(dst, &st_dst) == 0 && S_ISLNK(st_dst.st_mode))
+        FH_FAIL(FH_ERR_USAGE, "%s is a symbolic link: fedhet partition does not write through it (name another "
+                "file)", dst);
+    if (stat(dst, &st_dst) == 0 && stat(src, &st_src) == 0 && st_dst.st_dev == st_src.st_dev &&
+        st_dst.st_ino == st_src.st_ino)
+        FH_FAIL(FH_ERR_USAGE, "%s is the source %s itself: its partition would replace the data it is made from "
+                "(name another destination)", dst, src);
     double t0 = fh_time_now();
     DataImageSet train, test;
     const char *format_used = NULL;

@@ -8,11 +8,18 @@
  *                per-client states), /clients/has_state [K, 1] (1 once the client has trained)
  *   /metrics     /metrics/rounds [rows, columns], /metrics/clients [rows, columns] (attribute columns)
  *   /model       the global state again as named tensors in PyTorch's names and shapes (model_tensors.c);
- *                since version 3. Loading reads /server/global only, so version 2 files stay readable. */
+ *                since version 3. Loading reads /server/global only, so version 2 files stay readable.
+ * Completeness mark: /meta attribute "complete" = {datasets in the file, FNV-1a 64 of /server/global's
+ * bytes}, written after every dataset (fl_checkpoint_verify). Atomic replacement already keeps a partly
+ * written file from ever being under the final name; the mark and a full read (Fletcher32 checks every
+ * chunk, the 1.10 format every object header) catch what happens to a file afterwards: a copy cut short,
+ * a disk that loses blocks, a dataset removed by hand. A file without the mark (written before it
+ * existed, or of format version 2) counts as complete when every dataset reads back with its checksums. */
 #include "fl_internal.h"
 
 #include <stdlib.h>
 #include <math.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -193,6 +200,163 @@ void fl_checkpoint_free(FlRun *run)
     fh_free(&run->tensor_names);
 }
 
+typedef struct {
+    int64_t rounds_done, layout_hash, n_state, version;
+    double lr;
+} CkptMeta;
+static int read_meta(const FhH5File *f, CkptMeta *meta);
+
+/* ---- the completeness mark ---- */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+#define FNV_SEED 1469598103934665603ull
+
+typedef struct {
+    char **names;
+    int n, cap;
+} DsetList;
+
+static herr_t list_dataset(hid_t obj, const char *name, const H5O_info_t *info, void *data)
+{
+    (void)obj;
+    DsetList *l = data;
+    if (info->type != H5O_TYPE_DATASET) return 0;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        char **grown = realloc(l->names, (size_t)cap * sizeof *grown);
+        if (!grown) return -1;
+        l->names = grown;
+        l->cap = cap;
+    }
+    return (l->names[l->n] = strdup(name)) ? (l->n++, 0) : -1;
+}
+
+static void dset_list_free(DsetList *l)
+{
+    for (int i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names);
+    memset(l, 0, sizeof *l);
+}
+
+/* the round loop allocates nothing: the writer only counts */
+static herr_t count_dataset(hid_t obj, const char *name, const H5O_info_t *info, void *data)
+{
+    (void)obj, (void)name;
+    if (info->type == H5O_TYPE_DATASET) ++*(int *)data;
+    return 0;
+}
+
+/* every dataset of f: names into l (list_dataset), or only their count (count_dataset, l NULL) */
+static int visit_datasets(const FhH5File *f, DsetList *l, int *count)
+{
+    if (l) memset(l, 0, sizeof *l);
+    void *data = l ? (void *)l : (void *)count;
+#if H5_VERSION_GE(1, 12, 0)
+    herr_t rc = H5Ovisit3(f->id, H5_INDEX_NAME, H5_ITER_INC, (H5O_iterate2_t)(l ? list_dataset : count_dataset), data,
+                          H5O_INFO_BASIC);
+#else
+    herr_t rc = H5Ovisit2(f->id, H5_INDEX_NAME, H5_ITER_INC, l ? list_dataset : count_dataset, data, H5O_INFO_BASIC);
+#endif
+    if (rc < 0) {
+        char msg[256];
+        if (l) dset_list_free(l);
+        FH_FAIL(FH_ERR_IO, "%s: cannot walk its objects (HDF5: %s)", f->path, fh_h5_message(msg));
+    }
+    return FH_OK;
+}
+
+/* rank 0, last thing before the commit */
+static int write_mark(FhH5File *f, const FlRun *run)
+{
+    int n = 0;
+    FH_CHECK(visit_datasets(f, NULL, &n));
+    const int64_t mark[2] = { n, (int64_t)fnv1a(FNV_SEED, run->global, (size_t)run->n_state * sizeof(float)) };
+    hid_t g = H5Gopen2(f->id, "/meta", H5P_DEFAULT);
+    int status = fh_h5_attr_write_int64s(f, g, "complete", mark, 2);
+    H5Gclose(g);
+    return status;
+}
+
+/* Reads all of dataset `name` in blocks of about 16 MiB (each chunk's Fletcher32 is checked on the way);
+ * *hash: FNV-1a of its bytes as stored (float32 little-endian for /server/global) */
+static int read_through(const FhH5File *f, const char *name, uint64_t *hash)
+{
+    hid_t d = H5I_INVALID_HID, space = H5I_INVALID_HID, type = H5I_INVALID_HID;
+    char msg[256];
+    void *buf = NULL;
+    int status = fh_h5_open_dataset(f, name, &d);
+    if (status == FH_OK) {
+        space = H5Dget_space(d);
+        type = H5Dget_type(d);
+        if (space < 0 || type < 0)
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot query %s (HDF5: %s)", f->path, name,
+                                    fh_h5_message(msg));
+    }
+    hsize_t dims[8] = { 0 };
+    const int rank = status == FH_OK ? H5Sget_simple_extent_ndims(space) : -1;
+    if (status == FH_OK && (rank < 0 || rank > 8))
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: %s has a damaged dataspace", f->path, name);
+    if (status == FH_OK && rank > 0) {
+        H5Sget_simple_extent_dims(space, dims, NULL);
+        size_t row = H5Tget_size(type);
+        for (int i = 1; i < rank; i++) row *= (size_t)dims[i];
+        hsize_t per = row ? ((hsize_t)1 << 24) / row : 1;
+        if (per < 1) per = 1;
+        if (per > dims[0]) per = dims[0];
+        status = dims[0] ? fh_calloc(&buf, (size_t)per, row ? row : 1, name) : FH_OK;
+        for (hsize_t first = 0; status == FH_OK && first < dims[0]; first += per) {
+            hsize_t n = dims[0] - first < per ? dims[0] - first : per;
+            status = fh_h5_read_rows(f, d, name, type, first, n, buf);
+            if (status == FH_OK && hash) *hash = fnv1a(*hash, buf, (size_t)n * row);
+        }
+    } else if (status == FH_OK) { /* a scalar */
+        status = fh_calloc(&buf, 1, H5Tget_size(type) + 1, name);
+        if (status == FH_OK && H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: reading %s failed (HDF5: %s)", f->path, name,
+                                    fh_h5_message(msg));
+    }
+    free(buf);
+    if (type >= 0) H5Tclose(type);
+    if (space >= 0) H5Sclose(space);
+    if (d >= 0) H5Dclose(d);
+    return status;
+}
+
+int fl_checkpoint_verify(const char *path)
+{
+    FhH5Quiet quiet;
+    fh_h5_quiet_begin(&quiet);
+    FhH5File f;
+    CkptMeta meta;
+    DsetList l = { 0 };
+    int status = fh_h5_open(&f, path, FH_ERR_IO);
+    if (status == FH_OK) status = read_meta(&f, &meta);
+    if (status == FH_OK) status = visit_datasets(&f, &l, NULL);
+    uint64_t global = FNV_SEED;
+    for (int i = 0; i < l.n && status == FH_OK; i++)
+        status = read_through(&f, l.names[i], strcmp(l.names[i], "server/global") ? NULL : &global);
+    int has_mark = 0;
+    hid_t g = status == FH_OK ? H5Gopen2(f.id, "/meta", H5P_DEFAULT) : H5I_INVALID_HID;
+    /* the mark belongs to this format version; a file of an older one is verified by the read alone */
+    if (status == FH_OK && meta.version == CKPT_VERSION) status = fh_h5_attr_exists(&f, g, "complete", &has_mark);
+    int64_t mark[2];
+    if (status == FH_OK && has_mark) status = fh_h5_attr_read_int64s(&f, g, "complete", mark, 2);
+    if (status == FH_OK && has_mark && (mark[0] != l.n || (uint64_t)mark[1] != global))
+        status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: incomplete or altered: it holds %d datasets "
+                                "(written: %lld) and /server/global %s its checksum", path, l.n, (long long)mark[0],
+                                (uint64_t)mark[1] == global ? "matches" : "does not match");
+    if (g >= 0) H5Gclose(g);
+    dset_list_free(&l);
+    fh_h5_close(&f);
+    fh_h5_quiet_end(&quiet);
+    return status;
+}
+
 int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path)
 {
     FhH5File f = { .id = H5I_INVALID_HID };
@@ -208,6 +372,7 @@ int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path)
     }
     status = save_client_state(run, &f, fl_agree(&run->comm, status));
     if (run->comm.rank == 0) {
+        if (status == FH_OK) status = write_mark(&f, run);
         if (status == FH_OK) {
             fl_injected_kill(base, rounds_done - 1);
             status = fh_h5_commit(&f);
@@ -226,13 +391,17 @@ static int modified_before(const struct stat *a, const struct stat *b)
 
 int fl_final_model_current(const char *run_dir)
 {
-    char path[4300];
+    char path[4300], ckpt_path[4300];
     struct stat final, ckpt;
     snprintf(path, sizeof path, "%.4200s/run.h5", run_dir);
     if (stat(path, &final) != 0) return 0;
-    snprintf(path, sizeof path, "%.4200s/checkpoint.h5", run_dir);
-    if (stat(path, &ckpt) != 0) return 1;
-    return !modified_before(&final, &ckpt);
+    snprintf(ckpt_path, sizeof ckpt_path, "%.4200s/checkpoint.h5", run_dir);
+    if (stat(ckpt_path, &ckpt) == 0 && modified_before(&final, &ckpt)) return 0;
+    if (fl_checkpoint_verify(path) != FH_OK) {
+        fh_log_warn("%s", fh_error_message());
+        return 0;
+    }
+    return 1;
 }
 
 /* ---- loading ---- */
@@ -326,10 +495,6 @@ int fl_checkpoint_read_config(const char *path, char **text)
 }
 
 /* /meta: what a reader checks before it trusts the rest of the file */
-typedef struct {
-    int64_t rounds_done, layout_hash, n_state;
-    double lr;
-} CkptMeta;
 
 static int read_meta(const FhH5File *f, CkptMeta *meta)
 {
@@ -346,6 +511,7 @@ static int read_meta(const FhH5File *f, CkptMeta *meta)
     if (status == FH_OK && (version < CKPT_OLDEST_VERSION || version > CKPT_VERSION))
         status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: checkpoint version %lld; this fedhet reads %d to %d",
                                 f->path, (long long)version, CKPT_OLDEST_VERSION, CKPT_VERSION);
+    meta->version = version;
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "rounds_done", &meta->rounds_done, 1);
     if (status == FH_OK) status = fh_h5_attr_read_doubles(f, g, "lr", &meta->lr, 1);
     if (status == FH_OK) status = fh_h5_attr_read_int64s(f, g, "layout_hash", &meta->layout_hash, 1);

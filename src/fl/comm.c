@@ -25,6 +25,23 @@ static FlComm *error_watch;
 
 void fl_watch_errors(FlComm *c) { error_watch = c && c->rank == 0 && c->size > 1 ? c : NULL; }
 
+/* what this process does just before it calls MPI_Abort (rank 0: remove a run folder with nothing to resume) */
+static void (*abort_cleanup)(void *);
+static void *abort_cleanup_arg;
+
+void fl_before_abort(void (*fn)(void *arg), void *arg)
+{
+    abort_cleanup = fn;
+    abort_cleanup_arg = arg;
+}
+
+static void abort_job(MPI_Comm comm, int status)
+{
+    if (abort_cleanup) abort_cleanup(abort_cleanup_arg);
+    abort_cleanup = NULL;
+    MPI_Abort(comm, status);
+}
+
 static void note_from(FlErrorNote *n, int status, int rank, const char *chain)
 {
     n->status = status;
@@ -43,7 +60,7 @@ static void check_error_notes(FlComm *c)
         note_from(&n, FH_ERR_MPI, st.MPI_SOURCE, "its error message could not be received");
     n.text[sizeof n.text - 1] = '\0';
     fh_log_error("rank %d failed: %s", (int)n.rank, n.text);
-    MPI_Abort(c->comm, n.status != FH_OK ? n.status : FH_ERR_MPI);
+    abort_job(c->comm, n.status != FH_OK ? n.status : FH_ERR_MPI);
 }
 
 int fl_comm_init(FlComm *c, MPI_Comm comm)
@@ -132,7 +149,7 @@ void fl_fail_alone(FlComm *c, int status)
         }
     }
     fh_log_error("%s", fh_error_message());
-    if (c->size > 1) MPI_Abort(c->comm, status);
+    if (c->size > 1) abort_job(c->comm, status);
 }
 
 void fl_record_layout(FlRecordLayout *l, const AlgoSizes *m, int64_t n_state)

@@ -8,6 +8,7 @@
 
 #include "fedhet/algo.h"
 #include "fedhet/config.h"
+#include "fedhet/core.h"
 #include "fedhet/data.h"
 #include "fedhet/fl.h"
 #include "fedhet/h5io.h"
@@ -70,6 +71,8 @@ typedef struct {
 } FlComm;
 /* Rank that trains clients: rank 0 alone, else 1..size-1 */
 int fl_comm_init(FlComm *c, MPI_Comm comm);
+/* fn(arg) runs once in this process just before fl's MPI_Abort (NULL: nothing) */
+void fl_before_abort(void (*fn)(void *arg), void *arg);
 /* A broadcast from rank 0 that waits politely (fl_wait) */
 int fl_bcast(FlComm *c, void *buf, int64_t bytes);
 /* Every rank's status -> the largest (same on all ranks); on failure rank 0 also gets the message of the
@@ -283,6 +286,7 @@ typedef struct {
     int restart;              /* --resume of a folder without a checkpoint: the run starts again */
     int write_final;          /* run.h5 is written at the end (not when a resumed run's is current) */
     int made_folder;          /* rank 0: this run made (or restarted) its folder */
+    FhLock lock;              /* rank 0: the run folder's .lock, held for the whole run */
     double lr;                /* lr of the next round */
     /* rank 0 */
     double *rows;             /* [rounds * FL_N_COLUMNS] */

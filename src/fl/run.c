@@ -120,18 +120,29 @@ static int open_csv(FILE **f, const char *dir, const char *name, const char *con
         }
         fputc('\n', *f);
     }
-    fflush(*f);
+    errno = 0;
+    if (fflush(*f) != 0 || ferror(*f))
+        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, errno ? strerror(errno) : "write error");
     return FH_OK;
 }
 
-static void csv_row(FILE *f, const double *row, int n_cols)
+/* A row that cannot be written (a full disk) is an I/O error naming the file; --resume rewrites the CSVs
+ * from the checkpoint, so a half-written row does not outlive it. */
+static int csv_row(FILE *f, const double *row, int n_cols, const char *dir, const char *name)
 {
     for (int c = 0; c < n_cols; c++) {
         if (c) fputc(',', f);
         if (!isnan(row[c])) fprintf(f, "%.10g", row[c]);
     }
     fputc('\n', f);
-    fflush(f);
+    errno = 0;
+    if (fflush(f) != 0 || ferror(f)) {
+        const int err = errno;
+        clearerr(f);
+        FH_FAIL(FH_ERR_IO, "%s/%s: cannot write: %s (the checkpoint keeps every finished round; --resume rewrites "
+                "the file once there is room)", dir, name, err ? strerror(err) : "write error");
+    }
+    return FH_OK;
 }
 
 /* A job killed while writing leaves PATH.tmp-<pid> files: never valid, so removed on resume. */
@@ -151,7 +162,12 @@ static int check_rank_count(const FlRun *run, const char *data_path)
     DataPartFile f;
     FH_CHECK(data_partfile_open(&f, data_path));
     int K = f.n_clients, classes = f.classes;
+    const int64_t n_test = f.n_test;
     data_partfile_close(&f);
+    /* a run without evaluation is asked for, never a silent consequence of the data file */
+    if (n_test == 0 && run->s.eval_every != 0)
+        FH_FAIL(FH_ERR_DATA, "%s has no test set (/test): the run could not evaluate its model (make the file with a "
+                "test split, or set fl.eval_every = 0 to run without evaluation)", data_path);
     if (run->comm.size > 1 && run->comm.size - 1 > K)
         FH_FAIL(FH_ERR_USAGE, "%d ranks for %d clients: at most clients + 1 = %d ranks (rank 0 is the server)",
                 run->comm.size, K, K + 1);
@@ -202,9 +218,48 @@ static int check_resume_config(const FhConfig *old, const FhConfig *cfg, const c
     return status;
 }
 
+/* Rank 0: the run folder, made or reopened together with its lock (.lock, held until the run ends), so
+ * that the check and the claim are one step: of two runs started at once with one name, mkdir lets one
+ * make the folder and the other is refused; of two writers of an existing folder (--resume, --force, a
+ * grid member) flock lets one in. A folder that is a symbolic link is refused before anything is
+ * written: --force through it would replace the run it points to. mode 0: reopen (--resume), 1: make,
+ * 2: make or replace (--force). */
+static int claim_run_folder(FlRun *run, int mode)
+{
+    char lock_path[4300], holder[400];
+    struct stat st;
+    snprintf(lock_path, sizeof lock_path, "%s/.lock", run->dir);
+    if (lstat(run->dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        char target[1024];
+        ssize_t n = readlink(run->dir, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = '\0';
+        FH_FAIL(FH_ERR_USAGE, "run folder %s is a symbolic link (to %s): fedhet does not write through it; name the "
+                "folder itself", run->dir, target);
+    }
+    if (mode == 0 && stat(run->dir, &st) != 0)
+        FH_FAIL(FH_ERR_USAGE, "--resume %s: %s", run->dir, strerror(errno));
+    if (mode == 0 && !S_ISDIR(st.st_mode)) FH_FAIL(FH_ERR_USAGE, "--resume %s: not a folder", run->dir);
+    if (mode > 0) {
+        FH_CHECK(fh_mkdir_p(run->s.out_dir));
+        if (mkdir(run->dir, 0777) == 0) run->made_folder = 1;
+        else if (errno != EEXIST) FH_FAIL(FH_ERR_IO, "cannot create folder %s: %s", run->dir, strerror(errno));
+        else if (fh_lock_held(lock_path, holder, sizeof holder))
+            FH_FAIL(FH_ERR_USAGE, "%s is in use by %s (it holds %s): one writer per folder", run->dir, holder, lock_path);
+        else if (mode == 1)
+            FH_FAIL(FH_ERR_USAGE, "%s already exists (--force replaces it, --resume %s continues it)", run->dir,
+                    run->dir);
+    }
+    char what[4400];
+    snprintf(what, sizeof what, "run folder %.4300s", run->dir);
+    int status = fh_lock_take(&run->lock, lock_path, what);
+    if (status != FH_OK) run->made_folder = 0; /* another writer took it in between: the folder is theirs now */
+    return status;
+}
+
 /* Rank 0 before any work: data file, run folder name (never replaced without --force), a resumed run's
- * config against its checkpoint's. Nothing is written here: create_run_folder does that once the whole
- * setup has succeeded, so a setup error leaves no folder behind. */
+ * config against its checkpoint's. The folder is claimed here (made empty, or reopened, with its lock);
+ * its files are written by create_run_folder once the whole setup has succeeded, and a setup error
+ * removes a folder made here (remove_empty_run_folder). */
 static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
     FH_CHECK(prepare_data(&run->s, config_path));
@@ -213,6 +268,7 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
     if (opt->resume_dir) {
         snprintf(run->dir, sizeof run->dir, "%s", opt->resume_dir);
         snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
+        FH_CHECK(claim_run_folder(run, 0));
         if (stat(run->checkpoint_path, &st) != 0) {
             if (errno != ENOENT)
                 FH_FAIL(FH_ERR_IO, "%s: cannot read: %s", run->checkpoint_path, strerror(errno));
@@ -220,6 +276,9 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
              * run that lost its checkpoint is not replaced that way */
             char path[4300];
             snprintf(path, sizeof path, "%s/run.h5", run->dir);
+            if (stat(path, &st) == 0 && fl_checkpoint_verify(path) != FH_OK)
+                return fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s is damaged and there is no checkpoint to "
+                                      "rebuild it from (--force runs the experiment again)", path);
             if (stat(path, &st) == 0)
                 FH_FAIL(FH_ERR_USAGE, "%s: no checkpoint to resume from, but the run's final model %s exists (--force "
                         "runs it again)", run->checkpoint_path, path);
@@ -236,6 +295,8 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
             if (fl_init_kind(&run->s) != FL_INIT_RANDOM) FH_CHECK(read_init(run));
             return FH_OK;
         }
+        /* nothing is continued from a file that is not whole */
+        FH_CHECK(fl_checkpoint_verify(run->checkpoint_path));
         char *saved = NULL;
         FH_CHECK(fl_checkpoint_read_config(run->checkpoint_path, &saved));
         int n;
@@ -267,9 +328,7 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
     if (fl_init_kind(&run->s) != FL_INIT_RANDOM) FH_CHECK(read_init(run));
     snprintf(run->dir, sizeof run->dir, "%.2000s/%.2000s", run->s.out_dir, name);
     snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
-    if (stat(run->dir, &st) == 0 && !opt->force)
-        FH_FAIL(FH_ERR_USAGE, "%s already exists (--force replaces it, --resume %s continues it)", run->dir, run->dir);
-    return FH_OK;
+    return claim_run_folder(run, opt->force ? 2 : 1);
 }
 
 /* Rank 0 once setup has succeeded: the run folder and its resolved config.ini. A run made anew (--force,
@@ -293,26 +352,32 @@ static int create_run_folder(FlRun *run, const FlRunOptions *opt)
         }
     }
     FH_CHECK(fh_mkdir_p(run->dir));
-    run->made_folder = !opt->resume_dir || run->restart;
+    run->made_folder = run->made_folder || !opt->resume_dir || run->restart;
     snprintf(path, sizeof path, "%s/config.ini", run->dir);
     return fh_write_file_atomic(path, run->config_text); /* on --resume, fl.rounds may have changed */
 }
 
-/* Rank 0 after an error: a folder this run made that holds no finished round and no checkpoint has nothing
- * to read or resume, so it goes (the error is on stderr) and a retry needs no --force. After a finished
- * round its metrics stay, for the diagnosis. */
-static void remove_empty_run_folder(const FlRun *run)
+/* Rank 0 after an error, whichever rank had it (also just before MPI_Abort): a folder this run made that
+ * holds no checkpoint has nothing to resume, so it goes (the error is on stderr) and a retry needs no
+ * --force. */
+static void remove_empty_run_folder(FlRun *run)
 {
     struct stat st;
-    if (!run->made_folder || run->n_rows > 0 || stat(run->checkpoint_path, &st) == 0) return;
+    if (!run->made_folder || run->lock.fd < 0 || stat(run->checkpoint_path, &st) == 0) return;
+    if (run->metrics_csv) fclose(run->metrics_csv), run->metrics_csv = NULL;
+    if (run->clients_csv) fclose(run->clients_csv), run->clients_csv = NULL;
     const char *files[] = { "config.ini", "log.txt", "metrics.csv", "clients.csv" };
     char path[4300];
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", run->dir, files[i]);
         unlink(path);
     }
+    remove_stale_temporaries(run->dir);
+    fh_lock_drop(&run->lock);
     rmdir(run->dir); /* only when nothing else is in it */
 }
+
+static void remove_empty_run_folder_cb(void *run) { remove_empty_run_folder(run); }
 
 static int open_outputs(FlRun *run, const FlRunOptions *opt)
 {
@@ -700,7 +765,7 @@ static int client_rows(FlRun *run, const FlLoop *L, int n_selected, int round)
         cr[FL_CCOL_SECONDS] = fl_record_header(gathered_record(run, L, L->order[i]))->seconds;
         for (int c = FL_N_CCOLUMNS; c < run->n_ccols; c++) /* the method's columns */
             cr[c] = u->scalars[run->ccol_scalar[c]];
-        csv_row(run->clients_csv, cr, run->n_ccols);
+        FH_CHECK(csv_row(run->clients_csv, cr, run->n_ccols, run->dir, "clients.csv"));
     }
     return FH_OK;
 }
@@ -808,18 +873,18 @@ static void left_round_line(const FlRun *run, int t, int checkpointed)
 {
     const FlSettings *s = &run->s;
     if (checkpointed == t)
-        fh_log_info("stopped by SIGTERM after round %d of %d: round %d was left between local steps after "
+        fh_log_info("stopped by %s after round %d of %d: round %d was left between local steps after "
                     "fl.term_grace = %g s; checkpoint written. Resume with: fedhet run --resume %s",
-                    t, s->rounds, t + 1, s->term_grace, run->dir);
+                    fh_stop_signal_name(), t, s->rounds, t + 1, s->term_grace, run->dir);
     else if (checkpointed > 0)
-        fh_log_info("stopped by SIGTERM during round %d of %d (left between local steps after fl.term_grace = %g s); "
+        fh_log_info("stopped by %s during round %d of %d (left between local steps after fl.term_grace = %g s); "
                     "%s keeps per-client state that the round had changed, so the checkpoint stays at round %d. "
-                    "Resume with: fedhet run --resume %s", t + 1, s->rounds, s->term_grace, s->method->name,
+                    "Resume with: fedhet run --resume %s", fh_stop_signal_name(), t + 1, s->rounds, s->term_grace, s->method->name,
                     checkpointed, run->dir);
     else
-        fh_log_info("stopped by SIGTERM during round %d of %d (left between local steps after fl.term_grace = %g s) "
+        fh_log_info("stopped by %s during round %d of %d (left between local steps after fl.term_grace = %g s) "
                     "before any checkpoint was written (%s keeps per-client state): start it again with --force",
-                    t + 1, s->rounds, s->term_grace, s->method->name);
+                    fh_stop_signal_name(), t + 1, s->rounds, s->term_grace, s->method->name);
 }
 
 static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
@@ -940,7 +1005,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             cost_mark = now;
             fl_cost_row(row, run->n_rows ? run->rows + (size_t)(run->n_rows - 1) * FL_N_COLUMNS : NULL, &cost);
             memcpy(run->rows + (size_t)run->n_rows++ * FL_N_COLUMNS, row, sizeof row);
-            csv_row(run->metrics_csv, row, FL_N_COLUMNS);
+            status = csv_row(run->metrics_csv, row, FL_N_COLUMNS, run->dir, "metrics.csv");
             if (t > run->start_round || run->start_round == s->rounds - 1) {
                 L->round_seconds_sum += row[FL_COL_t_round] + t_eval;
                 L->rounds_timed++;
@@ -948,6 +1013,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             double per = L->rounds_timed ? L->round_seconds_sum / L->rounds_timed : row[FL_COL_t_round] + t_eval;
             progress_line(run, row, per * (s->rounds - 1 - t));
         }
+        FH_CHECK(fl_agree(&run->comm, status)); /* metrics.csv written */
         fl_injected_kill("evaluate", t);
         if (ctl.checkpoint) {
             FH_CHECK(fl_checkpoint_save(run, t + 1, run->checkpoint_path));
@@ -957,8 +1023,8 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             *stopped_by_signal = 1;
             if (run->comm.rank == 0) {
                 char quoted[4 * sizeof run->dir + 3];
-                fh_log_info("stopped by SIGTERM after round %d of %d; checkpoint written. Resume with: fedhet run "
-                            "--resume %s", t + 1, s->rounds, fh_shell_quote(run->dir, quoted, sizeof quoted));
+                fh_log_info("stopped by %s after round %d of %d; checkpoint written. Resume with: fedhet run "
+                            "--resume %s", fh_stop_signal_name(), t + 1, s->rounds, fh_shell_quote(run->dir, quoted, sizeof quoted));
             }
             return FH_OK;
         }
@@ -994,7 +1060,9 @@ static void run_free(FlRun *run)
     if (run->clients_csv) fclose(run->clients_csv);
     fh_log_set_file(NULL);
     if (run->log) fclose(run->log);
+    fh_lock_release(&run->lock); /* last: every file of the run is closed */
     memset(run, 0, sizeof *run);
+    run->lock.fd = -1;
 }
 
 /* ", method scratch N KiB" for a method's scratch of `bytes` (usually kilobytes), "" without any */
@@ -1166,8 +1234,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
             /* a kill after the last checkpoint but before run.h5 was renamed into place */
             run->write_final = !fl_final_model_current(run->dir);
             if (run->write_final)
-                fh_log_info("%s: all %d rounds are done but run.h5 is missing or older than checkpoint.h5: writing it "
-                            "from the final checkpoint", run->dir, s->rounds);
+                fh_log_info("%s: all %d rounds are done but run.h5 is missing, damaged or older than checkpoint.h5: "
+                            "writing it from the final checkpoint", run->dir, s->rounds);
             else fh_log_info("%s: all %d rounds are done (raise fl.rounds to continue)", run->dir, s->rounds);
         }
         FH_CHECK(fl_bcast(&run->comm, &run->write_final, sizeof run->write_final));
@@ -1201,8 +1269,10 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
 {
     FlRun run;
     memset(&run, 0, sizeof run);
+    run.lock.fd = -1;
     int status = fl_comm_init(&run.comm, comm);
     if (status != FH_OK) return status;
+    if (run.comm.rank == 0) fl_before_abort(remove_empty_run_folder_cb, &run);
     fh_log_set_rank(run.comm.size > 1 ? run.comm.rank : -1);
     fl_watch_errors(&run.comm);
 
@@ -1238,6 +1308,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
     }
     if (status != FH_OK && run.comm.rank == 0) remove_empty_run_folder(&run);
     if (opt->stopped) *opt->stopped = status == FH_OK && stopped;
+    fl_before_abort(NULL, NULL);
     fl_watch_errors(NULL);
     loop_free(&loop);
     run_free(&run);

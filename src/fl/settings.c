@@ -191,7 +191,8 @@ static void base_keys(void)
     add("fl", "fraction", FH_CFG_FLOAT, "0.1", 1e-9, 1, NULL, "share of clients for selection = fraction | bernoulli");
     add("fl", "count", FH_CFG_INT, "10", 1, 1e6, NULL, "clients per round for selection = count");
     add("fl", "seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "seed of model init, selection, shuffles, augmentation");
-    add("fl", "eval_every", FH_CFG_INT, "1", 0, 1e8, NULL, "evaluate the global model every this many rounds (and after the last); 0: last only");
+    add("fl", "eval_every", FH_CFG_INT, "1", 0, 1e8, NULL, "evaluate the global model every this many rounds (and after the last); 0: last only (a partition file "
+        "without /test runs only with 0)");
     add("fl", "checkpoint_every", FH_CFG_INT, "10", 0, 1e8, NULL, "checkpoint every this many rounds (and at the end); 0: end only");
     add("fl", "term_grace", FH_CFG_FLOAT, "60", 0, 1e7, NULL,
         "seconds a round may still run after SIGTERM (or SIGUSR1); one still running then is left between local "

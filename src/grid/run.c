@@ -45,7 +45,10 @@ static int barrier_polite(MPI_Comm comm)
     return fl_wait(&req);
 }
 
-/* Removes the plain files of a folder (grid/claims) */
+/* Removes the plain files of a folder (grid/status with --force, grid/claims) but those another process
+ * holds locked: the claim of a member that another grid job (a second `grid --resume` of this folder) is
+ * running stays, so that this job does not run it too. Locks die with their process: a claim of a killed
+ * job is free and goes. */
 static void clear_dir(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -54,10 +57,14 @@ static void clear_dir(const char *dir)
     char path[GRID_PATH + 300];
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] == '.') continue;
-        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path) unlink(path);
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        if (!fh_lock_held(path, NULL, 0)) unlink(path);
     }
     closedir(d);
 }
+
+/* the claim this process's group holds while it runs a member (flock, as a run folder's .lock) */
+static FhLock claim_lock = { .fd = -1 };
 
 static int count_suffix(const char *dir, const char *suffix)
 {
@@ -442,8 +449,13 @@ static int64_t claim_next(const Grid *G, int64_t *cursor)
         if (!plan_runs(G->plan[*cursor])) continue;
         snprintf(path, sizeof path, "%s/grid/claims/%lld", G->g.dir, (long long)*cursor);
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-        if (fd < 0) continue; /* another group has it */
+        if (fd < 0) continue; /* another group has it, or had it in this session */
         close(fd);
+        /* held until the member is recorded: another job's clear_dir then leaves it alone */
+        if (fh_lock_take(&claim_lock, path, "grid member claim") != FH_OK) {
+            fh_error_clear();
+            continue;
+        }
         return (*cursor)++;
     }
     return -1;
@@ -530,6 +542,7 @@ static int run_member(Grid *G, const GridOptions *o, MPI_Comm group, int group_i
     snprintf(path, sizeof path, "%s/grid/claims/%lld.end", g->dir, (long long)i);
     int fd = open(path, O_WRONLY | O_CREAT, 0644);
     if (fd >= 0) close(fd);
+    fh_lock_release(&claim_lock);
 
     /* progress: members finished in this session, over all groups */
     char claims[GRID_PATH + 32];
@@ -545,7 +558,8 @@ static int run_member(Grid *G, const GridOptions *o, MPI_Comm group, int group_i
         if (isnan(s.final_accuracy)) snprintf(what, sizeof what, "done in %s", took);
         else snprintf(what, sizeof what, "done in %s, final test accuracy %.4f", took, s.final_accuracy);
     } else if (s.state == GRID_STOPPED)
-        snprintf(what, sizeof what, "stopped by SIGTERM after %d rounds (checkpoint written) in %s", s.rounds_done, took);
+        snprintf(what, sizeof what, "stopped by %s after %d rounds (checkpoint written) in %s", fh_stop_signal_name(),
+                 s.rounds_done, took);
     else
         snprintf(what, sizeof what, "FAILED (exit %d) in %s: %.900s", s.exit_code, took, s.message);
     printf("[grid] %lld/%lld members done: %s %s; elapsed %s, ETA %s\n", (long long)(pr->done_before + ended),
@@ -580,7 +594,7 @@ static int finish(const Grid *G, const GridOptions *o)
     printf("; members.csv written\n");
     if (unfinished && o->member < 0) {
         char quoted[4 * sizeof g->dir + 3];
-        printf("[grid] %s: continue with fedhet grid --resume %s\n", stop_seen() ? "stopped by SIGTERM" : "incomplete",
+        printf("[grid] %s: continue with fedhet grid --resume %s\n", stop_seen() ? "stopped by a signal" : "incomplete",
                fh_shell_quote(g->dir, quoted, sizeof quoted));
     }
     else if (!unfinished)

@@ -172,7 +172,7 @@ test_usr1_mpirun()
     wait "$MPIRUN_PID"
     RC=$?
     expect_rc "mpirun after SIGUSR1" 0 || return
-    grep -q "stopped by SIGTERM after round .*Resume with" "$WORK/$name.out" || fail "no resume line"
+    grep -q "stopped by SIGUSR1 after round .*Resume with" "$WORK/$name.out" || fail "no resume line naming SIGUSR1"
     local rd target
     rd=$(rounds_done "$WORK/out/$name/checkpoint.h5")
     [ -n "$rd" ] && [ "$rd" = "$(data_rows "$WORK/out/$name/metrics.csv")" ] || { fail "checkpoint rounds_done '$rd'"; return; }

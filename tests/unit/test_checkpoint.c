@@ -234,34 +234,56 @@ static void test_read_global_layout(void)
     fake_free(&f);
 }
 
+static void set_mtime(const char *path, time_t when)
+{
+    struct timespec t[2] = { { when, 0 }, { when, 0 } };
+    utimensat(AT_FDCWD, path, t, 0);
+}
+
 static void touch_at(const char *path, time_t when)
 {
     FILE *fp = fopen(path, "w");
     if (fp) fclose(fp);
     tmp_record(path);
-    struct timespec t[2] = { { when, 0 }, { when, 0 } };
-    utimensat(AT_FDCWD, path, t, 0);
+    set_mtime(path, when);
 }
 
+/* run.h5 is current when it is not older than the checkpoint and whole (fl_checkpoint_verify) */
 static void test_final_model_current(void)
 {
-    char dir[128], ck[160], fin[160];
-    snprintf(dir, sizeof dir, "%s/ages", tmp_root);
-    mkdir(dir, 0777);
-    tmp_record(dir);
-    snprintf(ck, sizeof ck, "%s/checkpoint.h5", dir);
-    snprintf(fin, sizeof fin, "%s/run.h5", dir);
+    Fake f;
+    CHECK_OK(fake_init_in(&f, "ages"));
+    const char *ck = f.run.checkpoint_path;
+    char dir[600], fin[600];
+    snprintf(dir, sizeof dir, "%.500s", ck);
+    *strrchr(dir, '/') = '\0';
+    snprintf(fin, sizeof fin, "%.500s/run.h5", dir);
     CHECK(!fl_final_model_current(dir)); /* nothing: no final model */
     touch_at(ck, 1000);
     CHECK(!fl_final_model_current(dir)); /* the final checkpoint alone: killed before run.h5 */
-    touch_at(fin, 999);
+    CHECK_OK(fl_checkpoint_save(&f.run, DONE, fin));
+    tmp_record(fin);
+    set_mtime(fin, 999);
     CHECK(!fl_final_model_current(dir)); /* run.h5 older than the checkpoint: an extended run's old one */
-    touch_at(fin, 1000);
+    set_mtime(fin, 1000);
     CHECK(fl_final_model_current(dir));
+    set_mtime(fin, 1001);
+    CHECK(fl_final_model_current(dir));
+    CHECK_OK(fl_checkpoint_verify(fin));
+    /* cut short, or emptied: not current (it is rebuilt from the checkpoint), and named */
+    struct stat st;
+    CHECK(stat(fin, &st) == 0);
+    CHECK(truncate(fin, st.st_size / 2) == 0);
+    set_mtime(fin, 1001);
+    CHECK(!fl_final_model_current(dir));
+    CHECK(fl_checkpoint_verify(fin) == FH_ERR_IO && strstr(fh_error_message(), fin));
+    fh_error_clear();
     touch_at(fin, 1001);
-    CHECK(fl_final_model_current(dir));
+    CHECK(!fl_final_model_current(dir));
     remove(ck);
+    CHECK_OK(fl_checkpoint_save(&f.run, DONE, fin));
     CHECK(fl_final_model_current(dir)); /* no checkpoint to be newer */
+    fake_free(&f);
 }
 
 int main(int argc, char **argv)
