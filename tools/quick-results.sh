@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's results of the seed methods: each inputs/NAME-quick.ini over seeds 0..2 as a `fedhet grid`
+# The results of the seed methods in docs/results.md: each inputs/NAME-quick.ini over seeds 0..2 as a `fedhet grid`
 # of one-rank members (NP ranks, default 3: three seeds at once), then `fedhet report` of the grid, into
 # outputs/quick-results/NAME/ (summary.md, accuracy.png). Existing grid folders are replaced.
 # A config with the line `; quick-results beside: METHOD` also runs METHOD on the same setting (its [algo]

@@ -11,7 +11,7 @@ no verdict yet (its grid has not run or is incomplete) and none is contradicted.
 usage: tools/repro-summary.py [DOCS_REPRO_DIR]     (default docs/repro; markdown on stdout)
        tools/repro-summary.py --update FILE.md [FILE.md ...] [DOCS_REPRO_DIR]
                        replaces the table between '<!-- summary -->' and '<!-- /summary -->' in each file
-                       (docs/reproduction.md and README.md)
+                       (docs/reproduction.md and docs/results.md)
 """
 import csv
 import glob

@@ -156,7 +156,7 @@ test_summary_table()
     grep -q '^| 002 FLOOD |.*| 1 (T7) | 0 | 0 | 3 (' "$WORK/summary.md" || fail "T7 not reproduced: $(grep 002 "$WORK/summary.md")"
     grep -q '^| 003 A-FedSAM |.*| 2 (T12, S1) | 1 (S3) | 0 | 1 (S7) |' "$WORK/summary.md" ||
         fail "A-FedSAM row wrong: $(grep 003 "$WORK/summary.md")"
-    # every file given (the report and the README) gets the same table
+    # every file given (the report and the results page) gets the same table
     printf 'before\n<!-- summary -->\nold table\n<!-- /summary -->\nafter\n' >"$WORK/doc.md"
     printf 'readme\n<!-- summary -->\nold\n<!-- /summary -->\nend\n' >"$WORK/readme.md"
     "$PY" "$ROOT/tools/repro-summary.py" --update "$WORK/doc.md" "$WORK/readme.md" "$WORK/repro" || fail "--update failed"
