@@ -57,7 +57,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam bench-norm clean help check-tools
+.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce docs bench bench-partition bench-round bench-methods bench-sam bench-norm clean help check-tools
 
 # test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
 TEST_HELPERS = $(BUILD)/tests/model_logits
@@ -84,6 +84,7 @@ help:
 	@echo "make bench-norm  batch norm and max pooling on the blocked layout: fedhet's kernels against oneDNN's primitives"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make fuzz        build the libFuzzer targets (build-fuzz/) and run each for FUZZ_SECONDS (default 600)"
+	@echo "make docs        regenerate docs/configuration.md and docs/methods/methods-table.md from the help texts"
 	@echo "make clean       remove build/, build-fuzz/ and bin/"
 
 check-tools:
@@ -146,6 +147,11 @@ test-sanitizers: all
 run: deps
 	@$(MAKE) --no-print-directory all
 	@./tools/demo.sh
+
+# the generated pages (tools/gen-docs.py): the configuration reference and the methods table, from
+# bin/fedhet's own help texts; tests/system/test_docs.sh fails when they are out of date
+docs: bin/fedhet
+	@$(PYTHON) tools/gen-docs.py
 
 # a 3-seed sensitivity grid on Fashion-MNIST (inputs/sensitivity-fedsam.ini) and its report
 sensitivity: deps

@@ -415,6 +415,8 @@ typedef struct AlgoMethod {
 const AlgoMethod *algo_find(const char *name);
 int algo_count(void);
 const AlgoMethod *algo_at(int i);
+/* the family a registry row belongs to (its file in src/algo), "-" for a row outside the registry */
+const char *algo_family_of(const AlgoMethod *m);
 /* "fedavg|uniform|..." for the config's choice list (static storage) */
 const char *algo_choices(void);
 /* "none|flood|...": the methods usable as plug-ins */
