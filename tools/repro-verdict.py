@@ -223,9 +223,16 @@ def check(grid_path, fedhet):
     return 0
 
 
+def shown(v, fmt):
+    """a number of the table; "—" where it is undefined (too few runs for a std, d or SE)"""
+    return format(v, fmt) if math.isfinite(v) else "—"
+
+
 def cell(mean, sd, n):
     """a group: mean ± sample std (n); a difference of groups has no single std: mean (n)"""
-    return f"{mean:.4f} ± {sd:.4f} ({n})" if not math.isnan(sd) else f"{mean:.4f} ({n})"
+    if not math.isfinite(mean):
+        return f"— ({n})"
+    return f"{mean:.4f} ± {sd:.4f} ({n})" if math.isfinite(sd) else f"{mean:.4f} ({n})"
 
 
 def unfinished(grid_dir):
@@ -285,9 +292,10 @@ def main(argv):
     print("| id | statistic | comparison | left: mean ± std (n) | right: mean ± std (n) | d | SE | verdict |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
     for r in out_rows:
-        shown = r["comparison"].replace("|", " − ")  # a gap A|B; a bare | would split the table's cell
-        print(f"| {r['id']} | {r['statistic']} | {shown} | {cell(r['left_mean'], r['left_std'], r['left_n'])} | "
-              f"{cell(r['right_mean'], r['right_std'], r['right_n'])} | {r['difference']:+.4f} | {r['se']:.4f} | "
+        comparison = r["comparison"].replace("|", " − ")  # a gap A|B; a bare | would split the table's cell
+        print(f"| {r['id']} | {r['statistic']} | {comparison} | {cell(r['left_mean'], r['left_std'], r['left_n'])} | "
+              f"{cell(r['right_mean'], r['right_std'], r['right_n'])} | {shown(r['difference'], '+.4f')} | "
+              f"{shown(r['se'], '.4f')} | "
               f"{r['verdict']}{' (' + r['note'] + ')' if r['note'] else ''} |")
     if csv_out:
         with open(csv_out, "w", newline="", encoding="utf-8") as f:

@@ -74,5 +74,8 @@ int plot_png(const char *out_path, PlotWriter write, void *ctx);
 void plot_gp_string(FILE *out, const char *s);
 /* "set terminal pngcairo size W,H noenhanced font ',10'" (png when cairo is missing) and "set output" */
 void plot_gp_terminal(FILE *out, int width, int height, const char *image);
+/* plot_gp_terminal plus the legend of `entries` entries, the longest `longest` characters: at the right of the
+ * plot when it fits there (a quarter of the width), else below it in columns, the image made taller for it */
+void plot_gp_terminal_key(FILE *out, int width, int height, const char *image, int entries, int longest);
 
 #endif

@@ -95,6 +95,10 @@ EOF
         fail "reach: rounds are not 1-based (2 and 4 expected): $(grep '^reach' "$WORK/verdicts.csv")"
     expect_verdict last reproduced
     expect_verdict partial "incomplete"
+    # with too few runs d and SE are undefined: a dash, never "nan"
+    grep '^| partial ' "$WORK/verdicts.md" | grep -q '| — | — | incomplete' ||
+        fail "partial: d and SE not shown as '—': $(grep '^| partial ' "$WORK/verdicts.md")"
+    grep -qi 'nan' "$WORK/verdicts.md" && fail "verdicts.md shows nan: $(grep -i nan "$WORK/verdicts.md" | head -1)"
     grep -q '^up,final:test_accuracy,.*,0.81,0.01' "$WORK/verdicts.csv" ||
         fail "verdicts.csv lacks the mean 0.81 and std 0.01 of 'up': $(grep '^up' "$WORK/verdicts.csv")"
 }
