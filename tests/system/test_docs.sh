@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The documentation against the code: the generated pages are current (tools/gen-docs.py --check: a new key
 # or method must reach docs/ through `make docs`), the README shows the two commands and .ci/run calls
-# `make test`.
+# `make test`, every relative link of README.md and docs/ resolves (anchors too: tools/check-links.py), and
+# no source, script, page or help text cites the former outside specification ("spec §13", "spec A.4",
+# "spec/algorithms-sam.md", ...) instead of the pages under docs/methods/.
 # usage: tests/system/test_docs.sh [NAME]      (last line: "N passed, N failed, N skipped")
 cd "$(dirname "$0")/../.." || exit 1
 PY=/usr/bin/python3
@@ -38,7 +40,47 @@ readme_commands()
     [ "$n" -le 200 ] || { echo "README.md has $n lines (at most 200: the rest belongs under docs/)"; return 1; }
 }
 
+# every relative link resolves; and the checker finds a missing file and a missing anchor
+links_resolve()
+{
+    $PY tools/check-links.py || return 1
+    mkdir -p "$WORK/links"
+    printf '# Page\n\n## A section\n\n[ok](#a-section) [bad anchor](#nowhere) [bad file](absent.md)\n' >"$WORK/links/p.md"
+    printf '```\n[in code](absent-too.md)\n```\n' >>"$WORK/links/p.md"
+    $PY tools/check-links.py "$WORK/links/p.md" >"$WORK/links.out" && { echo "broken links passed"; return 1; }
+    grep -q "no heading or anchor 'nowhere'" "$WORK/links.out" && grep -q 'no such file.*absent.md' "$WORK/links.out" ||
+        { echo "not reported: $(cat "$WORK/links.out")"; return 1; }
+    grep -q 'absent-too' "$WORK/links.out" && { echo "a link inside a code block was checked"; return 1; }
+    return 0
+}
+
+# the old citation forms (the former specification outside the project); "the spec" naming a
+# DataPartitionSpec variable in code is not one of them
+OLD_CITATION="spec/(algorithms-sam|baselines-and-protocols|models|reported-results)|\bspec (default|defaults|algorithms-sam|§|[A-D]\.[0-9]|[0-9])|\bspec's\b|\bSpec (form|\(seed)|the spec \(|\(spec \[|; spec and |the data spec|spec reconstruction|spec says|spec writes|spec section|\bspec \"\$|; spec\$|the spec\b.*(tags|notes|writes|says|leaves|is silent)|(matches|match|against|of) the spec\b"
+
+no_outside_citations()
+{
+    local hits
+    hits=$(grep -rnE "$OLD_CITATION" src include tests tools docs README.md Makefile --exclude=test_docs.sh)
+    [ -z "$hits" ] || { echo "$(printf '%s\n' "$hits" | wc -l) citation(s) of the former specification, e.g.:"; printf '%s\n' "$hits" | head -5; return 1; }
+    [ -x bin/fedhet ] || { echo "bin/fedhet missing: run make"; return 1; }
+    local c m
+    for c in "" $(bin/fedhet --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'); do
+        hits=$(bin/fedhet $c --help 2>&1 | grep -nE "$OLD_CITATION")
+        [ -z "$hits" ] || { echo "fedhet $c --help: $hits" | head -3; return 1; }
+    done
+    for m in $(bin/fedhet methods | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }'); do
+        hits=$(bin/fedhet methods "$m" | grep -nE "$OLD_CITATION")
+        [ -z "$hits" ] || { echo "fedhet methods $m: $hits" | head -3; return 1; }
+    done
+    # the pattern finds the old forms
+    printf '/* see spec algorithms-sam 8 */\n"spec default 0.1"\nspec A.4\n' | grep -cE "$OLD_CITATION" | grep -qx 3 ||
+        { echo "the pattern misses an old form"; return 1; }
+}
+
 check generated_current
 check readme_commands
+check links_resolve
+check no_outside_citations
 echo "$passed passed, $failed failed, 0 skipped"
 [ "$failed" -eq 0 ]
