@@ -50,6 +50,16 @@ def doc_links(text, page_dir):
     return re.sub(r"(docs/[A-Za-z0-9_./-]+\.md)", link, text)
 
 
+def help_split(fedhet, command, marker):
+    """`fedhet COMMAND --help` as (its usage text before the line starting with marker, the lines after it)"""
+    lines = run(fedhet, command, "--help").split("\n")
+    try:
+        start = next(i for i, l in enumerate(lines) if l.startswith(marker))
+    except StopIteration:
+        die("fedhet %s --help has no '%s' line" % (command, marker))
+    return "```\n" + "\n".join(lines[:start]).rstrip() + "\n```\n", lines[start + 1:]
+
+
 # ---- configuration.md --------------------------------------------------------------------------------------
 
 RUN_KEY = re.compile(r"^  (\S+)\s+(string|choice|float|int|bool)\s+(required|default (?:\"\"|\S+))\s+"
@@ -64,17 +74,11 @@ def configuration(fedhet):
            "values, as `fedhet run --help` and `fedhet partition --help` print them. A method's own keys live\n",
            "in `[algo]` and are listed per method in [methods/methods-table.md](methods/methods-table.md).\n\n",
            "## `fedhet run`\n\n"]
-    text = run(fedhet, "run", "--help")
-    lines = text.split("\n")
-    try:
-        start = next(i for i, l in enumerate(lines) if l.startswith("config keys"))
-    except StopIteration:
-        die("fedhet run --help has no 'config keys' line")
-    out.append("```\n" + "\n".join(lines[:start]).rstrip() + "\n```\n")
+    usage, lines = help_split(fedhet, "run", "config keys")
+    out.append(usage)
     section = None
-    method_keys = []
     in_methods = False
-    for l in lines[start + 1:]:
+    for l in lines:
         if not l.strip():
             continue
         if l.startswith("Method keys"):
@@ -87,7 +91,6 @@ def configuration(fedhet):
                 die("fedhet run --help: cannot read the method-key line %r" % l)
             out.append("| [`%s`](methods/methods-table.md#%s) | %s |\n" % (m.group(1), anchor(m.group(1)),
                                                                             cell(m.group(2))))
-            method_keys.append(m.group(1))
             continue
         m = re.match(r"^\[(\w+)\]$", l)
         if m:
@@ -105,15 +108,10 @@ def configuration(fedhet):
         out.append("| `%s` | %s | `%s` | %s | %s |\n" % (key, typ, default, cell(allowed or ""),
                                                           cell(doc_links(meaning, "docs"))))
     out.append("\n## `fedhet partition`\n\n")
-    text = run(fedhet, "partition", "--help")
-    lines = text.split("\n")
-    try:
-        start = next(i for i, l in enumerate(lines) if l.startswith("keys"))
-    except StopIteration:
-        die("fedhet partition --help has no 'keys' line")
-    out.append("```\n" + "\n".join(lines[:start]).rstrip() + "\n```\n\n| key | default | meaning |\n| --- | --- | --- |\n")
+    usage, lines = help_split(fedhet, "partition", "keys")
+    out.append(usage + "\n| key | default | meaning |\n| --- | --- | --- |\n")
     tail = []
-    for l in lines[start + 1:]:
+    for l in lines:
         if not l.strip():
             continue
         m = PART_KEY.match(l)
