@@ -10,8 +10,8 @@ A grid file in inputs/repro/ declares its comparisons in comment lines, written 
   STATISTIC  what one run contributes, from its metrics.csv:
                final:COL       the last non-empty value of COL
                lastK:COL       the mean of the last K non-empty values of COL (e.g. last5:corrupted_balanced_accuracy)
-               mean:COL        the mean of COL over rounds 2.. (round 1 is warm-up; spec C.8 for the timing columns)
-               reachT:COL      the first round whose COL is >= T (spec C.3); a run that never reaches it counts
+               mean:COL        the mean of COL over rounds 2.. (round 1 is warm-up; docs/methods/metrics.md C.8 for the timing columns)
+               reachT:COL      the first round whose COL is >= T (docs/methods/metrics.md C.3); a run that never reaches it counts
                                as rounds + 1 and is flagged
                stdK:COL        the population std of the last K non-empty values of COL (fluctuation, FLOOD)
   LEFT/RIGHT members selected by key=value pairs joined by ',' (key: a swept key as in members.csv, or its
@@ -112,7 +112,7 @@ def matches(member, sel):
 def column(rows, name, path):
     if not rows or name not in rows[0]:
         fail(f"{path} has no column {name}")
-    # metrics.csv counts rounds from 0; statistics speak of 1-based rounds as fedhet report does (spec C.3)
+    # metrics.csv counts rounds from 0; statistics speak of 1-based rounds as fedhet report does (docs/methods/metrics.md C.3)
     return [(int(float(r["round"])) + 1, float(r[name])) for r in rows if r[name] not in ("", "nan")]
 
 

@@ -1,4 +1,4 @@
-/* Every named method: the rows of all families (README, Architecture; docs/adding-a-method.md). */
+/* Every named method: the rows of all families (docs/architecture.md; docs/adding-a-method.md). */
 #include "algo_internal.h"
 
 #include <math.h>

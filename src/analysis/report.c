@@ -456,7 +456,7 @@ static void run_stats(const Report *R, Run *r)
     for (int t = 0; t < r->n_rows; t++) {
         if (isfinite(r->t_round[t])) r->wall += r->t_round[t];
         if (isfinite(r->t_eval[t])) r->wall += r->t_eval[t];
-        /* spec C.8: round 0 is warm-up */
+        /* docs/methods/metrics.md C.8: round 0 is warm-up */
         if ((t > 0 || r->n_rows == 1) && isfinite(r->t_round[t])) s += r->t_round[t], c++;
     }
     r->round_s = c ? s / c : NAN;
@@ -742,7 +742,7 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
     fprintf(f, "\n\nMetric `%s` of the global model. Per run: final = after the last round; last-%d = mean of the last %d "
                "evaluated rounds; best = the largest value (secondary, never the headline); rounds to τ = the first "
                "1-based round reaching τ. Per configuration: mean ± sample std (divisor n − 1) over its runs "
-               "(spec C.2); rounds to τ: mean over the runs that reached τ, with their count (C.3). Wall: seconds of "
+               "(docs/methods/metrics.md C.2); rounds to τ: mean over the runs that reached τ, with their count (C.3). Wall: seconds of "
                "rounds and evaluation per run; s/round: mean round time without round 1 (C.8).\n\n",
             o->metric, o->last_k, o->last_k);
     fprintf(f, "| configuration | runs | final | last-%d | best |", o->last_k);

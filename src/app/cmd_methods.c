@@ -1,4 +1,4 @@
-/* fedhet methods: every method with its components, state and payload (spec A.24), so that users see the
+/* fedhet methods: every method with its components, state and payload (docs/methods/baselines.md A.24), so that users see the
  * cost before they run; `fedhet methods NAME` adds the method's keys. */
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* fedhet: the one executable. Dispatches subcommands; turns statuses into exit codes (README, The executable). */
+/* fedhet: the one executable. Dispatches subcommands; turns statuses into exit codes (docs/usage.md, The executable). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of `fedhet report DIR` (summary tables and plots of runs and grids, spec C.2 / C.3) and
+# End-to-end tests of `fedhet report DIR` (summary tables and plots of runs and grids, docs/methods/metrics.md C.2 / C.3) and
 # `fedhet landscape` (loss around a checkpoint) on tiny synthetic data (tests/mpi/lib.sh): the numbers in
 # summary.csv against the runs' metrics.csv, folders of runs, failed members listed, PNGs written; the
 # landscape's centre equal to the run's test loss, the same numbers on 1 and 3 ranks, bad inputs, a checkpoint
