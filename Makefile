@@ -19,7 +19,7 @@ DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
              slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev \
              libopenblas-openmp-dev libonnx-dev libprotobuf-c-dev protobuf-c-compiler python3-onnx python3-torchvision \
-             libonnx-testdata
+             libonnx-testdata help2man
 BENCH_PKGS = python3-torch python3-numpy
 
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
@@ -62,7 +62,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce bench bench-partition bench-round bench-methods bench-sam bench-norm clean help check-tools
+.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce docs man install bench bench-partition bench-round bench-methods bench-sam bench-norm clean help check-tools
 
 # test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
 TEST_HELPERS = $(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model
@@ -89,6 +89,9 @@ help:
 	@echo "make bench-norm  batch norm and max pooling on the blocked layout: fedhet's kernels against oneDNN's primitives"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make fuzz        build the libFuzzer targets (build-fuzz/) and run each for FUZZ_SECONDS (default 600)"
+	@echo "make docs        regenerate docs/configuration.md and docs/methods/methods-table.md from the help texts"
+	@echo "make man         the man page fedhet(1) from the help texts -> build/man/fedhet.1"
+	@echo "make install PREFIX=~/.local  bin/fedhet, its man page and bash completion under PREFIX (default /usr/local)"
 	@echo "make clean       remove build/, build-fuzz/ and bin/"
 
 check-tools:
@@ -162,6 +165,24 @@ test-sanitizers: all
 run: deps
 	@$(MAKE) --no-print-directory all
 	@./tools/demo.sh
+
+# the generated pages (tools/gen-docs.py): the configuration reference and the methods table, from
+# bin/fedhet's own help texts; tests/system/test_docs.sh fails when they are out of date
+docs: bin/fedhet
+	@$(PYTHON) tools/gen-docs.py
+
+# the man page, from the help texts (help2man), and `make install`: the executable, the man page and the bash
+# completion (tools/fedhet-completion.bash, which reads keys and methods from the installed fedhet at run time)
+PREFIX ?= /usr/local
+man: $(BUILD)/man/fedhet.1
+$(BUILD)/man/fedhet.1: bin/fedhet tools/gen-man.sh
+	@mkdir -p $(@D)
+	@./tools/gen-man.sh bin/fedhet $@
+install: bin/fedhet $(BUILD)/man/fedhet.1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/bash-completion/completions
+	install -m 755 bin/fedhet $(DESTDIR)$(PREFIX)/bin/fedhet
+	install -m 644 $(BUILD)/man/fedhet.1 $(DESTDIR)$(PREFIX)/share/man/man1/fedhet.1
+	install -m 644 tools/fedhet-completion.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/fedhet
 
 # a 3-seed sensitivity grid on Fashion-MNIST (inputs/sensitivity-fedsam.ini) and its report
 sensitivity: deps

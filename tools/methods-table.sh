@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's method tables from real runs: inputs/methods-table.ini once per method (3 MPI ranks), then
+# The method tables of docs/results.md from real runs: inputs/methods-table.ini once per method (3 MPI ranks), then
 # a markdown table of each run's server weights, test accuracy after rounds 10 and 20 (beside FedAvg's), seconds
 # per round and backward passes per round, into outputs/methods-table/table.md.
 # usage: tools/methods-table.sh [METHOD[:key=value,...] ...]   (default: every method of `fedhet methods`)

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The README's results of the seed methods: each inputs/NAME-quick.ini over seeds 0..2 as a `fedhet grid`
+# The results of the seed methods in docs/results.md: each inputs/NAME-quick.ini over seeds 0..2 as a `fedhet grid`
 # of one-rank members (NP ranks, default 3: three seeds at once), then `fedhet report` of the grid, into
 # outputs/quick-results/NAME/ (summary.md, accuracy.png). Existing grid folders are replaced.
 # A config with the line `; quick-results beside: METHOD` also runs METHOD on the same setting (its [algo]
-# keys other than method dropped) as the grid NAME-METHOD, e.g. FedAvg beside FedISM+ (spec C.5: deltas
-# against FedAvg). Runs with a corrupted test set get quality.md: the spec C.5 statistic (the last 5
+# keys other than method dropped) as the grid NAME-METHOD, e.g. FedAvg beside FedISM+ (docs/methods/metrics.md C.5: deltas
+# against FedAvg). Runs with a corrupted test set get quality.md: the docs/methods/metrics.md C.5 statistic (the last 5
 # rounds of all runs pooled, mean and population std) of clean and corrupted balanced accuracy and OvO
 # macro AUC, and of the client-level AUC std (C.6).
 # usage: tools/quick-results.sh [NAME ...]   (default: every inputs/*-quick.ini)

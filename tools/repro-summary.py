@@ -23,7 +23,7 @@ counted in the fpr block. An agreement comparison (~D) whose 2 SE is at least D 
 usage: tools/repro-summary.py [DOCS_REPRO_DIR]     (the summary block, markdown on stdout; default docs/repro)
        tools/repro-summary.py --update FILE.md [FILE.md ...] [DOCS_REPRO_DIR]
                        replaces, in each file, the text between '<!-- summary -->' and '<!-- /summary -->'
-                       (required), and where present '<!-- marginal -->' ... '<!-- /marginal -->' (the
+                       (required; docs/reproduction.md and docs/results.md), and where present '<!-- marginal -->' ... '<!-- /marginal -->' (the
                        comparisons within 2-2.5 SE) and '<!-- fpr -->' ... '<!-- /fpr -->' (the false-positive
                        rate of the rule at n = 3, computed); every file is checked before any is written
        tools/repro-summary.py --comparisons OUT.md [DOCS_REPRO_DIR]

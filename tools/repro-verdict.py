@@ -10,8 +10,8 @@ A grid file in inputs/repro/ declares its comparisons in comment lines, written 
   STATISTIC  what one run contributes, from its metrics.csv:
                final:COL       the last non-empty value of COL
                lastK:COL       the mean of the last K non-empty values of COL (e.g. last5:corrupted_balanced_accuracy)
-               mean:COL        the mean of COL over rounds 2.. (round 1 is warm-up; spec C.8 for the timing columns)
-               reachT:COL      the first round whose COL is >= T (spec C.3); a run that never reaches it counts
+               mean:COL        the mean of COL over rounds 2.. (round 1 is warm-up; docs/methods/metrics.md C.8 for the timing columns)
+               reachT:COL      the first round whose COL is >= T (docs/methods/metrics.md C.3); a run that never reaches it counts
                                as rounds + 1 and is flagged
                stdK:COL        the population std of the last K non-empty values of COL (fluctuation, FLOOD)
   LEFT/RIGHT members selected by key=value pairs joined by ',' (key: a swept key as in members.csv, or its
@@ -135,7 +135,7 @@ def matches(member, sel):
 def column(rows, name, path):
     if not rows or name not in rows[0]:
         fail(f"{path} has no column {name}")
-    # metrics.csv counts rounds from 0; statistics speak of 1-based rounds as fedhet report does (spec C.3)
+    # metrics.csv counts rounds from 0; statistics speak of 1-based rounds as fedhet report does (docs/methods/metrics.md C.3)
     return [(int(float(r["round"])) + 1, float(r[name])) for r in rows if r[name] not in ("", "nan")]
 
 
@@ -249,9 +249,16 @@ def check(grid_path, fedhet):
     return 0
 
 
+def shown(v, fmt):
+    """a number of the table; "—" where it is undefined (too few runs for a std, d or SE)"""
+    return format(v, fmt) if math.isfinite(v) else "—"
+
+
 def cell(mean, sd, n):
     """a group: mean ± sample std (n); a difference of groups has no single std: mean (n)"""
-    return f"{mean:.4f} ± {sd:.4f} ({n})" if not math.isnan(sd) else f"{mean:.4f} ({n})"
+    if not math.isfinite(mean):
+        return f"— ({n})"
+    return f"{mean:.4f} ± {sd:.4f} ({n})" if math.isfinite(sd) else f"{mean:.4f} ({n})"
 
 
 def unfinished(grid_dir):
@@ -386,9 +393,10 @@ def main(argv):
     print("| id | statistic | comparison | left: mean ± std (n) | right: mean ± std (n) | d | SE | verdict |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |")
     for r in out_rows:
-        shown = r["comparison"].replace("|", " − ")  # a gap A|B; a bare | would split the table's cell
-        print(f"| {r['id']} | {r['statistic']} | {shown} | {cell(r['left_mean'], r['left_std'], r['left_n'])} | "
-              f"{cell(r['right_mean'], r['right_std'], r['right_n'])} | {r['difference']:+.4f} | {r['se']:.4f} | "
+        comparison = r["comparison"].replace("|", " − ")  # a gap A|B; a bare | would split the table's cell
+        print(f"| {r['id']} | {r['statistic']} | {comparison} | {cell(r['left_mean'], r['left_std'], r['left_n'])} | "
+              f"{cell(r['right_mean'], r['right_std'], r['right_n'])} | {shown(r['difference'], '+.4f')} | "
+              f"{shown(r['se'], '.4f')} | "
               f"{r['verdict']}{' (' + r['note'] + ')' if r['note'] else ''} |")
     if csv_out:
         with open(csv_out, "w", newline="", encoding="utf-8") as f:

@@ -51,6 +51,6 @@ fi
 mkdir -p "docs/repro/$claim"
 "$FEDHET" report "$out" --out "docs/repro/$claim"
 /usr/bin/python3 tools/repro-verdict.py "$grid" "$out" --csv "docs/repro/$claim/verdicts.csv" >"docs/repro/$claim/verdicts.md"
-/usr/bin/python3 tools/repro-summary.py --update docs/reproduction.md README.md docs/repro
+/usr/bin/python3 tools/repro-summary.py --update docs/reproduction.md docs/results.md docs/repro
 /usr/bin/python3 tools/repro-summary.py --comparisons docs/repro/comparisons.md docs/repro
 cat "docs/repro/$claim/verdicts.md"

@@ -1,4 +1,4 @@
-/* fedhet algorithms as components (README, Architecture; docs/adding-a-method.md).
+/* fedhet algorithms as components (docs/architecture.md; docs/adding-a-method.md).
  *
  * A method is one registry row (src/algo/registry.c) that picks parts; every part is a small const table
  * of function pointers where NULL means the default behaviour. The round loop and the local training
@@ -226,7 +226,7 @@ typedef struct {
     float *momentum_buf;          /* the SGD momentum buffer [n_params], NULL without momentum */
     int momentum_kept;            /* set by report->begin after loading momentum_buf: the first step continues
                                    * that buffer (an optimiser kept across rounds, FedNoLoWe) instead of starting it */
-    /* SAM-family steps (spec algorithms-sam 0.2): while grad_pure = 1 the grad callback returns the pure
+    /* SAM-family steps (docs/methods/sam.md §0.2): while grad_pure = 1 the grad callback returns the pure
      * minibatch-loss gradient (loss and batch terms only: no local terms, correction or clip), from which a
      * perturbation is computed; the services' grad_terms then adds what it left out */
     int grad_pure;
@@ -253,7 +253,7 @@ typedef struct {
      * ends the pass and is returned */
     int (*for_each_local_batch)(struct AlgoClientCtx *c, NnModel *model, const float *state,
                                 int (*fn)(void *env, const struct AlgoBatch *b), void *env);
-    /* Probe gradients (FedSCAM's heterogeneity score and pilot, spec algorithms-sam 10), from report->begin only:
+    /* Probe gradients (FedSCAM's heterogeneity score and pilot, docs/methods/sam.md §10), from report->begin only:
      * minibatch `index` (0, 1, ...; the training batch size) of an extra shuffle of this client's data, Philox
      * (seed, shuffle) with counter (client, round, epoch 0xFFFFFFFF), never a training step; forwarded at `state`
      * in train mode with BatchNorm running statistics frozen; the mean CE loss (logit adjustment as in training, no
@@ -376,8 +376,8 @@ typedef struct {
 typedef struct AlgoMethod {
     const char *name;
     const char *summary;
-    const char *source;  /* spec section */
-    const char *state;   /* "client: c_k (P); server: c (P)" (spec A.24) */
+    const char *source;  /* section of docs/methods/ */
+    const char *state;   /* "client: c_k (P); server: c (P)" (docs/methods/baselines.md A.24) */
     const char *payload; /* "down 2, up 2" */
     const AlgoSampleWeights *sample_weights;
     const AlgoBatchTerm *batch_term;
@@ -402,7 +402,7 @@ typedef struct AlgoMethod {
     /* metrics.csv method_scalar of a method whose shown value follows from the round alone (FLOOD's lambda_t), so
      * that it keeps no server scalar for it (AlgoSizes.metric_scalar); a plug-in's shows when the host shows none */
     double (*round_scalar)(AlgoOptions options, int round);
-    /* 1: the method's paper compares clean and corrupted test sets (spec C.5, C.6; FedISM); a run whose data
+    /* 1: the method's paper compares clean and corrupted test sets (docs/methods/metrics.md C.5, C.6; FedISM); a run whose data
      * has no corrupted test set says at the start that those metrics are off */
     int quality_shift;
     /* the option parts the method's hooks read (NULL-terminated unless full), and its own defaults and help
@@ -415,6 +415,8 @@ typedef struct AlgoMethod {
 const AlgoMethod *algo_find(const char *name);
 int algo_count(void);
 const AlgoMethod *algo_at(int i);
+/* the family a registry row belongs to (its file in src/algo), "-" for a row outside the registry */
+const char *algo_family_of(const AlgoMethod *m);
 /* "fedavg|uniform|..." for the config's choice list (static storage) */
 const char *algo_choices(void);
 /* "none|flood|...": the methods usable as plug-ins */
@@ -439,7 +441,7 @@ int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const
 /* SAM family diagnostics (src/algo/sam_diag.c) */
 /* Floats of scratch algo_sam_sharpness needs for model m. */
 int64_t algo_sam_sharpness_work(const NnModel *m);
-/* Sharpness of `state` on a probe set (spec algorithms-sam 12 definitions): eval mode, plain CE;
+/* Sharpness of `state` on a probe set (docs/methods/sam.md §12 definitions): eval mode, plain CE;
  * G = sum of the per-sample gradients, e = rho G / (||G|| + 1e-12) on the trainable part; *loss = L0 = mean
  * CE at state, *perturbed = L1 = mean CE at state + e (the sharpness is max(L1 - L0, 1e-10)). x [n, C, H, W],
  * y [n], forwarded in chunks of model->max_batch; work: algo_sam_sharpness_work(m) floats. m->state, its

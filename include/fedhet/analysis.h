@@ -1,6 +1,6 @@
 /* fedhet analysis (src/analysis): what is computed from finished runs and checkpoints.
  *   report.c     summary tables and plots of a run folder, a grid folder or a folder of run folders
- *                (statistics of spec/baselines-and-protocols.md C.2 and C.3): fedhet report DIR
+ *                (statistics of docs/methods/metrics.md C.2 and C.3): fedhet report DIR
  *   landscape.c  the test loss around a checkpoint's model along random filter-normalised directions,
  *                spread over the ranks of a communicator: fedhet landscape
  *   plot.c       PNG figures drawn by gnuplot, for both and for fedhet report --partition
@@ -30,7 +30,7 @@ void report_options_default(ReportOptions *o);
 /* Writes summary.csv, summary.md and the figures, and prints the summary table on stdout. */
 int report_runs(const ReportOptions *o);
 
-/* statistics (spec C.2, C.3) */
+/* statistics (docs/methods/metrics.md C.2, C.3) */
 /* mean, and sample std (divisor n - 1; NAN for n < 2) of the finite values among x[0..n) */
 void report_mean_std(const double *x, int n, double *mean, double *std, int *count);
 /* the smallest 1-based round t + 1 with a[t] >= target among finite values, or 0 when never */
@@ -74,5 +74,8 @@ int plot_png(const char *out_path, PlotWriter write, void *ctx);
 void plot_gp_string(FILE *out, const char *s);
 /* "set terminal pngcairo size W,H noenhanced font ',10'" (png when cairo is missing) and "set output" */
 void plot_gp_terminal(FILE *out, int width, int height, const char *image);
+/* plot_gp_terminal plus the legend of `entries` entries, the longest `longest` characters: at the right of the
+ * plot when it fits there (a quarter of the width), else below it in columns, the image made taller for it */
+void plot_gp_terminal_key(FILE *out, int width, int height, const char *image, int entries, int longest);
 
 #endif

@@ -36,6 +36,13 @@ const char *fh_error_message(void); /* the whole chain; "" when none */
 int fh_error_adopt(int status, const char *chain);
 void fh_error_clear(void);
 const char *fh_status_name(int status);
+/* What a user reads of an error: the message (one line, its hint after "; ") without the "  at file:line"
+ * frames of the chain. The whole chain is kept for internal errors, which are bugs to report (a status
+ * passed up without a message, an MPI failure, a status outside the exit codes), and for every error when
+ * the environment sets FEDHET_TRACE=1. fh_error_format does the same for a chain received from another
+ * rank, into out; fh_error_text formats the current chain (thread-local storage). */
+void fh_error_format(int status, const char *chain, char *out, size_t size);
+const char *fh_error_text(int status);
 
 #define FH_FAIL(status, ...) return fh_error_raise((status), __FILE__, __LINE__, __VA_ARGS__)
 #define FH_CHECK(call)                                                        \

@@ -1,6 +1,6 @@
 /* fedhet data: dataset readers, partitions across clients, quality-shift corruptions.
  * Readers check magic numbers, dimensions and sizes and fail with FH_ERR_DATA naming the file.
- * Procedures follow spec/baselines-and-protocols.md part B; random draws use Philox purpose
+ * Procedures follow docs/methods/partitions.md; random draws use Philox purpose
  * FH_RNG_PARTITION (rng.h). */
 #ifndef FEDHET_DATA_H
 #define FEDHET_DATA_H
@@ -33,7 +33,7 @@ void data_imageset_free(DataImageSet *set);
 /* Per-pixel normalisation to float: out = (x / 255 - mean) / std, for rows [first, first + count). */
 void data_images_to_float(float *out, const DataImageSet *set, int64_t first, int64_t count, float mean, float std);
 
-/* ---- more readers (spec B.1) ----------------------------------------------------------------------- */
+/* ---- more readers (docs/methods/partitions.md B.1) ----------------------------------------------------------------------- */
 
 /* CIFAR binary batches in dir: CIFAR-10 (classes 10) data_batch_1..5.bin + test_batch.bin, records of
  * 1 label byte + 3072 pixel bytes; CIFAR-100 (classes 100) train.bin + test.bin, records of coarse and
@@ -46,7 +46,7 @@ int data_cifar_read(DataImageSet *train, DataImageSet *test, const char *dir, in
  * Images come out [n, c, h, w]. */
 int data_hdf5_read(DataImageSet *train, DataImageSet *test, const char *path);
 
-/* ---- partitions (spec B.3 - B.6) -------------------------------------------------------------------- */
+/* ---- partitions (docs/methods/partitions.md B.3 - B.6) -------------------------------------------------------------------- */
 
 typedef struct {
     const char *scheme;  /* "iid" | "dirichlet" | "pathological" | "quantity" */
@@ -75,7 +75,7 @@ typedef struct {
 int data_partition(DataPartition *out, const int32_t *labels, int64_t n, int classes, const DataPartitionSpec *spec);
 void data_partition_free(DataPartition *p);
 
-/* ---- quality shift (spec B.7) ------------------------------------------------------------------------ */
+/* ---- quality shift (docs/methods/partitions.md B.7) ------------------------------------------------------------------------ */
 
 typedef enum { DATA_CORRUPT_NONE = 0, DATA_CORRUPT_GAUSSIAN_NOISE, DATA_CORRUPT_MOTION_BLUR } DataCorruption;
 
@@ -109,7 +109,7 @@ void data_corrupt_image(uint8_t *image, int c, int h, int w, const DataCorruptio
 int data_source_read(DataImageSet *train, DataImageSet *test, const char *src, const char *format, int idx_classes,
                      const char **format_used);
 
-/* ---- partitioned dataset files (README, Data) ------------------------------------------ */
+/* ---- partitioned dataset files (docs/usage.md, Data) ------------------------------------------ */
 
 /* Format marker and version in the root attributes `format` and `format_version`; checked on open. */
 #define DATA_PARTFILE_FORMAT "fedhet-partition"
@@ -204,7 +204,7 @@ void data_print_hetero_summary(FILE *out, const DataHetero *h);
  * of the wrong shape or with non-finite values where the client has rows is FH_ERR_DATA naming it. */
 int data_partfile_hetero(DataPartFile *f, DataHetero *h, int *stored);
 
-/* ---- batch loader (spec B.1) ----------------------------------------------------------------------------- */
+/* ---- batch loader (docs/methods/partitions.md B.1) ----------------------------------------------------------------------------- */
 
 /* The training rows of the clients one rank owns, read once from the partition file (only those rows:
  * the file groups rows by client, so each client is one hyperslab), and served as normalised float
@@ -216,7 +216,7 @@ typedef struct {
     uint8_t *images;    /* owned rows [first[n_owned], c, h, w] */
     int32_t *labels;
     int c, h, w, n_clients;
-    int augment;        /* random crop (zero padding 4) + horizontal flip, spec B.1 FLOOD */
+    int augment;        /* random crop (zero padding 4) + horizontal flip, docs/methods/partitions.md B.1 FLOOD */
     float *lut;         /* [c * 256]: (v / 255 - mean[ch]) / std[ch] */
     int64_t *order;     /* [largest owned client] this epoch's row order */
     int64_t bytes_read; /* bytes this loader read from the file */

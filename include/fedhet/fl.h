@@ -1,4 +1,4 @@
-/* fedhet federated runtime: one experiment as an MPI job (README, Architecture: a round).
+/* fedhet federated runtime: one experiment as an MPI job (docs/architecture.md: a round).
  * Rank 0 is the server; ranks 1..N-1 train the clients assigned to them; with one rank, rank 0 does
  * everything. */
 #ifndef FEDHET_FL_H

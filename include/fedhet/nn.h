@@ -318,11 +318,11 @@ double nn_vec_dot_f64(const float *x, const float *y, int64_t n);
 double nn_vec_norm_f64(const float *x, int64_t n);
 double nn_vec_dist_f64(const float *x, const float *y, int64_t n);
 
-/* ---- model zoo (spec/models.md) --------------------------------------------------------------------- */
+/* ---- model zoo (docs/methods/models.md) --------------------------------------------------------------------- */
 typedef struct {
     const char *norm;  /* "bn" (default) or "gn", for resnet18 */
     int gn_groups;     /* GroupNorm groups, default 2 */
-    float dropout;     /* unused by the spec's models; 0 */
+    float dropout;     /* unused by the zoo's models; 0 */
     int proj_dim;      /* > 0: a projection head Linear(f, f), ReLU, Linear(f, proj_dim) between the representation
                         * (width f) and the classifier, whose input (the model's features) becomes its output
                         * (MOON's ModelFedCon); 0: none */

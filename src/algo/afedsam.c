@@ -1,4 +1,4 @@
-/* A-FedSAM (spec algorithms-sam 15, RECONSTRUCTED: the seed lost every formula and no code was found), family
+/* A-FedSAM (docs/methods/sam.md §15, RECONSTRUCTED: the seed lost every formula and no code was found), family
  * 'wmsam': its parts; its registry row is in fedwmsam.c's family table.
  *
  * FedSAM's local SAM step (sam.c's algo_sam_step: SAM, ASAM or GSAM after the shared perturbation part) with a KL
@@ -9,7 +9,7 @@
  * The teacher z_t: the global model w^t received this round (teacher = global) or the server's moving average of
  * the global models (teacher = ema, +1P down), forwarded once per step on aux model 0 in eval mode, in the step's
  * first pass (its logits stay in the aux model for the second). The pass is told apart by the student's BatchNorm
- * flag: sam.c's two-pass step runs the perturbed pass with bn_update_running = 0 (spec 0.3).
+ * flag: sam.c's two-pass step runs the perturbed pass with bn_update_running = 0 (docs/methods/sam.md §0.3).
  * Server scalar 0: mu_t (metrics.csv method_scalar); server vector 0 (teacher = ema): the teacher. mu_t = 0
  * (mu_max = 0 or lambda = 0, and round 0) skips the teacher and the term: FedSAM bit for bit. */
 #include "algo_internal.h"
@@ -34,18 +34,18 @@ static const AlgoOption afedsam_keys[] = {
       "growth rate lambda in [0, 1] of mu_t (the paper's lambda: too small, weak guidance; too large, strong "
       "guidance too early) [RECON: 0.01 per round PROPOSED]; also the teacher = ema rate; 0 keeps mu_t = 0", 0, 0 },
     { ALGO_NUMBER(AfedsamOptions, temperature), 4.0, 1.0, 1000.0, NULL,
-      "distillation temperature T >= 1 of mu_t T^2 KL(softmax(z_t/T) || softmax(z/T)); spec default 4 (the "
+      "distillation temperature T >= 1 of mu_t T^2 KL(softmax(z_t/T) || softmax(z/T)); default 4 (the "
       "paper, following FedGKD: 1 -> 4 improves, higher worse)", 0, 0 },
     { ALGO_CHOICE(AfedsamOptions, teacher), AF_TEACHER_GLOBAL, 0, 0, "global|ema",
       "global (w^t, the received global model: no extra download, the paper's claim; default) or ema (the "
       "server's average tbar <- (1 - lambda) tbar + lambda w^{t+1} from tbar_0 = w^0, +1P down) [RECON]. "
-      "The spec's third option (KL at the unperturbed w, a third backward) is not implemented", 0, 0 },
+      "The documented third option (KL at the unperturbed w, a third backward) is not implemented", 0, 0 },
 };
 const AlgoOptionPart afedsam_options = ALGO_OPTION_PART("afedsam", AfedsamOptions, afedsam_keys);
 ALGO_OPTIONS_OF(afedsam_of, AfedsamOptions, afedsam_options)
 enum { AF_SC_MU };
 
-/* mu_{t+1} = (1 - lambda) mu_t + lambda mu_max (spec 15) */
+/* mu_{t+1} = (1 - lambda) mu_t + lambda mu_max (docs/methods/sam.md §15) */
 static double afedsam_next_mu(double mu, double lambda, double mu_max) { return (1.0 - lambda) * mu + lambda * mu_max; }
 
 /* the teacher into aux[0], eval mode (nothing while mu_t = 0) */
@@ -61,7 +61,7 @@ static int afedsam_begin(AlgoClientCtx *c)
 }
 
 /* first pass (at w, BatchNorm statistics updated): the teacher's logits of the step's batch, no term; second pass
- * (at w + eps, statistics frozen): mu_t T^2 KL(teacher || student) (FedGKD's convention, spec 14) */
+ * (at w + eps, statistics frozen): mu_t T^2 KL(teacher || student) (FedGKD's convention, docs/methods/sam.md §14) */
 static double afedsam_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures)
 {
     const double mu = c->round->server_scalars[AF_SC_MU];

@@ -9,7 +9,7 @@
 #define ALGO_FAMILY(name)                             \
     extern const AlgoMethod algo_family_##name[];     \
     extern const int algo_family_##name##_count;
-ALGO_FAMILY(basic)    /* fedavg, uniform (spec A.1, A.2) */
+ALGO_FAMILY(basic)    /* fedavg, uniform (docs/methods/baselines.md A.1, A.2) */
 ALGO_FAMILY(server)   /* fedavgm, fedprox, scaffold, feddyn, fednova, fedcm (A.3-A.8) */
 ALGO_FAMILY(fair)     /* qfedavg, afl, fairfed, fedce, fedga, fedlw, fednolowe, feddisco (A.9-A.16) */
 ALGO_FAMILY(repr)     /* moon, feddecorr, fedmr, fednp, fedgkd (A.17-A.21) */
@@ -38,7 +38,7 @@ static inline int64_t algo_block_len(int64_t lo, int64_t n) { return n - lo < AL
 
 /* OOD score of logits z (A.23; higher = more in-distribution): 0 energy, 1 msp, 2 maxlogit, 3 gen */
 double algo_ood_score(int score, const float *z, int classes);
-/* FLOOD's ASH scores (spec algorithms-sam 13; variant 4 ash-p, 5 ash-b, 6 ash-s as flood_score's choices): the
+/* FLOOD's ASH scores (docs/methods/sam.md §13; variant 4 ash-p, 5 ash-b, 6 ash-s as flood_score's choices): the
  * energy of the classifier W [classes, D], b (NULL: none) on the activation a [D] shaped at its p-th percentile;
  * work: D doubles of scratch */
 double algo_ash_score(int variant, const float *a, int64_t D, const float *W, const float *b, int classes, double p,
@@ -51,7 +51,7 @@ int algo_refuse(const AlgoMethod *m, const char *fmt, ...) __attribute__((format
 /* refuses a number key of m whose value in o is not finite (NaN, inf: the config reads them) */
 int algo_refuse_nonfinite(const AlgoMethod *m, AlgoOptions o);
 
-/* ---- the SAM family's shared option parts (src/algo/sam.c; spec algorithms-sam 0-3) -------------------- */
+/* ---- the SAM family's shared option parts (src/algo/sam.c; docs/methods/sam.md §0-3) -------------------- */
 
 /* rho: the SAM radius of rows without a round_radius hook (AlgoLocalStep) */
 typedef struct {
@@ -61,13 +61,13 @@ typedef struct {
 typedef struct {
     int weights;
 } SamWeightsOptions;
-/* the two-pass step's perturbation (spec 1, 2); fedism.c declares its own keys into the same struct */
+/* the two-pass step's perturbation (docs/methods/sam.md §1, 2); fedism.c declares its own keys into the same struct */
 enum { PERTURB_SAM, PERTURB_ASAM, PERTURB_GSAM };
 typedef struct {
     int perturb;
     double asam_eta, gsam_alpha;
 } SamPerturbOptions;
-/* GSAM's lr-proportional radius over the rounds (spec 2) */
+/* GSAM's lr-proportional radius over the rounds (docs/methods/sam.md §2) */
 enum { RHO_CONSTANT, RHO_LR };
 typedef struct {
     int rho_schedule;
@@ -91,7 +91,7 @@ ALGO_OPTIONS_OF(sam_schedule_of, SamScheduleOptions, algo_sam_schedule_options)
 ALGO_OPTIONS_OF(sam_lambda_of, SamLambdaOptions, algo_sam_lambda_options)
 ALGO_OPTIONS_OF(k_norm_of, KNormOptions, algo_k_norm_options)
 
-/* SAM family (src/algo/sam.c). algo_sam_step: the two-pass step of FedSAM (spec algorithms-sam 1, 2): SAM, ASAM
+/* SAM family (src/algo/sam.c). algo_sam_step: the two-pass step of FedSAM (docs/methods/sam.md §1, 2): SAM, ASAM
  * or GSAM after the row's perturbation part, with the radius hooks of the method's step part; algo_sam_step_with:
  * the same with the perturbation given (a row with its own perturbation keys); algo_sam_radius: the radius of
  * client c's steps this round. */
@@ -99,9 +99,9 @@ int algo_sam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
 int algo_sam_step_with(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss, const SamPerturbOptions *p);
 double algo_sam_radius(const AlgoClientCtx *c);
 /* The round_radius hook of the rows with the schedule part: rho every round, or GSAM's lr-proportional rho(t)
- * after rho_schedule, rho_min (spec algorithms-sam 2). */
+ * after rho_schedule, rho_min (docs/methods/sam.md §2). */
 double algo_sam_lr_radius(const AlgoSetup *s, AlgoOptions o, int round);
-/* FedISM (src/algo/fedism.c, spec algorithms-sam 12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
+/* FedISM (src/algo/fedism.c, docs/methods/sam.md §12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
  * hook); the sharpness definitions of algo_sam_sharpness over client c's whole local set (rows > 0: its first
  * rows) at `state`, streamed through c->svc->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
  * n_state floats of scratch; c's scratch: algo_local_sharpness_scratch). */
@@ -111,9 +111,9 @@ int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, d
 /* the client scratch algo_local_sharpness takes (a batch's logit gradients, for c->model) */
 size_t algo_local_sharpness_scratch(const AlgoSetup *s);
 /* More of sam.c for family wmsam: its validation (rho), weights (the weights part), sizes (work vectors of the
- * perturbation, diagnostics), the diagnostics' sizes and running means, K_bar (spec 0.2) and its server_init
- * (server scalar 0), the control variates of FedGAMMA (client vector 0 c_i, server vector 0 c, spec 5; k_norm a
- * K_NORM_* choice), and the official LESAM perturbation ([CODE-BUG], spec 8: d becomes it in place; first: scratch
+ * perturbation, diagnostics), the diagnostics' sizes and running means, K_bar (docs/methods/sam.md §0.2) and its server_init
+ * (server scalar 0), the control variates of FedGAMMA (client vector 0 c_i, server vector 0 c, docs/methods/sam.md §5; k_norm a
+ * K_NORM_* choice), and the official LESAM perturbation ([CODE-BUG], docs/methods/sam.md §8: d becomes it in place; first: scratch
  * of one float per tensor). */
 int algo_sam_validate(const AlgoMethod *m, const AlgoSetup *s);
 int algo_sam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);
@@ -125,7 +125,7 @@ int algo_sam_k_bar_init(AlgoServerCtx *s, float *global);
 void algo_sam_cv_end(AlgoClientCtx *c, int k_norm);
 int algo_sam_cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm);
 void algo_lesam_official(const NnModel *m, float *d, double rho, float *first);
-/* A-FedSAM's parts (afedsam.c, spec algorithms-sam 15), for its row in fedwmsam.c's family table */
+/* A-FedSAM's parts (afedsam.c, docs/methods/sam.md §15), for its row in fedwmsam.c's family table */
 extern const AlgoOptionPart afedsam_options;
 extern const AlgoBatchTerm afedsam_term_part;
 extern const AlgoClientReport afedsam_report_part;
@@ -134,7 +134,7 @@ int afedsam_init(AlgoServerCtx *s, float *global);
 int afedsam_validate(const AlgoMethod *m, const AlgoSetup *s);
 void afedsam_sizes(const AlgoSetup *s, AlgoSizes *z);
 
-/* Parts other families reuse (spec algorithms-sam 4-7, 11 build on A.5, A.6, A.8, A.14, A.15); their settings are
+/* Parts other families reuse (docs/methods/sam.md §4-7, 11 build on A.5, A.6, A.8, A.14, A.15); their settings are
  * arguments, so that every row passes its own key. */
 void algo_scaffold_correct(AlgoClientCtx *c, float *grad); /* server.c: grad += c - c_k (option II; server vector 0,
                                                             * client vector 0) */

@@ -1,11 +1,11 @@
-/* FedAvg and uniform averaging (spec A.1, A.2): the default parts only. */
+/* FedAvg and uniform averaging (docs/methods/baselines.md A.1, A.2): the default parts only. */
 #include "algo_internal.h"
 
 const AlgoMethod algo_family_basic[] = {
     {
         .name = "fedavg",
         .summary = "FedAvg: local SGD, server average weighted by sample counts",
-        .source = "spec A.1",
+        .source = "docs/methods/baselines.md A.1",
         .state = "-",
         .payload = "down 1, up 1",
         .weights = &algo_weights_samples,
@@ -13,7 +13,7 @@ const AlgoMethod algo_family_basic[] = {
     {
         .name = "uniform",
         .summary = "Uniform averaging of the selected clients' models (FL-Simulator's FedAvg)",
-        .source = "spec A.2",
+        .source = "docs/methods/baselines.md A.2",
         .state = "-",
         .payload = "down 1, up 1",
         .weights = &algo_weights_uniform,

@@ -1,5 +1,5 @@
 /* Method family 'fair': server weights from clients' losses, accuracies, contributions and label
- * distributions (spec A.9-A.16): q-FedAvg, AFL, FairFed, FedCE, FedGA, FedLW, FedNoLoWe, FedDisco.
+ * distributions (docs/methods/baselines.md A.9-A.16): q-FedAvg, AFL, FairFed, FedCE, FedGA, FedLW, FedNoLoWe, FedDisco.
  * Local training is the runtime's loop throughout; the parts here are client reports (extra evaluation
  * passes via eval_local, upload scalars, per-client vectors) and server weights/updates. Per-client
  * quantities on the server are K-sized scalar arrays in server_scalars (broadcast, checkpointed). */
@@ -25,7 +25,7 @@ static int local_loss(AlgoClientCtx *c, const float *state, double *loss)
     return FH_OK;
 }
 
-/* L_k: sample-averaged training loss over all local steps of the round (spec A.15, shared by A.14) */
+/* L_k: sample-averaged training loss over all local steps of the round (docs/methods/baselines.md A.15, shared by A.14) */
 static double round_train_loss(const AlgoClientCtx *c)
 {
     return c->state.samples_seen > 0 ? c->state.loss_sample_sum / (double)c->state.samples_seen : 0.0;
@@ -52,7 +52,7 @@ static void normalise(double *x, int n)
     for (int k = 0; k < n; k++) x[k] = sum > 0.0 ? x[k] / sum : 1.0 / n;
 }
 
-/* ==== q-FedAvg (spec A.9) =============================================================================== */
+/* ==== q-FedAvg (docs/methods/baselines.md A.9) =============================================================================== */
 
 enum { QF_ORIGINAL, QF_LOSSWEIGHT };
 typedef struct {
@@ -61,7 +61,7 @@ typedef struct {
 } QfflOptions;
 static const AlgoOption qffl_keys[] = {
     { ALGO_NUMBER(QfflOptions, q), 1.0, 0.0, 1e4, NULL,
-      "fairness power q >= 0; spec default 1 [recon]; seed 001 tunes q in {0.5, 1, 2, 5}; q = 0 is uniform "
+      "fairness power q >= 0; default 1 [recon]; seed 001 tunes q in {0.5, 1, 2, 5}; q = 0 is uniform "
       "averaging", 0, 0 },
     { ALGO_CHOICE(QfflOptions, variant), 0, 0, 0, "original|lossweight",
       "original (default; Li et al., fair_flearn: F_k = loss of w^t on the client's training set, "
@@ -114,7 +114,7 @@ static int qffl_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doub
 /* original: w^{t+1} = w^t - sum_k D_k / sum_k h_k with D_k = p_k L (w^t - w_k). Written as
  * (1 - s) w^t + s avg_p(w_k), s = sum_k p_k L / sum_k h_k, avg_p the p-weighted average: the same step
  * (sum_k D_k = L P (w^t - avg_p), P = sum p_k), and with q = 0 (p_k = 1, h_k = L) s is exactly 1 and the
- * result is exactly uniform averaging (spec A.9 unit test). Buffers: sample-weighted average (spec 0.3). */
+ * result is exactly uniform averaging (docs/methods/baselines.md A.9 unit test). Buffers: sample-weighted average (docs/methods/baselines.md §0.3). */
 static int qffl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
     if (qffl_of(s->options)->variant != QF_ORIGINAL) return algo_average(s, u, m, p, global);
@@ -144,7 +144,7 @@ static const AlgoClientReport qffl_report = { qffl_begin, qffl_end };
 static const AlgoServerWeights qffl_weights_part = { qffl_weights, "q-FedAvg's (loss powers)" };
 static const AlgoServerUpdate qffl_update_part = { qffl_update };
 
-/* ==== AFL (spec A.10) =================================================================================== */
+/* ==== AFL (docs/methods/baselines.md A.10) =================================================================================== */
 
 enum { AFL_ORIGINAL, AFL_WORST };
 typedef struct {
@@ -159,7 +159,7 @@ static const AlgoOption afl_keys[] = {
       "reported model is the running average of iterates; needs fl.selection = all, train.steps = 1, "
       "train.optimizer = sgd, train.momentum = 0)", 0, 0 },
     { ALGO_NUMBER(AflOptions, eta_lambda), 0.01, 0.0, 1e6, NULL,
-      "original: step size of lambda; spec and fair_flearn default 0.01", 0, 0 },
+      "original: step size of lambda; fair_flearn default 0.01", 0, 0 },
 };
 static const AlgoOptionPart afl_options = ALGO_OPTION_PART("afl", AflOptions, afl_keys);
 ALGO_OPTIONS_OF(afl_of, AflOptions, afl_options)
@@ -271,7 +271,7 @@ static const AlgoClientReport afl_report = { afl_begin, NULL };
 static const AlgoServerWeights afl_weights_part = { afl_weights, "AFL's (the worst client, or minimax lambda)" };
 static const AlgoServerUpdate afl_update_part = { afl_update };
 
-/* ==== FairFed (spec A.11) =============================================================================== */
+/* ==== FairFed (docs/methods/baselines.md A.11) =============================================================================== */
 
 typedef struct {
     double beta;
@@ -279,7 +279,7 @@ typedef struct {
 } FairFedOptions;
 static const AlgoOption fairfed_keys[] = {
     { ALGO_NUMBER(FairFedOptions, beta), 0.5, 0.0, 1e3, NULL,
-      "fairness budget beta >= 0; spec default 0.5 [recon]; seed 001 tunes {0.1, 0.5, 1.0}. Spec form (seed 001, "
+      "fairness budget beta >= 0; default 0.5 [recon]; seed 001 tunes {0.1, 0.5, 1.0}. Seed 001's form ("
       "FFL4MIA; the paper's text was not available): local metric = balanced accuracy of w^t on the client's "
       "training data (eval mode, no augmentation, unlike FFL4MIA), omega clipped at 0 then normalised", 0, 0 },
     { ALGO_CHOICE(FairFedOptions, ffl4mia_bug), 0, 0, 0, "false|true",
@@ -353,7 +353,7 @@ static int fairfed_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
 static const AlgoClientReport fairfed_report = { fairfed_begin, NULL };
 static const AlgoServerWeights fairfed_weights_part = { fairfed_weights, "FairFed's (balanced-accuracy gaps)" };
 
-/* ==== FedCE (spec A.12) ================================================================================= */
+/* ==== FedCE (docs/methods/baselines.md A.12) ================================================================================= */
 
 enum { CE_TIMES, CE_PLUS };
 typedef struct {
@@ -361,7 +361,7 @@ typedef struct {
 } FedCeOptions;
 static const AlgoOption fedce_keys[] = {
     { ALGO_CHOICE(FedCeOptions, mode), 0, 0, 0, "times|plus",
-      "combine the normalised contributions by product (default, FFL4MIA) or sum. Spec form (FFL4MIA, full "
+      "combine the normalised contributions by product (default, FFL4MIA) or sum. The documented form (FFL4MIA, full "
       "participation): the minus model (w^t - c_k w_k^{t-1})/(1 - c_k) is evaluated by the client on its own "
       "training data (balanced accuracy; 0 when 1 - c_k < 1e-6 [recon]); cosines over trainable parameters", 0, 0 },
 };
@@ -483,14 +483,14 @@ static int fedce_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
 static const AlgoClientReport fedce_report = { fedce_begin, fedce_end };
 static const AlgoServerWeights fedce_weights_part = { fedce_weights, "FedCE's (contributions)" };
 
-/* ==== FedGA (spec A.13, seed-001 form) ================================================================== */
+/* ==== FedGA (docs/methods/baselines.md A.13, seed-001 form) ================================================================== */
 
 typedef struct {
     double step;
 } FedGaOptions;
 static const AlgoOption fedga_keys[] = {
     { ALGO_NUMBER(FedGaOptions, step), 0.05, 0.0, 1.0, NULL,
-      "d_t = step (T - t)/T, weight step d_t/K; spec and FFL4MIA 0.05. Spec (seed-001) form: gaps "
+      "d_t = step (T - t)/T, weight step d_t/K; FFL4MIA 0.05. Seed 001's form: gaps "
       "L_k(w^t) - L_k(w_k^{t-1}) on the client's training data, centred, a^0 = 1/K, normalise then clip; the "
       "official FedDG-GA (held-out gaps, not centred, step 0.2/#domains, size-weighted a^0) is not implemented. "
       "T = fl.rounds: raising it on --resume changes the remaining steps", 0, 0 },
@@ -561,14 +561,14 @@ static int fedga_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
 static const AlgoClientReport fedga_report = { fedga_begin, fedga_end };
 static const AlgoServerWeights fedga_weights_part = { fedga_weights, "FedGA's (generalisation gaps)" };
 
-/* ==== FedLW (spec A.14, reconstructed) ================================================================== */
+/* ==== FedLW (docs/methods/baselines.md A.14, reconstructed) ================================================================== */
 
 typedef struct {
     int times_samples;
 } FedLwOptions;
 static const AlgoOption fedlw_keys[] = {
     { ALGO_CHOICE(FedLwOptions, times_samples), 0, 0, 0, "false|true",
-      "true multiplies 1/(L_k + 1e-8) by n_k; default false (spec reconstruction: raw inverse loss, L_k the "
+      "true multiplies 1/(L_k + 1e-8) by n_k; default false (a reconstruction: raw inverse loss, L_k the "
       "sample-averaged local training loss of the round)", 0, 0 },
 };
 static const AlgoOptionPart fedlw_options = ALGO_OPTION_PART("fedlw", FedLwOptions, fedlw_keys);
@@ -596,7 +596,7 @@ static int fedlw_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
 static const AlgoClientReport fedlw_report = { NULL, upload_train_loss };
 static const AlgoServerWeights fedlw_weights_part = { fedlw_weights, "FedLW's (1 / training loss)" };
 
-/* ==== FedNoLoWe (spec A.15) ============================================================================= */
+/* ==== FedNoLoWe (docs/methods/baselines.md A.15) ============================================================================= */
 
 typedef struct {
     int persistent_optimizer;
@@ -604,7 +604,7 @@ typedef struct {
 static const AlgoOption nolowe_keys[] = {
     { ALGO_CHOICE(NoLoWeOptions, persistent_optimizer), 0, 0, 0, "false|true",
       "true keeps each client's SGD momentum buffer between its participations (the official fednolowe "
-      "script); default false: a fresh optimiser every round like every other method (spec [recon])", 0, 0 },
+      "script); default false: a fresh optimiser every round like every other method ([recon])", 0, 0 },
 };
 static const AlgoOptionPart nolowe_options = ALGO_OPTION_PART("fednolowe", NoLoWeOptions, nolowe_keys);
 ALGO_OPTIONS_OF(nolowe_of, NoLoWeOptions, nolowe_options)
@@ -658,16 +658,16 @@ int fednolowe_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double
 static const AlgoClientReport fednolowe_report = { fednolowe_begin, fednolowe_end };
 static const AlgoServerWeights fednolowe_weights_part = { fednolowe_weights, "FedNoLoWe's (normalised losses)" };
 
-/* ==== FedDisco (spec A.16) ============================================================================== */
+/* ==== FedDisco (docs/methods/baselines.md A.16) ============================================================================== */
 
 typedef struct {
     double a, b;
 } DiscoOptions;
 static const AlgoOption disco_keys[] = {
     { ALGO_NUMBER(DiscoOptions, a), 0.5, 0.0, 1e6, NULL,
-      "discrepancy coefficient a >= 0; spec and official code 0.5; a = b = 0 is FedAvg", 0, 0 },
+      "discrepancy coefficient a >= 0; official code 0.5; a = b = 0 is FedAvg", 0, 0 },
     { ALGO_NUMBER(DiscoOptions, b), 0.1, 0.0, 1e6, NULL,
-      "offset b >= 0; spec and official code 0.1 (the FLOOD paper's b = 1 is taken as a typo)", 0, 0 },
+      "offset b >= 0; official code 0.1 (the FLOOD paper's b = 1 is taken as a typo)", 0, 0 },
 };
 static const AlgoOptionPart disco_options = ALGO_OPTION_PART("feddisco", DiscoOptions, disco_keys);
 ALGO_OPTIONS_OF(disco_of, DiscoOptions, disco_options)
@@ -719,7 +719,7 @@ const AlgoMethod algo_family_fair[] = {
         .name = "qfedavg",
         .summary = "q-FedAvg: loss-powered fair aggregation (original step of Li et al. 2020, or seed 001's loss-power "
                    "weighted average)",
-        .source = "spec A.9",
+        .source = "docs/methods/baselines.md A.9",
         .state = "-",
         .payload = "down 1, up 1 + h_k",
         .report = &qffl_report,
@@ -732,7 +732,7 @@ const AlgoMethod algo_family_fair[] = {
         .name = "afl",
         .summary = "Agnostic FL: the worst client's model (seed 001, default) or minimax weights lambda on the simplex "
                    "with the running average of iterates as the model (original; the state is the original's)",
-        .source = "spec A.10",
+        .source = "docs/methods/baselines.md A.10",
         .state = "- | lambda (K), avg (P)",
         .payload = "down 1, up 1 + F_k",
         .report = &afl_report,
@@ -746,7 +746,7 @@ const AlgoMethod algo_family_fair[] = {
     {
         .name = "fairfed",
         .summary = "FairFed: weights moved away from clients whose balanced accuracy of w^t deviates from the mean",
-        .source = "spec A.11",
+        .source = "docs/methods/baselines.md A.11",
         .state = "- | omega (K)",
         .payload = "down 1, up 1 + acc_k",
         .report = &fairfed_report,
@@ -759,7 +759,7 @@ const AlgoMethod algo_family_fair[] = {
     {
         .name = "fedce",
         .summary = "FedCE: weights from gradient-space (cosine) and data-space (minus-model accuracy) contributions",
-        .source = "spec A.12",
+        .source = "docs/methods/baselines.md A.12",
         .state = "w_k^{t-1} (P) | c, 3 histories (4K)",
         .payload = "down 1+c_k, up 1+a_k",
         .report = &fedce_report,
@@ -772,7 +772,7 @@ const AlgoMethod algo_family_fair[] = {
     {
         .name = "fedga",
         .summary = "FedGA: weights moved towards clients with large generalisation gaps (seed-001 form)",
-        .source = "spec A.13",
+        .source = "docs/methods/baselines.md A.13",
         .state = "- | a (K), L_k(w_k) (K)",
         .payload = "down 1, up 1+2 scalars",
         .report = &fedga_report,
@@ -786,7 +786,7 @@ const AlgoMethod algo_family_fair[] = {
         .name = "fedlw",
         .summary = "FedLW [reconstructed: only the abstract of Yao et al. 2025 is available]: weights proportional "
                    "to 1/(training loss)",
-        .source = "spec A.14 [recon]",
+        .source = "docs/methods/baselines.md A.14 [recon]",
         .state = "-",
         .payload = "down 1, up 1 + L_k",
         .report = &fedlw_report,
@@ -797,7 +797,7 @@ const AlgoMethod algo_family_fair[] = {
     {
         .name = "fednolowe",
         .summary = "FedNoLoWe: normalised loss-based weights (1 - L_k/sum L)/(m - 1)",
-        .source = "spec A.15",
+        .source = "docs/methods/baselines.md A.15",
         .state = "momentum (P, optional) | -",
         .payload = "down 1, up 1 + L_k",
         .report = &fednolowe_report,
@@ -809,7 +809,7 @@ const AlgoMethod algo_family_fair[] = {
     {
         .name = "feddisco",
         .summary = "FedDisco: sample weights corrected by the KL discrepancy of each client's label distribution",
-        .source = "spec A.16",
+        .source = "docs/methods/baselines.md A.16",
         .state = "-",
         .payload = "down 1, up 1",
         .weights = &feddisco_weights_part,

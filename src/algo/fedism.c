@@ -1,4 +1,4 @@
-/* Method family 'fedism' (spec algorithms-sam 12, with the GSAM step of 2): FedISM (constant radius) and
+/* Method family 'fedism' (docs/methods/sam.md §12, with the GSAM step of 2): FedISM (constant radius) and
  * FedISM+ (progressive radius rho(t) = rho_max ((t + 1)/T)^tau) with SAGA server weights from each client's
  * sharpness S_i (FedISM+(S)) or perturbed loss PL_i (FedISM+(L)) measured on its whole local set at w^t.
  *
@@ -11,7 +11,7 @@
  * Upload scalars: 0 = S_i or PL_i, 1 = L0, 2 = L1 (the losses at w^t and w^t + e), 3 = rho(t) (clients.csv
  * columns saga_score, l0, l1, rho; metrics.csv rho), 4 = mean ||eps|| of the steps, 5 = their mean ||g||.
  * Server scalars (broadcast, checkpointed; K-sized): [0, K) a_k, the SAGA moving average of every client;
- * [K, 2K) 1 once client k has been aggregated (its first appearance uses wtilde, spec 12 [PROPOSED]). */
+ * [K, 2K) 1 once client k has been aggregated (its first appearance uses wtilde, docs/methods/sam.md §12 [PROPOSED]). */
 #include "algo_internal.h"
 
 #include <math.h>
@@ -19,7 +19,7 @@
 
 #include "fedhet/core.h"
 
-#define ISM_NORM_EPS 1e-12 /* e in rho g/(||g|| + e) of the local steps: FFL4MIA's gsam.py (spec 2, 12) */
+#define ISM_NORM_EPS 1e-12 /* e in rho g/(||g|| + e) of the local steps: FFL4MIA's gsam.py (docs/methods/sam.md §2, 12) */
 #define SAGA_FLOOR 1e-10   /* S_i = max(L1 - L0, 1e-10); + 1e-10 after normalising (train_Baseline.py) */
 
 enum { SAGA_SHARPNESS, SAGA_LOSS };
@@ -37,23 +37,23 @@ static const AlgoOption ism_keys[] = {
       "or loss (the perturbed loss PL_i = L(w^t + e), FedISM+(L), paper Eq. 17)", 0, 0 },
     { ALGO_CHOICE(IsmOptions, perturb), PERTURB_GSAM, 0, 0, "sam|asam|gsam|none",
       "local optimiser of SALT, on top of [train] optimizer (the paper: Adam lr 3e-4, wd 5e-4, with [train] "
-      "logit_adjust = 1): gsam (GSAM, spec 2; FFL4MIA train_GSAM; default), sam (equal to gsam with gsam_alpha = 0) or asam; "
+      "logit_adjust = 1): gsam (GSAM, docs/methods/sam.md §2; FFL4MIA train_GSAM; default), sam (equal to gsam with gsam_alpha = 0) or asam; "
       "eps = rho g/(||g|| + 1e-12) as FFL4MIA's gsam.py; none: plain [train] optimizer steps, SAGA alone "
       "(the paper's Table I 'SAGA only' rows; the score keeps the round's radius)", 0, 0 },
     { ALGO_NUMBER(IsmOptions, asam_eta), 0.2, 0.0, 1e6, NULL,
-      "ASAM offset eta_a (perturb = asam only); spec 1 default 0.2", 0, 0 },
+      "ASAM offset eta_a (perturb = asam only); docs/methods/sam.md §1 default 0.2", 0, 0 },
     { ALGO_NUMBER(IsmOptions, gsam_alpha), 0.1, 0.0, 1.0, NULL,
-      "GSAM alpha in [0, 1] (perturb = gsam): FedISM's code default 0.1 (spec 12); official GSAM example 0.4; "
+      "GSAM alpha in [0, 1] (perturb = gsam): FedISM's code default 0.1 (docs/methods/sam.md §12); official GSAM example 0.4; "
       "0 is SAM", 0, 0 },
     { ALGO_NUMBER(IsmOptions, q), 2.0, 0.0, 100.0, NULL,
-      "SAGA exponent q in [0, 100]: wtilde_i ~ (S_i/sum S + 1e-10)^q; spec 12 default 2.0 (paper and code); "
+      "SAGA exponent q in [0, 100]: wtilde_i ~ (S_i/sum S + 1e-10)^q; docs/methods/sam.md §12 default 2.0 (paper and code); "
       "q = 0 gives uniform weights (averaging without n_i) [fedhet accepts 0 for that ablation]", 0, 0 },
     { ALGO_NUMBER(IsmOptions, beta), 0.5, 0.0, 1.0, NULL,
       "SAGA moving average beta in (0, 1]: a_i <- beta wtilde_i + (1 - beta) a_i, a_i = wtilde_i at a client's "
-      "first aggregation; spec 12 default 0.5; 1: no averaging. Partial participation [PROPOSED]: only the "
+      "first aggregation; docs/methods/sam.md §12 default 0.5; 1: no averaging. Partial participation [PROPOSED]: only the "
       "participants' a_i move, renormalised over them", 1, 0 },
     { ALGO_NUMBER(IsmOptions, score_rows), 0, 0.0, 1e9, NULL,
-      "rows of the client's local set the SAGA score is measured on: 0 = all (spec 12, paper and code; default); "
+      "rows of the client's local set the SAGA score is measured on: 0 = all (docs/methods/sam.md §12, paper and code; default); "
       "N > 0: its first N rows in file order (a random subset for iid and dirichlet partitions, which are "
       "shuffled per client) [PROPOSED cost cap: the score costs one forward-backward and one forward pass per "
       "row, more than short local training; the quick configs use it]", 0, 0 },
@@ -68,7 +68,7 @@ typedef struct {
 static const AlgoOption ismplus_rho_keys[] = {
     { ALGO_NUMBER(IsmPlusRhoOptions, rho_max), 0.1, 0.0, 1e6, NULL,
       "largest radius rho_max >= 0 of rho(t) = rho_max ((t + 1)/T)^tau (paper Eq. 12 with t = 1..T; "
-      "FFL4MIA get_current_rho); spec 12 default 0.1. The paper's setup also uses [train] optimizer = adam, "
+      "FFL4MIA get_current_rho); docs/methods/sam.md §12 default 0.1. The paper's setup also uses [train] optimizer = adam, "
       "lr 3e-4, weight_decay 5e-4, batch 32, epochs 1, logit_adjust = 1", 0, 0 },
 };
 static const AlgoOptionPart ismplus_rho_options =
@@ -79,7 +79,7 @@ typedef struct {
 } IsmPlusGrowthOptions;
 static const AlgoOption ismplus_growth_keys[] = {
     { ALGO_NUMBER(IsmPlusGrowthOptions, tau), 0.5, 0.0, 1e3, NULL,
-      "growth exponent tau > 0 of rho(t) (tau < 1: fast early growth; 1: linear); spec 12 default 0.5", 1, 0 },
+      "growth exponent tau > 0 of rho(t) (tau < 1: fast early growth; 1: linear); docs/methods/sam.md §12 default 0.5", 1, 0 },
     { ALGO_NUMBER(IsmPlusGrowthOptions, horizon), 0, 0.0, 1e9, NULL,
       "T of rho(t) in rounds: 0 = fl.rounds (the paper); a whole number >= fl.rounds keeps the schedule "
       "of a longer run (set it when a run is to be extended with --resume)", 0, 0 },
@@ -98,7 +98,7 @@ static double ism_horizon(const AlgoSetup *s, const IsmPlusGrowthOptions *g)
     return g->horizon > 0.0 ? g->horizon : (double)s->rounds;
 }
 
-/* FedISM+ (spec 12, Eq. 12; FFL4MIA get_current_rho): rho(t) = rho_max ((t + 1)/T)^tau, t = 0 .. T-1 */
+/* FedISM+ (docs/methods/sam.md §12, Eq. 12; FFL4MIA get_current_rho): rho(t) = rho_max ((t + 1)/T)^tau, t = 0 .. T-1 */
 double algo_fedismplus_radius(const AlgoSetup *s, AlgoOptions o, int round)
 {
     const IsmPlusGrowthOptions *g = ismplus_growth_of(o);
@@ -132,7 +132,7 @@ static int ism_validate(const AlgoMethod *m, const AlgoSetup *s)
     return FH_OK;
 }
 
-/* ---- the client's report: sharpness on its whole local set at w^t (spec 12) --------------------------- */
+/* ---- the client's report: sharpness on its whole local set at w^t (docs/methods/sam.md §12) --------------------------- */
 
 #define LOCAL_PASS_DONE (-1) /* a batch callback's value that ends for_each_local_batch early */
 
@@ -211,7 +211,7 @@ static int ism_begin(AlgoClientCtx *c)
     return FH_OK;
 }
 
-/* ---- server: SAGA weights (spec 12, Eqs. 16-18) ------------------------------------------------------ */
+/* ---- server: SAGA weights (docs/methods/sam.md §12, Eqs. 16-18) ------------------------------------------------------ */
 
 /* The participants' new moving averages a[i] (ascending client id):
  *   wtilde_i = (v_i/sum v + 1e-10)^q / sum_j (v_j/sum v + 1e-10)^q     over the participants,
@@ -318,7 +318,7 @@ const AlgoMethod algo_family_fedism[] = {
         .name = "fedism",
         .summary = "FedISM: sharpness-aware local training (GSAM) at a constant radius, server weights growing "
                    "with each client's sharpness on its local set (SAGA)",
-        .source = "spec algorithms-sam 12 (and 2)",
+        .source = "docs/methods/sam.md §12 (and 2)",
         .state = "- | a_k and first-appearance flags (2K scalars)",
         .payload = "down 1, up 1 + S_i (+ L0, L1, rho for clients.csv)",
         .step = &ism_step_part,
@@ -331,7 +331,7 @@ const AlgoMethod algo_family_fedism[] = {
         .parts = { &algo_sam_radius_options, &ism_options },
         .tunes = {
             { "rho", 0.05,
-              "radius rho >= 0 of the local GSAM steps and of the sharpness S_i; spec 12 default 0.05 (FFL4MIA "
+              "radius rho >= 0 of the local GSAM steps and of the sharpness S_i; docs/methods/sam.md §12 default 0.05 (FFL4MIA "
               "options.py). The paper's setup also uses [train] optimizer = adam, lr 3e-4, weight_decay 5e-4, "
               "batch 32, epochs 1, logit_adjust = 1" },
         },
@@ -340,7 +340,7 @@ const AlgoMethod algo_family_fedism[] = {
         .name = "fedismplus",
         .summary = "FedISM+: FedISM with a progressive radius rho(t) = rho_max ((t + 1)/T)^tau; SAGA from "
                    "sharpness (S) or perturbed loss (L)",
-        .source = "spec algorithms-sam 12 (and 2)",
+        .source = "docs/methods/sam.md §12 (and 2)",
         .state = "- | a_k and first-appearance flags (2K scalars)",
         .payload = "down 1 (rho(t) computed on the client), up 1 + S_i or PL_i (+ L0, L1, rho for clients.csv)",
         .step = &ismplus_step_part,

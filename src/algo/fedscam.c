@@ -1,4 +1,4 @@
-/* Method family 'fedscam' (spec algorithms-sam 10; seed 000, arXiv 2601.00853): FedSCAM and its two ablations.
+/* Method family 'fedscam' (docs/methods/sam.md §10; seed 000, arXiv 2601.00853): FedSCAM and its two ablations.
  *
  *   fedscam      SAM local training with a per-client radius rho_i from a heterogeneity score h_i and the
  *                alignment c_i of a pilot direction with the previous global direction; server weights
@@ -51,10 +51,10 @@ typedef struct {
 static const AlgoOption scam_radius_keys[] = {
     { ALGO_NUMBER(ScamRadiusOptions, rho_max), 0.05, 0.0, 1e6, NULL,
       "largest SAM radius rho_max >= 0: rho_i = rho_max/(1 + alpha_rho h_adj_i), the pilot uses 0.5 rho_max/(1 + "
-      "alpha_rho h_i); spec and paper default 0.05 (the paper sweeps 0.01, 0.05, 0.1; 0.1 gave its best final "
+      "alpha_rho h_i); paper default 0.05 (the paper sweeps 0.01, 0.05, 0.1; 0.1 gave its best final "
       "accuracy)", 0, 0 },
     { ALGO_NUMBER(ScamRadiusOptions, alpha_rho), 1.0, 0.0, 1e6, NULL,
-      "radius modulation strength alpha_rho >= 0; spec default 1 [PROPOSED: the paper gives no value]; 0 puts "
+      "radius modulation strength alpha_rho >= 0; default 1 [PROPOSED: the paper gives no value]; 0 puts "
       "every client at rho_max. h_i is a raw gradient norm, so the scale depends on model, loss and batch size", 0, 0 },
 };
 static const AlgoOptionPart scam_radius_options =
@@ -66,10 +66,10 @@ typedef struct {
 } ScamWeightsOptions;
 static const AlgoOption scam_weights_keys[] = {
     { ALGO_NUMBER(ScamWeightsOptions, gamma_h), 1.0, 0.0, 1e6, NULL,
-      "heterogeneity penalty gamma_h >= 0 in S_i = n_i/(1 + gamma_h h_adj_i) max(0, 1 + beta c_i) q_i; spec and "
+      "heterogeneity penalty gamma_h >= 0 in S_i = n_i/(1 + gamma_h h_adj_i) max(0, 1 + beta c_i) q_i; "
       "paper default 1 (the paper sweeps 0, 1, 5; 1 the most stable)", 0, 0 },
     { ALGO_NUMBER(ScamWeightsOptions, beta), 0.8, 0.0, 1e6, NULL,
-      "alignment boost beta >= 0 in max(0, 1 + beta c_i); spec default 0.8 [PROPOSED, inside the paper's sweep 0, "
+      "alignment boost beta >= 0 in max(0, 1 + beta c_i); default 0.8 [PROPOSED, inside the paper's sweep 0, "
       "0.8, 2; the paper finds no gain over 0 at Dirichlet 0.1]; 0 disables. Weights summing to 0 fall back to "
       "n_i", 0, 0 },
 };
@@ -83,18 +83,18 @@ typedef struct {
 static const AlgoOption scam_summary_keys[] = {
     { ALGO_NUMBER(ScamSummaryOptions, kappa), 0.5, 0.0, 1e6, NULL,
       "alignment credit kappa >= 0 in h_adj_i = h_i max(0, 1 - kappa c_i), c_i = cos(s_i, u_{t-1}) of the pilot "
-      "direction's summary with the previous global direction's; spec default 0.5 [PROPOSED: not in the paper]", 0, 0 },
+      "direction's summary with the previous global direction's; default 0.5 [PROPOSED: not in the paper]", 0, 0 },
     { ALGO_NUMBER(ScamSummaryOptions, probe_batches), 3, 1, 1e6, NULL,
       "B, minibatches of the heterogeneity score h_i = (1/B) sum ||g(w_t; xi_b)||: the first B of an extra "
       "shuffle of the client's data (fewer if it has fewer), train mode, BatchNorm statistics frozen, not training "
-      "steps [PROPOSED]; spec and paper default 3", 0, 0 },
+      "steps [PROPOSED]; paper default 3", 0, 0 },
     { ALGO_NUMBER(ScamSummaryOptions, proj_dim), 0, 0, 1e6, NULL,
       "d, the dimension of the projected summaries (u, s_i, z_i; d doubles each way): a whole number >= 1, or 0 = "
-      "auto (default): 512, or 256 for models under 1M trainable parameters (spec [PROPOSED threshold]; the paper "
+      "auto (default): 512, or 256 for models under 1M trainable parameters ([PROPOSED threshold]; the paper "
       "uses 256 for its small CNN, 512 for ResNet-18)", 0, 0 },
     { ALGO_CHOICE(ScamSummaryOptions, proj), 0, 0, 0, "sketch|gaussian",
       "Proj_d: sketch (signed count sketch, bucket and sign of coordinate k from Philox (fl.seed, projection) with "
-      "counter k; O(P), no stored matrix; spec default [PROPOSED]) or gaussian (dense N(0, 1/d) entries from the "
+      "counter k; O(P), no stored matrix; default [PROPOSED]) or gaussian (dense N(0, 1/d) entries from the "
       "same counters; O(d P) per projection, slow on large models); the paper only says 'random projection'", 0, 0 },
 };
 static const AlgoOptionPart scam_summary_options =
@@ -109,13 +109,13 @@ static const AlgoOption scam_cluster_keys[] = {
     { ALGO_CHOICE(ScamClusterOptions, cluster), 0, 0, 0, "false|true",
       "clustered conflict damping: k-means of the unit z_i (k-means++ seeding from Philox, Lloyd until stable or "
       "50 iterations) into K_c = min(clusters, m) clusters; inside a cluster, of every pair with cos(z_i, z_j) < 0 "
-      "the client with the smaller ||Delta|| (ties: the larger id) gets q_i = lambda_c, once [PROPOSED]; spec "
+      "the client with the smaller ||Delta|| (ties: the larger id) gets q_i = lambda_c, once [PROPOSED]; "
       "default false (optional in the paper)", 0, 0 },
     { ALGO_NUMBER(ScamClusterOptions, clusters), 3, 1, 1e6, NULL,
-      "K_c, the number of clusters (a whole number >= 1, capped at the round's client count m); spec default 3 "
+      "K_c, the number of clusters (a whole number >= 1, capped at the round's client count m); default 3 "
       "[PROPOSED: not in the paper]", 0, 0 },
     { ALGO_NUMBER(ScamClusterOptions, lambda_c), 0.5, 0.0, 1.0, NULL,
-      "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); spec default 0.5 "
+      "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); default 0.5 "
       "[PROPOSED: not in the paper]", 1, 0 },
 };
 static const AlgoOptionPart scam_cluster_options =
@@ -147,7 +147,7 @@ static int dim_of(const ScamSettings *h, int64_t n_params)
     return h->dim_key > 0 ? h->dim_key : n_params < SCAM_SMALL_MODEL ? 256 : 512;
 }
 
-/* cos(a, b), 0 when a norm is 0 (spec 0.1) */
+/* cos(a, b), 0 when a norm is 0 (docs/methods/sam.md §0.1) */
 static double cosine(const double *a, const double *b, int d)
 {
     double ab = 0.0, aa = 0.0, bb = 0.0;
@@ -346,7 +346,7 @@ static double scam_round_radius(const AlgoSetup *s, AlgoOptions o, int round)
     return scam_radius_of(o)->rho_max;
 }
 
-/* sam.c's plain SAM step (spec 1) with rho_i */
+/* sam.c's plain SAM step (docs/methods/sam.md §1) with rho_i */
 static int scam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
     const SamPerturbOptions sam = { .perturb = PERTURB_SAM };
@@ -469,8 +469,8 @@ const AlgoMethod algo_family_fedscam[] = {
         .name = "fedscam",
         .summary = "FedSCAM: SAM with a per-client radius from gradient heterogeneity and alignment, heterogeneity- "
                    "and alignment-aware server weights (no public code: the pilot, projection, clustering and "
-                   "alpha_rho, kappa, beta, K_c, lambda_c are the spec's choices)",
-        .source = "spec algorithms-sam 10",
+                   "alpha_rho, kappa, beta, K_c, lambda_c are the documented choices)",
+        .source = "docs/methods/sam.md §10",
         .state = "- | u (d scalars)",
         .payload = "down 1 + d scalars, up 1 + 7 + d scalars",
         .step = &scam_step_part,
@@ -485,7 +485,7 @@ const AlgoMethod algo_family_fedscam[] = {
         .name = "fedscam_wa",
         .summary = "FedSCAM (WA) ablation: FedSCAM's server weights over plain SGD local training (pilot = the plain "
                    "first probe gradient)",
-        .source = "spec algorithms-sam 10 (ablations)",
+        .source = "docs/methods/sam.md §10 (ablations)",
         .state = "- | u (d scalars)",
         .payload = "down 1 + d scalars, up 1 + 5 + d scalars",
         .report = &scam_report_part,
@@ -499,7 +499,7 @@ const AlgoMethod algo_family_fedscam[] = {
         .name = "fedscam_sam",
         .summary = "FedSCAM (SAM) ablation: FedSCAM's per-client radius, server average by sample counts (u_t still "
                    "computed for the alignment)",
-        .source = "spec algorithms-sam 10 (ablations)",
+        .source = "docs/methods/sam.md §10 (ablations)",
         .state = "- | u (d scalars)",
         .payload = "down 1 + d scalars, up 1 + 7 + d scalars",
         .step = &scam_step_part,

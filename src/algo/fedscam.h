@@ -7,7 +7,7 @@
 
 #include "fedhet/algo.h"
 
-/* rho_i = rho_max / (1 + alpha_rho h_adj) (spec algorithms-sam 10 step 7; the pilot radius is half of it at h_i) */
+/* rho_i = rho_max / (1 + alpha_rho h_adj) (docs/methods/sam.md §10 step 7; the pilot radius is half of it at h_i) */
 double fedscam_radius(double rho_max, double alpha_rho, double h_adj);
 
 /* S_i = n_i / (1 + gamma_h h_adj) * max(0, 1 + beta c) * q (server step 3, before the fallback) */

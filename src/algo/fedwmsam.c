@@ -1,18 +1,18 @@
-/* Method family 'wmsam' (spec algorithms-sam 9, 15): FedWMSAM (this file) and A-FedSAM (afedsam.c holds its
+/* Method family 'wmsam' (docs/methods/sam.md §9, 15): FedWMSAM (this file) and A-FedSAM (afedsam.c holds its
  * parts; its registry row is in the family table at the end of this file).
  *
- * FedWMSAM (spec 9): the server's momentum mom_r (the global per-step gradient of the last round) personalised
+ * FedWMSAM (docs/methods/sam.md §9): the server's momentum mom_r (the global per-step gradient of the last round) personalised
  * with SCAFFOLD control variates, mom_k = mom_r + alpha_r/(1 - alpha_r) (c - c_k), drives both the local
  * direction r = alpha_r g + (1 - alpha_r) mom_k and a one-backprop perturbation towards the predicted global
  * point target_b = x_r + b mom_k; alpha_r follows the clients' cosine with mom_r.
  *
- * Layout: client vector 0 c_k; server vectors 0 c, 1 mom_r (broadcast: the client forms mom_k itself, spec 9
+ * Layout: client vector 0 c_k; server vectors 0 c, 1 mom_r (broadcast: the client forms mom_k itself, docs/methods/sam.md §9
  * payload with client-held c_k); server scalars 0 K_bar (sam.c's k_bar_init and control variates read it
  * there), 1 alpha_r (metrics.csv method_scalar); work vectors 0 mom_k, 1 target_b, 2 eps, 3 the saved weights
  * (and the official perturbation's per-tensor scratch). Upload scalars: the diagnostics (mean ||eps||, mean ||g||).
- * The step order is the FL-Simulator one (spec 0.2): the pure minibatch gradient at x_b + eps (c->state.grad_pure),
+ * The step order is the FL-Simulator one (docs/methods/sam.md §0.2): the pure minibatch gradient at x_b + eps (c->state.grad_pure),
  * exact restore, the blend (correction hook), clip (train.clip), weight decay and the SGD step (optimiser).
- * Parameters-only rules cover [0, n_params); buffers are averaged with the method's weights (spec 0.3). */
+ * Parameters-only rules cover [0, n_params); buffers are averaged with the method's weights (docs/methods/baselines.md §0.3). */
 #include "algo_internal.h"
 
 #include <math.h>
@@ -20,7 +20,7 @@
 
 #include "fedhet/core.h"
 
-#define WM_NORM_EPS 1e-7 /* e in rho delta/(||delta|| + e): LESAM.py, which WMSAM.py reuses (spec 0.3, 8) */
+#define WM_NORM_EPS 1e-7 /* e in rho delta/(||delta|| + e): LESAM.py, which WMSAM.py reuses (docs/methods/sam.md §0.3, 8) */
 
 enum { WM_INTENDED, WM_OFFICIAL };
 typedef struct {
@@ -31,11 +31,11 @@ typedef struct {
 static const AlgoOption wmsam_keys[] = {
     { ALGO_NUMBER(WmsamOptions, alpha_0), 0.1, 0.0, 1.0, NULL,
       "alpha_0 in (0, 1], the starting weight of the fresh gradient in r = alpha g + (1 - alpha) mom_k (0.1 = "
-      "90 % momentum; spec default 0.1, train.py); 1 needs rho = 0 (mom_k undefined) and with alpha_lambda = 0 "
+      "90 % momentum; default 0.1, train.py); 1 needs rho = 0 (mom_k undefined) and with alpha_lambda = 0 "
       "gives SCAFFOLD-corrected SGD; metrics.csv method_scalar logs alpha_r", 1, 0 },
     { ALGO_NUMBER(WmsamOptions, alpha_lambda), 0.01, 0.0, 1.0, NULL,
       "smoothing lambda in [0, 1] of alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9), "
-      "s_k = 1 + cos(Delta_k, mom_r) (the code's +1 shift); spec default 0.01, hard-wired in the code (the "
+      "s_k = 1 + cos(Delta_k, mom_r) (the code's +1 shift); default 0.01, hard-wired in the code (the "
       "poster writes a generic lambda); 0 freezes alpha at alpha_0", 0, 0 },
     { ALGO_CHOICE(WmsamOptions, k_norm), K_NORM_CODE, 0, 0, "code|actual",
       "local step count K in c_k's update and mom: code (K_bar = E n_0/B from client 0's size, for every "
@@ -43,11 +43,11 @@ static const AlgoOption wmsam_keys[] = {
       "the round's mean steps in mom) [PROPOSED]", 0, 0 },
     { ALGO_CHOICE(WmsamOptions, compat), WM_INTENDED, 0, 0, "intended|official",
       "intended (the poster's perturbation towards the target, full-vector norm; default) or official (both "
-      "[CODE-BUG]s of WMSAM.py, spec 9: the LESAM optimiser negates delta, so the code perturbs away from the "
-      "target, and indexes it per tensor as in spec 8: tensor j gets the constant -rho delta[j]/(sum_{j<J} "
+      "[CODE-BUG]s of WMSAM.py, docs/methods/sam.md §9: the LESAM optimiser negates delta, so the code perturbs away from the "
+      "target, and indexes it per tensor as in docs/methods/sam.md §8: tensor j gets the constant -rho delta[j]/(sum_{j<J} "
       "|delta[j]| + 1e-7)). Nothing else changes", 0, 0 },
     { ALGO_NUMBER(WmsamOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
-      "global step size eta_g: x += eta_g Delta_bar; spec default 1 (FL-Simulator family); mom uses the "
+      "global step size eta_g: x += eta_g Delta_bar; default 1 (FL-Simulator family); mom uses the "
       "unscaled Delta_bar", 0, 0 },
 };
 static const AlgoOptionPart wmsam_options = ALGO_OPTION_PART("fedwmsam", WmsamOptions, wmsam_keys);
@@ -83,7 +83,7 @@ static WmsamServer wmsam_server(const AlgoServerCtx *s)
                           .alpha = &s->server_scalars[WM_SCALAR_ALPHA] };
 }
 
-/* alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9) (spec 9; the code's lambda = 0.01) */
+/* alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9) (docs/methods/sam.md §9; the code's lambda = 0.01) */
 static double wmsam_next_alpha(double alpha, double lambda, double mean_s)
 {
     const double clipped = mean_s < 0.1 ? 0.1 : mean_s > 0.9 ? 0.9 : mean_s;
@@ -109,7 +109,7 @@ static int wmsam_begin(AlgoClientCtx *c)
 }
 
 /* r = alpha_r g + (1 - alpha_r) mom_k, before the clip. At alpha_r = 1 the limit of the blend, g + (c - c_k):
- * SCAFFOLD's correction itself (spec 9: (1 - alpha) mom_k = (1 - alpha) mom_r + alpha (c - c_k)). */
+ * SCAFFOLD's correction itself (docs/methods/sam.md §9: (1 - alpha) mom_k = (1 - alpha) mom_r + alpha (c - c_k)). */
 static void wmsam_correct(AlgoClientCtx *c, float *grad)
 {
     const WmsamClient v = wmsam_client(c);
@@ -123,7 +123,7 @@ static void wmsam_correct(AlgoClientCtx *c, float *grad)
     for (int64_t j = 0; j < c->round->n_params; j++) grad[j] = a * grad[j] + b * momk[j];
 }
 
-/* One step (spec 9): delta_b = target_b - x_b; eps = rho delta_b/(||delta_b|| + e), none when delta_b = 0 (always
+/* One step (docs/methods/sam.md §9): delta_b = target_b - x_b; eps = rho delta_b/(||delta_b|| + e), none when delta_b = 0 (always
  * at b = 0); compat = official: eps = the LESAM optimiser's of -delta_b (both [CODE-BUG]s); the only fb at
  * x_b + eps; x_b restored exactly; target_{b+1} = target_b + mom_k (the code's running target). */
 static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
@@ -154,7 +154,7 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
         nn_vec_axpy(w, 1.0f, eps, P);
     }
     c->state.grad_pure = 1;
-    const int status = grad(env, loss); /* the only fb: BatchNorm statistics come from it (spec 0.3) */
+    const int status = grad(env, loss); /* the only fb: BatchNorm statistics come from it (docs/methods/sam.md §0.3) */
     c->state.grad_pure = 0;
     if (eps_norm > 0.0) nn_vec_copy(w, saved, P);
     FH_CHECK(status);
@@ -165,7 +165,7 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
     return FH_OK;
 }
 
-/* c_k <- c_k - c - Delta_k/(K eta_r), K = K_bar (k_norm = code) or the steps taken (FedGAMMA's, spec 5) */
+/* c_k <- c_k - c - Delta_k/(K eta_r), K = K_bar (k_norm = code) or the steps taken (FedGAMMA's, docs/methods/sam.md §5) */
 static int wmsam_end(AlgoClientCtx *c)
 {
     algo_sam_cv_end(c, wmsam_of(c->round->options)->k_norm);
@@ -181,7 +181,7 @@ static int wmsam_init(AlgoServerCtx *s, float *global)
     return FH_OK;
 }
 
-/* After the round (spec 9, clients in ascending id): s_k = 1 + cos(Delta_k, mom_r) with the mom_r broadcast this
+/* After the round (docs/methods/sam.md §9, clients in ascending id): s_k = 1 + cos(Delta_k, mom_r) with the mom_r broadcast this
  * round (0 when a norm is 0); alpha_{r+1}; c += (1/N) sum dc_k; x_{r+1} = x_r + eta_g Delta_bar (weighted mean,
  * uniform by default); mom_{r+1} = -Delta_bar/(K eta_r) gamma, K = K_bar (code) or the round's mean steps (actual),
  * gamma = train.lr_decay (the code's extra factor). */
@@ -251,7 +251,7 @@ const AlgoMethod algo_family_wmsam[] = {
         .name = "fedwmsam",
         .summary = "FedWMSAM: server momentum personalised with control variates, momentum-guided one-backprop "
                    "perturbation, cosine-adaptive alpha (metrics.csv method_scalar = alpha_r)",
-        .source = "spec algorithms-sam 9",
+        .source = "docs/methods/sam.md §9",
         .state = "c_k (P) | c, mom (P each), K_bar, alpha",
         .payload = "down 3 + alpha, up 1",
         .correction = &wmsam_correct_part,
@@ -269,17 +269,17 @@ const AlgoMethod algo_family_wmsam[] = {
         .tunes = {
             { "rho", NAN,
               "radius rho >= 0 of the momentum-guided perturbation eps = rho delta/(||delta|| + 1e-7), delta = x_r + "
-              "b mom_k - x_b; spec default 0.1 (train.py). The README/poster's best rho ~ 0.01 was measured with the "
+              "b mom_k - x_b; default 0.1 (train.py). The README/poster's best rho ~ 0.01 was measured with the "
               "buggy perturbation (compat = official): re-tune it for the intended rule. rho = 0: no perturbation" },
             { "weights", NAN,
-              "server average Delta_bar: uniform (FL-Simulator server.py; spec 0.2 default) or samples (sample counts)" },
+              "server average Delta_bar: uniform (FL-Simulator server.py; docs/methods/sam.md §0.2 default) or samples (sample counts)" },
         },
     },
     {
         .name = "afedsam",
-        .summary = "A-FedSAM [RECONSTRUCTED, spec 15]: FedSAM plus KL distillation from the global model with a "
+        .summary = "A-FedSAM [RECONSTRUCTED, docs/methods/sam.md §15]: FedSAM plus KL distillation from the global model with a "
                    "growing weight mu_t (metrics.csv method_scalar = mu_t)",
-        .source = "spec algorithms-sam 15 (reconstructed; 1-3)",
+        .source = "docs/methods/sam.md §15 (reconstructed; 1-3)",
         .state = "- | mu_t (teacher = ema: + tbar (P))",
         .payload = "down 1 + mu_t, up 1 (teacher = ema: down 2)",
         .batch_term = &afedsam_term_part,
@@ -293,7 +293,7 @@ const AlgoMethod algo_family_wmsam[] = {
         .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &algo_sam_perturb_options, &afedsam_options },
         .tunes = {
             { "rho", NAN,
-              "SAM radius rho >= 0; spec default 0.1 (the paper searched 0.01 .. 0.5, 0.1 best); rho = 0 with "
+              "SAM radius rho >= 0; default 0.1 (the paper searched 0.01 .. 0.5, 0.1 best); rho = 0 with "
               "mu_max = 0 is FedAvg's SGD step (uniform average)" },
             { "weights", NAN,
               "server average: uniform (FL-Simulator, the paper's evident code base; default) or samples" },

@@ -1,4 +1,4 @@
-/* FLOOD (spec algorithms-sam.md section 13, baselines A.23): adaptive sample weighting of pseudo-OOD samples
+/* FLOOD (docs/methods/sam.md §13, docs/methods/baselines.md A.23): adaptive sample weighting of pseudo-OOD samples
  * (ASW) during local training and dynamic aggregation correction (DAC) on the server. A method of its own
  * (FedAvg + FLOOD) and a plug-in (`[algo] plugin = flood`) on top of other methods. */
 #include "algo_internal.h"
@@ -24,7 +24,7 @@ typedef struct {
 static const AlgoOption flood_keys[] = {
     { ALGO_CHOICE(FloodOptions, flood_score), SCORE_ENERGY, 0, 0, "energy|msp|maxlogit|gen|ash-p|ash-b|ash-s",
       "OOD score of ASW and phi (higher = more in-distribution): energy (T = 1, paper and code), msp, maxlogit, "
-      "gen (gamma 0.1, top 10), or the paper's Table VI ASH scores (spec 13; not in the released code): the "
+      "gen (gamma 0.1, top 10), or the paper's Table VI ASH scores (docs/methods/sam.md §13; not in the released code): the "
       "classifier's input a (the penultimate activation) pruned below its flood_ash_percentile-th percentile "
       "(ash-p), the kept values then set to sum(a)/kept (ash-b) or scaled by exp(sum a / sum kept) (ash-s), "
       "scored by the energy of the classifier on it; training logits are unchanged", 0, 0 },
@@ -50,7 +50,7 @@ static const AlgoOption flood_keys[] = {
       "the weight of pseudo-OOD samples with flood_schedule = constant", 0, 0 },
     { ALGO_NUMBER(FloodOptions, flood_ash_percentile), 90, 0, 100, NULL,
       "ASH's pruning percentile p (flood_score = ash-*): values below the p-th percentile of a sample's "
-      "penultimate activation (lower interpolation) are zeroed; spec 13 default 90", 0, 0 },
+      "penultimate activation (lower interpolation) are zeroed; docs/methods/sam.md §13 default 90", 0, 0 },
 };
 static const AlgoOptionPart flood_options = ALGO_OPTION_PART("flood", FloodOptions, flood_keys);
 ALGO_OPTIONS_OF(flood_of, FloodOptions, flood_options)
@@ -119,7 +119,7 @@ static double kth_smallest(double *x, int64_t n, int64_t k)
     return x[0];
 }
 
-/* ASH (spec 13): a [D] the penultimate activation; t its p-th percentile (lower interpolation, as the batch
+/* ASH (docs/methods/sam.md §13): a [D] the penultimate activation; t its p-th percentile (lower interpolation, as the batch
  * quantile); values below t pruned; ASH-B sets the kept ones to s1/k, ASH-S scales them by exp(s1/s2) (s1 the
  * sum before pruning, s2 after, k the count kept; s2 = 0 scores as ASH-P); Energy of W a' + b. Sums in double.
  * work: D doubles of scratch. */
@@ -351,7 +351,7 @@ const AlgoMethod algo_family_flood[] = {
     {
         .name = "flood",
         .summary = "FLOOD: pseudo-OOD sample weighting (ASW) and confidence-corrected aggregation (DAC); also a plug-in",
-        .source = "spec algorithms-sam 13, A.23",
+        .source = "docs/methods/sam.md §13, docs/methods/baselines.md A.23",
         .state = "- | lambda_t (computed from the round; metrics.csv method_scalar)",
         .payload = "down 1, up 1 + phi_i (clients.csv phi)",
         .sample_weights = &flood_asw,

@@ -1,4 +1,4 @@
-/* Every named method: the rows of all families (README, Architecture; docs/adding-a-method.md). */
+/* Every named method: the rows of all families (docs/architecture.md; docs/adding-a-method.md). */
 #include "algo_internal.h"
 
 #include <math.h>
@@ -9,20 +9,21 @@
 #include "fedhet/core.h"
 
 typedef struct {
+    const char *name; /* the family file's name: src/algo/<name>.c holds its rows (wmsam: fedwmsam.c) */
     const AlgoMethod *rows;
     const int *count;
 } Family;
 
 static const Family families[] = {
-    { algo_family_basic, &algo_family_basic_count },
-    { algo_family_server, &algo_family_server_count },
-    { algo_family_fair, &algo_family_fair_count },
-    { algo_family_repr, &algo_family_repr_count },
-    { algo_family_flood, &algo_family_flood_count },
-    { algo_family_sam, &algo_family_sam_count },
-    { algo_family_fedism, &algo_family_fedism_count },
-    { algo_family_wmsam, &algo_family_wmsam_count },
-    { algo_family_fedscam, &algo_family_fedscam_count },
+    { "basic", algo_family_basic, &algo_family_basic_count },
+    { "server", algo_family_server, &algo_family_server_count },
+    { "fair", algo_family_fair, &algo_family_fair_count },
+    { "repr", algo_family_repr, &algo_family_repr_count },
+    { "flood", algo_family_flood, &algo_family_flood_count },
+    { "sam", algo_family_sam, &algo_family_sam_count },
+    { "fedism", algo_family_fedism, &algo_family_fedism_count },
+    { "wmsam", algo_family_wmsam, &algo_family_wmsam_count },
+    { "fedscam", algo_family_fedscam, &algo_family_fedscam_count },
 };
 enum { N_FAMILIES = sizeof families / sizeof families[0] };
 
@@ -41,6 +42,13 @@ const AlgoMethod *algo_at(int i)
         i -= *families[f].count;
     }
     return NULL;
+}
+
+const char *algo_family_of(const AlgoMethod *m)
+{
+    for (int f = 0; f < N_FAMILIES; f++)
+        if (m >= families[f].rows && m < families[f].rows + *families[f].count) return families[f].name;
+    return "-";
 }
 
 const AlgoMethod *algo_find(const char *name)

@@ -1,9 +1,9 @@
-/* Method family 'repr' (spec A.17-A.21): methods that shape the representation or keep past models.
+/* Method family 'repr' (docs/methods/baselines.md A.17-A.21): methods that shape the representation or keep past models.
  *
  *   moon       MOON: model-contrastive term on the features against w^t and the client's previous model
  *   feddecorr  FedDecorr: decorrelation of the batch's features
  *   fedmr      FedMR: m slot models trained by the round's clients, recombined tensor by tensor
- *   fednp      FedNP-min: the spec's minimal FedNP (a per-client posterior network on the classifier weights)
+ *   fednp      FedNP-min: the documented minimal FedNP (a per-client posterior network on the classifier weights)
  *   fedgkd     FedGKD: distillation from the average of the last M global models (or their logits' average)
  *
  * Batch terms add their gradient to d/dlogits or d/dfeatures and return their value; every term is
@@ -31,23 +31,23 @@ static int work_vectors_for(int64_t floats, int64_t n_state)
     return (int)((floats + n_state - 1) / n_state);
 }
 
-/* ==== MOON (spec A.17) ================================================================================= */
+/* ==== MOON (docs/methods/baselines.md A.17) ================================================================================= */
 
 typedef struct {
     double mu, tau, proj_dim;
 } MoonOptions;
 static const AlgoOption moon_keys[] = {
     { ALGO_NUMBER(MoonOptions, mu), 1.0, 0.0, 1e6, NULL,
-      "contrastive weight mu >= 0; spec default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
+      "contrastive weight mu >= 0; default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
       "mu = 0 is FedAvg. z = the classifier's input (penultimate features, or the projection head's output "
       "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
       "w^0 (FLOOD; official MOON: no negative in round 0)",
       0, 0 },
     { ALGO_NUMBER(MoonOptions, tau), 0.5, 0.0, 1e6, NULL,
-      "temperature tau > 0 of the contrastive softmax; spec default 0.5 (MOON, FLOOD)",
+      "temperature tau > 0 of the contrastive softmax; default 0.5 (MOON, FLOOD)",
       1, 0 },
     { ALGO_NUMBER(MoonOptions, proj_dim), 0, 0, 65536, NULL,
-      "projection head width: 0 (FLOOD's form, no head; spec default) or > 0 (official MOON's ModelFedCon: "
+      "projection head width: 0 (FLOOD's form, no head; default) or > 0 (official MOON's ModelFedCon: "
       "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
       "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
       "checkpointed). Not for mobilenetv2 (its classifier is a convolution)", 0, 0 },
@@ -92,7 +92,7 @@ static double moon_contrastive(float *dz, const float *z, const float *zg, const
 }
 
 /* aux[0] <- w^t, aux[1] <- w_k^prev, both frozen in eval mode (MOON main.py: global and previous nets
- * .eval()). A client's first participation: w_k^prev = w^0, the initial global (spec A.17, FLOOD), rebuilt
+ * .eval()). A client's first participation: w_k^prev = w^0, the initial global (docs/methods/baselines.md A.17, FLOOD), rebuilt
  * from fl.seed exactly as the run made it. */
 static int moon_begin(AlgoClientCtx *c)
 {
@@ -144,14 +144,14 @@ static int moon_validate(const AlgoMethod *m, const AlgoSetup *s)
 static const AlgoBatchTerm moon_term_part = { moon_batch_term };
 static const AlgoClientReport moon_report_part = { moon_begin, moon_end };
 
-/* ==== FedDecorr (spec A.18) ============================================================================ */
+/* ==== FedDecorr (docs/methods/baselines.md A.18) ============================================================================ */
 
 typedef struct {
     double beta;
 } DecorrOptions;
 static const AlgoOption decorr_keys[] = {
     { ALGO_NUMBER(DecorrOptions, beta), 0.1, 0.0, 1e6, NULL,
-      "decorrelation weight beta >= 0; spec default 0.1 (official CIFAR-10 scripts, FLOOD); beta = 0 is "
+      "decorrelation weight beta >= 0; default 0.1 (official CIFAR-10 scripts, FLOOD); beta = 0 is "
       "FedAvg. Features = the classifier's input; unbiased variance, eps 1e-8; a batch of 1 adds 0", 0, 0 },
 };
 static const AlgoOptionPart decorr_options = ALGO_OPTION_PART("feddecorr", DecorrOptions, decorr_keys);
@@ -229,7 +229,7 @@ static void decorr_sizes(const AlgoSetup *s, AlgoSizes *z)
 
 static const AlgoBatchTerm decorr_term_part = { decorr_batch_term };
 
-/* ==== FedMR (spec A.19) ================================================================================ */
+/* ==== FedMR (docs/methods/baselines.md A.19) ================================================================================ */
 
 typedef struct {
     double first_stage;
@@ -237,7 +237,7 @@ typedef struct {
 static const AlgoOption fedmr_keys[] = {
     { ALGO_NUMBER(FedMrOptions, first_stage), 100, 0, 1e9, NULL,
       "t_1: rounds t < t_1 reset every slot to the uniform average (uniform averaging), rounds t >= t_1 "
-      "recombine every tensor with its own random permutation; spec default 100 (FLOOD's server; official "
+      "recombine every tensor with its own random permutation; default 100 (FLOOD's server; official "
       "code 0, its README 50-100 for VGG). m = clients per round (fl.selection bernoulli refused); the "
       "slots travel as m broadcast vectors; slot i goes to the i-th selected client in ascending id", 0, 0 },
 };
@@ -350,7 +350,7 @@ static int fedmr_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
 static const AlgoClientReport fedmr_report_part = { fedmr_begin, NULL };
 static const AlgoServerUpdate fedmr_update_part = { fedmr_update };
 
-/* ==== FedGKD (spec A.21) =============================================================================== */
+/* ==== FedGKD (docs/methods/baselines.md A.21) =============================================================================== */
 
 enum { GKD_AVG, GKD_VOTE };
 typedef struct {
@@ -359,15 +359,15 @@ typedef struct {
 } GkdOptions;
 static const AlgoOption gkd_keys[] = {
     { ALGO_NUMBER(GkdOptions, gamma), 0.1, 0.0, 1e6, NULL,
-      "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); spec default 0.1 (FedGKD README, "
+      "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); default 0.1 (FedGKD README, "
       "CIFAR-10 ResNet-8); gamma = 0 is FedAvg; off in round 0 (empty buffer)", 0, 0 },
     { ALGO_NUMBER(GkdOptions, buffer_length), 5, 1, 1000, NULL,
-      "M, the number of past global models kept (FIFO, newest w^t included); spec default 5 (README)", 0, 0 },
+      "M, the number of past global models kept (FIFO, newest w^t included); default 5 (README)", 0, 0 },
     { ALGO_NUMBER(GkdOptions, temperature), 1.0, 0.0, 1000.0, NULL,
-      "distillation temperature T > 0; spec default 1 (FedGKD code and README)", 1, 0 },
+      "distillation temperature T > 0; default 1 (FedGKD code and README)", 1, 0 },
     { ALGO_CHOICE(GkdOptions, variant), 0, 0, 0, "avg|vote",
       "avg: the teacher is the parameter average of the buffer (spec, FedGKD avg_param; default); vote: "
-      "distillation from the mean of the M buffered models' logits, all M broadcast [recon: the spec "
+      "distillation from the mean of the M buffered models' logits, all M broadcast [recon: docs/methods/baselines.md A.21 "
       "leaves FedGKD-VOTE out of scope]", 0, 0 },
 };
 static const AlgoOptionPart gkd_options = ALGO_OPTION_PART("fedgkd", GkdOptions, gkd_keys);
@@ -474,18 +474,18 @@ static const AlgoBatchTerm fedgkd_term_part = { fedgkd_batch_term };
 static const AlgoClientReport fedgkd_report_part = { fedgkd_begin, NULL };
 static const AlgoServerUpdate fedgkd_update_part = { fedgkd_update };
 
-/* ==== FedNP-min (spec A.20) ============================================================================ */
+/* ==== FedNP-min (docs/methods/baselines.md A.20) ============================================================================ */
 
-/* Follows the spec's minimal version (the FLOOD port of FedNP): a per-client NPN maps a 10-dimensional
+/* Follows the documented minimal version (the FLOOD port of FedNP): a per-client NPN maps a 10-dimensional
  * Gaussian (mu, sigma) to a Gaussian over the D classifier weights, and L_np pulls the classifier towards
  * its mean. Layout:
  *   client floats  cavity mean [10], cavity variance [10], NPN: W1 [10 x 10], b1 [10], W2 [10 x D], b2 [D]
  *   upload scalars site mean [10], site variance [10], the feature mean f of the local set
  *   server scalars every client's site (mean [10], variance [10]), K x 20, initialised to (0, 1)
  *   work           the current prior (mu, sigma) [20 doubles], the NPN gradient [110 + 11 D doubles]
- * Reconstructed where the spec is silent [recon]: the prior of the first step comes from the first batch's
+ * Reconstructed where the sources are silent [recon]: the prior of the first step comes from the first batch's
  * features; the cavity of client k is the precision-weighted product of the other K - 1 clients' latest
- * sites (so the initial sites (0, 1) give the spec's initial cavity (0, 1/(K-1))); "remove cavity"
+ * sites (so the initial sites (0, 1) give the documented initial cavity (0, 1/(K-1))); "remove cavity"
  * subtracts natural parameters, sigma_site = 1/(1/sigma_post - 1/sigma_cav), mu_site = sigma_site
  * (mu_post/sigma_post - mu_cav/sigma_cav), both clamped to [EPS, 5] (a negative variance becomes EPS); the
  * NPN is stepped by plain SGD with the local lr and weight decay (no momentum). */
@@ -494,9 +494,9 @@ typedef struct {
 } FedNpOptions;
 static const AlgoOption fednp_keys[] = {
     { ALGO_NUMBER(FedNpOptions, lambda), 0.01, 0.0, 1e6, NULL,
-      "FedNP-min (not the full FedNP: spec A.20's minimal version of the FLOOD port, D = classifier "
+      "FedNP-min (not the full FedNP: docs/methods/baselines.md A.20's minimal version of the FLOOD port, D = classifier "
       "weights): weight lambda >= 0 of L_np = mean_i (W_i - mu_i)^2 / (2 sigma_i + 1e-5), KLD dropped; "
-      "spec default 0.01; lambda = 0 trains the NPN but leaves the model as FedAvg's. Features = the "
+      "default 0.01; lambda = 0 trains the NPN but leaves the model as FedAvg's. Features = the "
       "classifier's input; cavity = product of the other clients' sites [recon]", 0, 0 },
 };
 static const AlgoOptionPart fednp_options = ALGO_OPTION_PART("fednp", FedNpOptions, fednp_keys);
@@ -510,7 +510,7 @@ ALGO_OPTIONS_OF(fednp_of, FedNpOptions, fednp_options)
 
 static double np_clamp(double x) { return fmin(fmax(x, NP_EPS), NP_HI); } /* NaN -> EPS */
 
-/* EP prior (mu, sigma) [10 each] of the cavity (cm, cs) seen through the feature mean f (spec A.20) */
+/* EP prior (mu, sigma) [10 each] of the cavity (cm, cs) seen through the feature mean f (docs/methods/baselines.md A.20) */
 static void fednp_prior(double *mu, double *sigma, const float *cav_m, const float *cav_s, double f)
 {
     const double a2 = 4.0 - 2.0 * sqrt(2.0), b2 = log(sqrt(2.0) + 1.0);
@@ -738,7 +738,7 @@ const AlgoMethod algo_family_repr[] = {
     {
         .name = "moon",
         .summary = "MOON: model-contrastive term on the features vs w^t (positive) and the client's previous model",
-        .source = "spec A.17",
+        .source = "docs/methods/baselines.md A.17",
         .state = "w_k^prev (P) | -",
         .payload = "down 1, up 1",
         .batch_term = &moon_term_part,
@@ -752,7 +752,7 @@ const AlgoMethod algo_family_repr[] = {
     {
         .name = "feddecorr",
         .summary = "FedDecorr: beta x mean squared off-diagonal correlation of the batch's features",
-        .source = "spec A.18",
+        .source = "docs/methods/baselines.md A.18",
         .state = "-",
         .payload = "down 1, up 1",
         .batch_term = &decorr_term_part,
@@ -763,7 +763,7 @@ const AlgoMethod algo_family_repr[] = {
     {
         .name = "fedmr",
         .summary = "FedMR: m slot models trained by the round's clients, recombined tensor by tensor; eval on their mean",
-        .source = "spec A.19",
+        .source = "docs/methods/baselines.md A.19",
         .state = "- | m slots (m P, broadcast)",
         .payload = "down 1, up 1",
         .report = &fedmr_report_part,
@@ -776,8 +776,8 @@ const AlgoMethod algo_family_repr[] = {
     },
     {
         .name = "fednp",
-        .summary = "FedNP-min: the spec's minimal FedNP, a per-client posterior network regularising the classifier",
-        .source = "spec A.20 (minimal version)",
+        .summary = "FedNP-min: the documented minimal FedNP, a per-client posterior network regularising the classifier",
+        .source = "docs/methods/baselines.md A.20 (minimal version)",
         .state = "NPN+cavity (11D+130) | 20 K",
         .payload = "down 1+20, up 1+20",
         .local_term = &fednp_term_part,
@@ -792,7 +792,7 @@ const AlgoMethod algo_family_repr[] = {
     {
         .name = "fedgkd",
         .summary = "FedGKD: distillation from the average of the last M global models (variant vote: their logits)",
-        .source = "spec A.21",
+        .source = "docs/methods/baselines.md A.21",
         .state = "- | M past globals (M P)",
         .payload = "down 2, vote 1+M; up 1",
         .batch_term = &fedgkd_term_part,

@@ -1,11 +1,11 @@
-/* Method family 'sam' (spec algorithms-sam 0-8, 11, 16): the SAM, ASAM and GSAM local steps, FedLESAM's
+/* Method family 'sam' (docs/methods/sam.md §0-8, 11, 16): the SAM, ASAM and GSAM local steps, FedLESAM's
  * single-backprop global-direction step, and the rows FedSAM, MoFedSAM, FedGAMMA, FedSpeed, FedSMOO,
  * FedLESAM, FedLESAM-S, FedLESAM-D and FedLWSAM.
  *
- * The step order of the FL-Simulator family (spec 0.2), written once in sam_two_pass / lesam_pass:
+ * The step order of the FL-Simulator family (docs/methods/sam.md §0.2), written once in sam_two_pass / lesam_pass:
  *   1. the perturbation comes from the pure minibatch-loss gradient (c->state.grad_pure: no correction, no clip,
- *      no weight decay); the perturbed pass runs with BatchNorm running statistics frozen (spec 0.3);
- *   2. w is restored from a saved copy, bit for bit (the codes subtract eps again; spec 0.3 [PROPOSED]);
+ *      no weight decay); the perturbed pass runs with BatchNorm running statistics frozen (docs/methods/sam.md §0.3);
+ *   2. w is restored from a saved copy, bit for bit (the codes subtract eps again; docs/methods/sam.md §0.3 [PROPOSED]);
  *   3. the runtime's grad_terms adds the method's local terms and correction at w and clips (train.clip);
  *   4. FedDyn-style methods add lambda w after the clip (omega = wd + lambda), and the configured optimiser
  *      adds the weight decay and steps.
@@ -16,7 +16,7 @@
  * rows add their own parts (FedLESAM's mode and compat, MoFedSAM's alpha, FedSpeed's merge, FedLWSAM's lw).
  * Upload scalars: the row's own first, then the diagnostics (mean ||eps|| and mean ||g|| of the client's
  * steps, AlgoSizes.upload_perturb_norm / upload_grad_norm). Parameters-only rules (control variates, dual
- * variables, momentum) cover [0, n_params); buffers are averaged with the method's weights (spec 0.3). */
+ * variables, momentum) cover [0, n_params); buffers are averaged with the method's weights (docs/methods/baselines.md §0.3). */
 #include "algo_internal.h"
 
 #include <math.h>
@@ -24,8 +24,8 @@
 
 #include "fedhet/core.h"
 
-#define SAM_NORM_EPS 1e-7  /* e in rho g / (||g|| + e): FL-Simulator ESAM, DRegSAM, LESAM (spec 0.3) */
-#define GSAM_EPS 1e-12     /* GSAM's cosine and projection (spec 2) */
+#define SAM_NORM_EPS 1e-7  /* e in rho g / (||g|| + e): FL-Simulator ESAM, DRegSAM, LESAM (docs/methods/sam.md §0.3) */
+#define GSAM_EPS 1e-12     /* GSAM's cosine and projection (docs/methods/sam.md §2) */
 
 enum { WEIGHTS_UNIFORM, WEIGHTS_SAMPLES };
 enum { SC_K_BAR }; /* server scalar 0 of FedGAMMA, FedLESAM-S, FedWMSAM */
@@ -33,25 +33,25 @@ enum { SC_K_BAR }; /* server scalar 0 of FedGAMMA, FedLESAM-S, FedWMSAM */
 /* ---- the shared option parts (algo_internal.h) ------------------------------------------------------- */
 
 static const AlgoOption radius_keys[] = {
-    { ALGO_NUMBER(SamRadiusOptions, rho), 0.1, 0.0, 1e6, NULL, "SAM radius rho >= 0; spec default 0.1 (FL-Simulator)",
+    { ALGO_NUMBER(SamRadiusOptions, rho), 0.1, 0.0, 1e6, NULL, "SAM radius rho >= 0; default 0.1 (FL-Simulator)",
       0, 0 },
 };
 const AlgoOptionPart algo_sam_radius_options = ALGO_OPTION_PART("sam_radius", SamRadiusOptions, radius_keys);
 
 static const AlgoOption weights_keys[] = {
     { ALGO_CHOICE(SamWeightsOptions, weights), WEIGHTS_UNIFORM, 0, 0, "uniform|samples",
-      "server average: uniform (FL-Simulator server.py; spec 0.2 default) or samples (sample counts)", 0, 0 },
+      "server average: uniform (FL-Simulator server.py; docs/methods/sam.md §0.2 default) or samples (sample counts)", 0, 0 },
 };
 const AlgoOptionPart algo_sam_weights_options = ALGO_OPTION_PART("sam_weights", SamWeightsOptions, weights_keys);
 
 static const AlgoOption perturb_keys[] = {
     { ALGO_CHOICE(SamPerturbOptions, perturb), PERTURB_SAM, 0, 0, "sam|asam|gsam",
-      "local perturbation: sam (eps = rho g/(||g|| + 1e-7), spec 1; default), asam (eps = rho T^2 g/||T g||, "
-      "T = |w| + asam_eta on weight tensors, 1 on biases; Caldarola's FedASAM uses rho 0.7), gsam (GSAM, spec 2: "
+      "local perturbation: sam (eps = rho g/(||g|| + 1e-7), docs/methods/sam.md §1; default), asam (eps = rho T^2 g/||T g||, "
+      "T = |w| + asam_eta on weight tensors, 1 on biases; Caldarola's FedASAM uses rho 0.7), gsam (GSAM, docs/methods/sam.md §2: "
       "descend g_p - gsam_alpha g_perp; the norms use e = 1e-7 like SAM so that gsam_alpha = 0 is SAM bit for bit; "
       "GSAM's code uses 1e-12)", 0, 0 },
     { ALGO_NUMBER(SamPerturbOptions, asam_eta), 0.2, 0.0, 1e6, NULL,
-      "ASAM offset eta_a in T = |w| + eta_a (perturb = asam); spec 1: Caldarola's FedASAM 0.2; FL-Simulator's "
+      "ASAM offset eta_a in T = |w| + eta_a (perturb = asam); docs/methods/sam.md §1: Caldarola's FedASAM 0.2; FL-Simulator's "
       "adaptive ESAM has 0", 0, 0 },
     { ALGO_NUMBER(SamPerturbOptions, gsam_alpha), 0.4, 0.0, 1.0, NULL,
       "GSAM alpha in [0, 1] (perturb = gsam): official GSAM example 0.4 (default), FedISM 0.1; 0 is SAM", 0, 0 },
@@ -60,7 +60,7 @@ const AlgoOptionPart algo_sam_perturb_options = ALGO_OPTION_PART("sam_perturb", 
 
 static const AlgoOption schedule_keys[] = {
     { ALGO_CHOICE(SamScheduleOptions, rho_schedule), RHO_CONSTANT, 0, 0, "constant|lr",
-      "radius over the rounds: constant (rho every round; default) or lr (GSAM's scheduler, spec 2: rho_t = "
+      "radius over the rounds: constant (rho every round; default) or lr (GSAM's scheduler, docs/methods/sam.md §2: rho_t = "
       "rho_min + (rho - rho_min)(lr_t - lr_min)/(lr_max - lr_min) over the run's lr schedule lr lr_decay^t, "
       "t = 0..T-1, so rho in round 0 and rho_min in the last; rho throughout when train.lr_decay = 1). Any "
       "perturbation; T is fl.rounds, so extending a run on resume stretches the rest of the schedule", 0, 0 },
@@ -71,7 +71,7 @@ const AlgoOptionPart algo_sam_schedule_options = ALGO_OPTION_PART("sam_schedule"
 
 static const AlgoOption lambda_keys[] = {
     { ALGO_NUMBER(SamLambdaOptions, lambda), 0.1, 0.0, 1e6, NULL,
-      "prox weight lambda >= 0; spec default 0.1: r = g_s + lambda (h_i - w^t) before the clip, "
+      "prox weight lambda >= 0; default 0.1: r = g_s + lambda (h_i - w^t) before the clip, "
       "+ (wd + lambda) w after it; h_i = sum of the client's past deltas; w^{t+1} = mean w_i + "
       "mean over all N clients of h", 0, 0 },
 };
@@ -124,7 +124,7 @@ double algo_sam_radius(const AlgoClientCtx *c)
     return rho;
 }
 
-/* K_bar = E n_0 / B from client 0's size, as a real number (FL-Simulator, spec 0.2); train.steps when the
+/* K_bar = E n_0 / B from client 0's size, as a real number (FL-Simulator, docs/methods/sam.md §0.2); train.steps when the
  * round is a fixed step count */
 static double k_bar(const AlgoSetup *s, const int64_t *client_sizes)
 {
@@ -132,7 +132,7 @@ static double k_bar(const AlgoSetup *s, const int64_t *client_sizes)
     return (double)s->epochs * (double)client_sizes[0] / (double)s->batch_size;
 }
 
-/* GSAM's radius schedule (spec 2): rho_t - rho_min is proportional to lr_t - lr_min, rho_t = rho_max = rho at
+/* GSAM's radius schedule (docs/methods/sam.md §2): rho_t - rho_min is proportional to lr_t - lr_min, rho_t = rho_max = rho at
  * lr_max, rho_min at lr_min, over the run's schedule lr_t = lr lr_decay^t, t = 0..T-1 (lr_t multiplied
  * round by round as the runtime does, so that the values are the rounds' own). A constant lr gives rho, as
  * GSAM's scheduler does when its max and min lr are equal. */
@@ -182,7 +182,7 @@ static int sam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doubl
 
 static const AlgoServerWeights sam_weights_part = { .weights = sam_weights, .rule = ALGO_WEIGHTS_BY_KEY };
 
-/* ---- the two-pass step: SAM, ASAM, GSAM (spec 1, 2), FedSpeed's merge (6), FedSMOO's dual (7) --------- */
+/* ---- the two-pass step: SAM, ASAM, GSAM (docs/methods/sam.md §1, 2), FedSpeed's merge (6), FedSMOO's dual (7) --------- */
 
 typedef struct {
     int perturb;         /* PERTURB_* */
@@ -193,7 +193,7 @@ typedef struct {
     const float *s;      /* FedSMOO: the global perturbation s */
 } SamPass;
 
-/* ASAM (spec 1): eps = rho T^2 g / (||T g|| + e), T = |w| + eta on weight tensors (conv, linear and norm
+/* ASAM (docs/methods/sam.md §1): eps = rho T^2 g / (||T g|| + e), T = |w| + eta on weight tensors (conv, linear and norm
  * weights), 1 on biases; g becomes T g; returns ||eps||. Works on the model's tensor table. */
 static double asam_perturb(const NnModel *m, float *w, float *g, double rho, double eta, double e)
 {
@@ -279,7 +279,7 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
         eps_norm = (double)scale * gnorm;
     }
     const int bn = m->bn_update_running;
-    m->bn_update_running = 0; /* fb 2 at w + eps, running statistics frozen (spec 0.3) */
+    m->bn_update_running = 0; /* fb 2 at w + eps, running statistics frozen (docs/methods/sam.md §0.3) */
     status = grad(env, &loss1);
     m->bn_update_running = bn;
     if (m->state == saved) m->state = w;
@@ -300,7 +300,7 @@ static int sam_two_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *lo
         for (int64_t j = 0; j < P; j++) g[j] = b * g0[j] + a * g[j];
     }
     diag_add(c, eps_norm, gnorm);
-    double value = loss0; /* the unperturbed loss is reported (FedLWSAM's L_i, spec 11) */
+    double value = loss0; /* the unperturbed loss is reported (FedLWSAM's L_i, docs/methods/sam.md §11) */
     c->svc->grad_terms(c, g, &value);
     if (o->extra_decay != 0.0) nn_vec_axpy(g, (float)o->extra_decay, w, P);
     c->svc->optimizer_step(c, w, g);
@@ -331,13 +331,13 @@ typedef struct {
 } SpeedOptions;
 static const AlgoOption speed_keys[] = {
     { ALGO_NUMBER(SpeedOptions, speed_merge), 1.0, 0.0, 1.0, NULL,
-      "merge coefficient a: the descent gradient is (1 - a) g + a g_s; spec default 1 (the official code: "
+      "merge coefficient a: the descent gradient is (1 - a) g + a g_s; default 1 (the official code: "
       "the perturbed gradient alone); the paper merges the two (its coefficient is not pinned)", 0, 0 },
 };
 static const AlgoOptionPart speed_options = ALGO_OPTION_PART("fedspeed", SpeedOptions, speed_keys);
 ALGO_OPTIONS_OF(speed_of, SpeedOptions, speed_options)
 
-/* FedSpeed (spec 6): SAM with the prox correction (correction part) and lambda w after the clip */
+/* FedSpeed (docs/methods/sam.md §6): SAM with the prox correction (correction part) and lambda w after the clip */
 static int speed_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
     SamPass o = sam_pass_of(c, sam_perturb_of(c->round->options));
@@ -346,7 +346,7 @@ static int speed_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
     return sam_two_pass(c, grad, env, loss, &o);
 }
 
-/* FedSMOO (spec 7): client vector 1 = mu_i, server vector 0 = s */
+/* FedSMOO (docs/methods/sam.md §7): client vector 1 = mu_i, server vector 0 = s */
 static int smoo_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss)
 {
     const SamPass o = { .perturb = PERTURB_SAM, .rho = algo_sam_radius(c), .merge = 1.0,
@@ -367,7 +367,7 @@ static const AlgoLocalStep sam_step_part = { .step = algo_sam_step, .round_radiu
 static const AlgoLocalStep speed_step_part = { .step = speed_step, .round_radius = algo_sam_lr_radius };
 static const AlgoLocalStep smoo_step_part = { .step = smoo_step };
 
-/* ---- FedDyn-style prox correction (FedSpeed, FedSMOO, FedLESAM-D; spec 6) ----------------------------- */
+/* ---- FedDyn-style prox correction (FedSpeed, FedSMOO, FedLESAM-D; docs/methods/sam.md §6) ----------------------------- */
 
 /* lambda (h_i - w^t) before the clip; lambda w comes after it (the step) */
 static void dyn_correct(AlgoClientCtx *c, float *grad)
@@ -380,7 +380,7 @@ static void dyn_correct(AlgoClientCtx *c, float *grad)
 
 static const AlgoGradCorrection dyn_correct_part = { .correct = dyn_correct };
 
-/* ---- control variates with K_bar (FedGAMMA, FedLESAM-S; spec 5) --------------------------------------- */
+/* ---- control variates with K_bar (FedGAMMA, FedLESAM-S; docs/methods/sam.md §5) --------------------------------------- */
 
 /* client vector 0: c_i; server vector 0: c; server scalar 0: K_bar.
  * Client: c_i <- c_i - c - Delta_i/(K eta), K = K_bar (k_norm = code) or the steps taken (actual). */
@@ -396,7 +396,7 @@ static void cv_end(AlgoClientCtx *c, int k_norm)
 }
 
 /* Server: c <- c + (1/N) sum_i (c_i_new - c_i), with c_i_new - c_i = -c - Delta_i/(K_i eta) derived from
- * the uploaded model (so only w_i travels up; spec 5 payload); N = all clients. */
+ * the uploaded model (so only w_i travels up; docs/methods/sam.md §5 payload); N = all clients. */
 static int cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm)
 {
     const int64_t P = s->n_params;
@@ -423,7 +423,7 @@ static int k_bar_init(AlgoServerCtx *s, float *global)
     return FH_OK;
 }
 
-/* ---- FedGAMMA (spec 5) -------------------------------------------------------------------------------- */
+/* ---- FedGAMMA (docs/methods/sam.md §5) -------------------------------------------------------------------------------- */
 
 static int gamma_end(AlgoClientCtx *c)
 {
@@ -440,7 +440,7 @@ static int gamma_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
 static const AlgoClientReport gamma_report_part = { .end = gamma_end };
 static const AlgoServerUpdate gamma_update_part = { .update = gamma_update };
 
-/* ---- FedSMOO server and report (spec 7) --------------------------------------------------------------- */
+/* ---- FedSMOO server and report (docs/methods/sam.md §7) --------------------------------------------------------------- */
 
 /* h_i += Delta_i (FedDyn's), upload mu_i */
 static int smoo_end(AlgoClientCtx *c)
@@ -470,7 +470,7 @@ static const AlgoServerUpdate smoo_update_part = { .update = smoo_update };
 static const AlgoClientReport dyn_report_part = { .end = feddyn_end };
 static const AlgoServerUpdate dyn_update_part = { .update = feddyn_update };
 
-/* ---- MoFedSAM (spec 4): FedCM's correction and server direction --------------------------------------- */
+/* ---- MoFedSAM (docs/methods/sam.md §4): FedCM's correction and server direction --------------------------------------- */
 
 /* MoFedSAM's own key: FedCM's alpha, with its own meaning for the SAM gradient */
 typedef struct {
@@ -479,7 +479,7 @@ typedef struct {
 static const AlgoOption mofedsam_keys[] = {
     { ALGO_NUMBER(MoFedSamOptions, alpha), 0.1, 0.0, 1.0,
       NULL, "weight of the fresh SAM gradient in (0, 1] (FedCM convention, not a momentum coefficient): "
-      "r = alpha g_s + (1 - alpha) mom before the clip; spec default 0.1 (README: 0.05 or 0.1); round 0 "
+      "r = alpha g_s + (1 - alpha) mom before the clip; default 0.1 (README: 0.05 or 0.1); round 0 "
       "runs at alpha lr (mom = 0), as the code", 1, 0 },
 };
 static const AlgoOptionPart mofedsam_options = ALGO_OPTION_PART("mofedsam", MoFedSamOptions, mofedsam_keys);
@@ -509,14 +509,14 @@ static const AlgoServerUpdate mofedsam_update_part = { .update = mofedsam_update
 
 static const AlgoGradCorrection gamma_correct_part = { .correct = algo_scaffold_correct };
 
-/* ---- FedLESAM (spec 8): a fixed global-direction perturbation, one fb per step ------------------------ */
+/* ---- FedLESAM (docs/methods/sam.md §8): a fixed global-direction perturbation, one fb per step ------------------------ */
 
 /* Paper mode: the last client vector is w_old (the global model the client last received). Code mode: the
  * last server vector is gu = w^t - w^{t-1} (broadcast). FedLESAM-S: client vector 0 c_i, server vector 0 c;
  * FedLESAM-D: client vector 0 h_i, server-only vector 0 sum_k h_k. work[0]: eps of the round; work[1]: the
  * saved weights (lesam_w_old and the functions after it name them). */
 
-/* [CODE-BUG] LESAM.py (spec 8; also FedWMSAM's WMSAM.py, spec 9): d becomes the official perturbation, tensor j
+/* [CODE-BUG] LESAM.py (docs/methods/sam.md §8; also FedWMSAM's WMSAM.py, docs/methods/sam.md §9): d becomes the official perturbation, tensor j
  * the constant rho d[j] / (sum_{j<J} |d[j]| + 1e-7), d[j] the j-th element of the flat vector, J the number of
  * trainable tensors; first: scratch of J floats */
 void algo_lesam_official(const NnModel *m, float *d, double rho, float *first)
@@ -550,7 +550,7 @@ static const AlgoOption lesam_keys[] = {
       "step, eps = -rho gu/||gu||, gu = w^t - w^{t-1} broadcast; none in round 0). Equal under full "
       "participation", 0, 0 },
     { ALGO_CHOICE(LesamOptions, compat), COMPAT_INTENDED, 0, 0, "intended|official",
-      "intended (the full-vector perturbation rho d/||d||; default) or official ([CODE-BUG] of LESAM.py, spec "
+      "intended (the full-vector perturbation rho d/||d||; default) or official ([CODE-BUG] of LESAM.py, docs/methods/sam.md §"
       "8: tensor j gets the constant rho d[j]/(sum_{j<J} |d[j]| + 1e-7) from the j-th element of the flat "
       "direction; reproduces published numbers). Nothing else changes", 0, 0 },
 };
@@ -663,7 +663,7 @@ static int lesam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
     return FH_OK;
 }
 
-/* FedLESAM-S: lambda (c - c_i) before the clip (the code scales SCAFFOLD's correction by lamb; spec 8) */
+/* FedLESAM-S: lambda (c - c_i) before the clip (the code scales SCAFFOLD's correction by lamb; docs/methods/sam.md §8) */
 static void lesam_s_correct(AlgoClientCtx *c, float *grad)
 {
     const float lambda = (float)sam_lambda_of(c->round->options)->lambda;
@@ -718,7 +718,7 @@ static const AlgoServerUpdate lesam_update_part = { .update = lesam_update };
 static const AlgoServerUpdate lesam_s_update_part = { .update = lesam_s_update };
 static const AlgoServerUpdate lesam_d_update_part = { .update = lesam_d_update };
 
-/* ---- FedLWSAM (spec 11): FedSAM with FedLW / FedNoLoWe weights ---------------------------------------- */
+/* ---- FedLWSAM (docs/methods/sam.md §11): FedSAM with FedLW / FedNoLoWe weights ---------------------------------------- */
 
 enum { LW_FEDLW, LW_NOLOWE };
 typedef struct {
@@ -727,7 +727,7 @@ typedef struct {
 static const AlgoOption lwsam_keys[] = {
     { ALGO_CHOICE(LwSamOptions, lw), LW_FEDLW, 0, 0, "fedlw|nolowe",
       "weights from L_i, the sample-weighted mean unperturbed training loss of the round: fedlw (p_i ~ "
-      "1/(L_i + eps), reconstructed [RECON]; fair.c's FedLW with eps = 1e-8, spec 11 writes 1e-12; default) "
+      "1/(L_i + eps), reconstructed [RECON]; fair.c's FedLW with eps = 1e-8, docs/methods/sam.md §11 writes 1e-12; default) "
       "or nolowe (FedNoLoWe's (1 - L_i/sum L)/(m - 1)); neither uses n_i", 0, 0 },
 };
 static const AlgoOptionPart lwsam_options = ALGO_OPTION_PART("fedlwsam", LwSamOptions, lwsam_keys);
@@ -737,7 +737,7 @@ ALGO_OPTIONS_OF(lwsam_of, LwSamOptions, lwsam_options)
 static int lwsam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p)
 {
     if (lwsam_of(s->options)->lw == LW_NOLOWE) return fednolowe_weights(s, u, m, p);
-    algo_fedlw_weights(u, m, p, 0); /* FedLW's times_samples = false: no n_i (spec 11) */
+    algo_fedlw_weights(u, m, p, 0); /* FedLW's times_samples = false: no n_i (docs/methods/sam.md §11) */
     return FH_OK;
 }
 
@@ -768,7 +768,7 @@ const AlgoMethod algo_family_sam[] = {
     {
         .name = "fedsam",
         .summary = "FedSAM: FedAvg with SAM local steps (or ASAM, GSAM), uniform average",
-        .source = "spec algorithms-sam 1-3",
+        .source = "docs/methods/sam.md §1-3",
         .state = "-",
         .payload = "down 1, up 1",
         .step = &sam_step_part,
@@ -778,14 +778,14 @@ const AlgoMethod algo_family_sam[] = {
         .parts = { SAM_STEP_PARTS },
         .tunes = {
             { "rho", NAN,
-              "SAM radius rho >= 0; spec default 0.1 (FL-Simulator train.py, Caldarola's FedSAM); rho = 0 is "
+              "SAM radius rho >= 0; default 0.1 (FL-Simulator train.py, Caldarola's FedSAM); rho = 0 is "
               "FedAvg's SGD step bit for bit" },
         },
     },
     {
         .name = "mofedsam",
         .summary = "MoFedSAM: SAM local steps mixed with the server's per-step direction (FedCM momentum)",
-        .source = "spec algorithms-sam 4",
+        .source = "docs/methods/sam.md §4",
         .state = "- | mom (P)",
         .payload = "down 2, up 1",
         .correction = &mofedsam_correct_part,
@@ -800,7 +800,7 @@ const AlgoMethod algo_family_sam[] = {
     {
         .name = "fedgamma",
         .summary = "FedGAMMA: SAM local steps with SCAFFOLD control variates (c - c_i) in the descent gradient",
-        .source = "spec algorithms-sam 5",
+        .source = "docs/methods/sam.md §5",
         .state = "c_i (P) | c (P), K_bar",
         .payload = "down 2, up 1",
         .correction = &gamma_correct_part,
@@ -817,14 +817,14 @@ const AlgoMethod algo_family_sam[] = {
         .parts = { SAM_STEP_PARTS, &algo_k_norm_options },
         .tunes = {
             { "rho", 0.01,
-              "SAM radius rho >= 0; spec default 0.01 (FL-Simulator README's SAM lr for FedGamma). The control "
+              "SAM radius rho >= 0; default 0.01 (FL-Simulator README's SAM lr for FedGamma). The control "
               "variates are not used in the perturbation, as in the code" },
         },
     },
     {
         .name = "fedspeed",
         .summary = "FedSpeed: SAM local steps with a FedDyn-like prox term and prox-correction h_i",
-        .source = "spec algorithms-sam 6",
+        .source = "docs/methods/sam.md §6",
         .state = "h_i (P) | sum_k h_k (P, rank 0)",
         .payload = "down 1, up 1",
         .correction = &dyn_correct_part,
@@ -842,7 +842,7 @@ const AlgoMethod algo_family_sam[] = {
         .name = "fedsmoo",
         .summary = "FedSMOO: FedSpeed's regulariser plus a dual variable mu_i that aligns local perturbations "
                    "with a global one s",
-        .source = "spec algorithms-sam 7",
+        .source = "docs/methods/sam.md §7",
         .state = "h_i, mu_i (2P) | s (P), sum_k h_k (P, rank 0)",
         .payload = "down 2, up 2",
         .correction = &dyn_correct_part,
@@ -859,17 +859,17 @@ const AlgoMethod algo_family_sam[] = {
         .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &algo_sam_lambda_options },
         .tunes = {
             { "rho", NAN,
-              "SAM radius rho >= 0, also the radius of the global perturbation s = rho mu_bar/||mu_bar||; spec "
+              "SAM radius rho >= 0, also the radius of the global perturbation s = rho mu_bar/||mu_bar||; "
               "default 0.1" },
             { "lambda", NAN,
-              "prox weight lambda >= 0; spec default 0.1 (as FedSpeed): lambda (h_i - w^t) before the "
+              "prox weight lambda >= 0; default 0.1 (as FedSpeed): lambda (h_i - w^t) before the "
               "clip, (wd + lambda) w after it" },
         },
     },
     {
         .name = "fedlesam",
         .summary = "FedLESAM: one-backprop SAM with the global ascent direction estimated from global-model moves",
-        .source = "spec algorithms-sam 8",
+        .source = "docs/methods/sam.md §8",
         .state = "w_old (P; mode = code: -) | - (mode = code: gu (P))",
         .payload = "down 1, up 1 (mode = code: down 2)",
         .step = &lesam_step_part,
@@ -881,14 +881,14 @@ const AlgoMethod algo_family_sam[] = {
         .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &lesam_options },
         .tunes = {
             { "rho", NAN,
-              "radius rho >= 0 of the fixed per-round perturbation; spec default 0.1 (train.py; the README's "
+              "radius rho >= 0 of the fixed per-round perturbation; default 0.1 (train.py; the README's "
               "FedLESAM-S example uses 0.5 and advises tuning)" },
         },
     },
     {
         .name = "fedlesam-s",
         .summary = "FedLESAM-S: FedLESAM with SCAFFOLD control variates scaled by lambda",
-        .source = "spec algorithms-sam 8 (and 5)",
+        .source = "docs/methods/sam.md §8 (and 5)",
         .state = "c_i (P) + w_old (P; mode = code: -) | c (P), K_bar (mode = code: + gu (P))",
         .payload = "down 2, up 1 (mode = code: down 3)",
         .correction = &lesam_s_correct_part,
@@ -906,9 +906,9 @@ const AlgoMethod algo_family_sam[] = {
                    &algo_k_norm_options },
         .tunes = {
             { "rho", NAN,
-              "radius rho >= 0; spec default 0.1 (train.py; README example 0.5)" },
+              "radius rho >= 0; default 0.1 (train.py; README example 0.5)" },
             { "lambda", NAN,
-              "scale of the SCAFFOLD correction lambda (c - c_i) >= 0; spec default 0.1 (the code "
+              "scale of the SCAFFOLD correction lambda (c - c_i) >= 0; default 0.1 (the code "
               "multiplies SCAFFOLD's correction by lamb; FedGAMMA does not). Control variates as FedGAMMA "
               "(c += (1/N) sum dc_i)" },
         },
@@ -916,7 +916,7 @@ const AlgoMethod algo_family_sam[] = {
     {
         .name = "fedlesam-d",
         .summary = "FedLESAM-D: FedLESAM with FedDyn's dynamic regulariser (as FedSpeed)",
-        .source = "spec algorithms-sam 8 (and 6)",
+        .source = "docs/methods/sam.md §8 (and 6)",
         .state = "h_i (P) + w_old (P; mode = code: -) | sum_k h_k (P, rank 0) (mode = code: + gu (P))",
         .payload = "down 1, up 1 (mode = code: down 2)",
         .correction = &dyn_correct_part,
@@ -931,16 +931,16 @@ const AlgoMethod algo_family_sam[] = {
         .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &lesam_options, &algo_sam_lambda_options },
         .tunes = {
             { "rho", NAN,
-              "radius rho >= 0; spec default 0.1 (train.py)" },
+              "radius rho >= 0; default 0.1 (train.py)" },
             { "lambda", NAN,
-              "prox weight lambda >= 0; spec default 0.1: lambda (h_i - w^t) before the clip, (wd + lambda) "
+              "prox weight lambda >= 0; default 0.1: lambda (h_i - w^t) before the clip, (wd + lambda) "
               "w after it; server as FedSpeed; in code mode gu = w^{t+1} - w^t, the full change" },
         },
     },
     {
         .name = "fedlwsam",
         .summary = "FedLWSAM: FedSAM local training with loss-based server weights (FedLW or FedNoLoWe)",
-        .source = "spec algorithms-sam 11",
+        .source = "docs/methods/sam.md §11",
         .state = "-",
         .payload = "down 1, up 1 + L_i",
         .step = &sam_step_part,
@@ -952,7 +952,7 @@ const AlgoMethod algo_family_sam[] = {
         .parts = { &algo_sam_radius_options, &lwsam_options, &algo_sam_perturb_options, &algo_sam_schedule_options },
         .tunes = {
             { "rho", 0.05,
-              "SAM radius rho >= 0; spec default 0.05 = FedSCAM's rho_max [PROPOSED, to match the FedSCAM "
+              "SAM radius rho >= 0; default 0.05 = FedSCAM's rho_max [PROPOSED, to match the FedSCAM "
               "comparison]" },
         },
     },

@@ -1,4 +1,4 @@
-/* Flatness diagnostics of a model state (spec algorithms-sam 12 definitions, used by metrics.csv
+/* Flatness diagnostics of a model state (docs/methods/sam.md §12 definitions, used by metrics.csv
  * sharpness / perturbed_loss): the loss L0 on a probe set, the loss L1 after the worst-case step of
  * radius rho along the probe set's full gradient, in eval mode with plain cross-entropy. */
 #include "algo_internal.h"
@@ -38,7 +38,7 @@ int algo_sam_sharpness(NnModel *m, const float *state, const float *x, const int
 {
     float *saved = m->state, *pert = work, *dlogits = work + m->n_state;
     const int training = m->training;
-    nn_model_set_training(m, 0); /* running statistics, nothing updated (spec 0.3) */
+    nn_model_set_training(m, 0); /* running statistics, nothing updated (docs/methods/sam.md §0.3) */
     m->state = (float *)state;
     int status = probe_pass(m, x, y, n, dlogits, 1, loss);
     if (status == FH_OK) {

@@ -1,7 +1,7 @@
-/* Method family 'server' (spec A.3-A.8): FedAvgM, FedProx, SCAFFOLD, FedDyn, FedNova, FedCM.
+/* Method family 'server' (docs/methods/baselines.md A.3-A.8): FedAvgM, FedProx, SCAFFOLD, FedDyn, FedNova, FedCM.
  *
  * Every rule here acts on the trainable parameters [0, n_params) only; buffers [n_params, n_state) (BN
- * running statistics) are averaged with the method's aggregation weights (spec 0.3). Aggregates are
+ * running statistics) are averaged with the method's aggregation weights (docs/methods/sam.md §0.3). Aggregates are
  * accumulated in double in ascending client id (the uploads arrive sorted).
  *
  * Server steps of the form w^{t+1} = w^t - eta (w^t - avg) are written as avg + (1 - eta)(w^t - avg) + ...,
@@ -37,7 +37,7 @@ static void sum_uploads(double *acc, const AlgoUpload *u, int m, int vec, int64_
     }
 }
 
-/* ---- FedAvgM (spec A.3) ------------------------------------------------------------------------------- */
+/* ---- FedAvgM (docs/methods/baselines.md A.3) ------------------------------------------------------------------------------- */
 
 enum { AVGM_CANONICAL, AVGM_FLOOD, AVGM_EMA, AVGM_NESTEROV };
 typedef struct {
@@ -46,10 +46,10 @@ typedef struct {
 } AvgmOptions;
 static const AlgoOption avgm_keys[] = {
     { ALGO_NUMBER(AvgmOptions, beta), 0.9, 0.0, 1.0, NULL,
-      "server momentum beta in [0, 1); spec default 0.9 [recon]; FLOOD uses 0.1, FedDecorr's EMA 0.9; "
+      "server momentum beta in [0, 1); default 0.9 [recon]; FLOOD uses 0.1, FedDecorr's EMA 0.9; "
       "beta = 0 with eta_s = 1 is FedAvg; the effective step is eta_s/(1 - beta)", 0, 1 },
     { ALGO_NUMBER(AvgmOptions, eta_s), 1.0, 0.0, 1000.0, NULL,
-      "server learning rate eta_s; spec default 1 (FedAvg step plus momentum), as in every reference code", 1, 0 },
+      "server learning rate eta_s; default 1 (FedAvg step plus momentum), as in every reference code", 1, 0 },
     { ALGO_CHOICE(AvgmOptions, variant), AVGM_CANONICAL, 0, 0, "canonical|flood|ema|nesterov",
       "canonical (Hsu et al.: v = beta v + g, w -= eta_s v; default), flood (FLOOD serverM.py: the same "
       "algebra on client deltas, bit-identical to canonical; FLOOD runs it with beta = 0.1), ema (MOON, "
@@ -94,7 +94,7 @@ static int fedavgm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const do
 
 static const AlgoServerUpdate fedavgm_update_part = { .update = fedavgm_update };
 
-/* ---- FedProx (spec A.4) ------------------------------------------------------------------------------- */
+/* ---- FedProx (docs/methods/baselines.md A.4) ------------------------------------------------------------------------------- */
 
 enum { PROX_SAMPLES, PROX_UNIFORM };
 typedef struct {
@@ -103,7 +103,7 @@ typedef struct {
 } ProxOptions;
 static const AlgoOption prox_keys[] = {
     { ALGO_NUMBER(ProxOptions, mu), 0.01, 0.0, 1000.0, NULL,
-      "proximal coefficient mu >= 0; spec default 0.01 [recon] (FLOOD code 0.01, FLOOD paper 0.1, "
+      "proximal coefficient mu >= 0; default 0.01 [recon] (FLOOD code 0.01, FLOOD paper 0.1, "
       "NIID-Bench 0.001, FL-Simulator 0.1); mu = 0 is FedAvg", 0, 0 },
     { ALGO_CHOICE(ProxOptions, weights), PROX_SAMPLES, 0, 0, "samples|uniform",
       "server average: samples (FLOOD, NIID-Bench; default) or uniform (FL-Simulator, seeds 003/004)", 0, 0 },
@@ -135,7 +135,7 @@ static int fedprox_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
 static const AlgoLocalTerm fedprox_term_part = { .grad_term = fedprox_term };
 static const AlgoServerWeights fedprox_weights_part = { .weights = fedprox_weights, .rule = ALGO_WEIGHTS_BY_KEY };
 
-/* ---- SCAFFOLD (spec A.5) ------------------------------------------------------------------------------ */
+/* ---- SCAFFOLD (docs/methods/baselines.md A.5) ------------------------------------------------------------------------------ */
 
 enum { SCAF_OPTION2, SCAF_FLOOD };
 enum { SCAF_UNIFORM, SCAF_SAMPLES };
@@ -154,7 +154,7 @@ static const AlgoOption scaffold_keys[] = {
     { ALGO_CHOICE(ScaffoldOptions, weights), SCAF_UNIFORM, 0, 0, "uniform|samples",
       "model average: uniform (paper, FL-Simulator; default) or samples (NIID-Bench, FLOOD)", 0, 0 },
     { ALGO_NUMBER(ScaffoldOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
-      "global step size eta_g: w += eta_g avg(y_k - w^t); spec default 1 (paper, all codes)", 1, 0 },
+      "global step size eta_g: w += eta_g avg(y_k - w^t); default 1 (paper, all codes)", 1, 0 },
 };
 static const AlgoOptionPart scaffold_options = ALGO_OPTION_PART("scaffold", ScaffoldOptions, scaffold_keys);
 ALGO_OPTIONS_OF(scaffold_of, ScaffoldOptions, scaffold_options)
@@ -300,14 +300,14 @@ static const AlgoClientReport scaffold_report_part = { .begin = scaffold_begin, 
 static const AlgoServerWeights scaffold_weights_part = { .weights = scaffold_weights, .rule = ALGO_WEIGHTS_BY_KEY };
 static const AlgoServerUpdate scaffold_update_part = { .update = scaffold_update };
 
-/* ---- FedDyn (spec A.6, FL-Simulator form) ------------------------------------------------------------- */
+/* ---- FedDyn (docs/methods/baselines.md A.6, FL-Simulator form) ------------------------------------------------------------- */
 
 typedef struct {
     double alpha;
 } DynOptions;
 static const AlgoOption dyn_keys[] = {
     { ALGO_NUMBER(DynOptions, alpha), 0.1, 0.0, 1000.0, NULL,
-      "regularisation coefficient alpha >= 0; spec default 0.1 (FL-Simulator, A-FedSAM). FL-Simulator form "
+      "regularisation coefficient alpha >= 0; default 0.1 (FL-Simulator, A-FedSAM). FL-Simulator form "
       "(gradient + alpha (w - w^t + H_k), H_k = sum of past deltas, w = mean_selected w_k + mean_K H_k); the "
       "weight decay +alpha goes through the gradient term, so train.clip clips it too (FL-Simulator clips "
       "before its optimiser adds it). The server's mean_K H_k does not depend on alpha: alpha = 0 still "
@@ -372,7 +372,7 @@ static const AlgoLocalTerm feddyn_term_part = { .grad_term = feddyn_term };
 static const AlgoClientReport feddyn_report_part = { .end = feddyn_end };
 static const AlgoServerUpdate feddyn_update_part = { .update = feddyn_update };
 
-/* ---- FedNova (spec A.7) ------------------------------------------------------------------------------- */
+/* ---- FedNova (docs/methods/baselines.md A.7) ------------------------------------------------------------------------------- */
 
 /* a_k = [tau - rho (1 - rho^tau) / (1 - rho)] / (1 - rho), a_k = tau for rho = 0 (FedNova Eq. for momentum SGD) */
 static double fednova_norm(int64_t tau, double rho)
@@ -428,18 +428,18 @@ static int fednova_validate(const AlgoMethod *m, const AlgoSetup *s)
 static const AlgoClientReport fednova_report_part = { .end = fednova_end };
 static const AlgoServerUpdate fednova_update_part = { .update = fednova_update };
 
-/* ---- FedCM (spec A.8) --------------------------------------------------------------------------------- */
+/* ---- FedCM (docs/methods/baselines.md A.8) --------------------------------------------------------------------------------- */
 
 typedef struct {
     double alpha, eta_g;
 } FedCmOptions;
 static const AlgoOption fedcm_keys[] = {
     { ALGO_NUMBER(FedCmOptions, alpha), 0.1, 0.0, 1.0, NULL,
-      "weight of the local gradient, in (0, 1]; spec default 0.1 (paper and FL-Simulator); alpha = 1 is "
+      "weight of the local gradient, in (0, 1]; default 0.1 (paper and FL-Simulator); alpha = 1 is "
       "uniform averaging. D = -mean delta / (K_loc lr_prev), K_loc = mean steps of the previous round's "
       "clients [recon; FL-Simulator uses E n_0/B]", 1, 0 },
     { ALGO_NUMBER(FedCmOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
-      "global step size eta_g: w += eta_g mean(w_k - w^t); spec default 1", 1, 0 },
+      "global step size eta_g: w += eta_g mean(w_k - w^t); default 1", 1, 0 },
 };
 static const AlgoOptionPart fedcm_options = ALGO_OPTION_PART("fedcm", FedCmOptions, fedcm_keys);
 ALGO_OPTIONS_OF(fedcm_of, FedCmOptions, fedcm_options)
@@ -490,7 +490,7 @@ const AlgoMethod algo_family_server[] = {
     {
         .name = "fedavgm",
         .summary = "FedAvgM: sample-weighted average as a pseudo-gradient, server momentum (Hsu et al. 2019)",
-        .source = "spec A.3",
+        .source = "docs/methods/baselines.md A.3",
         .state = "- | v (P, rank 0 only)",
         .payload = "down 1, up 1",
         .weights = &algo_weights_samples,
@@ -501,7 +501,7 @@ const AlgoMethod algo_family_server[] = {
     {
         .name = "fedprox",
         .summary = "FedProx: local proximal term (mu/2)||w - w^t||^2 on the parameters",
-        .source = "spec A.4",
+        .source = "docs/methods/baselines.md A.4",
         .state = "-",
         .payload = "down 1, up 1",
         .local_term = &fedprox_term_part,
@@ -511,7 +511,7 @@ const AlgoMethod algo_family_server[] = {
     {
         .name = "scaffold",
         .summary = "SCAFFOLD: control variates c_k, c correct every local gradient (option II)",
-        .source = "spec A.5",
+        .source = "docs/methods/baselines.md A.5",
         .state = "c_k (P) | c (P)",
         .payload = "down 2, up 2",
         .correction = &scaffold_correct_part,
@@ -529,7 +529,7 @@ const AlgoMethod algo_family_server[] = {
     {
         .name = "feddyn",
         .summary = "FedDyn: dynamic regulariser alpha<w, H_k - w^t> + wd alpha; server adds mean_K H_k",
-        .source = "spec A.6",
+        .source = "docs/methods/baselines.md A.6",
         .state = "H_k (P) | sum_k H_k (P, rank 0)",
         .payload = "down 1, up 1",
         .local_term = &feddyn_term_part,
@@ -543,7 +543,7 @@ const AlgoMethod algo_family_server[] = {
     {
         .name = "fednova",
         .summary = "FedNova: normalised averaging of client updates by their step counts a_k",
-        .source = "spec A.7",
+        .source = "docs/methods/baselines.md A.7",
         .state = "-",
         .payload = "down 1, up 1 + a_k",
         .report = &fednova_report_part,
@@ -555,7 +555,7 @@ const AlgoMethod algo_family_server[] = {
     {
         .name = "fedcm",
         .summary = "FedCM: client steps mix alpha * gradient with (1 - alpha) * the server's global direction D",
-        .source = "spec A.8",
+        .source = "docs/methods/baselines.md A.8",
         .state = "- | D (P)",
         .payload = "down 2, up 1",
         .correction = &fedcm_correct_part,

@@ -1,4 +1,4 @@
-/* Server weights and the default server update (spec A.1, A.2). */
+/* Server weights and the default server update (docs/methods/baselines.md A.1, A.2). */
 #include "algo_internal.h"
 #include "fedhet/core.h"
 
@@ -40,7 +40,7 @@ int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const
 }
 
 /* global = sum_i p_i state_i / sum_i p_i, accumulated in double in ascending client id (DESIGN rule 3),
- * over the whole state: BN buffers are averaged with the same weights (spec 0.3). */
+ * over the whole state: BN buffers are averaged with the same weights (docs/methods/baselines.md §0.3). */
 int algo_average(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
     return algo_average_range(s, u, m, p, -1, 0, s->n_state, global);

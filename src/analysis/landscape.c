@@ -392,7 +392,7 @@ static int agree(MPI_Comm comm, int status)
         /* the message is on the failing rank; rank 0 prints it when it is the one */
         if (rank == 0) fh_error_raise(worst, __FILE__, __LINE__, "rank %d failed (its message is on its stderr)", first);
     } else if (rank != 0)
-        fprintf(stderr, "fedhet landscape: rank %d: error: %s\n", rank, fh_error_message());
+        fprintf(stderr, "fedhet landscape: rank %d: error: %s\n", rank, fh_error_text(worst));
     return worst;
 }
 

@@ -65,6 +65,27 @@ void plot_gp_terminal(FILE *out, int width, int height, const char *image)
     fputc('\n', out);
 }
 
+/* pngcairo's 10-point font: about 7 pixels a character, 16 a legend row; a legend entry adds its line sample */
+enum { KEY_CHAR_PX = 7, KEY_ROW_PX = 16, KEY_SAMPLE_PX = 70 };
+
+void plot_gp_terminal_key(FILE *out, int width, int height, const char *image, int entries, int longest)
+{
+    const int entry_px = longest * KEY_CHAR_PX + KEY_SAMPLE_PX;
+    /* at the right while it takes at most a quarter of the width and its rows fit beside the plot */
+    if (entry_px <= width / 4 && entries * KEY_ROW_PX <= height - 120) {
+        plot_gp_terminal(out, width, height, image);
+        fprintf(out, "set key outside right top vertical\n");
+        return;
+    }
+    /* else below it, in as many columns as fit the width, the image taller by the legend's rows */
+    int cols = (width - 40) / entry_px;
+    if (cols < 1) cols = 1;
+    if (cols > entries) cols = entries > 0 ? entries : 1;
+    const int rows = (entries + cols - 1) / cols;
+    plot_gp_terminal(out, width, height + rows * KEY_ROW_PX + 20, image);
+    fprintf(out, "set key outside bottom center horizontal maxcols %d maxrows %d\n", cols, rows > 0 ? rows : 1);
+}
+
 /* The first executable `name` on PATH; FH_ERR_IO naming the package otherwise. */
 static int find_program(const char *name, const char *package, char *out, size_t size)
 {

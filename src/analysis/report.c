@@ -457,7 +457,7 @@ static void run_stats(const Report *R, Run *r)
     for (int t = 0; t < r->n_rows; t++) {
         if (isfinite(r->t_round[t])) r->wall += r->t_round[t];
         if (isfinite(r->t_eval[t])) r->wall += r->t_eval[t];
-        /* spec C.8: round 0 is warm-up */
+        /* docs/methods/metrics.md C.8: round 0 is warm-up */
         if ((t > 0 || r->n_rows == 1) && isfinite(r->t_round[t])) s += r->t_round[t], c++;
     }
     r->round_s = c ? s / c : NAN;
@@ -585,15 +585,37 @@ static void group_stats(const Report *R, int g, GroupStats *G)
     }
 }
 
-/* "rho=0.05, lr=0.1" from the non-seed keys of run r; "all runs" when none */
-static void group_label(const Report *R, const Run *r, char *out, size_t size)
+/* 1 when key k has two different values among the report's runs, failed and unfinished ones included (they
+ * are rows of the tables too); a key every run shares says nothing */
+static int key_varies(const Report *R, int k)
+{
+    for (int i = 1; i < R->n_runs; i++)
+        if (strcmp(R->runs[0].values[k], R->runs[i].values[k]) != 0) return 1;
+    return 0;
+}
+
+/* a grid member that leaves a key unset ('-': its method has no such key) */
+static int value_set(const char *v) { return v && v[0] && strcmp(v, "-") != 0; }
+
+/* "rho=0.05, lr=0.1": the keys of run r, other than `skip` and the seed, that differ between the runs shown
+ * and that r sets. When that leaves nothing although the key differs (r leaves the key unset where another
+ * sets it), the differing keys with '-'; "all runs" (or the run's name) when no key differs. */
+static void keys_label(const Report *R, const Run *r, int skip, char *out, size_t size)
 {
     size_t used = 0;
     out[0] = '\0';
-    for (int k = 0; k < R->n_keys && used + 1 < size; k++) {
-        if (k == R->seed_key) continue;
-        used += (size_t)snprintf(out + used, size - used, "%s%s=%s", used ? ", " : "", R->keys[k].label, r->values[k]);
-    }
+    for (int pass = 0; pass < 2 && !out[0]; pass++)
+        for (int k = 0; k < R->n_keys && used + 1 < size; k++) {
+            if (k == R->seed_key || k == skip || !key_varies(R, k) || (pass == 0 && !value_set(r->values[k]))) continue;
+            used += (size_t)snprintf(out + used, size - used, "%s%s=%s", used ? ", " : "", R->keys[k].label,
+                                     r->values[k]);
+            if (used >= size) used = size - 1;
+        }
+}
+
+static void group_label(const Report *R, const Run *r, char *out, size_t size)
+{
+    keys_label(R, r, -1, out, size);
     if (!out[0]) snprintf(out, size, "%s", R->single ? r->name : "all runs");
 }
 
@@ -721,7 +743,7 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
     fprintf(f, "\n\nMetric `%s` of the global model. Per run: final = after the last round; last-%d = mean of the last %d "
                "evaluated rounds; best = the largest value (secondary, never the headline); rounds to τ = the first "
                "1-based round reaching τ. Per configuration: mean ± sample std (divisor n − 1) over its runs "
-               "(spec C.2); rounds to τ: mean over the runs that reached τ, with their count (C.3). Wall: seconds of "
+               "(docs/methods/metrics.md C.2); rounds to τ: mean over the runs that reached τ, with their count (C.3). Wall: seconds of "
                "rounds and evaluation per run; s/round: mean round time without round 1 (C.8).\n\n",
             o->metric, o->last_k, o->last_k);
     fprintf(f, "| configuration | runs | final | last-%d | best |", o->last_k);
@@ -831,7 +853,13 @@ static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
 {
     const Report *R = ctx;
     const int by_round = !strcmp(R->o->x, "round");
-    plot_gp_terminal(out, 1000, 640, image);
+    int longest = 0;
+    for (int g = 0; g < R->n_groups; g++) {
+        char label[1024];
+        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
+        if ((int)strlen(label) > longest) longest = (int)strlen(label);
+    }
+    plot_gp_terminal_key(out, 1000, 640, image, R->n_groups, longest);
     char title[PATHN + 200];
     int bands = 0;
     if (by_round) snprintf(title, sizeof title, "%s: %s per round", R->title, R->o->metric);
@@ -845,7 +873,7 @@ static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
     int most = 0;
     for (int i = 0; i < R->n_runs; i++)
         if (R->runs[i].n_rows > most) most = R->runs[i].n_rows;
-    fprintf(out, "\nset key outside right top vertical\nset grid\nset style fill transparent solid 0.18 noborder\n");
+    fprintf(out, "\nset grid\nset style fill transparent solid 0.18 noborder\n");
     if (by_round)
         fprintf(out, "set xrange [1:%d]\n%s\n", most > 1 ? most : 2, most <= 20 ? "set xtics 1" : "set xtics autofreq");
     else fprintf(out, "set xrange [0:*]\nset xtics autofreq\nset format x '%%.1s%%c'\n");
@@ -933,34 +961,6 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
         }
     }
     const int logx = numeric && lo > 0 && hi / lo >= 20;
-    plot_gp_terminal(out, 900, 600, image);
-    char title[PATHN + 300];
-    int n_seeds = 0;
-    for (int i = 0; i < R->n_runs; i++) n_seeds += R->runs[i].group == R->runs[0].group && usable(R, &R->runs[i]);
-    if (R->seed_key >= 0)
-        snprintf(title, sizeof title, "%s: final %s against %s (mean ± std over %d seeds)", R->title, R->o->metric,
-                 R->keys[k].key, n_seeds);
-    else snprintf(title, sizeof title, "%s: final %s against %s", R->title, R->o->metric, R->keys[k].key);
-    fprintf(out, "set title ");
-    gp_label(out, title);
-    fprintf(out, "\nset xlabel ");
-    gp_label(out, R->keys[k].key);
-    fprintf(out, "\nset ylabel ");
-    char yl[256];
-    snprintf(yl, sizeof yl, "final %s", R->o->metric);
-    gp_label(out, yl);
-    fprintf(out, "\nset grid\nset key outside right top vertical\nset offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05\n");
-    if (logx) fprintf(out, "set logscale x\n");
-    if (!numeric) {
-        fprintf(out, "set xtics (");
-        for (int j = 0; j < nv; j++) {
-            fprintf(out, "%s", j ? ", " : "");
-            plot_gp_string(out, vals[j]);
-            fprintf(out, " %d", j);
-        }
-        fprintf(out, ")\nset xrange [-0.5:%d.5]\n", nv - 1);
-    }
-    fprintf(out, "plot ");
     /* series: the groups that agree on every non-seed key but k */
     int *series_of = calloc((size_t)R->n_groups, sizeof *series_of);
     if (!series_of) FH_FAIL(FH_ERR_IO, "out of memory");
@@ -977,6 +977,40 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
         }
         if (series_of[g] < 0) series_of[g] = n_series++;
     }
+    int longest = 0;
+    for (int g = 0; g < R->n_groups; g++) {
+        char label[1024];
+        keys_label(R, &R->runs[R->group_first[g]], k, label, sizeof label);
+        if ((int)strlen(label) > longest) longest = (int)strlen(label);
+    }
+    plot_gp_terminal_key(out, 900, 600, image, n_series, longest);
+    char title[PATHN + 300];
+    int n_seeds = 0;
+    for (int i = 0; i < R->n_runs; i++) n_seeds += R->runs[i].group == R->runs[0].group && usable(R, &R->runs[i]);
+    if (R->seed_key >= 0)
+        snprintf(title, sizeof title, "%s: final %s against %s (mean ± std over %d seeds)", R->title, R->o->metric,
+                 R->keys[k].key, n_seeds);
+    else snprintf(title, sizeof title, "%s: final %s against %s", R->title, R->o->metric, R->keys[k].key);
+    fprintf(out, "set title ");
+    gp_label(out, title);
+    fprintf(out, "\nset xlabel ");
+    gp_label(out, R->keys[k].key);
+    fprintf(out, "\nset ylabel ");
+    char yl[256];
+    snprintf(yl, sizeof yl, "final %s", R->o->metric);
+    gp_label(out, yl);
+    fprintf(out, "\nset grid\nset offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05\n");
+    if (logx) fprintf(out, "set logscale x\n");
+    if (!numeric) {
+        fprintf(out, "set xtics (");
+        for (int j = 0; j < nv; j++) {
+            fprintf(out, "%s", j ? ", " : "");
+            plot_gp_string(out, vals[j]);
+            fprintf(out, " %d", j);
+        }
+        fprintf(out, ")\nset xrange [-0.5:%d.5]\n", nv - 1);
+    }
+    fprintf(out, "plot ");
     int plotted = 0;
     for (int s = 0; s < n_series; s++) {
         char path[PATHN];
@@ -998,13 +1032,7 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
                 double xv = numeric ? atof(vals[j]) : j;
                 fprintf(d, "%.10g %.8g %.8g\n", xv, G.final_m, isfinite(G.final_s) ? G.final_s : 0.0);
                 rows++;
-                if (!label[0]) {
-                    size_t used = 0;
-                    for (int m = 0; m < R->n_keys && used + 1 < sizeof label; m++)
-                        if (m != k && m != R->seed_key)
-                            used += (size_t)snprintf(label + used, sizeof label - used, "%s%s=%s", used ? ", " : "",
-                                                     R->keys[m].label, rg->values[m]);
-                }
+                if (!label[0]) keys_label(R, rg, k, label, sizeof label);
             }
         fclose(d);
         if (!rows) continue;

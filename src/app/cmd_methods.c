@@ -1,4 +1,4 @@
-/* fedhet methods: every method with its components, state and payload (spec A.24), so that users see the
+/* fedhet methods: every method with its components, state and payload (docs/methods/baselines.md A.24), so that users see the
  * cost before they run; `fedhet methods NAME` adds the method's keys. */
 #include <stdio.h>
 #include <string.h>
@@ -16,7 +16,7 @@ static void print_help(void)
            "  correction, step = own local step, report = client begin/end work, weights, update, init =\n"
            "  server state), state kept per client and on the server, and payload per participating client\n"
            "  and round in models (P floats) and scalars.\n"
-           "With NAME: the method's summary, source, and its [algo] keys with defaults, ranges and meaning.\n");
+           "With NAME: the method's summary, family, source, and its [algo] keys with defaults, ranges and meaning.\n");
 }
 
 static void components(const AlgoMethod *m, char *out, size_t n)
@@ -72,9 +72,9 @@ int app_cmd_methods(int argc, char **argv)
         components(m, parts, sizeof parts);
         /* a method without a weights part averages by sample counts (src/fl/run.c) */
         const char *rule = (m->weights ? m->weights : &algo_weights_samples)->rule;
-        printf("%s: %s\n  source: %s\n  components: %s\n  state: %s\n  payload: %s\n  server weights: %s%s\n\n"
+        printf("%s: %s\n  family: %s\n  source: %s\n  components: %s\n  state: %s\n  payload: %s\n  server weights: %s%s\n\n"
                "[algo] keys (method = %s):\n",
-               m->name, m->summary, m->source, parts, m->state ? m->state : "-", m->payload ? m->payload : "-", rule,
+               m->name, m->summary, algo_family_of(m), m->source, parts, m->state ? m->state : "-", m->payload ? m->payload : "-", rule,
                strcmp(rule, ALGO_WEIGHTS_BY_KEY) ? "" : " (uniform or sample counts: the weights key below)", m->name);
         print_keys(m);
         return FH_OK;

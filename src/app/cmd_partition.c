@@ -1,4 +1,4 @@
-/* fedhet partition SRC DST.h5 [key=value ...]: a raw data set -> a partitioned HDF5 file (README, Data). */
+/* fedhet partition SRC DST.h5 [key=value ...]: a raw data set -> a partitioned HDF5 file (docs/usage.md, Data). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,14 +19,14 @@ typedef struct {
 static const PartKey part_keys[] = {
     {"scheme", "iid", "iid | dirichlet | pathological | quantity"},
     {"variant", "default", "iid: niid-bench|flood|fl-simulator; dirichlet: niid-bench|prior|quality; "
-                           "pathological: shard|class (spec B.3-B.5)"},
+                           "pathological: shard|class (docs/methods/partitions.md B.3-B.5)"},
     {"clients", "10", "number of clients K"},
     {"alpha", "0.5", "Dirichlet / quantity concentration (> 0)"},
     {"min_size", "10", "Dirichlet / quantity: smallest client allowed (resampled until it holds)"},
     {"classes_per_client", "2", "pathological: classes (shards) per client"},
     {"max_attempts", "10000", "resampling bound before an infeasible setting is reported"},
     {"seed", "0", "partition seed (Philox stream 'partition')"},
-    {"corruption", "none", "none | gaussian_noise | motion_blur (spec B.7)"},
+    {"corruption", "none", "none | gaussian_noise | motion_blur (docs/methods/partitions.md B.7)"},
     {"severity", "3", "corruption severity 1..5"},
     {"corrupted", "", "number of corrupted clients (the last ones); default round(corrupted_ratio * K)"},
     {"corrupted_ratio", "0.2", "share of corrupted clients when a corruption is set and corrupted is not"},
@@ -161,7 +161,7 @@ static int settings_from_args(PartSettings *s, const PartArgs *a)
         FH_CHECK(parse_long(a, "corrupted", 0, p->n_clients, &v));
         s->file.n_corrupted = (int)v;
     } else {
-        s->file.n_corrupted = (int)lround(s->corrupted_ratio * p->n_clients); /* spec B.7: m = round(ratio K) */
+        s->file.n_corrupted = (int)lround(s->corrupted_ratio * p->n_clients); /* docs/methods/partitions.md B.7: m = round(ratio K) */
     }
     p->n_corrupted = s->file.n_corrupted;
     FH_CHECK(parse_long(a, "classes", 2, 256, &s->idx_classes));

@@ -209,7 +209,7 @@ static void print_help(void)
            "  DIR          a run folder (fedhet run), a grid folder (fedhet grid) or a folder of run folders. Writes into\n"
            "               DIR (or --out DIR2): summary.csv and summary.md (one row per configuration: the runs that differ\n"
            "               only in the seed key; mean ± sample std over them of the final value, the mean of the last K\n"
-           "               rounds and the best value; rounds to each target; wall time: spec C.2, C.3), accuracy.png\n"
+           "               rounds and the best value; rounds to each target; wall time: docs/methods/metrics.md C.2, C.3), accuracy.png\n"
            "               (the metric per round, mean line and min-max band per configuration) and sensitivity-KEY.png\n"
            "               for each swept key (final value against the key's values, mean ± std). The swept keys are a\n"
            "               grid's lists, or the config keys that differ between the runs' config.ini. When the runs'\n"

@@ -1,4 +1,4 @@
-/* fedhet: the one executable. Dispatches subcommands; turns statuses into exit codes (README, The executable). */
+/* fedhet: the one executable. Dispatches subcommands; turns statuses into exit codes (docs/usage.md, The executable). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,8 +59,9 @@ int main(int argc, char **argv)
             MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         }
         int status = commands[i].run(argc - 1, argv + 1);
-        /* every rank reaches the same status; one message is enough */
-        if (status != FH_OK && rank == 0) fprintf(stderr, "fedhet %s: error: %s\n", argv[1], fh_error_message());
+        /* every rank reaches the same status; one message is enough (the call chain only for a bug, or with
+         * FEDHET_TRACE=1: fh_error_text) */
+        if (status != FH_OK && rank == 0) fprintf(stderr, "fedhet %s: error: %s\n", argv[1], fh_error_text(status));
         if (commands[i].needs_mpi) MPI_Finalize();
         return status;
     }

@@ -58,6 +58,45 @@ void fh_error_clear(void)
     error_text[0] = '\0';
 }
 
+static int error_is_internal(int status, const char *chain)
+{
+    return status < FH_ERR_USAGE || status >= FH_ERR_MPI || strstr(chain, "(no message recorded)") != NULL;
+}
+
+static int trace_wanted(void)
+{
+    const char *t = getenv("FEDHET_TRACE");
+    return t && *t && strcmp(t, "0") != 0;
+}
+
+void fh_error_format(int status, const char *chain, char *out, size_t size)
+{
+    if (size == 0) return;
+    if (error_is_internal(status, chain) || trace_wanted()) {
+        snprintf(out, size, "%s", chain);
+        return;
+    }
+    /* every line but the frames: a chain adopted from another rank keeps its "rank N: " prefix */
+    size_t used = 0;
+    for (const char *line = chain; *line;) {
+        size_t n = strcspn(line, "\n");
+        if (strncmp(line, "  at ", 5) != 0 && used + 1 < size) {
+            used += (size_t)snprintf(out + used, size - used, "%s%.*s", used ? "\n" : "", (int)n, line);
+            if (used >= size) used = size - 1;
+        }
+        line += n;
+        if (*line == '\n') line++;
+    }
+    out[used] = '\0';
+}
+
+const char *fh_error_text(int status)
+{
+    static _Thread_local char text[FH_ERROR_CAPACITY];
+    fh_error_format(status, error_text, text, sizeof text);
+    return text;
+}
+
 const char *fh_status_name(int status)
 {
     switch (status) {

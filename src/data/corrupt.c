@@ -1,4 +1,4 @@
-/* Quality-shift corruptions of spec B.7 (seed 001, FFL4MIA): Gaussian noise and motion blur on uint8
+/* Quality-shift corruptions of docs/methods/partitions.md B.7 (seed 001, FFL4MIA): Gaussian noise and motion blur on uint8
  * images [c, h, w], with the severity constants of CIFAR-10-C, Tiny-ImageNet-C and ImageNet-C.
  *
  * Randomness: the draws of one image come from its own Philox stream

@@ -15,7 +15,7 @@
 /* Radii above this are treated as this (kernel width 2 * 512 + 1 on the stack); B.7 uses at most 20. */
 #define DATA_BLUR_MAX_RADIUS 512
 
-/* Motion blur of spec B.7 steps 1-5 at an explicit angle theta_deg (degrees; 0 = trail towards +x, i.e.
+/* Motion blur of docs/methods/partitions.md B.7 steps 1-5 at an explicit angle theta_deg (degrees; 0 = trail towards +x, i.e.
  * each output pixel averages the pixels to its right; positive angles turn the trail towards +y, the
  * rows below). Applied to each of the c planes of image [c, h, w] in place, without allocating.
  * radius <= 0 leaves the image unchanged; sigma <= 0 gives the kernel (1, 0, ...), also the identity. */

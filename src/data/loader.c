@@ -1,5 +1,5 @@
 /* Batch loader: a rank's clients' rows in memory, shuffled per (seed, client, round, epoch), normalised
- * with the file's mean/std, augmented as spec B.1 for 32 x 32 colour images. */
+ * with the file's mean/std, augmented as docs/methods/partitions.md B.1 for 32 x 32 colour images. */
 #include "fedhet/data.h"
 #include "fedhet/core.h"
 #include "fedhet/rng.h"

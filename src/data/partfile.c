@@ -1,5 +1,5 @@
 /* Partitioned dataset files: the writer behind `fedhet partition` and the reader behind the batch loader
- * and `fedhet inspect`. Layout (README, Data):
+ * and `fedhet inspect`. Layout (docs/usage.md, Data):
  *   /clients/images uint8 [N,C,H,W] grouped by client, /clients/labels int32 [N],
  *   /clients/offsets int64 [K+1], /clients/label_counts int32 [K,classes], /clients/corruption int32 [K],
  *   /clients/source_index int64 [N] (row of the source training set, for provenance),

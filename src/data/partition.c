@@ -1,4 +1,4 @@
-/* Client partitions of a training set: spec/baselines-and-protocols.md part B, sections B.2 - B.6.
+/* Client partitions of a training set: docs/methods/partitions.md, sections B.2 - B.6.
  *
  * data_partition() validates the spec, checks the labels, groups the rows by label once and hands over
  * to one procedure per (scheme, variant) row of the table at the bottom of this file:

@@ -1,4 +1,4 @@
-/* Dataset readers of spec B.1 beyond IDX: CIFAR-10 / CIFAR-100 binary batches and a user's own image set
+/* Dataset readers of docs/methods/partitions.md B.1 beyond IDX: CIFAR-10 / CIFAR-100 binary batches and a user's own image set
  * in HDF5. Both produce DataImageSet with uint8 images [n, c, h, w] and int32 labels.
  *
  * As in idx.c, everything read from a file is distrusted: sizes, shapes, types and every label are

@@ -1,4 +1,4 @@
-/* Checkpoints (README, Architecture; layout below): written atomically with Fletcher32 on every dataset; read
+/* Checkpoints (docs/architecture.md; layout below): written atomically with Fletcher32 on every dataset; read
  * back with every size checked, so a damaged file is refused instead of half-used.
  *   /meta        attributes: format, format_version, rounds_done, lr, seed, config, code_version,
  *                layout_hash, n_state

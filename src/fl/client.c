@@ -1,4 +1,4 @@
-/* Local training of one client (spec 0.1), written once; methods change it only through their hooks. */
+/* Local training of one client (docs/methods/baselines.md §0.1), written once; methods change it only through their hooks. */
 #include "fl_internal.h"
 
 #include <math.h>
@@ -319,7 +319,7 @@ static int batch_grad(void *env_ptr, double *loss)
     return FH_OK;
 }
 
-/* AlgoClientServices.probe_grad (FedSCAM, spec algorithms-sam 10): batch `index` of the extra shuffle (epoch
+/* AlgoClientServices.probe_grad (FedSCAM, docs/methods/sam.md §10): batch `index` of the extra shuffle (epoch
  * 0xFFFFFFFF), kept in the batch buffers until another batch is asked for; the gradient of the mean CE at `state`
  * in train mode, BatchNorm running statistics frozen. Only while report->begin runs: the shuffle shares the
  * loader's order with training. */
@@ -366,7 +366,7 @@ static int probe_grad(AlgoClientCtx *c, int index, const float *state, double *l
     return status;
 }
 
-/* spec A.22: tau log pi_c of the client's label distribution; absent classes are -inf (no mass, no gradient) */
+/* docs/methods/baselines.md A.22: tau log pi_c of the client's label distribution; absent classes are -inf (no mass, no gradient) */
 static void set_logit_adjust(FlClientWork *w, int client, int64_t n)
 {
     if (!w->logit_adjust) return;
@@ -389,7 +389,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     nn_vec_copy(m->state, global, m->n_state);
     nn_model_set_training(m, 1);
     m->dropout_seed = (uint64_t)s->seed;
-    if (w->sgd_on) nn_sgd_reset(&w->sgd); /* spec 0.1.1: fresh optimiser state */
+    if (w->sgd_on) nn_sgd_reset(&w->sgd); /* docs/methods/baselines.md §0.1.1: fresh optimiser state */
     else nn_adam_reset(&w->adam);
     set_logit_adjust(w, client, n);
 

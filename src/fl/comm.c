@@ -59,7 +59,9 @@ static void check_error_notes(FlComm *c)
     if (MPI_Recv(&n, (int)sizeof n, MPI_BYTE, st.MPI_SOURCE, FL_TAG_ERROR, c->comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
         note_from(&n, FH_ERR_MPI, st.MPI_SOURCE, "its error message could not be received");
     n.text[sizeof n.text - 1] = '\0';
-    fh_log_error("rank %d failed: %s", (int)n.rank, n.text);
+    static char text[sizeof n.text];
+    fh_error_format(n.status, n.text, text, sizeof text);
+    fh_log_error("rank %d failed: %s", (int)n.rank, text);
     abort_job(c->comm, n.status != FH_OK ? n.status : FH_ERR_MPI);
 }
 
@@ -148,7 +150,7 @@ void fl_fail_alone(FlComm *c, int status)
             }
         }
     }
-    fh_log_error("%s", fh_error_message());
+    fh_log_error("%s", fh_error_text(status));
     if (c->size > 1) abort_job(c->comm, status);
 }
 

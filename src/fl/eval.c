@@ -1,4 +1,4 @@
-/* Distributed evaluation of the global model (README, Architecture: a round, step 5; metrics of spec C.4). */
+/* Distributed evaluation of the global model (docs/architecture.md: a round, step 5; metrics of docs/methods/metrics.md C.4). */
 #include "fl_internal.h"
 
 #include <string.h>

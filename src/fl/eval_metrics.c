@@ -1,4 +1,4 @@
-/* Classification metrics of spec C.4: loss, accuracy, balanced accuracy, one-vs-rest and one-vs-one AUC,
+/* Classification metrics of docs/methods/metrics.md C.4: loss, accuracy, balanced accuracy, one-vs-rest and one-vs-one AUC,
  * macro F1. See eval_metrics.h for the definitions.
  *
  * How the AUCs are computed. Only the classes present in y matter, and only their score columns. For each

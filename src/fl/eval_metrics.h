@@ -1,4 +1,4 @@
-/* Classification metrics of spec C.4 — internal header of the fl module (no MPI; pure functions).
+/* Classification metrics of docs/methods/metrics.md C.4 — internal header of the fl module (no MPI; pure functions).
  *
  * Scores: s_{i,c} = exp(z_{i,c} - m_i) / S_i with m_i = max_c z_{i,c} and S_i = sum_c exp(z_{i,c} - m_i)
  * (double, classes summed in index order), i.e. softmax probabilities computed in double from the float

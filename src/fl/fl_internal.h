@@ -39,7 +39,7 @@ typedef struct {
     double fraction;
     int count, eval_every, checkpoint_every;
     double term_grace; /* seconds a round may run on after a stop request */
-    int sharpness_every, sharpness_probe; /* metrics.csv sharpness / perturbed_loss (spec algorithms-sam 12) */
+    int sharpness_every, sharpness_probe; /* metrics.csv sharpness / perturbed_loss (docs/methods/sam.md §12) */
     double sharpness_rho;
     int hessian_every, hessian_iters, hessian_samples; /* metrics.csv hessian_max_eig / hessian_trace */
     double hessian_tol, hessian_step;
@@ -235,7 +235,7 @@ void fl_eval_free(FlEval *e);
 int fl_evaluate(FlComm *c, FlEval *e, NnModel *m, DataPartFile *f, DataRowGroup group, FlEvalMetrics *out);
 
 /* ---- one run (src/fl/run.c) ---- */
-/* metrics.csv columns (spec C.11), one double each; FL_METRIC_COLUMNS names them in order */
+/* metrics.csv columns (docs/methods/metrics.md C.11), one double each; FL_METRIC_COLUMNS names them in order */
 #define FL_METRIC_COLUMNS                                                                                 \
     X(round) X(lr) X(n_selected) X(selected_hash) X(t_broadcast) X(t_train) X(t_gather) X(t_aggregate)     \
     X(t_eval) X(t_round) X(t_client_mean) X(t_client_max) X(test_accuracy) X(test_loss)                    \

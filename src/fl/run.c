@@ -1,4 +1,4 @@
-/* One experiment: setup, the round loop (README, Architecture), outputs. The loop exists once; methods act only
+/* One experiment: setup, the round loop (docs/architecture.md), outputs. The loop exists once; methods act only
  * through their hooks (src/algo). */
 #include "fl_internal.h"
 
@@ -433,7 +433,7 @@ static int assign_clients(FlRun *run)
     return FH_OK;
 }
 
-/* Selected clients of round t in ascending id (spec 0.2), from Philox (seed, sample) with counter (t). */
+/* Selected clients of round t in ascending id (docs/methods/baselines.md §0.2), from Philox (seed, sample) with counter (t). */
 static int select_clients(const FlSettings *s, int K, int round, int32_t *ids)
 {
     FhRng rng;
@@ -442,7 +442,7 @@ static int select_clients(const FlSettings *s, int K, int round, int32_t *ids)
     if (!strcmp(s->selection, "all")) {
         for (int k = 0; k < K; k++) ids[m++] = k;
     } else if (!strcmp(s->selection, "bernoulli")) {
-        while (m == 0) /* none active: redraw (spec 0.2) */
+        while (m == 0) /* none active: redraw (docs/methods/baselines.md §0.2) */
             for (int k = 0; k < K; k++)
                 if (fh_rng_uniform(&rng) < s->fraction) ids[m++] = k;
     } else {
@@ -703,7 +703,7 @@ static int update_global(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selec
     return FH_OK;
 }
 
-/* Rank 0, while run->global is still w^t: the round's metrics.csv columns from the uploads (spec C.7: drift
+/* Rank 0, while run->global is still w^t: the round's metrics.csv columns from the uploads (docs/methods/metrics.md C.7: drift
  * against w^t, divergence against w^{t+1} = L->next), the train loss, the clients' times and the SAM family's
  * diagnostics */
 static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, double *row)
@@ -818,7 +818,7 @@ static int evaluate(FlRun *run, double *row)
         row[FL_COL_corrupted_loss] = e.loss;
         row[FL_COL_corrupted_balanced_accuracy] = e.balanced_accuracy;
         row[FL_COL_corrupted_auc_ovo_macro] = e.auc_ovo_macro;
-        /* spec C.6: each client scored on the test set of its own quality; population std over clients */
+        /* docs/methods/metrics.md C.6: each client scored on the test set of its own quality; population std over clients */
         const int K = run->n_clients;
         int corrupted = 0;
         for (int k = 0; k < K; k++) corrupted += run->data.corruption[k] != 0;
@@ -838,8 +838,8 @@ static int sharpness_init(FlRun *run)
                      "sharpness scratch");
 }
 
-/* Rank 0: sharpness and perturbed loss of the global model on the probe set (fl.sharpness_every; spec
- * algorithms-sam 12). */
+/* Rank 0: sharpness and perturbed loss of the global model on the probe set (fl.sharpness_every;
+ * docs/methods/sam.md §12). */
 static int sharpness(FlRun *run, double *row)
 {
     NnModel *m = &run->work.model;
@@ -987,7 +987,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above) before any checkpoint was written "
                     "(lower [train] lr, or set [train] clip)", t + 1);
         }
-        run->lr = plan.lr * s->lr_decay; /* spec 0.1.5: once at the end of every round */
+        run->lr = plan.lr * s->lr_decay; /* docs/methods/baselines.md §0.1.5: once at the end of every round */
         double t_eval = fh_time_now();
         const int probe = s->sharpness_every > 0 && ((t + 1) % s->sharpness_every == 0 || t == s->rounds - 1);
         const int64_t eval_forward0 = run->work.model.forward_samples, eval_backward0 = run->work.model.backward_samples;
@@ -1112,7 +1112,7 @@ static void print_budget(const FlRun *run)
                 scratch_note(server_scratch, sizeof server_scratch, run->z.server_scratch));
     if (m->quality_shift && !run->data.has_test_corrupted)
         fh_log_info("%s: the data has no corrupted test set ([data] corruption = none): the clean/corrupted comparison "
-                    "is off (metrics.csv corrupted_*, client_auc_std, client_bacc_std stay empty; spec C.5, C.6)",
+                    "is off (metrics.csv corrupted_*, client_auc_std, client_bacc_std stay empty; docs/methods/metrics.md C.5, C.6)",
                     m->name);
 }
 

@@ -142,7 +142,7 @@ static void base_keys(void)
         "raw data set to partition into path when path does not exist (e.g. fashion-mnist); empty: path must exist");
     add("data", "scheme", FH_CFG_CHOICE, "dirichlet", 1, 0, "iid|dirichlet|pathological|quantity", "partition scheme (with source)");
     add("data", "variant", FH_CFG_STRING, "", 1, 0, NULL,
-        "the scheme's variant (with source; spec B.3-B.5, as fedhet partition): iid niid-bench|flood|fl-simulator, "
+        "the scheme's variant (with source; docs/methods/partitions.md B.3-B.5, as fedhet partition): iid niid-bench|flood|fl-simulator, "
         "dirichlet niid-bench|prior|quality, pathological shard|class; empty: the scheme's default");
     add("data", "alpha", FH_CFG_FLOAT, "0.5", 1e-9, BIG, NULL, "Dirichlet / quantity concentration, > 0 (with source)");
     add("data", "clients", FH_CFG_INT, "10", 1, 1000000, NULL, "number of clients K (with source)");
@@ -173,12 +173,12 @@ static void base_keys(void)
     add("train", "steps", FH_CFG_INT, "0", 0, 1e12, NULL, "local steps per round instead of epochs; 0: E epochs");
     add("train", "batch_size", FH_CFG_INT, "64", 1, 65536, NULL, "local batch size B (the last partial batch is kept)");
     add("train", "clip", FH_CFG_FLOAT, "0", 0, BIG, NULL, "clip the gradient's L2 norm to this; 0: off");
-    add("train", "lr_decay", FH_CFG_FLOAT, "1", 1e-6, 1, NULL, "lr multiplied by this after every round (spec 0.1.5)");
+    add("train", "lr_decay", FH_CFG_FLOAT, "1", 1e-6, 1, NULL, "lr multiplied by this after every round (docs/methods/baselines.md §0.1.5)");
     add("train", "beta1", FH_CFG_FLOAT, "0.9", 0, 0.999999, NULL, "Adam beta1");
     add("train", "beta2", FH_CFG_FLOAT, "0.999", 0, 0.999999999, NULL, "Adam beta2");
     add("train", "eps", FH_CFG_FLOAT, "1e-8", 1e-30, 1, NULL, "Adam epsilon");
     add("train", "logit_adjust", FH_CFG_FLOAT, "0", 0, 100, NULL,
-        "logit adjustment tau of the local loss, any method (spec A.22; seed 001 uses 1); 0: off");
+        "logit adjustment tau of the local loss, any method (docs/methods/baselines.md A.22; seed 001 uses 1); 0: off");
     add("train", "threads", FH_CFG_INT, "1", 1, 256, NULL,
         "OpenBLAS and oneDNN threads per rank (results are promised for a fixed value)");
     add("train", "backend", FH_CFG_CHOICE, NN_BACKEND_DEFAULT, 1, 0, "onednn|blas|auto",
@@ -187,7 +187,7 @@ static void base_keys(void)
         "bits between backends (and CPU instruction sets), never between rank counts");
     add("fl", "rounds", FH_CFG_INT, "10", 1, 1e8, NULL, "communication rounds T");
     add("fl", "selection", FH_CFG_CHOICE, "all", 1, 0, "all|fraction|count|bernoulli",
-        "clients per round: all; fraction: max(floor(fraction K), 1) uniform without replacement; count; bernoulli: each with p = fraction (spec 0.2)");
+        "clients per round: all; fraction: max(floor(fraction K), 1) uniform without replacement; count; bernoulli: each with p = fraction (docs/methods/baselines.md §0.2)");
     add("fl", "fraction", FH_CFG_FLOAT, "0.1", 1e-9, 1, NULL, "share of clients for selection = fraction | bernoulli");
     add("fl", "count", FH_CFG_INT, "10", 1, 1e6, NULL, "clients per round for selection = count");
     add("fl", "seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "seed of model init, selection, shuffles, augmentation");
@@ -200,7 +200,7 @@ static void base_keys(void)
         "state, whose checkpoint stays as it was)");
     add("fl", "sharpness_every", FH_CFG_INT, "0", 0, 1e8, NULL,
         "metrics.csv sharpness S(rho) = L(rho) - L and perturbed loss L(rho) of the global model on a fixed probe set "
-        "(spec algorithms-sam 12; eval mode, plain CE, rank 0) every this many rounds and after the last; 0: off");
+        "(docs/methods/sam.md §12; eval mode, plain CE, rank 0) every this many rounds and after the last; 0: off");
     add("fl", "sharpness_rho", FH_CFG_FLOAT, "0.05", 0, 1e6, NULL, "radius rho of the sharpness diagnostic");
     add("fl", "sharpness_probe", FH_CFG_INT, "1000", 1, 1e7, NULL,
         "probe rows of the sharpness diagnostic: the first rows of every client, in proportion to its size (training "
@@ -221,7 +221,7 @@ static void base_keys(void)
         "(both gradients keep the ReLU / max-pool pattern of w, so no kink lies between them)");
     add("algo", "method", FH_CFG_CHOICE, "fedavg", 1, 0, algo_choices(), "federated method (fedhet methods lists them)");
     add("algo", "plugin", FH_CFG_CHOICE, "none", 1, 0, algo_plugin_choices(),
-        "a method added on top of `method` (flood: FLOOD's sample weighting and aggregation, spec 13)");
+        "a method added on top of `method` (flood: FLOOD's sample weighting and aggregation, docs/methods/sam.md §13)");
     add("output", "dir", FH_CFG_STRING, "outputs", 1, 0, NULL, "folder of run folders");
     add("output", "name", FH_CFG_STRING, "", 1, 0, NULL, "run folder name; empty: the config file's name without .ini");
     add("output", "log_level", FH_CFG_CHOICE, "info", 1, 0, "quiet|warn|info|debug", "how much to print");

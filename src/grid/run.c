@@ -668,7 +668,7 @@ static int run_members(Grid *G, const GridOptions *o)
         status = run_member(G, o, group, group_id, idx, &pr);
         if (status != FH_OK) {
             /* this rank alone could not record the member: the grid's files cannot be trusted any more */
-            fprintf(stderr, "fedhet grid: rank %d: error: %s\n", G->world_rank, fh_error_message());
+            fprintf(stderr, "fedhet grid: rank %d: error: %s\n", G->world_rank, fh_error_text(status));
             MPI_Abort(MPI_COMM_WORLD, status);
         }
     }
@@ -687,7 +687,7 @@ int grid_run(Grid *G, const GridOptions *o, int rank0_status, int rank0_quit)
         /* the same files give the same grid */
         status = grid_load(G, o);
         if (status != FH_OK) {
-            fprintf(stderr, "fedhet grid: rank %d: error: %s\n", G->world_rank, fh_error_message());
+            fprintf(stderr, "fedhet grid: rank %d: error: %s\n", G->world_rank, fh_error_text(status));
             MPI_Abort(MPI_COMM_WORLD, status);
         }
     }

@@ -712,7 +712,7 @@ static void plan_layouts(NnModel *m)
 static int onednn_refused_under_auto(const NnModel *m, int st, const char *instead)
 {
     if (m->backend != NN_BACKEND_AUTO || st != FH_ERR_USAGE) return st;
-    fh_log_warn("%s; it runs %s (train.backend = auto)", fh_error_message(), instead);
+    fh_log_warn("%s; it runs %s (train.backend = auto)", fh_error_text(st), instead);
     fh_error_clear();
     return FH_OK;
 }
@@ -844,7 +844,7 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
         if (st != FH_OK && m->backend == NN_BACKEND_ONEDNN) FH_CHECK(st);
         if (st != FH_OK) {
             fh_log_warn("model %s: %s; every conv layer runs on blas (train.backend = auto)", m->arch,
-                        fh_error_message());
+                        fh_error_text(st));
             fh_error_clear();
         }
     }

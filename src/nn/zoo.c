@@ -1,4 +1,4 @@
-/* The model zoo of spec/models.md, built layer by layer on the engine's builder. */
+/* The model zoo of docs/methods/models.md, built layer by layer on the engine's builder. */
 #include <string.h>
 
 #include "fedhet/core.h"
@@ -135,7 +135,7 @@ static int build_resnet18_gn(ZooCtx *z, int x, int classes, int *features)
 }
 
 /* InvertedResidual(a -> b, s, t): 1x1 expand, 3x3 depthwise, 1x1 project (every conv with bias: the
- * spec writes no `nobias` for this model) */
+ * docs/methods/models.md writes no `nobias` for this model) */
 static int inverted_residual(ZooCtx *z, int x, int b, int stride, int t)
 {
     int a = z->m->status == FH_OK ? z->m->tensors[x].shape.c : 0;

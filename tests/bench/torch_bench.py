@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference benchmark for fedhet's model zoo (shared/spec/models.md).
+"""PyTorch reference benchmark for fedhet's model zoo (shared/docs/methods/models.md).
 
 Must run under the *system* python, /usr/bin/python3, with Debian 12's
 python3-torch (1.13) installed (`make deps-bench`, or
@@ -18,7 +18,7 @@ Usage
       resnet18_gn, mobilenetv2 and to 1x28x28 for mlp, cnn, lenet, smallcnn
       (--input overrides it for every model).
   torch_bench.py --check
-      checks the parameter counts of the spec and prints trainable / buffer
+      checks the parameter counts of docs/methods/models.md and prints trainable / buffer
       counts (BatchNorm running mean + var; num_batches_tracked excluded)
       and forward GFLOP/sample for every model on 1x28x28 and 3x32x32.
 
@@ -418,7 +418,7 @@ def run_check():
             print("%s,%s,10,%d,%d,%.6f" % (name, "x".join(map(str, inp)), tr, bu, fl / 1e9))
             want = expect.get((name, inp))
             if want is not None and tr != want:
-                sys.stderr.write("CHECK FAILED: %s on %s has %d trainable parameters, spec says %d\n"
+                sys.stderr.write("CHECK FAILED: %s on %s has %d trainable parameters, docs/methods/models.md says %d\n"
                                  % (name, "x".join(map(str, inp)), tr, want))
                 ok = False
     # resnet18 with GroupNorm (norm=gn): same trainable count, no buffers

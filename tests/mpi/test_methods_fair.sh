@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The 'fair' method family under mpirun (spec A.9-A.16): q-FedAvg, AFL, FairFed, FedCE, FedGA, FedLW,
+# The 'fair' method family under mpirun (docs/methods/baselines.md A.9-A.16): q-FedAvg, AFL, FairFed, FedCE, FedGA, FedLW,
 # FedNoLoWe, FedDisco. Paper properties pinned on 3 ranks, bit-identical resume of every method with
 # server or client state, variants that must change the model, refused configs and bad keys.
 # usage: tests/mpi/test_methods_fair.sh [test_name]      (last line: "N passed, N failed")
@@ -26,7 +26,7 @@ expect_refused()
 
 # ---- paper properties ----------------------------------------------------------------------------------
 
-# q-FedAvg with q = 0 (spec A.9 unit test): h_k = L and w^{t+1} = w^t - (1/m) sum_k (w^t - w_k)
+# q-FedAvg with q = 0 (docs/methods/baselines.md A.9 unit test): h_k = L and w^{t+1} = w^t - (1/m) sum_k (w^t - w_k)
 # = (1/m) sum_k w_k, i.e. UNIFORM averaging (the step has no n_k in it), not FedAvg's sample-weighted average
 # that the wording suggests; with unequal client sizes (Dirichlet) FedAvg would differ. The mlp has
 # no buffers, so the sample-weighted buffer rule does not enter. Both variants reduce to uniform at q = 0.
@@ -37,7 +37,7 @@ test_qfedavg_q0_equals_uniform()
         "algo.method=uniform"
 }
 
-# FedDisco with a = b = 0: q_k = n_k / sum n, FedAvg's weights, bit for bit (spec A.16)
+# FedDisco with a = b = 0: q_k = n_k / sum n, FedAvg's weights, bit for bit (docs/methods/baselines.md A.16)
 test_feddisco_ab0_equals_fedavg()
 {
     equal_runs "feddisco a=b=0 == fedavg" 3 "algo.method=feddisco algo.a=0 algo.b=0" "algo.method=fedavg"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of the 'fedism' method family (spec algorithms-sam 12: fedism, fedismplus) under mpirun
+# End-to-end tests of the 'fedism' method family (docs/methods/sam.md §12: fedism, fedismplus) under mpirun
 # with 3 ranks on the tiny synthetic set of tests/mpi/lib.sh: the radius each round's local steps apply follows
 # rho(t) = rho_max ((t + 1)/T)^tau (metrics.csv perturb_norm and rho); the clients' scores and the first SAGA
 # weights in clients.csv; SAGA with q = 0 (and with no sharpness at radius 0) is uniform averaging bit for bit;
@@ -30,7 +30,7 @@ radius_is()
         fail "$what: perturb_norm or rho is not rho(t): $(head -3 "$WORK/radius.check" | tr '\n' ' ')"
 }
 
-# ---- the radius (spec 12, Eq. 12) ------------------------------------------------------------------------
+# ---- the radius (docs/methods/sam.md §12, Eq. 12) ------------------------------------------------------------------------
 
 # FedISM+ rho(t) = rho_max ((t + 1)/T)^tau, here with SAM steps: T = fl.rounds = 3 (tau 0.5 and 2), T =
 # horizon = 6 in a 3-round run; FedISM's radius is rho every round; the default GSAM steps have the same ||eps||
@@ -50,7 +50,7 @@ test_radius_schedule()
     expect_rc "fedism" 0 && radius_is rs4 "fedism rho 0.05" 0.05 0.05 0.05
 }
 
-# ---- SAGA (spec 12, Eqs. 16-18) --------------------------------------------------------------------------
+# ---- SAGA (docs/methods/sam.md §12, Eqs. 16-18) --------------------------------------------------------------------------
 
 # q = 0: every SAGA weight is 1/m; with radius 0 the SAM step is the SGD step, so FedISM+ is uniform averaging
 # bit for bit (the moving average keeps a_i exactly, any beta, partial participation); radius 0 alone gives

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# End-to-end tests of the 'fedscam' method family (spec algorithms-sam 10: fedscam, fedscam_wa, fedscam_sam)
+# End-to-end tests of the 'fedscam' method family (docs/methods/sam.md §10: fedscam, fedscam_wa, fedscam_sam)
 # under mpirun on the tiny synthetic set of tests/mpi/lib.sh: the reductions of the paper's switches (alpha_rho
 # = gamma_h = beta = kappa = 0: FedSAM at rho_max with sample weights; WA: FedAvg), the per-client diagnostics
-# in clients.csv and metrics.csv against the spec's formulas, rank-count invariance of the probe, projection
+# in clients.csv and metrics.csv against the documented formulas, rank-count invariance of the probe, projection
 # and clustering, bit-identical resume with clustering on, the switches that must change results, bad keys.
 # usage: tests/mpi/test_methods_fedscam.sh [test_name]      (last line: "N passed, N failed")
 source "$(dirname "$0")/lib.sh"
@@ -37,7 +37,7 @@ test_wa_zeros_is_fedavg()
     differ_runs "fedscam_wa vs fedavg" 3 "algo.method=fedscam_wa" "algo.method=fedavg"
 }
 
-# clients.csv rho, h, c, h_adj, delta_norm against the spec's formulas at the defaults (alpha_rho = 1, kappa =
+# clients.csv rho, h, c, h_adj, delta_norm against the documented formulas at the defaults (alpha_rho = 1, kappa =
 # 0.5, gamma_h = 1, beta = 0.8): c = 0 in round 0 (u = 0), |c| <= 1, h > 0, h_adj = h max(0, 1 - kappa c), rho =
 # rho_max/(1 + alpha_rho h_adj), weight = S_i/sum S; metrics.csv rho = the mean of the round's rho; FedSCAM (WA)
 # has no rho column and an empty metrics rho

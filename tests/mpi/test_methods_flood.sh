@@ -14,7 +14,7 @@ test_neutral_equals_fedavg()
 }
 
 # the plug-in leaves its host alone when neutral (002 Table IV's hosts too: their own terms and server rules
-# unchanged, spec 13), and changes it when not
+# unchanged, docs/methods/sam.md §13), and changes it when not
 test_plugin_on_hosts()
 {
     local host

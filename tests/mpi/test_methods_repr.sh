@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MPI tests of the 'repr' family (spec A.17-A.22) on 3 ranks: each method's neutral setting equals its base
+# MPI tests of the 'repr' family (docs/methods/baselines.md A.17-A.22) on 3 ranks: each method's neutral setting equals its base
 # method bit for bit (MOON mu = 0, FedDecorr beta = 0, FedGKD gamma = 0 and FedNP-min lambda = 0 equal
 # FedAvg; FedMR without recombination equals uniform averaging) while the default changes the model; logit
 # adjustment (train.logit_adjust) changes results and 0 is the default; every stateful method resumes bit

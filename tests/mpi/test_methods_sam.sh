@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of the 'sam' method family (spec algorithms-sam 1-8, 11: fedsam, mofedsam, fedgamma,
+# End-to-end tests of the 'sam' method family (docs/methods/sam.md §1-8, 11: fedsam, mofedsam, fedgamma,
 # fedspeed, fedsmoo, fedlesam, fedlesam-s, fedlesam-d, fedlwsam) under mpirun with 3 ranks on the tiny
 # synthetic set of tests/mpi/lib.sh: each method's reduction to a baseline, identities of the persistent
 # state read from the run's HDF5 file, bit-identical resume of every stateful method, the switches that must
@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 
 setup() { setup_tiny; }
 
-# ---- SAM, ASAM, GSAM, FedSAM (spec 1-3) ---------------------------------------------------------------
+# ---- SAM, ASAM, GSAM, FedSAM (docs/methods/sam.md §1-3) ---------------------------------------------------------------
 
 # rho = 0: every SAM step is the SGD step, so FedSAM is uniform averaging (its default weights) and, with
 # weights = samples, FedAvg, bit for bit
@@ -21,7 +21,7 @@ test_fedsam_rho0_is_fedavg()
     differ_runs "fedsam rho=0.1 vs uniform" 3 "algo.method=fedsam" "algo.method=uniform"
 }
 
-# GSAM with alpha = 0 is SAM (spec 2); alpha > 0 and ASAM change the result
+# GSAM with alpha = 0 is SAM (docs/methods/sam.md §2); alpha > 0 and ASAM change the result
 test_gsam_alpha0_is_sam()
 {
     equal_runs "gsam alpha=0 vs sam" 3 "algo.method=fedsam algo.perturb=gsam algo.gsam_alpha=0" "algo.method=fedsam"
@@ -80,7 +80,7 @@ test_diagnostics_columns()
     fi
 }
 
-# ---- FedLESAM (spec 8) --------------------------------------------------------------------------------
+# ---- FedLESAM (docs/methods/sam.md §8) --------------------------------------------------------------------------------
 
 # round 0 has no global direction: FedLESAM (both modes, both compat settings) is uniform averaging; later
 # rounds perturb
@@ -93,7 +93,7 @@ test_fedlesam_round0_is_fedavg()
 }
 
 # full participation: w_old = w^{t-1} for every client, so the paper's rule is the code's bit for bit
-# (spec 8); under partial participation they differ
+# (docs/methods/sam.md §8); under partial participation they differ
 test_fedlesam_modes()
 {
     equal_runs "fedlesam paper vs code, all clients" 3 "algo.method=fedlesam fl.selection=all" \
@@ -102,7 +102,7 @@ test_fedlesam_modes()
         "algo.method=fedlesam algo.mode=code fl.rounds=4"
 }
 
-# compat = official changes the perturbation only ([CODE-BUG], spec 8): nothing in round 0, where there is
+# compat = official changes the perturbation only ([CODE-BUG], docs/methods/sam.md §8): nothing in round 0, where there is
 # none, and nothing for the methods without the switch; it changes later rounds
 test_compat_official()
 {

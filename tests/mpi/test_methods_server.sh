@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of the 'server' method family (spec A.3-A.8: fedavgm, fedprox, scaffold, feddyn, fednova,
+# End-to-end tests of the 'server' method family (docs/methods/baselines.md A.3-A.8: fedavgm, fedprox, scaffold, feddyn, fednova,
 # fedcm) under mpirun with 3 ranks on the tiny synthetic set of tests/mpi/lib.sh: each method's paper
 # property against FedAvg / uniform averaging, identities of the persistent state read from the run's HDF5
 # file, bit-identical resume of every stateful method, variants that must change something, bad keys.
@@ -17,7 +17,7 @@ test_fedavgm_beta0_is_fedavg()
     equal_runs "fedavgm ema beta=0 == fedavg" 3 "algo.method=fedavgm algo.beta=0 algo.variant=ema" "algo.method=fedavg"
 }
 
-# the FLOOD delta form is the canonical algebra (spec A.3 variant 1); ema, nesterov and eta_s change the model
+# the FLOOD delta form is the canonical algebra (docs/methods/baselines.md A.3 variant 1); ema, nesterov and eta_s change the model
 test_fedavgm_variants()
 {
     equal_runs "fedavgm flood == canonical" 3 "algo.method=fedavgm algo.beta=0.5 algo.variant=flood" \
@@ -84,7 +84,7 @@ test_scaffold_flood_variant()
 # ---- FedDyn (A.6) --------------------------------------------------------------------------------------
 
 # alpha = 0 removes the client term: round 0's clients train exactly as uniform's (same losses); the server
-# still adds mean_K H_k (spec A.6 FL-Simulator form), so the model differs; S = sum_k H_k on rank 0
+# still adds mean_K H_k (docs/methods/baselines.md A.6 FL-Simulator form), so the model differs; S = sum_k H_k on rank 0
 test_feddyn_alpha0_and_server_sum()
 {
     fh 3 dyn0 "$WORK/base.ini" output.name=dyn0 algo.method=feddyn algo.alpha=0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of the 'wmsam' method family (spec algorithms-sam 9 FedWMSAM, 15 A-FedSAM [reconstructed])
+# End-to-end tests of the 'wmsam' method family (docs/methods/sam.md §9 FedWMSAM, 15 A-FedSAM [reconstructed])
 # under mpirun with 3 ranks on the tiny synthetic set of tests/mpi/lib.sh: each method's reduction (FedWMSAM with
 # alpha frozen at 1 and rho = 0 is SCAFFOLD-corrected SGD; A-FedSAM with zero distillation weight is FedSAM), the
 # per-round method_scalar column (alpha_r, mu_t), the control-variate identity, the switches that must change
@@ -44,13 +44,13 @@ close_state()
     return 0
 }
 
-# ---- FedWMSAM (spec 9) ----------------------------------------------------------------------------------
+# ---- FedWMSAM (docs/methods/sam.md §9) ----------------------------------------------------------------------------------
 
 # alpha frozen at 1 (alpha_0 = 1, alpha_lambda = 0) and rho = 0: r = g + (c - c_k), the SCAFFOLD-corrected gradient
 # (the momentum has weight 0), c_k <- c_k - c - Delta_k/(K_k eta) with K_k the steps taken (k_norm = actual, as the
 # scaffold row), c += (1/N) sum dc_k, x += Delta_bar (uniform weights and eta_g = 1 on both sides).
 # Round 1 (c = c_k = 0) is bit-identical. Later rounds are only algebraically equal: SCAFFOLD uploads dc_k = c_k_new -
-# c_k rounded to float and sums those, FedWMSAM uploads only the model (spec 9 payload) and the server derives dc_k =
+# c_k rounded to float and sums those, FedWMSAM uploads only the model (docs/methods/sam.md §9 payload) and the server derives dc_k =
 # -c - Delta_k/(K_k eta) in double, so c differs by float rounding from round 2 on and the models by what that
 # rounding propagates to: compared within 1e-5 of their magnitude (the c_k of each client are the same formula).
 test_scaffold_limit()
@@ -95,7 +95,7 @@ test_alpha_column()
 }
 
 # c = (1/N) sum_k c_k: the server's c += (1/N) sum dc_k from zero, with dc_k derived from the uploaded model, matches
-# the control variates the clients keep (spec 9)
+# the control variates the clients keep (docs/methods/sam.md §9)
 test_control_variates()
 {
     fh 3 cv "$WORK/base.ini" output.name=cv algo.method=fedwmsam
@@ -129,7 +129,7 @@ test_compat_official()
     differ_runs "fedwmsam rho=0.1 vs 0" 3 "algo.method=fedwmsam" "algo.method=fedwmsam algo.rho=0"
 }
 
-# ---- A-FedSAM (spec 15) ---------------------------------------------------------------------------------
+# ---- A-FedSAM (docs/methods/sam.md §15) ---------------------------------------------------------------------------------
 
 # zero distillation weight (mu_max = 0, or lambda = 0: mu_t stays 0) is FedSAM bit for bit; the default (mu_1 =
 # 0.01) and the ema teacher change the result; method_scalar = mu_t = 1 - 0.99^t exactly as the recurrence

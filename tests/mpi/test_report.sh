@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end tests of `fedhet report DIR` (summary tables and plots of runs and grids, spec C.2 / C.3) and
+# End-to-end tests of `fedhet report DIR` (summary tables and plots of runs and grids, docs/methods/metrics.md C.2 / C.3) and
 # `fedhet landscape` (loss around a checkpoint) on tiny synthetic data (tests/mpi/lib.sh): the numbers in
 # summary.csv against the runs' metrics.csv, folders of runs, failed members listed, PNGs written; the
 # landscape's centre equal to the run's test loss, the same numbers on 1 and 3 ranks, bad inputs, a checkpoint
@@ -242,5 +242,42 @@ with h5py.File(sys.argv[1], "r+") as f:
     [ ! -e "$WORK/lslayout/landscape.h5" ] || fail "a landscape was written"
 }
 
-TESTS=(report_grid report_runs report_failures report_partition_stats landscape landscape_bad landscape_layout)
+# png_height FILE: the height in pixels (the PNG header's IHDR field)
+png_height() { od -An -tu1 -j20 -N4 "$1" | awk '{ print $1 * 16777216 + $2 * 65536 + $3 * 256 + $4 }'; }
+
+# 8. Labels carry only the keys that differ between the runs shown and that the run sets: methods side by
+#    side leave out an unset key (mu=-) and a key every run shares; a legend too wide for the right side
+#    goes below the plot (a taller image), a short one stays at the right (the default height, 640).
+test_report_labels_legend()
+{
+    { cat "$WORK/base.ini"; printf '
+[grid]
+algo.method = fedavg, fedprox, fedprox
+algo.mu = -, 0.1, 0.5
+'
+      printf 'zip = algo.method, algo.mu
+train.momentum = 0.9
+train.lr = 0.05, 0.1
+ranks_per_member = 1
+'; } >"$WORK/mixed.ini"
+    sed -i 's/^rounds = 3/rounds = 1/' "$WORK/mixed.ini"
+    fx 2 mixed grid "$WORK/mixed.ini"
+    expect_rc "grid of methods side by side" 0 || return
+    fx 0 rep_mixed report "$WORK/out/mixed"
+    expect_rc "report of the methods" 0 || return
+    local csv=$WORK/out/mixed/summary.csv labels
+    labels=$(awk -F'"' 'NR > 1 { print $2 }' "$csv" | tr '\n' ';')
+    [ "$labels" = "method=fedavg, lr=0.05;method=fedavg, lr=0.1;method=fedprox, mu=0.1, lr=0.05;method=fedprox, mu=0.1, lr=0.1;method=fedprox, mu=0.5, lr=0.05;method=fedprox, mu=0.5, lr=0.1;" ] ||
+        fail "labels: '$labels'"
+    grep -q 'mu=-\|momentum=' "$csv" "$WORK/out/mixed/summary.md" && fail "an unset or shared key in a label: $(grep -m1 'mu=-\|momentum=' "$csv")"
+    local h
+    h=$(png_height "$WORK/out/mixed/accuracy.png")
+    [ "$h" -gt 640 ] || fail "accuracy.png is $h pixels high: its wide legend is not below the plot"
+    fx 0 rep_sens report "$WORK/out/sens" --out "$WORK/out/sens_labels"
+    expect_rc "report of the sensitivity grid" 0 || return
+    h=$(png_height "$WORK/out/sens_labels/accuracy.png")
+    [ "$h" = 640 ] || fail "the short legend of the sensitivity grid moved: accuracy.png is $h pixels high"
+}
+
+TESTS=(report_grid report_runs report_failures report_partition_stats landscape landscape_bad landscape_layout report_labels_legend)
 run_tests "$@"

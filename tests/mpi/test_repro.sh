@@ -105,6 +105,10 @@ EOF
     # Welch-Satterthwaite df: two groups of 3 with equal spread give 4
     head -1 "$WORK/verdicts.csv" | grep -q ',se,df,verdict,' || fail "verdicts.csv has no df column: $(head -1 "$WORK/verdicts.csv")"
     grep -q '^up,.*,0.008165,4.0,reproduced' "$WORK/verdicts.csv" || fail "up: df is not 4: $(grep '^up' "$WORK/verdicts.csv")"
+    # with too few runs d and SE are undefined: a dash, never "nan"
+    grep '^| partial ' "$WORK/verdicts.md" | grep -q '| — | — | incomplete' ||
+        fail "partial: d and SE not shown as '—': $(grep '^| partial ' "$WORK/verdicts.md")"
+    grep -qi 'nan' "$WORK/verdicts.md" && fail "verdicts.md shows nan: $(grep -i nan "$WORK/verdicts.md" | head -1)"
     grep -q '^up,final:test_accuracy,.*,0.81,0.01' "$WORK/verdicts.csv" ||
         fail "verdicts.csv lacks the mean 0.81 and std 0.01 of 'up': $(grep '^up' "$WORK/verdicts.csv")"
 }

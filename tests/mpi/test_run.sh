@@ -493,7 +493,7 @@ test_help()
 
 # ---- driver --------------------------------------------------------------------------------------------
 
-# 16. A quality shift (spec C.5, C.6): clean and corrupted test metrics every evaluated round, and the
+# 16. A quality shift (docs/methods/metrics.md C.5, C.6): clean and corrupted test metrics every evaluated round, and the
 #     client-level std: each client scored on the test set of its own quality, population std over the K
 #     clients, recomputed here from the clients' corruption flags (fedhet inspect).
 test_quality_metrics()

@@ -10,7 +10,7 @@
 #   left_resume      a round left after fl.term_grace, then --resume: bit-identical to an uninterrupted run
 #   usr1_mpirun      SIGUSR1 to mpirun (forwarded to the ranks): as SIGTERM to the ranks, mpirun exits 0
 #   sigterm_mpirun   SIGTERM to mpirun itself: Open MPI kills the ranks 1 s later (odls_base_sigkill_timeout)
-#                    and exits nonzero — the README says not to use it; checked here so that the README stays true
+#                    and exits nonzero — docs/usage.md says not to use it; checked here so that it stays true
 # usage: tests/mpi/test_signals.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 source "$(dirname "$0")/lib.sh"
 
@@ -202,7 +202,7 @@ test_sigterm_mpirun()
     wait "$MPIRUN_PID"
     RC=$?
     [ "$RC" -ne 0 ] && [ "$RC" -ne 124 ] ||
-        fail "mpirun exited $RC after SIGTERM in a long round: the README's advice against it is out of date"
+        fail "mpirun exited $RC after SIGTERM in a long round: the advice against it in docs/usage.md is out of date"
     [ -z "$(ranks_of_run $name)" ] || fail "rank processes left: $(ranks_of_run $name)"
     note "mpirun exited $RC"
 }

@@ -28,7 +28,7 @@ static void fake_grad_terms(AlgoClientCtx *c, float *grad, double *loss)
 {
     (void)loss;
     if (c->round->method->correction) c->round->method->correction->correct(c, grad);
-    nn_clip_grad_norm(grad, c->round->n_params, 10.0f); /* FL-Simulator's clip (spec 0.2) */
+    nn_clip_grad_norm(grad, c->round->n_params, 10.0f); /* FL-Simulator's clip (docs/methods/sam.md §0.2) */
 }
 
 static void fake_optimizer_step(AlgoClientCtx *c, float *w, const float *grad)

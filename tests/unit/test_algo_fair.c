@@ -1,5 +1,5 @@
-/* The 'fair' method family (spec A.9-A.16) through its hooks, on hand-made uploads: q-FedAvg with q = 0
- * is uniform averaging bit for bit and with q = 1 the spec's step; AFL's simplex projection on hand-computed
+/* The 'fair' method family (docs/methods/baselines.md A.9-A.16) through its hooks, on hand-made uploads: q-FedAvg with q = 0
+ * is uniform averaging bit for bit and with q = 1 the documented step; AFL's simplex projection on hand-computed
  * examples and its refusal of partial participation; FairFed, FedGA, FedLW, FedNoLoWe weights on hand
  * examples; FedDisco with a = b = 0 gives FedAvg's weights exactly. Client hooks run with a stub
  * eval_local that returns chosen losses and accuracies. */
@@ -70,7 +70,7 @@ static AlgoServerCtx server(const AlgoMethod *m, AlgoOptions o, AlgoSetup *setup
 
 /* Spec A.9's unit test: with q = 0, h_k = L and w^{t+1} = w^t - (1/m) sum_k (w^t - w_k) = (1/m) sum_k w_k,
  * uniform averaging (not FedAvg's sample weights: the step has no n_k in it). The implementation is exactly
- * uniform averaging bit for bit; with q = 1 it is the spec's step w^t - sum D_k / sum h_k. */
+ * uniform averaging bit for bit; with q = 1 it is the documented step w^t - sum D_k / sum h_k. */
 static void test_qfedavg_q0_is_uniform_and_q1_the_step(void)
 {
     const AlgoMethod *m = algo_find("qfedavg");
@@ -114,7 +114,7 @@ static void test_qfedavg_q0_is_uniform_and_q1_the_step(void)
             CHECK_OK(algo_average(&s, u, 3, pu, want));
             CHECK_MSG(memcmp(got, want, sizeof got) == 0, "q = 0 differs from uniform averaging");
         } else {
-            /* the spec's formulas written out */
+            /* the documented formulas written out */
             const double L = 1.0 / lr;
             double H = 0.0, D[6] = { 0 };
             for (int k = 0; k < 3; k++) {
@@ -173,7 +173,7 @@ static void test_qfedavg_buffers_sample_weighted(void)
 /* ---- AFL -------------------------------------------------------------------------------------------------- */
 
 /* lambda <- Proj(lambda + eta_lambda l): with lambda = 1/K, eta_lambda = 1 and losses y - 1/K the update
- * hook projects y; each y below is projected by hand with the sort-based rule of spec A.10 */
+ * hook projects y; each y below is projected by hand with the sort-based rule of docs/methods/baselines.md A.10 */
 static void test_afl_simplex_projection(void)
 {
     const AlgoMethod *m = algo_find("afl");

@@ -1,4 +1,4 @@
-/* The 'fedism' method family's parts called directly (spec algorithms-sam 12): FedISM+'s rho(t) follows
+/* The 'fedism' method family's parts called directly (docs/methods/sam.md §12): FedISM+'s rho(t) follows
  * rho_max ((t + 1)/T)^tau for every round of several T (and FedISM's radius is constant), through the hook
  * the local steps read; the key checks; the client's sharpness on its whole local set equals sam_diag's
  * algo_sam_sharpness on the same rows bit for bit, and the report uploads S_i = max(L1 - L0, 1e-10) or PL_i =

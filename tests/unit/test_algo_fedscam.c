@@ -1,4 +1,4 @@
-/* The 'fedscam' method family's parts called directly (spec algorithms-sam 10): the radius strictly decreases
+/* The 'fedscam' method family's parts called directly (docs/methods/sam.md §10): the radius strictly decreases
  * in the heterogeneity score; the client's probe, pilot, alignment and radius against a hand-driven quadratic
  * "model" (full, WA); the random projection (one +-1 entry per coordinate, the same on every call, linear, inner
  * products preserved in expectation, sketch and Gaussian); k-means on hand examples; the server weights (the

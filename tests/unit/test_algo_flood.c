@@ -1,4 +1,4 @@
-/* FLOOD's parts against the spec (algorithms-sam 13, A.23): the pseudo-OOD mask marks exactly the samples
+/* FLOOD's parts against (docs/methods/sam.md §13, docs/methods/baselines.md A.23): the pseudo-OOD mask marks exactly the samples
  * below the batch's lower-interpolated q-quantile, the lambda schedules and their timing, the OOD scores,
  * the ASH scores against hand-computed values and through the mask on a model, and DAC weights (alpha = 0
  * gives FedAvg's weights exactly). */

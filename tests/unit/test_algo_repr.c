@@ -1,7 +1,7 @@
-/* The 'repr' family's parts against the spec (A.17-A.22): MOON's contrastive gradient and FedDecorr's
+/* The 'repr' family's parts against docs/methods/baselines.md (A.17-A.22): MOON's contrastive gradient and FedDecorr's
  * decorrelation gradient by finite differences on small feature matrices, FedNP-min's NPN gradient likewise,
  * FedMR's recombination (a per-tensor permutation of the slots; off: every slot is the uniform average),
- * FedGKD's FIFO of past globals and its teacher, and logit adjustment (spec A.22: absent classes get no
+ * FedGKD's FIFO of past globals and its teacher, and logit adjustment (docs/methods/baselines.md A.22: absent classes get no
  * mass and no gradient; equal priors give plain cross-entropy).
  * MOON's projection head: the zoo's architecture and the contrastive gradient through it, by central differences.
  * Includes src/algo/repr.c to reach its static parts (the registry then uses this copy).
@@ -198,7 +198,7 @@ static void test_moon_head_gradient(void)
 
 /* ---- FedDecorr ------------------------------------------------------------------------------------------ */
 
-/* the loss written out from the spec, in double */
+/* the loss written out from docs/methods, in double */
 static double decorr_ref(const double *z, int n, int d)
 {
     double zh[64];
@@ -426,7 +426,7 @@ static void test_fednp_npn_gradient(void)
     }
     CHECK_MSG(scale > 1e-3 && worst <= 2e-3 * scale, "largest |fd - analytic| %.3g of %.3g", worst, scale);
 
-    /* the initial sites (0, 1) give the spec's initial cavity (0, 1/(K-1)) */
+    /* the initial sites (0, 1) give the documented initial cavity (0, 1/(K-1)) */
     enum { K = 5 };
     double sites[K * NP_SITE];
     AlgoOptionBlock ob;
@@ -469,7 +469,7 @@ static void test_fednp_npn_gradient(void)
     }
 }
 
-/* ---- logit adjustment (spec A.22) ------------------------------------------------------------------------ */
+/* ---- logit adjustment (docs/methods/baselines.md A.22) ------------------------------------------------------------------------ */
 
 static void test_logit_adjust_absent_classes(void)
 {

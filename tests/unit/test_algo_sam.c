@@ -1,4 +1,4 @@
-/* The 'sam' method family's parts called directly (spec algorithms-sam 1-8, 11, 12): the SAM step with
+/* The 'sam' method family's parts called directly (docs/methods/sam.md §1-8, 11, 12): the SAM step with
  * rho = 0 is the SGD step bit for bit (BatchNorm statistics included); the perturbation has norm rho and
  * the weights are restored exactly; ASAM's and GSAM's formulas, GSAM alpha = 0 = SAM; FedSpeed's and
  * FedSMOO's dual variables after one full-participation round against a hand-computed 2-parameter example;
@@ -176,7 +176,7 @@ static void test_sam_perturbation_and_restore(void)
     nn_model_free(&a), nn_model_free(&b);
 }
 
-/* ASAM: eps = rho T^2 g/||T g||, T = |w| + eta on weights, 1 on biases (spec 1) */
+/* ASAM: eps = rho T^2 g/||T g||, T = |w| + eta on weights, 1 on biases (docs/methods/sam.md §1) */
 static void test_asam_perturbation(void)
 {
     NnModel a;
@@ -270,7 +270,7 @@ static void test_gsam(void)
     nn_model_free(&a), nn_model_free(&b);
 }
 
-/* ---- FedSpeed and FedSMOO: one full-participation round, 2 parameters, by hand (spec 6, 7) ---------- */
+/* ---- FedSpeed and FedSMOO: one full-participation round, 2 parameters, by hand (docs/methods/sam.md §6, 7) ---------- */
 
 /* loss 0.5 ||w - a||^2 with a = 0: g(w) = w */
 static int quad_grad(void *env, double *loss)
@@ -335,7 +335,7 @@ static void test_fedsmoo_two_params(void)
     fake_free(&f);
 }
 
-/* MoFedSAM's first rounds as FL-Simulator's code runs them (spec 4): round 0 has mom = 0, so the step is alpha lr
+/* MoFedSAM's first rounds as FL-Simulator's code runs them (docs/methods/sam.md §4): round 0 has mom = 0, so the step is alpha lr
  * g_s (not lr g_s); the server then sets mom = -Delta_bar / (K_bar lr), K_bar = E n_0 / B from client 0's size
  * (k_norm = code; not the round's mean steps), and w^1 = w^0 + Delta_bar (uniform); round 1 steps along
  * alpha g_s + (1 - alpha) mom */
@@ -422,7 +422,7 @@ static void test_fedspeed_two_params(void)
     fake_free(&f);
 }
 
-/* ---- FedGAMMA: SCAFFOLD's identities (spec 5) ------------------------------------------------------- */
+/* ---- FedGAMMA: SCAFFOLD's identities (docs/methods/sam.md §5) ------------------------------------------------------- */
 
 /* 3 clients, rounds {0, 1} then {1, 2}: c_i <- c_i - c - Delta_i/(K eta); c = (1/N) sum_i c_i after each
  * round, c_i of clients not selected unchanged; K = K_bar = E n_0/B (code) */
@@ -486,7 +486,7 @@ static void test_fedgamma_control_variates(void)
     fake_free(&f);
 }
 
-/* ---- FedLESAM: the fixed perturbation of a round (spec 8) ------------------------------------------- */
+/* ---- FedLESAM: the fixed perturbation of a round (docs/methods/sam.md §8) ------------------------------------------- */
 
 /* linear 3 -> 2 -> 2: tensors of 6, 2, 4, 2 parameters (J = 4) */
 static void two_layer_model(NnModel *m)
@@ -601,7 +601,7 @@ static void test_radius_hooks(void)
     nn_model_free(&a);
 }
 
-/* GSAM's lr-proportional radius (spec 2), hand-computed: lr 0.1 decaying by 0.9 over 4 rounds (0.1, 0.09, 0.081,
+/* GSAM's lr-proportional radius (docs/methods/sam.md §2), hand-computed: lr 0.1 decaying by 0.9 over 4 rounds (0.1, 0.09, 0.081,
  * 0.0729), rho = 0.05, rho_min = 0.01: rho_t = 0.01 + 0.04 (lr_t - 0.0729)/0.0271; the step perturbs by it */
 static void test_gsam_lr_radius(void)
 {
@@ -645,7 +645,7 @@ static void test_gsam_lr_radius(void)
     nn_model_free(&a);
 }
 
-/* ---- the sharpness diagnostic (spec 12 definitions) ------------------------------------------------ */
+/* ---- the sharpness diagnostic (docs/methods/sam.md §12 definitions) ------------------------------------------------ */
 
 static void test_sharpness(void)
 {

@@ -1,5 +1,5 @@
-/* The 'server' method family (spec A.3-A.8) by hand: each method's hooks called directly on small vectors
- * (2 trainable parameters and 1 buffer) against values worked out from the spec's equations, and the
+/* The 'server' method family (docs/methods/baselines.md A.3-A.8) by hand: each method's hooks called directly on small vectors
+ * (2 trainable parameters and 1 buffer) against values worked out from the documented equations, and the
  * algebraic identities of their state: SCAFFOLD's c = (1/K) sum_k c_k under any selection, FedDyn's
  * S = sum_k H_k, FedNova = FedAvg for equal step counts, FedAvgM beta = 0 = FedAvg.
  * Run one test: build/tests/test_algo_server test_name */

@@ -1,4 +1,4 @@
-/* The 'wmsam' method family's parts called directly (spec algorithms-sam 9 FedWMSAM, 15 A-FedSAM): FedWMSAM's
+/* The 'wmsam' method family's parts called directly (docs/methods/sam.md §9 FedWMSAM, 15 A-FedSAM): FedWMSAM's
  * server round (s_k, alpha_{r+1}, c, mom_{r+1}, x_{r+1}) and its personalised momentum and blend against
  * hand-computed 2-parameter examples; its step (no perturbation at b = 0, then rho delta/||delta|| towards the
  * running target x_r + b mom_k, or the official code's negated per-tensor one; exact restore); A-FedSAM's mu_t
@@ -21,7 +21,7 @@ static void two_layer_model(NnModel *m)
     nn_model_init_params(m, 3);
 }
 
-/* ---- FedWMSAM: the server round (spec 9) --------------------------------------------------------------- */
+/* ---- FedWMSAM: the server round (docs/methods/sam.md §9) --------------------------------------------------------------- */
 
 /* N = 3 clients, 2 selected; K_bar = E n_0/B = 8/4 = 2, eta_r = 0.5, gamma = 0.998.
  * mom_r = (1, 0); Delta_0 = (-1, 0): cos = -1, s_0 = 0; Delta_2 = (0, 2): cos = 0, s_2 = 1; mean 0.5:
@@ -96,7 +96,7 @@ static void test_wmsam_server_round(void)
     fake_free(&f);
 }
 
-/* ---- FedWMSAM: personalised momentum and the blend (spec 9) --------------------------------------------- */
+/* ---- FedWMSAM: personalised momentum and the blend (docs/methods/sam.md §9) --------------------------------------------- */
 
 /* alpha = 0.2, c = (1, 2), c_k = (0, 1), mom_r = (0.5, -0.5): mom_k = mom_r + 0.25 (c - c_k) = (0.75, -0.25);
  * r = 0.2 g + 0.8 mom_k; alpha = 1: r = g + (c - c_k) (SCAFFOLD) */
@@ -121,7 +121,7 @@ static void test_wmsam_personalised_momentum(void)
     meth->correction->correct(&f.c, grad);
     CHECK_NEAR(grad[0], 0.2 * 1.0 + 0.8 * 0.75, 1e-6);
     CHECK_NEAR(grad[1], 0.2 * -2.0 + 0.8 * -0.25, 1e-6);
-    /* (1 - alpha) mom_k = (1 - alpha) mom_r + alpha (c - c_k) (spec 9) */
+    /* (1 - alpha) mom_k = (1 - alpha) mom_r + alpha (c - c_k) (docs/methods/sam.md §9) */
     CHECK_NEAR(grad[0], 0.2 * (1.0 + 1.0) + 0.8 * 0.5, 1e-6);
     f.server_scalars[1] = 1.0;
     CHECK_OK(meth->report->begin(&f.c));
@@ -140,7 +140,7 @@ static void test_wmsam_personalised_momentum(void)
     fake_free(&f);
 }
 
-/* ---- FedWMSAM: the momentum-guided perturbation (spec 9) -------------------------------------------------- */
+/* ---- FedWMSAM: the momentum-guided perturbation (docs/methods/sam.md §9) -------------------------------------------------- */
 
 /* a quadratic loss 0.5 ||w - a||^2: grad = w - a; records the weights the gradient was taken at */
 typedef struct {
@@ -231,7 +231,7 @@ static void test_wmsam_step(void)
     nn_model_free(&m);
 }
 
-/* ---- A-FedSAM (spec 15, reconstructed) ----------------------------------------------------------------- */
+/* ---- A-FedSAM (docs/methods/sam.md §15, reconstructed) ----------------------------------------------------------------- */
 
 /* mu_t = (1 - lambda) mu_{t-1} + lambda mu_max from mu_0 = 0, i.e. mu_max (1 - (1 - lambda)^t); the ema teacher
  * tbar <- (1 - lambda) tbar + lambda w^{t+1} from w^0 */

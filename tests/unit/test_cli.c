@@ -1,5 +1,5 @@
 /* Tests of the command line (src/app): runs the real binary bin/fedhet through popen with stderr folded
- * into stdout, and checks exit codes (README, The executable: 0 ok, 1 usage) and messages of `fedhet --help`,
+ * into stdout, and checks exit codes (docs/usage.md, The executable: 0 ok, 1 usage) and messages of `fedhet --help`,
  * `fedhet inspect` and `fedhet bench`, the errors for unknown models and commands, bad shapes, class
  * counts and options, and that nothing crashes (an exit code above 128 or a signal is a failure).
  *

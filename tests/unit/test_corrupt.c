@@ -1,4 +1,4 @@
-/* Unit tests for the quality-shift corruptions (src/data/corrupt.c, spec B.7): Gaussian noise against the
+/* Unit tests for the quality-shift corruptions (src/data/corrupt.c, docs/methods/partitions.md B.7): Gaussian noise against the
  * formula applied to the same Philox normals, motion blur against kernels computed here at fixed angles
  * (through data_motion_blur_at_angle of src/data/corrupt_internal.h), severity tables, names, determinism.
  *

@@ -1,4 +1,4 @@
-/* Unit tests for src/fl/eval_metrics.c, the classification metrics of spec C.4: hand-computed binary AUCs
+/* Unit tests for src/fl/eval_metrics.c, the classification metrics of docs/methods/metrics.md C.4: hand-computed binary AUCs
  * (ties, perfect and reversed separation), accuracy against balanced accuracy, argmax ties, one-vs-rest
  * (macro, weighted) and one-vs-one AUC on a 3-class example worked out by hand, absent classes, macro F1,
  * the loss (uniform and huge logits), brute-force O(n^2) pairwise AUCs on random data with many ties,

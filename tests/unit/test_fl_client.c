@@ -108,7 +108,7 @@ static void test_uniform_equals_fedavg_for_equal_sizes(void)
     CHECK_OK(algo_average(&sc, u, 3, p2, g2));
     CHECK(memcmp(g1, g2, sizeof g1) == 0);
     CHECK_NEAR(g1[4], 11.0, 1e-6);
-    /* unequal sizes: FedAvg weights by samples (spec A.1) */
+    /* unequal sizes: FedAvg weights by samples (docs/methods/baselines.md A.1) */
     u[2].n_samples = 120;
     CHECK_OK(algo_weights_samples.weights(&sc, u, 3, p1));
     CHECK_OK(algo_average(&sc, u, 3, p1, g1));

@@ -1,4 +1,4 @@
-/* Unit tests of grid files (src/grid/spec.c) and the report statistics (src/analysis/report.c, spec C.2 / C.3):
+/* Unit tests of grid files (src/grid/spec.c) and the report statistics (src/analysis/report.c, docs/methods/metrics.md C.2 / C.3):
  * lists, ranges, zip lines, key resolution, member order and names, overrides, bad grid files, member state
  * files. The MPI side (groups, claims, SIGTERM, resume) is tests/mpi/test_grid.sh.
  * Run alone: make build/tests/test_grid && build/tests/test_grid [test_name] */
@@ -293,7 +293,7 @@ static void test_status_files(void)
 
 static void test_report_statistics(void)
 {
-    /* spec C.2: sample std over seeds (divisor n - 1) */
+    /* docs/methods/metrics.md C.2: sample std over seeds (divisor n - 1) */
     const double x[] = { 0.70, 0.80, NAN, 0.90 };
     double m, s;
     int c;

@@ -136,7 +136,7 @@ static void blas_teardown(ConvKernel *k) { free(((BlasConv *)k->state)->ws); }
 static BlasConv g_blas_conv;
 static ConvKernel g_blas = {"blas", &g_blas_conv, blas_setup, blas_forward, blas_backward, blas_teardown};
 
-/* one comparison at the spec's batch, which must run as expect_chunks im2col chunks or more */
+/* one comparison at the documented batch, which must run as expect_chunks im2col chunks or more */
 static void conv_compare_chunks(const ConvSpec *cs, int bias, NnAct act, int expect_chunks)
 {
     NnConvShape s = conv_spec_shape(cs, cs->batch);

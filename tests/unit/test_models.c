@@ -1,4 +1,4 @@
-/* Model-level tests of the engine and the model zoo (src/nn/zoo.c on src/nn/model.c, spec/models.md):
+/* Model-level tests of the engine and the model zoo (src/nn/zoo.c on src/nn/model.c, docs/methods/models.md):
  *  - every zoo model on 1x28x28 and 3x32x32 with 10 classes: trainable and buffer counts (the numbers were
  *    cross-checked against an independent PyTorch implementation), logits and features shapes, the
  *    classifier layer, finite logits of a batch-2 forward in training and eval mode; other class counts;

@@ -1,5 +1,5 @@
-/* Unit tests for the client partitioner (src/data/partition.c, spec/baselines-and-protocols.md B.3 - B.6):
- * coverage (every row in exactly one client, or at most one where the spec leaves rows unused), the sizes
+/* Unit tests for the client partitioner (src/data/partition.c, docs/methods/baselines.md B.3 - B.6):
+ * coverage (every row in exactly one client, or at most one where the scheme leaves rows unused), the sizes
  * each variant promises, min_size, the balancing trick of B.4, label mixes at alpha = 1e6, shard and
  * class limits of B.5, the clean/corrupted split of the quality variant, determinism by seed, and the
  * error messages for infeasible or invalid settings. Labels are synthetic (balanced, or drawn from the

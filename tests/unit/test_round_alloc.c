@@ -1,4 +1,4 @@
-/* Rounds after the first allocate nothing (README, Architecture: memory is sized at setup; the round loop allocates
+/* Rounds after the first allocate nothing (docs/architecture.md: memory is sized at setup; the round loop allocates
  * nothing): whole runs of a few rounds, in this process on one rank, with every allocation of ours counted.
  *
  * What is counted: the Makefile links this test with --wrap for malloc, calloc, realloc, aligned_alloc,

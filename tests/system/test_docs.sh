@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The documentation against the code: the generated pages are current (tools/gen-docs.py --check: a new key
+# or method must reach docs/ through `make docs`), the README shows the two commands and .ci/run calls
+# `make test`, every relative link of README.md and docs/ resolves (anchors too: tools/check-links.py), and
+# no source, script, page or help text cites the former outside specification ("spec §13", "spec A.4",
+# "spec/algorithms-sam.md", ...) instead of the pages under docs/methods/.
+# usage: tests/system/test_docs.sh [NAME]      (last line: "N passed, N failed, N skipped")
+cd "$(dirname "$0")/../.." || exit 1
+PY=/usr/bin/python3
+passed=0 failed=0
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/fedhet-docs.XXXXXX") || { echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+trap 'rm -rf "$WORK"' EXIT
+check() { if [ -n "${SELECT:-}" ] && [ "$SELECT" != "$1" ]; then return; fi
+    if "$1" >"$WORK/$1.out" 2>&1; then passed=$((passed + 1)); echo "  $1 ok"
+    else failed=$((failed + 1)); echo "  $1 FAILED: $(tail -5 "$WORK/$1.out")"; fi; }
+SELECT=${1:-}
+
+# the generated pages equal what bin/fedhet's help texts give now; and the check notices a stale page
+generated_current()
+{
+    [ -x bin/fedhet ] || { echo "bin/fedhet missing: run make"; return 1; }
+    $PY tools/gen-docs.py --check || return 1
+    mkdir -p "$WORK/copy/docs/methods" "$WORK/copy/tools" "$WORK/copy/bin"
+    cp docs/configuration.md "$WORK/copy/docs/" && cp docs/methods/methods-table.md "$WORK/copy/docs/methods/"
+    cp tools/gen-docs.py "$WORK/copy/tools/"
+    sed -i 's/^| `rounds` | int | `10` |/| `rounds` | int | `11` |/' "$WORK/copy/docs/configuration.md"
+    if $PY "$WORK/copy/tools/gen-docs.py" --check --fedhet "$PWD/bin/fedhet" 2>"$WORK/stale.err"; then
+        echo "a changed default in configuration.md passed --check"; return 1
+    fi
+    grep -q 'configuration.md out of date' "$WORK/stale.err" || { echo "no message naming the page: $(cat "$WORK/stale.err")"; return 1; }
+}
+
+# the README's two commands, and CI runs the README's test command
+readme_commands()
+{
+    grep -q '^make run ' README.md || { echo "README.md does not show 'make run'"; return 1; }
+    grep -q '^make test ' README.md || { echo "README.md does not show 'make test'"; return 1; }
+    grep -q '^make test$' .ci/run || { echo ".ci/run does not call 'make test'"; return 1; }
+    n=$(wc -l <README.md)
+    [ "$n" -le 200 ] || { echo "README.md has $n lines (at most 200: the rest belongs under docs/)"; return 1; }
+}
+
+# every relative link resolves; and the checker finds a missing file and a missing anchor
+links_resolve()
+{
+    $PY tools/check-links.py || return 1
+    mkdir -p "$WORK/links"
+    printf '# Page\n\n## A section\n\n[ok](#a-section) [bad anchor](#nowhere) [bad file](absent.md)\n' >"$WORK/links/p.md"
+    printf '```\n[in code](absent-too.md)\n```\n' >>"$WORK/links/p.md"
+    $PY tools/check-links.py "$WORK/links/p.md" >"$WORK/links.out" && { echo "broken links passed"; return 1; }
+    grep -q "no heading or anchor 'nowhere'" "$WORK/links.out" && grep -q 'no such file.*absent.md' "$WORK/links.out" ||
+        { echo "not reported: $(cat "$WORK/links.out")"; return 1; }
+    grep -q 'absent-too' "$WORK/links.out" && { echo "a link inside a code block was checked"; return 1; }
+    return 0
+}
+
+# the old citation forms (the former specification outside the project); "the spec" naming a
+# DataPartitionSpec variable in code is not one of them
+OLD_CITATION="spec/(algorithms-sam|baselines-and-protocols|models|reported-results)|\bspec (default|defaults|algorithms-sam|§|[A-D]\.[0-9]|[0-9])|\bspec's\b|\bSpec (form|\(seed)|the spec \(|\(spec \[|; spec and |the data spec|spec reconstruction|spec says|spec writes|spec section|\bspec \"\$|; spec\$|the spec\b.*(tags|notes|writes|says|leaves|is silent)|(matches|match|against|of) the spec\b"
+
+no_outside_citations()
+{
+    local hits
+    hits=$(grep -rnE "$OLD_CITATION" src include tests tools docs README.md Makefile --exclude=test_docs.sh)
+    [ -z "$hits" ] || { echo "$(printf '%s\n' "$hits" | wc -l) citation(s) of the former specification, e.g.:"; printf '%s\n' "$hits" | head -5; return 1; }
+    [ -x bin/fedhet ] || { echo "bin/fedhet missing: run make"; return 1; }
+    local c m
+    for c in "" $(bin/fedhet --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'); do
+        hits=$(bin/fedhet $c --help 2>&1 | grep -nE "$OLD_CITATION")
+        [ -z "$hits" ] || { echo "fedhet $c --help: $hits" | head -3; return 1; }
+    done
+    for m in $(bin/fedhet methods | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }'); do
+        hits=$(bin/fedhet methods "$m" | grep -nE "$OLD_CITATION")
+        [ -z "$hits" ] || { echo "fedhet methods $m: $hits" | head -3; return 1; }
+    done
+    # the pattern finds the old forms
+    printf '/* see spec algorithms-sam 8 */\n"spec default 0.1"\nspec A.4\n' | grep -cE "$OLD_CITATION" | grep -qx 3 ||
+        { echo "the pattern misses an old form"; return 1; }
+}
+
+check generated_current
+check readme_commands
+check links_resolve
+check no_outside_citations
+echo "$passed passed, $failed failed, 0 skipped"
+[ "$failed" -eq 0 ]

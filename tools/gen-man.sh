@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The man page fedhet(1), from the executable's own help texts with help2man: the synopsis and the commands
+# of `fedhet --help`, then a section per subcommand holding its `--help`, the environment, exit codes and
+# where the documentation is. Built by `make man` into build/man/fedhet.1 and installed by `make install`.
+# usage: tools/gen-man.sh BIN OUT.1
+set -euo pipefail
+bin=$1 out=$2
+command -v help2man >/dev/null || { echo "error: help2man not found: run 'make deps' (package help2man)" >&2; exit 1; }
+inc=$(mktemp) tmp=$out.tmp-$$
+trap 'rm -f "$inc" "$tmp"' EXIT
+# roff: a backslash is \e; a line may not start with . or ' (a request) nor, in help2man's include file,
+# with [ (a section name)
+roff() { sed -e 's/\\/\\e/g' -e "s/^\([.'[]\)/\\\\\&\1/"; }
+commands=$("$bin" --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }')
+{
+    echo '[DESCRIPTION]'
+    echo 'fedhet is an MPI-parallel federated-learning simulator for studying optimisation under client'
+    echo 'heterogeneity, with the sharpness-aware family of methods at its centre. Rank 0 of'
+    echo '.B mpirun'
+    echo 'is the server, the other ranks train the clients; data sets and checkpoints are HDF5.'
+    echo 'Every subcommand takes --help; its text follows.'
+    for c in $commands; do
+        printf '\n[COMMAND %s]\n.nf\n' "$(echo "$c" | tr a-z A-Z)"
+        "$bin" "$c" --help 2>&1 | roff
+        printf '.fi\n'
+    done
+    cat <<'EOT'
+
+[ENVIRONMENT]
+.TP
+.B FEDHET_TRACE
+1: every error prints the call chain that led to it (file:line frames), not only internal errors.
+.TP
+.B OPENBLAS_NUM_THREADS, OMP_NUM_THREADS
+threads of OpenBLAS and oneDNN per rank (train.threads sets them for a run).
+
+[EXIT STATUS]
+0 ok, 1 usage or config, 2 input data, 3 numerical divergence, 4 I/O (including running out of memory and
+damaged checkpoints), 5 MPI. fedhet grid: 10 + the number of failed members.
+
+[FILES]
+.TP
+.I outputs/NAME/
+a run: config.ini, metrics.csv, clients.csv, run.h5, checkpoint.h5, log.txt.
+
+[SEE ALSO]
+README.md and docs/ of the source tree: docs/usage.md, docs/configuration.md (every key),
+docs/methods/ (the methods' equations), docs/reproduction.md.
+EOT
+} >"$inc"
+help2man --no-info --no-discard-stderr --version-string="fedhet" \
+    --name="MPI-parallel federated-learning simulator" --include="$inc" --output="$tmp" "$bin"
+mv "$tmp" "$out"
