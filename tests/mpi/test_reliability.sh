@@ -131,12 +131,21 @@ test_two_runs_one_name()
     # rounds long enough (about 2 s a run) that runs started together overlap even on a busy machine
     fx oneref run "$WORK/base.ini" output.name=oneref train.epochs=20
     expect_rc "reference run" 0 || return
-    local i a b force
+    local i a b force until
     for i in 1 2; do
         force=""
         [ $i = 2 ] && force=--force
         "$FEDHET" run "$WORK/base.ini" output.name=twin$i train.epochs=20 $force >"$WORK/twinA$i.out" 2>"$WORK/twinA$i.err" &
         local pa=$!
+        # try 1 starts both at once: whatever the timing, one finds the folder made or held. Try 2 (--force,
+        # which may replace a finished run) starts the second while the first holds the folder's lock, which a
+        # start at the same moment cannot promise on a loaded machine.
+        if [ $i = 2 ]; then
+            until=$(($(date +%s) + 60))
+            while [ ! -f "$WORK/out/twin2/.lock" ] && kill -0 $pa 2>/dev/null && [ "$(date +%s)" -lt "$until" ]; do
+                sleep 0.02
+            done
+        fi
         "$FEDHET" run "$WORK/base.ini" output.name=twin$i train.epochs=20 $force >"$WORK/twinB$i.out" 2>"$WORK/twinB$i.err" &
         local pb=$!
         wait $pa; a=$?
