@@ -128,14 +128,15 @@ same_run_files()
 # lock keeps them apart): one runs, the other is refused (exit 1); the folder holds one whole run.
 test_two_runs_one_name()
 {
-    # rounds long enough (about 2 s a run) that runs started together overlap even on a busy machine
-    fx oneref run "$WORK/base.ini" output.name=oneref train.epochs=20
+    # rounds long enough (about 3 s a run, most of it with the folder locked; a run starts in about 1 s) that
+    # runs started together overlap even on a busy machine
+    fx oneref run "$WORK/base.ini" output.name=oneref train.epochs=300
     expect_rc "reference run" 0 || return
     local i a b force until
     for i in 1 2; do
         force=""
         [ $i = 2 ] && force=--force
-        "$FEDHET" run "$WORK/base.ini" output.name=twin$i train.epochs=20 $force >"$WORK/twinA$i.out" 2>"$WORK/twinA$i.err" &
+        "$FEDHET" run "$WORK/base.ini" output.name=twin$i train.epochs=300 $force >"$WORK/twinA$i.out" 2>"$WORK/twinA$i.err" &
         local pa=$!
         # try 1 starts both at once: whatever the timing, one finds the folder made or held. Try 2 (--force,
         # which may replace a finished run) starts the second while the first holds the folder's lock, which a
@@ -146,7 +147,7 @@ test_two_runs_one_name()
                 sleep 0.02
             done
         fi
-        "$FEDHET" run "$WORK/base.ini" output.name=twin$i train.epochs=20 $force >"$WORK/twinB$i.out" 2>"$WORK/twinB$i.err" &
+        "$FEDHET" run "$WORK/base.ini" output.name=twin$i train.epochs=300 $force >"$WORK/twinB$i.out" 2>"$WORK/twinB$i.err" &
         local pb=$!
         wait $pa; a=$?
         wait $pb; b=$?
