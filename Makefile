@@ -18,9 +18,12 @@ PYTHON   ?= python3
 DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5-tools librandom123-dev \
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
              slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev \
-             libopenblas-openmp-dev
+             libopenblas-openmp-dev libjpeg-dev libpng-dev libpixman-1-dev libzip-dev python3-pil
 BENCH_PKGS = python3-torch python3-numpy
 
+# image sources (src/data/imgdecode.c, imgsource.c): libjpeg-turbo, libpng, pixman, libzip
+IMG_CFLAGS := $(shell pkg-config --cflags libpng pixman-1 libzip 2>/dev/null)
+IMG_LIBS   := $(shell pkg-config --libs libpng pixman-1 libzip 2>/dev/null) -ljpeg
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
 HDF5_LIBS   := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
 # OpenBLAS's OpenMP build where installed (Debian's libopenblas-openmp-dev): OpenBLAS and oneDNN then share
@@ -43,10 +46,10 @@ endif
 # -fopenmp: `omp simd` (vectorised float reductions, in a fixed order) and the element-wise, pooling and
 # normalisation kernels split over train.threads, each output computed by one thread in a fixed order
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -fopenmp -Wall -Wextra -Wno-unused-parameter \
-           -Iinclude $(BLAS_CFLAGS) $(HDF5_CFLAGS) -MMD -MP
+           -Iinclude $(BLAS_CFLAGS) $(HDF5_CFLAGS) $(IMG_CFLAGS) -MMD -MP
 LDFLAGS += $(OPTFLAGS) -fopenmp
 # oneDNN (train.backend = onednn) runs on GNU OpenMP, whose thread count nn_set_threads sets
-LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -ldnnl -lgomp -linih -lz -lm
+LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) $(IMG_LIBS) -ldnnl -lgomp -linih -lz -lm
 
 BUILD   = build
 SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c src/algo/*.c src/fl/*.c src/grid/*.c src/analysis/*.c)
@@ -92,6 +95,7 @@ check-tools:
 	@test -n "$(BLAS_LIBS)" || { echo "error: OpenBLAS not found by pkg-config: run 'make deps' (package libopenblas-dev)"; exit 1; }
 	@test -n "$(HDF5_LIBS)" || { echo "error: parallel HDF5 not found by pkg-config: run 'make deps' (package libhdf5-openmpi-dev)"; exit 1; }
 	@test -f /usr/include/oneapi/dnnl/dnnl.h || { echo "error: oneDNN headers missing: run 'make deps' (package libdnnl-dev)"; exit 1; }
+	@pkg-config --exists libpng pixman-1 libzip && test -f /usr/include/jpeglib.h || { echo "error: image libraries missing: run 'make deps' (packages libjpeg-dev libpng-dev libpixman-1-dev libzip-dev)"; exit 1; }
 
 deps:
 	@./tools/install-deps.sh $(DEPS_PKGS)

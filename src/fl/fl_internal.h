@@ -17,6 +17,8 @@
 /* The resolved config, typed (src/fl/settings.c). */
 typedef struct {
     const char *data_path, *data_source, *scheme, *corruption;
+    const char *source_options, *normalise, *augment; /* [data] image source keys, normalisation, augmentation */
+    DataCropParams crop;
     const char *variant; /* [data] variant of the scheme ("": its default) */
     double alpha;
     int n_clients_partition, min_size, classes_per_client, severity, corrupted, partition_seed;

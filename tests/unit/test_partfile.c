@@ -147,7 +147,7 @@ static void test_channel_stats_exact(void)
     /* 2 images, 2 channels of 2 pixels: channel 0 = {0, 255, 0, 255}, channel 1 = all 51 */
     uint8_t px[8] = { 0, 255, 51, 51, 0, 255, 51, 51 };
     int32_t y[2] = { 0, 1 };
-    DataImageSet s = { 2, 2, 1, 2, 2, px, y };
+    DataImageSet s = { 2, 2, 1, 2, 2, px, y, NULL, NULL, NULL, 0, NULL };
     double mean[2], std[2];
     data_channel_stats(&s, mean, std);
     CHECK_NEAR(mean[0], 0.5, 1e-15);
