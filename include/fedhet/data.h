@@ -236,6 +236,11 @@ typedef struct {
     int severity, n_corrupted;
     int64_t seed;
     int64_t bytes_read;     /* image + label bytes read through data_partfile_read_rows */
+    /* files of a source with natural groups (domains): their names, and the domain of every test row
+     * (/test/domain; NULL when absent) */
+    int n_domains;
+    char **domain_names;
+    int32_t *test_domain;
     struct DataPartFileH5 *h5;
 } DataPartFile;
 

@@ -456,6 +456,41 @@ static int read_client_tables(DataPartFile *f)
     return FH_OK;
 }
 
+/* the "domains" attribute (names one a line) and /test/domain, when the source had natural groups */
+static int open_domains(DataPartFile *f)
+{
+    FhH5File *h = &f->h5->file;
+    if (H5Aexists(h->id, "domains") <= 0) return FH_OK;
+    char *text = NULL;
+    FH_CHECK(read_string_attr(f, "domains", &text));
+    int n = 0;
+    for (const char *p = text; *p; p++) n += *p == '\n';
+    int status = fh_calloc(&f->domain_names, (size_t)(n ? n : 1), sizeof *f->domain_names, "domain names");
+    for (char *save = NULL, *tok = status == FH_OK ? strtok_r(text, "\n", &save) : NULL; tok && f->n_domains < n;
+         tok = strtok_r(NULL, "\n", &save))
+        if (!(f->domain_names[f->n_domains++] = strdup(tok)))
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for domain names");
+    free(text);
+    FH_CHECK(status);
+    int has = 0;
+    if (f->n_test > 0) FH_CHECK(fh_h5_exists(h, "/test/domain", &has));
+    if (!has) return FH_OK;
+    hsize_t dims[1];
+    hid_t d;
+    FH_CHECK(fh_h5_open_checked(h, "/test/domain", H5T_INTEGER, 0, 1, dims, &d));
+    H5Dclose(d);
+    if (dims[0] != (hsize_t)f->n_test)
+        FH_FAIL(FH_ERR_DATA, "%s: /test/domain has %llu entries for %lld test rows", f->path,
+                (unsigned long long)dims[0], (long long)f->n_test);
+    FH_CHECK(fh_calloc(&f->test_domain, (size_t)f->n_test, sizeof *f->test_domain, "test domains"));
+    FH_CHECK(fh_h5_read_all(h, "/test/domain", H5T_NATIVE_INT32, f->test_domain));
+    for (int64_t i = 0; i < f->n_test; i++)
+        if (f->test_domain[i] < 0 || f->test_domain[i] >= f->n_domains)
+            FH_FAIL(FH_ERR_DATA, "%s: /test/domain[%lld] = %d but the file names %d domains", f->path, (long long)i,
+                    (int)f->test_domain[i], f->n_domains);
+    return FH_OK;
+}
+
 static int open_into(DataPartFile *f, const char *path)
 {
     FhH5File *h = &f->h5->file;
@@ -515,7 +550,7 @@ static int open_into(DataPartFile *f, const char *path)
                     (long long)f->n_test);
         f->has_test_corrupted = 1;
     }
-    return FH_OK;
+    return open_domains(f);
 }
 
 int data_partfile_open(DataPartFile *f, const char *path)
@@ -645,6 +680,9 @@ void data_partfile_close(DataPartFile *f)
     free(f->variant);
     free(f->corruption_name);
     free(f->parameters);
+    for (int d = 0; d < f->n_domains; d++) free(f->domain_names[d]);
+    fh_free(&f->domain_names);
+    fh_free(&f->test_domain);
     fh_free(&f->offsets);
     fh_free(&f->label_counts);
     fh_free(&f->corruption);

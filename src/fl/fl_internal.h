@@ -283,6 +283,13 @@ typedef struct {
     /* rank 0 */
     double *rows;             /* [rounds * FL_N_COLUMNS] */
     int n_rows;
+    /* metrics.csv's per-domain test accuracy, after the fixed columns, when the test set holds rows of two
+     * or more domains (a partition with natural groups): "test_accuracy_<domain>" */
+    int n_dcols;
+    char **dcol_names;        /* [n_dcols] */
+    int *dcol_of_domain;      /* [data.n_domains] column, or -1 for a domain without test rows */
+    double *drows;            /* [rounds * n_dcols] */
+    double *dnow;             /* [n_dcols] the last evaluation's */
     double *client_rows;      /* [cap_client_rows * n_ccols] */
     int n_ccols;              /* clients.csv columns: the fixed ones, then the method's */
     const char *ccol_names[FL_MAX_CCOLUMNS];
