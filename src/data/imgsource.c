@@ -496,15 +496,17 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
     return status;
 }
 
-static int read_whole(const char *path, uint8_t **data, size_t *len, size_t *cap)
+/* the whole file at path; messages name it as `name` (the path, or the path and its table line) */
+static int read_whole(const char *path, const char *name, uint8_t **data, size_t *len, size_t *cap)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", name, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
-        FH_FAIL(FH_ERR_DATA, "%s: not a regular file", path);
+        FH_FAIL(FH_ERR_DATA, "%s: not a regular file", name);
     }
+    path = name;
     size_t n = (size_t)st.st_size;
     if (n + 1 > *cap) {
         uint8_t *grown = realloc(*data, n + 1);
@@ -528,7 +530,7 @@ static int open_csv(DataSource *s, const char *table)
 {
     uint8_t *text = NULL;
     size_t len, cap = 0;
-    FH_CHECK(read_whole(table, &text, &len, &cap));
+    FH_CHECK(read_whole(table, table, &text, &len, &cap));
     int status = open_csv_text(s, table, (char *)text);
     free(text);
     return status;
@@ -775,8 +777,8 @@ static int load_entry(DataSource *s, const SrcEntry *e, uint8_t *image)
     char where[SRC_PATH_MAX + 32];
     if (e->path) {
         size_t len;
-        FH_CHECK(read_whole(e->path, &s->file, &len, &s->file_cap));
         if (e->line) snprintf(where, sizeof where, "%s (line %d)", e->path, e->line), name = where;
+        FH_CHECK(read_whole(e->path, name, &s->file, &len, &s->file_cap));
         FH_CHECK(img_decode(name, s->file, len, s->c, &s->o.image, &s->buf, &w, &h));
     } else {
         FH_CHECK(load_array_row(s, e, &s->buf));
@@ -804,7 +806,7 @@ static int first_shape(DataSource *s)
     int w, h, c;
     if (e->path) {
         size_t len;
-        FH_CHECK(read_whole(e->path, &s->file, &len, &s->file_cap));
+        FH_CHECK(read_whole(e->path, e->path, &s->file, &len, &s->file_cap));
         FH_CHECK(img_probe(e->path, s->file, len, &w, &h, &c));
     } else {
         w = s->array_w, h = s->array_h, c = s->array_c;
