@@ -332,6 +332,27 @@ static int column_of(const char *table, char **header, int n_header, const char 
     return FH_OK;
 }
 
+/* names sorted in place; every entry's label (groups: its group) renumbered to match */
+static int sort_names(DataSource *s, char **names, int n, int groups)
+{
+    char **sorted = malloc((size_t)n * sizeof *sorted);
+    int32_t *map = malloc((size_t)n * sizeof *map);
+    int status = sorted && map ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+    if (status == FH_OK) {
+        memcpy(sorted, names, (size_t)n * sizeof *sorted);
+        qsort(sorted, (size_t)n, sizeof *sorted, str_cmp);
+        for (int i = 0; i < n; i++) map[i] = name_index(sorted, n, names[i]);
+        for (int64_t i = 0; i < s->n; i++) {
+            int32_t *v = groups ? &s->entries[i].group : &s->entries[i].label;
+            *v = map[*v];
+        }
+        memcpy(names, sorted, (size_t)n * sizeof *sorted);
+    }
+    free(sorted);
+    free(map);
+    return status;
+}
+
 static int open_csv_text(DataSource *s, const char *table, char *text)
 {
     const DataSourceOptions *o = &s->o;
@@ -459,37 +480,10 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
         free(map);
         if (names) free_names(&names, max + 1);
     } else if (status == FH_OK && !fixed_classes && !one_hot) {
-        /* names in sorted order, as torchvision's folders */
-        char **sorted = malloc((size_t)s->n_classes * sizeof *sorted);
-        int32_t *map = malloc((size_t)s->n_classes * sizeof *map);
-        if (!sorted || !map) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
-        if (status == FH_OK) {
-            memcpy(sorted, s->classes, (size_t)s->n_classes * sizeof *sorted);
-            qsort(sorted, (size_t)s->n_classes, sizeof *sorted, str_cmp);
-            for (int i = 0; i < s->n_classes; i++) map[i] = name_index(sorted, s->n_classes, s->classes[i]);
-            for (int64_t i = 0; i < s->n; i++) s->entries[i].label = map[s->entries[i].label];
-            free(s->classes);
-            s->classes = sorted, sorted = NULL;
-        }
-        free(sorted);
-        free(map);
+        status = sort_names(s, s->classes, s->n_classes, 0); /* sorted, as torchvision's folders */
     }
     /* groups in name order too: client ids follow it */
-    if (status == FH_OK && s->n_groups > 1) {
-        char **sorted = malloc((size_t)s->n_groups * sizeof *sorted);
-        int32_t *map = malloc((size_t)s->n_groups * sizeof *map);
-        if (!sorted || !map) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
-        if (status == FH_OK) {
-            memcpy(sorted, s->groups, (size_t)s->n_groups * sizeof *sorted);
-            qsort(sorted, (size_t)s->n_groups, sizeof *sorted, str_cmp);
-            for (int i = 0; i < s->n_groups; i++) map[i] = name_index(sorted, s->n_groups, s->groups[i]);
-            for (int64_t i = 0; i < s->n; i++) s->entries[i].group = map[s->entries[i].group];
-            free(s->groups);
-            s->groups = sorted, sorted = NULL;
-        }
-        free(sorted);
-        free(map);
-    }
+    if (status == FH_OK && s->n_groups > 1) status = sort_names(s, s->groups, s->n_groups, 1);
     free(header);
     free(fields);
     free(hot);

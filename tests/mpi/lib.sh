@@ -55,6 +55,16 @@ fh()
     return 0
 }
 
+# fx TAG ARGS...: fedhet ARGS on one process; output in $WORK/TAG.out/.err; sets RC
+fx()
+{
+    local tag=$1
+    LAST_TAG=$tag
+    shift
+    timeout -k 5 "$RUN_LIMIT" "$FEDHET" "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err"
+    RC=$?
+}
+
 # fg NP TAG ARGS...: fedhet grid ARGS on NP ranks (NP 1: without mpirun, unless MPI_X is set); output in
 # $WORK/TAG.out/.err; sets RC
 fg()

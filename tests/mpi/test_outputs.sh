@@ -9,16 +9,6 @@ source "$(dirname "$0")/lib.sh"
 
 setup() { setup_tiny; }
 
-# fx TAG CMD ARGS...: fedhet CMD ARGS on one process; output in $WORK/TAG.out/.err; sets RC
-fx()
-{
-    local tag=$1
-    LAST_TAG=$tag
-    shift
-    timeout -k 5 "$RUN_LIMIT" "$FEDHET" "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err"
-    RC=$?
-}
-
 # refused WHAT NEEDLE: the last command exited 1 and its stderr holds NEEDLE
 refused()
 {

@@ -18,16 +18,6 @@ setup()
     $PY "$HERE/make_idx.py" "$WORK/idx" 240 60 8 4 >/dev/null || return 1
 }
 
-# fx TAG ARGS...: fedhet ARGS on one process; output in $WORK/TAG.out/.err; sets RC
-fx()
-{
-    local tag=$1
-    LAST_TAG=$tag
-    shift
-    timeout -k 5 "$RUN_LIMIT" "$FEDHET" "$@" >"$WORK/$tag.out" 2>"$WORK/$tag.err"
-    RC=$?
-}
-
 # same A.h5 B.h5 WHAT: the two partition files agree bit for bit
 same()
 {
