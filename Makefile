@@ -204,7 +204,7 @@ FUZZ_CC      = OMPI_CC=clang mpicc
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  = -std=c11 -D_POSIX_C_SOURCE=200809L -O1 -g $(FUZZ_SAN) -fopenmp-simd -Wall -Wextra \
                -Wno-unused-parameter -Wno-missing-field-initializers -Wno-pass-failed -Iinclude $(BLAS_CFLAGS) \
-               $(HDF5_CFLAGS) -MMD -MP
+               $(HDF5_CFLAGS) $(IMG_CFLAGS) -MMD -MP
 FUZZ_TARGETS = config grid idx cifar partfile checkpoint
 FUZZ_OBJ     = $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(SRC) $(filter-out src/app/main.c,$(APP_SRC)))
 FUZZ_BIN     = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%) $(FUZZ_BUILD)/fuzz_seeds
