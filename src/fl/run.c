@@ -82,12 +82,12 @@ static int prepare_data(const FlSettings *s, const char *config_path)
     source.seed = spec.partition.seed;
     spec.partition.split_clients = 2;
     static char options[4096];
-    snprintf(options, sizeof options, "%s", s->source_options);
+    snprintf(options, sizeof options, "%s", s->source_options ? s->source_options : "");
     char where[4200];
     snprintf(where, sizeof where, "%.4000s: [data] source_options", config_path);
     FH_CHECK(data_source_options_parse(&source, &spec.partition, options, where));
     size_t used = strlen(params);
-    if (*s->source_options && used < sizeof params)
+    if (s->source_options && *s->source_options && used < sizeof params)
         snprintf(params + used, sizeof params - used, " %s", s->source_options);
     spec.parameters = params;
     fh_log_info("making %s from %s", s->data_path, s->data_source);
@@ -1192,7 +1192,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     FH_CHECK(fl_agree(&run->comm, status));
     if (rank != 0) FH_CHECK(fl_agree(&run->comm, data_partfile_open(&run->data, s->data_path)));
     else FH_CHECK(fl_agree(&run->comm, FH_OK));
-    FH_CHECK(data_normalise_set(&run->data, s->normalise));
+    if (s->normalise) FH_CHECK(data_normalise_set(&run->data, s->normalise));
     run->n_clients = run->data.n_clients;
     FH_CHECK(fh_calloc(&run->client_sizes, (size_t)run->n_clients, sizeof *run->client_sizes, "client sizes"));
     for (int k = 0; k < run->n_clients; k++) run->client_sizes[k] = run->data.offsets[k + 1] - run->data.offsets[k];
