@@ -10,7 +10,8 @@
 
 /* An image set: uint8 images [n, c, h, w] and int32 labels [n] in [0, classes). The images are either in
  * memory (images) or streamed from the source one row at a time (images NULL, fetch): the image sources of
- * data_source_open decode a file per call, so a data set never has to fit in memory. */
+ * data_source_open decode a file per call, so a data set never has to fit in memory. A set made by hand
+ * starts zeroed: the fields it does not use must be NULL / 0. */
 typedef struct {
     int64_t n;
     int c, h, w;

@@ -24,6 +24,7 @@
 /* n images c x h x w; pixel 0..2 of channel 0 hold the row index (base 256), the rest pseudo-random */
 static void make_set(DataImageSet *s, int64_t n, int c, int h, int w, int classes, uint32_t stream)
 {
+    memset(s, 0, sizeof *s);
     s->n = n;
     s->c = c;
     s->h = h;
