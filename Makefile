@@ -19,9 +19,12 @@ DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
              slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev \
              libopenblas-openmp-dev libonnx-dev libprotobuf-c-dev protobuf-c-compiler python3-onnx python3-torchvision \
-             libonnx-testdata help2man
+             libonnx-testdata help2man libjpeg-dev libpng-dev libpixman-1-dev libzip-dev python3-pil
 BENCH_PKGS = python3-torch python3-numpy
 
+# image sources (src/data/imgdecode.c, imgsource.c): libjpeg-turbo, libpng, pixman, libzip
+IMG_CFLAGS := $(shell pkg-config --cflags libpng pixman-1 libzip 2>/dev/null)
+IMG_LIBS   := $(shell pkg-config --libs libpng pixman-1 libzip 2>/dev/null) -ljpeg
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
 HDF5_LIBS   := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
 # OpenBLAS's OpenMP build where installed (Debian's libopenblas-openmp-dev): OpenBLAS and oneDNN then share
@@ -44,10 +47,10 @@ endif
 # -fopenmp: `omp simd` (vectorised float reductions, in a fixed order) and the element-wise, pooling and
 # normalisation kernels split over train.threads, each output computed by one thread in a fixed order
 CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -fopenmp -Wall -Wextra -Wno-unused-parameter \
-           -Iinclude -I$(BUILD)/gen $(BLAS_CFLAGS) $(HDF5_CFLAGS) -MMD -MP
+           -Iinclude -I$(BUILD)/gen $(BLAS_CFLAGS) $(HDF5_CFLAGS) $(IMG_CFLAGS) -MMD -MP
 LDFLAGS += $(OPTFLAGS) -fopenmp
 # oneDNN (train.backend = onednn) runs on GNU OpenMP, whose thread count nn_set_threads sets
-LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) -ldnnl -lgomp -linih -lprotobuf-c -lz -lm
+LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) $(IMG_LIBS) -ldnnl -lgomp -linih -lprotobuf-c -lz -lm
 
 BUILD   = build
 SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c src/algo/*.c src/fl/*.c src/grid/*.c src/analysis/*.c \
@@ -102,6 +105,7 @@ check-tools:
 	@test -f /usr/include/oneapi/dnnl/dnnl.h || { echo "error: oneDNN headers missing: run 'make deps' (package libdnnl-dev)"; exit 1; }
 	@test -f $(ONNX_PROTO) || { echo "error: $(ONNX_PROTO) missing: run 'make deps' (package libonnx-dev)"; exit 1; }
 	@command -v protoc-c >/dev/null 2>&1 || { echo "error: protoc-c not found: run 'make deps' (package protobuf-c-compiler)"; exit 1; }
+	@pkg-config --exists libpng pixman-1 libzip && test -f /usr/include/jpeglib.h || { echo "error: image libraries missing: run 'make deps' (packages libjpeg-dev libpng-dev libpixman-1-dev libzip-dev)"; exit 1; }
 
 deps:
 	@./tools/install-deps.sh $(DEPS_PKGS)
@@ -237,7 +241,7 @@ FUZZ_CC      = OMPI_CC=clang mpicc
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  = -std=c11 -D_POSIX_C_SOURCE=200809L -O1 -g $(FUZZ_SAN) -fopenmp-simd -Wall -Wextra \
                -Wno-unused-parameter -Wno-missing-field-initializers -Wno-pass-failed -Iinclude -I$(BUILD)/gen $(BLAS_CFLAGS) \
-               $(HDF5_CFLAGS) -MMD -MP
+               $(HDF5_CFLAGS) $(IMG_CFLAGS) -MMD -MP
 FUZZ_TARGETS = config grid idx cifar partfile checkpoint
 FUZZ_OBJ     = $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(SRC) $(filter-out src/app/main.c,$(APP_SRC))) $(FUZZ_BUILD)/gen/onnx.pb-c.o
 FUZZ_BIN     = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%) $(FUZZ_BUILD)/fuzz_seeds

@@ -8,13 +8,24 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* An in-memory image set: uint8 images [n, c, h, w] and int32 labels [n] in [0, classes). */
+/* An image set: uint8 images [n, c, h, w] and int32 labels [n] in [0, classes). The images are either in
+ * memory (images) or streamed from the source one row at a time (images NULL, fetch): the image sources of
+ * data_source_open decode a file per call, so a data set never has to fit in memory. A set made by hand
+ * starts zeroed: the fields it does not use must be NULL / 0. */
 typedef struct {
     int64_t n;
     int c, h, w;
     int classes;
     uint8_t *images;
     int32_t *labels;
+    /* row -> image [c, h, w]; FH_ERR_DATA naming the file that cannot be decoded */
+    int (*fetch)(void *ctx, int64_t row, uint8_t *image);
+    void *fetch_ctx;
+    /* natural groups (a client column's values, or domain folders): group of each row [n] or NULL, and
+     * the names of every group of the source (borrowed from it) */
+    int32_t *groups;
+    int n_groups;
+    char *const *group_names;
 } DataImageSet;
 
 /* IDX files, gzip-compressed or raw (detected from the content, not the name).
@@ -49,7 +60,7 @@ int data_hdf5_read(DataImageSet *train, DataImageSet *test, const char *path);
 /* ---- partitions (docs/methods/partitions.md B.3 - B.6) -------------------------------------------------------------------- */
 
 typedef struct {
-    const char *scheme;  /* "iid" | "dirichlet" | "pathological" | "quantity" */
+    const char *scheme;  /* "iid" | "dirichlet" | "pathological" | "quantity" | "natural" */
     /* iid: "niid-bench" (default, array_split) | "flood" | "fl-simulator";
      * dirichlet: "niid-bench" (default, B.4 resampling with balancing) | "prior" (FL-Simulator
      *   prior-sampling, equal sizes, refill) | "quality" (FFL4MIA groups of clean and corrupted clients);
@@ -62,6 +73,12 @@ typedef struct {
     int n_corrupted;     /* "quality" variant: the last m client ids form the corrupted group */
     int max_attempts;    /* resampling bound, default 10000 */
     uint64_t seed;
+    /* natural: a client per group present in groups [n] (ascending group id); with split_within "iid" or
+     * "dirichlet" each group is split again into split_clients clients by that scheme (alpha, min_size) */
+    const int32_t *groups;
+    int n_groups;
+    const char *split_within; /* NULL or "none" = one client per group */
+    int split_clients;
 } DataPartitionSpec;
 
 typedef struct {
@@ -109,6 +126,63 @@ void data_corrupt_image(uint8_t *image, int c, int h, int w, const DataCorruptio
 int data_source_read(DataImageSet *train, DataImageSet *test, const char *src, const char *format, int idx_classes,
                      const char **format_used);
 
+/* ---- image sources: folders of images, label tables, NumPy arrays (docs/data.md) ------------------------ */
+
+typedef enum { DATA_RESIZE_SHORTER = 0, DATA_RESIZE_EXACT, DATA_RESIZE_NONE } DataResize;
+
+typedef struct {
+    int size;           /* output side; 0 = every image keeps its (common) size */
+    DataResize resize;  /* shorter: shorter side to size (aspect kept); exact: size x size; none */
+    int crop_center;    /* centre crop to size x size after the resize */
+    int channels;       /* 1 or 3; 0 = the first image's */
+    int shrink_on_load; /* JPEG DCT scaling before the resize (faster; on by default) */
+} DataImageOptions;
+
+/* How data_source_open reads a source; strings may be NULL or "" for unset. */
+typedef struct {
+    const char *format; /* auto | idx | cifar10 | cifar100 | hdf5 | imagefolder | domains | csv | npy | npz */
+    int idx_classes;    /* class count of IDX labels */
+    DataImageOptions image;
+    int skip_unreadable; /* on_error = skip: unreadable images are counted, named and left out */
+    /* csv: the table's columns; image paths are image_root/VALUE+image_suffix (image_root default: the
+     * table's folder) */
+    const char *image_root, *image_column, *image_suffix, *label_column, *label_columns, *class_names;
+    const char *client_column, *split_column;
+    /* npy / npz */
+    const char *layout; /* auto | nhwc | nchw */
+    double float_max;   /* float32 images span 0 .. float_max (1 or 255) */
+    const char *normalise; /* file (computed) | imagenet | none: the mean/std recorded */
+    /* test set of sources without a split: a share of each group and class (Philox purpose partition) */
+    double test_fraction;
+    const char *holdout_domain; /* comma-separated group names that form the test set instead */
+    uint64_t seed;
+} DataSourceOptions;
+
+/* defaults: format auto, idx_classes 10, size 0, resize shorter, crop center, channels 0, shrink on, csv
+ * columns image / label, layout auto, float_max 1, test_fraction 0.2 */
+void data_source_options_default(DataSourceOptions *o);
+
+typedef struct DataSource DataSource;
+/* Opens src by o: the formats of data_source_read (read into memory as before) or an image source, whose
+ * sets stream their images through fetch (metadata only in memory: about 100 bytes per image plus one
+ * decoded image). *format_used names the format read. Close with data_source_close after the sets. */
+int data_source_open(DataSource **out, DataImageSet *train, DataImageSet *test, const char *src,
+                     const DataSourceOptions *o, const char **format_used);
+/* The image source keys of `fedhet partition` (and of [data] source_options): name, default, meaning. */
+typedef struct {
+    const char *key, *default_text, *help;
+} DataSourceKey;
+const DataSourceKey *data_source_keys(int *n);
+/* Sets one key (value is borrowed); *known 0 when key is not a source key. FH_ERR_USAGE for a bad value.
+ * split_within and split_clients go to the partition spec p. */
+int data_source_option_set(DataSourceOptions *o, DataPartitionSpec *p, const char *key, const char *value, int *known);
+/* "key=value key=value ..." (text is modified and borrowed); where names it in messages */
+int data_source_options_parse(DataSourceOptions *o, DataPartitionSpec *p, char *text, const char *where);
+
+/* images left out by on_error = skip, and a line naming the first of them ("" when none) */
+int64_t data_source_skipped(const DataSource *s, const char **first_names);
+void data_source_close(DataSource **s);
+
 /* ---- partitioned dataset files (docs/usage.md, Data) ------------------------------------------ */
 
 /* Format marker and version in the root attributes `format` and `format_version`; checked on open. */
@@ -125,6 +199,7 @@ typedef struct {
     const double *mean, *std;  /* per channel; NULL = computed from the clean training images */
     int deflate;               /* 0..9 */
     const char *parameters;    /* the resolved key=value list, recorded for `inspect` (may be NULL) */
+    double corrupted_ratio;    /* > 0 with n_corrupted < 0: n_corrupted = round(ratio K) once K is known (natural) */
 } DataPartFileSpec;
 
 /* Writes the partitioned set atomically (PATH.tmp-<pid>, fsync, rename): on failure nothing is left at
@@ -138,7 +213,7 @@ int data_partfile_write(const char *path, const DataImageSet *train, const DataI
 /* Reads src (data_source_read), partitions it by spec->partition, writes dst (creating its folder) and prints
  * a summary on stdout: clients, min/median/max samples and classes per client, corrupted clients, channel
  * statistics. mean_text / std_text: comma-separated per-channel values, or NULL to compute them. */
-int data_partition_make(const char *src, const char *format, int idx_classes, const char *dst, DataPartFileSpec *spec,
+int data_partition_make(const char *src, const DataSourceOptions *o, const char *dst, DataPartFileSpec *spec,
                         const char *mean_text, const char *std_text);
 
 /* "clients K: samples min / median / max; classes per client min / median / max" from the offsets [K+1]
@@ -162,6 +237,11 @@ typedef struct {
     int severity, n_corrupted;
     int64_t seed;
     int64_t bytes_read;     /* image + label bytes read through data_partfile_read_rows */
+    /* files of a source with natural groups (domains): their names, and the domain of every test row
+     * (/test/domain; NULL when absent) */
+    int n_domains;
+    char **domain_names;
+    int32_t *test_domain;
     struct DataPartFileH5 *h5;
 } DataPartFile;
 
@@ -210,13 +290,23 @@ int data_partfile_hetero(DataPartFile *f, DataHetero *h, int *stored);
  * the file groups rows by client, so each client is one hyperslab), and served as normalised float
  * batches. One client is iterated at a time per loader. */
 typedef struct {
+    float scale_min, scale_max; /* area share of the crop (0.08, 1) */
+    float ratio_min, ratio_max; /* aspect w / h (3/4, 4/3) */
+    float flip;                 /* horizontal flip probability (0.5) */
+} DataCropParams;
+
+typedef struct {
     int n_owned;
     int *clients;       /* [n_owned] ascending client ids */
     int64_t *first;     /* [n_owned + 1] row of each owned client in images/labels */
     uint8_t *images;    /* owned rows [first[n_owned], c, h, w] */
     int32_t *labels;
     int c, h, w, n_clients;
-    int augment;        /* random crop (zero padding 4) + horizontal flip, docs/methods/partitions.md B.1 FLOOD */
+    int augment;        /* random crop (zero padding 4) + horizontal flip, docs/methods/partitions.md B.1 FLOOD; above 32 x 32
+                         * random-resized-crop + flip */
+    DataCropParams crop;
+    uint8_t *crop_out;  /* [c, h, w] one resized crop */
+    void *crop_scratch; /* two reusable image buffers of the resampler */
     float *lut;         /* [c * 256]: (v / 255 - mean[ch]) / std[ch] */
     int64_t *order;     /* [largest owned client] this epoch's row order */
     int64_t bytes_read; /* bytes this loader read from the file */
@@ -229,9 +319,16 @@ typedef struct {
     uint32_t client, round, epoch;
 } DataBatchIter;
 
-/* augment: 1 on, 0 off, -1 automatic (on for 3-channel 32 x 32 images, off otherwise: B.1). clients need
- * not be sorted; duplicates and ids outside 0..K-1 are FH_ERR_USAGE. */
+/* augment: 1 on, 0 off, -1 automatic (on for 3-channel 32 x 32 images and for images larger than 32 x 32,
+ * off otherwise). Images up to 32 x 32 get B.1's pad-4 crop + flip; larger ones torchvision's
+ * RandomResizedCrop + RandomHorizontalFlip (parameters: data_loader_set_crop). clients need not be sorted;
+ * duplicates and ids outside 0..K-1 are FH_ERR_USAGE. */
 int data_loader_init(DataLoader *L, DataPartFile *f, const int *clients, int n_owned, int augment);
+/* RandomResizedCrop's scale and ratio ranges and the flip probability (defaults: torchvision's) */
+void data_loader_set_crop(DataLoader *L, const DataCropParams *p);
+/* Replaces the file's mean/std in f (in memory): "file" keeps them, "imagenet" takes ImageNet's
+ * (3 channels; 1 channel: their means), "none" mean 0, std 1. FH_ERR_USAGE for another name. */
+int data_normalise_set(DataPartFile *f, const char *mode);
 void data_loader_free(DataLoader *L);
 /* rows of an owned client, or -1 when this loader does not hold it */
 int64_t data_loader_client_rows(const DataLoader *L, int client);

@@ -276,6 +276,7 @@ void data_imageset_free(DataImageSet *set)
     if (!set) return;
     fh_free(&set->images);
     fh_free(&set->labels);
+    fh_free(&set->groups);
     memset(set, 0, sizeof *set);
 }
 

@@ -3,7 +3,9 @@
 #include "fedhet/data.h"
 #include "fedhet/core.h"
 #include "fedhet/rng.h"
+#include "imgsrc_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,22 @@ void data_normal_lut(float *lut, const DataPartFile *f)
         for (int v = 0; v < 256; v++)
             lut[ch * 256 + v] = (float)(((double)v / 255.0 - f->mean[ch]) / f->std[ch]);
 }
+
+int data_normalise_set(DataPartFile *f, const char *mode)
+{
+    static const double imagenet_mean[3] = { 0.485, 0.456, 0.406 }, imagenet_std[3] = { 0.229, 0.224, 0.225 };
+    if (!strcmp(mode, "file")) return FH_OK;
+    if (strcmp(mode, "imagenet") && strcmp(mode, "none"))
+        FH_FAIL(FH_ERR_USAGE, "normalise = %s is not one of file, imagenet, none", mode);
+    for (int ch = 0; ch < f->c; ch++) {
+        if (!strcmp(mode, "none")) f->mean[ch] = 0.0, f->std[ch] = 1.0;
+        else if (f->c == 3) f->mean[ch] = imagenet_mean[ch], f->std[ch] = imagenet_std[ch];
+        else f->mean[ch] = (0.485 + 0.456 + 0.406) / 3, f->std[ch] = (0.229 + 0.224 + 0.225) / 3;
+    }
+    return FH_OK;
+}
+
+void data_loader_set_crop(DataLoader *L, const DataCropParams *p) { L->crop = *p; }
 
 static int cmp_int(const void *a, const void *b)
 {
@@ -64,9 +82,20 @@ int data_loader_init(DataLoader *L, DataPartFile *f, const int *clients, int n_o
     L->h = f->h;
     L->w = f->w;
     L->n_clients = f->n_clients;
-    L->augment = augment >= 0 ? augment : (f->c == 3 && f->h == 32 && f->w == 32);
+    L->augment = augment >= 0 ? augment : ((f->c == 3 && f->h == 32 && f->w == 32) || f->h > 32 || f->w > 32);
+    L->crop = (DataCropParams){ 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, 0.5f }; /* torchvision's defaults */
     int status = n_owned < 0 ? fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "negative client count %d", n_owned)
                              : loader_read(L, f, clients, n_owned);
+    /* the resampler's buffers, made here: the round loop allocates nothing of ours */
+    if (status == FH_OK && L->augment && (f->h > 32 || f->w > 32)) {
+        ImgBuf *bufs = NULL;
+        status = fh_calloc(&bufs, 2, sizeof *bufs, "crop buffers");
+        L->crop_scratch = bufs;
+        if (status == FH_OK) status = fh_calloc(&L->crop_out, (size_t)f->c * f->h * f->w, 1, "crop");
+        if (status == FH_OK) status = img_buf_reserve(&bufs[0], f->w, f->h, f->c);
+        /* the resampler's 32-bit pixels of the source and of the output */
+        if (status == FH_OK) status = img_buf_reserve(&bufs[1], 8 * (f->w + 4) * f->h, 1, 1);
+    }
     if (status != FH_OK) {
         data_loader_free(L);
         return fh_error_trace(status, __FILE__, __LINE__, "data_loader_init");
@@ -76,6 +105,10 @@ int data_loader_init(DataLoader *L, DataPartFile *f, const int *clients, int n_o
 
 void data_loader_free(DataLoader *L)
 {
+    ImgBuf *bufs = L->crop_scratch;
+    if (bufs) img_buf_free(&bufs[0]), img_buf_free(&bufs[1]);
+    fh_free(&L->crop_scratch);
+    fh_free(&L->crop_out);
     fh_free(&L->clients);
     fh_free(&L->first);
     fh_free(&L->images);
@@ -151,6 +184,58 @@ static void loader_emit(float *out, const uint8_t *img, const float *lut, int c,
     }
 }
 
+/* torchvision's RandomResizedCrop.get_params: up to 10 tries of an area share and a log-uniform aspect,
+ * then the centre crop clamped to the aspect range. Block k of the counter (client, round, epoch | k << 24,
+ * position) drives try k; block 10 the flip. */
+static void rrc_window(const DataLoader *L, const DataBatchIter *it, uint32_t pos, int *top, int *left, int *ch,
+                       int *cw, int *flip)
+{
+    const int H = L->h, W = L->w;
+    const double area = (double)H * W, lr0 = log(L->crop.ratio_min), lr1 = log(L->crop.ratio_max);
+    uint32_t b[4];
+    for (uint32_t k = 0; k < 10; k++) {
+        fh_rng_block(b, it->seed, FH_RNG_AUGMENT, it->client, it->round, it->epoch ^ ((k + 1) << 24), pos);
+        const double u0 = b[0] * 0x1p-32, u1 = b[1] * 0x1p-32;
+        const double target = area * (L->crop.scale_min + u0 * (L->crop.scale_max - L->crop.scale_min));
+        const double aspect = exp(lr0 + u1 * (lr1 - lr0));
+        const int w = (int)lround(sqrt(target * aspect)), h = (int)lround(sqrt(target / aspect));
+        if (w > 0 && w <= W && h > 0 && h <= H) {
+            *top = (int)(((uint64_t)b[2] * (uint64_t)(H - h + 1)) >> 32);
+            *left = (int)(((uint64_t)b[3] * (uint64_t)(W - w + 1)) >> 32);
+            *ch = h, *cw = w;
+            goto flip;
+        }
+    }
+    {
+        const double in_ratio = (double)W / H;
+        int w = W, h = H;
+        if (in_ratio < L->crop.ratio_min) h = (int)lround(w / L->crop.ratio_min);
+        else if (in_ratio > L->crop.ratio_max) w = (int)lround(h * L->crop.ratio_max);
+        *top = (H - h) / 2, *left = (W - w) / 2, *ch = h, *cw = w;
+    }
+flip:
+    fh_rng_block(b, it->seed, FH_RNG_AUGMENT, it->client, it->round, it->epoch ^ (11u << 24), pos);
+    *flip = b[0] * 0x1p-32 < L->crop.flip;
+}
+
+/* one random-resized-crop of img, normalised and maybe flipped, into out [c, h, w] */
+static int loader_emit_rrc(DataLoader *L, const DataBatchIter *it, uint32_t pos, float *out, const uint8_t *img)
+{
+    int top, left, ch, cw, flip;
+    rrc_window(L, it, pos, &top, &left, &ch, &cw, &flip);
+    ImgBuf *bufs = L->crop_scratch;
+    FH_CHECK(img_crop_resize(img, L->c, L->h, L->w, left, top, cw, ch, L->w, L->h, L->crop_out, &bufs[0], &bufs[1]));
+    const size_t plane = (size_t)L->h * L->w;
+    for (int c = 0; c < L->c; c++) {
+        const float *t = L->lut + c * 256;
+        const uint8_t *p = L->crop_out + c * plane;
+        float *o = out + c * plane;
+        for (int y = 0; y < L->h; y++)
+            for (int x = 0; x < L->w; x++) o[y * L->w + x] = t[p[y * L->w + (flip ? L->w - 1 - x : x)]];
+    }
+    return FH_OK;
+}
+
 int64_t data_loader_next(DataLoader *L, DataBatchIter *it, int64_t batch_size, float *x, int32_t *y)
 {
     if (it->n == 0 || batch_size < 1) return 0;
@@ -166,7 +251,13 @@ int64_t data_loader_next(DataLoader *L, DataBatchIter *it, int64_t batch_size, f
         int64_t r = base + L->order[it->pos + i];
         const uint8_t *img = L->images + (size_t)r * row;
         float *out = x + (size_t)i * row;
-        if (L->augment) {
+        if (L->augment && L->crop_scratch) {
+            /* a resampler failure can only be memory, reserved at init: the image goes unaugmented then */
+            if (loader_emit_rrc(L, it, (uint32_t)(it->pos + i), out, img) != FH_OK) {
+                fh_error_clear();
+                loader_emit(out, img, L->lut, L->c, L->h, L->w, LOADER_PAD, LOADER_PAD, 0);
+            }
+        } else if (L->augment) {
             uint32_t bits[4];
             fh_rng_block(bits, it->seed, FH_RNG_AUGMENT, it->client, it->round, it->epoch, (uint32_t)(it->pos + i));
             /* crop offsets uniform in 0..8 (x 9 values), flip with p = 1/2 */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 /* "0.1,0.2,0.3" -> channels values, each > lo_exclusive */
@@ -100,7 +101,7 @@ static int make_parent_dirs(const char *path)
     return fh_mkdir_p(dir);
 }
 
-int data_partition_make(const char *src, const char *format, int idx_classes, const char *dst, DataPartFileSpec *spec,
+int data_partition_make(const char *src, const DataSourceOptions *o, const char *dst, DataPartFileSpec *spec,
                         const char *mean_text, const char *std_text)
 {
     /* the destination is replaced at the end (atomic rename): it must be neither the source, under its own
@@ -115,16 +116,42 @@ int data_partition_make(const char *src, const char *format, int idx_classes, co
                 "(name another destination)", dst, src);
     double t0 = fh_time_now();
     DataImageSet train, test;
+    DataSource *source = NULL;
     const char *format_used = NULL;
-    FH_CHECK(data_source_read(&train, &test, src, format, idx_classes, &format_used));
-    printf("source      %s (%s): %lld train, %lld test, %dx%dx%d, %d classes (read in %.1f s)\n", src, format_used,
-           (long long)train.n, (long long)test.n, train.c, train.h, train.w, train.classes, fh_time_now() - t0);
+    FH_CHECK(data_source_open(&source, &train, &test, src, o, &format_used));
+    printf("source      %s (%s): %lld train, %lld test, %dx%dx%d, %d classes%s (%s in %.1f s)\n", src, format_used,
+           (long long)train.n, (long long)test.n, train.c, train.h, train.w, train.classes,
+           train.n_groups ? ", domains" : "", train.images ? "read" : "listed", fh_time_now() - t0);
+    const char *skipped_names;
+    int64_t skipped = data_source_skipped(source, &skipped_names);
+    if (skipped) printf("skipped     %lld unreadable images (on_error=skip): %s%s\n", (long long)skipped, skipped_names,
+                        skipped > 5 ? "; ..." : "");
+    if (train.n_groups) {
+        printf("domains    ");
+        for (int g = 0; g < train.n_groups; g++) printf(" %s", train.group_names[g]);
+        printf("\n");
+    }
+    spec->partition.groups = train.groups;
+    spec->partition.n_groups = train.n_groups;
 
     double mean[256], std[256];
     int status = FH_OK;
     if (train.c > 256) status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: %d channels (at most 256)", src, train.c);
     if (status == FH_OK && mean_text) status = parse_channels("mean", mean_text, train.c, -1e30, mean);
     if (status == FH_OK && std_text) status = parse_channels("std", std_text, train.c, 0.0, std);
+    if (status == FH_OK && o->normalise && strcmp(o->normalise, "file")) {
+        /* named constants; mean= / std= still override them */
+        static const double imagenet_mean[3] = { 0.485, 0.456, 0.406 }, imagenet_std[3] = { 0.229, 0.224, 0.225 };
+        int imagenet = !strcmp(o->normalise, "imagenet");
+        if (imagenet && train.c != 3)
+            status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "normalise=imagenet needs RGB images (these have "
+                                    "%d channel%s: set channels=3)", train.c, train.c == 1 ? "" : "s");
+        for (int ch = 0; status == FH_OK && ch < train.c; ch++) {
+            if (!mean_text) mean[ch] = imagenet ? imagenet_mean[ch] : 0.0;
+            if (!std_text) std[ch] = imagenet ? imagenet_std[ch] : 1.0;
+        }
+        mean_text = std_text = "";
+    }
     spec->mean = mean_text ? mean : NULL;
     spec->std = std_text ? std : NULL;
     spec->source = src;
@@ -133,6 +160,14 @@ int data_partition_make(const char *src, const char *format, int idx_classes, co
     DataPartition part = {0};
     double t1 = fh_time_now();
     if (status == FH_OK) status = data_partition(&part, train.labels, train.n, train.classes, &spec->partition);
+    if (status == FH_OK && spec->n_corrupted < 0) {
+        /* natural partitions: K is known only now (spec B.7: m = round(ratio K)) */
+        spec->n_corrupted = (int)lround(spec->corrupted_ratio * part.n_clients);
+        spec->partition.n_corrupted = spec->n_corrupted;
+    }
+    if (status == FH_OK && spec->n_corrupted > part.n_clients)
+        status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%d corrupted clients but the partition has %d",
+                                spec->n_corrupted, part.n_clients);
     if (status == FH_OK) {
         printf("partition   %s (%.1f s)\n", spec->parameters ? spec->parameters : "", fh_time_now() - t1);
         print_summary(&part, &train, spec);
@@ -148,13 +183,16 @@ int data_partition_make(const char *src, const char *format, int idx_classes, co
             for (int ch = 0; ch < f.c; ch++) printf(" %.4f / %.4f", f.mean[ch], f.std[ch]);
             struct stat st;
             stat(dst, &st);
-            printf("\nwrote       %s (%.1f MiB) in %.1f s; %.1f s in all\n", dst, (double)st.st_size / 1048576.0,
-                   fh_time_now() - t2, fh_time_now() - t0);
+            struct rusage ru;
+            getrusage(RUSAGE_SELF, &ru);
+            printf("\nwrote       %s (%.1f MiB) in %.1f s; %.1f s in all; peak memory %.1f MiB\n", dst,
+                   (double)st.st_size / 1048576.0, fh_time_now() - t2, fh_time_now() - t0, (double)ru.ru_maxrss / 1024.0);
             data_partfile_close(&f);
         }
     }
     data_partition_free(&part);
     data_imageset_free(&train);
     data_imageset_free(&test);
+    data_source_close(&source);
     return status;
 }

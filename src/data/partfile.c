@@ -32,22 +32,51 @@ struct DataPartFileH5 {
 
 static const char *const group_names[3] = { "/clients", "/test", "/test_corrupted" };
 
-void data_channel_stats(const DataImageSet *set, double *mean, double *std)
+/* mean and population std of x/255 per channel from a histogram of byte values [c, 256]: exact */
+static void stats_from_hist(const uint64_t *hist, int c, double *mean, double *std)
 {
-    const size_t plane = (size_t)set->h * set->w;
-    for (int ch = 0; ch < set->c; ch++) {
-        uint64_t hist[256] = { 0 };
-        for (int64_t i = 0; i < set->n; i++) {
-            const uint8_t *p = set->images + ((size_t)i * set->c + ch) * plane;
-            for (size_t j = 0; j < plane; j++) hist[p[j]]++;
-        }
-        double count = (double)plane * (double)set->n, sum = 0.0, sq = 0.0;
-        for (int v = 0; v < 256; v++) sum += (double)hist[v] * v;
+    for (int ch = 0; ch < c; ch++) {
+        const uint64_t *h = hist + (size_t)ch * 256;
+        double count = 0.0, sum = 0.0, sq = 0.0;
+        for (int v = 0; v < 256; v++) count += (double)h[v], sum += (double)h[v] * v;
         double m = count > 0 ? sum / count : 0.0;
-        for (int v = 0; v < 256; v++) sq += (double)hist[v] * (v - m) * (v - m);
+        for (int v = 0; v < 256; v++) sq += (double)h[v] * (v - m) * (v - m);
         mean[ch] = m / 255.0;
         std[ch] = count > 0 ? sqrt(sq / count) / 255.0 : 0.0;
     }
+}
+
+static void hist_add(uint64_t *hist, const uint8_t *image, int c, size_t plane)
+{
+    for (int ch = 0; ch < c; ch++) {
+        const uint8_t *p = image + (size_t)ch * plane;
+        uint64_t *h = hist + (size_t)ch * 256;
+        for (size_t j = 0; j < plane; j++) h[p[j]]++;
+    }
+}
+
+void data_channel_stats(const DataImageSet *set, double *mean, double *std)
+{
+    const size_t plane = (size_t)set->h * set->w;
+    uint64_t *hist = calloc((size_t)set->c * 256, sizeof *hist);
+    if (!hist) {
+        for (int ch = 0; ch < set->c; ch++) mean[ch] = std[ch] = NAN;
+        return;
+    }
+    for (int64_t i = 0; i < set->n; i++) hist_add(hist, set->images + (size_t)i * set->c * plane, set->c, plane);
+    stats_from_hist(hist, set->c, mean, std);
+    free(hist);
+}
+
+/* Row `row` of a set, from memory or decoded by the set's source. */
+static int image_of(const DataImageSet *set, int64_t row, uint8_t *out)
+{
+    const size_t bytes = (size_t)set->c * set->h * set->w;
+    if (set->images) {
+        memcpy(out, set->images + (size_t)row * bytes, bytes);
+        return FH_OK;
+    }
+    return set->fetch(set->fetch_ctx, row, out);
 }
 
 /* ---- writing ------------------------------------------------------------------------------------------ */
@@ -58,11 +87,18 @@ static hsize_t chunk_rows(size_t row_bytes)
     return rows ? rows : 1;
 }
 
+/* Channel statistics gathered while the clean training rows go by: each source row counted once. */
+typedef struct {
+    uint64_t *hist; /* [c, 256] */
+    uint8_t *seen;  /* [n] source rows counted */
+} RowStats;
+
 /* Writes `count` rows of src (in the order `rows`, or 0.. when rows is NULL) to group/images and
- * group/labels, corrupting each when params is not NULL, one block at a time. */
+ * group/labels, corrupting each when params is not NULL, one block at a time; stats (may be NULL) counts
+ * the clean rows. */
 static int write_rows(const FhH5File *f, const char *group, const DataImageSet *src, const int64_t *rows,
                       int64_t count, const DataCorruptionParams *const *params_of_row, uint64_t seed,
-                      uint32_t corrupt_group, int deflate)
+                      uint32_t corrupt_group, int deflate, RowStats *stats)
 {
     const size_t row_bytes = (size_t)src->c * src->h * src->w;
     const hsize_t dims[4] = { (hsize_t)count, (hsize_t)src->c, (hsize_t)src->h, (hsize_t)src->w };
@@ -81,15 +117,20 @@ static int write_rows(const FhH5File *f, const char *group, const DataImageSet *
     if (status == FH_OK) status = fh_calloc(&labels, (size_t)(count > 0 ? count : 1), sizeof *labels, "labels");
     for (int64_t first = 0; status == FH_OK && first < count; first += block_rows) {
         int64_t n = count - first < block_rows ? count - first : block_rows;
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n && status == FH_OK; i++) {
             int64_t r = first + i, src_row = rows ? rows[r] : r;
             uint8_t *dst = block + (size_t)i * row_bytes;
-            memcpy(dst, src->images + (size_t)src_row * row_bytes, row_bytes);
+            if ((status = image_of(src, src_row, dst)) != FH_OK) break;
+            if (stats && !stats->seen[src_row]) {
+                stats->seen[src_row] = 1;
+                hist_add(stats->hist, dst, src->c, (size_t)src->h * src->w);
+            }
             labels[r] = src->labels[src_row];
             const DataCorruptionParams *p = params_of_row ? params_of_row[r] : NULL;
             if (p) data_corrupt_image(dst, src->c, src->h, src->w, p, seed, corrupt_group, (uint32_t)r);
         }
-        status = fh_h5_write_rows(f, dset, name, H5T_NATIVE_UINT8, (hsize_t)first, (hsize_t)n, block);
+        if (status == FH_OK)
+            status = fh_h5_write_rows(f, dset, name, H5T_NATIVE_UINT8, (hsize_t)first, (hsize_t)n, block);
     }
     H5Dclose(dset);
     if (status == FH_OK) {
@@ -139,7 +180,7 @@ static int write_hetero(const FhH5File *f, const int32_t *counts, int K, int cla
 }
 
 static int write_clients(const FhH5File *f, const DataImageSet *train, const DataPartition *part,
-                         const DataPartFileSpec *spec, const DataCorruptionParams *corrupt)
+                         const DataPartFileSpec *spec, const DataCorruptionParams *corrupt, RowStats *stats)
 {
     const int K = part->n_clients, classes = train->classes;
     const int64_t n = part->offsets[K];
@@ -162,7 +203,8 @@ static int write_clients(const FhH5File *f, const DataImageSet *train, const Dat
             if (corrupted) params_of_row[r] = corrupt;
         }
     }
-    status = write_rows(f, "/clients", train, part->indices, n, params_of_row, spec->partition.seed, 0, spec->deflate);
+    status = write_rows(f, "/clients", train, part->indices, n, params_of_row, spec->partition.seed, 0, spec->deflate,
+                        stats);
     const hsize_t dims_offsets = (hsize_t)K + 1, dims_counts[2] = { (hsize_t)K, (hsize_t)classes },
                   dims_k = (hsize_t)K, dims_n = (hsize_t)n;
     if (status == FH_OK)
@@ -192,7 +234,13 @@ static int write_test(const FhH5File *f, const DataImageSet *test, const DataPar
     hid_t group;
     FH_CHECK(fh_h5_group(f, "/test", &group));
     H5Gclose(group);
-    FH_CHECK(write_rows(f, "/test", test, NULL, test->n, NULL, 0, 1, spec->deflate));
+    FH_CHECK(write_rows(f, "/test", test, NULL, test->n, NULL, 0, 1, spec->deflate, NULL));
+    if (test->groups) {
+        /* the domain of every test row, for per-domain accuracy */
+        const hsize_t dims = (hsize_t)test->n;
+        const FhH5Layout layout = { 65536, spec->deflate, 0 };
+        FH_CHECK(fh_h5_write(f, "/test/domain", H5T_NATIVE_INT32, H5T_STD_I32LE, 1, &dims, &layout, test->groups));
+    }
     if (spec->corruption == DATA_CORRUPT_NONE) return FH_OK;
     const DataCorruptionParams **every = NULL;
     FH_CHECK(fh_calloc(&every, (size_t)test->n, sizeof *every, "corrupted test rows"));
@@ -200,7 +248,8 @@ static int write_test(const FhH5File *f, const DataImageSet *test, const DataPar
     int status = fh_h5_group(f, "/test_corrupted", &group);
     if (status == FH_OK) {
         H5Gclose(group);
-        status = write_rows(f, "/test_corrupted", test, NULL, test->n, every, spec->partition.seed, 1, spec->deflate);
+        status = write_rows(f, "/test_corrupted", test, NULL, test->n, every, spec->partition.seed, 1, spec->deflate,
+                            NULL);
     }
     fh_free(&every);
     return status;
@@ -237,6 +286,17 @@ static int write_attributes(const FhH5File *f, const DataImageSet *train, const 
     FH_CHECK(fh_h5_attr_write_int64s(f, root, "n_corrupted", &n_corrupted, 1));
     FH_CHECK(fh_h5_attr_write_doubles(f, root, "corruption_sigma_radius_blursigma", corruption_constants, 3));
     FH_CHECK(fh_h5_attr_write_string(f, root, "parameters", spec->parameters ? spec->parameters : ""));
+    if (train->n_groups > 0) {
+        /* the names of the natural groups (domains, client column values), one a line, in id order */
+        size_t len = 1;
+        for (int g = 0; g < train->n_groups; g++) len += strlen(train->group_names[g]) + 1;
+        char *text = calloc(len, 1);
+        if (!text) FH_FAIL(FH_ERR_IO, "out of memory for the domain names");
+        for (int g = 0; g < train->n_groups; g++) strcat(strcat(text, train->group_names[g]), "\n");
+        int status = fh_h5_attr_write_string(f, root, "domains", text);
+        free(text);
+        FH_CHECK(status);
+    }
     return FH_OK;
 }
 
@@ -269,30 +329,42 @@ int data_partfile_write(const char *path, const DataImageSet *train, const DataI
     DataCorruptionParams corrupt;
     FH_CHECK(data_corruption_params(&corrupt, spec->corruption, spec->severity, train->h, train->w));
     double *mean = NULL, *std = NULL;
-    FH_CHECK(fh_calloc(&mean, (size_t)train->c, sizeof *mean, "channel means"));
-    int status = fh_calloc(&std, (size_t)train->c, sizeof *std, "channel stds");
-    if (status != FH_OK) {
-        fh_free(&mean);
-        return status;
-    }
-    data_channel_stats(train, mean, std);
-    for (int ch = 0; ch < train->c; ch++) {
-        if (spec->mean) mean[ch] = spec->mean[ch];
-        if (spec->std) std[ch] = spec->std[ch];
-    }
+    RowStats stats = { NULL, NULL };
+    uint8_t *image = NULL;
+    int status = fh_calloc(&mean, (size_t)train->c, sizeof *mean, "channel means");
+    if (status == FH_OK) status = fh_calloc(&std, (size_t)train->c, sizeof *std, "channel stds");
+    if (status == FH_OK) status = fh_calloc(&stats.hist, (size_t)train->c * 256, sizeof *stats.hist, "histogram");
+    if (status == FH_OK) status = fh_calloc(&stats.seen, (size_t)(train->n ? train->n : 1), 1, "rows counted");
+    if (status == FH_OK) status = fh_calloc(&image, (size_t)train->c * train->h * train->w, 1, "image");
 
     FhH5Quiet quiet;
     fh_h5_quiet_begin(&quiet);
     FhH5File f;
-    status = fh_h5_create(&f, path, FH_ERR_IO);
-    if (status == FH_OK) status = write_clients(&f, train, part, spec, &corrupt);
+    int created = 0;
+    if (status == FH_OK) status = fh_h5_create(&f, path, FH_ERR_IO);
+    created = status == FH_OK;
+    if (status == FH_OK) status = write_clients(&f, train, part, spec, &corrupt, &stats);
     if (status == FH_OK && test->n > 0) status = write_test(&f, test, spec, &corrupt);
-    if (status == FH_OK) status = write_attributes(&f, train, part, spec, mean, std, &corrupt);
+    /* the statistics cover every clean training row, also those no client holds */
+    for (int64_t r = 0; status == FH_OK && r < train->n; r++)
+        if (!stats.seen[r] && (status = image_of(train, r, image)) == FH_OK)
+            hist_add(stats.hist, image, train->c, (size_t)train->h * train->w);
+    if (status == FH_OK) {
+        stats_from_hist(stats.hist, train->c, mean, std);
+        for (int ch = 0; ch < train->c; ch++) {
+            if (spec->mean) mean[ch] = spec->mean[ch];
+            if (spec->std) std[ch] = spec->std[ch];
+        }
+        status = write_attributes(&f, train, part, spec, mean, std, &corrupt);
+    }
     if (status == FH_OK) status = fh_h5_commit(&f);
-    else fh_h5_discard(&f);
+    else if (created) fh_h5_discard(&f);
     fh_h5_quiet_end(&quiet);
     fh_free(&mean);
     fh_free(&std);
+    fh_free(&stats.hist);
+    fh_free(&stats.seen);
+    fh_free(&image);
     if (status != FH_OK) return fh_error_trace(status, __FILE__, __LINE__, "data_partfile_write");
     return FH_OK;
 }
@@ -384,6 +456,41 @@ static int read_client_tables(DataPartFile *f)
     return FH_OK;
 }
 
+/* the "domains" attribute (names one a line) and /test/domain, when the source had natural groups */
+static int open_domains(DataPartFile *f)
+{
+    FhH5File *h = &f->h5->file;
+    if (H5Aexists(h->id, "domains") <= 0) return FH_OK;
+    char *text = NULL;
+    FH_CHECK(read_string_attr(f, "domains", &text));
+    int n = 0;
+    for (const char *p = text; *p; p++) n += *p == '\n';
+    int status = fh_calloc(&f->domain_names, (size_t)(n ? n : 1), sizeof *f->domain_names, "domain names");
+    for (char *save = NULL, *tok = status == FH_OK ? strtok_r(text, "\n", &save) : NULL; tok && f->n_domains < n;
+         tok = strtok_r(NULL, "\n", &save))
+        if (!(f->domain_names[f->n_domains++] = strdup(tok)))
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for domain names");
+    free(text);
+    FH_CHECK(status);
+    int has = 0;
+    if (f->n_test > 0) FH_CHECK(fh_h5_exists(h, "/test/domain", &has));
+    if (!has) return FH_OK;
+    hsize_t dims[1];
+    hid_t d;
+    FH_CHECK(fh_h5_open_checked(h, "/test/domain", H5T_INTEGER, 0, 1, dims, &d));
+    H5Dclose(d);
+    if (dims[0] != (hsize_t)f->n_test)
+        FH_FAIL(FH_ERR_DATA, "%s: /test/domain has %llu entries for %lld test rows", f->path,
+                (unsigned long long)dims[0], (long long)f->n_test);
+    FH_CHECK(fh_calloc(&f->test_domain, (size_t)f->n_test, sizeof *f->test_domain, "test domains"));
+    FH_CHECK(fh_h5_read_all(h, "/test/domain", H5T_NATIVE_INT32, f->test_domain));
+    for (int64_t i = 0; i < f->n_test; i++)
+        if (f->test_domain[i] < 0 || f->test_domain[i] >= f->n_domains)
+            FH_FAIL(FH_ERR_DATA, "%s: /test/domain[%lld] = %d but the file names %d domains", f->path, (long long)i,
+                    (int)f->test_domain[i], f->n_domains);
+    return FH_OK;
+}
+
 static int open_into(DataPartFile *f, const char *path)
 {
     FhH5File *h = &f->h5->file;
@@ -443,7 +550,7 @@ static int open_into(DataPartFile *f, const char *path)
                     (long long)f->n_test);
         f->has_test_corrupted = 1;
     }
-    return FH_OK;
+    return open_domains(f);
 }
 
 int data_partfile_open(DataPartFile *f, const char *path)
@@ -573,6 +680,9 @@ void data_partfile_close(DataPartFile *f)
     free(f->variant);
     free(f->corruption_name);
     free(f->parameters);
+    for (int d = 0; d < f->n_domains; d++) free(f->domain_names[d]);
+    fh_free(&f->domain_names);
+    fh_free(&f->test_domain);
     fh_free(&f->offsets);
     fh_free(&f->label_counts);
     fh_free(&f->corruption);

@@ -769,8 +769,85 @@ static int part_validate(PartCtx *ctx, const PartProcedure *proc, const DataPart
     return FH_OK;
 }
 
+/* scheme natural: a client per group present (ascending id), rows in data-set order; with split_within a
+ * group's rows are split again by that scheme, its draws seeded by (seed, group) */
+static int part_natural(DataPartition *out, const int32_t *labels, int64_t n, int classes, const DataPartitionSpec *spec)
+{
+    const char *within = spec->split_within && *spec->split_within && strcmp(spec->split_within, "none")
+                             ? spec->split_within : NULL;
+    if (!spec->groups || spec->n_groups < 1)
+        FH_FAIL(FH_ERR_USAGE, "partition natural: the source has no natural groups (use a domain tree, or a table "
+                "with client_column)");
+    if (within && strcmp(within, "iid") && strcmp(within, "dirichlet"))
+        FH_FAIL(FH_ERR_USAGE, "partition natural: split_within = %s is not one of none, iid, dirichlet", within);
+    const int per_group = within ? spec->split_clients : 1;
+    if (per_group < 1) FH_FAIL(FH_ERR_USAGE, "partition natural: split_clients = %d must be >= 1", spec->split_clients);
+    const int G = spec->n_groups;
+    int64_t *start = NULL, *rows = NULL, *fill = NULL;
+    int32_t *sub_labels = NULL;
+    int status = fh_calloc(&start, (size_t)G + 1, sizeof *start, "group offsets");
+    if (status == FH_OK) status = fh_calloc(&rows, (size_t)n, sizeof *rows, "group rows");
+    if (status == FH_OK) status = fh_calloc(&fill, (size_t)G, sizeof *fill, "group fill");
+    if (status == FH_OK) status = fh_calloc(&sub_labels, (size_t)n, sizeof *sub_labels, "group labels");
+    for (int64_t i = 0; i < n && status == FH_OK; i++) {
+        if (spec->groups[i] < 0 || spec->groups[i] >= G)
+            status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "partition natural: row %lld has group %d of %d",
+                                    (long long)i, (int)spec->groups[i], G);
+        else start[spec->groups[i] + 1]++;
+    }
+    int present = 0;
+    for (int g = 0; g < G && status == FH_OK; g++) present += start[g + 1] > 0, start[g + 1] += start[g];
+    for (int64_t i = 0; i < n && status == FH_OK; i++) rows[start[spec->groups[i]] + fill[spec->groups[i]]++] = i;
+    const int K = present * per_group;
+    if (status == FH_OK) status = fh_calloc(&out->offsets, (size_t)K + 1, sizeof *out->offsets, "partition offsets");
+    if (status == FH_OK) status = fh_calloc(&out->indices, (size_t)n, sizeof *out->indices, "partition indices");
+    int k = 0;
+    int64_t at = 0;
+    for (int g = 0; g < G && status == FH_OK; g++) {
+        const int64_t m = start[g + 1] - start[g], *grows = rows + start[g];
+        if (m == 0) continue;
+        if (!within) {
+            memcpy(out->indices + at, grows, (size_t)m * sizeof *grows);
+            at += m;
+            out->offsets[++k] = at;
+            continue;
+        }
+        for (int64_t i = 0; i < m; i++) sub_labels[i] = labels[grows[i]];
+        DataPartitionSpec sub = *spec;
+        sub.scheme = within;
+        sub.variant = NULL;
+        sub.n_clients = per_group;
+        sub.groups = NULL;
+        sub.n_groups = 0;
+        sub.n_corrupted = 0;
+        sub.seed = spec->seed ^ ((uint64_t)(g + 1) << 32);
+        DataPartition part;
+        status = data_partition(&part, sub_labels, m, classes, &sub);
+        if (status != FH_OK) {
+            status = fh_error_trace(status, __FILE__, __LINE__, "splitting a natural group");
+            break;
+        }
+        for (int j = 0; j < per_group; j++) {
+            for (int64_t r = part.offsets[j]; r < part.offsets[j + 1]; r++) out->indices[at++] = grows[part.indices[r]];
+            out->offsets[++k] = at;
+        }
+        data_partition_free(&part);
+    }
+    out->n_clients = K;
+    fh_free(&start);
+    fh_free(&rows);
+    fh_free(&fill);
+    fh_free(&sub_labels);
+    if (status != FH_OK) data_partition_free(out);
+    return status;
+}
+
 int data_partition(DataPartition *out, const int32_t *labels, int64_t n, int classes, const DataPartitionSpec *spec)
 {
+    if (out && spec && spec->scheme && !strcmp(spec->scheme, "natural") && labels && n >= 1) {
+        memset(out, 0, sizeof *out);
+        return part_natural(out, labels, n, classes, spec);
+    }
     int status = FH_OK;
     int64_t *class_start = NULL, *class_rows = NULL, *fill = NULL;
     char name[64];

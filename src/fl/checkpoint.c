@@ -109,6 +109,12 @@ static int save_server_side(FlRun *run, FhH5File *f, int rounds_done)
     FH_CHECK(write_matrix(f, "/metrics/rounds", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)run->n_rows, FL_N_COLUMNS,
                           run->rows));
     FH_CHECK(write_columns_attr(f, "/metrics/rounds", fl_column_names, FL_N_COLUMNS));
+    if (run->n_dcols) {
+        /* metrics.csv's per-domain accuracy columns */
+        FH_CHECK(write_matrix(f, "/metrics/domains", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)run->n_rows,
+                              (hsize_t)run->n_dcols, run->drows));
+        FH_CHECK(write_columns_attr(f, "/metrics/domains", (const char *const *)run->dcol_names, run->n_dcols));
+    }
     FH_CHECK(write_matrix(f, "/metrics/clients", H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, (hsize_t)run->n_client_rows,
                           (hsize_t)run->n_ccols, run->client_rows));
     FH_CHECK(write_columns_attr(f, "/metrics/clients", run->ccol_names, run->n_ccols));
@@ -580,6 +586,16 @@ static int load_server_side(FlRun *run, FhH5File *f, int64_t *rounds_done)
     memcpy(run->rows, rows, (size_t)n_rows * FL_N_COLUMNS * sizeof(double));
     run->n_rows = (int)n_rows;
     fh_free(&rows);
+    int has_domains = 0;
+    if (run->n_dcols) FH_CHECK(fh_h5_exists(f, "/metrics/domains", &has_domains));
+    if (has_domains) {
+        int64_t n_drows = 0;
+        FH_CHECK(read_table(f, "/metrics/domains", (const char *const *)run->dcol_names, run->n_dcols, &rows, &n_drows));
+        if (n_drows == n_rows) memcpy(run->drows, rows, (size_t)n_rows * run->n_dcols * sizeof(double));
+        fh_free(&rows);
+    } else {
+        for (int64_t i = 0; i < n_rows * run->n_dcols; i++) run->drows[i] = NAN;
+    }
     fh_free(&run->client_rows);
     FH_CHECK(read_table(f, "/metrics/clients", run->ccol_names, run->n_ccols, &run->client_rows,
                         &run->n_client_rows));

@@ -97,7 +97,10 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
         FH_FAIL(FH_ERR_USAGE, "method %s asks for %d extra models (at most %d)", m->name, w->z.aux_models, ALGO_MAX_AUX);
     for (int a = 0; a < w->z.aux_models; a++)
         FH_CHECK(nn_zoo_build(&w->aux[a], s->model, shape, f->classes, s->batch_size, &zoo));
-    FH_CHECK(data_loader_init(&w->loader, f, owned, n_owned, -1));
+    /* settings made in code rather than from a config leave these unset: automatic, torchvision's crop */
+    const char *augment = s->augment ? s->augment : "auto";
+    FH_CHECK(data_loader_init(&w->loader, f, owned, n_owned, !strcmp(augment, "on") ? 1 : !strcmp(augment, "off") ? 0 : -1));
+    if (s->crop.scale_max > 0) data_loader_set_crop(&w->loader, &s->crop);
     const size_t row = (size_t)f->c * f->h * f->w;
     FH_CHECK(fh_alloc_aligned(&w->x, (size_t)s->batch_size * row * sizeof(float), "input batch"));
     FH_CHECK(fh_calloc(&w->y, (size_t)s->batch_size, sizeof *w->y, "label batch"));

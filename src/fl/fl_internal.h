@@ -18,6 +18,8 @@
 /* The resolved config, typed (src/fl/settings.c). */
 typedef struct {
     const char *data_path, *data_source, *scheme, *corruption;
+    const char *source_options, *normalise, *augment; /* [data] image source keys, normalisation, augmentation */
+    DataCropParams crop;
     const char *variant; /* [data] variant of the scheme ("": its default) */
     double alpha;
     int n_clients_partition, min_size, classes_per_client, severity, corrupted, partition_seed;
@@ -291,6 +293,13 @@ typedef struct {
     /* rank 0 */
     double *rows;             /* [rounds * FL_N_COLUMNS] */
     int n_rows;
+    /* metrics.csv's per-domain test accuracy, after the fixed columns, when the test set holds rows of two
+     * or more domains (a partition with natural groups): "test_accuracy_<domain>" */
+    int n_dcols;
+    char **dcol_names;        /* [n_dcols] */
+    int *dcol_of_domain;      /* [data.n_domains] column, or -1 for a domain without test rows */
+    double *drows;            /* [rounds * n_dcols] */
+    double *dnow;             /* [n_dcols] the last evaluation's */
     double *client_rows;      /* [cap_client_rows * n_ccols] */
     int n_ccols;              /* clients.csv columns: the fixed ones, then the method's */
     const char *ccol_names[FL_MAX_CCOLUMNS];

@@ -78,9 +78,21 @@ static int prepare_data(const FlSettings *s, const char *config_path)
              "corruption=%s severity=%d corrupted=%d (from %s)", s->scheme, *s->variant ? " variant=" : "", s->variant,
              s->n_clients_partition, s->alpha, s->min_size,
              s->classes_per_client, s->partition_seed, s->corruption, s->severity, s->corrupted, config_path);
+    DataSourceOptions source;
+    data_source_options_default(&source);
+    source.seed = spec.partition.seed;
+    spec.partition.split_clients = 2;
+    static char options[4096];
+    snprintf(options, sizeof options, "%s", s->source_options ? s->source_options : "");
+    char where[4200];
+    snprintf(where, sizeof where, "%.4000s: [data] source_options", config_path);
+    FH_CHECK(data_source_options_parse(&source, &spec.partition, options, where));
+    size_t used = strlen(params);
+    if (s->source_options && *s->source_options && used < sizeof params)
+        snprintf(params + used, sizeof params - used, " %s", s->source_options);
     spec.parameters = params;
     fh_log_info("making %s from %s", s->data_path, s->data_source);
-    return data_partition_make(s->data_source, "auto", 10, s->data_path, &spec, NULL, NULL);
+    return data_partition_make(s->data_source, &source, s->data_path, &spec, NULL, NULL);
 }
 
 static int symlink_refused(const char *path)
@@ -104,17 +116,18 @@ static int open_output(FILE **f, const char *path, int append)
     return FH_OK;
 }
 
-static int open_csv(FILE **f, const char *dir, const char *name, const char *const *cols, int n_cols,
-                    const double *rows, int64_t n_rows)
+/* cols / rows, then extra columns (may be 0) of extra_rows [n_rows * n_extra] */
+static int open_csv_extra(FILE **f, const char *dir, const char *name, const char *const *cols, int n_cols,
+                          const double *rows, int64_t n_rows, char *const *extra, int n_extra, const double *extra_rows)
 {
     char path[4300];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FH_CHECK(open_output(f, path, 0));
-    for (int c = 0; c < n_cols; c++) fprintf(*f, "%s%s", c ? "," : "", cols[c]);
+    for (int c = 0; c < n_cols + n_extra; c++) fprintf(*f, "%s%s", c ? "," : "", c < n_cols ? cols[c] : extra[c - n_cols]);
     fputc('\n', *f);
     for (int64_t r = 0; r < n_rows; r++) {
-        for (int c = 0; c < n_cols; c++) {
-            double v = rows[r * n_cols + c];
+        for (int c = 0; c < n_cols + n_extra; c++) {
+            double v = c < n_cols ? rows[r * n_cols + c] : extra_rows[r * n_extra + c - n_cols];
             if (c) fputc(',', *f);
             if (!isnan(v)) fprintf(*f, "%.10g", v);
         }
@@ -126,14 +139,75 @@ static int open_csv(FILE **f, const char *dir, const char *name, const char *con
     return FH_OK;
 }
 
-/* A row that cannot be written (a full disk) is an I/O error naming the file; --resume rewrites the CSVs
- * from the checkpoint, so a half-written row does not outlive it. */
-static int csv_row(FILE *f, const double *row, int n_cols, const char *dir, const char *name)
+static int open_csv(FILE **f, const char *dir, const char *name, const char *const *cols, int n_cols,
+                    const double *rows, int64_t n_rows)
+{
+    return open_csv_extra(f, dir, name, cols, n_cols, rows, n_rows, NULL, 0, NULL);
+}
+
+/* The per-domain accuracy columns of a test set that holds two or more domains. */
+static int domain_columns(FlRun *run)
+{
+    const DataPartFile *f = &run->data;
+    if (!f->test_domain || f->n_domains < 2) return FH_OK;
+    FH_CHECK(fh_calloc(&run->dcol_of_domain, (size_t)f->n_domains, sizeof *run->dcol_of_domain, "domain columns"));
+    for (int d = 0; d < f->n_domains; d++) run->dcol_of_domain[d] = -1;
+    for (int64_t i = 0; i < f->n_test; i++) run->dcol_of_domain[f->test_domain[i]] = 0;
+    int n = 0;
+    for (int d = 0; d < f->n_domains; d++)
+        if (run->dcol_of_domain[d] == 0) run->dcol_of_domain[d] = n++;
+    if (n < 2) {
+        fh_free(&run->dcol_of_domain);
+        return FH_OK;
+    }
+    run->n_dcols = n;
+    FH_CHECK(fh_calloc(&run->dcol_names, (size_t)n, sizeof *run->dcol_names, "domain column names"));
+    FH_CHECK(fh_calloc(&run->drows, (size_t)run->s.rounds * n, sizeof *run->drows, "domain accuracies"));
+    FH_CHECK(fh_calloc(&run->dnow, (size_t)n, sizeof *run->dnow, "domain accuracies"));
+    for (int d = 0; d < f->n_domains; d++) {
+        int c = run->dcol_of_domain[d];
+        if (c < 0) continue;
+        size_t len = strlen(f->domain_names[d]) + 16;
+        FH_CHECK(fh_calloc(&run->dcol_names[c], len, 1, "domain column name"));
+        snprintf(run->dcol_names[c], len, "test_accuracy_%s", f->domain_names[d]);
+        /* a CSV header cell: commas and quotes would shift the columns */
+        for (char *p = run->dcol_names[c]; *p; p++)
+            if (*p == ',' || *p == '"' || *p == ' ') *p = '_';
+    }
+    return FH_OK;
+}
+
+/* rank 0: accuracy of the evaluated logits per test domain into run->dnow (rows in file order) */
+static void domain_accuracy(FlRun *run)
+{
+    const DataPartFile *f = &run->data;
+    int64_t correct[256] = { 0 }, total[256] = { 0 };
+    const int classes = f->classes;
+    for (int64_t i = 0; i < f->n_test; i++) {
+        const float *z = run->eval.ordered + (size_t)i * classes;
+        int best = 0;
+        for (int k = 1; k < classes; k++)
+            if (z[k] > z[best]) best = k;
+        const int c = run->dcol_of_domain[f->test_domain[i]];
+        if (c < 0 || c >= 256) continue;
+        total[c]++;
+        correct[c] += best == run->eval.labels[i];
+    }
+    for (int c = 0; c < run->n_dcols; c++) run->dnow[c] = total[c] ? (double)correct[c] / total[c] : NAN;
+}
+
+static void csv_cells(FILE *f, const double *row, int n_cols, int after_cells)
 {
     for (int c = 0; c < n_cols; c++) {
-        if (c) fputc(',', f);
+        if (c || after_cells) fputc(',', f);
         if (!isnan(row[c])) fprintf(f, "%.10g", row[c]);
     }
+}
+
+/* Ends a row. A row that cannot be written (a full disk) is an I/O error naming the file; --resume rewrites the
+ * CSVs from the checkpoint, so a half-written row does not outlive it. */
+static int csv_end_row(FILE *f, const char *dir, const char *name)
+{
     fputc('\n', f);
     errno = 0;
     if (fflush(f) != 0 || ferror(f)) {
@@ -143,6 +217,12 @@ static int csv_row(FILE *f, const double *row, int n_cols, const char *dir, cons
                 "the file once there is room)", dir, name, err ? strerror(err) : "write error");
     }
     return FH_OK;
+}
+
+static int csv_row(FILE *f, const double *row, int n_cols, const char *dir, const char *name)
+{
+    csv_cells(f, row, n_cols, 0);
+    return csv_end_row(f, dir, name);
 }
 
 /* A job killed while writing leaves PATH.tmp-<pid> files: never valid, so removed on resume. */
@@ -386,7 +466,8 @@ static int open_outputs(FlRun *run, const FlRunOptions *opt)
     snprintf(path, sizeof path, "%s/log.txt", run->dir);
     FH_CHECK(open_output(&run->log, path, 1));
     fh_log_set_file(run->log);
-    FH_CHECK(open_csv(&run->metrics_csv, run->dir, "metrics.csv", fl_column_names, FL_N_COLUMNS, run->rows, run->n_rows));
+    FH_CHECK(open_csv_extra(&run->metrics_csv, run->dir, "metrics.csv", fl_column_names, FL_N_COLUMNS, run->rows,
+                            run->n_rows, run->dcol_names, run->n_dcols, run->drows));
     FH_CHECK(open_csv(&run->clients_csv, run->dir, "clients.csv", run->ccol_names, run->n_ccols, run->client_rows,
                       run->n_client_rows));
     return FH_OK;
@@ -810,6 +891,7 @@ static int evaluate(FlRun *run, double *row)
         row[FL_COL_test_auc_ovr_weighted] = e.auc_ovr_weighted;
         row[FL_COL_test_auc_ovo_macro] = e.auc_ovo_macro;
         row[FL_COL_test_f1_macro] = e.f1_macro;
+        if (run->n_dcols) domain_accuracy(run);
     }
     if (!run->data.has_test_corrupted) return FH_OK;
     FH_CHECK(fl_evaluate(&run->comm, &run->eval, m, &run->data, DATA_ROWS_TEST_CORRUPTED, &e));
@@ -1004,8 +1086,13 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             cost.seconds = now - cost_mark;
             cost_mark = now;
             fl_cost_row(row, run->n_rows ? run->rows + (size_t)(run->n_rows - 1) * FL_N_COLUMNS : NULL, &cost);
+            /* the domain columns follow the fixed ones on the same line */
+            double *d = run->n_dcols ? run->drows + (size_t)run->n_rows * run->n_dcols : NULL;
+            for (int c = 0; c < run->n_dcols; c++) d[c] = isnan(row[FL_COL_test_accuracy]) ? NAN : run->dnow[c];
             memcpy(run->rows + (size_t)run->n_rows++ * FL_N_COLUMNS, row, sizeof row);
-            status = csv_row(run->metrics_csv, row, FL_N_COLUMNS, run->dir, "metrics.csv");
+            csv_cells(run->metrics_csv, row, FL_N_COLUMNS, 0);
+            csv_cells(run->metrics_csv, d, run->n_dcols, 1);
+            status = csv_end_row(run->metrics_csv, run->dir, "metrics.csv");
             if (t > run->start_round || run->start_round == s->rounds - 1) {
                 L->round_seconds_sum += row[FL_COL_t_round] + t_eval;
                 L->rounds_timed++;
@@ -1049,6 +1136,11 @@ static void run_free(FlRun *run)
     fh_free(&run->server_scratch);
     fh_free(&run->client_sizes);
     fh_free(&run->rows);
+    for (int c = 0; c < run->n_dcols && run->dcol_names; c++) fh_free(&run->dcol_names[c]);
+    fh_free(&run->dcol_names);
+    fh_free(&run->dcol_of_domain);
+    fh_free(&run->drows);
+    fh_free(&run->dnow);
     fh_free(&run->probe_x);
     fh_free(&run->probe_y);
     fh_free(&run->probe_work);
@@ -1186,6 +1278,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     FH_CHECK(fl_agree(&run->comm, status));
     if (rank != 0) FH_CHECK(fl_agree(&run->comm, data_partfile_open(&run->data, s->data_path)));
     else FH_CHECK(fl_agree(&run->comm, FH_OK));
+    if (s->normalise) FH_CHECK(data_normalise_set(&run->data, s->normalise));
     run->n_clients = run->data.n_clients;
     FH_CHECK(fh_calloc(&run->client_sizes, (size_t)run->n_clients, sizeof *run->client_sizes, "client sizes"));
     for (int k = 0; k < run->n_clients; k++) run->client_sizes[k] = run->data.offsets[k + 1] - run->data.offsets[k];
@@ -1225,6 +1318,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
     FH_CHECK(client_columns(run));
+    if (rank == 0) FH_CHECK(domain_columns(run));
     FH_CHECK(fl_agree(&run->comm, rank == 0 ? fl_checkpoint_init(run) : FH_OK));
     run->lr = s->lr;
     run->write_final = 1;

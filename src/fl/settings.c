@@ -140,7 +140,22 @@ static void base_keys(void)
     add("data", "path", FH_CFG_STRING, NULL, 1, 0, NULL, "partitioned HDF5 file (fedhet partition); made from source if absent");
     add("data", "source", FH_CFG_STRING, "", 1, 0, NULL,
         "raw data set to partition into path when path does not exist (e.g. fashion-mnist); empty: path must exist");
-    add("data", "scheme", FH_CFG_CHOICE, "dirichlet", 1, 0, "iid|dirichlet|pathological|quantity", "partition scheme (with source)");
+    add("data", "scheme", FH_CFG_CHOICE, "dirichlet", 1, 0, "iid|dirichlet|pathological|quantity|natural",
+        "partition scheme (with source); natural: a client per domain folder or client_column value");
+    add("data", "source_options", FH_CFG_STRING, "", 1, 0, NULL,
+        "image source keys of fedhet partition as 'key=value key=value' (with source: size, resize, crop, channels, "
+        "label_columns, client_column, holdout_domain, split_within, normalise, ...; docs/data.md)");
+    add("data", "normalise", FH_CFG_CHOICE, "file", 1, 0, "file|imagenet|none",
+        "input normalisation: the partition file's mean/std, ImageNet's (0.485,0.456,0.406 / 0.229,0.224,0.225), "
+        "or none (x/255)");
+    add("data", "augment", FH_CFG_CHOICE, "auto", 1, 0, "auto|on|off",
+        "training augmentation; auto: pad-4 crop + flip for 3x32x32, random-resized-crop + flip above 32x32");
+    add("data", "crop_scale_min", FH_CFG_FLOAT, "0.08", 1e-6, 1, NULL, "random-resized-crop: smallest area share");
+    add("data", "crop_scale_max", FH_CFG_FLOAT, "1", 1e-6, 1, NULL, "random-resized-crop: largest area share");
+    add("data", "crop_ratio_min", FH_CFG_FLOAT, "0.75", 1e-3, 1e3, NULL, "random-resized-crop: smallest aspect w/h");
+    add("data", "crop_ratio_max", FH_CFG_FLOAT, "1.3333333333333333", 1e-3, 1e3, NULL,
+        "random-resized-crop: largest aspect w/h");
+    add("data", "flip", FH_CFG_FLOAT, "0.5", 0, 1, NULL, "random-resized-crop: horizontal flip probability");
     add("data", "variant", FH_CFG_STRING, "", 1, 0, NULL,
         "the scheme's variant (with source; docs/methods/partitions.md B.3-B.5, as fedhet partition): iid niid-bench|flood|fl-simulator, "
         "dirichlet niid-bench|prior|quality, pathological shard|class; empty: the scheme's default");
@@ -321,6 +336,14 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
     memset(s, 0, sizeof *s);
     s->data_path = S("data", "path");
     s->data_source = S("data", "source");
+    s->source_options = S("data", "source_options");
+    s->normalise = S("data", "normalise");
+    s->augment = S("data", "augment");
+    s->crop.scale_min = (float)F("data", "crop_scale_min");
+    s->crop.scale_max = (float)F("data", "crop_scale_max");
+    s->crop.ratio_min = (float)F("data", "crop_ratio_min");
+    s->crop.ratio_max = (float)F("data", "crop_ratio_max");
+    s->crop.flip = (float)F("data", "flip");
     s->scheme = S("data", "scheme");
     s->variant = S("data", "variant");
     s->alpha = F("data", "alpha");
@@ -390,6 +413,9 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
         onnx_net_set_features(s->net, s->features);
         s->model = "onnx";
     }
+    if (s->crop.scale_min > s->crop.scale_max || s->crop.ratio_min > s->crop.ratio_max)
+        FH_FAIL(FH_ERR_USAGE, "%s: [data] crop_scale_min/max or crop_ratio_min/max: min above max",
+                config_path ? config_path : "config");
     if (*s->name) { /* empty: the config file's name, checked when the run folder is named */
         char what[4200];
         snprintf(what, sizeof what, "%.4000s: [output] name", config_path ? config_path : "config");

@@ -88,6 +88,7 @@ static void cifar_seed(int classes)
 
 static void image_set(DataImageSet *s, int64_t n, int c, int h, int w, int classes, int shift)
 {
+    memset(s, 0, sizeof *s);
     s->n = n, s->c = c, s->h = h, s->w = w, s->classes = classes;
     s->images = calloc((size_t)(n * c * h * w), 1);
     s->labels = calloc((size_t)n, sizeof *s->labels);

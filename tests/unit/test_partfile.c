@@ -24,6 +24,7 @@
 /* n images c x h x w; pixel 0..2 of channel 0 hold the row index (base 256), the rest pseudo-random */
 static void make_set(DataImageSet *s, int64_t n, int c, int h, int w, int classes, uint32_t stream)
 {
+    memset(s, 0, sizeof *s);
     s->n = n;
     s->c = c;
     s->h = h;
@@ -147,7 +148,7 @@ static void test_channel_stats_exact(void)
     /* 2 images, 2 channels of 2 pixels: channel 0 = {0, 255, 0, 255}, channel 1 = all 51 */
     uint8_t px[8] = { 0, 255, 51, 51, 0, 255, 51, 51 };
     int32_t y[2] = { 0, 1 };
-    DataImageSet s = { 2, 2, 1, 2, 2, px, y };
+    DataImageSet s = { 2, 2, 1, 2, 2, px, y, NULL, NULL, NULL, 0, NULL };
     double mean[2], std[2];
     data_channel_stats(&s, mean, std);
     CHECK_NEAR(mean[0], 0.5, 1e-15);

@@ -1,0 +1,51 @@
+/* Internal interface of the image sources (imgdecode.c: decoding and geometry; imgsource.c: layouts). */
+#ifndef FEDHET_IMGSRC_INTERNAL_H
+#define FEDHET_IMGSRC_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fedhet/data.h"
+
+/* An interleaved image [h, w, c] (c = 1 or 3) with a reusable buffer. */
+typedef struct {
+    int w, h, c;
+    uint8_t *pixels;
+    size_t capacity;
+} ImgBuf;
+
+void img_buf_free(ImgBuf *b);
+int img_buf_reserve(ImgBuf *b, int w, int h, int c);
+
+/* The header of a JPEG or PNG in memory: size and native channels (1 grey, 3 colour). FH_ERR_DATA naming
+ * `name` for anything that is neither or has a broken header. */
+int img_probe(const char *name, const uint8_t *data, size_t len, int *w, int *h, int *c);
+
+/* Decodes a JPEG or PNG into out with c channels (1 or 3, converted by the codec library); *orig_w, *orig_h
+ * the stored size. A JPEG is decoded at the smallest DCT scale (1/8 .. 1) that still covers what the resize
+ * of o needs (shrink-on-load; o NULL: full size). A truncated or corrupt file is FH_ERR_DATA. */
+int img_decode(const char *name, const uint8_t *data, size_t len, int c, const DataImageOptions *o, ImgBuf *out,
+               int *orig_w, int *orig_h);
+
+/* The output size for a source of w x h under the options; FH_ERR_DATA naming `name` when the source
+ * cannot give it (smaller than size with resize = none). */
+int img_target(const DataImageOptions *o, const char *name, int w, int h, int *out_w, int *out_h);
+/* The decoded size a JPEG needs at least, for the shrink-on-load above. */
+void img_min_decode(const DataImageOptions *o, int w, int h, int *min_w, int *min_h);
+
+/* in (decoded from an original of orig_w x orig_h) -> out [c, out_h, out_w] planar, resized and cropped as
+ * the options say (pixman: bilinear reconstruction, box prefilter when shrinking), channels converted to
+ * c. An identity geometry copies the pixels unchanged. */
+int img_fit(const DataImageOptions *o, const ImgBuf *in, int orig_w, int orig_h, int c, int out_w, int out_h,
+            uint8_t *out, ImgBuf *scratch);
+
+/* A window (x0, y0, cw, ch) of a planar image [c, h, w] resampled to [c, out_h, out_w] (pixman, as img_fit);
+ * in_buf and scratch are reusable buffers. */
+int img_crop_resize(const uint8_t *planar, int c, int h, int w, double x0, double y0, double cw, double ch, int out_w,
+                    int out_h, uint8_t *out, ImgBuf *in_buf, ImgBuf *scratch);
+
+/* Channel conversion of an interleaved image: grey -> RGB repeats, RGB -> grey is ITU-R 601-2 luma
+ * (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16, as PIL's convert("L")). */
+int img_convert(const ImgBuf *in, int c, ImgBuf *out);
+
+#endif
