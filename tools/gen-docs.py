@@ -114,6 +114,10 @@ def configuration(fedhet):
     for l in lines:
         if not l.strip():
             continue
+        m = re.match(r"^(\S.*) keys \(default\):$", l)  # a further group of keys, e.g. the image sources'
+        if m and not tail:
+            out.append("\n### %s keys\n\n| key | default | meaning |\n| --- | --- | --- |\n" % m.group(1).capitalize())
+            continue
         m = PART_KEY.match(l)
         if not m:
             tail.append(l)

@@ -161,7 +161,7 @@ int data_partition_make(const char *src, const DataSourceOptions *o, const char 
     double t1 = fh_time_now();
     if (status == FH_OK) status = data_partition(&part, train.labels, train.n, train.classes, &spec->partition);
     if (status == FH_OK && spec->n_corrupted < 0) {
-        /* natural partitions: K is known only now (spec B.7: m = round(ratio K)) */
+        /* natural partitions: K is known only now (docs/methods/partitions.md B.7: m = round(ratio K)) */
         spec->n_corrupted = (int)lround(spec->corrupted_ratio * part.n_clients);
         spec->partition.n_corrupted = spec->n_corrupted;
     }

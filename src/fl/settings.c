@@ -180,7 +180,7 @@ static void base_keys(void)
     add("model", "features", FH_CFG_STRING, "", 1, 0, NULL,
         "with onnx: the node (or output) whose output is the features tensor; empty: the input of the last "
         "Gemm / MatMul");
-    add("train", "optimizer", FH_CFG_CHOICE, "sgd", 1, 0, "sgd|adam|adamw", "local optimiser, fresh every round (spec 0.1)");
+    add("train", "optimizer", FH_CFG_CHOICE, "sgd", 1, 0, "sgd|adam|adamw", "local optimiser, fresh every round (docs/methods/baselines.md §0.1)");
     add("train", "lr", FH_CFG_FLOAT, "0.01", 1e-12, BIG, NULL, "local learning rate, > 0");
     add("train", "momentum", FH_CFG_FLOAT, "0", 0, 0.999999, NULL, "SGD momentum");
     add("train", "weight_decay", FH_CFG_FLOAT, "0", 0, 1, NULL, "L2 added to the gradient (AdamW: decoupled)");

@@ -67,7 +67,7 @@ def grad_at(model, vec, x, y):
 
 
 def local(model, w, x, y, lr, steps, rho):
-    """steps of full-batch SGD (rho None) or SAM at radius rho (spec algorithms-sam 1), momentum 0"""
+    """steps of full-batch SGD (rho None) or SAM at radius rho (docs/methods/sam.md §1), momentum 0"""
     w = w.clone()
     for _ in range(steps):
         g, _ = grad_at(model, w, x, y)
@@ -89,7 +89,7 @@ class Twin:
     def round(self):
         n = torch.tensor([float(len(y)) for _, y in self.clients], dtype=torch.float64)
         if self.method == "fedavgm":
-            # spec A.3: g = sum_k p_k (w - w_k), p_k = n_k / sum n; v = beta v + g; w = w - eta_s v
+            # docs/methods/baselines.md A.3: g = sum_k p_k (w - w_k), p_k = n_k / sum n; v = beta v + g; w = w - eta_s v
             beta = 0.0 if self.wrong else float(self.o.get("beta", 0.9))
             eta = float(self.o.get("eta_s", 1.0))
             ws = [local(self.model, self.w, x, y, self.lr, self.steps, None) for x, y in self.clients]
@@ -98,7 +98,7 @@ class Twin:
             self.v = beta * self.v + g
             self.w = self.w - eta * self.v
             return {}
-        # FedSCAM, spec algorithms-sam 10, with a full batch: the probe's B batches are the one batch
+        # FedSCAM, docs/methods/sam.md §10, with a full batch: the probe's B batches are the one batch
         rho_max, a_rho = float(self.o.get("rho_max", 0.05)), float(self.o.get("alpha_rho", 1.0))
         gamma, kappa, beta = float(self.o.get("gamma_h", 1.0)), float(self.o.get("kappa", 0.5)), float(self.o.get("beta", 0.8))
         rows, deltas = [], []
