@@ -4,8 +4,8 @@
 #
 # 1-channel export: the model's first conv is rebuilt with one input channel (its kernel, stride, pads, groups and
 # bias kept: tests/mpi/onnx_torch.py make_model), and the model is exported for 1 x 28 x 28 inputs, so the data
-# is Fashion-MNIST as fedhet reads it (no repeated channel). vgg11_bn loses its fifth max pool as well (28 x 28
-# inputs would leave no map after five halvings) and, as in the tests, its adaptive pool (512-input classifier).
+# is Fashion-MNIST as fedhet reads it (no repeated channel). Five halvings of 28 leave no map: vgg11_bn loses its
+# fifth max pool (and, as in the tests, its adaptive pool: a 512-input classifier), densenet121 its stem max pool.
 #
 # The data: the first ACC_TRAIN training and ACC_TEST test images of Fashion-MNIST
 # (/usr/share/datasets/fashion-mnist), partitioned by `fedhet partition` over ACC_CLIENTS clients (Dirichlet 0.5);

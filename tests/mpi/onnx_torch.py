@@ -102,6 +102,8 @@ def make_model(name, classes=10, channels=3, size=32):
         m.classifier[0] = torch.nn.Linear(512, 4096)
         if size < 32:  # a fifth halving would leave no map (28 -> 14 -> 7 -> 3 -> 1 -> 0): the last max pool goes
             m.features[-1] = torch.nn.Identity()
+    if name == "densenet121" and size < 32:  # 28 -> 14 -> 7 -> 3 -> 1 -> 0 after its last transition: no stem pool
+        m.features.pool0 = torch.nn.Identity()
     for mod in m.modules():  # dropout's masks and stochastic depth cannot be the same on both sides: p = 0
         if isinstance(mod, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
             mod.p = 0.0
