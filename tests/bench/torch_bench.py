@@ -348,6 +348,12 @@ def bench_point(name, batch, threads, mode, inp, classes, reps, norm="bn", group
     torch.manual_seed(0)
     c, h, w = inp
     model = build(name, c, h, w, classes, norm=norm, groups=groups)
+    return bench_model(model, batch, mode, inp, classes, reps, target_s)
+
+
+def bench_model(model, batch, mode, inp, classes, reps, target_s=0.5):
+    """samples/s and GFLOP/s of `model`'s training step (the threads as set by the caller)"""
+    c, h, w = inp
     flops = forward_flops(model, c, h, w)
     model.train()
     x = torch.randn(batch, c, h, w, dtype=torch.float32)

@@ -82,33 +82,63 @@ def resnet18_gn(classes):
     return nn.Sequential(*layers)
 
 
-def export(name, d, mode="train"):
+# exported in eval mode with PRESERVE: efficientnet_b0's stochastic depth has no training-mode export
+EVAL_ONLY = ("efficientnet_b0",)
+MODELS = ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg11_bn", "squeezenet1_1", "densenet121",
+          "efficientnet_b0", "regnet_y_400mf", "resnet18_gn")
+
+
+def make_model(name, classes=10, channels=3, size=32):
+    """torchvision NAME (weights=None) or resnet18_gn for C x SIZE x SIZE inputs, dropout and stochastic depth at
+    p = 0. channels != 3: the first conv is rebuilt with that many input channels (its other attributes kept)."""
     import torch
     import torchvision
-    torch.manual_seed(0)
-    torch.set_num_threads(1)
     if name == "resnet18_gn":
-        m = resnet18_gn(10)
+        m = resnet18_gn(classes)
     else:
-        m = getattr(torchvision.models, name)(weights=None, num_classes=10)
-    if name == "vgg11_bn":  # its adaptive pool to 7 x 7 has no export at 32 x 32 (1 x 1 maps): a 512-input classifier
+        m = getattr(torchvision.models, name)(weights=None, num_classes=classes)
+    if name == "vgg11_bn":  # its adaptive pool to 7 x 7 has no export from 1 x 1 maps: a 512-input classifier
         m.avgpool = torch.nn.Identity()
         m.classifier[0] = torch.nn.Linear(512, 4096)
+        if size < 32:  # a fifth halving would leave no map (28 -> 14 -> 7 -> 3 -> 1 -> 0): the last max pool goes
+            m.features[-1] = torch.nn.Identity()
+    if name == "densenet121" and size < 32:  # 28 -> 14 -> 7 -> 3 -> 1 -> 0 after its last transition: no stem pool
+        m.features.pool0 = torch.nn.Identity()
     for mod in m.modules():  # dropout's masks and stochastic depth cannot be the same on both sides: p = 0
         if isinstance(mod, (torch.nn.Dropout, torchvision.ops.StochasticDepth)):
             mod.p = 0.0
+    if channels != 3:
+        parent, key, conv = next((p, k, c) for p in m.modules() for k, c in p.named_children()
+                                 if isinstance(c, torch.nn.Conv2d))
+        setattr(parent, key, torch.nn.Conv2d(channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                                             conv.dilation, conv.groups, conv.bias is not None))
+    return m
+
+
+def save_onnx(m, x, path, mode="train"):
+    """torch.onnx.export as docs/onnx.md says: training mode (BatchNormalization and Dropout kept), or eval mode with
+    PRESERVE and no constant folding (batch norms kept in inference form)"""
+    import torch
+    if mode == "eval":
+        m.eval()
+        torch.onnx.export(m, x, path, training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
+                          opset_version=13, input_names=["input"], output_names=["logits"])
+    else:
+        m.train()
+        torch.onnx.export(m, x, path, training=torch.onnx.TrainingMode.TRAINING, opset_version=13,
+                          input_names=["input"], output_names=["logits"])
+
+
+def export(name, d, mode="train"):
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    m = make_model(name)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(STEPS * BATCH, 3, SIZE, SIZE, generator=g)
     y = torch.randint(0, 10, (STEPS * BATCH,), generator=g, dtype=torch.int32)
     path = os.path.join(d, name + ".onnx")
-    if mode == "eval":
-        m.eval()
-        torch.onnx.export(m, x[:2], path, training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
-                          opset_version=13, input_names=["input"], output_names=["logits"])
-    else:
-        m.train()
-        torch.onnx.export(m, x[:2], path, training=torch.onnx.TrainingMode.TRAINING, opset_version=13,
-                          input_names=["input"], output_names=["logits"])
+    save_onnx(m, x[:2], path, mode)
     x.numpy().tofile(os.path.join(d, "x.bin"))
     y.numpy().tofile(os.path.join(d, "y.bin"))
     m.eval()

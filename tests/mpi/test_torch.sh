@@ -194,6 +194,59 @@ EOF
     note "$(cat "$WORK/user-logits.out")"
 }
 
+# A run of a model imported from ONNX: to-torch without --arch says it needs the PyTorch module; with
+# --arch module:Class the state_dict gives the logits of the run's model exported back (fedhet export)
+test_onnx_run()
+{
+    local onnx_model=$ROOT/build/tests/onnx_model rc
+    [ -x "$onnx_model" ] || { fail "$onnx_model is missing (make first)"; return; }
+    cat >"$WORK/onnxnet.py" <<'EOF'
+import torch.nn as nn
+
+class Net(nn.Module):
+    def __init__(self, c, h, w, classes):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(c, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
+                                  nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),
+                                  nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, classes))
+
+    def forward(self, x):
+        return self.body(x)
+EOF
+    (cd "$WORK" && $PY - <<'EOF') >"$WORK/onnxnet.out" 2>&1 || { fail "onnxnet export: $(tail -1 "$WORK/onnxnet.out")"; return; }
+import torch, onnxnet
+torch.manual_seed(0)
+m = onnxnet.Net(3, 16, 16, 4).train()
+torch.onnx.export(m, torch.randn(2, 3, 16, 16), "onnxnet.onnx", training=torch.onnx.TrainingMode.TRAINING,
+                  opset_version=13, input_names=["input"], output_names=["logits"])
+torch.randn(8, 3, 16, 16).numpy().tofile("onnxnet-x.bin")
+EOF
+    fh 3 onnxrun "$WORK/base.ini" model.onnx="$WORK/onnxnet.onnx" output.name=onnxrun
+    expect_rc "run of an imported model" 0 || return
+    "$TOOL" to-torch "$WORK/out/onnxrun/run.h5" "$WORK/o.pt" >"$WORK/onnx-to.out" 2>&1; rc=$?
+    [ $rc -eq 1 ] && grep -q "imported from ONNX (\[model\] onnx): to-torch needs the original PyTorch module, --arch module:Class" \
+        "$WORK/onnx-to.out" || fail "to-torch of an imported run without --arch: exit $rc: $(tail -1 "$WORK/onnx-to.out")"
+    [ ! -e "$WORK/o.pt" ] || fail "a refused conversion left its output"
+    (cd "$WORK" && "$TOOL" to-torch "$WORK/out/onnxrun/run.h5" "$WORK/onnxrun.pt" --arch onnxnet:Net) >"$WORK/onnx-to2.out" 2>&1 ||
+        { fail "to-torch --arch onnxnet:Net: $(tail -1 "$WORK/onnx-to2.out")"; return; }
+    "$FEDHET" export "$WORK/out/onnxrun" "$WORK/onnxrun-back.onnx" >"$WORK/onnx-export.out" 2>&1 &&
+        "$onnx_model" logits "$WORK/onnxrun-back.onnx" "$WORK/onnxnet-x.bin" 8 3 16 16 4 "$WORK/onnxrun.fh" \
+            >>"$WORK/onnx-export.out" 2>&1 || { fail "fedhet export / onnx_model: $(tail -1 "$WORK/onnx-export.out")"; return; }
+    (cd "$WORK" && $PY - <<'EOF') >"$WORK/onnx-cmp.out" 2>&1 || fail "$(tail -1 "$WORK/onnx-cmp.out")"
+import numpy as np, torch, onnxnet
+m = onnxnet.Net(3, 16, 16, 4)
+m.load_state_dict(torch.load("onnxrun.pt"), strict=True)
+m.eval()
+with torch.no_grad():
+    ref = m(torch.from_numpy(np.fromfile("onnxnet-x.bin", np.float32).reshape(8, 3, 16, 16))).numpy().ravel()
+got = np.fromfile("onnxrun.fh", np.float32)
+d = float(np.abs(ref - got).max() / np.abs(ref).max())
+print("imported run through to-torch --arch onnxnet:Net: logits max difference %.2g of the largest (tolerance 1e-4)" % d)
+assert d <= 1e-4, "logits differ"
+EOF
+    note "$(tail -1 "$WORK/onnx-cmp.out")"
+}
+
 # The tool's help, usage errors (exit 1) and bad inputs (exit 2) name what is wrong.
 test_tool_errors()
 {
@@ -217,5 +270,5 @@ test_tool_errors()
     [ ! -e "$WORK/o.h5" ] && [ ! -e "$WORK/o.pt" ] || fail "a refused conversion left its output"
 }
 
-TESTS=(cnn resnet18_gn mobilenetv2 user_module init_mismatch init_resume checkpoint_v2 tool_errors)
+TESTS=(cnn resnet18_gn mobilenetv2 user_module onnx_run init_mismatch init_resume checkpoint_v2 tool_errors)
 run_tests "$@"
