@@ -128,7 +128,9 @@ $(ONNX_GEN): $(ONNX_PROTO)
 	@mkdir -p $(@D)
 	protoc-c --c_out=$(@D) -I$(<D) $<
 $(ONNX_GEN:.c=.h): $(ONNX_GEN)
-$(BUILD)/src/onnx/%.o $(FUZZ_BUILD)/src/onnx/%.o: $(ONNX_GEN:.c=.h)
+# explicit targets (a pattern rule without a recipe would add no prerequisite): the generated header first
+ONNX_SRC = $(wildcard src/onnx/*.c)
+$(ONNX_SRC:%.c=$(BUILD)/%.o): $(ONNX_GEN:.c=.h)
 $(ONNX_GEN:.c=.o): $(ONNX_GEN) $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -Wno-unused-parameter -c -o $@ $<
 
@@ -264,6 +266,7 @@ $(FUZZ_BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 
+$(ONNX_SRC:%.c=$(FUZZ_BUILD)/%.o): $(ONNX_GEN:.c=.h)
 $(FUZZ_BUILD)/gen/onnx.pb-c.o: $(ONNX_GEN)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
