@@ -118,7 +118,8 @@ static Onnx__NodeProto *ex_node(Ex *e, const char *op, const char *name, int n_i
     return n;
 }
 
-static Onnx__AttributeProto *ex_attr(Ex *e, Onnx__NodeProto *n, const char *name)
+/* a new attribute of node n, named and typed; NULL when out of memory (the export's error is sticky) */
+static Onnx__AttributeProto *ex_attr(Ex *e, Onnx__NodeProto *n, const char *name, Onnx__AttributeProto__AttributeType type)
 {
     if (!n) return NULL;
     Onnx__AttributeProto *a = ex_alloc(e, sizeof *a);
@@ -126,6 +127,8 @@ static Onnx__AttributeProto *ex_attr(Ex *e, Onnx__NodeProto *n, const char *name
     if (!a || !grown) return NULL;
     onnx__attribute_proto__init(a);
     a->name = ex_str(e, name);
+    a->has_type = 1;
+    a->type = type;
     if (n->n_attribute) memcpy(grown, n->attribute, n->n_attribute * sizeof *grown);
     grown[n->n_attribute++] = a;
     n->attribute = grown;
@@ -134,30 +137,24 @@ static Onnx__AttributeProto *ex_attr(Ex *e, Onnx__NodeProto *n, const char *name
 
 static void attr_int(Ex *e, Onnx__NodeProto *n, const char *name, int64_t v)
 {
-    Onnx__AttributeProto *a = ex_attr(e, n, name);
+    Onnx__AttributeProto *a = ex_attr(e, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     if (!a) return;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
     a->has_i = 1;
     a->i = v;
 }
 
 static void attr_float(Ex *e, Onnx__NodeProto *n, const char *name, float v)
 {
-    Onnx__AttributeProto *a = ex_attr(e, n, name);
+    Onnx__AttributeProto *a = ex_attr(e, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     if (!a) return;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
     a->has_f = 1;
     a->f = v;
 }
 
 static void attr_list(Ex *e, Onnx__NodeProto *n, const char *name, int count, const int64_t *v)
 {
-    Onnx__AttributeProto *a = ex_attr(e, n, name);
+    Onnx__AttributeProto *a = ex_attr(e, n, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     if (!a) return;
-    a->has_type = 1;
-    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
     a->n_ints = (size_t)count;
     a->ints = ex_alloc(e, (size_t)count * sizeof *a->ints);
     for (int k = 0; a->ints && k < count; k++) a->ints[k] = v[k];
