@@ -313,6 +313,10 @@ int onnx_net_input_shape(const OnnxNet *net, NnShape *shape)
         *shape = (NnShape){ (int)d[1], (int)d[2], (int)d[3] };
         return 1;
     }
+    if (n == 3 && d[1] > 0 && d[2] > 0) { /* N x C x L: L on the height axis */
+        *shape = (NnShape){ (int)d[1], (int)d[2], 1 };
+        return 1;
+    }
     if (n == 2 && d[1] > 0) {
         *shape = (NnShape){ (int)d[1], 1, 1 };
         return 1;
@@ -1487,11 +1491,13 @@ static int build_graph(Bld *b, int *features, int *logits)
         in->type->tensor_type->elem_type != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
         FH_FAIL(FH_ERR_USAGE, "%s: input '%s' has element type %d: only float32 inputs are supported", net->path, in->name,
                 in->type->tensor_type->elem_type);
-    if (rank != 4 && rank != 2)
-        FH_FAIL(FH_ERR_USAGE, "%s: input '%s' has %d dimensions: N x C x H x W images (or N x F vectors) are supported",
-                net->path, in->name, rank);
+    if (rank < 2 || rank > 4)
+        FH_FAIL(FH_ERR_USAGE, "%s: input '%s' has %d dimensions: N x C x H x W images (or N x F vectors, or N x C x L "
+                "for element-wise layers) are supported", net->path, in->name, rank);
     const NnShape s = m->tensors[m->input].shape;
     const int64_t want[4] = { -1, s.c, s.h, s.w };
+    if (rank == 3 && s.w != 1)
+        FH_FAIL(FH_ERR_USAGE, "%s: input '%s' is N x C x L but the data has %dx%dx%d", net->path, in->name, s.c, s.h, s.w);
     for (int k = 1; k < rank; k++)
         if (d[k] > 0 && d[k] != (rank == 2 ? (int64_t)s.c * s.h * s.w : want[k]))
             FH_FAIL(FH_ERR_USAGE, "%s: input '%s' is fixed at %s %lld in the file but the data has %dx%dx%d (export the "

@@ -5,9 +5,9 @@
  *   onnx_model sgd FILE.onnx X.bin Y.bin N C H W CLASSES STEPS LR OUT.bin
  *       STEPS plain SGD steps (no momentum) in training mode, step s on rows [s*N, (s+1)*N) of X (Y: int32 labels),
  *       mean softmax cross-entropy; OUT.bin: each step's loss (float32)
- *   onnx_model node FILE.onnx X.bin OUT.bin
- *       one of ONNX's node tests: input shape and output size from the file, evaluation mode, batch from the
- *       file's first input dimension
+ *   onnx_model node FILE.onnx X.bin OUT.bin [train]
+ *       one of ONNX's node tests: input shape and output size from the file, evaluation mode (or training mode,
+ *       for a training-mode dropout), batch from the file's first input dimension
  *   onnx_model roundtrip FILE.onnx X.bin N C H W CLASSES OUT.onnx
  *       import, export to OUT.onnx, import that, compare both models' logits bit for bit (exit 1 if not)
  * Exit status: fedhet's (1 for a refused graph, with its message on stderr). */
@@ -99,7 +99,8 @@ int main(int argc, char **argv)
         nn_model_init_params(&m, 1);
         if ((status = onnx_net_copy_weights(net, &m, m.state)) != FH_OK) return die(status);
         float *x = read_floats(argv[3], (size_t)batch * s.c * s.h * s.w);
-        nn_model_set_training(&m, 0);
+        /* "train": a test whose reference is a training-mode dropout (its mask is the reference's own draw) */
+        nn_model_set_training(&m, argc > 5 && !strcmp(argv[5], "train"));
         if ((status = nn_model_forward(&m, x, batch)) != FH_OK) return die(status);
         write_floats(argv[4], nn_model_logits(&m), (size_t)batch * classes);
         return 0;

@@ -15,18 +15,26 @@ python3-torchvision 0.14, python3-onnx; make deps).
   onnx_torch.py check FILE.onnx            onnx.checker.check_model
   onnx_torch.py nodes TESTDIR OUTDIR       ONNX's node tests of TESTDIR (libonnx-testdata) as files for onnx_model:
                                            every input but the first becomes an initializer; prints one line
-                                           "NAME OP" per test written
+                                           "NAME OP" per test written; a training-mode dropout gets a file
+                                           dropout_ratio (its reference mask is the reference's own random draw)
+  onnx_torch.py near OUT REF               a node test's output against its reference, ONNX's tolerance
+  onnx_torch.py dropout OUT X RATIO        a training-mode dropout's output: 0 or X / (1 - RATIO), the share kept
+                                           1 - RATIO within 5 standard deviations
 
 Tolerances (compare): the logits of fedhet and PyTorch on the same weights agree within 1e-4 of the largest logit
 (tests/mpi/torch_interop.py explains the figure: rounding only, different summation orders). The SGD losses (batch 16,
-lr 0.01, plain SGD): the first (same weights) within 1e-4 relative; the second, after one step, within 1e-2; all ten
-within 0.15. Why so loose after the first step: ImageNet networks on 32x32 inputs end on 1x1 feature maps, where
-batch norm normalises 16 values per channel, and their gradient at initialisation is ill-conditioned in float32
-(large terms that cancel): measured, a rounding-level difference of the first step (1e-7) grows to 5e-4 after two
-steps and to several percent after four on resnet18, in either direction, while small networks with the same layers
-(depthwise conv, ReLU6, batch norm, dropout, GroupNorm) agree within 1e-6 over all ten steps at lr 0.1 (the tiny
-model's run and resnet18_gn in this test). A wrong gradient (a missing, swapped or transposed term) shows in the
-second loss already: its change, O(lr |g|^2), is 0.02 to 0.2 for these models.
+lr 0.01, plain SGD): the first (same weights) within 1e-4 relative; every later one within 1e-4 + 10 x PyTorch's own
+rounding spread up to that step, measured in the same run: the largest relative difference so far between PyTorch in
+float32 and the same steps in float64 (10 x: two rounding differences of the same size grow by factors that differ
+from step to step; fedhet's difference from PyTorch came to 1.2-6 x that spread on these models at the step where
+the growth shows first, e.g. resnet18's third). Why a measured bound: ImageNet networks on 32x32 inputs end on 1x1 feature maps,
+where batch norm normalises 16 values per channel, and their training at initialisation amplifies a rounding-level
+difference (1e-7) by orders of magnitude per step: PyTorch's float32 losses leave its float64 ones by 1e-2 after one
+step on regnet_y_400mf and resnet50 and by 10-50 % after ten on efficientnet_b0, while on resnet18_gn, squeezenet and
+the small networks they stay within 1e-6. fedhet's float32 is another float32 summation order, so it may differ from
+PyTorch's as much as PyTorch's differs from exact arithmetic, and where PyTorch stays exact, so must fedhet. A wrong
+gradient (a missing, swapped or transposed term) changes the next loss by O(lr |g|^2), 0.02 to 0.2 for these models,
+far beyond the bound wherever the networks are not yet chaotic.
 """
 import os
 import sys
@@ -36,7 +44,7 @@ import numpy as np
 STEPS, BATCH, LR = 10, int(os.environ.get("ONNX_TEST_BATCH", "16")), float(os.environ.get("ONNX_TEST_LR", "0.01"))
 SIZE = int(os.environ.get("ONNX_TEST_SIZE", "32"))
 LOGIT_RTOL = 1e-4
-FIRST_RTOL, SECOND_RTOL, ALL_RTOL = 1e-4, 1e-2, 0.15
+FIRST_RTOL, SPREAD_FACTOR = 1e-4, 10.0
 
 
 def tiny(out):
@@ -144,6 +152,15 @@ def export(name, d, mode="train"):
     m.eval()
     with torch.no_grad():
         m(x[:BATCH]).numpy().tofile(os.path.join(d, name + ".logits"))
+    np.array(sgd_losses(m, x, y), np.float32).tofile(os.path.join(d, name + ".losses"))
+    # the same steps in float64 from the same weights: how far PyTorch's own float32 rounding carries the losses
+    torch.manual_seed(0)
+    np.array(sgd_losses(make_model(name).double(), x.double(), y), np.float64).tofile(os.path.join(d, name + ".losses64"))
+    return 0
+
+
+def sgd_losses(m, x, y):
+    import torch
     m.train()
     opt = torch.optim.SGD(m.parameters(), lr=LR)
     losses = []
@@ -153,8 +170,7 @@ def export(name, d, mode="train"):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    np.array(losses, np.float32).tofile(os.path.join(d, name + ".losses"))
-    return 0
+    return losses
 
 
 def compare(name, d):
@@ -165,13 +181,18 @@ def compare(name, d):
     if ref.shape != got.shape or rl.shape != gl.shape:
         print("%s: shapes differ" % name)
         return 1
+    l64 = np.fromfile(os.path.join(d, name + ".losses64"), np.float64)
     dl = float(np.abs(ref - got).max() / np.abs(ref).max())
     rel = np.abs(rl - gl) / np.abs(rl)
-    ok = dl <= LOGIT_RTOL and rel[0] <= FIRST_RTOL and rel[1] <= SECOND_RTOL and rel.max() <= ALL_RTOL
+    spread = np.maximum.accumulate(np.abs(rl - l64) / np.abs(l64))
+    tol = FIRST_RTOL + SPREAD_FACTOR * spread
+    ok = dl <= LOGIT_RTOL and rel[0] <= FIRST_RTOL and bool(np.all(rel <= tol))
+    worst = int(np.argmax(rel / tol))
     print("%s: logits max difference %.3g of the largest (tolerance %.0e); %d SGD steps' losses %.4f..%.4f, relative "
-          "differences: first %.2g (tolerance %.0e), second %.2g (%.0e), largest %.2g (%.2g)%s"
-          % (name, dl, LOGIT_RTOL, STEPS, rl[0], rl[-1], rel[0], FIRST_RTOL, rel[1], SECOND_RTOL, rel.max(), ALL_RTOL,
-             "" if ok else " FAIL"))
+          "differences: first %.2g (tolerance %.0e), second %.2g (%.2g), largest %.2g (%.2g); PyTorch's own float32 "
+          "spread %.2g, tightest at step %d: %.2g (%.2g)%s"
+          % (name, dl, LOGIT_RTOL, STEPS, rl[0], rl[-1], rel[0], FIRST_RTOL, rel[1], tol[1], rel.max(), tol[-1],
+             spread[-1], worst + 1, rel[worst], tol[worst], "" if ok else " FAIL"))
     return 0 if ok else 1
 
 
@@ -229,6 +250,10 @@ def node_test(src, out):
     if ins[0].dtype != np.float32:
         return op
     ins[0].astype(np.float32).tofile(os.path.join(out, "x.bin"))
+    # a training-mode dropout's reference holds the reference's own random mask: judged by its law instead (dropout)
+    if op == "Dropout" and len(ins) == 3 and bool(np.asarray(ins[2]).reshape(-1)[0]) and float(ins[1]) > 0:
+        with open(os.path.join(out, "dropout_ratio"), "w") as f:
+            f.write("%r\n" % float(ins[1]))
     tp = onnx.TensorProto()
     with open(os.path.join(ds, "output_0.pb"), "rb") as f:
         tp.ParseFromString(f.read())
@@ -245,8 +270,26 @@ def near(a, b):
     return 0 if ok else 1
 
 
+def dropout(out, x, ratio):
+    """a training-mode dropout node test: every output is 0 or x / (1 - ratio), and the share kept is 1 - ratio
+    within 5 standard deviations of a binomial draw"""
+    y, x, r = np.fromfile(out, np.float32), np.fromfile(x, np.float32), float(ratio)
+    if x.shape != y.shape:
+        print("differ: shape")
+        return 1
+    kept = y != 0
+    scaled = np.allclose(y[kept], x[kept] / (1 - r), rtol=1e-6, atol=0)
+    share, sd = kept.mean(), np.sqrt(r * (1 - r) / x.size)
+    ok = scaled and abs(share - (1 - r)) <= 5 * sd + 1.0 / x.size
+    print("same law: %.3f kept (1 - ratio %.3f)" % (share, 1 - r) if ok else
+          "differ: %s, %.3f kept against 1 - ratio %.3f" % ("kept values scaled by 1 / (1 - ratio)" if scaled else
+                                                            "kept values not x / (1 - ratio)", share, 1 - r))
+    return 0 if ok else 1
+
+
 def main(argv):
-    cmds = {"tiny": tiny, "export": export, "compare": compare, "check": check, "nodes": nodes, "near": near}
+    cmds = {"tiny": tiny, "export": export, "compare": compare, "check": check, "nodes": nodes, "near": near,
+            "dropout": dropout}
     if len(argv) < 2 or argv[1] not in cmds:
         print(__doc__)
         return 1

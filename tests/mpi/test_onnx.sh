@@ -76,12 +76,16 @@ test_nodes()
         if [ ! -f "$d/x.bin" ]; then # a non-float input: the importer must refuse it by itself
             "$MODEL" node "$d/model.onnx" /dev/null "$d/out.bin" >"$d/log" 2>&1
             rc=$?
+        elif [ -f "$d/dropout_ratio" ]; then # a training-mode dropout: judged by the law of its mask
+            "$MODEL" node "$d/model.onnx" "$d/x.bin" "$d/out.bin" train >"$d/log" 2>&1
+            rc=$?
         else
             "$MODEL" node "$d/model.onnx" "$d/x.bin" "$d/out.bin" >"$d/log" 2>&1
             rc=$?
         fi
         if [ $rc -eq 0 ]; then
-            if $PY "$OT" near "$d/out.bin" "$d/ref.bin" >"$d/cmp" 2>&1; then
+            if if [ -f "$d/dropout_ratio" ]; then $PY "$OT" dropout "$d/out.bin" "$d/x.bin" "$(cat "$d/dropout_ratio")"
+            else $PY "$OT" near "$d/out.bin" "$d/ref.bin"; fi >"$d/cmp" 2>&1; then
                 passed=$((passed + 1)) P[$op]=$((${P[$op]:-0} + 1))
             else
                 wrong=$((wrong + 1))
@@ -100,37 +104,49 @@ test_nodes()
 }
 
 # ---- torchvision models against PyTorch ----
-# compare NAME [eval]: export, fedhet's logits and SGD losses, PyTorch's comparison
-compare()
+# produce NAME [eval]: PyTorch's export, logits and losses and fedhet's logits and losses, in $WORK/tv/NAME/ (one
+# folder per model: two run at once); the first error line in its .err
+produce()
 {
-    local n=$1 d=$WORK/tv
+    local n=$1 d=$WORK/tv/$1
     mkdir -p "$d"
-    $PY "$OT" export "$n" "$d" ${2:-} >"$d/$n.export" 2>&1 || { fail "$n: export: $(tail -1 "$d/$n.export")"; return 1; }
-    "$MODEL" logits "$d/$n.onnx" "$d/x.bin" 16 3 32 32 10 "$d/$n.fh_logits" >"$d/$n.log" 2>&1 &&
-        "$MODEL" sgd "$d/$n.onnx" "$d/x.bin" "$d/y.bin" 16 3 32 32 10 10 0.01 "$d/$n.fh_losses" >>"$d/$n.log" 2>&1 ||
-        { fail "$n: fedhet: $(head -1 "$d/$n.log")"; return 1; }
-    local out
-    out=$($PY "$OT" compare "$n" "$d" 2>&1) || { fail "$out"; return 1; }
-    note "$out"
+    $PY "$OT" export "$n" "$d" ${2:-} >"$d/export.log" 2>&1 || { echo "export: $(tail -1 "$d/export.log")" >"$d/err"; return; }
+    "$MODEL" logits "$d/$n.onnx" "$d/x.bin" 16 3 32 32 10 "$d/$n.fh_logits" >"$d/log" 2>&1 &&
+        "$MODEL" sgd "$d/$n.onnx" "$d/x.bin" "$d/y.bin" 16 3 32 32 10 10 0.01 "$d/$n.fh_losses" >>"$d/log" 2>&1 ||
+        echo "fedhet: $(head -1 "$d/log")" >"$d/err"
 }
 
 test_torchvision()
 {
     # each model shows layers the others lack: residual adds and batch norms; the GroupNorm pattern; depthwise convs
-    # and ReLU6; HardSwish, HardSigmoid and squeeze-and-excitation's broadcast Mul; Concat and ceil_mode pools
-    compare resnet18
-    compare resnet18_gn
-    compare mobilenet_v2
-    compare mobilenet_v3_small
-    compare squeezenet1_1
+    # and ReLU6; HardSwish, HardSigmoid and squeeze-and-excitation's broadcast Mul; Concat and ceil_mode pools;
+    # bottlenecks; dense concatenation and transitions; SiLU with stochastic depth (eval export only); grouped convs
+    # with squeeze-and-excitation; a plain stack (its adaptive pool replaced: onnx_torch.make_model)
+    local models=(resnet18 resnet18_gn mobilenet_v2 mobilenet_v3_small squeezenet1_1 resnet50 densenet121
+        "efficientnet_b0 eval" regnet_y_400mf vgg11_bn) i n out
+    for ((i = 0; i < ${#models[@]}; i += 2)); do # one thread each, two at once
+        OMP_NUM_THREADS=1 produce ${models[i]} &
+        [ $((i + 1)) -lt ${#models[@]} ] && OMP_NUM_THREADS=1 produce ${models[i + 1]} &
+        wait
+    done
+    for n in "${models[@]}"; do
+        n=${n%% *}
+        if [ -s "$WORK/tv/$n/err" ]; then
+            fail "$n: $(cat "$WORK/tv/$n/err")"
+        elif out=$($PY "$OT" compare "$n" "$WORK/tv/$n" 2>&1); then
+            note "$out"
+        else
+            fail "$out"
+        fi
+    done
     # their layers go back out: onnx.checker accepts the export and its import gives the same logits bit for bit
     local n
     for n in mobilenet_v3_small squeezenet1_1 resnet18_gn; do
-        "$MODEL" roundtrip "$WORK/tv/$n.onnx" "$WORK/tv/x.bin" 4 3 32 32 10 "$WORK/tv/$n-back.onnx" >"$WORK/$n-rt.out" 2>&1 &&
-            $PY "$OT" check "$WORK/tv/$n-back.onnx" >>"$WORK/$n-rt.out" 2>&1 || fail "$n exported back: $(tail -1 "$WORK/$n-rt.out")"
+        "$MODEL" roundtrip "$WORK/tv/$n/$n.onnx" "$WORK/tv/$n/x.bin" 4 3 32 32 10 "$WORK/tv/$n/$n-back.onnx" \
+            >"$WORK/$n-rt.out" 2>&1 && $PY "$OT" check "$WORK/tv/$n/$n-back.onnx" >>"$WORK/$n-rt.out" 2>&1 || fail "$n exported back: $(tail -1 "$WORK/$n-rt.out")"
     done
     # a network that needs what the engine lacks is refused by name, never imported wrongly
-    $PY - "$WORK/tv/resnet18.onnx" "$WORK/tv/resize.onnx" <<'EOF' || { fail "cannot make the Resize graph"; return; }
+    $PY - "$WORK/tv/resnet18/resnet18.onnx" "$WORK/tv/resize.onnx" <<'EOF' || { fail "cannot make the Resize graph"; return; }
 import sys, onnx
 from onnx import helper
 m = onnx.load(sys.argv[1])
