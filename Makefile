@@ -19,7 +19,8 @@ DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
              slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev \
              libopenblas-openmp-dev libonnx-dev libprotobuf-c-dev protobuf-c-compiler python3-onnx python3-torchvision \
-             libonnx-testdata help2man libjpeg-dev libpng-dev libpixman-1-dev libzip-dev python3-pil
+             libonnx-testdata help2man libjpeg-dev libpng-dev libpixman-1-dev libzip-dev python3-pil \
+             libdeflate-dev
 BENCH_PKGS = python3-torch python3-numpy
 
 # image sources (src/data/imgdecode.c, imgsource.c): libjpeg-turbo, libpng, pixman, libzip
@@ -50,7 +51,7 @@ CFLAGS  += -std=c11 -D_POSIX_C_SOURCE=200809L $(OPTFLAGS) -fopenmp -Wall -Wextra
            -Iinclude -I$(BUILD)/gen $(BLAS_CFLAGS) $(HDF5_CFLAGS) $(IMG_CFLAGS) -MMD -MP
 LDFLAGS += $(OPTFLAGS) -fopenmp
 # oneDNN (train.backend = onednn) runs on GNU OpenMP, whose thread count nn_set_threads sets
-LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) $(IMG_LIBS) -ldnnl -lgomp -linih -lprotobuf-c -lz -lm
+LDLIBS  += $(HDF5_LIBS) $(BLAS_LIBS) $(IMG_LIBS) -ldnnl -lgomp -linih -lprotobuf-c -ldeflate -lz -lm
 
 BUILD   = build
 SRC     = $(wildcard src/core/*.c src/nn/*.c src/data/*.c src/algo/*.c src/fl/*.c src/grid/*.c src/analysis/*.c \

@@ -107,8 +107,9 @@ static int write_rows(const FhH5File *f, const char *group, const DataImageSet *
     hid_t dset;
     int32_t *labels = NULL;
     uint8_t *block = NULL;
-    int64_t block_rows = (int64_t)(PARTFILE_BLOCK_BYTES / row_bytes);
-    if (block_rows < 1) block_rows = 1;
+    /* whole chunks per block: fh_h5_write_rows compresses those itself */
+    int64_t block_rows = (int64_t)(PARTFILE_BLOCK_BYTES / row_bytes / layout.chunk_rows * layout.chunk_rows);
+    if (block_rows < (int64_t)layout.chunk_rows) block_rows = (int64_t)layout.chunk_rows;
     if (block_rows > count) block_rows = count > 0 ? count : 1;
 
     snprintf(name, sizeof name, "%s/images", group);

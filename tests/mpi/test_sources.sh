@@ -39,6 +39,12 @@ test_same_as_idx()
 
     fx ref2 partition "$WORK/idx" "$WORK/ref.h5" "${PART[@]}" classes=4
     expect_rc "IDX" 0 || return
+    # fedhet compresses whole chunks with libdeflate and writes them itself: h5py reads them through zlib as the
+    # rows written uncompressed (tests/unit/test_files.c deflated_chunks: a part-filled last chunk)
+    fx raw partition "$WORK/idx" "$WORK/raw.h5" "${PART[@]}" classes=4 deflate=0
+    expect_rc "IDX, deflate=0" 0 && same "$WORK/raw.h5" "$WORK/ref.h5" "IDX at deflate 0 and at the default"
+    $PY -c 'import h5py, sys; assert h5py.File(sys.argv[1])["clients/images"].compression == "gzip"' "$WORK/ref.h5" \
+        2>"$WORK/chunks.err" || fail "the default partition is not gzip: $(tail -1 "$WORK/chunks.err")"
     $PY "$MK" csv "$WORK/idx" "$WORK/csv" || { fail "make_images csv"; return; }
     fx csv partition "$WORK/csv/labels.csv" "$WORK/csv.h5" "${PART[@]}" split_column=split
     expect_rc "CSV + PNG" 0 && same "$WORK/ref.h5" "$WORK/csv.h5" "CSV + PNG files"
