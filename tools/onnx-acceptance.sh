@@ -16,7 +16,7 @@
 #
 # usage: tools/onnx-acceptance.sh [MODEL ...]     (default: all ten)
 # Environment: ACC_OUT (default outputs/onnx-acceptance), ACC_METHODS (default "fedsam fedwmsam"), ACC_ROUNDS (3),
-#   ACC_STEPS (20), ACC_LR (0.05, plain SGD), ACC_CLIENTS (4), ACC_TRAIN (2000), ACC_TEST (500), ACC_RANKS (3), FEDHET (default bin/fedhet).
+#   ACC_STEPS (20), ACC_LR (0.05), ACC_MOMENTUM (0: plain SGD), ACC_CLIENTS (4), ACC_TRAIN (2000), ACC_TEST (500), ACC_RANKS (3), FEDHET (default bin/fedhet).
 # Prints one line per model and method (rounds done, final test accuracy, seconds) and writes
 # $ACC_OUT/acceptance.csv; exits 1 when a run fails or does not finish its rounds.
 set -euo pipefail
@@ -27,6 +27,7 @@ methods=${ACC_METHODS:-"fedsam fedwmsam"}
 rounds=${ACC_ROUNDS:-3}
 steps=${ACC_STEPS:-20}
 lr=${ACC_LR:-0.05}
+momentum=${ACC_MOMENTUM:-0}
 clients=${ACC_CLIENTS:-4}
 ntrain=${ACC_TRAIN:-2000}
 ntest=${ACC_TEST:-500}
@@ -74,6 +75,7 @@ eval_batch = 250
 onnx = $f
 [train]
 lr = $lr
+momentum = $momentum
 batch_size = 32
 steps = $steps
 [fl]

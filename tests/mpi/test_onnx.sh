@@ -7,6 +7,7 @@
 #                tests/mpi/onnx_torch.py states; exported back, onnx.checker passes and the logits are bit-identical;
 #                an op fedhet lacks is refused by name
 #   zoo_roundtrip  the zoo's resnet18 exported (fedhet export), imported and trained: the same bits as the zoo model
+#   every_method every method of `fedhet methods` and the flood plug-in: a round of the imported CNN on one rank
 #   methods      a small imported CNN in 3-rank runs: fedavg, fedsam, fedwmsam, moon (features); 1, 2 and 3 ranks
 #                identical; checkpoint + --resume bit-identical; fedhet landscape of the run; fedhet export of the
 #                run passes onnx.checker and imports back with the same logits bit for bit
@@ -210,6 +211,23 @@ test_methods()
     [ $? -eq 1 ] && grep -q "no model after round 7" "$WORK/r7.err" || fail "--round 7 of a 2-round run: $(head -1 "$WORK/r7.err")"
 }
 
+# every method of `fedhet methods` (and the FLOOD plug-in) trains the imported CNN for a round on one rank: the
+# features tensor, the per-sample hooks and the server steps all find what they need in an imported graph
+test_every_method()
+{
+    local m n=0
+    for m in $("$FEDHET" methods 2>/dev/null | awk 'NR > 1 && NF > 1 && $1 ~ /^[a-z_0-9+-]+$/ { print $1 }'); do
+        n=$((n + 1))
+        fh 1 "e_$m" "$WORK/base.ini" algo.method=$m fl.rounds=1 fl.checkpoint_every=0 output.name="e_$m"
+        expect_rc "$m on the imported CNN" 0 || continue
+        [ "$(data_rows "$WORK/out/e_$m/metrics.csv")" -eq 1 ] || fail "$m: metrics.csv lacks its round"
+    done
+    [ "$n" -ge 38 ] || fail "fedhet methods listed $n methods, fewer than 38"
+    fh 1 e_plugin "$WORK/base.ini" algo.method=fedsam algo.plugin=flood fl.rounds=1 output.name=e_plugin
+    expect_rc "fedsam with the flood plug-in on the imported CNN" 0
+    note "$n methods and the flood plug-in ran a round on the imported CNN"
+}
+
 # ---- bad input ----
 test_bad_input()
 {
@@ -257,5 +275,5 @@ EOF
     "$FEDHET" inspect --model "$WORK/samepad.onnx" >/dev/null 2>&1 && fail "inspect imported auto_pad = SAME_UPPER"
 }
 
-TESTS=(bad_input methods zoo_roundtrip nodes torchvision)
+TESTS=(bad_input methods every_method zoo_roundtrip nodes torchvision)
 run_tests "$@"
