@@ -274,6 +274,16 @@ EOF
     expect_rc "officehome.ini" 0 || return
     head -1 "$WORK/runs/officehome/metrics.csv" | grep -q "test_accuracy_Product,test_accuracy_Real_World$" ||
         fail "officehome.ini: metrics.csv has no per-domain columns: $(head -1 "$WORK/runs/officehome/metrics.csv" | tr , '\n' | tail -2 | tr '\n' ' ')"
+    # the per-domain columns across a stop: --resume to round 2 writes the rows of a straight 2-round run
+    fh 2 office2 "$ROOT/inputs/officehome.ini" data.path="$WORK/office.h5" model.norm=bn "${small[@]}" fl.rounds=2 \
+        output.name=officehome2
+    expect_rc "officehome.ini, 2 rounds" 0 || return
+    fh 2 office_resume --resume "$WORK/runs/officehome" fl.rounds=2
+    expect_rc "officehome.ini, --resume to 2 rounds" 0 || return
+    same_csv "$WORK/runs/officehome2/metrics.csv" "$WORK/runs/officehome/metrics.csv" "officehome.ini resumed"
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "test_accuracy_Product") c = i; next }
+        !c || $c == "" { bad = 1 } END { exit bad || NR != 3 }' "$WORK/runs/officehome/metrics.csv" ||
+        fail "officehome.ini resumed: a round without its per-domain accuracy"
 }
 
 # 8. random-resized-crop + flip above 32 x 32: the same model on 1 and 3 ranks, and not the model of a run
