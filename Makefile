@@ -249,7 +249,7 @@ FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno
 FUZZ_CFLAGS  = -std=c11 -D_POSIX_C_SOURCE=200809L -O1 -g $(FUZZ_SAN) -fopenmp-simd -Wall -Wextra \
                -Wno-unused-parameter -Wno-missing-field-initializers -Wno-pass-failed -Iinclude -I$(BUILD)/gen $(BLAS_CFLAGS) \
                $(HDF5_CFLAGS) $(IMG_CFLAGS) -MMD -MP
-FUZZ_TARGETS = config grid idx cifar partfile checkpoint
+FUZZ_TARGETS = config grid idx cifar partfile checkpoint onnx
 FUZZ_OBJ     = $(patsubst %.c,$(FUZZ_BUILD)/%.o,$(SRC) $(filter-out src/app/main.c,$(APP_SRC))) $(FUZZ_BUILD)/gen/onnx.pb-c.o
 FUZZ_BIN     = $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%) $(FUZZ_BUILD)/fuzz_seeds
 FUZZ_SECONDS ?= 600

@@ -238,12 +238,12 @@ static int open_domains(DataSource *s, const char *root)
     int status = n ? FH_OK : fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: no domain folders", root);
     char path[SRC_PATH_MAX];
     for (int d = 0; d < n && status == FH_OK; d++) {
-        char **classes;
-        int n_classes, label;
+        char **classes = NULL;
+        int n_classes = 0, label;
         status = join(path, root, domains[d]);
         if (status == FH_OK) status = list_dir(path, 1, &classes, &n_classes);
         for (int i = 0; i < n_classes && status == FH_OK; i++) status = intern(&s->classes, &s->n_classes, classes[i], &label);
-        if (status == FH_OK) free_names(&classes, n_classes);
+        if (classes) free_names(&classes, n_classes);
     }
     if (status == FH_OK) qsort(s->classes, (size_t)s->n_classes, sizeof *s->classes, str_cmp);
     for (int d = 0; d < n && status == FH_OK; d++) {

@@ -135,13 +135,13 @@ static int act_backward_plain(float *restrict dx, const float *restrict dy, cons
         return 1;
     case NN_ACT_CLIP:
         NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float slope = (x[i] < a) | (x[i] > b) ? 0.0f : 1.0f;
+            const float slope = ((x[i] < a) | (x[i] > b)) ? 0.0f : 1.0f;
             dx[i] += dy[i] * slope;
         });
         return 1;
     case NN_ACT_HARDSIGMOID:
         NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float t = a * x[i] + b, slope = (t <= 0.0f) | !(t < 1.0f) ? 0.0f : a;
+            const float t = a * x[i] + b, slope = ((t <= 0.0f) | !(t < 1.0f)) ? 0.0f : a;
             dx[i] += dy[i] * slope;
         });
         return 1;

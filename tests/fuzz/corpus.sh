@@ -2,7 +2,7 @@
 # Seeds: build-fuzz/seeds/<target>, written by build-fuzz/fuzz_seeds (the project's own writers), plus the
 # run configs of inputs/ for the config target and the grid files of inputs/ for the grid target.
 FUZZ_BUILD=build-fuzz
-FUZZ_ALL="config grid idx cifar partfile checkpoint"
+FUZZ_ALL="config grid idx cifar partfile checkpoint onnx"
 FUZZ_SEEDS=$FUZZ_BUILD/seeds
 FUZZ_CRASHES=tests/fuzz/crashes
 

@@ -8,6 +8,8 @@
 #include "fake_run.h"
 #include "fedhet/data.h"
 #include "fedhet/h5io.h"
+#include "fedhet/nn.h"
+#include "fedhet/onnx.h"
 #include "fuzz.h"
 
 static char out_dir[512];
@@ -163,6 +165,19 @@ static void grid_seed(void)
     seed_write("grid", "zip.ini", grid, sizeof grid - 1);
 }
 
+/* small zoo models exported by fedhet's own writer (convs, batch norm, pools, residual adds, linear layers) */
+static void onnx_seed(const char *model, NnShape input, const char *name)
+{
+    NnModel m;
+    memset(&m, 0, sizeof m);
+    must(nn_zoo_build(&m, model, input, 3, 2, NULL), model);
+    nn_model_init_params(&m, 1);
+    char path[1100];
+    seed_path(path, sizeof path, "onnx", name);
+    must(onnx_export(&m, m.state, path), "onnx_export");
+    nn_model_free(&m);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -184,6 +199,9 @@ int main(int argc, char **argv)
     checkpoint_seed("round0.h5", 0);
     checkpoint_seed("round2.h5", 2);
     grid_seed();
+    onnx_seed("mlp", (NnShape){ 1, 4, 4 }, "mlp.onnx");
+    onnx_seed("smallcnn", (NnShape){ 3, 8, 8 }, "smallcnn.onnx");
+    onnx_seed("resnet8", (NnShape){ 3, 8, 8 }, "resnet8.onnx");
     MPI_Finalize();
     return 0;
 }
