@@ -8,6 +8,7 @@
 #                an op fedhet lacks is refused by name
 #   zoo_roundtrip  the zoo's resnet18 exported (fedhet export), imported and trained: the same bits as the zoo model
 #   every_method every method of `fedhet methods` and the flood plug-in: a round of the imported CNN on one rank
+#   tools        a grid of the imported CNN, Hessian sharpness, the run's memory lines, fedhet inspect
 #   methods      a small imported CNN in 3-rank runs: fedavg, fedsam, fedwmsam, moon (features); 1, 2 and 3 ranks
 #                identical; checkpoint + --resume bit-identical; fedhet landscape of the run; fedhet export of the
 #                run passes onnx.checker and imports back with the same logits bit for bit
@@ -228,6 +229,32 @@ test_every_method()
     note "$n methods and the flood plug-in ran a round on the imported CNN"
 }
 
+# the tools around a run, on the imported CNN: a grid of two members, Hessian sharpness in metrics.csv, the run's
+# memory lines and fedhet inspect's layers, parameters, FLOPs and memory
+test_tools()
+{
+    { cat "$WORK/base.ini"; printf '[grid]\nseed = 0..1\nranks_per_member = 1\n'; } |
+        sed -e 's/^rounds = 2/rounds = 1/' -e "s#^dir = .*#dir = $WORK/grids#" >"$WORK/grid.ini"
+    fg 2 grid "$WORK/grid.ini"
+    expect_rc "a grid of the imported CNN" 0 &&
+        [ "$(grep -c ',done,' "$WORK/grids/grid/members.csv" 2>/dev/null)" = 2 ] ||
+        fail "grid of the imported CNN: members.csv: $(tr '\n' ' ' <"$WORK/grids/grid/members.csv" 2>/dev/null | cut -c1-300)"
+    fh 3 hess "$WORK/base.ini" fl.hessian_every=1 fl.hessian_iters=5 output.name=hess
+    expect_rc "hessian_every=1 on the imported CNN" 0 &&
+        awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "hessian_max_eig") c = i; next }
+            !c || $c == "" || $c == "nan" { bad = 1 } END { exit bad || NR != 3 }' "$WORK/out/hess/metrics.csv" ||
+        fail "hessian_max_eig missing from metrics.csv of the imported CNN"
+    grep -q "memory per client rank" "$WORK/hess.out" "$WORK/hess.err" 2>/dev/null ||
+        fail "the run of the imported CNN prints no memory line"
+    "$FEDHET" inspect --model "$WORK/tiny.onnx" --input 3x16x16 --classes 4 >"$WORK/inspect.out" 2>&1 ||
+        { fail "inspect --model tiny.onnx: $(tail -1 "$WORK/inspect.out")"; return; }
+    local want
+    for want in "trainable parameters:" "forward FLOPs per sample:" "activations + gradients + workspace per model instance" \
+        "batchnorm"; do
+        grep -q -- "$want" "$WORK/inspect.out" || fail "inspect of the imported CNN lacks \"$want\""
+    done
+}
+
 # ---- bad input ----
 test_bad_input()
 {
@@ -275,5 +302,5 @@ EOF
     "$FEDHET" inspect --model "$WORK/samepad.onnx" >/dev/null 2>&1 && fail "inspect imported auto_pad = SAME_UPPER"
 }
 
-TESTS=(bad_input methods every_method zoo_roundtrip nodes torchvision)
+TESTS=(bad_input methods every_method tools zoo_roundtrip nodes torchvision)
 run_tests "$@"
