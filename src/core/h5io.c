@@ -267,10 +267,12 @@ static int rows_io(const FhH5File *f, hid_t dset, const char *name, hid_t mem_ty
     hid_t fspace, mspace;
     int status = select_rows(f, dset, name, first, rows, &fspace, &mspace);
     if (status == FH_OK) {
-        int direct = writing ? write_deflated_chunks(dset, mem_type, first, rows, buf) : 0;
-        herr_t rc = direct ? (direct > 0 ? 0 : -1)
-                  : writing ? H5Dwrite(dset, mem_type, mspace, fspace, H5P_DEFAULT, buf)
-                            : H5Dread(dset, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+        herr_t rc;
+        if (!writing) rc = H5Dread(dset, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+        else {
+            const int direct = write_deflated_chunks(dset, mem_type, first, rows, buf);
+            rc = direct > 0 ? 0 : direct < 0 ? -1 : H5Dwrite(dset, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+        }
         if (rc < 0) {
             char msg[256];
             status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s rows %llu..%llu of %s failed (HDF5: %s)",

@@ -75,19 +75,16 @@ test_nodes()
     declare -A P R
     while read -r t op; do
         local d=$WORK/nodes/$t
-        if [ ! -f "$d/x.bin" ]; then # a non-float input: the importer must refuse it by itself
-            "$MODEL" node "$d/model.onnx" /dev/null "$d/out.bin" >"$d/log" 2>&1
-            rc=$?
-        elif [ -f "$d/dropout_ratio" ]; then # a training-mode dropout: judged by the law of its mask
-            "$MODEL" node "$d/model.onnx" "$d/x.bin" "$d/out.bin" train >"$d/log" 2>&1
-            rc=$?
-        else
-            "$MODEL" node "$d/model.onnx" "$d/x.bin" "$d/out.bin" >"$d/log" 2>&1
-            rc=$?
+        local x=$d/x.bin mode=() judge=(near "$d/out.bin" "$d/ref.bin")
+        [ -f "$x" ] || x=/dev/null # a non-float input: the importer must refuse it by itself
+        if [ -f "$d/dropout_ratio" ]; then # a training-mode dropout: judged by the law of its mask
+            mode=(train)
+            judge=(dropout "$d/out.bin" "$d/x.bin" "$(cat "$d/dropout_ratio")")
         fi
+        "$MODEL" node "$d/model.onnx" "$x" "$d/out.bin" "${mode[@]}" >"$d/log" 2>&1
+        rc=$?
         if [ $rc -eq 0 ]; then
-            if if [ -f "$d/dropout_ratio" ]; then $PY "$OT" dropout "$d/out.bin" "$d/x.bin" "$(cat "$d/dropout_ratio")"
-            else $PY "$OT" near "$d/out.bin" "$d/ref.bin"; fi >"$d/cmp" 2>&1; then
+            if $PY "$OT" "${judge[@]}" >"$d/cmp" 2>&1; then
                 passed=$((passed + 1)) P[$op]=$((${P[$op]:-0} + 1))
             else
                 wrong=$((wrong + 1))
