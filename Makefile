@@ -19,13 +19,13 @@ DEPS_PKGS  = libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-openmpi-dev hdf5
              libinih-dev zlib1g-dev gnuplot-nox dataset-fashion-mnist pkg-config \
              slurm-wlm munge python3 python3-torch python3-h5py python3-numpy clang libclang-rt-dev libdnnl-dev \
              libopenblas-openmp-dev libonnx-dev libprotobuf-c-dev protobuf-c-compiler python3-onnx python3-torchvision \
-             libonnx-testdata help2man libjpeg-dev libpng-dev libpixman-1-dev libzip-dev python3-pil \
+             libonnx-testdata help2man libjpeg-dev libpng-dev libswscale-dev libzip-dev python3-pil \
              libdeflate-dev
 BENCH_PKGS = python3-torch python3-numpy
 
-# image sources (src/data/imgdecode.c, imgsource.c): libjpeg-turbo, libpng, pixman, libzip
-IMG_CFLAGS := $(shell pkg-config --cflags libpng pixman-1 libzip 2>/dev/null)
-IMG_LIBS   := $(shell pkg-config --libs libpng pixman-1 libzip 2>/dev/null) -ljpeg
+# image sources (src/data/imgdecode.c, imgsource.c): libjpeg-turbo, libpng, libswscale, libzip
+IMG_CFLAGS := $(shell pkg-config --cflags libpng libswscale libzip 2>/dev/null)
+IMG_LIBS   := $(shell pkg-config --libs libpng libswscale libzip 2>/dev/null) -ljpeg
 HDF5_CFLAGS := $(shell pkg-config --cflags hdf5-openmpi 2>/dev/null)
 HDF5_LIBS   := $(shell pkg-config --libs hdf5-openmpi 2>/dev/null)
 # OpenBLAS's OpenMP build where installed (Debian's libopenblas-openmp-dev): OpenBLAS and oneDNN then share
@@ -107,7 +107,7 @@ check-tools:
 	@test -f /usr/include/oneapi/dnnl/dnnl.h || { echo "error: oneDNN headers missing: run 'make deps' (package libdnnl-dev)"; exit 1; }
 	@test -f $(ONNX_PROTO) || { echo "error: $(ONNX_PROTO) missing: run 'make deps' (package libonnx-dev)"; exit 1; }
 	@command -v protoc-c >/dev/null 2>&1 || { echo "error: protoc-c not found: run 'make deps' (package protobuf-c-compiler)"; exit 1; }
-	@pkg-config --exists libpng pixman-1 libzip && test -f /usr/include/jpeglib.h || { echo "error: image libraries missing: run 'make deps' (packages libjpeg-dev libpng-dev libpixman-1-dev libzip-dev)"; exit 1; }
+	@pkg-config --exists libpng libswscale libzip && test -f /usr/include/jpeglib.h || { echo "error: image libraries missing: run 'make deps' (packages libjpeg-dev libpng-dev libswscale-dev libzip-dev)"; exit 1; }
 
 deps:
 	@./tools/install-deps.sh $(DEPS_PKGS)

@@ -306,7 +306,7 @@ typedef struct {
                          * random-resized-crop + flip */
     DataCropParams crop;
     uint8_t *crop_out;  /* [c, h, w] one resized crop */
-    void *crop_scratch; /* two reusable image buffers of the resampler */
+    struct ImgResizer *crop_resizer; /* the crop's resampler (src/data/imgsrc_internal.h) */
     float *lut;         /* [c * 256]: (v / 255 - mean[ch]) / std[ch] */
     int64_t *order;     /* [largest owned client] this epoch's row order */
     int64_t bytes_read; /* bytes this loader read from the file */

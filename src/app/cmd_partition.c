@@ -54,7 +54,7 @@ static void print_help(void)
            "       or an image source (docs/data.md): an image folder tree ROOT/CLASS/*.{jpg,jpeg,png} (or\n"
            "       ROOT/{train,test}/CLASS/*), a domain tree ROOT/DOMAIN/CLASS/*, a label table FILE.csv, a folder of\n"
            "       .npy arrays (x_train.npy y_train.npy [x_test.npy y_test.npy], or train_images.npy ...), or FILE.npz.\n"
-           "  Image sources are streamed: images are decoded (libjpeg-turbo, libpng) and resized (pixman) one at a\n"
+           "  Image sources are streamed: images are decoded (libjpeg-turbo, libpng) and resized (libswscale) one at a\n"
            "  time in the order the file is written. Peak memory: about 30 MiB, plus about 150 bytes per image\n"
            "  (paths, labels, the partition), plus one decoded source image; never the data set itself.\n"
            "keys (default):\n",

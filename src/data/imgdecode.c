@@ -1,6 +1,6 @@
 /* Image decoding and geometry for the image sources: JPEG through libjpeg-turbo (with its DCT scaling as
- * shrink-on-load), PNG through libpng, resizing and cropping through pixman (docs/data.md says why these
- * and not libvips). No codec or resampler of our own: this file only drives the libraries. */
+ * shrink-on-load), PNG through libpng, resizing through libswscale (docs/data.md says why these and not
+ * libvips). No codec or resampler of our own: this file only drives the libraries. */
 #include "imgsrc_internal.h"
 #include "fedhet/core.h"
 
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include <jpeglib.h>
-#include <pixman.h>
+#include <libswscale/swscale.h>
 #include <png.h>
 
 void img_buf_free(ImgBuf *b)
@@ -285,78 +285,44 @@ int img_convert(const ImgBuf *in, int c, ImgBuf *out)
 static void copy_window(const ImgBuf *in, int x0, int y0, int out_w, int out_h, uint8_t *out)
 {
     const int c = in->c;
-    for (int ch = 0; ch < c; ch++)
-        for (int y = 0; y < out_h; y++) {
-            const uint8_t *src = in->pixels + ((size_t)(y + y0) * in->w + x0) * c + ch;
-            uint8_t *dst = out + ((size_t)ch * out_h + y) * out_w;
-            for (int x = 0; x < out_w; x++) dst[x] = src[(size_t)x * c];
-        }
-}
-
-/* pixman resample: output pixel (u, v) samples the source at (x0 + (u + 1/2) sx, y0 + (v + 1/2) sy) */
-static int resample(const ImgBuf *in, double x0, double y0, double sx, double sy, int out_w, int out_h, uint8_t *out,
-                    ImgBuf *scratch)
-{
-    const int c = in->c;
-    const int src_stride = c == 1 ? ((in->w + 3) & ~3) : in->w * 4, dst_stride = c == 1 ? ((out_w + 3) & ~3) : out_w * 4;
-    const size_t src_bytes = (size_t)src_stride * in->h, dst_bytes = (size_t)dst_stride * out_h;
-    FH_CHECK(img_buf_reserve(scratch, (int)(src_bytes + dst_bytes), 1, 1));
-    uint8_t *sp = scratch->pixels, *dp = scratch->pixels + src_bytes;
-    for (int y = 0; y < in->h; y++) {
-        const uint8_t *row = in->pixels + (size_t)y * in->w * c;
-        if (c == 1) memcpy(sp + (size_t)y * src_stride, row, (size_t)in->w);
-        else {
-            uint32_t *o = (uint32_t *)(sp + (size_t)y * src_stride);
-            for (int x = 0; x < in->w; x++)
-                o[x] = 0xFF000000u | (uint32_t)row[3 * x] << 16 | (uint32_t)row[3 * x + 1] << 8 | row[3 * x + 2];
-        }
-    }
-    const pixman_format_code_t fmt = c == 1 ? PIXMAN_a8 : PIXMAN_x8r8g8b8;
-    pixman_image_t *src = pixman_image_create_bits(fmt, in->w, in->h, (uint32_t *)sp, src_stride);
-    pixman_image_t *dst = pixman_image_create_bits(fmt, out_w, out_h, (uint32_t *)dp, dst_stride);
-    if (!src || !dst) {
-        if (src) pixman_image_unref(src);
-        if (dst) pixman_image_unref(dst);
-        FH_FAIL(FH_ERR_IO, "out of memory resizing a %dx%d image", in->w, in->h);
-    }
-    pixman_transform_t t;
-    pixman_transform_init_identity(&t);
-    t.matrix[0][0] = pixman_double_to_fixed(sx);
-    t.matrix[1][1] = pixman_double_to_fixed(sy);
-    t.matrix[0][2] = pixman_double_to_fixed(x0);
-    t.matrix[1][2] = pixman_double_to_fixed(y0);
-    pixman_image_set_transform(src, &t);
-    pixman_image_set_repeat(src, PIXMAN_REPEAT_PAD);
-    /* bilinear reconstruction; when shrinking, a box prefilter as wide as the shrink (antialiasing) */
-    int n_params = 0;
-    pixman_fixed_t *params = pixman_filter_create_separable_convolution(
-        &n_params, pixman_double_to_fixed(sx > 1 ? sx : 1), pixman_double_to_fixed(sy > 1 ? sy : 1),
-        PIXMAN_KERNEL_LINEAR, PIXMAN_KERNEL_LINEAR, sx > 1 ? PIXMAN_KERNEL_BOX : PIXMAN_KERNEL_IMPULSE,
-        sy > 1 ? PIXMAN_KERNEL_BOX : PIXMAN_KERNEL_IMPULSE, 4, 4);
-    if (params) pixman_image_set_filter(src, PIXMAN_FILTER_SEPARABLE_CONVOLUTION, params, n_params);
-    else pixman_image_set_filter(src, PIXMAN_FILTER_BILINEAR, NULL, 0);
-    free(params);
-    pixman_image_composite32(PIXMAN_OP_SRC, src, NULL, dst, 0, 0, 0, 0, 0, 0, out_w, out_h);
-    pixman_image_unref(src);
-    pixman_image_unref(dst);
     const size_t plane = (size_t)out_w * out_h;
     for (int y = 0; y < out_h; y++) {
-        if (c == 1) {
-            memcpy(out + (size_t)y * out_w, dp + (size_t)y * dst_stride, (size_t)out_w);
-            continue;
-        }
-        const uint32_t *row = (const uint32_t *)(dp + (size_t)y * dst_stride);
-        for (int x = 0; x < out_w; x++) {
-            out[(size_t)y * out_w + x] = (uint8_t)(row[x] >> 16);
-            out[plane + (size_t)y * out_w + x] = (uint8_t)(row[x] >> 8);
-            out[2 * plane + (size_t)y * out_w + x] = (uint8_t)row[x];
-        }
+        const uint8_t *src = in->pixels + ((size_t)(y + y0) * in->w + x0) * c;
+        uint8_t *r = out + (size_t)y * out_w, *g = r + plane, *b = g + plane;
+        if (c == 1) memcpy(r, src, (size_t)out_w);
+        else /* one pass over each pixel */
+            for (int x = 0; x < out_w; x++) r[x] = src[3 * x], g[x] = src[3 * x + 1], b[x] = src[3 * x + 2];
+    }
+}
+
+void img_resizer_free(ImgResizer *r)
+{
+    sws_freeContext(r->sws);
+    img_buf_free(&r->planes);
+    img_buf_free(&r->resized);
+    memset(r, 0, sizeof *r);
+}
+
+/* c planes of w x h, rows `stride` apart and planes `plane_step` apart, resized to c planes of out_w x out_h */
+static int resize_planes(ImgResizer *r, const uint8_t *in, int c, int w, int h, int stride, size_t plane_step,
+                         int out_w, int out_h, uint8_t *out)
+{
+    /* BITEXACT: the same pixels whichever SIMD path the CPU takes */
+    r->sws = sws_getCachedContext(r->sws, w, h, AV_PIX_FMT_GRAY8, out_w, out_h, AV_PIX_FMT_GRAY8,
+                                  SWS_BILINEAR | SWS_BITEXACT | SWS_ACCURATE_RND, NULL, NULL, NULL);
+    if (!r->sws) FH_FAIL(FH_ERR_IO, "libswscale cannot resize %dx%d to %dx%d", w, h, out_w, out_h);
+    for (int k = 0; k < c; k++) {
+        const uint8_t *src[4] = { in + k * plane_step };
+        uint8_t *dst[4] = { out + (size_t)k * out_w * out_h };
+        const int src_stride[4] = { stride }, dst_stride[4] = { out_w };
+        if (sws_scale(r->sws, src, src_stride, 0, h, dst, dst_stride) != out_h)
+            FH_FAIL(FH_ERR_IO, "libswscale failed resizing %dx%d to %dx%d", w, h, out_w, out_h);
     }
     return FH_OK;
 }
 
 int img_fit(const DataImageOptions *o, const ImgBuf *in, int orig_w, int orig_h, int c, int out_w, int out_h,
-            uint8_t *out, ImgBuf *scratch)
+            uint8_t *out, ImgResizer *r)
 {
     const ImgBuf *src = in;
     ImgBuf converted = { 0 };
@@ -370,25 +336,29 @@ int img_fit(const DataImageOptions *o, const ImgBuf *in, int orig_w, int orig_h,
     else if (o->size > 0 && o->resize == DATA_RESIZE_EXACT) rw = rh = o->size;
     /* torchvision's CenterCrop corner: int(round((rw - size) / 2)) */
     const int left = (int)lround((rw - out_w) / 2.0), top = (int)lround((rh - out_h) / 2.0);
-    /* decoded pixels per resized pixel (the decode may be a DCT-scaled original) */
-    const double sx = (double)src->w / rw, sy = (double)src->h / rh;
-    int status;
-    if (src->w == rw && src->h == rh) {
-        copy_window(src, left, top, out_w, out_h, out);
-        status = FH_OK;
-    } else {
-        status = resample(src, left * sx, top * sy, sx, sy, out_w, out_h, out, scratch);
+    int status = FH_OK;
+    if (src->w == rw && src->h == rh) copy_window(src, left, top, out_w, out_h, out);
+    else {
+        /* planar copy of the decoded image, resized whole to (rw, rh), then the crop */
+        const int cc = src->c;
+        const size_t plane = (size_t)src->w * src->h, resized_plane = (size_t)rw * rh;
+        status = img_buf_reserve(&r->planes, src->w, src->h, cc);
+        if (status == FH_OK) status = img_buf_reserve(&r->resized, rw, rh, cc);
+        if (status == FH_OK) {
+            copy_window(src, 0, 0, src->w, src->h, r->planes.pixels);
+            status = resize_planes(r, r->planes.pixels, cc, src->w, src->h, src->w, plane, rw, rh, r->resized.pixels);
+        }
+        for (int k = 0; status == FH_OK && k < cc; k++)
+            for (int y = 0; y < out_h; y++)
+                memcpy(out + ((size_t)k * out_h + y) * out_w,
+                       r->resized.pixels + k * resized_plane + (size_t)(y + top) * rw + left, (size_t)out_w);
     }
     img_buf_free(&converted);
     return status;
 }
 
-int img_crop_resize(const uint8_t *planar, int c, int h, int w, double x0, double y0, double cw, double ch, int out_w,
-                    int out_h, uint8_t *out, ImgBuf *in_buf, ImgBuf *scratch)
+int img_crop_resize(const uint8_t *planar, int c, int h, int w, int x0, int y0, int cw, int ch, int out_w, int out_h,
+                    uint8_t *out, ImgResizer *r)
 {
-    FH_CHECK(img_buf_reserve(in_buf, w, h, c));
-    const size_t plane = (size_t)w * h;
-    for (int k = 0; k < c; k++)
-        for (size_t i = 0; i < plane; i++) in_buf->pixels[i * c + k] = planar[k * plane + i];
-    return resample(in_buf, x0, y0, cw / out_w, ch / out_h, out_w, out_h, out, scratch);
+    return resize_planes(r, planar + (size_t)y0 * w + x0, c, cw, ch, w, (size_t)w * h, out_w, out_h, out);
 }

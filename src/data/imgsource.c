@@ -67,6 +67,7 @@ struct DataSource {
     SrcArray arrays[2]; /* images of the train and test parts */
     zip_t *zip;
     ImgBuf buf, scratch;
+    ImgResizer resizer;
     uint8_t *file;
     size_t file_cap;
     int64_t skipped, ignored;
@@ -784,7 +785,7 @@ static int load_entry(DataSource *s, const SrcEntry *e, uint8_t *image)
     if (ow != s->w || oh != s->h)
         FH_FAIL(FH_ERR_DATA, "%s: %dx%d gives a %dx%d image but the first gives %dx%d (set size= and resize= to make them "
                 "agree)", name, w, h, ow, oh, s->w, s->h);
-    return img_fit(&s->o.image, &s->buf, w, h, s->c, ow, oh, image, &s->scratch);
+    return img_fit(&s->o.image, &s->buf, w, h, s->c, ow, oh, image, &s->resizer);
 }
 
 static int fetch_row(void *ctx, int64_t row, uint8_t *image)
@@ -1035,6 +1036,7 @@ void data_source_close(DataSource **sp)
     if (s->zip) zip_discard(s->zip);
     img_buf_free(&s->buf);
     img_buf_free(&s->scratch);
+    img_resizer_free(&s->resizer);
     free(s->file);
     free(s);
     *sp = NULL;

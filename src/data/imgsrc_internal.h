@@ -17,6 +17,16 @@ typedef struct {
 void img_buf_free(ImgBuf *b);
 int img_buf_reserve(ImgBuf *b, int w, int h, int c);
 
+/* A reusable resampler: libswscale's bilinear filter, one plane at a time, whose support widens with the
+ * shrink (antialiased, as PIL's and torchvision's bilinear resize), bit-exact on every CPU; the scaler is
+ * kept while the geometry repeats. */
+typedef struct ImgResizer {
+    struct SwsContext *sws;
+    ImgBuf planes, resized;
+} ImgResizer;
+
+void img_resizer_free(ImgResizer *r);
+
 /* The header of a JPEG or PNG in memory: size and native channels (1 grey, 3 colour). FH_ERR_DATA naming
  * `name` for anything that is neither or has a broken header. */
 int img_probe(const char *name, const uint8_t *data, size_t len, int *w, int *h, int *c);
@@ -33,16 +43,15 @@ int img_target(const DataImageOptions *o, const char *name, int w, int h, int *o
 /* The decoded size a JPEG needs at least, for the shrink-on-load above. */
 void img_min_decode(const DataImageOptions *o, int w, int h, int *min_w, int *min_h);
 
-/* in (decoded from an original of orig_w x orig_h) -> out [c, out_h, out_w] planar, resized and cropped as
- * the options say (pixman: bilinear reconstruction, box prefilter when shrinking), channels converted to
- * c. An identity geometry copies the pixels unchanged. */
+/* in (decoded from an original of orig_w x orig_h) -> out [c, out_h, out_w] planar, resized (the whole
+ * image, by r) and then cropped as the options say, as torchvision's Resize + CenterCrop; channels converted
+ * to c. An identity geometry copies the pixels unchanged. */
 int img_fit(const DataImageOptions *o, const ImgBuf *in, int orig_w, int orig_h, int c, int out_w, int out_h,
-            uint8_t *out, ImgBuf *scratch);
+            uint8_t *out, ImgResizer *r);
 
-/* A window (x0, y0, cw, ch) of a planar image [c, h, w] resampled to [c, out_h, out_w] (pixman, as img_fit);
- * in_buf and scratch are reusable buffers. */
-int img_crop_resize(const uint8_t *planar, int c, int h, int w, double x0, double y0, double cw, double ch, int out_w,
-                    int out_h, uint8_t *out, ImgBuf *in_buf, ImgBuf *scratch);
+/* The window (x0, y0, cw, ch) of a planar image [c, h, w] resized to [c, out_h, out_w] by r. */
+int img_crop_resize(const uint8_t *planar, int c, int h, int w, int x0, int y0, int cw, int ch, int out_w, int out_h,
+                    uint8_t *out, ImgResizer *r);
 
 /* Channel conversion of an interleaved image: grey -> RGB repeats, RGB -> grey is ITU-R 601-2 luma
  * (L = (19595 R + 38470 G + 7471 B + 2^15) >> 16, as PIL's convert("L")). */

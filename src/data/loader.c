@@ -86,15 +86,10 @@ int data_loader_init(DataLoader *L, DataPartFile *f, const int *clients, int n_o
     L->crop = (DataCropParams){ 0.08f, 1.0f, 0.75f, 4.0f / 3.0f, 0.5f }; /* torchvision's defaults */
     int status = n_owned < 0 ? fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "negative client count %d", n_owned)
                              : loader_read(L, f, clients, n_owned);
-    /* the resampler's buffers, made here: the round loop allocates nothing of ours */
+    /* the crop's resizer, made here; libswscale remakes its scaler inside it when the window's size changes */
     if (status == FH_OK && L->augment && (f->h > 32 || f->w > 32)) {
-        ImgBuf *bufs = NULL;
-        status = fh_calloc(&bufs, 2, sizeof *bufs, "crop buffers");
-        L->crop_scratch = bufs;
+        status = fh_calloc(&L->crop_resizer, 1, sizeof(ImgResizer), "crop resizer");
         if (status == FH_OK) status = fh_calloc(&L->crop_out, (size_t)f->c * f->h * f->w, 1, "crop");
-        if (status == FH_OK) status = img_buf_reserve(&bufs[0], f->w, f->h, f->c);
-        /* the resampler's 32-bit pixels of the source and of the output */
-        if (status == FH_OK) status = img_buf_reserve(&bufs[1], 8 * (f->w + 4) * f->h, 1, 1);
     }
     if (status != FH_OK) {
         data_loader_free(L);
@@ -105,9 +100,8 @@ int data_loader_init(DataLoader *L, DataPartFile *f, const int *clients, int n_o
 
 void data_loader_free(DataLoader *L)
 {
-    ImgBuf *bufs = L->crop_scratch;
-    if (bufs) img_buf_free(&bufs[0]), img_buf_free(&bufs[1]);
-    fh_free(&L->crop_scratch);
+    if (L->crop_resizer) img_resizer_free(L->crop_resizer);
+    fh_free(&L->crop_resizer);
     fh_free(&L->crop_out);
     fh_free(&L->clients);
     fh_free(&L->first);
@@ -223,8 +217,7 @@ static int loader_emit_rrc(DataLoader *L, const DataBatchIter *it, uint32_t pos,
 {
     int top, left, ch, cw, flip;
     rrc_window(L, it, pos, &top, &left, &ch, &cw, &flip);
-    ImgBuf *bufs = L->crop_scratch;
-    FH_CHECK(img_crop_resize(img, L->c, L->h, L->w, left, top, cw, ch, L->w, L->h, L->crop_out, &bufs[0], &bufs[1]));
+    FH_CHECK(img_crop_resize(img, L->c, L->h, L->w, left, top, cw, ch, L->w, L->h, L->crop_out, L->crop_resizer));
     const size_t plane = (size_t)L->h * L->w;
     for (int c = 0; c < L->c; c++) {
         const float *t = L->lut + c * 256;
@@ -251,7 +244,7 @@ int64_t data_loader_next(DataLoader *L, DataBatchIter *it, int64_t batch_size, f
         int64_t r = base + L->order[it->pos + i];
         const uint8_t *img = L->images + (size_t)r * row;
         float *out = x + (size_t)i * row;
-        if (L->augment && L->crop_scratch) {
+        if (L->augment && L->crop_resizer) {
             /* a resampler failure can only be memory, reserved at init: the image goes unaugmented then */
             if (loader_emit_rrc(L, it, (uint32_t)(it->pos + i), out, img) != FH_OK) {
                 fh_error_clear();

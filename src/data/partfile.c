@@ -48,10 +48,16 @@ static void stats_from_hist(const uint64_t *hist, int c, double *mean, double *s
 
 static void hist_add(uint64_t *hist, const uint8_t *image, int c, size_t plane)
 {
+    /* four partial counts: runs of equal pixels (smooth images) would otherwise wait on one counter */
+    uint64_t part[4][256];
     for (int ch = 0; ch < c; ch++) {
         const uint8_t *p = image + (size_t)ch * plane;
         uint64_t *h = hist + (size_t)ch * 256;
-        for (size_t j = 0; j < plane; j++) h[p[j]]++;
+        memset(part, 0, sizeof part);
+        size_t j = 0;
+        for (; j + 4 <= plane; j += 4) part[0][p[j]]++, part[1][p[j + 1]]++, part[2][p[j + 2]]++, part[3][p[j + 3]]++;
+        for (; j < plane; j++) part[0][p[j]]++;
+        for (int v = 0; v < 256; v++) h[v] += part[0][v] + part[1][v] + part[2][v] + part[3][v];
     }
 }
 
