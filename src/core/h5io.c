@@ -191,32 +191,32 @@ static int select_rows(const FhH5File *f, hid_t dset, const char *name, hsize_t 
     return FH_OK;
 }
 
-/* The deflate level of a chunked dataset whose one filter is deflate, with whole rows per chunk and the file type
- * equal to mem_type; 0 otherwise. *chunk_rows and *row_bytes describe its chunks. */
-static unsigned deflate_only(hid_t dset, hid_t mem_type, hsize_t *dims0, hsize_t *chunk_rows, size_t *row_bytes)
+/* A chunked dataset with whole rows per chunk and the file type equal to mem_type: 0 when it has no filter, the
+ * level when its one filter is deflate; -1 for any other dataset. *chunk_rows and *row_bytes describe its chunks. */
+static int whole_row_chunks(hid_t dset, hid_t mem_type, hsize_t *dims0, hsize_t *chunk_rows, size_t *row_bytes)
 {
     hid_t dcpl = H5Dget_create_plist(dset), ftype = H5Dget_type(dset), space = H5Dget_space(dset);
     hsize_t dims[8], chunk[8];
-    unsigned level = 0, flags, config, cd[4];
+    unsigned flags, config, cd[4];
     size_t n_cd = 4;
     char filter_name[8];
-    int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    int level = -1, rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
     if (dcpl >= 0 && ftype >= 0 && rank >= 1 && rank <= 8 && H5Sget_simple_extent_dims(space, dims, NULL) == rank &&
-        H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, rank, chunk) == rank && H5Pget_nfilters(dcpl) == 1 &&
-        H5Tequal(ftype, mem_type) > 0 &&
-        H5Pget_filter2(dcpl, 0, &flags, &n_cd, cd, sizeof filter_name, filter_name, &config) == H5Z_FILTER_DEFLATE) {
+        H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, rank, chunk) == rank && H5Tequal(ftype, mem_type) > 0) {
+        const int n_filters = H5Pget_nfilters(dcpl);
+        if (n_filters == 0) level = 0;
+        else if (n_filters == 1 &&
+                 H5Pget_filter2(dcpl, 0, &flags, &n_cd, cd, sizeof filter_name, filter_name, &config) == H5Z_FILTER_DEFLATE &&
+                 n_cd >= 1 && cd[0] >= 1 && cd[0] <= 9)
+            level = (int)cd[0];
         size_t bytes = H5Tget_size(ftype);
-        int whole_rows = 1;
         for (int k = 1; k < rank; k++) {
-            whole_rows &= chunk[k] == dims[k];
+            if (chunk[k] != dims[k]) level = -1;
             bytes *= dims[k];
         }
-        if (whole_rows && n_cd >= 1 && cd[0] >= 1 && cd[0] <= 9) {
-            level = cd[0];
-            *dims0 = dims[0];
-            *chunk_rows = chunk[0];
-            *row_bytes = bytes;
-        }
+        *dims0 = dims[0];
+        *chunk_rows = chunk[0];
+        *row_bytes = bytes;
     }
     if (dcpl >= 0) H5Pclose(dcpl);
     if (ftype >= 0) H5Tclose(ftype);
@@ -224,22 +224,23 @@ static unsigned deflate_only(hid_t dset, hid_t mem_type, hsize_t *dims0, hsize_t
     return level;
 }
 
-/* Rows that fill whole chunks of a dataset whose one filter is deflate are compressed by libdeflate and written as
- * chunks (H5Dwrite_chunk): the zlib stream HDF5's own filter writes, which every HDF5 reader reads, at 2-3 times
- * zlib's speed (image rows barely compress, and zlib was most of a partition's time). 1: written; 0: the rows do
- * not qualify (HDF5 writes them); -1: an HDF5 or memory failure. */
-static int write_deflated_chunks(hid_t dset, hid_t mem_type, hsize_t first, hsize_t rows, const void *buf)
+/* Rows that fill whole chunks of a dataset without filters or with deflate alone are written as chunks
+ * (H5Dwrite_chunk), past HDF5's chunk cache; deflated ones compressed by libdeflate first: the zlib stream HDF5's
+ * own filter writes, which every HDF5 reader reads, at 2-3 times zlib's speed (image rows barely compress, and
+ * zlib was most of a partition's time). 1: written; 0: the rows do not qualify (HDF5 writes them); -1: an HDF5
+ * or memory failure. */
+static int write_whole_chunks(hid_t dset, hid_t mem_type, hsize_t first, hsize_t rows, const void *buf)
 {
     static struct libdeflate_compressor *compressors[10]; /* one per level, kept: HDF5 writes from one thread */
-    hsize_t dims0, chunk_rows;
-    size_t row_bytes;
-    const unsigned level = deflate_only(dset, mem_type, &dims0, &chunk_rows, &row_bytes);
-    if (!level || first % chunk_rows || (rows % chunk_rows && first + rows != dims0)) return 0;
-    if (!compressors[level] && !(compressors[level] = libdeflate_alloc_compressor((int)level))) return -1;
+    hsize_t dims0 = 0, chunk_rows = 1;
+    size_t row_bytes = 0;
+    const int level = whole_row_chunks(dset, mem_type, &dims0, &chunk_rows, &row_bytes);
+    if (level < 0 || first % chunk_rows || (rows % chunk_rows && first + rows != dims0)) return 0;
+    if (level && !compressors[level] && !(compressors[level] = libdeflate_alloc_compressor(level))) return -1;
     struct libdeflate_compressor *c = compressors[level];
-    const size_t chunk_bytes = chunk_rows * row_bytes, bound = libdeflate_zlib_compress_bound(c, chunk_bytes);
-    uint8_t *out = malloc(bound), *padded = NULL;
-    int result = out ? 1 : -1;
+    const size_t chunk_bytes = chunk_rows * row_bytes, bound = c ? libdeflate_zlib_compress_bound(c, chunk_bytes) : 0;
+    uint8_t *out = c ? malloc(bound) : NULL, *padded = NULL;
+    int result = out || !c ? 1 : -1;
     for (hsize_t r = first; result == 1 && r < first + rows; r += chunk_rows) {
         const uint8_t *src = (const uint8_t *)buf + (r - first) * row_bytes;
         const hsize_t n = first + rows - r < chunk_rows ? first + rows - r : chunk_rows;
@@ -251,9 +252,9 @@ static int write_deflated_chunks(hid_t dset, hid_t mem_type, hsize_t first, hsiz
             memcpy(padded, src, n * row_bytes);
             src = padded;
         }
-        const size_t len = libdeflate_zlib_compress(c, src, chunk_bytes, out, bound);
+        const size_t len = c ? libdeflate_zlib_compress(c, src, chunk_bytes, out, bound) : chunk_bytes;
         hsize_t offset[8] = { r };
-        if (!len || H5Dwrite_chunk(dset, H5P_DEFAULT, 0, offset, len, out) < 0) result = -1;
+        if (!len || H5Dwrite_chunk(dset, H5P_DEFAULT, 0, offset, len, c ? out : src) < 0) result = -1;
     }
     free(padded);
     free(out);
@@ -270,7 +271,7 @@ static int rows_io(const FhH5File *f, hid_t dset, const char *name, hid_t mem_ty
         herr_t rc;
         if (!writing) rc = H5Dread(dset, mem_type, mspace, fspace, H5P_DEFAULT, buf);
         else {
-            const int direct = write_deflated_chunks(dset, mem_type, first, rows, buf);
+            const int direct = write_whole_chunks(dset, mem_type, first, rows, buf);
             rc = direct > 0 ? 0 : direct < 0 ? -1 : H5Dwrite(dset, mem_type, mspace, fspace, H5P_DEFAULT, buf);
         }
         if (rc < 0) {

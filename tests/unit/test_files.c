@@ -182,17 +182,19 @@ static void test_read_file(void)
 /* rows written in whole deflated chunks by fh_h5_write_rows (libdeflate, H5Dwrite_chunk; the last chunk part-filled)
  * read back through HDF5's own deflate filter (zlib) as written, beside a block that is not chunk-aligned and goes
  * through HDF5's filter */
-static void test_deflated_chunks(void)
+/* rows written as whole chunks (deflated by libdeflate, or raw without a filter) or by HDF5 read back the same */
+static void check_whole_chunks(int deflate)
 {
     enum { ROWS = 23, COLS = 40, CHUNK = 4 };
     static uint8_t rows[ROWS][COLS], back[ROWS][COLS];
     for (int r = 0; r < ROWS; r++)
         for (int c = 0; c < COLS; c++) rows[r][c] = (uint8_t)(c < 8 ? r * 7 + c * c : 3); /* compressible: most of a row the same */
     const hsize_t dims[2] = { ROWS, COLS };
-    const FhH5Layout layout = { CHUNK, 4, 0 };
+    const FhH5Layout layout = { CHUNK, deflate, 0 };
     FhH5File f;
     hid_t dset;
-    CHECK(fh_h5_create(&f, tmp_path("deflate.h5"), FH_ERR_IO) == FH_OK);
+    memset(back, 0, sizeof back);
+    CHECK(fh_h5_create(&f, tmp_path("chunks.h5"), FH_ERR_IO) == FH_OK);
     CHECK(fh_h5_create_dataset(&f, "/rows", H5T_STD_U8LE, 2, dims, &layout, &dset) == FH_OK);
     CHECK(fh_h5_write_rows(&f, dset, "/rows", H5T_NATIVE_UINT8, 0, 8, rows[0]) == FH_OK);    /* two whole chunks */
     CHECK(fh_h5_write_rows(&f, dset, "/rows", H5T_NATIVE_UINT8, 8, 6, rows[8]) == FH_OK);    /* 1.5 chunks: HDF5's */
@@ -200,19 +202,28 @@ static void test_deflated_chunks(void)
     CHECK(fh_h5_write_rows(&f, dset, "/rows", H5T_NATIVE_UINT8, 16, 7, rows[16]) == FH_OK);  /* to the end */
     H5Dclose(dset);
     CHECK(fh_h5_commit(&f) == FH_OK);
-    CHECK(fh_h5_open(&f, tmp_path("deflate.h5"), FH_ERR_DATA) == FH_OK);
+    CHECK(fh_h5_open(&f, tmp_path("chunks.h5"), FH_ERR_DATA) == FH_OK);
     CHECK(fh_h5_open_dataset(&f, "/rows", &dset) == FH_OK);
     hid_t dcpl = H5Dget_create_plist(dset);
-    unsigned flags, cd[1];
-    size_t n_cd = 1;
-    CHECK(H5Pget_filter2(dcpl, 0, &flags, &n_cd, cd, 0, NULL, NULL) == H5Z_FILTER_DEFLATE && cd[0] == 4);
+    CHECK(H5Pget_layout(dcpl) == H5D_CHUNKED);
+    if (deflate) {
+        unsigned flags, cd[1];
+        size_t n_cd = 1;
+        CHECK(H5Pget_filter2(dcpl, 0, &flags, &n_cd, cd, 0, NULL, NULL) == H5Z_FILTER_DEFLATE && cd[0] == (unsigned)deflate);
+        CHECK(H5Dget_storage_size(dset) > 0 && H5Dget_storage_size(dset) < sizeof rows / 2);
+    } else {
+        CHECK(H5Pget_nfilters(dcpl) == 0);
+        CHECK(H5Dget_storage_size(dset) == (ROWS + CHUNK - 1) / CHUNK * CHUNK * COLS); /* the last chunk whole */
+    }
     H5Pclose(dcpl);
-    CHECK(H5Dget_storage_size(dset) > 0 && H5Dget_storage_size(dset) < sizeof rows / 2);
     CHECK(fh_h5_read_rows(&f, dset, "/rows", H5T_NATIVE_UINT8, 0, ROWS, back[0]) == FH_OK);
     CHECK(!memcmp(rows, back, sizeof rows));
     H5Dclose(dset);
     fh_h5_close(&f);
 }
+
+static void test_deflated_chunks(void) { check_whole_chunks(4); }
+static void test_raw_chunks(void) { check_whole_chunks(0); }
 
 int main(int argc, char **argv)
 {
@@ -229,6 +240,7 @@ int main(int argc, char **argv)
     RUN(test_exists);
     RUN(test_read_file);
     RUN(test_deflated_chunks);
+    RUN(test_raw_chunks);
     tmp_cleanup();
     return test_summary();
 }
