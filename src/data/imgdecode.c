@@ -116,9 +116,13 @@ static int jpeg_run(const char *name, const uint8_t *data, size_t len, int heade
         return FH_ERR_IO;
     }
     const size_t stride = (size_t)cinfo.output_width * c;
+    /* several rows per call: libjpeg-turbo then converts colours in longer runs */
+    JSAMPROW rows[16];
     while (cinfo.output_scanline < cinfo.output_height) {
-        JSAMPROW row = out->pixels + (size_t)cinfo.output_scanline * stride;
-        jpeg_read_scanlines(&cinfo, &row, 1);
+        const JDIMENSION first = cinfo.output_scanline;
+        const int n = cinfo.output_height - first < 16 ? (int)(cinfo.output_height - first) : 16;
+        for (int i = 0; i < n; i++) rows[i] = out->pixels + (size_t)(first + i) * stride;
+        jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)n);
     }
     jpeg_finish_decompress(&cinfo);
     jpeg_destroy_decompress(&cinfo);
