@@ -317,6 +317,9 @@ float nn_vec_norm(const float *x, int64_t n);
 double nn_vec_dot_f64(const float *x, const float *y, int64_t n);
 double nn_vec_norm_f64(const float *x, int64_t n);
 double nn_vec_dist_f64(const float *x, const float *y, int64_t n);
+/* x.y and ||x - y||^2 summed in index order: the same bits on any build and CPU (Hessian probes, drift metrics) */
+double nn_vec_dot_ordered(const float *x, const float *y, int64_t n);
+double nn_vec_dist2_ordered(const float *x, const float *y, int64_t n);
 
 /* ---- model zoo (docs/methods/models.md) --------------------------------------------------------------------- */
 typedef struct {

@@ -690,16 +690,6 @@ static int gather_records(FlRun *run, FlLoop *L, int n_selected, int n_mine, int
     return run->comm.rank == 0 ? fl_leave_wait_gather(&L->leave, &req, round) : fl_wait(&req);
 }
 
-static double dist2(const float *a, const float *b, int64_t n)
-{
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)b[i];
-        s += d * d;
-    }
-    return s;
-}
-
 static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t *selected, int n_selected)
 {
     return (AlgoServerCtx){ .round = round, .rounds = run->s.rounds, .n_clients = run->n_clients,
@@ -801,10 +791,10 @@ static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, do
     double drift = 0, drift_full = 0, divergence = 0;
     for (int i = 0; i < n_selected; i++) {
         const float *w = L->uploads[i].state;
-        double d_params = dist2(w, run->global, run->n_params);
+        double d_params = nn_vec_dist2_ordered(w, run->global, run->n_params);
         drift += sqrt(d_params);
-        drift_full += sqrt(d_params + dist2(w + run->n_params, run->global + run->n_params, run->n_state - run->n_params));
-        divergence += dist2(w, L->next, run->n_params);
+        drift_full += sqrt(d_params + nn_vec_dist2_ordered(w + run->n_params, run->global + run->n_params, run->n_state - run->n_params));
+        divergence += nn_vec_dist2_ordered(w, L->next, run->n_params);
     }
     row[FL_COL_drift] = drift / n_selected;
     row[FL_COL_drift_full] = drift_full / n_selected;

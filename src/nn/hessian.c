@@ -9,14 +9,6 @@
 #include "fedhet/nn.h"
 #include "fedhet/rng.h"
 
-/* doubles in index order: the same bits wherever it runs */
-static double dot(const float *a, const float *b, int64_t n)
-{
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-    return s;
-}
-
 static int check_finite(double x, const char *what)
 {
     if (!isfinite(x)) FH_FAIL(FH_ERR_NUMERIC, "Hessian estimate: %s is not finite", what);
@@ -30,16 +22,16 @@ int nn_hessian_top_eig(int64_t n, NnHvFn hv, void *ctx, int max_iters, double to
     FhRng rng;
     fh_rng_init(&rng, seed, FH_RNG_HESSIAN, ctr, 0, 0);
     for (int64_t i = 0; i < n; i++) v[i] = (float)fh_rng_normal(&rng);
-    double norm = sqrt(dot(v, v, n)), lambda = 0.0;
+    double norm = sqrt(nn_vec_dot_ordered(v, v, n)), lambda = 0.0;
     *iters = 0;
     for (int k = 0; k < max_iters; k++) {
         for (int64_t i = 0; i < n; i++) v[i] = (float)(v[i] / norm);
         FH_CHECK(hv(ctx, v, hv_out));
         *iters = k + 1;
         const double previous = lambda;
-        lambda = dot(v, hv_out, n);
+        lambda = nn_vec_dot_ordered(v, hv_out, n);
         FH_CHECK(check_finite(lambda, "the Rayleigh quotient of the power iteration"));
-        norm = sqrt(dot(hv_out, hv_out, n));
+        norm = sqrt(nn_vec_dot_ordered(hv_out, hv_out, n));
         if (k > 0 && fabs(lambda - previous) <= tol * fabs(lambda)) break;
         if (norm == 0.0) break; /* H v = 0: v is an eigenvector of eigenvalue 0 */
         memcpy(v, hv_out, (size_t)n * sizeof *v);
@@ -62,7 +54,7 @@ int nn_hessian_trace(int64_t n, NnHvFn hv, void *ctx, int samples, uint64_t seed
             z[i] = (bits >> (i & 31)) & 1u ? 1.0f : -1.0f;
         }
         FH_CHECK(hv(ctx, z, hz));
-        const double q = dot(z, hz, n);
+        const double q = nn_vec_dot_ordered(z, hz, n);
         FH_CHECK(check_finite(q, "z.Hz of a Hutchinson sample"));
         sum += q;
         sum_sq += q * q;
@@ -79,7 +71,7 @@ int nn_hessian_trace(int64_t n, NnHvFn hv, void *ctx, int samples, uint64_t seed
 
 double nn_hessian_fd_eps(const float *w, const float *v, int64_t n, double step)
 {
-    const double wn = sqrt(dot(w, w, n)), vn = sqrt(dot(v, v, n));
+    const double wn = sqrt(nn_vec_dot_ordered(w, w, n)), vn = sqrt(nn_vec_dot_ordered(v, v, n));
     return vn > 0.0 ? step * (wn > 1.0 ? wn : 1.0) / vn : 0.0;
 }
 

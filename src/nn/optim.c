@@ -106,6 +106,23 @@ double nn_vec_dist_f64(const float *x, const float *y, int64_t n)
     return sqrt(s);
 }
 
+double nn_vec_dot_ordered(const float *x, const float *y, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t j = 0; j < n; j++) s += (double)x[j] * (double)y[j];
+    return s;
+}
+
+double nn_vec_dist2_ordered(const float *x, const float *y, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t j = 0; j < n; j++) {
+        const double d = (double)x[j] - (double)y[j];
+        s += d * d;
+    }
+    return s;
+}
+
 void nn_set_threads(int n_threads)
 {
     openblas_set_num_threads(n_threads > 0 ? n_threads : 1);
