@@ -793,7 +793,8 @@ static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, do
         const float *w = L->uploads[i].state;
         double d_params = nn_vec_dist2_ordered(w, run->global, run->n_params);
         drift += sqrt(d_params);
-        drift_full += sqrt(d_params + nn_vec_dist2_ordered(w + run->n_params, run->global + run->n_params, run->n_state - run->n_params));
+        drift_full += sqrt(d_params + nn_vec_dist2_ordered(w + run->n_params, run->global + run->n_params,
+                                                           run->n_state - run->n_params));
         divergence += nn_vec_dist2_ordered(w, L->next, run->n_params);
     }
     row[FL_COL_drift] = drift / n_selected;
