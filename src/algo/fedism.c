@@ -132,69 +132,7 @@ static int ism_validate(const AlgoMethod *m, const AlgoSetup *s)
     return FH_OK;
 }
 
-/* ---- the client's report: sharpness on its whole local set at w^t (docs/methods/sam.md §12) --------------------------- */
-
-#define LOCAL_PASS_DONE (-1) /* a batch callback's value that ends for_each_local_batch early */
-
-typedef struct {
-    NnModel *model;
-    float *dlogits;
-    int with_grad;
-    int64_t rows; /* rows to use, 0: all */
-    double sum;
-    int64_t n;
-} LocalPass;
-
-/* plain CE of (the first rows of) one batch (eval mode); with_grad: + the gradient of their summed loss */
-static int local_pass_batch(void *env, const AlgoBatch *b)
-{
-    LocalPass *e = env;
-    const int use = e->rows > 0 && e->rows - e->n < b->count ? (int)(e->rows - e->n) : b->count;
-    memset(e->dlogits, 0, (size_t)b->count * b->classes * sizeof(float)); /* rows past `use`: no gradient */
-    const float l = nn_softmax_xent(e->dlogits, NULL, b->logits, b->y, NULL, NULL, use, b->classes);
-    e->sum += (double)l * use;
-    e->n += use;
-    if (e->with_grad) {
-        nn_vec_scale(e->dlogits, (float)use, (int64_t)use * b->classes); /* mean -> sum over the samples */
-        nn_model_backward(e->model, e->dlogits, NULL);                    /* accumulates over the batches */
-    }
-    return e->rows > 0 && e->n >= e->rows ? LOCAL_PASS_DONE : FH_OK;
-}
-
-/* algo_sam_sharpness's definitions over the client's whole local set (rows > 0: its first `rows` rows in file
- * order), streamed batch by batch through c->svc->for_each_local_batch (eval mode, no augmentation): G = sum of the
- * per-sample CE gradients at `state`, e = rho G/(||G|| + 1e-12) on the trainable part, *L0 = mean CE at state,
- * *L1 = mean CE at state + e. pert: n_state floats of scratch (holds state + e); the logit gradients of a batch
- * come from c's scratch (algo_local_sharpness_scratch). Uses model's gradient and activations. */
-int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,
-                         double *L0, double *L1)
-{
-    AlgoScratch scratch = c->state.scratch;
-    LocalPass e = { .model = model, .with_grad = 1, .rows = rows };
-    e.dlogits = algo_scratch_take(&scratch, (size_t)model->max_batch * model->classes, sizeof(float),
-                                  "the local sharpness's logit gradients");
-    nn_model_zero_grad(model);
-    int status = c->svc->for_each_local_batch(c, model, state, local_pass_batch, &e);
-    if (status == LOCAL_PASS_DONE) status = FH_OK;
-    if (status == FH_OK) {
-        *L0 = e.n > 0 ? e.sum / (double)e.n : 0.0;
-        double sq = 0.0;
-        for (int64_t j = 0; j < model->n_params; j++) sq += (double)model->grad[j] * (double)model->grad[j];
-        const float scale = (float)(rho / (sqrt(sq) + 1e-12));
-        nn_vec_copy(pert, state, model->n_state);
-        nn_vec_axpy(pert, scale, model->grad, model->n_params);
-        e = (LocalPass){ .model = model, .dlogits = e.dlogits, .rows = rows };
-        status = c->svc->for_each_local_batch(c, model, pert, local_pass_batch, &e);
-        if (status == LOCAL_PASS_DONE) status = FH_OK;
-        *L1 = e.n > 0 ? e.sum / (double)e.n : 0.0;
-    }
-    return status;
-}
-
-size_t algo_local_sharpness_scratch(const AlgoSetup *s)
-{
-    return algo_scratch_bytes((size_t)s->batch_size * s->classes, sizeof(float));
-}
+/* ---- the client's report: sharpness on its whole local set at w^t (docs/methods/sam.md §12; src/algo/sam_diag.c) ---- */
 
 /* Before training (model->state = w^t): upload scalar 0 = S_i = max(L1 - L0, 1e-10) or PL_i = L1 at this
  * round's radius. work[0] holds the perturbed state until the first step overwrites it. */
