@@ -102,10 +102,11 @@ double algo_sam_radius(const AlgoClientCtx *c);
  * after rho_schedule, rho_min (docs/methods/sam.md §2). */
 double algo_sam_lr_radius(const AlgoSetup *s, AlgoOptions o, int round);
 /* FedISM (src/algo/fedism.c, docs/methods/sam.md §12): FedISM+'s rho(t) = rho_max ((t + 1)/T)^tau (its round_radius
- * hook); the sharpness definitions of algo_sam_sharpness over client c's whole local set (rows > 0: its first
- * rows) at `state`, streamed through c->svc->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert:
- * n_state floats of scratch; c's scratch: algo_local_sharpness_scratch). */
+ * hook). */
 double algo_fedismplus_radius(const AlgoSetup *s, AlgoOptions o, int round);
+/* The sharpness probe over client c's whole local set (src/algo/sam_diag.c; rows > 0: its first rows) at `state`,
+ * streamed through c->svc->for_each_local_batch (*L0, *L1 = mean CE at state, state + e; pert: n_state floats of
+ * scratch; c's scratch: algo_local_sharpness_scratch), as algo_sam_sharpness over a set in memory. */
 int algo_local_sharpness(AlgoClientCtx *c, NnModel *model, const float *state, double rho, int64_t rows, float *pert,
                          double *L0, double *L1);
 /* the client scratch algo_local_sharpness takes (a batch's logit gradients, for c->model) */
