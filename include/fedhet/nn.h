@@ -305,6 +305,12 @@ void nn_adam_free(NnAdam *opt);
 /* Scales grad so that its L2 norm is at most max_norm; returns the norm before clipping. */
 float nn_clip_grad_norm(float *grad, int64_t n, float max_norm);
 
+/* The run's lr schedule (docs/methods/baselines.md §0.1.5): lr multiplied by decay once at the end of every round.
+ * nn_lr_next is that step; nn_lr_of_round(lr, decay, t) = lr decay^t by the same t multiplications, so that a
+ * method's view of round t has the runtime's bits. */
+static inline double nn_lr_next(double lr, double decay) { return lr * decay; }
+double nn_lr_of_round(double lr, double decay, int round);
+
 /* ---- vector helpers (BLAS level 1) -------------------------------------------------------------- */
 void nn_vec_axpy(float *y, float a, const float *x, int64_t n);  /* y += a x */
 void nn_vec_scale(float *x, float a, int64_t n);

@@ -133,21 +133,17 @@ static double k_bar(const AlgoSetup *s, const int64_t *client_sizes)
 }
 
 /* GSAM's radius schedule (docs/methods/sam.md §2): rho_t - rho_min is proportional to lr_t - lr_min, rho_t = rho_max = rho at
- * lr_max, rho_min at lr_min, over the run's schedule lr_t = lr lr_decay^t, t = 0..T-1 (lr_t multiplied
- * round by round as the runtime does, so that the values are the rounds' own). A constant lr gives rho, as
- * GSAM's scheduler does when its max and min lr are equal. */
+ * lr_max, rho_min at lr_min, over the run's schedule lr_t = lr lr_decay^t, t = 0..T-1 (nn_lr_of_round: the
+ * rounds' own values). A constant lr gives rho, as GSAM's scheduler does when its max and min lr are equal. */
 double algo_sam_lr_radius(const AlgoSetup *s, AlgoOptions o, int round)
 {
     const double rho = sam_radius_of(o)->rho;
     const SamScheduleOptions *sched = sam_schedule_of(o);
     if (sched->rho_schedule != RHO_LR) return rho;
-    double lr_t = s->lr, lr_min = s->lr;
-    for (int t = 1; t < s->rounds; t++) {
-        lr_min *= s->lr_decay;
-        if (t == round) lr_t = lr_min;
-    }
-    if (round >= s->rounds) lr_t = lr_min; /* past the schedule's end (not reached by a run) */
-    const double lr_max = s->lr;
+    const int last = s->rounds - 1;
+    /* past the schedule's end (not reached by a run): its last lr */
+    const double lr_t = nn_lr_of_round(s->lr, s->lr_decay, round < last ? round : last);
+    const double lr_min = nn_lr_of_round(s->lr, s->lr_decay, last), lr_max = s->lr;
     if (!(lr_max > lr_min)) return rho;
     const double rho_min = sched->rho_min;
     return rho_min + (rho - rho_min) * (lr_t - lr_min) / (lr_max - lr_min);

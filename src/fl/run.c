@@ -1060,7 +1060,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above) before any checkpoint was written "
                     "(lower [train] lr, or set [train] clip)", t + 1);
         }
-        run->lr = plan.lr * s->lr_decay; /* docs/methods/baselines.md §0.1.5: once at the end of every round */
+        run->lr = nn_lr_next(plan.lr, s->lr_decay);
         double t_eval = fh_time_now();
         const int probe = s->sharpness_every > 0 && ((t + 1) % s->sharpness_every == 0 || t == s->rounds - 1);
         const int64_t eval_forward0 = run->work.model.forward_samples, eval_backward0 = run->work.model.backward_samples;

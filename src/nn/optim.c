@@ -146,6 +146,12 @@ int nn_threads_problem(int n_threads, char *why, size_t size)
     return *why != '\0';
 }
 
+double nn_lr_of_round(double lr, double decay, int round)
+{
+    for (int t = 0; t < round; t++) lr = nn_lr_next(lr, decay);
+    return lr;
+}
+
 float nn_clip_grad_norm(float *grad, int64_t n, float max_norm)
 {
     float norm = nn_vec_norm(grad, n);
