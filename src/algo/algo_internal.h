@@ -144,6 +144,10 @@ int feddyn_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p,
 void algo_fedcm_blend(AlgoClientCtx *c, float *grad, double alpha); /* server.c: alpha g + (1 - alpha) D */
 /* server.c: the average, then D (server vector 0) and the step eta_g */
 int algo_fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global, double eta_g);
+/* The server step's option part (key eta_g, every method whose server moves w^t along its own direction) and its
+ * value in view o. */
+extern const AlgoOptionPart algo_server_step_options;
+double algo_server_step(AlgoOptions o);
 int upload_train_loss(AlgoClientCtx *c);              /* fair.c: upload scalar 0 = L_k */
 /* fair.c: FedLW's p_k ~ 1/(L_k + 1e-8), times n_k when times_samples (upload scalar 0 = L_k) */
 void algo_fedlw_weights(const AlgoUpload *u, int m, double *p, int times_samples);

@@ -26,7 +26,6 @@ enum { WM_INTENDED, WM_OFFICIAL };
 typedef struct {
     double alpha_0, alpha_lambda;
     int k_norm, compat;
-    double eta_g;
 } WmsamOptions;
 static const AlgoOption wmsam_keys[] = {
     { ALGO_NUMBER(WmsamOptions, alpha_0), 0.1, 0.0, 1.0, NULL,
@@ -46,9 +45,6 @@ static const AlgoOption wmsam_keys[] = {
       "[CODE-BUG]s of WMSAM.py, docs/methods/sam.md §9: the LESAM optimiser negates delta, so the code perturbs away from the "
       "target, and indexes it per tensor as in docs/methods/sam.md §8: tensor j gets the constant -rho delta[j]/(sum_{j<J} "
       "|delta[j]| + 1e-7)). Nothing else changes", 0, 0 },
-    { ALGO_NUMBER(WmsamOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
-      "global step size eta_g: x += eta_g Delta_bar; default 1 (FL-Simulator family); mom uses the "
-      "unscaled Delta_bar", 0, 0 },
 };
 static const AlgoOptionPart wmsam_options = ALGO_OPTION_PART("fedwmsam", WmsamOptions, wmsam_keys);
 ALGO_OPTIONS_OF(wmsam_of, WmsamOptions, wmsam_options)
@@ -209,7 +205,8 @@ static int wmsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
     FH_CHECK(algo_sam_cv_update(s, u, m, o->k_norm));
     FH_CHECK(algo_average(s, u, m, p, global));
     const double K = o->k_norm == K_NORM_CODE ? *v.k_bar : k_mean;
-    const double scale = K > 0.0 ? s->setup->lr_decay / (K * s->lr) : 0.0, eta = o->eta_g;
+    const double scale = K > 0.0 ? s->setup->lr_decay / (K * s->lr) : 0.0;
+    const double eta = algo_server_step(s->options);
     for (int64_t j = 0; j < P; j++) {
         const double avg = global[j], d = avg - (double)x[j];
         mom[j] = (float)(-d * scale);
@@ -265,8 +262,11 @@ const AlgoMethod algo_family_wmsam[] = {
         .n_client_vectors = 1,
         .n_server_vectors = 2,
         .n_server_scalars = 2,
-        .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &wmsam_options },
+        .parts = { &algo_sam_radius_options, &algo_sam_weights_options, &wmsam_options, &algo_server_step_options },
         .tunes = {
+            { "eta_g", NAN,
+              "global step size eta_g: x += eta_g Delta_bar; default 1 (FL-Simulator family); mom uses the unscaled "
+              "Delta_bar" },
             { "rho", NAN,
               "radius rho >= 0 of the momentum-guided perturbation eps = rho delta/(||delta|| + 1e-7), delta = x_r + "
               "b mom_k - x_b; default 0.1 (train.py). The README/poster's best rho ~ 0.01 was measured with the "

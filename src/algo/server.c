@@ -37,43 +37,59 @@ static void sum_uploads(double *acc, const AlgoUpload *u, int m, int vec, int64_
     }
 }
 
+/* ---- the server step (FedAvgM, SCAFFOLD, FedCM, FedWMSAM) ----------------------------------------------------------- */
+
+/* One key for the global step size of every method whose server moves w^t along its own direction: each row's tune
+ * says what the direction is. */
+typedef struct {
+    double eta_g;
+} ServerStepOptions;
+static const AlgoOption server_step_keys[] = {
+    { ALGO_NUMBER(ServerStepOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
+      "global (server) step size eta_g > 0 along the method's server direction; default 1", 1, 0 },
+};
+const AlgoOptionPart algo_server_step_options = ALGO_OPTION_PART("server step", ServerStepOptions, server_step_keys);
+
+double algo_server_step(AlgoOptions o)
+{
+    return ((const ServerStepOptions *)algo_options(o, &algo_server_step_options))->eta_g;
+}
+
 /* ---- FedAvgM (docs/methods/baselines.md A.3) ------------------------------------------------------------------------------- */
 
 enum { AVGM_CANONICAL, AVGM_FLOOD, AVGM_EMA, AVGM_NESTEROV };
 typedef struct {
-    double beta, eta_s;
+    double beta;
     int variant;
 } AvgmOptions;
 static const AlgoOption avgm_keys[] = {
     { ALGO_NUMBER(AvgmOptions, beta), 0.9, 0.0, 1.0, NULL,
       "server momentum beta in [0, 1); default 0.9 [recon]; FLOOD uses 0.1, FedDecorr's EMA 0.9; "
-      "beta = 0 with eta_s = 1 is FedAvg; the effective step is eta_s/(1 - beta)", 0, 1 },
-    { ALGO_NUMBER(AvgmOptions, eta_s), 1.0, 0.0, 1000.0, NULL,
-      "server learning rate eta_s; default 1 (FedAvg step plus momentum), as in every reference code", 1, 0 },
+      "beta = 0 with eta_g = 1 is FedAvg; the effective step is eta_g/(1 - beta)", 0, 1 },
     { ALGO_CHOICE(AvgmOptions, variant), AVGM_CANONICAL, 0, 0, "canonical|flood|ema|nesterov",
-      "canonical (Hsu et al.: v = beta v + g, w -= eta_s v; default), flood (FLOOD serverM.py: the same "
+      "canonical (Hsu et al.: v = beta v + g, w -= eta_g v; default), flood (FLOOD serverM.py: the same "
       "algebra on client deltas, bit-identical to canonical; FLOOD runs it with beta = 0.1), ema (MOON, "
-      "FedDisco, FedDecorr: v = beta v + (1 - beta) g), nesterov (FL-bench: w -= eta_s (g + beta v))", 0, 0 },
+      "FedDisco, FedDecorr: v = beta v + (1 - beta) g), nesterov (FL-bench: w -= eta_g (g + beta v))", 0, 0 },
 };
 static const AlgoOptionPart avgm_options = ALGO_OPTION_PART("fedavgm", AvgmOptions, avgm_keys);
 ALGO_OPTIONS_OF(avgm_of, AvgmOptions, avgm_options)
 
 /* v: server-only vector 0. With pseudo-gradient g = w^t - avg (avg: sample-weighted average):
- *   canonical  v <- beta v + g;            w <- w^t - eta_s v
- *   flood      v <- beta v + (avg - w^t);  w <- w^t + eta_s v      (client deltas: v is -v of canonical)
- *   ema        v <- beta v + (1 - beta) g; w <- w^t - eta_s v
- *   nesterov   v <- beta v + g;            w <- w^t - eta_s (g + beta v)
- * Written as w = avg + (1 - eta_s A) g - eta_s B v_old with the step = A g + B v_old. */
+ *   canonical  v <- beta v + g;            w <- w^t - eta_g v
+ *   flood      v <- beta v + (avg - w^t);  w <- w^t + eta_g v      (client deltas: v is -v of canonical)
+ *   ema        v <- beta v + (1 - beta) g; w <- w^t - eta_g v
+ *   nesterov   v <- beta v + g;            w <- w^t - eta_g (g + beta v)
+ * Written as w = avg + (1 - eta_g A) g - eta_g B v_old with the step = A g + B v_old. */
 static int fedavgm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
     FH_CHECK(algo_average(s, u, m, p, global));
     const AvgmOptions *o = avgm_of(s->options);
-    const double beta = o->beta, eta = o->eta_s;
+    const double beta = o->beta, eta = algo_server_step(s->options);
     const int variant = o->variant;
     float *v = s->server_private;
     const float *cur = s->current;
     if (variant == AVGM_FLOOD) {
-        /* FLOOD serverM.py: delta form, w = w^t + eta_s (beta v + delta) = avg + (eta_s - 1) delta + eta_s beta v */
+        /* FLOOD serverM.py: delta form, w = w^t + eta_g (beta v + delta) = avg + (eta_g - 1) delta + eta_g beta v */
         for (int64_t j = 0; j < s->n_params; j++) {
             const double avg = global[j], delta = avg - (double)cur[j], vo = v[j];
             v[j] = (float)(beta * vo + delta);
@@ -141,7 +157,6 @@ enum { SCAF_OPTION2, SCAF_FLOOD };
 enum { SCAF_UNIFORM, SCAF_SAMPLES };
 typedef struct {
     int variant, weights;
-    double eta_g;
 } ScaffoldOptions;
 static const AlgoOption scaffold_keys[] = {
     { ALGO_CHOICE(ScaffoldOptions, variant), SCAF_OPTION2, 0, 0, "option2|flood",
@@ -153,8 +168,6 @@ static const AlgoOption scaffold_keys[] = {
       "weights = samples)", 0, 0 },
     { ALGO_CHOICE(ScaffoldOptions, weights), SCAF_UNIFORM, 0, 0, "uniform|samples",
       "model average: uniform (paper, FL-Simulator; default) or samples (NIID-Bench, FLOOD)", 0, 0 },
-    { ALGO_NUMBER(ScaffoldOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
-      "global step size eta_g: w += eta_g avg(y_k - w^t); default 1 (paper, all codes)", 1, 0 },
 };
 static const AlgoOptionPart scaffold_options = ALGO_OPTION_PART("scaffold", ScaffoldOptions, scaffold_keys);
 ALGO_OPTIONS_OF(scaffold_of, ScaffoldOptions, scaffold_options)
@@ -262,7 +275,7 @@ static int scaffold_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const d
 {
     FH_CHECK(algo_average(s, u, m, p, global));
     const ScaffoldOptions *o = scaffold_of(s->options);
-    const double eta = o->eta_g;
+    const double eta = algo_server_step(s->options);
     const int64_t P = s->n_params;
     for (int64_t j = 0; j < P; j++) {
         const double avg = global[j];
@@ -431,15 +444,13 @@ static const AlgoServerUpdate fednova_update_part = { .update = fednova_update }
 /* ---- FedCM (docs/methods/baselines.md A.8) --------------------------------------------------------------------------------- */
 
 typedef struct {
-    double alpha, eta_g;
+    double alpha;
 } FedCmOptions;
 static const AlgoOption fedcm_keys[] = {
     { ALGO_NUMBER(FedCmOptions, alpha), 0.1, 0.0, 1.0, NULL,
       "weight of the local gradient, in (0, 1]; default 0.1 (paper and FL-Simulator); alpha = 1 is "
       "uniform averaging. D = -mean delta / (K_loc lr_prev), K_loc = mean steps of the previous round's "
       "clients [recon; FL-Simulator uses E n_0/B]", 1, 0 },
-    { ALGO_NUMBER(FedCmOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
-      "global step size eta_g: w += eta_g mean(w_k - w^t); default 1", 1, 0 },
 };
 static const AlgoOptionPart fedcm_options = ALGO_OPTION_PART("fedcm", FedCmOptions, fedcm_keys);
 ALGO_OPTIONS_OF(fedcm_of, FedCmOptions, fedcm_options)
@@ -478,7 +489,7 @@ static void fedcm_correct(AlgoClientCtx *c, float *grad) { algo_fedcm_blend(c, g
 
 static int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
 {
-    return algo_fedcm_update(s, u, m, p, global, fedcm_of(s->options)->eta_g);
+    return algo_fedcm_update(s, u, m, p, global, algo_server_step(s->options));
 }
 
 static const AlgoGradCorrection fedcm_correct_part = { .correct = fedcm_correct };
@@ -496,7 +507,10 @@ const AlgoMethod algo_family_server[] = {
         .weights = &algo_weights_samples,
         .update = &fedavgm_update_part,
         .n_server_private = 1,
-        .parts = { &avgm_options },
+        .parts = { &avgm_options, &algo_server_step_options },
+        .tunes = { { "eta_g", NAN,
+                     "server learning rate eta_g > 0 (Hsu et al.'s eta); default 1 (FedAvg step plus momentum), as "
+                     "in every reference code" } },
     },
     {
         .name = "fedprox",
@@ -524,7 +538,8 @@ const AlgoMethod algo_family_server[] = {
         .n_client_vectors = 1,
         .n_server_vectors = 1,
         .n_upload_vectors = 1,
-        .parts = { &scaffold_options },
+        .parts = { &scaffold_options, &algo_server_step_options },
+        .tunes = { { "eta_g", NAN, "global step size eta_g: w += eta_g avg(y_k - w^t); default 1 (paper, all codes)" } },
     },
     {
         .name = "feddyn",
@@ -562,7 +577,8 @@ const AlgoMethod algo_family_server[] = {
         .weights = &algo_weights_uniform,
         .update = &fedcm_update_part,
         .n_server_vectors = 1,
-        .parts = { &fedcm_options },
+        .parts = { &fedcm_options, &algo_server_step_options },
+        .tunes = { { "eta_g", NAN, "global step size eta_g: w += eta_g mean(w_k - w^t); default 1" } },
     },
 };
 const int algo_family_server_count = sizeof algo_family_server / sizeof algo_family_server[0];

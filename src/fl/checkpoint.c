@@ -497,6 +497,12 @@ int fl_checkpoint_read_config(const char *path, char **text)
     if (g >= 0) H5Gclose(g);
     fh_h5_close(&f);
     fh_h5_quiet_end(&quiet);
+    if (status == FH_OK) { /* the keys as this version names them */
+        char *now = NULL;
+        status = fl_config_text_upgrade(*text, &now);
+        free(*text);
+        *text = now;
+    }
     return status;
 }
 

@@ -32,7 +32,7 @@ static int load_config(FlRun *run, const FlRunOptions *opt, const char **path_ou
     if (opt->config_path) snprintf(path, sizeof path, "%s", opt->config_path);
     else snprintf(path, sizeof path, "%s/config.ini", opt->resume_dir ? opt->resume_dir : ".");
     *path_out = path;
-    FH_CHECK(fl_config_load(&run->cfg, path, opt->overrides, opt->n_overrides));
+    FH_CHECK(fl_config_load(&run->cfg, path, !opt->config_path, opt->overrides, opt->n_overrides));
     FH_CHECK(fl_settings_from_config(&run->s, run->cfg, path));
     FH_CHECK(fh_config_to_text(run->cfg, &run->config_text));
     return FH_OK;
@@ -364,7 +364,7 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
                         "runs it again)", run->checkpoint_path, path);
             snprintf(path, sizeof path, "%s/config.ini", run->dir);
             FhConfig *old = NULL;
-            int status = fl_config_load(&old, path, NULL, 0);
+            int status = fl_config_load(&old, path, 1, NULL, 0);
             if (status == FH_OK) status = check_resume_config(old, run->cfg, config_path, path);
             fh_config_free(&old);
             FH_CHECK(status);

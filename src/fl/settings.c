@@ -257,15 +257,92 @@ void fl_print_config_help(FILE *out)
     }
 }
 
+/* Keys renamed since configs that run folders and checkpoints still hold: a saved config is read with the new
+ * names; a config a user writes gets the loader's "did you mean" for the old one. */
+static const struct {
+    const char *section, *was, *now;
+} renamed_keys[] = { { "algo", "eta_s", "eta_g" } };
+
+int fl_config_text_upgrade(const char *text, char **out)
+{
+    const size_t len = strlen(text);
+    size_t grow = 0; /* a renamed key may be longer */
+    for (size_t r = 0; r < sizeof renamed_keys / sizeof renamed_keys[0]; r++)
+        for (const char *p = text; (p = strstr(p, renamed_keys[r].was)); p++)
+            grow += strlen(renamed_keys[r].now);
+    char *o = NULL;
+    FH_CHECK(fh_calloc(&o, len + grow + 1, 1, "the upgraded config"));
+    char section[64] = "";
+    size_t w = 0;
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        const size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
+        const char *p = line + strspn(line, " \t");
+        if (*p == '[') {
+            const size_t k = strcspn(p + 1, "]\n");
+            snprintf(section, sizeof section, "%.*s", (int)(k < sizeof section ? k : sizeof section - 1), p + 1);
+        }
+        const char *now = NULL;
+        size_t was_len = 0;
+        for (size_t r = 0; r < sizeof renamed_keys / sizeof renamed_keys[0] && !now; r++) {
+            was_len = strlen(renamed_keys[r].was);
+            if (!strcmp(section, renamed_keys[r].section) && !strncmp(p, renamed_keys[r].was, was_len) &&
+                (p[was_len] == '=' || p[was_len] == ' ' || p[was_len] == '\t'))
+                now = renamed_keys[r].now;
+        }
+        if (now) {
+            const size_t lead = (size_t)(p - line);
+            memcpy(o + w, line, lead);
+            w += lead;
+            memcpy(o + w, now, strlen(now));
+            w += strlen(now);
+            memcpy(o + w, p + was_len, n - lead - was_len);
+            w += n - lead - was_len;
+        } else {
+            memcpy(o + w, line, n);
+            w += n;
+        }
+        line += n;
+    }
+    o[w] = '\0';
+    *out = o;
+    return FH_OK;
+}
+
+/* the config at path (a saved one upgraded) against schema */
+static int config_load_with(FhConfig **out, const FhConfigKey *schema, int n, const char *path, const char *saved_text,
+                            char *const *overrides, int n_overrides)
+{
+    if (saved_text) return fh_config_load_text(out, schema, n, saved_text, path, overrides, n_overrides);
+    return fh_config_load_file(out, schema, n, path, overrides, n_overrides);
+}
+
+static int config_load(FhConfig **out, const char *path, const char *text, char *const *overrides, int n_overrides);
+
 /* Two passes: the first reads [algo] method with every method key accepted as text, and rejects keys of
  * other methods; the second loads the config against the method's own typed keys. */
-int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int n_overrides)
+int fl_config_load(FhConfig **out, const char *path, int saved, char *const *overrides, int n_overrides)
 {
     *out = NULL;
+    char *text = NULL;
+    if (saved) {
+        char *raw = NULL;
+        FH_CHECK(fh_read_file(path, &raw, FH_ERR_USAGE));
+        const int status = fl_config_text_upgrade(raw, &text);
+        free(raw);
+        FH_CHECK(status);
+    }
+    const int status = config_load(out, path, text, overrides, n_overrides);
+    free(text);
+    return status;
+}
+
+static int config_load(FhConfig **out, const char *path, const char *text, char *const *overrides, int n_overrides)
+{
     int n;
     const FhConfigKey *any = fl_config_schema_any(&n);
     FhConfig *first = NULL;
-    FH_CHECK(fh_config_load_file(&first, any, n, path, overrides, n_overrides));
+    FH_CHECK(config_load_with(&first, any, n, path, text, overrides, n_overrides));
     const AlgoMethod *m = algo_find(fh_config_string(first, "algo", "method"));
     const AlgoMethod *plugin = algo_find(fh_config_string(first, "algo", "plugin"));
     for (int i = 0; m && i < n; i++) {
@@ -295,7 +372,7 @@ int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int
         /* the host's keys as given (variants decide some refusals) */
         FhConfig *host_cfg = NULL;
         const FhConfigKey *own = fl_config_schema_for(m, plugin, &n);
-        FH_CHECK(fh_config_load_file(&host_cfg, own, n, path, overrides, n_overrides));
+        FH_CHECK(config_load_with(&host_cfg, own, n, path, text, overrides, n_overrides));
         FlSettings hs;
         int status = fl_settings_from_config(&hs, host_cfg, path);
         const char *why = status == FH_OK ? plugin->plugin_refuse(m, algo_options_view(m, &hs.options)) : NULL;
@@ -304,7 +381,7 @@ int fl_config_load(FhConfig **out, const char *path, char *const *overrides, int
         if (why) FH_FAIL(FH_ERR_USAGE, "%s: [algo] plugin = %s cannot join method %s: %s", path, plugin->name, m->name, why);
     }
     const FhConfigKey *own = fl_config_schema_for(m, plugin, &n);
-    return fh_config_load_file(out, own, n, path, overrides, n_overrides);
+    return config_load_with(out, own, n, path, text, overrides, n_overrides);
 }
 
 #define S(sec, key) fh_config_string(cfg, sec, key)

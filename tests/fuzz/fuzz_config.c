@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_path(path, sizeof path, "config.ini");
     fuzz_write(path, data, size);
     FhConfig *cfg = NULL;
-    if (fl_config_load(&cfg, path, NULL, 0) == FH_OK) {
+    if (fl_config_load(&cfg, path, 0, NULL, 0) == FH_OK) {
         FlSettings s;
         (void)fl_settings_from_config(&s, cfg, path);
         fh_error_clear();

@@ -10,14 +10,14 @@ setup() { setup_tiny; }
 
 # ---- FedAvgM (A.3) -------------------------------------------------------------------------------------
 
-# beta = 0, eta_s = 1: FedAvg bit for bit (Hsu et al.)
+# beta = 0, eta_g = 1: FedAvg bit for bit (Hsu et al.)
 test_fedavgm_beta0_is_fedavg()
 {
     equal_runs "fedavgm beta=0 == fedavg" 3 "algo.method=fedavgm algo.beta=0" "algo.method=fedavg"
     equal_runs "fedavgm ema beta=0 == fedavg" 3 "algo.method=fedavgm algo.beta=0 algo.variant=ema" "algo.method=fedavg"
 }
 
-# the FLOOD delta form is the canonical algebra (docs/methods/baselines.md A.3 variant 1); ema, nesterov and eta_s change the model
+# the FLOOD delta form is the canonical algebra (docs/methods/baselines.md A.3 variant 1); ema, nesterov and eta_g change the model
 test_fedavgm_variants()
 {
     equal_runs "fedavgm flood == canonical" 3 "algo.method=fedavgm algo.beta=0.5 algo.variant=flood" \
@@ -25,7 +25,34 @@ test_fedavgm_variants()
     differ_runs "fedavgm ema != canonical" 3 "algo.method=fedavgm algo.variant=ema" "algo.method=fedavgm"
     differ_runs "fedavgm nesterov != canonical" 3 "algo.method=fedavgm algo.variant=nesterov" "algo.method=fedavgm"
     differ_runs "fedavgm beta=0.9 != fedavg" 3 "algo.method=fedavgm" "algo.method=fedavg"
-    differ_runs "fedavgm eta_s=0.5 != eta_s=1" 3 "algo.method=fedavgm algo.beta=0 algo.eta_s=0.5" "algo.method=fedavg"
+    differ_runs "fedavgm eta_g=0.5 != eta_g=1" 3 "algo.method=fedavgm algo.beta=0 algo.eta_g=0.5" "algo.method=fedavg"
+}
+
+# FedAvgM's server step was the key eta_s: a config that gives it is refused naming eta_g; a run folder and
+# checkpoint saved with it (config.ini and the checkpoint's /meta config) still resume, to the straight run's model
+test_fedavgm_eta_s_renamed()
+{
+    bad_key "fedavgm eta_s" "did you mean 'eta_g'" algo.method=fedavgm algo.eta_s=0.5
+    fh 2 saved_s "$WORK/base.ini" output.name=saved_s algo.method=fedavgm algo.eta_g=0.5 fl.rounds=2
+    expect_rc "fedavgm eta_g=0.5, 2 rounds" 0 || return
+    /usr/bin/python3 - "$WORK/out/saved_s" <<'EOF' || { fail "cannot write eta_s into the saved run"; return; }
+import sys, h5py
+run = sys.argv[1]
+text = open(run + "/config.ini").read()
+assert "eta_g" in text
+open(run + "/config.ini", "w").write(text.replace("eta_g", "eta_s"))
+with h5py.File(run + "/checkpoint.h5", "r+") as f:
+    saved = f["meta"].attrs["config"]
+    saved = saved.decode() if isinstance(saved, bytes) else saved
+    assert "eta_g" in saved
+    f["meta"].attrs["config"] = saved.replace("eta_g", "eta_s")
+EOF
+    fh 2 saved_s2 --resume "$WORK/out/saved_s" fl.rounds=3
+    expect_rc "--resume of a run saved with eta_s" 0 || return
+    grep -q "^eta_g = 0.5" "$WORK/out/saved_s/config.ini" || fail "the resumed run's config.ini does not say eta_g = 0.5"
+    fh 2 straight_s "$WORK/base.ini" output.name=straight_s algo.method=fedavgm algo.eta_g=0.5 fl.rounds=3
+    expect_rc "fedavgm eta_g=0.5, 3 rounds" 0 &&
+        same_global "$WORK/out/straight_s/run.h5" "$WORK/out/saved_s/run.h5" "saved with eta_s and resumed vs straight"
 }
 
 # ---- FedProx (A.4) -------------------------------------------------------------------------------------
@@ -143,7 +170,7 @@ test_bad_keys()
     bad_key "fedprox mu=-1" mu algo.method=fedprox algo.mu=-1
     bad_key "fedavgm beta=1" beta algo.method=fedavgm algo.beta=1
     bad_key "fedavgm beta=-0.1" beta algo.method=fedavgm algo.beta=-0.1
-    bad_key "fedavgm eta_s=0" eta_s algo.method=fedavgm algo.eta_s=0
+    bad_key "fedavgm eta_g=0" eta_g algo.method=fedavgm algo.eta_g=0
     bad_key "mu with fedavg" mu algo.method=fedavg algo.mu=0.1
     bad_key "beta with fedprox" beta algo.method=fedprox algo.beta=0.5
     bad_key "fedavgm variant=bogus" variant algo.method=fedavgm algo.variant=bogus
@@ -154,7 +181,7 @@ test_bad_keys()
     bad_key "scaffold flood adamw" train.optimizer algo.method=scaffold algo.variant=flood train.optimizer=adamw
 }
 
-TESTS=(fedavgm_beta0_is_fedavg fedavgm_variants fedprox_mu0_is_fedavg scaffold_round0_is_uniform
+TESTS=(fedavgm_beta0_is_fedavg fedavgm_variants fedavgm_eta_s_renamed fedprox_mu0_is_fedavg scaffold_round0_is_uniform
        scaffold_server_variate_is_mean scaffold_flood_variant feddyn_alpha0_and_server_sum
        fednova_equal_steps_is_fedavg fedcm_alpha1_is_uniform resume_stateful bad_keys)
 run_tests "$@"

@@ -12,7 +12,7 @@ METHOD: fedavgm | fedscam | fedscam_wa | fedscam_sam. DATA.h5: model_logits' out
 /train_x are the rows as fedhet normalises them, client by client in the partition's order). INIT.pt: the
 initial state_dict fedhet started from ([model] init). RUNS_DIR/r1, r2, ...: fedhet runs of the same config
 stopped after 1, 2, ... rounds (run.h5: /model; clients.csv: per-client quantities). KEY=VALUE: the method's
-[algo] keys as given to fedhet (beta, eta_s; rho_max, alpha_rho, gamma_h, kappa, beta), and c=fedhet.
+[algo] keys as given to fedhet (beta, eta_g; rho_max, alpha_rho, gamma_h, kappa, beta), and c=fedhet.
 
 The setting makes every local step a full-batch step (batch larger than every client), every client take
 part every round and the model an mlp, so the twin needs neither fedhet's shuffles nor its batch order:
@@ -89,9 +89,9 @@ class Twin:
     def round(self):
         n = torch.tensor([float(len(y)) for _, y in self.clients], dtype=torch.float64)
         if self.method == "fedavgm":
-            # docs/methods/baselines.md A.3: g = sum_k p_k (w - w_k), p_k = n_k / sum n; v = beta v + g; w = w - eta_s v
+            # docs/methods/baselines.md A.3: g = sum_k p_k (w - w_k), p_k = n_k / sum n; v = beta v + g; w = w - eta_g v
             beta = 0.0 if self.wrong else float(self.o.get("beta", 0.9))
-            eta = float(self.o.get("eta_s", 1.0))
+            eta = float(self.o.get("eta_g", 1.0))
             ws = [local(self.model, self.w, x, y, self.lr, self.steps, None) for x, y in self.clients]
             p = n / n.sum()
             g = sum(pk * (self.w - wk) for pk, wk in zip(p, ws))

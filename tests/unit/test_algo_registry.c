@@ -161,7 +161,7 @@ static void run_row(const char *config, const char *name, const char *plugin)
     snprintf(with, sizeof with, "algo.plugin=%s", plugin ? plugin : "none");
     char *overrides[2] = { method, with };
     FhConfig *cfg = NULL;
-    CHECK_OK(fl_config_load(&cfg, config, overrides, 2));
+    CHECK_OK(fl_config_load(&cfg, config, 0, overrides, 2));
     if (!cfg) return;
     FlSettings s;
     CHECK_OK(fl_settings_from_config(&s, cfg, config));

@@ -35,7 +35,7 @@ static void aggregate(const AlgoMethod *m, AlgoServerCtx *s, const AlgoUpload *u
 static void test_fedavgm_variants_by_hand(void)
 {
     const AlgoMethod *m = algo_find("fedavgm");
-    CHECK(m && m->update && algo_option_find(m, "beta") && algo_option_find(m, "eta_s"));
+    CHECK(m && m->update && algo_option_find(m, "beta") && algo_option_find(m, "eta_g"));
     /* two clients, n = 1 and 3: avg = (w1 + 3 w2)/4 */
     float w0[S] = { 1.0f, -2.0f, 5.0f }, a[S] = { 0.0f, -2.0f, 1.0f }, b[S] = { 0.5f, -1.0f, 3.0f };
     AlgoUpload u[2] = { { 0, 1, 4, 0, NULL, a, NULL }, { 1, 3, 4, 0, NULL, b, NULL } };
@@ -45,7 +45,7 @@ static void test_fedavgm_variants_by_hand(void)
         AlgoOptionBlock ob;
         const AlgoOptions o = options_default(&ob, m);
         option_set(&ob, m, "beta", beta);
-        option_set(&ob, m, "eta_s", eta);
+        option_set(&ob, m, "eta_g", eta);
         option_set(&ob, m, "variant", variant);
         float v[S] = { 0.25f, -0.5f, 0 }, out[S];
         AlgoSizes z;
@@ -71,9 +71,9 @@ static void test_fedavgm_variants_by_hand(void)
         AlgoOptionBlock bc, bf;
         const AlgoOptions canonical = options_default(&bc, m), flood = options_default(&bf, m);
         option_set(&bc, m, "beta", beta);
-        option_set(&bc, m, "eta_s", eta);
+        option_set(&bc, m, "eta_g", eta);
         option_set(&bf, m, "beta", beta);
-        option_set(&bf, m, "eta_s", eta);
+        option_set(&bf, m, "eta_g", eta);
         option_set(&bf, m, "variant", 1); /* flood */
         float vc[S] = { 0.25f, -0.5f, 0 }, vf[S] = { -0.25f, 0.5f, 0 }, oc[S], of[S];
         AlgoSizes z;
@@ -84,11 +84,11 @@ static void test_fedavgm_variants_by_hand(void)
         CHECK(memcmp(oc, of, sizeof oc) == 0);
         CHECK(vc[0] == -vf[0] && vc[1] == -vf[1]);
     }
-    /* beta = 0, eta_s = 1: exactly FedAvg, whatever v held */
+    /* beta = 0, eta_g = 1: exactly FedAvg, whatever v held */
     AlgoOptionBlock ob;
     const AlgoOptions o = options_default(&ob, m);
     option_set(&ob, m, "beta", 0);
-    option_set(&ob, m, "eta_s", 1);
+    option_set(&ob, m, "eta_g", 1);
     double ref_p[2];
     float v[S] = { 7, -3, 0 }, out[S], ref[S];
     AlgoSizes z;

@@ -12,6 +12,7 @@
 #include <malloc.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -286,6 +287,18 @@ static void test_final_model_current(void)
     fake_free(&f);
 }
 
+/* a config saved by a version with FedAvgM's eta_s (config.ini, a checkpoint's /meta config) reads as eta_g; only
+ * that key of [algo] changes */
+static void test_saved_config_renamed_keys(void)
+{
+    const char *old = "[fl]\neta_s = 2\n[algo]\nmethod = fedavgm ; x\n  eta_s = 0.5 ; default\neta_sx = 1\neta_s=3";
+    const char *now = "[fl]\neta_s = 2\n[algo]\nmethod = fedavgm ; x\n  eta_g = 0.5 ; default\neta_sx = 1\neta_g=3";
+    char *text = NULL;
+    CHECK_OK(fl_config_text_upgrade(old, &text));
+    CHECK(text && !strcmp(text, now));
+    free(text);
+}
+
 int main(int argc, char **argv)
 {
     TEST_MAIN_BEGIN(argc, argv);
@@ -296,6 +309,7 @@ int main(int argc, char **argv)
     RUN(test_damaged_rows_no_leak);
     RUN(test_read_global_layout);
     RUN(test_final_model_current);
+    RUN(test_saved_config_renamed_keys);
     tmp_cleanup();
     MPI_Finalize();
     return test_summary();
