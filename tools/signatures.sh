@@ -63,7 +63,7 @@ sig()
     for extra in "" "fl.selection=all" "fl.selection=all train.steps=1 train.momentum=0"; do
         rm -rf "$run"
         # shellcheck disable=SC2086
-        if mpirun --oversubscribe -np "$np" "$FEDHET" run "$work/base.ini" output.name="$name" "$@" $extra \
+        if mpirun --oversubscribe -np "$np" "$FEDHET" run "$work/base.ini" output.name="$name" "$@" $extra </dev/null \
             >"$work/$name.log" 2>&1; then
             ok=1
             break
