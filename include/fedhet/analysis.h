@@ -9,6 +9,7 @@
 #define FEDHET_ANALYSIS_H
 
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* ---- report (src/analysis/report.c) ---- */
@@ -37,6 +38,16 @@ void report_mean_std(const double *x, int n, double *mean, double *std, int *cou
 int report_rounds_to(const double *a, int n, double target);
 /* mean of the last k finite values (all when fewer) */
 double report_last_k_mean(const double *a, int n, int k);
+
+/* ---- a partition file's figure (src/analysis/partition_figure.c) ---- */
+typedef struct {
+    int n_clients, classes;
+    int64_t n_rows;
+    int n_corrupted;
+} PartitionFigureInfo;
+/* OUT.png of partition file `path`: client x label heat map over the client sizes, per-client label entropy
+ * and TV (corrupted clients in red); what it showed into *info. OUT must not be the partition file. */
+int partition_figure(const char *path, const char *out_path, PartitionFigureInfo *info);
 
 /* ---- landscape (src/analysis/landscape.c) ---- */
 typedef struct {
