@@ -1,10 +1,8 @@
-/* One experiment: setup, the round loop (docs/architecture.md), outputs. The loop exists once; methods act only
- * through their hooks (src/algo). */
+/* One experiment: setup and the round loop (docs/architecture.md); its outputs are in run_outputs.c. The loop
+ * exists once; methods act only through their hooks (src/algo). */
 #include "fl_internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,147 +93,6 @@ static int prepare_data(const FlSettings *s, const char *config_path)
     return data_partition_make(s->data_source, &source, s->data_path, &spec, NULL, NULL);
 }
 
-static int symlink_refused(const char *path)
-{
-    FH_FAIL(FH_ERR_IO, "%s is a symbolic link: fedhet does not write through it (replace it with a plain file)", path);
-}
-
-/* Outputs are opened without following symbolic links: a link in a run folder must not redirect a write,
- * or the truncation of a resumed CSV, to a file elsewhere. */
-static int open_output(FILE **f, const char *path, int append)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | (append ? O_APPEND : O_TRUNC), 0666);
-    if (fd < 0 && errno == ELOOP) return symlink_refused(path);
-    if (fd < 0) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-    *f = fdopen(fd, append ? "a" : "w");
-    if (!*f) {
-        int err = errno;
-        close(fd);
-        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(err));
-    }
-    return FH_OK;
-}
-
-/* cols / rows, then extra columns (may be 0) of extra_rows [n_rows * n_extra] */
-static int open_csv_extra(FILE **f, const char *dir, const char *name, const char *const *cols, int n_cols,
-                          const double *rows, int64_t n_rows, char *const *extra, int n_extra, const double *extra_rows)
-{
-    char path[4300];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FH_CHECK(open_output(f, path, 0));
-    for (int c = 0; c < n_cols + n_extra; c++) fprintf(*f, "%s%s", c ? "," : "", c < n_cols ? cols[c] : extra[c - n_cols]);
-    fputc('\n', *f);
-    for (int64_t r = 0; r < n_rows; r++) {
-        for (int c = 0; c < n_cols + n_extra; c++) {
-            double v = c < n_cols ? rows[r * n_cols + c] : extra_rows[r * n_extra + c - n_cols];
-            if (c) fputc(',', *f);
-            if (!isnan(v)) fprintf(*f, "%.10g", v);
-        }
-        fputc('\n', *f);
-    }
-    errno = 0;
-    if (fflush(*f) != 0 || ferror(*f))
-        FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, errno ? strerror(errno) : "write error");
-    return FH_OK;
-}
-
-static int open_csv(FILE **f, const char *dir, const char *name, const char *const *cols, int n_cols,
-                    const double *rows, int64_t n_rows)
-{
-    return open_csv_extra(f, dir, name, cols, n_cols, rows, n_rows, NULL, 0, NULL);
-}
-
-/* The per-domain accuracy columns of a test set that holds two or more domains. */
-static int domain_columns(FlRun *run)
-{
-    const DataPartFile *f = &run->data;
-    if (!f->test_domain || f->n_domains < 2) return FH_OK;
-    FH_CHECK(fh_calloc(&run->dcol_of_domain, (size_t)f->n_domains, sizeof *run->dcol_of_domain, "domain columns"));
-    for (int d = 0; d < f->n_domains; d++) run->dcol_of_domain[d] = -1;
-    for (int64_t i = 0; i < f->n_test; i++) run->dcol_of_domain[f->test_domain[i]] = 0;
-    int n = 0;
-    for (int d = 0; d < f->n_domains; d++)
-        if (run->dcol_of_domain[d] == 0) run->dcol_of_domain[d] = n++;
-    if (n < 2) {
-        fh_free(&run->dcol_of_domain);
-        return FH_OK;
-    }
-    run->n_dcols = n;
-    FH_CHECK(fh_calloc(&run->dcol_names, (size_t)n, sizeof *run->dcol_names, "domain column names"));
-    FH_CHECK(fh_calloc(&run->drows, (size_t)run->s.rounds * n, sizeof *run->drows, "domain accuracies"));
-    FH_CHECK(fh_calloc(&run->dnow, (size_t)n, sizeof *run->dnow, "domain accuracies"));
-    for (int d = 0; d < f->n_domains; d++) {
-        int c = run->dcol_of_domain[d];
-        if (c < 0) continue;
-        size_t len = strlen(f->domain_names[d]) + 16;
-        FH_CHECK(fh_calloc(&run->dcol_names[c], len, 1, "domain column name"));
-        snprintf(run->dcol_names[c], len, "test_accuracy_%s", f->domain_names[d]);
-        /* a CSV header cell: commas and quotes would shift the columns */
-        for (char *p = run->dcol_names[c]; *p; p++)
-            if (*p == ',' || *p == '"' || *p == ' ') *p = '_';
-    }
-    return FH_OK;
-}
-
-/* rank 0: accuracy of the evaluated logits per test domain into run->dnow (rows in file order) */
-static void domain_accuracy(FlRun *run)
-{
-    const DataPartFile *f = &run->data;
-    int64_t correct[256] = { 0 }, total[256] = { 0 };
-    const int classes = f->classes;
-    for (int64_t i = 0; i < f->n_test; i++) {
-        const float *z = run->eval.ordered + (size_t)i * classes;
-        int best = 0;
-        for (int k = 1; k < classes; k++)
-            if (z[k] > z[best]) best = k;
-        const int c = run->dcol_of_domain[f->test_domain[i]];
-        if (c < 0 || c >= 256) continue;
-        total[c]++;
-        correct[c] += best == run->eval.labels[i];
-    }
-    for (int c = 0; c < run->n_dcols; c++) run->dnow[c] = total[c] ? (double)correct[c] / total[c] : NAN;
-}
-
-static void csv_cells(FILE *f, const double *row, int n_cols, int after_cells)
-{
-    for (int c = 0; c < n_cols; c++) {
-        if (c || after_cells) fputc(',', f);
-        if (!isnan(row[c])) fprintf(f, "%.10g", row[c]);
-    }
-}
-
-/* Ends a row. A row that cannot be written (a full disk) is an I/O error naming the file; --resume rewrites the
- * CSVs from the checkpoint, so a half-written row does not outlive it. */
-static int csv_end_row(FILE *f, const char *dir, const char *name)
-{
-    fputc('\n', f);
-    errno = 0;
-    if (fflush(f) != 0 || ferror(f)) {
-        const int err = errno;
-        clearerr(f);
-        FH_FAIL(FH_ERR_IO, "%s/%s: cannot write: %s (the checkpoint keeps every finished round; --resume rewrites "
-                "the file once there is room)", dir, name, err ? strerror(err) : "write error");
-    }
-    return FH_OK;
-}
-
-static int csv_row(FILE *f, const double *row, int n_cols, const char *dir, const char *name)
-{
-    csv_cells(f, row, n_cols, 0);
-    return csv_end_row(f, dir, name);
-}
-
-/* A job killed while writing leaves PATH.tmp-<pid> files: never valid, so removed on resume. */
-static void remove_stale_temporaries(const char *dir)
-{
-    char pattern[4300];
-    snprintf(pattern, sizeof pattern, "%s/*.tmp-*", dir);
-    glob_t g;
-    if (glob(pattern, 0, NULL, &g) == 0)
-        for (size_t i = 0; i < g.gl_pathc; i++) unlink(g.gl_pathv[i]);
-    globfree(&g);
-}
-
 /* The rank count fits the data: checked before the run folder is made. */
 static int check_rank_count(const FlRun *run, const char *data_path)
 {
@@ -298,47 +155,9 @@ static int check_resume_config(const FhConfig *old, const FhConfig *cfg, const c
     return status;
 }
 
-/* Rank 0: the run folder, made or reopened together with its lock (.lock, held until the run ends), so
- * that the check and the claim are one step: of two runs started at once with one name, mkdir lets one
- * make the folder and the other is refused; of two writers of an existing folder (--resume, --force, a
- * grid member) flock lets one in. A folder that is a symbolic link is refused before anything is
- * written: --force through it would replace the run it points to. mode 0: reopen (--resume), 1: make,
- * 2: make or replace (--force). */
-static int claim_run_folder(FlRun *run, int mode)
-{
-    char lock_path[4300], holder[400];
-    struct stat st;
-    snprintf(lock_path, sizeof lock_path, "%s/.lock", run->dir);
-    if (lstat(run->dir, &st) == 0 && S_ISLNK(st.st_mode)) {
-        char target[1024];
-        ssize_t n = readlink(run->dir, target, sizeof target - 1);
-        target[n > 0 ? n : 0] = '\0';
-        FH_FAIL(FH_ERR_USAGE, "run folder %s is a symbolic link (to %s): fedhet does not write through it; name the "
-                "folder itself", run->dir, target);
-    }
-    if (mode == 0 && stat(run->dir, &st) != 0)
-        FH_FAIL(FH_ERR_USAGE, "--resume %s: %s", run->dir, strerror(errno));
-    if (mode == 0 && !S_ISDIR(st.st_mode)) FH_FAIL(FH_ERR_USAGE, "--resume %s: not a folder", run->dir);
-    if (mode > 0) {
-        FH_CHECK(fh_mkdir_p(run->s.out_dir));
-        if (mkdir(run->dir, 0777) == 0) run->made_folder = 1;
-        else if (errno != EEXIST) FH_FAIL(FH_ERR_IO, "cannot create folder %s: %s", run->dir, strerror(errno));
-        else if (fh_lock_held(lock_path, holder, sizeof holder))
-            FH_FAIL(FH_ERR_USAGE, "%s is in use by %s (it holds %s): one writer per folder", run->dir, holder, lock_path);
-        else if (mode == 1)
-            FH_FAIL(FH_ERR_USAGE, "%s already exists (--force replaces it, --resume %s continues it)", run->dir,
-                    run->dir);
-    }
-    char what[4400];
-    snprintf(what, sizeof what, "run folder %.4300s", run->dir);
-    int status = fh_lock_take(&run->lock, lock_path, what);
-    if (status != FH_OK) run->made_folder = 0; /* another writer took it in between: the folder is theirs now */
-    return status;
-}
-
 /* Rank 0 before any work: data file, run folder name (never replaced without --force), a resumed run's
  * config against its checkpoint's. The folder is claimed here (made empty, or reopened, with its lock);
- * its files are written by create_run_folder once the whole setup has succeeded, and a setup error
+ * its files are written by fl_open_outputs once the whole setup has succeeded, and a setup error
  * removes a folder made here (remove_empty_run_folder). */
 static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
@@ -348,7 +167,7 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
     if (opt->resume_dir) {
         snprintf(run->dir, sizeof run->dir, "%s", opt->resume_dir);
         snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
-        FH_CHECK(claim_run_folder(run, 0));
+        FH_CHECK(fl_claim_run_folder(run, 0));
         if (stat(run->checkpoint_path, &st) != 0) {
             if (errno != ENOENT)
                 FH_FAIL(FH_ERR_IO, "%s: cannot read: %s", run->checkpoint_path, strerror(errno));
@@ -408,69 +227,7 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
     if (fl_init_kind(&run->s) != FL_INIT_RANDOM) FH_CHECK(read_init(run));
     snprintf(run->dir, sizeof run->dir, "%.2000s/%.2000s", run->s.out_dir, name);
     snprintf(run->checkpoint_path, sizeof run->checkpoint_path, "%s/checkpoint.h5", run->dir);
-    return claim_run_folder(run, opt->force ? 2 : 1);
-}
-
-/* Rank 0 once setup has succeeded: the run folder and its resolved config.ini. A run made anew (--force,
- * or restarted by --resume) first loses the outputs of the one it replaces. */
-static int create_run_folder(FlRun *run, const FlRunOptions *opt)
-{
-    char path[4300];
-    struct stat st;
-    const char *outputs[] = { "log.txt", "metrics.csv", "clients.csv" };
-    for (int i = 0; i < 3; i++) { /* refused before anything is written (open_output is the guard) */
-        snprintf(path, sizeof path, "%s/%s", run->dir, outputs[i]);
-        if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) return symlink_refused(path);
-    }
-    if (opt->resume_dir) remove_stale_temporaries(run->dir);
-    if (!opt->resume_dir || run->restart) {
-        const char *files[] = { "metrics.csv", "clients.csv", "run.h5", "checkpoint.h5", "log.txt" };
-        for (int i = 0; i < 5; i++) {
-            if (run->restart && !strcmp(files[i], "log.txt")) continue; /* it tells why the run stopped */
-            snprintf(path, sizeof path, "%s/%s", run->dir, files[i]);
-            unlink(path);
-        }
-    }
-    FH_CHECK(fh_mkdir_p(run->dir));
-    run->made_folder = run->made_folder || !opt->resume_dir || run->restart;
-    snprintf(path, sizeof path, "%s/config.ini", run->dir);
-    return fh_write_file_atomic(path, run->config_text); /* on --resume, fl.rounds may have changed */
-}
-
-/* Rank 0 after an error, whichever rank had it (also just before MPI_Abort): a folder this run made that
- * holds no checkpoint has nothing to resume, so it goes (the error is on stderr) and a retry needs no
- * --force. */
-static void remove_empty_run_folder(FlRun *run)
-{
-    struct stat st;
-    if (!run->made_folder || run->lock.fd < 0 || stat(run->checkpoint_path, &st) == 0) return;
-    if (run->metrics_csv) fclose(run->metrics_csv), run->metrics_csv = NULL;
-    if (run->clients_csv) fclose(run->clients_csv), run->clients_csv = NULL;
-    const char *files[] = { "config.ini", "log.txt", "metrics.csv", "clients.csv" };
-    char path[4300];
-    for (int i = 0; i < 4; i++) {
-        snprintf(path, sizeof path, "%s/%s", run->dir, files[i]);
-        unlink(path);
-    }
-    remove_stale_temporaries(run->dir);
-    fh_lock_drop(&run->lock);
-    rmdir(run->dir); /* only when nothing else is in it */
-}
-
-static void remove_empty_run_folder_cb(void *run) { remove_empty_run_folder(run); }
-
-static int open_outputs(FlRun *run, const FlRunOptions *opt)
-{
-    FH_CHECK(create_run_folder(run, opt));
-    char path[4300];
-    snprintf(path, sizeof path, "%s/log.txt", run->dir);
-    FH_CHECK(open_output(&run->log, path, 1));
-    fh_log_set_file(run->log);
-    FH_CHECK(open_csv_extra(&run->metrics_csv, run->dir, "metrics.csv", fl_column_names, FL_N_COLUMNS, run->rows,
-                            run->n_rows, run->dcol_names, run->n_dcols, run->drows));
-    FH_CHECK(open_csv(&run->clients_csv, run->dir, "clients.csv", run->ccol_names, run->n_ccols, run->client_rows,
-                      run->n_client_rows));
-    return FH_OK;
+    return fl_claim_run_folder(run, opt->force ? 2 : 1);
 }
 
 /* Longest-processing-time first: clients by size (largest first, then id) go to the least-loaded client
@@ -515,7 +272,7 @@ static int assign_clients(FlRun *run)
 }
 
 /* Selected clients of round t in ascending id (docs/methods/baselines.md §0.2), from Philox (seed, sample) with counter (t). */
-static int select_clients(const FlSettings *s, int K, int round, int32_t *ids)
+int fl_select_clients(const FlSettings *s, int K, int round, int32_t *ids)
 {
     FhRng rng;
     fh_rng_init(&rng, (uint64_t)s->seed, FH_RNG_SAMPLE, (uint32_t)round, 0, 0);
@@ -579,7 +336,7 @@ typedef struct {
 
 /* The most clients a round can select: m for count and fraction, K for all and bernoulli. Upload records
  * are model-sized, so the buffers hold this many, not K. */
-static int max_selected(const FlRun *run)
+int fl_max_selected(const FlRun *run)
 {
     const int m = fl_clients_per_round(&run->s, run->n_clients);
     return m > 0 ? m : run->n_clients;
@@ -588,7 +345,7 @@ static int max_selected(const FlRun *run)
 static int loop_init(FlRun *run, FlLoop *L)
 {
     memset(L, 0, sizeof *L);
-    const int K = run->n_clients, m_max = max_selected(run);
+    const int K = run->n_clients, m_max = fl_max_selected(run);
     const size_t rec = run->layout.bytes;
     MPI_Type_contiguous((int)rec, MPI_BYTE, &L->record_type);
     MPI_Type_commit(&L->record_type);
@@ -837,7 +594,7 @@ static int client_rows(FlRun *run, const FlLoop *L, int n_selected, int round)
         cr[FL_CCOL_SECONDS] = fl_record_header(gathered_record(run, L, L->order[i]))->seconds;
         for (int c = FL_N_CCOLUMNS; c < run->n_ccols; c++) /* the method's columns */
             cr[c] = u->scalars[run->ccol_scalar[c]];
-        FH_CHECK(csv_row(run->clients_csv, cr, run->n_ccols, run->dir, "clients.csv"));
+        FH_CHECK(fl_csv_row(run->clients_csv, cr, run->n_ccols, run->dir, "clients.csv"));
     }
     return FH_OK;
 }
@@ -882,7 +639,7 @@ static int evaluate(FlRun *run, double *row)
         row[FL_COL_test_auc_ovr_weighted] = e.auc_ovr_weighted;
         row[FL_COL_test_auc_ovo_macro] = e.auc_ovo_macro;
         row[FL_COL_test_f1_macro] = e.f1_macro;
-        if (run->n_dcols) domain_accuracy(run);
+        if (run->n_dcols) fl_domain_accuracy(run);
     }
     if (!run->data.has_test_corrupted) return FH_OK;
     FH_CHECK(fl_evaluate(&run->comm, &run->eval, m, &run->data, DATA_ROWS_TEST_CORRUPTED, &e));
@@ -931,35 +688,6 @@ static uint64_t hash_ids(const int32_t *ids, int n)
     return h & ((1ull << 52) - 1); /* exact in a double */
 }
 
-static void progress_line(const FlRun *run, const double *row, double eta)
-{
-    char acc[64] = "";
-    if (!isnan(row[FL_COL_test_accuracy]))
-        snprintf(acc, sizeof acc, "  test acc %.4f loss %.4f", row[FL_COL_test_accuracy], row[FL_COL_test_loss]);
-    fh_log_info("round %d/%d%s  train loss %.4f  drift %.4g  round %.2f s (eval %.2f s)  ETA %.0f s",
-                (int)row[FL_COL_round] + 1, run->s.rounds, acc, row[FL_COL_train_loss], row[FL_COL_drift],
-                row[FL_COL_t_round], row[FL_COL_t_eval], eta);
-}
-
-/* The stop line of a round left after a stop request; `checkpointed`: rounds in the checkpoint on disk. */
-static void left_round_line(const FlRun *run, int t, int checkpointed)
-{
-    const FlSettings *s = &run->s;
-    if (checkpointed == t)
-        fh_log_info("stopped by %s after round %d of %d: round %d was left between local steps after "
-                    "fl.term_grace = %g s; checkpoint written. Resume with: fedhet run --resume %s",
-                    fh_stop_signal_name(), t, s->rounds, t + 1, s->term_grace, run->dir);
-    else if (checkpointed > 0)
-        fh_log_info("stopped by %s during round %d of %d (left between local steps after fl.term_grace = %g s); "
-                    "%s keeps per-client state that the round had changed, so the checkpoint stays at round %d. "
-                    "Resume with: fedhet run --resume %s", fh_stop_signal_name(), t + 1, s->rounds, s->term_grace, s->method->name,
-                    checkpointed, run->dir);
-    else
-        fh_log_info("stopped by %s during round %d of %d (left between local steps after fl.term_grace = %g s) "
-                    "before any checkpoint was written (%s keeps per-client state): start it again with --force",
-                    fh_stop_signal_name(), t + 1, s->rounds, s->term_grace, s->method->name);
-}
-
 static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
 {
     const FlSettings *s = &run->s;
@@ -973,7 +701,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         for (int c = 0; c < FL_N_COLUMNS; c++) row[c] = NAN;
         FlRoundCost cost = { 0 };
         FlPlanHeader plan = { t, FL_PLAN_RUN, 0, 0, run->lr };
-        if (run->comm.rank == 0) plan.n_selected = select_clients(s, K, t, L->selected);
+        if (run->comm.rank == 0) plan.n_selected = fl_select_clients(s, K, t, L->selected);
         FH_CHECK(fl_bcast(&run->comm, &plan, sizeof plan));
         FH_CHECK(fl_bcast(&run->comm, L->selected, (int64_t)plan.n_selected * (int64_t)sizeof *L->selected));
         const double t0 = fh_time_now();
@@ -1049,7 +777,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
                 L->checkpointed = t;
             }
             *stopped_by_signal = 1;
-            if (run->comm.rank == 0) left_round_line(run, t, L->checkpointed);
+            if (run->comm.rank == 0) fl_left_round_line(run, t, L->checkpointed);
             return FH_OK;
         }
         if (ctl.stop == FL_PLAN_STOP_DIVERGED) {
@@ -1081,15 +809,15 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             double *d = run->n_dcols ? run->drows + (size_t)run->n_rows * run->n_dcols : NULL;
             for (int c = 0; c < run->n_dcols; c++) d[c] = isnan(row[FL_COL_test_accuracy]) ? NAN : run->dnow[c];
             memcpy(run->rows + (size_t)run->n_rows++ * FL_N_COLUMNS, row, sizeof row);
-            csv_cells(run->metrics_csv, row, FL_N_COLUMNS, 0);
-            csv_cells(run->metrics_csv, d, run->n_dcols, 1);
-            status = csv_end_row(run->metrics_csv, run->dir, "metrics.csv");
+            fl_csv_cells(run->metrics_csv, row, FL_N_COLUMNS, 0);
+            fl_csv_cells(run->metrics_csv, d, run->n_dcols, 1);
+            status = fl_csv_end_row(run->metrics_csv, run->dir, "metrics.csv");
             if (t > run->start_round || run->start_round == s->rounds - 1) {
                 L->round_seconds_sum += row[FL_COL_t_round] + t_eval;
                 L->rounds_timed++;
             }
             double per = L->rounds_timed ? L->round_seconds_sum / L->rounds_timed : row[FL_COL_t_round] + t_eval;
-            progress_line(run, row, per * (s->rounds - 1 - t));
+            fl_progress_line(run, row, per * (s->rounds - 1 - t));
         }
         FH_CHECK(fl_agree(&run->comm, status)); /* metrics.csv written */
         fl_injected_kill("evaluate", t);
@@ -1148,114 +876,6 @@ static void run_free(FlRun *run)
     run->lock.fd = -1;
 }
 
-/* ", method scratch N KiB" for a method's scratch of `bytes` (usually kilobytes), "" without any */
-static const char *scratch_note(char *buf, size_t size, size_t bytes)
-{
-    if (!bytes) return "";
-    snprintf(buf, size, ", method scratch %.1f KiB", (double)bytes / 1024);
-    return buf;
-}
-
-static void print_budget(const FlRun *run)
-{
-    const double mib = 1048576.0, state = (double)run->n_state * 4 / mib;
-    const AlgoMethod *m = run->s.method;
-    const NnModel *model = &run->work.model;
-    fh_log_info("run %s: %s, model %s (%lld state values, %.1f MiB; conv layers on %s), %d clients on %d client "
-                "rank%s, %d rounds", run->dir, m->name, run->s.model, (long long)run->n_state, state,
-                nn_backend_name(model->backend), run->n_clients, run->comm.n_client_ranks,
-                run->comm.n_client_ranks > 1 ? "s" : "", run->s.rounds);
-    double model_work =
-        ((double)nn_model_activation_bytes(model, run->s.batch_size) + (double)nn_model_backend_bytes(model)) / mib +
-        3 * state;
-    /* the busiest client rank: the most clients one rank owns, and the upload records it can hold at once */
-    int most_owned = 0;
-    for (int r = 0; r < run->comm.size; r++) {
-        int n = 0;
-        for (int k = 0; k < run->n_clients; k++) n += run->owner[k] == r;
-        if (n > most_owned) most_owned = n;
-    }
-    const int uploads = most_owned < max_selected(run) ? most_owned : max_selected(run);
-    const int size = run->comm.size, client_rank = size > 1 ? 1 : 0; /* rank 1 evaluates the most batches of them */
-    char client_scratch[64], server_scratch[64];
-    fh_log_info("memory per client rank (at most %d client%s each): model state + gradient + optimiser + activations "
-                "%.1f MiB, its clients' data, persistent vectors %d x %d x %.1f MiB = %.1f MiB, upload records %d x "
-                "%.1f MiB = %.1f MiB, evaluation %.1f MiB%s", most_owned, most_owned == 1 ? "" : "s", model_work,
-                most_owned, run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
-                (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib,
-                (double)fl_eval_bytes(&run->data, run->s.eval_batch, client_rank, size) / mib,
-                scratch_note(client_scratch, sizeof client_scratch, run->z.client_scratch));
-    /* the metrics.csv rows and every clients.csv row of the run, kept for the checkpoints */
-    const double rows = ((double)run->s.rounds * FL_N_COLUMNS + (double)run->cap_client_rows * run->n_ccols) * 8 / mib;
-    fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors, "
-                "evaluation %.1f MiB, metric rows %.1f MiB%s", max_selected(run), (double)run->layout.bytes / mib,
-                max_selected(run) * (double)run->layout.bytes / mib,
-                3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors,
-                (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows,
-                scratch_note(server_scratch, sizeof server_scratch, run->z.server_scratch));
-    if (m->quality_shift && !run->data.has_test_corrupted)
-        fh_log_info("%s: the data has no corrupted test set ([data] corruption = none): the clean/corrupted comparison "
-                    "is off (metrics.csv corrupted_*, client_auc_std, client_bacc_std stay empty; docs/methods/metrics.md C.5, C.6)",
-                    m->name);
-}
-
-/* clients.csv: the fixed columns, then the upload scalars named by the method's AlgoSizes.client_columns, then
- * the plug-in's */
-static int client_columns(FlRun *run)
-{
-    run->n_ccols = FL_N_CCOLUMNS;
-    for (int c = 0; c < FL_N_CCOLUMNS; c++) run->ccol_names[c] = fl_client_column_names[c];
-    const struct {
-        const AlgoMethod *method;
-        const char *list;
-        int first;
-    } owners[] = { { run->s.method, run->z.client_columns, run->z.client_column_first },
-                   { run->s.plugin, run->work.plugin_client_columns, run->work.plugin_client_column_first } };
-    size_t used = 0;
-    for (size_t o = 0; o < sizeof owners / sizeof owners[0]; o++) {
-        const char *list = owners[o].list;
-        if (!list || !*list) continue;
-        const int written = snprintf(run->ccol_text + used, sizeof run->ccol_text - used, "%s", list);
-        if (written < 0 || (size_t)written >= sizeof run->ccol_text - used)
-            FH_FAIL(FH_ERR_USAGE, "method %s: clients.csv column names \"%s\" too long", owners[o].method->name, list);
-        char *p = run->ccol_text + used;
-        used += (size_t)written + 1;
-        for (int scalar = owners[o].first; p; scalar++) {
-            char *comma = strchr(p, ',');
-            if (comma) *comma = '\0';
-            if (run->n_ccols == FL_MAX_CCOLUMNS || scalar >= run->z.upload_scalars)
-                FH_FAIL(FH_ERR_USAGE, "method %s: clients.csv columns \"%s\" exceed its upload scalars or %d columns",
-                        owners[o].method->name, list, FL_MAX_CCOLUMNS - FL_N_CCOLUMNS);
-            run->ccol_scalar[run->n_ccols] = scalar;
-            run->ccol_names[run->n_ccols++] = p;
-            p = comma ? comma + 1 : NULL;
-        }
-    }
-    return FH_OK;
-}
-
-/* Rank 0: room for every clients.csv row of the run, those of a resumed checkpoint and one per selected
- * client of each round still to run (the selection plan is drawn here as the rounds will draw it), so that
- * the rounds allocate nothing; the checkpoint writes them all. */
-static int reserve_client_rows(FlRun *run)
-{
-    const int K = run->n_clients, per_round = fl_clients_per_round(&run->s, K);
-    int64_t rows = run->n_client_rows;
-    int32_t *ids = NULL;
-    if (per_round < 0) FH_CHECK(fh_calloc(&ids, (size_t)K, sizeof *ids, "selection plan"));
-    for (int t = run->start_round; t < run->s.rounds; t++)
-        rows += per_round >= 0 ? per_round : select_clients(&run->s, K, t, ids);
-    fh_free(&ids);
-    double *room = NULL;
-    FH_CHECK(fh_calloc(&room, (size_t)(rows > 0 ? rows : 1), (size_t)run->n_ccols * sizeof(double), "clients.csv rows"));
-    if (run->n_client_rows > 0)
-        memcpy(room, run->client_rows, (size_t)run->n_client_rows * run->n_ccols * sizeof(double));
-    fh_free(&run->client_rows);
-    run->client_rows = room;
-    run->cap_client_rows = rows;
-    return FH_OK;
-}
-
 static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
     const FlSettings *s = &run->s;
@@ -1308,8 +928,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
                          &run->method_server_scratch, &run->plugin_server_scratch);
     }
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
-    FH_CHECK(client_columns(run));
-    if (rank == 0) FH_CHECK(domain_columns(run));
+    FH_CHECK(fl_client_columns(run));
+    if (rank == 0) FH_CHECK(fl_domain_columns(run));
     FH_CHECK(fl_agree(&run->comm, rank == 0 ? fl_checkpoint_init(run) : FH_OK));
     run->lr = s->lr;
     run->write_final = 1;
@@ -1341,14 +961,16 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
             FH_CHECK(fl_agree(&run->comm, status));
         }
     }
-    status = rank == 0 ? reserve_client_rows(run) : FH_OK;
+    status = rank == 0 ? fl_reserve_client_rows(run) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));
-    status = rank == 0 ? open_outputs(run, opt) : FH_OK;
+    status = rank == 0 ? fl_open_outputs(run, opt) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));
-    if (rank == 0) print_budget(run);
+    if (rank == 0) fl_print_budget(run);
     fl_injected_kill("setup", run->start_round);
     return FH_OK;
 }
+
+static void remove_empty_run_folder_cb(void *run) { fl_remove_empty_run_folder(run); }
 
 int fl_run(const FlRunOptions *opt, MPI_Comm comm)
 {
@@ -1391,7 +1013,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
         fprintf(run.log, "error: %s\n", fh_error_message());
         fflush(run.log);
     }
-    if (status != FH_OK && run.comm.rank == 0) remove_empty_run_folder(&run);
+    if (status != FH_OK && run.comm.rank == 0) fl_remove_empty_run_folder(&run);
     if (opt->stopped) *opt->stopped = status == FH_OK && stopped;
     fl_before_abort(NULL, NULL);
     fl_watch_errors(NULL);
