@@ -688,27 +688,122 @@ static uint64_t hash_ids(const int32_t *ids, int n)
     return h & ((1ull << 52) - 1); /* exact in a double */
 }
 
+/* Rank 0, after the server step: the round's identity, phase times and traffic into row. Training overlaps
+ * across ranks: the slowest rank's total is the phase's length. */
+static void round_columns(const FlRun *run, const FlLoop *L, const FlPlanHeader *plan, const double times[4],
+                          int diverged, int64_t bcast_bytes, double *row)
+{
+    row[FL_COL_round] = plan->round;
+    row[FL_COL_lr] = plan->lr;
+    row[FL_COL_n_selected] = plan->n_selected;
+    row[FL_COL_selected_hash] = (double)hash_ids(L->selected, plan->n_selected);
+    row[FL_COL_t_broadcast] = times[1] - times[0];
+    double per_rank_max = 0.0;
+    if (!diverged) {
+        double *sum = L->rank_seconds;
+        memset(sum, 0, (size_t)run->comm.size * sizeof *sum);
+        for (int i = 0; i < plan->n_selected; i++) {
+            int r = run->owner[L->uploads[i].client];
+            sum[r] += fl_record_header(gathered_record(run, L, L->order[i]))->seconds;
+            if (sum[r] > per_rank_max) per_rank_max = sum[r];
+        }
+    }
+    const double gather = times[2] - times[1];
+    row[FL_COL_t_train] = per_rank_max;
+    row[FL_COL_t_gather] = gather - per_rank_max > 0 ? gather - per_rank_max : 0.0;
+    row[FL_COL_t_aggregate] = times[3] - times[2];
+    row[FL_COL_t_round] = times[3] - times[0];
+    row[FL_COL_bytes_down] = (double)plan->n_selected * (double)bcast_bytes;
+    row[FL_COL_bytes_up] = (double)plan->n_selected * (double)run->layout.bytes;
+}
+
+/* Rank 0: what follows round t: evaluation, checkpoint, or a stop (divergence, a signal) */
+static FlControl round_control(const FlSettings *s, int t, int diverged)
+{
+    FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
+    const int last = t == s->rounds - 1, stop = fh_stop_requested();
+    ctl.eval = (s->eval_every > 0 && (t + 1) % s->eval_every == 0) || last;
+    ctl.checkpoint = (s->checkpoint_every > 0 && (t + 1) % s->checkpoint_every == 0) || last || stop;
+    ctl.stop = diverged ? FL_PLAN_STOP_DIVERGED : (stop && !last) ? FL_PLAN_STOP_SIGNAL : FL_PLAN_RUN;
+    if (diverged) ctl.eval = ctl.checkpoint = 0;
+    return ctl;
+}
+
+static int diverged_error(const FlRun *run, int t)
+{
+    struct stat st;
+    if (stat(run->checkpoint_path, &st) == 0)
+        FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above); the last good checkpoint, %s, is "
+                "kept (lower [train] lr, or set [train] clip)", t + 1, run->checkpoint_path);
+    FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above) before any checkpoint was written "
+            "(lower [train] lr, or set [train] clip)", t + 1);
+}
+
+/* Every rank: the evaluation, the sharpness probe and the Hessian columns that round t asks for, their passes
+ * counted into cost; *seconds: their wall time. */
+static int round_measures(FlRun *run, int t, const FlControl *ctl, double *row, FlRoundCost *cost, double *seconds)
+{
+    const FlSettings *s = &run->s;
+    const double t0 = fh_time_now();
+    const int probe = s->sharpness_every > 0 && ((t + 1) % s->sharpness_every == 0 || t == s->rounds - 1);
+    const int64_t eval_forward0 = run->work.model.forward_samples, eval_backward0 = run->work.model.backward_samples;
+    if (ctl->eval) FH_CHECK(evaluate(run, row));
+    if (probe) FH_CHECK(fl_agree(&run->comm, run->comm.rank == 0 ? sharpness(run, row) : FH_OK));
+    const int hessian = s->hessian_every > 0 && ((t + 1) % s->hessian_every == 0 || t == s->rounds - 1);
+    if (hessian) FH_CHECK(fl_hessian(run, t, row));
+    if (ctl->eval || probe || hessian)
+        FH_CHECK(fl_cost_reduce_passes(&run->comm, &run->work.model, eval_forward0, eval_backward0, cost));
+    *seconds = fh_time_now() - t0;
+    return FH_OK;
+}
+
+/* Rank 0: round t's metrics.csv row (cost columns, the per-domain columns after the fixed ones), kept for a
+ * resume, and its progress line with the ETA from the rounds timed so far. */
+static int metrics_row(FlRun *run, FlLoop *L, int t, double *row, double t_eval, FlRoundCost *cost, double *cost_mark)
+{
+    const FlSettings *s = &run->s;
+    row[FL_COL_t_eval] = t_eval;
+    const double now = fh_time_now();
+    cost->seconds = now - *cost_mark;
+    *cost_mark = now;
+    fl_cost_row(row, run->n_rows ? run->rows + (size_t)(run->n_rows - 1) * FL_N_COLUMNS : NULL, cost);
+    double *d = run->n_dcols ? run->drows + (size_t)run->n_rows * run->n_dcols : NULL;
+    for (int c = 0; c < run->n_dcols; c++) d[c] = isnan(row[FL_COL_test_accuracy]) ? NAN : run->dnow[c];
+    memcpy(run->rows + (size_t)run->n_rows++ * FL_N_COLUMNS, row, FL_N_COLUMNS * sizeof *row);
+    fl_csv_cells(run->metrics_csv, row, FL_N_COLUMNS, 0);
+    fl_csv_cells(run->metrics_csv, d, run->n_dcols, 1);
+    const int status = fl_csv_end_row(run->metrics_csv, run->dir, "metrics.csv");
+    if (t > run->start_round || run->start_round == s->rounds - 1) {
+        L->round_seconds_sum += row[FL_COL_t_round] + t_eval;
+        L->rounds_timed++;
+    }
+    double per = L->rounds_timed ? L->round_seconds_sum / L->rounds_timed : row[FL_COL_t_round] + t_eval;
+    fl_progress_line(run, row, per * (s->rounds - 1 - t));
+    return status;
+}
+
+/* The rounds: plan and broadcast, local training, gather, the server step (rank 0), the round's control
+ * broadcast, measures, the metrics row, a checkpoint; a client that left, a divergence or a signal ends them. */
 static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
 {
     const FlSettings *s = &run->s;
-    const int K = run->n_clients;
     const int64_t bcast_floats = (int64_t)(1 + run->z.server_vectors) * run->n_state;
     const int64_t bcast_bytes = bcast_floats * (int64_t)sizeof(float) + run->z.server_scalars * (int64_t)sizeof(double);
     *stopped_by_signal = 0;
     double cost_mark = fh_time_now(); /* cum_seconds: wall time between rows, checkpoint writes included */
     for (int t = run->start_round; t < s->rounds; t++) {
-        double row[FL_N_COLUMNS];
+        double row[FL_N_COLUMNS], times[4];
         for (int c = 0; c < FL_N_COLUMNS; c++) row[c] = NAN;
         FlRoundCost cost = { 0 };
         FlPlanHeader plan = { t, FL_PLAN_RUN, 0, 0, run->lr };
-        if (run->comm.rank == 0) plan.n_selected = fl_select_clients(s, K, t, L->selected);
+        if (run->comm.rank == 0) plan.n_selected = fl_select_clients(s, run->n_clients, t, L->selected);
         FH_CHECK(fl_bcast(&run->comm, &plan, sizeof plan));
         FH_CHECK(fl_bcast(&run->comm, L->selected, (int64_t)plan.n_selected * (int64_t)sizeof *L->selected));
-        const double t0 = fh_time_now();
+        times[0] = fh_time_now();
         FH_CHECK(fl_bcast(&run->comm, run->global, bcast_floats * (int64_t)sizeof(float)));
         if (run->z.server_scalars)
             FH_CHECK(fl_bcast(&run->comm, run->server_scalars, run->z.server_scalars * (int64_t)sizeof(double)));
-        const double t1 = fh_time_now();
+        times[1] = fh_time_now();
         fl_injected_kill("broadcast", t);
 
         int n_mine = 0, status = FH_OK;
@@ -723,7 +818,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         }
         fl_injected_kill("train", t);
         FH_CHECK(gather_records(run, L, plan.n_selected, n_mine, t));
-        const double t2 = fh_time_now();
+        times[2] = fh_time_now();
         fl_injected_kill("gather", t);
 
         FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
@@ -738,35 +833,10 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
                 fl_fail_alone(&run->comm, status);
                 return status;
             }
-            const double t3 = fh_time_now();
-            row[FL_COL_round] = t;
-            row[FL_COL_lr] = plan.lr;
-            row[FL_COL_n_selected] = plan.n_selected;
-            row[FL_COL_selected_hash] = (double)hash_ids(L->selected, plan.n_selected);
-            row[FL_COL_t_broadcast] = t1 - t0;
-            /* training is overlapped across ranks: the slowest rank's total is the phase's length */
-            double per_rank_max = 0.0;
-            if (!diverged) {
-                double *sum = L->rank_seconds;
-                memset(sum, 0, (size_t)run->comm.size * sizeof *sum);
-                for (int i = 0; i < plan.n_selected; i++) {
-                    int r = run->owner[L->uploads[i].client];
-                    sum[r] += fl_record_header(gathered_record(run, L, L->order[i]))->seconds;
-                    if (sum[r] > per_rank_max) per_rank_max = sum[r];
-                }
-            }
-            row[FL_COL_t_train] = per_rank_max;
-            row[FL_COL_t_gather] = (t2 - t1) - per_rank_max > 0 ? (t2 - t1) - per_rank_max : 0.0;
-            row[FL_COL_t_aggregate] = t3 - t2;
-            row[FL_COL_t_round] = t3 - t0;
-            row[FL_COL_bytes_down] = (double)plan.n_selected * (double)bcast_bytes;
-            row[FL_COL_bytes_up] = (double)plan.n_selected * (double)run->layout.bytes;
+            times[3] = fh_time_now();
+            round_columns(run, L, &plan, times, diverged, bcast_bytes, row);
             fl_cost_add_records(&cost, L->recv, plan.n_selected, run->layout.bytes);
-            const int last = t == s->rounds - 1, stop = fh_stop_requested();
-            ctl.eval = (s->eval_every > 0 && (t + 1) % s->eval_every == 0) || last;
-            ctl.checkpoint = (s->checkpoint_every > 0 && (t + 1) % s->checkpoint_every == 0) || last || stop;
-            ctl.stop = diverged ? FL_PLAN_STOP_DIVERGED : (stop && !last) ? FL_PLAN_STOP_SIGNAL : FL_PLAN_RUN;
-            if (diverged) ctl.eval = ctl.checkpoint = 0;
+            ctl = round_control(s, t, diverged);
         }
         FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));
         fl_injected_kill("aggregate", t);
@@ -780,45 +850,12 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             if (run->comm.rank == 0) fl_left_round_line(run, t, L->checkpointed);
             return FH_OK;
         }
-        if (ctl.stop == FL_PLAN_STOP_DIVERGED) {
-            struct stat st;
-            if (stat(run->checkpoint_path, &st) == 0)
-                FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above); the last good checkpoint, %s, is "
-                        "kept (lower [train] lr, or set [train] clip)", t + 1, run->checkpoint_path);
-            FH_FAIL(FH_ERR_NUMERIC, "round %d diverged (see the message above) before any checkpoint was written "
-                    "(lower [train] lr, or set [train] clip)", t + 1);
-        }
+        if (ctl.stop == FL_PLAN_STOP_DIVERGED) return diverged_error(run, t);
         run->lr = nn_lr_next(plan.lr, s->lr_decay);
-        double t_eval = fh_time_now();
-        const int probe = s->sharpness_every > 0 && ((t + 1) % s->sharpness_every == 0 || t == s->rounds - 1);
-        const int64_t eval_forward0 = run->work.model.forward_samples, eval_backward0 = run->work.model.backward_samples;
-        if (ctl.eval) FH_CHECK(evaluate(run, row));
-        if (probe) FH_CHECK(fl_agree(&run->comm, run->comm.rank == 0 ? sharpness(run, row) : FH_OK));
-        const int hessian = s->hessian_every > 0 && ((t + 1) % s->hessian_every == 0 || t == s->rounds - 1);
-        if (hessian) FH_CHECK(fl_hessian(run, t, row));
-        if (ctl.eval || probe || hessian)
-            FH_CHECK(fl_cost_reduce_passes(&run->comm, &run->work.model, eval_forward0, eval_backward0, &cost));
-        t_eval = fh_time_now() - t_eval;
-        if (run->comm.rank == 0) {
-            row[FL_COL_t_eval] = t_eval;
-            const double now = fh_time_now();
-            cost.seconds = now - cost_mark;
-            cost_mark = now;
-            fl_cost_row(row, run->n_rows ? run->rows + (size_t)(run->n_rows - 1) * FL_N_COLUMNS : NULL, &cost);
-            /* the domain columns follow the fixed ones on the same line */
-            double *d = run->n_dcols ? run->drows + (size_t)run->n_rows * run->n_dcols : NULL;
-            for (int c = 0; c < run->n_dcols; c++) d[c] = isnan(row[FL_COL_test_accuracy]) ? NAN : run->dnow[c];
-            memcpy(run->rows + (size_t)run->n_rows++ * FL_N_COLUMNS, row, sizeof row);
-            fl_csv_cells(run->metrics_csv, row, FL_N_COLUMNS, 0);
-            fl_csv_cells(run->metrics_csv, d, run->n_dcols, 1);
-            status = fl_csv_end_row(run->metrics_csv, run->dir, "metrics.csv");
-            if (t > run->start_round || run->start_round == s->rounds - 1) {
-                L->round_seconds_sum += row[FL_COL_t_round] + t_eval;
-                L->rounds_timed++;
-            }
-            double per = L->rounds_timed ? L->round_seconds_sum / L->rounds_timed : row[FL_COL_t_round] + t_eval;
-            fl_progress_line(run, row, per * (s->rounds - 1 - t));
-        }
+
+        double t_eval = 0.0;
+        FH_CHECK(round_measures(run, t, &ctl, row, &cost, &t_eval));
+        if (run->comm.rank == 0) status = metrics_row(run, L, t, row, t_eval, &cost, &cost_mark);
         FH_CHECK(fl_agree(&run->comm, status)); /* metrics.csv written */
         fl_injected_kill("evaluate", t);
         if (ctl.checkpoint) {
