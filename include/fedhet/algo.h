@@ -399,6 +399,9 @@ typedef struct AlgoMethod {
      * cannot join: NULL, or a reason for host `host` */
     int plugin;
     const char *(*plugin_refuse)(const struct AlgoMethod *host, AlgoOptions host_options);
+    /* non-NULL: the server's weights or step are the method itself (what they are), so that no plug-in may
+     * replace them */
+    const char *aggregation_is_method;
     /* metrics.csv method_scalar of a method whose shown value follows from the round alone (FLOOD's lambda_t), so
      * that it keeps no server scalar for it (AlgoSizes.metric_scalar); a plug-in's shows when the host shows none */
     double (*round_scalar)(AlgoOptions options, int round);

@@ -717,6 +717,7 @@ static const AlgoServerWeights feddisco_weights_part = { feddisco_weights, "FedD
 const AlgoMethod algo_family_fair[] = {
     {
         .name = "qfedavg",
+        .aggregation_is_method = "q-FedAvg's server step (or loss-power weights) is its method",
         .summary = "q-FedAvg: loss-powered fair aggregation (original step of Li et al. 2020, or seed 001's loss-power "
                    "weighted average)",
         .source = "docs/methods/baselines.md A.9",
@@ -730,6 +731,7 @@ const AlgoMethod algo_family_fair[] = {
     },
     {
         .name = "afl",
+        .aggregation_is_method = "AFL's weights are its method (lambda on the simplex, or the worst client)",
         .summary = "Agnostic FL: the worst client's model (seed 001, default) or minimax weights lambda on the simplex "
                    "with the running average of iterates as the model (original; the state is the original's)",
         .source = "docs/methods/baselines.md A.10",
@@ -745,6 +747,7 @@ const AlgoMethod algo_family_fair[] = {
     },
     {
         .name = "fairfed",
+        .aggregation_is_method = "FairFed's fairness weights are its method",
         .summary = "FairFed: weights moved away from clients whose balanced accuracy of w^t deviates from the mean",
         .source = "docs/methods/baselines.md A.11",
         .state = "- | omega (K)",
@@ -758,6 +761,7 @@ const AlgoMethod algo_family_fair[] = {
     },
     {
         .name = "fedce",
+        .aggregation_is_method = "FedCE's contribution weights are its method",
         .summary = "FedCE: weights from gradient-space (cosine) and data-space (minus-model accuracy) contributions",
         .source = "docs/methods/baselines.md A.12",
         .state = "w_k^{t-1} (P) | c, 3 histories (4K)",
@@ -771,6 +775,7 @@ const AlgoMethod algo_family_fair[] = {
     },
     {
         .name = "fedga",
+        .aggregation_is_method = "FedGA's generalisation weights are its method",
         .summary = "FedGA: weights moved towards clients with large generalisation gaps (seed-001 form)",
         .source = "docs/methods/baselines.md A.13",
         .state = "- | a (K), L_k(w_k) (K)",
@@ -784,6 +789,7 @@ const AlgoMethod algo_family_fair[] = {
     },
     {
         .name = "fedlw",
+        .aggregation_is_method = "FedLW's loss weights are its method",
         .summary = "FedLW [reconstructed: only the abstract of Yao et al. 2025 is available]: weights proportional "
                    "to 1/(training loss)",
         .source = "docs/methods/baselines.md A.14 [recon]",
@@ -796,6 +802,7 @@ const AlgoMethod algo_family_fair[] = {
     },
     {
         .name = "fednolowe",
+        .aggregation_is_method = "FedNoLoWe's loss weights are its method",
         .summary = "FedNoLoWe: normalised loss-based weights (1 - L_k/sum L)/(m - 1)",
         .source = "docs/methods/baselines.md A.15",
         .state = "momentum (P, optional) | -",
@@ -808,6 +815,7 @@ const AlgoMethod algo_family_fair[] = {
     },
     {
         .name = "feddisco",
+        .aggregation_is_method = "FedDisco's discrepancy weights are its method",
         .summary = "FedDisco: sample weights corrected by the KL discrepancy of each client's label distribution",
         .source = "docs/methods/baselines.md A.16",
         .state = "-",

@@ -321,26 +321,13 @@ static int flood_validate(const AlgoMethod *m, const AlgoSetup *s)
     return FH_OK;
 }
 
-/* Hosts whose aggregation is not a weighted mean of client models, or whose own client weights FLOOD's would
- * silently replace. */
+/* Hosts whose aggregation is their method (AlgoMethod.aggregation_is_method): DAC would replace it. */
 static const char *flood_refuse(const AlgoMethod *host, AlgoOptions host_options)
 {
-    static const struct {
-        const char *name, *why;
-    } refused[] = {
-        { "qfedavg", "q-FedAvg's server step (or loss-power weights) is its method; DAC would replace it" },
-        { "afl", "AFL's weights are its method (lambda on the simplex, or the worst client); DAC would replace them" },
-        { "fairfed", "FairFed's fairness weights are its method; DAC would replace them" },
-        { "fedce", "FedCE's contribution weights are its method; DAC would replace them" },
-        { "fedga", "FedGA's generalisation weights are its method; DAC would replace them" },
-        { "fedlw", "FedLW's loss weights are its method; DAC would replace them" },
-        { "fednolowe", "FedNoLoWe's loss weights are its method; DAC would replace them" },
-        { "feddisco", "FedDisco's discrepancy weights are its method; DAC would replace them" },
-        { "fedmr", "FedMR keeps slot models and recombines layers: there is no weighted mean for DAC to correct" },
-    };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        if (!strcmp(host->name, refused[i].name)) return refused[i].why;
-    return NULL;
+    static char why[320];
+    if (!host->aggregation_is_method) return NULL;
+    snprintf(why, sizeof why, "%s; DAC would replace it", host->aggregation_is_method);
+    return why;
 }
 
 static const AlgoSampleWeights flood_asw = { flood_weigh };

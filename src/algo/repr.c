@@ -762,6 +762,7 @@ const AlgoMethod algo_family_repr[] = {
     },
     {
         .name = "fedmr",
+        .aggregation_is_method = "FedMR keeps slot models and recombines layers: its server step is no weighted mean",
         .summary = "FedMR: m slot models trained by the round's clients, recombined tensor by tensor; eval on their mean",
         .source = "docs/methods/baselines.md A.19",
         .state = "- | m slots (m P, broadcast)",

@@ -89,6 +89,13 @@ test_bad_keys()
     fh 1 twice "$WORK/base.ini" output.name=twice algo.method=flood algo.plugin=flood
     expect_rc "plugin flood on flood" 1
     [ ! -d "$WORK/out/badq" ] && [ ! -d "$WORK/out/twice" ] || fail "a refused config left a run folder"
+    # hosts whose aggregation is their method (their rows say so; three of the nine): DAC would replace it
+    local host
+    for host in qfedavg fairfed fedmr; do
+        fh 1 "host_$host" "$WORK/base.ini" output.name="host_$host" algo.method=$host algo.plugin=flood
+        expect_rc "plugin flood on $host" 1 &&
+            { grep -q 'DAC would replace it' "$WORK/host_$host.err" || fail "flood on $host: $(errline "host_$host")"; }
+    done
 }
 
 TESTS=(neutral_equals_fedavg plugin_on_hosts switches_change_results ash_scores logs_lambda_and_phi resume bad_keys)
