@@ -432,6 +432,13 @@ static inline AlgoOptions algo_options_view(const AlgoMethod *m, const AlgoOptio
 /* The sizes of m under setup (the fixed counts, then m->sizes). */
 void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
 
+/* The round's server weights p [n] (the composition rule, docs/adding-a-method.md): a plug-in with weights
+ * replaces the host's, in its own view (plugin_options, plugin_scratch) of its own uploads plugin_u (their
+ * scalars follow the host's); else the method's, by default the sample counts. */
+int algo_round_weights(const AlgoMethod *m, const AlgoMethod *plugin, AlgoOptions plugin_options,
+                       AlgoScratch plugin_scratch, const AlgoServerCtx *sctx, const AlgoUpload *u,
+                       const AlgoUpload *plugin_u, int n, double *p);
+
 /* Default parts, for methods that reuse them */
 extern const AlgoServerWeights algo_weights_samples;
 extern const AlgoServerWeights algo_weights_uniform;

@@ -504,15 +504,8 @@ static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
  * plug-in's options, uploads and scratch); the method's default is the sample counts */
 static int round_weights(FlRun *run, FlLoop *L, const AlgoServerCtx *sctx, int n_selected)
 {
-    const AlgoMethod *plugin = run->s.plugin;
-    if (plugin && plugin->weights) {
-        AlgoServerCtx pctx = *sctx;
-        pctx.options = fl_plugin_options(&run->s);
-        pctx.scratch = run->plugin_server_scratch;
-        return plugin->weights->weights(&pctx, L->plugin_uploads, n_selected, L->weights);
-    }
-    const AlgoMethod *m = run->s.method;
-    return (m->weights ? m->weights : &algo_weights_samples)->weights(sctx, L->uploads, n_selected, L->weights);
+    return algo_round_weights(run->s.method, run->s.plugin, fl_plugin_options(&run->s), run->plugin_server_scratch,
+                              sctx, L->uploads, L->plugin_uploads, n_selected, L->weights);
 }
 
 /* Rank 0: the method's update (default: the weighted average) into L->next; *diverged when it is not finite */

@@ -138,21 +138,6 @@ static const char *tiny_config(const char *data)
     return path;
 }
 
-/* FLOOD on top: its weights replace the host's and see its own uploads (their scalars follow the host's) and
- * scratch (as src/fl/run.c) */
-static int round_weights(const FlSettings *s, const AlgoServerCtx *sc, AlgoScratch plugin_scratch, const AlgoUpload *u,
-                         const AlgoUpload *plugin_u, double *p)
-{
-    if (!s->plugin || !s->plugin->weights) {
-        const AlgoServerWeights *w = s->method->weights ? s->method->weights : &algo_weights_samples;
-        return w->weights(sc, u, K, p);
-    }
-    AlgoServerCtx pc = *sc;
-    pc.options = fl_plugin_options(s);
-    pc.scratch = plugin_scratch;
-    return s->plugin->weights->weights(&pc, plugin_u, K, p);
-}
-
 /* method `name` (with plug-in `plugin` or NULL) at its defaults: two clients, two rounds */
 static void run_row(const char *config, const char *name, const char *plugin)
 {
@@ -214,7 +199,7 @@ static void run_row(const char *config, const char *name, const char *plugin)
             plugin_u[k].scalars = fl_record_scalars(r) + w.host_upload_scalars;
         }
         sc.round = round;
-        CHECK_OK(round_weights(&s, &sc, plugin_scratch, u, plugin_u, p));
+        CHECK_OK(algo_round_weights(s.method, s.plugin, fl_plugin_options(&s), plugin_scratch, &sc, u, plugin_u, K, p));
         if (s.method->update) CHECK_OK(s.method->update->update(&sc, u, K, p, next));
         else CHECK_OK(algo_average(&sc, u, K, p, next));
         int finite = 1;
