@@ -29,9 +29,7 @@ static double batch_loss(NnModel *m, const float *logits, const int32_t *y, int 
 /* pert = state + e, e = rho G/(||G|| + 1e-12) on the trainable part, G = m->grad (FedISM's get_perturb_model) */
 static void perturb(const NnModel *m, const float *state, double rho, float *pert)
 {
-    double sq = 0.0;
-    for (int64_t j = 0; j < m->n_params; j++) sq += (double)m->grad[j] * (double)m->grad[j];
-    const float scale = (float)(rho / (sqrt(sq) + 1e-12));
+    const float scale = (float)(rho / (sqrt(nn_vec_dot_ordered(m->grad, m->grad, m->n_params)) + 1e-12));
     nn_vec_copy(pert, state, m->n_state);
     nn_vec_axpy(pert, scale, m->grad, m->n_params);
 }

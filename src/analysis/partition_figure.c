@@ -12,8 +12,6 @@
 #include "fedhet/core.h"
 #include "fedhet/data.h"
 
-#define REPORT_PATH_MAX 4096
-
 static int write_partition_data(const DataPartFile *f, const char *counts_path, const char *sizes_path)
 {
     FILE *out = fopen(counts_path, "w");
@@ -154,7 +152,7 @@ typedef struct {
 static int draw_partition(void *ctx, const char *dir, FILE *out, const char *image_path)
 {
     const PartitionFigure *fig = ctx;
-    char counts[REPORT_PATH_MAX], sizes[REPORT_PATH_MAX], hetero[REPORT_PATH_MAX];
+    char counts[FH_PATH_MAX], sizes[FH_PATH_MAX], hetero[FH_PATH_MAX];
     FH_CHECK(fh_path_join(counts, sizeof counts, dir, "counts.dat"));
     FH_CHECK(fh_path_join(sizes, sizeof sizes, dir, "sizes.dat"));
     FH_CHECK(fh_path_join(hetero, sizeof hetero, dir, "hetero.dat"));
