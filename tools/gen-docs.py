@@ -63,7 +63,7 @@ def help_split(fedhet, command, marker):
 # ---- configuration.md --------------------------------------------------------------------------------------
 
 RUN_KEY = re.compile(r"^  (\S+)\s+(string|choice|float|int|bool)\s+(required|default (?:\"\"|\S+))\s+"
-                     r"(one of \S+|in \[[^\]]*\])?\s*(.*)$")
+                     r"(one of \S+|in [\[(][^\])]*[\])])?\s*(.*)$")
 PART_KEY = re.compile(r"^  (\S+)\s+\(([^)]*)\)\s+(.*)$")
 
 

@@ -16,7 +16,7 @@ work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 
 /usr/bin/python3 tests/mpi/make_idx.py "$work/idx" 600 100 8 4 >/dev/null
-"$FEDHET" partition "$work/idx" "$work/p6.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 seed=1 classes=4 \
+"$FEDHET" partition "$work/idx" "$work/p6.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 partition_seed=1 classes=4 \
     >/dev/null
 cat >"$work/base.ini" <<EOF
 [data]

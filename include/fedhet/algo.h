@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fedhet/config.h"
 #include "fedhet/nn.h"
 
 #define ALGO_MAX_AUX 2 /* extra model instances per client rank */
@@ -58,24 +59,16 @@ struct AlgoMethod;
 #define ALGO_MAX_TUNES 4        /* per-row defaults / help of shared parts' keys */
 #define ALGO_OPTIONS_BYTES 512  /* one run's options: the row's parts at aligned offsets (the registry test checks) */
 
-typedef enum { ALGO_OPTION_NUMBER, ALGO_OPTION_CHOICE } AlgoOptionType;
+/* A method's key is a config key of [algo] (fedhet/config.h), landing in its part's struct: a number (FH_CFG_FLOAT,
+ * .def.f, range) into a double, a choice (FH_CFG_CHOICE, .def.s, .choices) as its index into an int. */
+typedef FhConfigKey AlgoOption;
 
-typedef struct {
-    const char *key;      /* config key in [algo]: the field's name */
-    size_t offset;        /* offsetof the field in the part's struct: a double (number) or an int (choice index) */
-    AlgoOptionType type;
-    double default_value; /* a number, or the index of the default choice */
-    double lo, hi;        /* inclusive range of a number, unless lo_open / hi_open */
-    const char *choices;  /* a choice's "a|b|c" (NULL for a number) */
-    const char *help;
-    unsigned char lo_open, hi_open;
-} AlgoOption;
-
-/* The first members of an AlgoOption: the key named after field `f` of struct T, checked to be a double
- * (number) or an int (choice) at compile time. */
-#define ALGO_FIELD_(T, f, C) #f, offsetof(T, f) + 0 * sizeof(char[_Generic(((T *)0)->f, C: 1, default: -1)])
-#define ALGO_NUMBER(T, f) ALGO_FIELD_(T, f, double), ALGO_OPTION_NUMBER
-#define ALGO_CHOICE(T, f) ALGO_FIELD_(T, f, int), ALGO_OPTION_CHOICE
+/* The first members of an AlgoOption: the key named after field `f` of struct T, which must be a double (number) or
+ * an int (choice; checked at compile time). */
+#define ALGO_NUMBER(T, f)                                                                                             \
+    .section = "algo", .key = #f, .type = FH_CFG_FLOAT,                                                               \
+    .at = offsetof(T, f) + 0 * sizeof(char[_Generic(((T *)0)->f, double: 1, default: -1)]), .land = FH_LAND_DOUBLE
+#define ALGO_CHOICE(T, f) .section = "algo", .key = #f, .type = FH_CFG_CHOICE, FH_CONFIG_AT_INDEX(T, f)
 
 typedef struct AlgoOptionPart {
     const char *name;        /* in messages and tests */
@@ -91,7 +84,7 @@ typedef struct AlgoOptionPart {
 /* A row's own default and help for a key of a shared part (a method whose radius or text differs). */
 typedef struct {
     const char *key;
-    double default_value; /* NAN: the part's */
+    double default_value; /* a number's; NAN: the part's */
     const char *help;     /* NULL: the part's */
 } AlgoOptionTune;
 
@@ -116,7 +109,7 @@ int algo_option_count(const struct AlgoMethod *m);
 const AlgoOption *algo_option_at(const struct AlgoMethod *m, int i);
 /* key `key` of m, NULL if m has none */
 const AlgoOption *algo_option_find(const struct AlgoMethod *m, const char *key);
-/* the key's default and help for row m (the row's tune, else the part's) */
+/* the key's default (a choice: its index) and help for row m (the row's tune, else the part's) */
 double algo_option_default(const struct AlgoMethod *m, const AlgoOption *o);
 const char *algo_option_help(const struct AlgoMethod *m, const AlgoOption *o);
 /* choice `index` of o: its text (not NUL-terminated) and length; NULL past the last */

@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fedhet/config.h"
+
 /* ---- report (src/analysis/report.c) ---- */
 #define REPORT_MAX_TARGETS 16
 
@@ -55,18 +57,19 @@ typedef struct {
     int dims;               /* 1: a curve along one direction; 2: a surface over two */
     int points;             /* per axis (odd: the model itself is the centre point) */
     double span;            /* coordinates from -span to span, in units of the normalised direction */
-    long seed;              /* of the directions (Philox, purpose projection) */
+    int64_t seed;           /* of the directions (Philox, purpose projection) */
     int subset;             /* test rows used, spread evenly over the test set; 0: all of them */
     int batch;              /* rows per forward pass */
     int threads;            /* OpenBLAS threads per rank */
     int save_directions;    /* 1: also store the direction vectors (/directions) */
-    const char *data;       /* the partition file; NULL: [data] path of the checkpoint's config */
-    const char *out;        /* output folder; NULL: the checkpoint's folder */
+    const char *data;       /* the partition file; "": [data] path of the checkpoint's config */
+    const char *out;        /* output folder; "": the checkpoint's folder */
     const char *name;       /* writes OUT/NAME.h5 and OUT/NAME.png */
     const char *bias;       /* 1-D tensors (biases, norm weights): "zero" or "weights" (the tensor itself) */
 } LandscapeOptions;
 
-void landscape_options_default(LandscapeOptions *o);
+/* Its keys (`fedhet landscape key=value`, section "landscape"), landing in LandscapeOptions */
+const FhConfigKey *landscape_keys(int *n);
 /* Every rank of comm: the points are dealt to the ranks in turn; rank 0 writes OUT/NAME.h5 (atomically)
  * and draws OUT/NAME.png. The numbers do not depend on the rank count. The same status on every rank. */
 int landscape_run(const LandscapeOptions *o, MPI_Comm comm);

@@ -16,20 +16,59 @@
 #ifndef FEDHET_CONFIG_H
 #define FEDHET_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 typedef enum { FH_CFG_INT, FH_CFG_FLOAT, FH_CFG_BOOL, FH_CFG_STRING, FH_CFG_CHOICE } FhConfigType;
 
+/* The C type of the field a key's value lands in (fh_config_land); FH_CONFIG_AT names the field. */
+typedef enum {
+    FH_LAND_NONE = 0,
+    FH_LAND_INT,
+    FH_LAND_INT64,
+    FH_LAND_FLOAT,
+    FH_LAND_DOUBLE,
+    FH_LAND_STRING,
+    FH_LAND_INDEX /* a CHOICE as the position of its value among the choices, into an int (or an enum of int's size) */
+} FhConfigLand;
+
+/* A key's default, by its type: .i (INT), .f (FLOAT), .b (BOOL), .s (STRING and CHOICE; NULL reads as "") */
+typedef union {
+    int64_t i;
+    double f;
+    int b;
+    const char *s;
+} FhConfigValue;
+
+/* One key, written once with designated initializers, e.g.
+ *   { .section = "train", .key = "lr", .type = FH_CFG_FLOAT, .def.f = 0.01, .lo = 1e-12, .hi = 1e12,
+ *     .help = "local learning rate", FH_CONFIG_AT(FlSettings, lr) } */
 typedef struct {
     const char *section;      /* "data", "model", "train", "fl", "algo", "output" */
     const char *key;          /* "lr" */
     FhConfigType type;
-    const char *default_text; /* NULL: required (an error if absent after the file and the overrides) */
-    double lo, hi;            /* inclusive range for INT and FLOAT; none when lo > hi */
+    FhConfigValue def;        /* the default */
+    int required;             /* 1: no default; an error if absent after the file and the overrides */
+    double lo, hi;            /* range of INT and FLOAT; none when lo >= hi (as when both are left out) */
+    int lo_open, hi_open;     /* 1: that end is excluded, (lo, hi] */
     const char *choices;      /* CHOICE: "|"-separated, e.g. "sgd|adam|adamw" */
     const char *help;         /* one line */
+    const char *was;          /* a former name: an unknown key of that name gets "did you mean" this key */
+    FhConfigLand land;        /* FH_LAND_NONE: read with the getters only */
+    size_t at;                /* offset of the field in the struct fh_config_land fills */
 } FhConfigKey;
+
+/* .land and .at of a key whose value lands in field `field` of `Struct`: the field's C type picks the land (int,
+ * int64_t, float, double, const char *); a field of another type does not compile. */
+#define FH_CONFIG_AT(Struct, field)                                                                                  \
+    .at = offsetof(Struct, field),                                                                                  \
+    .land = _Generic(((Struct *)0)->field, int: FH_LAND_INT, int64_t: FH_LAND_INT64, float: FH_LAND_FLOAT,          \
+                     double: FH_LAND_DOUBLE, const char *: FH_LAND_STRING)
+/* the same for a CHOICE landing as its index (FH_LAND_INDEX); the field must have an int's size */
+#define FH_CONFIG_AT_INDEX(Struct, field)                                                                            \
+    .at = offsetof(Struct, field) + 0 * sizeof(char[sizeof(((Struct *)0)->field) == sizeof(int) ? 1 : -1]),         \
+    .land = FH_LAND_INDEX
 
 typedef struct FhConfig FhConfig; /* opaque */
 
@@ -64,6 +103,26 @@ int fh_config_to_text(const FhConfig *c, char **text);
  * ("0.10" equals "0.1"), skipping the "section.key" names in `ignore` (NULL-terminated; NULL: none).
  * *diff: "section.key: A -> B" lines joined by "; ", malloc'd (free() it); NULL when none differ. */
 int fh_config_diff(const FhConfig *a, const FhConfig *b, const char *const *ignore, char **diff);
+
+/* The same for a command whose keys come as "key=value" arguments (fedhet partition, fedhet landscape): a key is
+ * named without its section (no two keys of the schema share a name), args[i] "key=value" being the override
+ * "section.key=value"; messages begin with source_name (NULL: "command line"). Nothing is read from a file. */
+int fh_config_load_args(FhConfig **out, const FhConfigKey *schema, int n, char *const *args, int n_args,
+                        const char *source_name);
+
+/* `--help` of such a command: "  key  (default) help (allowed values)", a line per key ("-" for an empty default) */
+void fh_config_print_args_help(FILE *out, const FhConfigKey *schema, int n);
+
+/* Writes every key of `section` (NULL: of every section) with a land into the struct at dst (the key's .at from dst):
+ * an INT key into an int or int64_t, a FLOAT into a float or double, a STRING or CHOICE as a pointer into the config
+ * (valid while it lives) or a CHOICE as its index. The schema check refuses a land that does not fit its key. */
+void fh_config_land(const FhConfig *c, const char *section, void *dst);
+/* A key's value as text: as given, or its default's text */
+const char *fh_config_text(const FhConfig *c, const char *section, const char *key);
+
+/* The text of a key's default as --help and the resolved config show it: the shortest decimal that reads back
+ * as the same number (1e-8, 0.05, 1.3333333333333333), the choice or string itself; "" when required. */
+void fh_config_default_text(const FhConfigKey *k, char *out, size_t cap);
 
 /* `--help` text: every key grouped by section with its type, default (or "required"), range or
  * choices, and help line. */

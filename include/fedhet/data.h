@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fedhet/config.h"
+
 /* An image set: uint8 images [n, c, h, w] and int32 labels [n] in [0, classes). The images are either in
  * memory (images) or streamed from the source one row at a time (images NULL, fetch): the image sources of
  * data_source_open decode a file per call, so a data set never has to fit in memory. A set made by hand
@@ -158,9 +160,6 @@ typedef struct {
     uint64_t seed;
 } DataSourceOptions;
 
-/* defaults: format auto, idx_classes 10, size 0, resize shorter, crop center, channels 0, shrink on, csv
- * columns image / label, layout auto, float_max 1, test_fraction 0.2 */
-void data_source_options_default(DataSourceOptions *o);
 
 typedef struct DataSource DataSource;
 /* Opens src by o: the formats of data_source_read (read into memory as before) or an image source, whose
@@ -168,17 +167,6 @@ typedef struct DataSource DataSource;
  * decoded image). *format_used names the format read. Close with data_source_close after the sets. */
 int data_source_open(DataSource **out, DataImageSet *train, DataImageSet *test, const char *src,
                      const DataSourceOptions *o, const char **format_used);
-/* The image source keys of `fedhet partition` (and of [data] source_options): name, default, meaning. */
-typedef struct {
-    const char *key, *default_text, *help;
-} DataSourceKey;
-const DataSourceKey *data_source_keys(int *n);
-/* Sets one key (value is borrowed); *known 0 when key is not a source key. FH_ERR_USAGE for a bad value.
- * split_within and split_clients go to the partition spec p. */
-int data_source_option_set(DataSourceOptions *o, DataPartitionSpec *p, const char *key, const char *value, int *known);
-/* "key=value key=value ..." (text is modified and borrowed); where names it in messages */
-int data_source_options_parse(DataSourceOptions *o, DataPartitionSpec *p, char *text, const char *where);
-
 /* images left out by on_error = skip, and a line naming the first of them ("" when none) */
 int64_t data_source_skipped(const DataSource *s, const char **first_names);
 void data_source_close(DataSource **s);
@@ -201,6 +189,40 @@ typedef struct {
     const char *parameters;    /* the resolved key=value list, recorded for `inspect` (may be NULL) */
     double corrupted_ratio;    /* > 0 with n_corrupted < 0: n_corrupted = round(ratio K) once K is known (natural) */
 } DataPartFileSpec;
+
+/* ---- the keys of a partition and of an image source (src/data/keys.c) ----
+ * One table each, read by `fedhet partition` (key=value), by a run's [data] (which makes its partition file from
+ * [data] source when the file does not exist yet) and by [data] source_options. */
+
+/* The partition keys' values (section "data"), as data_partition_keys lands them */
+typedef struct {
+    const char *scheme, *variant, *corruption, *split_within, *format, *mean, *std;
+    int clients, min_size, classes_per_client, max_attempts, split_clients, severity, corrupted, classes, deflate;
+    double alpha, corrupted_ratio;
+    int64_t seed; /* partition_seed */
+} DataPartitionKeys;
+const FhConfigKey *data_partition_keys(int *n);
+/* The image source keys (section "source"), landing in DataSourceOptions (data_source_options_from) */
+const FhConfigKey *data_source_keys(int *n);
+/* Every key of `fedhet partition`: the partition keys, then the source keys */
+const FhConfigKey *data_partition_command_keys(int *n);
+/* The source keys of cfg into *o (its strings borrowed from cfg) */
+void data_source_options_from(const FhConfig *cfg, DataSourceOptions *o);
+/* Source keys as "key=value key=value ..." ([data] source_options) into *cfg (free it after the options' use);
+ * where names the text in messages. */
+int data_source_options_parse(FhConfig **cfg, const char *text, const char *where);
+/* The partition keys k into the file's spec and the source's format, classes and seed, checked together (a
+ * corruption count without a corruption, split_within without scheme natural, ...) before any data is read; where
+ * begins the messages. */
+int data_partition_spec_from(DataPartFileSpec *spec, DataSourceOptions *source, const DataPartitionKeys *k,
+                             const char *where);
+/* A key given on the command line (cfg: the partition keys) that these settings do not read (alpha with scheme
+ * iid, severity without a corruption, ...) is FH_ERR_USAGE naming it. */
+int data_partition_check_given(const FhConfig *cfg, const DataPartFileSpec *spec, const char *where);
+/* The parameters recorded in the file: "key=value" of every partition key of cfg ([data]) that means something for
+ * spec, then the source keys given (of source_cfg, [source]; NULL: none). */
+void data_partition_parameters(const FhConfig *cfg, const FhConfig *source_cfg, const DataPartFileSpec *spec,
+                               char *out, size_t cap);
 
 /* Writes the partitioned set atomically (PATH.tmp-<pid>, fsync, rename): on failure nothing is left at
  * path. Rows are copied and corrupted a block at a time: memory beyond the inputs is one block.

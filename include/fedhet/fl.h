@@ -51,8 +51,10 @@ int fl_config_validate(const char *config_path, char *const *overrides, int n_ov
  * workstation). Every wait of fl and of the grid goes through it. */
 int fl_wait(MPI_Request *req);
 
-/* The config schema of `fedhet run` */
+/* The config schema of `fedhet run`: the keys every method shares */
 const FhConfigKey *fl_config_schema(int *n);
+/* The same followed by every method's keys, each once and as free text (their types depend on the method) */
+const FhConfigKey *fl_config_schema_any(int *n);
 void fl_print_config_help(FILE *out);
 
 #endif

@@ -26,20 +26,20 @@ typedef struct {
     int teacher;
 } AfedsamOptions;
 static const AlgoOption afedsam_keys[] = {
-    { ALGO_NUMBER(AfedsamOptions, mu_max), 1.0, 0.0, 1e6, NULL,
-      "limit mu_max >= 0 of the distillation weight mu_t = (1 - lambda) mu_{t-1} + lambda mu_max, mu_0 = 0 "
-      "(the paper: an exponentially weighted moving average, small early, growing) [RECON: value 1 "
-      "PROPOSED]; 0 is FedSAM bit for bit", 0, 0 },
-    { ALGO_NUMBER(AfedsamOptions, lambda), 0.01, 0.0, 1.0, NULL,
-      "growth rate lambda in [0, 1] of mu_t (the paper's lambda: too small, weak guidance; too large, strong "
-      "guidance too early) [RECON: 0.01 per round PROPOSED]; also the teacher = ema rate; 0 keeps mu_t = 0", 0, 0 },
-    { ALGO_NUMBER(AfedsamOptions, temperature), 4.0, 1.0, 1000.0, NULL,
-      "distillation temperature T >= 1 of mu_t T^2 KL(softmax(z_t/T) || softmax(z/T)); default 4 (the "
-      "paper, following FedGKD: 1 -> 4 improves, higher worse)", 0, 0 },
-    { ALGO_CHOICE(AfedsamOptions, teacher), AF_TEACHER_GLOBAL, 0, 0, "global|ema",
-      "global (w^t, the received global model: no extra download, the paper's claim; default) or ema (the "
-      "server's average tbar <- (1 - lambda) tbar + lambda w^{t+1} from tbar_0 = w^0, +1P down) [RECON]. "
-      "The documented third option (KL at the unperturbed w, a third backward) is not implemented", 0, 0 },
+    { ALGO_NUMBER(AfedsamOptions, mu_max), .def.f = 1.0, .lo = 0.0, .hi = 1e6,
+      .help = "limit mu_max >= 0 of the distillation weight mu_t = (1 - lambda) mu_{t-1} + lambda mu_max, mu_0 = 0 "
+              "(the paper: an exponentially weighted moving average, small early, growing) [RECON: value 1 "
+              "PROPOSED]; 0 is FedSAM bit for bit" },
+    { ALGO_NUMBER(AfedsamOptions, lambda), .def.f = 0.01, .lo = 0.0, .hi = 1.0,
+      .help = "growth rate lambda in [0, 1] of mu_t (the paper's lambda: too small, weak guidance; too large, strong "
+              "guidance too early) [RECON: 0.01 per round PROPOSED]; also the teacher = ema rate; 0 keeps mu_t = 0" },
+    { ALGO_NUMBER(AfedsamOptions, temperature), .def.f = 4.0, .lo = 1.0, .hi = 1000.0,
+      .help = "distillation temperature T >= 1 of mu_t T^2 KL(softmax(z_t/T) || softmax(z/T)); default 4 (the "
+              "paper, following FedGKD: 1 -> 4 improves, higher worse)" },
+    { ALGO_CHOICE(AfedsamOptions, teacher), .def.s = "global", .choices = "global|ema",
+      .help = "global (w^t, the received global model: no extra download, the paper's claim; default) or ema (the "
+              "server's average tbar <- (1 - lambda) tbar + lambda w^{t+1} from tbar_0 = w^0, +1P down) [RECON]. "
+              "The documented third option (KL at the unperturbed w, a third backward) is not implemented" },
 };
 const AlgoOptionPart afedsam_options = ALGO_OPTION_PART("afedsam", AfedsamOptions, afedsam_keys);
 ALGO_OPTIONS_OF(afedsam_of, AfedsamOptions, afedsam_options)

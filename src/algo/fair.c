@@ -60,14 +60,14 @@ typedef struct {
     int variant;
 } QfflOptions;
 static const AlgoOption qffl_keys[] = {
-    { ALGO_NUMBER(QfflOptions, q), 1.0, 0.0, 1e4, NULL,
-      "fairness power q >= 0; default 1 [recon]; seed 001 tunes q in {0.5, 1, 2, 5}; q = 0 is uniform "
-      "averaging", 0, 0 },
-    { ALGO_CHOICE(QfflOptions, variant), 0, 0, 0, "original|lossweight",
-      "original (default; Li et al., fair_flearn: F_k = loss of w^t on the client's training set, "
-      "w^{t+1} = w^t - sum D_k / sum h_k with L = 1/lr, buffers sample-weighted; L = 1/lr presumes plain SGD: "
-      "with momentum or many local steps ||dw_k||^2 grows and the step shrinks, q > 0 then trains slowly) | lossweight (seed 001, "
-      "FFL4MIA: w^{t+1} = sum p_k w_k, p_k proportional to (F_k + 1e-10)^q)", 0, 0 },
+    { ALGO_NUMBER(QfflOptions, q), .def.f = 1.0, .lo = 0.0, .hi = 1e4,
+      .help = "fairness power q >= 0; default 1 [recon]; seed 001 tunes q in {0.5, 1, 2, 5}; q = 0 is uniform "
+              "averaging" },
+    { ALGO_CHOICE(QfflOptions, variant), .def.s = "original", .choices = "original|lossweight",
+      .help = "original (default; Li et al., fair_flearn: F_k = loss of w^t on the client's training set, "
+              "w^{t+1} = w^t - sum D_k / sum h_k with L = 1/lr, buffers sample-weighted; L = 1/lr presumes plain SGD: "
+              "with momentum or many local steps ||dw_k||^2 grows and the step shrinks, q > 0 then trains slowly) | lossweight (seed 001, "
+              "FFL4MIA: w^{t+1} = sum p_k w_k, p_k proportional to (F_k + 1e-10)^q)" },
 };
 static const AlgoOptionPart qffl_options = ALGO_OPTION_PART("qfedavg", QfflOptions, qffl_keys);
 ALGO_OPTIONS_OF(qffl_of, QfflOptions, qffl_options)
@@ -152,14 +152,14 @@ typedef struct {
     double eta_lambda;
 } AflOptions;
 static const AlgoOption afl_keys[] = {
-    { ALGO_CHOICE(AflOptions, variant), 1, 0, 0, "original|worst",
-      "worst (default; seed 001, FFL4MIA q >= 100: w^{t+1} = the local model of the client with the largest "
-      "loss F_k of w^t) | original (Mohri et al., fair_flearn: one minibatch SGD step per client with step "
-      "size [train] lr, w^{t+1} = sum lambda_k w_k, lambda <- Proj_simplex(lambda + eta_lambda loss), the "
-      "reported model is the running average of iterates; needs fl.selection = all, train.steps = 1, "
-      "train.optimizer = sgd, train.momentum = 0)", 0, 0 },
-    { ALGO_NUMBER(AflOptions, eta_lambda), 0.01, 0.0, 1e6, NULL,
-      "original: step size of lambda; fair_flearn default 0.01", 0, 0 },
+    { ALGO_CHOICE(AflOptions, variant), .def.s = "worst", .choices = "original|worst",
+      .help = "worst (default; seed 001, FFL4MIA q >= 100: w^{t+1} = the local model of the client with the largest "
+              "loss F_k of w^t) | original (Mohri et al., fair_flearn: one minibatch SGD step per client with step "
+              "size [train] lr, w^{t+1} = sum lambda_k w_k, lambda <- Proj_simplex(lambda + eta_lambda loss), the "
+              "reported model is the running average of iterates; needs fl.selection = all, train.steps = 1, "
+              "train.optimizer = sgd, train.momentum = 0)" },
+    { ALGO_NUMBER(AflOptions, eta_lambda), .def.f = 0.01, .lo = 0.0, .hi = 1e6,
+      .help = "original: step size of lambda; fair_flearn default 0.01" },
 };
 static const AlgoOptionPart afl_options = ALGO_OPTION_PART("afl", AflOptions, afl_keys);
 ALGO_OPTIONS_OF(afl_of, AflOptions, afl_options)
@@ -278,13 +278,13 @@ typedef struct {
     int ffl4mia_bug;
 } FairFedOptions;
 static const AlgoOption fairfed_keys[] = {
-    { ALGO_NUMBER(FairFedOptions, beta), 0.5, 0.0, 1e3, NULL,
-      "fairness budget beta >= 0; default 0.5 [recon]; seed 001 tunes {0.1, 0.5, 1.0}. Seed 001's form ("
-      "FFL4MIA; the paper's text was not available): local metric = balanced accuracy of w^t on the client's "
-      "training data (eval mode, no augmentation, unlike FFL4MIA), omega clipped at 0 then normalised", 0, 0 },
-    { ALGO_CHOICE(FairFedOptions, ffl4mia_bug), 0, 0, 0, "false|true",
-      "true reproduces FFL4MIA's element-wise mean accuracy (gap acc_k (1 - n_k/N)); default false: "
-      "gap |acc_k - sum_j n_j/N acc_j| (Ezzeldin et al.)", 0, 0 },
+    { ALGO_NUMBER(FairFedOptions, beta), .def.f = 0.5, .lo = 0.0, .hi = 1e3,
+      .help = "fairness budget beta >= 0; default 0.5 [recon]; seed 001 tunes {0.1, 0.5, 1.0}. Seed 001's form ("
+              "FFL4MIA; the paper's text was not available): local metric = balanced accuracy of w^t on the client's "
+              "training data (eval mode, no augmentation, unlike FFL4MIA), omega clipped at 0 then normalised" },
+    { ALGO_CHOICE(FairFedOptions, ffl4mia_bug), .def.s = "false", .choices = "false|true",
+      .help = "true reproduces FFL4MIA's element-wise mean accuracy (gap acc_k (1 - n_k/N)); default false: "
+              "gap |acc_k - sum_j n_j/N acc_j| (Ezzeldin et al.)" },
 };
 static const AlgoOptionPart fairfed_options = ALGO_OPTION_PART("fairfed", FairFedOptions, fairfed_keys);
 ALGO_OPTIONS_OF(fairfed_of, FairFedOptions, fairfed_options)
@@ -360,10 +360,10 @@ typedef struct {
     int mode;
 } FedCeOptions;
 static const AlgoOption fedce_keys[] = {
-    { ALGO_CHOICE(FedCeOptions, mode), 0, 0, 0, "times|plus",
-      "combine the normalised contributions by product (default, FFL4MIA) or sum. The documented form (FFL4MIA, full "
-      "participation): the minus model (w^t - c_k w_k^{t-1})/(1 - c_k) is evaluated by the client on its own "
-      "training data (balanced accuracy; 0 when 1 - c_k < 1e-6 [recon]); cosines over trainable parameters", 0, 0 },
+    { ALGO_CHOICE(FedCeOptions, mode), .def.s = "times", .choices = "times|plus",
+      .help = "combine the normalised contributions by product (default, FFL4MIA) or sum. The documented form (FFL4MIA, full "
+              "participation): the minus model (w^t - c_k w_k^{t-1})/(1 - c_k) is evaluated by the client on its own "
+              "training data (balanced accuracy; 0 when 1 - c_k < 1e-6 [recon]); cosines over trainable parameters" },
 };
 static const AlgoOptionPart fedce_options = ALGO_OPTION_PART("fedce", FedCeOptions, fedce_keys);
 ALGO_OPTIONS_OF(fedce_of, FedCeOptions, fedce_options)
@@ -489,11 +489,11 @@ typedef struct {
     double step;
 } FedGaOptions;
 static const AlgoOption fedga_keys[] = {
-    { ALGO_NUMBER(FedGaOptions, step), 0.05, 0.0, 1.0, NULL,
-      "d_t = step (T - t)/T, weight step d_t/K; FFL4MIA 0.05. Seed 001's form: gaps "
-      "L_k(w^t) - L_k(w_k^{t-1}) on the client's training data, centred, a^0 = 1/K, normalise then clip; the "
-      "official FedDG-GA (held-out gaps, not centred, step 0.2/#domains, size-weighted a^0) is not implemented. "
-      "T = fl.rounds: raising it on --resume changes the remaining steps", 0, 0 },
+    { ALGO_NUMBER(FedGaOptions, step), .def.f = 0.05, .lo = 0.0, .hi = 1.0,
+      .help = "d_t = step (T - t)/T, weight step d_t/K; FFL4MIA 0.05. Seed 001's form: gaps "
+              "L_k(w^t) - L_k(w_k^{t-1}) on the client's training data, centred, a^0 = 1/K, normalise then clip; the "
+              "official FedDG-GA (held-out gaps, not centred, step 0.2/#domains, size-weighted a^0) is not implemented. "
+              "T = fl.rounds: raising it on --resume changes the remaining steps" },
 };
 static const AlgoOptionPart fedga_options = ALGO_OPTION_PART("fedga", FedGaOptions, fedga_keys);
 ALGO_OPTIONS_OF(fedga_of, FedGaOptions, fedga_options)
@@ -567,9 +567,9 @@ typedef struct {
     int times_samples;
 } FedLwOptions;
 static const AlgoOption fedlw_keys[] = {
-    { ALGO_CHOICE(FedLwOptions, times_samples), 0, 0, 0, "false|true",
-      "true multiplies 1/(L_k + 1e-8) by n_k; default false (a reconstruction: raw inverse loss, L_k the "
-      "sample-averaged local training loss of the round)", 0, 0 },
+    { ALGO_CHOICE(FedLwOptions, times_samples), .def.s = "false", .choices = "false|true",
+      .help = "true multiplies 1/(L_k + 1e-8) by n_k; default false (a reconstruction: raw inverse loss, L_k the "
+              "sample-averaged local training loss of the round)" },
 };
 static const AlgoOptionPart fedlw_options = ALGO_OPTION_PART("fedlw", FedLwOptions, fedlw_keys);
 ALGO_OPTIONS_OF(fedlw_of, FedLwOptions, fedlw_options)
@@ -602,9 +602,9 @@ typedef struct {
     int persistent_optimizer;
 } NoLoWeOptions;
 static const AlgoOption nolowe_keys[] = {
-    { ALGO_CHOICE(NoLoWeOptions, persistent_optimizer), 0, 0, 0, "false|true",
-      "true keeps each client's SGD momentum buffer between its participations (the official fednolowe "
-      "script); default false: a fresh optimiser every round like every other method ([recon])", 0, 0 },
+    { ALGO_CHOICE(NoLoWeOptions, persistent_optimizer), .def.s = "false", .choices = "false|true",
+      .help = "true keeps each client's SGD momentum buffer between its participations (the official fednolowe "
+              "script); default false: a fresh optimiser every round like every other method ([recon])" },
 };
 static const AlgoOptionPart nolowe_options = ALGO_OPTION_PART("fednolowe", NoLoWeOptions, nolowe_keys);
 ALGO_OPTIONS_OF(nolowe_of, NoLoWeOptions, nolowe_options)
@@ -664,10 +664,10 @@ typedef struct {
     double a, b;
 } DiscoOptions;
 static const AlgoOption disco_keys[] = {
-    { ALGO_NUMBER(DiscoOptions, a), 0.5, 0.0, 1e6, NULL,
-      "discrepancy coefficient a >= 0; official code 0.5; a = b = 0 is FedAvg", 0, 0 },
-    { ALGO_NUMBER(DiscoOptions, b), 0.1, 0.0, 1e6, NULL,
-      "offset b >= 0; official code 0.1 (the FLOOD paper's b = 1 is taken as a typo)", 0, 0 },
+    { ALGO_NUMBER(DiscoOptions, a), .def.f = 0.5, .lo = 0.0, .hi = 1e6,
+      .help = "discrepancy coefficient a >= 0; official code 0.5; a = b = 0 is FedAvg" },
+    { ALGO_NUMBER(DiscoOptions, b), .def.f = 0.1, .lo = 0.0, .hi = 1e6,
+      .help = "offset b >= 0; official code 0.1 (the FLOOD paper's b = 1 is taken as a typo)" },
 };
 static const AlgoOptionPart disco_options = ALGO_OPTION_PART("feddisco", DiscoOptions, disco_keys);
 ALGO_OPTIONS_OF(disco_of, DiscoOptions, disco_options)

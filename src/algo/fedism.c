@@ -31,32 +31,32 @@ typedef struct {
     double asam_eta, gsam_alpha, q, beta, score_rows;
 } IsmOptions;
 static const AlgoOption ism_keys[] = {
-    { ALGO_CHOICE(IsmOptions, saga), SAGA_SHARPNESS, 0, 0, "sharpness|loss",
-      "SAGA's client score, on the whole local set at w^t with the round's radius (eval mode, plain CE): "
-      "sharpness (S_i = max(L(w^t + e) - L(w^t), 1e-10), FedISM+(S); the official code's only variant; default) "
-      "or loss (the perturbed loss PL_i = L(w^t + e), FedISM+(L), paper Eq. 17)", 0, 0 },
-    { ALGO_CHOICE(IsmOptions, perturb), PERTURB_GSAM, 0, 0, "sam|asam|gsam|none",
-      "local optimiser of SALT, on top of [train] optimizer (the paper: Adam lr 3e-4, wd 5e-4, with [train] "
-      "logit_adjust = 1): gsam (GSAM, docs/methods/sam.md §2; FFL4MIA train_GSAM; default), sam (equal to gsam with gsam_alpha = 0) or asam; "
-      "eps = rho g/(||g|| + 1e-12) as FFL4MIA's gsam.py; none: plain [train] optimizer steps, SAGA alone "
-      "(the paper's Table I 'SAGA only' rows; the score keeps the round's radius)", 0, 0 },
-    { ALGO_NUMBER(IsmOptions, asam_eta), 0.2, 0.0, 1e6, NULL,
-      "ASAM offset eta_a (perturb = asam only); docs/methods/sam.md §1 default 0.2", 0, 0 },
-    { ALGO_NUMBER(IsmOptions, gsam_alpha), 0.1, 0.0, 1.0, NULL,
-      "GSAM alpha in [0, 1] (perturb = gsam): FedISM's code default 0.1 (docs/methods/sam.md §12); official GSAM example 0.4; "
-      "0 is SAM", 0, 0 },
-    { ALGO_NUMBER(IsmOptions, q), 2.0, 0.0, 100.0, NULL,
-      "SAGA exponent q in [0, 100]: wtilde_i ~ (S_i/sum S + 1e-10)^q; docs/methods/sam.md §12 default 2.0 (paper and code); "
-      "q = 0 gives uniform weights (averaging without n_i) [fedhet accepts 0 for that ablation]", 0, 0 },
-    { ALGO_NUMBER(IsmOptions, beta), 0.5, 0.0, 1.0, NULL,
-      "SAGA moving average beta in (0, 1]: a_i <- beta wtilde_i + (1 - beta) a_i, a_i = wtilde_i at a client's "
-      "first aggregation; docs/methods/sam.md §12 default 0.5; 1: no averaging. Partial participation [PROPOSED]: only the "
-      "participants' a_i move, renormalised over them", 1, 0 },
-    { ALGO_NUMBER(IsmOptions, score_rows), 0, 0.0, 1e9, NULL,
-      "rows of the client's local set the SAGA score is measured on: 0 = all (docs/methods/sam.md §12, paper and code; default); "
-      "N > 0: its first N rows in file order (a random subset for iid and dirichlet partitions, which are "
-      "shuffled per client) [PROPOSED cost cap: the score costs one forward-backward and one forward pass per "
-      "row, more than short local training; the quick configs use it]", 0, 0 },
+    { ALGO_CHOICE(IsmOptions, saga), .def.s = "sharpness", .choices = "sharpness|loss",
+      .help = "SAGA's client score, on the whole local set at w^t with the round's radius (eval mode, plain CE): "
+              "sharpness (S_i = max(L(w^t + e) - L(w^t), 1e-10), FedISM+(S); the official code's only variant; default) "
+              "or loss (the perturbed loss PL_i = L(w^t + e), FedISM+(L), paper Eq. 17)" },
+    { ALGO_CHOICE(IsmOptions, perturb), .def.s = "gsam", .choices = "sam|asam|gsam|none",
+      .help = "local optimiser of SALT, on top of [train] optimizer (the paper: Adam lr 3e-4, wd 5e-4, with [train] "
+              "logit_adjust = 1): gsam (GSAM, docs/methods/sam.md §2; FFL4MIA train_GSAM; default), sam (equal to gsam with gsam_alpha = 0) or asam; "
+              "eps = rho g/(||g|| + 1e-12) as FFL4MIA's gsam.py; none: plain [train] optimizer steps, SAGA alone "
+              "(the paper's Table I 'SAGA only' rows; the score keeps the round's radius)" },
+    { ALGO_NUMBER(IsmOptions, asam_eta), .def.f = 0.2, .lo = 0.0, .hi = 1e6,
+      .help = "ASAM offset eta_a (perturb = asam only); docs/methods/sam.md §1 default 0.2" },
+    { ALGO_NUMBER(IsmOptions, gsam_alpha), .def.f = 0.1, .lo = 0.0, .hi = 1.0,
+      .help = "GSAM alpha in [0, 1] (perturb = gsam): FedISM's code default 0.1 (docs/methods/sam.md §12); official GSAM example 0.4; "
+              "0 is SAM" },
+    { ALGO_NUMBER(IsmOptions, q), .def.f = 2.0, .lo = 0.0, .hi = 100.0,
+      .help = "SAGA exponent q in [0, 100]: wtilde_i ~ (S_i/sum S + 1e-10)^q; docs/methods/sam.md §12 default 2.0 (paper and code); "
+              "q = 0 gives uniform weights (averaging without n_i) [fedhet accepts 0 for that ablation]" },
+    { ALGO_NUMBER(IsmOptions, beta), .def.f = 0.5, .lo = 0.0, .hi = 1.0, .lo_open = 1,
+      .help = "SAGA moving average beta in (0, 1]: a_i <- beta wtilde_i + (1 - beta) a_i, a_i = wtilde_i at a client's "
+              "first aggregation; docs/methods/sam.md §12 default 0.5; 1: no averaging. Partial participation [PROPOSED]: only the "
+              "participants' a_i move, renormalised over them" },
+    { ALGO_NUMBER(IsmOptions, score_rows), .def.f = 0, .lo = 0.0, .hi = 1e9,
+      .help = "rows of the client's local set the SAGA score is measured on: 0 = all (docs/methods/sam.md §12, paper and code; default); "
+              "N > 0: its first N rows in file order (a random subset for iid and dirichlet partitions, which are "
+              "shuffled per client) [PROPOSED cost cap: the score costs one forward-backward and one forward pass per "
+              "row, more than short local training; the quick configs use it]" },
 };
 static const AlgoOptionPart ism_options = ALGO_OPTION_PART("fedism", IsmOptions, ism_keys);
 ALGO_OPTIONS_OF(ism_of, IsmOptions, ism_options)
@@ -66,10 +66,10 @@ typedef struct {
     double rho_max;
 } IsmPlusRhoOptions;
 static const AlgoOption ismplus_rho_keys[] = {
-    { ALGO_NUMBER(IsmPlusRhoOptions, rho_max), 0.1, 0.0, 1e6, NULL,
-      "largest radius rho_max >= 0 of rho(t) = rho_max ((t + 1)/T)^tau (paper Eq. 12 with t = 1..T; "
-      "FFL4MIA get_current_rho); docs/methods/sam.md §12 default 0.1. The paper's setup also uses [train] optimizer = adam, "
-      "lr 3e-4, weight_decay 5e-4, batch 32, epochs 1, logit_adjust = 1", 0, 0 },
+    { ALGO_NUMBER(IsmPlusRhoOptions, rho_max), .def.f = 0.1, .lo = 0.0, .hi = 1e6,
+      .help = "largest radius rho_max >= 0 of rho(t) = rho_max ((t + 1)/T)^tau (paper Eq. 12 with t = 1..T; "
+              "FFL4MIA get_current_rho); docs/methods/sam.md §12 default 0.1. The paper's setup also uses [train] optimizer = adam, "
+              "lr 3e-4, weight_decay 5e-4, batch 32, epochs 1, logit_adjust = 1" },
 };
 static const AlgoOptionPart ismplus_rho_options =
     ALGO_OPTION_PART("fedismplus_rho", IsmPlusRhoOptions, ismplus_rho_keys);
@@ -78,11 +78,11 @@ typedef struct {
     double tau, horizon;
 } IsmPlusGrowthOptions;
 static const AlgoOption ismplus_growth_keys[] = {
-    { ALGO_NUMBER(IsmPlusGrowthOptions, tau), 0.5, 0.0, 1e3, NULL,
-      "growth exponent tau > 0 of rho(t) (tau < 1: fast early growth; 1: linear); docs/methods/sam.md §12 default 0.5", 1, 0 },
-    { ALGO_NUMBER(IsmPlusGrowthOptions, horizon), 0, 0.0, 1e9, NULL,
-      "T of rho(t) in rounds: 0 = fl.rounds (the paper); a whole number >= fl.rounds keeps the schedule "
-      "of a longer run (set it when a run is to be extended with --resume)", 0, 0 },
+    { ALGO_NUMBER(IsmPlusGrowthOptions, tau), .def.f = 0.5, .lo = 0.0, .hi = 1e3, .lo_open = 1,
+      .help = "growth exponent tau > 0 of rho(t) (tau < 1: fast early growth; 1: linear); docs/methods/sam.md §12 default 0.5" },
+    { ALGO_NUMBER(IsmPlusGrowthOptions, horizon), .def.f = 0, .lo = 0.0, .hi = 1e9,
+      .help = "T of rho(t) in rounds: 0 = fl.rounds (the paper); a whole number >= fl.rounds keeps the schedule "
+              "of a longer run (set it when a run is to be extended with --resume)" },
 };
 static const AlgoOptionPart ismplus_growth_options =
     ALGO_OPTION_PART("fedismplus_growth", IsmPlusGrowthOptions, ismplus_growth_keys);

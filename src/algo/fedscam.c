@@ -49,13 +49,13 @@ typedef struct {
     double rho_max, alpha_rho;
 } ScamRadiusOptions;
 static const AlgoOption scam_radius_keys[] = {
-    { ALGO_NUMBER(ScamRadiusOptions, rho_max), 0.05, 0.0, 1e6, NULL,
-      "largest SAM radius rho_max >= 0: rho_i = rho_max/(1 + alpha_rho h_adj_i), the pilot uses 0.5 rho_max/(1 + "
-      "alpha_rho h_i); paper default 0.05 (the paper sweeps 0.01, 0.05, 0.1; 0.1 gave its best final "
-      "accuracy)", 0, 0 },
-    { ALGO_NUMBER(ScamRadiusOptions, alpha_rho), 1.0, 0.0, 1e6, NULL,
-      "radius modulation strength alpha_rho >= 0; default 1 [PROPOSED: the paper gives no value]; 0 puts "
-      "every client at rho_max. h_i is a raw gradient norm, so the scale depends on model, loss and batch size", 0, 0 },
+    { ALGO_NUMBER(ScamRadiusOptions, rho_max), .def.f = 0.05, .lo = 0.0, .hi = 1e6,
+      .help = "largest SAM radius rho_max >= 0: rho_i = rho_max/(1 + alpha_rho h_adj_i), the pilot uses 0.5 rho_max/(1 + "
+              "alpha_rho h_i); paper default 0.05 (the paper sweeps 0.01, 0.05, 0.1; 0.1 gave its best final "
+              "accuracy)" },
+    { ALGO_NUMBER(ScamRadiusOptions, alpha_rho), .def.f = 1.0, .lo = 0.0, .hi = 1e6,
+      .help = "radius modulation strength alpha_rho >= 0; default 1 [PROPOSED: the paper gives no value]; 0 puts "
+              "every client at rho_max. h_i is a raw gradient norm, so the scale depends on model, loss and batch size" },
 };
 static const AlgoOptionPart scam_radius_options =
     ALGO_OPTION_PART("fedscam_radius", ScamRadiusOptions, scam_radius_keys);
@@ -65,13 +65,13 @@ typedef struct {
     double gamma_h, beta;
 } ScamWeightsOptions;
 static const AlgoOption scam_weights_keys[] = {
-    { ALGO_NUMBER(ScamWeightsOptions, gamma_h), 1.0, 0.0, 1e6, NULL,
-      "heterogeneity penalty gamma_h >= 0 in S_i = n_i/(1 + gamma_h h_adj_i) max(0, 1 + beta c_i) q_i; "
-      "paper default 1 (the paper sweeps 0, 1, 5; 1 the most stable)", 0, 0 },
-    { ALGO_NUMBER(ScamWeightsOptions, beta), 0.8, 0.0, 1e6, NULL,
-      "alignment boost beta >= 0 in max(0, 1 + beta c_i); default 0.8 [PROPOSED, inside the paper's sweep 0, "
-      "0.8, 2; the paper finds no gain over 0 at Dirichlet 0.1]; 0 disables. Weights summing to 0 fall back to "
-      "n_i", 0, 0 },
+    { ALGO_NUMBER(ScamWeightsOptions, gamma_h), .def.f = 1.0, .lo = 0.0, .hi = 1e6,
+      .help = "heterogeneity penalty gamma_h >= 0 in S_i = n_i/(1 + gamma_h h_adj_i) max(0, 1 + beta c_i) q_i; "
+              "paper default 1 (the paper sweeps 0, 1, 5; 1 the most stable)" },
+    { ALGO_NUMBER(ScamWeightsOptions, beta), .def.f = 0.8, .lo = 0.0, .hi = 1e6,
+      .help = "alignment boost beta >= 0 in max(0, 1 + beta c_i); default 0.8 [PROPOSED, inside the paper's sweep 0, "
+              "0.8, 2; the paper finds no gain over 0 at Dirichlet 0.1]; 0 disables. Weights summing to 0 fall back to "
+              "n_i" },
 };
 static const AlgoOptionPart scam_weights_options =
     ALGO_OPTION_PART("fedscam_weights", ScamWeightsOptions, scam_weights_keys);
@@ -81,21 +81,21 @@ typedef struct {
     int proj;
 } ScamSummaryOptions;
 static const AlgoOption scam_summary_keys[] = {
-    { ALGO_NUMBER(ScamSummaryOptions, kappa), 0.5, 0.0, 1e6, NULL,
-      "alignment credit kappa >= 0 in h_adj_i = h_i max(0, 1 - kappa c_i), c_i = cos(s_i, u_{t-1}) of the pilot "
-      "direction's summary with the previous global direction's; default 0.5 [PROPOSED: not in the paper]", 0, 0 },
-    { ALGO_NUMBER(ScamSummaryOptions, probe_batches), 3, 1, 1e6, NULL,
-      "B, minibatches of the heterogeneity score h_i = (1/B) sum ||g(w_t; xi_b)||: the first B of an extra "
-      "shuffle of the client's data (fewer if it has fewer), train mode, BatchNorm statistics frozen, not training "
-      "steps [PROPOSED]; paper default 3", 0, 0 },
-    { ALGO_NUMBER(ScamSummaryOptions, proj_dim), 0, 0, 1e6, NULL,
-      "d, the dimension of the projected summaries (u, s_i, z_i; d doubles each way): a whole number >= 1, or 0 = "
-      "auto (default): 512, or 256 for models under 1M trainable parameters ([PROPOSED threshold]; the paper "
-      "uses 256 for its small CNN, 512 for ResNet-18)", 0, 0 },
-    { ALGO_CHOICE(ScamSummaryOptions, proj), 0, 0, 0, "sketch|gaussian",
-      "Proj_d: sketch (signed count sketch, bucket and sign of coordinate k from Philox (fl.seed, projection) with "
-      "counter k; O(P), no stored matrix; default [PROPOSED]) or gaussian (dense N(0, 1/d) entries from the "
-      "same counters; O(d P) per projection, slow on large models); the paper only says 'random projection'", 0, 0 },
+    { ALGO_NUMBER(ScamSummaryOptions, kappa), .def.f = 0.5, .lo = 0.0, .hi = 1e6,
+      .help = "alignment credit kappa >= 0 in h_adj_i = h_i max(0, 1 - kappa c_i), c_i = cos(s_i, u_{t-1}) of the pilot "
+              "direction's summary with the previous global direction's; default 0.5 [PROPOSED: not in the paper]" },
+    { ALGO_NUMBER(ScamSummaryOptions, probe_batches), .def.f = 3, .lo = 1, .hi = 1e6,
+      .help = "B, minibatches of the heterogeneity score h_i = (1/B) sum ||g(w_t; xi_b)||: the first B of an extra "
+              "shuffle of the client's data (fewer if it has fewer), train mode, BatchNorm statistics frozen, not training "
+              "steps [PROPOSED]; paper default 3" },
+    { ALGO_NUMBER(ScamSummaryOptions, proj_dim), .def.f = 0, .lo = 0, .hi = 1e6,
+      .help = "d, the dimension of the projected summaries (u, s_i, z_i; d doubles each way): a whole number >= 1, or 0 = "
+              "auto (default): 512, or 256 for models under 1M trainable parameters ([PROPOSED threshold]; the paper "
+              "uses 256 for its small CNN, 512 for ResNet-18)" },
+    { ALGO_CHOICE(ScamSummaryOptions, proj), .def.s = "sketch", .choices = "sketch|gaussian",
+      .help = "Proj_d: sketch (signed count sketch, bucket and sign of coordinate k from Philox (fl.seed, projection) with "
+              "counter k; O(P), no stored matrix; default [PROPOSED]) or gaussian (dense N(0, 1/d) entries from the "
+              "same counters; O(d P) per projection, slow on large models); the paper only says 'random projection'" },
 };
 static const AlgoOptionPart scam_summary_options =
     ALGO_OPTION_PART("fedscam_summary", ScamSummaryOptions, scam_summary_keys);
@@ -106,17 +106,17 @@ typedef struct {
     double clusters, lambda_c;
 } ScamClusterOptions;
 static const AlgoOption scam_cluster_keys[] = {
-    { ALGO_CHOICE(ScamClusterOptions, cluster), 0, 0, 0, "false|true",
-      "clustered conflict damping: k-means of the unit z_i (k-means++ seeding from Philox, Lloyd until stable or "
-      "50 iterations) into K_c = min(clusters, m) clusters; inside a cluster, of every pair with cos(z_i, z_j) < 0 "
-      "the client with the smaller ||Delta|| (ties: the larger id) gets q_i = lambda_c, once [PROPOSED]; "
-      "default false (optional in the paper)", 0, 0 },
-    { ALGO_NUMBER(ScamClusterOptions, clusters), 3, 1, 1e6, NULL,
-      "K_c, the number of clusters (a whole number >= 1, capped at the round's client count m); default 3 "
-      "[PROPOSED: not in the paper]", 0, 0 },
-    { ALGO_NUMBER(ScamClusterOptions, lambda_c), 0.5, 0.0, 1.0, NULL,
-      "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); default 0.5 "
-      "[PROPOSED: not in the paper]", 1, 0 },
+    { ALGO_CHOICE(ScamClusterOptions, cluster), .def.s = "false", .choices = "false|true",
+      .help = "clustered conflict damping: k-means of the unit z_i (k-means++ seeding from Philox, Lloyd until stable or "
+              "50 iterations) into K_c = min(clusters, m) clusters; inside a cluster, of every pair with cos(z_i, z_j) < 0 "
+              "the client with the smaller ||Delta|| (ties: the larger id) gets q_i = lambda_c, once [PROPOSED]; "
+              "default false (optional in the paper)" },
+    { ALGO_NUMBER(ScamClusterOptions, clusters), .def.f = 3, .lo = 1, .hi = 1e6,
+      .help = "K_c, the number of clusters (a whole number >= 1, capped at the round's client count m); default 3 "
+              "[PROPOSED: not in the paper]" },
+    { ALGO_NUMBER(ScamClusterOptions, lambda_c), .def.f = 0.5, .lo = 0.0, .hi = 1.0, .lo_open = 1,
+      .help = "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); default 0.5 "
+              "[PROPOSED: not in the paper]" },
 };
 static const AlgoOptionPart scam_cluster_options =
     ALGO_OPTION_PART("fedscam_cluster", ScamClusterOptions, scam_cluster_keys);

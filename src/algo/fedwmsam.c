@@ -28,23 +28,23 @@ typedef struct {
     int k_norm, compat;
 } WmsamOptions;
 static const AlgoOption wmsam_keys[] = {
-    { ALGO_NUMBER(WmsamOptions, alpha_0), 0.1, 0.0, 1.0, NULL,
-      "alpha_0 in (0, 1], the starting weight of the fresh gradient in r = alpha g + (1 - alpha) mom_k (0.1 = "
-      "90 % momentum; default 0.1, train.py); 1 needs rho = 0 (mom_k undefined) and with alpha_lambda = 0 "
-      "gives SCAFFOLD-corrected SGD; metrics.csv method_scalar logs alpha_r", 1, 0 },
-    { ALGO_NUMBER(WmsamOptions, alpha_lambda), 0.01, 0.0, 1.0, NULL,
-      "smoothing lambda in [0, 1] of alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9), "
-      "s_k = 1 + cos(Delta_k, mom_r) (the code's +1 shift); default 0.01, hard-wired in the code (the "
-      "poster writes a generic lambda); 0 freezes alpha at alpha_0", 0, 0 },
-    { ALGO_CHOICE(WmsamOptions, k_norm), K_NORM_CODE, 0, 0, "code|actual",
-      "local step count K in c_k's update and mom: code (K_bar = E n_0/B from client 0's size, for every "
-      "client, as FL-Simulator; train.steps when set; default) or actual (each client's steps taken in c_k, "
-      "the round's mean steps in mom) [PROPOSED]", 0, 0 },
-    { ALGO_CHOICE(WmsamOptions, compat), WM_INTENDED, 0, 0, "intended|official",
-      "intended (the poster's perturbation towards the target, full-vector norm; default) or official (both "
-      "[CODE-BUG]s of WMSAM.py, docs/methods/sam.md §9: the LESAM optimiser negates delta, so the code perturbs away from the "
-      "target, and indexes it per tensor as in docs/methods/sam.md §8: tensor j gets the constant -rho delta[j]/(sum_{j<J} "
-      "|delta[j]| + 1e-7)). Nothing else changes", 0, 0 },
+    { ALGO_NUMBER(WmsamOptions, alpha_0), .def.f = 0.1, .lo = 0.0, .hi = 1.0, .lo_open = 1,
+      .help = "alpha_0 in (0, 1], the starting weight of the fresh gradient in r = alpha g + (1 - alpha) mom_k (0.1 = "
+              "90 % momentum; default 0.1, train.py); 1 needs rho = 0 (mom_k undefined) and with alpha_lambda = 0 "
+              "gives SCAFFOLD-corrected SGD; metrics.csv method_scalar logs alpha_r" },
+    { ALGO_NUMBER(WmsamOptions, alpha_lambda), .def.f = 0.01, .lo = 0.0, .hi = 1.0,
+      .help = "smoothing lambda in [0, 1] of alpha_{r+1} = (1 - lambda) alpha_r + lambda clip(mean_k s_k, 0.1, 0.9), "
+              "s_k = 1 + cos(Delta_k, mom_r) (the code's +1 shift); default 0.01, hard-wired in the code (the "
+              "poster writes a generic lambda); 0 freezes alpha at alpha_0" },
+    { ALGO_CHOICE(WmsamOptions, k_norm), .def.s = "code", .choices = "code|actual",
+      .help = "local step count K in c_k's update and mom: code (K_bar = E n_0/B from client 0's size, for every "
+              "client, as FL-Simulator; train.steps when set; default) or actual (each client's steps taken in c_k, "
+              "the round's mean steps in mom) [PROPOSED]" },
+    { ALGO_CHOICE(WmsamOptions, compat), .def.s = "intended", .choices = "intended|official",
+      .help = "intended (the poster's perturbation towards the target, full-vector norm; default) or official (both "
+              "[CODE-BUG]s of WMSAM.py, docs/methods/sam.md §9: the LESAM optimiser negates delta, so the code perturbs away from the "
+              "target, and indexes it per tensor as in docs/methods/sam.md §8: tensor j gets the constant -rho delta[j]/(sum_{j<J} "
+              "|delta[j]| + 1e-7)). Nothing else changes" },
 };
 static const AlgoOptionPart wmsam_options = ALGO_OPTION_PART("fedwmsam", WmsamOptions, wmsam_keys);
 ALGO_OPTIONS_OF(wmsam_of, WmsamOptions, wmsam_options)

@@ -22,35 +22,34 @@ typedef struct {
     double flood_lambda, flood_ash_percentile;
 } FloodOptions;
 static const AlgoOption flood_keys[] = {
-    { ALGO_CHOICE(FloodOptions, flood_score), SCORE_ENERGY, 0, 0, "energy|msp|maxlogit|gen|ash-p|ash-b|ash-s",
-      "OOD score of ASW and phi (higher = more in-distribution): energy (T = 1, paper and code), msp, maxlogit, "
-      "gen (gamma 0.1, top 10), or the paper's Table VI ASH scores (docs/methods/sam.md §13; not in the released code): the "
-      "classifier's input a (the penultimate activation) pruned below its flood_ash_percentile-th percentile "
-      "(ash-p), the kept values then set to sum(a)/kept (ash-b) or scaled by exp(sum a / sum kept) (ash-s), "
-      "scored by the energy of the classifier on it; training logits are unchanged", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_q), 0.7, 0, 1, NULL,
-      "batch quantile below which samples are pseudo-OOD (lower interpolation; 0.7: about 70 % of each batch)",
-      1, 1 },
-    { ALGO_NUMBER(FloodOptions, flood_a), 0, 0, 1e6, NULL,
-      "schedule amplitude a (lambda ends at 2a); 0: by compat (paper 200, code 50)", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_halt), 1000, 1, 1e9, NULL,
-      "halt round T_h after which lambda stays 2a (paper and code 1000)", 0, 0 },
-    { ALGO_CHOICE(FloodOptions, flood_schedule), SCHED_AUTO, 0, 0,
-      "auto|cosine|linear|quadratic|exponential|logistic|constant",
-      "lambda schedule; auto: by compat (paper cosine, code logistic); constant: flood_lambda every round", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_start), 0, 0, 1e9, NULL,
-      "start phase: lambda = 1 up to this round (0: the code's timing)", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_alpha), 0.5, 0, 1e6, NULL,
-      "DAC weight of the confidence term (paper and code 0.5; 0: FedAvg weights)", 0, 0 },
-    { ALGO_CHOICE(FloodOptions, flood_compat), COMPAT_PAPER, 0, 0, "paper|code",
-      "defaults of amplitude and schedule: paper (cosine, a = 200) or the released code (logistic, a = 50)", 0, 0 },
-    { ALGO_CHOICE(FloodOptions, flood_dac_shift), 0, 0, 0, "false|true",
-      "shift the participants' phi by -min + 1e-6 before normalising (scores that can be negative)", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_lambda), 1, 0, 1e6, NULL,
-      "the weight of pseudo-OOD samples with flood_schedule = constant", 0, 0 },
-    { ALGO_NUMBER(FloodOptions, flood_ash_percentile), 90, 0, 100, NULL,
-      "ASH's pruning percentile p (flood_score = ash-*): values below the p-th percentile of a sample's "
-      "penultimate activation (lower interpolation) are zeroed; docs/methods/sam.md §13 default 90", 0, 0 },
+    { ALGO_CHOICE(FloodOptions, flood_score), .def.s = "energy", .choices = "energy|msp|maxlogit|gen|ash-p|ash-b|ash-s",
+      .help = "OOD score of ASW and phi (higher = more in-distribution): energy (T = 1, paper and code), msp, maxlogit, "
+              "gen (gamma 0.1, top 10), or the paper's Table VI ASH scores (docs/methods/sam.md §13; not in the released code): the "
+              "classifier's input a (the penultimate activation) pruned below its flood_ash_percentile-th percentile "
+              "(ash-p), the kept values then set to sum(a)/kept (ash-b) or scaled by exp(sum a / sum kept) (ash-s), "
+              "scored by the energy of the classifier on it; training logits are unchanged" },
+    { ALGO_NUMBER(FloodOptions, flood_q), .def.f = 0.7, .lo = 0, .hi = 1, .lo_open = 1, .hi_open = 1,
+      .help = "batch quantile below which samples are pseudo-OOD (lower interpolation; 0.7: about 70 % of each batch)" },
+    { ALGO_NUMBER(FloodOptions, flood_a), .def.f = 0, .lo = 0, .hi = 1e6,
+      .help = "schedule amplitude a (lambda ends at 2a); 0: by compat (paper 200, code 50)" },
+    { ALGO_NUMBER(FloodOptions, flood_halt), .def.f = 1000, .lo = 1, .hi = 1e9,
+      .help = "halt round T_h after which lambda stays 2a (paper and code 1000)" },
+    { ALGO_CHOICE(FloodOptions, flood_schedule), .def.s = "auto",
+      .choices = "auto|cosine|linear|quadratic|exponential|logistic|constant",
+      .help = "lambda schedule; auto: by compat (paper cosine, code logistic); constant: flood_lambda every round" },
+    { ALGO_NUMBER(FloodOptions, flood_start), .def.f = 0, .lo = 0, .hi = 1e9,
+      .help = "start phase: lambda = 1 up to this round (0: the code's timing)" },
+    { ALGO_NUMBER(FloodOptions, flood_alpha), .def.f = 0.5, .lo = 0, .hi = 1e6,
+      .help = "DAC weight of the confidence term (paper and code 0.5; 0: FedAvg weights)" },
+    { ALGO_CHOICE(FloodOptions, flood_compat), .def.s = "paper", .choices = "paper|code",
+      .help = "defaults of amplitude and schedule: paper (cosine, a = 200) or the released code (logistic, a = 50)" },
+    { ALGO_CHOICE(FloodOptions, flood_dac_shift), .def.s = "false", .choices = "false|true",
+      .help = "shift the participants' phi by -min + 1e-6 before normalising (scores that can be negative)" },
+    { ALGO_NUMBER(FloodOptions, flood_lambda), .def.f = 1, .lo = 0, .hi = 1e6,
+      .help = "the weight of pseudo-OOD samples with flood_schedule = constant" },
+    { ALGO_NUMBER(FloodOptions, flood_ash_percentile), .def.f = 90, .lo = 0, .hi = 100,
+      .help = "ASH's pruning percentile p (flood_score = ash-*): values below the p-th percentile of a sample's "
+              "penultimate activation (lower interpolation) are zeroed; docs/methods/sam.md §13 default 90" },
 };
 static const AlgoOptionPart flood_options = ALGO_OPTION_PART("flood", FloodOptions, flood_keys);
 ALGO_OPTIONS_OF(flood_of, FloodOptions, flood_options)

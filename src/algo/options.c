@@ -104,8 +104,9 @@ static const AlgoOptionTune *tune_of(const AlgoMethod *m, const AlgoOption *o)
 
 double algo_option_default(const AlgoMethod *m, const AlgoOption *o)
 {
+    if (o->type == FH_CFG_CHOICE) return algo_option_choice_index(o, o->def.s);
     const AlgoOptionTune *t = tune_of(m, o);
-    return t && !isnan(t->default_value) ? t->default_value : o->default_value;
+    return t && !isnan(t->default_value) ? t->default_value : o->def.f;
 }
 
 const char *algo_option_help(const AlgoMethod *m, const AlgoOption *o)
@@ -135,12 +136,12 @@ int algo_option_choice_index(const AlgoOption *o, const char *text)
 }
 
 /* where key o of part p of m lies in a block */
-static size_t field_offset(const AlgoMethod *m, int p, const AlgoOption *o) { return part_offset(m, p) + o->offset; }
+static size_t field_offset(const AlgoMethod *m, int p, const AlgoOption *o) { return part_offset(m, p) + o->at; }
 
 static void store(AlgoOptionBlock *b, const AlgoMethod *m, int p, const AlgoOption *o, double value)
 {
     void *f = b->bytes + field_offset(m, p, o);
-    if (o->type == ALGO_OPTION_CHOICE) *(int *)f = (int)value;
+    if (o->land == FH_LAND_INDEX) *(int *)f = (int)value;
     else *(double *)f = value;
 }
 
@@ -175,7 +176,7 @@ double algo_option_value(AlgoOptions view, const AlgoOption *o)
         for (int k = 0; k < part->n; k++) {
             if (&part->keys[k] != o) continue;
             const void *f = view.block->bytes + field_offset(view.row, p, o);
-            return o->type == ALGO_OPTION_CHOICE ? (double)*(const int *)f : *(const double *)f;
+            return o->land == FH_LAND_INDEX ? (double)*(const int *)f : *(const double *)f;
         }
     }
     fprintf(stderr, "fedhet: key %s is not an option of method %s\n", o->key, view.row->name);

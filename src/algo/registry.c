@@ -104,7 +104,7 @@ int algo_refuse_nonfinite(const AlgoMethod *m, AlgoOptions o)
     for (int i = 0; i < algo_option_count(m); i++) {
         const AlgoOption *key = algo_option_at(m, i);
         const double v = algo_option_value(o, key);
-        if (key->type == ALGO_OPTION_NUMBER && !isfinite(v))
+        if (key->type == FH_CFG_FLOAT && !isfinite(v))
             return algo_refuse(m, "[algo] %s = %g must be a finite number", key->key, v);
     }
     return FH_OK;

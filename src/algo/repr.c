@@ -37,20 +37,18 @@ typedef struct {
     double mu, tau, proj_dim;
 } MoonOptions;
 static const AlgoOption moon_keys[] = {
-    { ALGO_NUMBER(MoonOptions, mu), 1.0, 0.0, 1e6, NULL,
-      "contrastive weight mu >= 0; default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
-      "mu = 0 is FedAvg. z = the classifier's input (penultimate features, or the projection head's output "
-      "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
-      "w^0 (FLOOD; official MOON: no negative in round 0)",
-      0, 0 },
-    { ALGO_NUMBER(MoonOptions, tau), 0.5, 0.0, 1e6, NULL,
-      "temperature tau > 0 of the contrastive softmax; default 0.5 (MOON, FLOOD)",
-      1, 0 },
-    { ALGO_NUMBER(MoonOptions, proj_dim), 0, 0, 65536, NULL,
-      "projection head width: 0 (FLOOD's form, no head; default) or > 0 (official MOON's ModelFedCon: "
-      "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
-      "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
-      "checkpointed). Not for mobilenetv2 (its classifier is a convolution)", 0, 0 },
+    { ALGO_NUMBER(MoonOptions, mu), .def.f = 1.0, .lo = 0.0, .hi = 1e6,
+      .help = "contrastive weight mu >= 0; default 1 (FLOOD; MOON paper 5 for CIFAR-10, 1 for CIFAR-100); "
+              "mu = 0 is FedAvg. z = the classifier's input (penultimate features, or the projection head's output "
+              "with proj_dim > 0); cos with eps 1e-8; negatives in eval mode; w_k^prev starts as the initial global "
+              "w^0 (FLOOD; official MOON: no negative in round 0)" },
+    { ALGO_NUMBER(MoonOptions, tau), .def.f = 0.5, .lo = 0.0, .hi = 1e6, .lo_open = 1,
+      .help = "temperature tau > 0 of the contrastive softmax; default 0.5 (MOON, FLOOD)" },
+    { ALGO_NUMBER(MoonOptions, proj_dim), .def.f = 0, .lo = 0, .hi = 65536,
+      .help = "projection head width: 0 (FLOOD's form, no head; default) or > 0 (official MOON's ModelFedCon: "
+              "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
+              "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
+              "checkpointed). Not for mobilenetv2 (its classifier is a convolution)" },
 };
 static const AlgoOptionPart moon_options = ALGO_OPTION_PART("moon", MoonOptions, moon_keys);
 ALGO_OPTIONS_OF(moon_of, MoonOptions, moon_options)
@@ -150,9 +148,9 @@ typedef struct {
     double beta;
 } DecorrOptions;
 static const AlgoOption decorr_keys[] = {
-    { ALGO_NUMBER(DecorrOptions, beta), 0.1, 0.0, 1e6, NULL,
-      "decorrelation weight beta >= 0; default 0.1 (official CIFAR-10 scripts, FLOOD); beta = 0 is "
-      "FedAvg. Features = the classifier's input; unbiased variance, eps 1e-8; a batch of 1 adds 0", 0, 0 },
+    { ALGO_NUMBER(DecorrOptions, beta), .def.f = 0.1, .lo = 0.0, .hi = 1e6,
+      .help = "decorrelation weight beta >= 0; default 0.1 (official CIFAR-10 scripts, FLOOD); beta = 0 is "
+              "FedAvg. Features = the classifier's input; unbiased variance, eps 1e-8; a batch of 1 adds 0" },
 };
 static const AlgoOptionPart decorr_options = ALGO_OPTION_PART("feddecorr", DecorrOptions, decorr_keys);
 ALGO_OPTIONS_OF(decorr_of, DecorrOptions, decorr_options)
@@ -235,11 +233,11 @@ typedef struct {
     double first_stage;
 } FedMrOptions;
 static const AlgoOption fedmr_keys[] = {
-    { ALGO_NUMBER(FedMrOptions, first_stage), 100, 0, 1e9, NULL,
-      "t_1: rounds t < t_1 reset every slot to the uniform average (uniform averaging), rounds t >= t_1 "
-      "recombine every tensor with its own random permutation; default 100 (FLOOD's server; official "
-      "code 0, its README 50-100 for VGG). m = clients per round (fl.selection bernoulli refused); the "
-      "slots travel as m broadcast vectors; slot i goes to the i-th selected client in ascending id", 0, 0 },
+    { ALGO_NUMBER(FedMrOptions, first_stage), .def.f = 100, .lo = 0, .hi = 1e9,
+      .help = "t_1: rounds t < t_1 reset every slot to the uniform average (uniform averaging), rounds t >= t_1 "
+              "recombine every tensor with its own random permutation; default 100 (FLOOD's server; official "
+              "code 0, its README 50-100 for VGG). m = clients per round (fl.selection bernoulli refused); the "
+              "slots travel as m broadcast vectors; slot i goes to the i-th selected client in ascending id" },
 };
 static const AlgoOptionPart fedmr_options = ALGO_OPTION_PART("fedmr", FedMrOptions, fedmr_keys);
 ALGO_OPTIONS_OF(fedmr_of, FedMrOptions, fedmr_options)
@@ -358,17 +356,17 @@ typedef struct {
     int variant;
 } GkdOptions;
 static const AlgoOption gkd_keys[] = {
-    { ALGO_NUMBER(GkdOptions, gamma), 0.1, 0.0, 1e6, NULL,
-      "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); default 0.1 (FedGKD README, "
-      "CIFAR-10 ResNet-8); gamma = 0 is FedAvg; off in round 0 (empty buffer)", 0, 0 },
-    { ALGO_NUMBER(GkdOptions, buffer_length), 5, 1, 1000, NULL,
-      "M, the number of past global models kept (FIFO, newest w^t included); default 5 (README)", 0, 0 },
-    { ALGO_NUMBER(GkdOptions, temperature), 1.0, 0.0, 1000.0, NULL,
-      "distillation temperature T > 0; default 1 (FedGKD code and README)", 1, 0 },
-    { ALGO_CHOICE(GkdOptions, variant), 0, 0, 0, "avg|vote",
-      "avg: the teacher is the parameter average of the buffer (spec, FedGKD avg_param; default); vote: "
-      "distillation from the mean of the M buffered models' logits, all M broadcast [recon: docs/methods/baselines.md A.21 "
-      "leaves FedGKD-VOTE out of scope]", 0, 0 },
+    { ALGO_NUMBER(GkdOptions, gamma), .def.f = 0.1, .lo = 0.0, .hi = 1e6,
+      .help = "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); default 0.1 (FedGKD README, "
+              "CIFAR-10 ResNet-8); gamma = 0 is FedAvg; off in round 0 (empty buffer)" },
+    { ALGO_NUMBER(GkdOptions, buffer_length), .def.f = 5, .lo = 1, .hi = 1000,
+      .help = "M, the number of past global models kept (FIFO, newest w^t included); default 5 (README)" },
+    { ALGO_NUMBER(GkdOptions, temperature), .def.f = 1.0, .lo = 0.0, .hi = 1000.0, .lo_open = 1,
+      .help = "distillation temperature T > 0; default 1 (FedGKD code and README)" },
+    { ALGO_CHOICE(GkdOptions, variant), .def.s = "avg", .choices = "avg|vote",
+      .help = "avg: the teacher is the parameter average of the buffer (spec, FedGKD avg_param; default); vote: "
+              "distillation from the mean of the M buffered models' logits, all M broadcast [recon: docs/methods/baselines.md A.21 "
+              "leaves FedGKD-VOTE out of scope]" },
 };
 static const AlgoOptionPart gkd_options = ALGO_OPTION_PART("fedgkd", GkdOptions, gkd_keys);
 ALGO_OPTIONS_OF(gkd_of, GkdOptions, gkd_options)
@@ -493,11 +491,11 @@ typedef struct {
     double lambda;
 } FedNpOptions;
 static const AlgoOption fednp_keys[] = {
-    { ALGO_NUMBER(FedNpOptions, lambda), 0.01, 0.0, 1e6, NULL,
-      "FedNP-min (not the full FedNP: docs/methods/baselines.md A.20's minimal version of the FLOOD port, D = classifier "
-      "weights): weight lambda >= 0 of L_np = mean_i (W_i - mu_i)^2 / (2 sigma_i + 1e-5), KLD dropped; "
-      "default 0.01; lambda = 0 trains the NPN but leaves the model as FedAvg's. Features = the "
-      "classifier's input; cavity = product of the other clients' sites [recon]", 0, 0 },
+    { ALGO_NUMBER(FedNpOptions, lambda), .def.f = 0.01, .lo = 0.0, .hi = 1e6,
+      .help = "FedNP-min (not the full FedNP: docs/methods/baselines.md A.20's minimal version of the FLOOD port, D = classifier "
+              "weights): weight lambda >= 0 of L_np = mean_i (W_i - mu_i)^2 / (2 sigma_i + 1e-5), KLD dropped; "
+              "default 0.01; lambda = 0 trains the NPN but leaves the model as FedAvg's. Features = the "
+              "classifier's input; cavity = product of the other clients' sites [recon]" },
 };
 static const AlgoOptionPart fednp_options = ALGO_OPTION_PART("fednp", FedNpOptions, fednp_keys);
 ALGO_OPTIONS_OF(fednp_of, FedNpOptions, fednp_options)

@@ -33,54 +33,54 @@ enum { SC_K_BAR }; /* server scalar 0 of FedGAMMA, FedLESAM-S, FedWMSAM */
 /* ---- the shared option parts (algo_internal.h) ------------------------------------------------------- */
 
 static const AlgoOption radius_keys[] = {
-    { ALGO_NUMBER(SamRadiusOptions, rho), 0.1, 0.0, 1e6, NULL, "SAM radius rho >= 0; default 0.1 (FL-Simulator)",
-      0, 0 },
+    { ALGO_NUMBER(SamRadiusOptions, rho), .def.f = 0.1, .lo = 0.0, .hi = 1e6,
+      .help = "SAM radius rho >= 0; default 0.1 (FL-Simulator)" },
 };
 const AlgoOptionPart algo_sam_radius_options = ALGO_OPTION_PART("sam_radius", SamRadiusOptions, radius_keys);
 
 static const AlgoOption weights_keys[] = {
-    { ALGO_CHOICE(SamWeightsOptions, weights), WEIGHTS_UNIFORM, 0, 0, "uniform|samples",
-      "server average: uniform (FL-Simulator server.py; docs/methods/sam.md §0.2 default) or samples (sample counts)", 0, 0 },
+    { ALGO_CHOICE(SamWeightsOptions, weights), .def.s = "uniform", .choices = "uniform|samples",
+      .help = "server average: uniform (FL-Simulator server.py; docs/methods/sam.md §0.2 default) or samples (sample counts)" },
 };
 const AlgoOptionPart algo_sam_weights_options = ALGO_OPTION_PART("sam_weights", SamWeightsOptions, weights_keys);
 
 static const AlgoOption perturb_keys[] = {
-    { ALGO_CHOICE(SamPerturbOptions, perturb), PERTURB_SAM, 0, 0, "sam|asam|gsam",
-      "local perturbation: sam (eps = rho g/(||g|| + 1e-7), docs/methods/sam.md §1; default), asam (eps = rho T^2 g/||T g||, "
-      "T = |w| + asam_eta on weight tensors, 1 on biases; Caldarola's FedASAM uses rho 0.7), gsam (GSAM, docs/methods/sam.md §2: "
-      "descend g_p - gsam_alpha g_perp; the norms use e = 1e-7 like SAM so that gsam_alpha = 0 is SAM bit for bit; "
-      "GSAM's code uses 1e-12)", 0, 0 },
-    { ALGO_NUMBER(SamPerturbOptions, asam_eta), 0.2, 0.0, 1e6, NULL,
-      "ASAM offset eta_a in T = |w| + eta_a (perturb = asam); docs/methods/sam.md §1: Caldarola's FedASAM 0.2; FL-Simulator's "
-      "adaptive ESAM has 0", 0, 0 },
-    { ALGO_NUMBER(SamPerturbOptions, gsam_alpha), 0.4, 0.0, 1.0, NULL,
-      "GSAM alpha in [0, 1] (perturb = gsam): official GSAM example 0.4 (default), FedISM 0.1; 0 is SAM", 0, 0 },
+    { ALGO_CHOICE(SamPerturbOptions, perturb), .def.s = "sam", .choices = "sam|asam|gsam",
+      .help = "local perturbation: sam (eps = rho g/(||g|| + 1e-7), docs/methods/sam.md §1; default), asam (eps = rho T^2 g/||T g||, "
+              "T = |w| + asam_eta on weight tensors, 1 on biases; Caldarola's FedASAM uses rho 0.7), gsam (GSAM, docs/methods/sam.md §2: "
+              "descend g_p - gsam_alpha g_perp; the norms use e = 1e-7 like SAM so that gsam_alpha = 0 is SAM bit for bit; "
+              "GSAM's code uses 1e-12)" },
+    { ALGO_NUMBER(SamPerturbOptions, asam_eta), .def.f = 0.2, .lo = 0.0, .hi = 1e6,
+      .help = "ASAM offset eta_a in T = |w| + eta_a (perturb = asam); docs/methods/sam.md §1: Caldarola's FedASAM 0.2; FL-Simulator's "
+              "adaptive ESAM has 0" },
+    { ALGO_NUMBER(SamPerturbOptions, gsam_alpha), .def.f = 0.4, .lo = 0.0, .hi = 1.0,
+      .help = "GSAM alpha in [0, 1] (perturb = gsam): official GSAM example 0.4 (default), FedISM 0.1; 0 is SAM" },
 };
 const AlgoOptionPart algo_sam_perturb_options = ALGO_OPTION_PART("sam_perturb", SamPerturbOptions, perturb_keys);
 
 static const AlgoOption schedule_keys[] = {
-    { ALGO_CHOICE(SamScheduleOptions, rho_schedule), RHO_CONSTANT, 0, 0, "constant|lr",
-      "radius over the rounds: constant (rho every round; default) or lr (GSAM's scheduler, docs/methods/sam.md §2: rho_t = "
-      "rho_min + (rho - rho_min)(lr_t - lr_min)/(lr_max - lr_min) over the run's lr schedule lr lr_decay^t, "
-      "t = 0..T-1, so rho in round 0 and rho_min in the last; rho throughout when train.lr_decay = 1). Any "
-      "perturbation; T is fl.rounds, so extending a run on resume stretches the rest of the schedule", 0, 0 },
-    { ALGO_NUMBER(SamScheduleOptions, rho_min), 0.0, 0.0, 1e6, NULL,
-      "smallest radius of rho_schedule = lr (at the last round's lr), <= rho; default 0", 0, 0 },
+    { ALGO_CHOICE(SamScheduleOptions, rho_schedule), .def.s = "constant", .choices = "constant|lr",
+      .help = "radius over the rounds: constant (rho every round; default) or lr (GSAM's scheduler, docs/methods/sam.md §2: rho_t = "
+              "rho_min + (rho - rho_min)(lr_t - lr_min)/(lr_max - lr_min) over the run's lr schedule lr lr_decay^t, "
+              "t = 0..T-1, so rho in round 0 and rho_min in the last; rho throughout when train.lr_decay = 1). Any "
+              "perturbation; T is fl.rounds, so extending a run on resume stretches the rest of the schedule" },
+    { ALGO_NUMBER(SamScheduleOptions, rho_min), .def.f = 0.0, .lo = 0.0, .hi = 1e6,
+      .help = "smallest radius of rho_schedule = lr (at the last round's lr), <= rho; default 0" },
 };
 const AlgoOptionPart algo_sam_schedule_options = ALGO_OPTION_PART("sam_schedule", SamScheduleOptions, schedule_keys);
 
 static const AlgoOption lambda_keys[] = {
-    { ALGO_NUMBER(SamLambdaOptions, lambda), 0.1, 0.0, 1e6, NULL,
-      "prox weight lambda >= 0; default 0.1: r = g_s + lambda (h_i - w^t) before the clip, "
-      "+ (wd + lambda) w after it; h_i = sum of the client's past deltas; w^{t+1} = mean w_i + "
-      "mean over all N clients of h", 0, 0 },
+    { ALGO_NUMBER(SamLambdaOptions, lambda), .def.f = 0.1, .lo = 0.0, .hi = 1e6,
+      .help = "prox weight lambda >= 0; default 0.1: r = g_s + lambda (h_i - w^t) before the clip, "
+              "+ (wd + lambda) w after it; h_i = sum of the client's past deltas; w^{t+1} = mean w_i + "
+              "mean over all N clients of h" },
 };
 const AlgoOptionPart algo_sam_lambda_options = ALGO_OPTION_PART("sam_lambda", SamLambdaOptions, lambda_keys);
 
 static const AlgoOption k_norm_keys[] = {
-    { ALGO_CHOICE(KNormOptions, k_norm), K_NORM_CODE, 0, 0, "code|actual",
-      "local step count K in the server formulas: code (K_bar = E n_0/B from client 0's size, for every client, "
-      "as FL-Simulator; train.steps when set; default) or actual (each client's steps taken) [PROPOSED]", 0, 0 },
+    { ALGO_CHOICE(KNormOptions, k_norm), .def.s = "code", .choices = "code|actual",
+      .help = "local step count K in the server formulas: code (K_bar = E n_0/B from client 0's size, for every client, "
+              "as FL-Simulator; train.steps when set; default) or actual (each client's steps taken) [PROPOSED]" },
 };
 const AlgoOptionPart algo_k_norm_options = ALGO_OPTION_PART("k_norm", KNormOptions, k_norm_keys);
 
@@ -326,9 +326,9 @@ typedef struct {
     double speed_merge;
 } SpeedOptions;
 static const AlgoOption speed_keys[] = {
-    { ALGO_NUMBER(SpeedOptions, speed_merge), 1.0, 0.0, 1.0, NULL,
-      "merge coefficient a: the descent gradient is (1 - a) g + a g_s; default 1 (the official code: "
-      "the perturbed gradient alone); the paper merges the two (its coefficient is not pinned)", 0, 0 },
+    { ALGO_NUMBER(SpeedOptions, speed_merge), .def.f = 1.0, .lo = 0.0, .hi = 1.0,
+      .help = "merge coefficient a: the descent gradient is (1 - a) g + a g_s; default 1 (the official code: "
+              "the perturbed gradient alone); the paper merges the two (its coefficient is not pinned)" },
 };
 static const AlgoOptionPart speed_options = ALGO_OPTION_PART("fedspeed", SpeedOptions, speed_keys);
 ALGO_OPTIONS_OF(speed_of, SpeedOptions, speed_options)
@@ -473,10 +473,10 @@ typedef struct {
     double alpha;
 } MoFedSamOptions;
 static const AlgoOption mofedsam_keys[] = {
-    { ALGO_NUMBER(MoFedSamOptions, alpha), 0.1, 0.0, 1.0,
-      NULL, "weight of the fresh SAM gradient in (0, 1] (FedCM convention, not a momentum coefficient): "
-      "r = alpha g_s + (1 - alpha) mom before the clip; default 0.1 (README: 0.05 or 0.1); round 0 "
-      "runs at alpha lr (mom = 0), as the code", 1, 0 },
+    { ALGO_NUMBER(MoFedSamOptions, alpha), .def.f = 0.1, .lo = 0.0, .hi = 1.0, .lo_open = 1,
+      .help = "weight of the fresh SAM gradient in (0, 1] (FedCM convention, not a momentum coefficient): "
+              "r = alpha g_s + (1 - alpha) mom before the clip; default 0.1 (README: 0.05 or 0.1); round 0 "
+              "runs at alpha lr (mom = 0), as the code" },
 };
 static const AlgoOptionPart mofedsam_options = ALGO_OPTION_PART("mofedsam", MoFedSamOptions, mofedsam_keys);
 ALGO_OPTIONS_OF(mofedsam_of, MoFedSamOptions, mofedsam_options)
@@ -540,15 +540,15 @@ typedef struct {
     int mode, compat;
 } LesamOptions;
 static const AlgoOption lesam_keys[] = {
-    { ALGO_CHOICE(LesamOptions, mode), LE_PAPER, 0, 0, "paper|code",
-      "global direction: paper (each client's stale global model w_old - w^t, stored per client; no "
-      "perturbation at a client's first participation; default) or code (the official code: the last global "
-      "step, eps = -rho gu/||gu||, gu = w^t - w^{t-1} broadcast; none in round 0). Equal under full "
-      "participation", 0, 0 },
-    { ALGO_CHOICE(LesamOptions, compat), COMPAT_INTENDED, 0, 0, "intended|official",
-      "intended (the full-vector perturbation rho d/||d||; default) or official ([CODE-BUG] of LESAM.py, docs/methods/sam.md §"
-      "8: tensor j gets the constant rho d[j]/(sum_{j<J} |d[j]| + 1e-7) from the j-th element of the flat "
-      "direction; reproduces published numbers). Nothing else changes", 0, 0 },
+    { ALGO_CHOICE(LesamOptions, mode), .def.s = "paper", .choices = "paper|code",
+      .help = "global direction: paper (each client's stale global model w_old - w^t, stored per client; no "
+              "perturbation at a client's first participation; default) or code (the official code: the last global "
+              "step, eps = -rho gu/||gu||, gu = w^t - w^{t-1} broadcast; none in round 0). Equal under full "
+              "participation" },
+    { ALGO_CHOICE(LesamOptions, compat), .def.s = "intended", .choices = "intended|official",
+      .help = "intended (the full-vector perturbation rho d/||d||; default) or official ([CODE-BUG] of LESAM.py, docs/methods/sam.md §"
+              "8: tensor j gets the constant rho d[j]/(sum_{j<J} |d[j]| + 1e-7) from the j-th element of the flat "
+              "direction; reproduces published numbers). Nothing else changes" },
 };
 static const AlgoOptionPart lesam_options = ALGO_OPTION_PART("fedlesam", LesamOptions, lesam_keys);
 ALGO_OPTIONS_OF(lesam_of, LesamOptions, lesam_options)
@@ -721,10 +721,10 @@ typedef struct {
     int lw;
 } LwSamOptions;
 static const AlgoOption lwsam_keys[] = {
-    { ALGO_CHOICE(LwSamOptions, lw), LW_FEDLW, 0, 0, "fedlw|nolowe",
-      "weights from L_i, the sample-weighted mean unperturbed training loss of the round: fedlw (p_i ~ "
-      "1/(L_i + eps), reconstructed [RECON]; fair.c's FedLW with eps = 1e-8, docs/methods/sam.md §11 writes 1e-12; default) "
-      "or nolowe (FedNoLoWe's (1 - L_i/sum L)/(m - 1)); neither uses n_i", 0, 0 },
+    { ALGO_CHOICE(LwSamOptions, lw), .def.s = "fedlw", .choices = "fedlw|nolowe",
+      .help = "weights from L_i, the sample-weighted mean unperturbed training loss of the round: fedlw (p_i ~ "
+              "1/(L_i + eps), reconstructed [RECON]; fair.c's FedLW with eps = 1e-8, docs/methods/sam.md §11 writes 1e-12; default) "
+              "or nolowe (FedNoLoWe's (1 - L_i/sum L)/(m - 1)); neither uses n_i" },
 };
 static const AlgoOptionPart lwsam_options = ALGO_OPTION_PART("fedlwsam", LwSamOptions, lwsam_keys);
 ALGO_OPTIONS_OF(lwsam_of, LwSamOptions, lwsam_options)

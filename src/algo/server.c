@@ -45,8 +45,8 @@ typedef struct {
     double eta_g;
 } ServerStepOptions;
 static const AlgoOption server_step_keys[] = {
-    { ALGO_NUMBER(ServerStepOptions, eta_g), 1.0, 0.0, 1000.0, NULL,
-      "global (server) step size eta_g > 0 along the method's server direction; default 1", 1, 0 },
+    { ALGO_NUMBER(ServerStepOptions, eta_g), .def.f = 1.0, .lo = 0.0, .hi = 1000.0, .lo_open = 1,
+      .help = "global (server) step size eta_g > 0 along the method's server direction; default 1" },
 };
 const AlgoOptionPart algo_server_step_options = ALGO_OPTION_PART("server step", ServerStepOptions, server_step_keys);
 
@@ -63,13 +63,13 @@ typedef struct {
     int variant;
 } AvgmOptions;
 static const AlgoOption avgm_keys[] = {
-    { ALGO_NUMBER(AvgmOptions, beta), 0.9, 0.0, 1.0, NULL,
-      "server momentum beta in [0, 1); default 0.9 [recon]; FLOOD uses 0.1, FedDecorr's EMA 0.9; "
-      "beta = 0 with eta_g = 1 is FedAvg; the effective step is eta_g/(1 - beta)", 0, 1 },
-    { ALGO_CHOICE(AvgmOptions, variant), AVGM_CANONICAL, 0, 0, "canonical|flood|ema|nesterov",
-      "canonical (Hsu et al.: v = beta v + g, w -= eta_g v; default), flood (FLOOD serverM.py: the same "
-      "algebra on client deltas, bit-identical to canonical; FLOOD runs it with beta = 0.1), ema (MOON, "
-      "FedDisco, FedDecorr: v = beta v + (1 - beta) g), nesterov (FL-bench: w -= eta_g (g + beta v))", 0, 0 },
+    { ALGO_NUMBER(AvgmOptions, beta), .def.f = 0.9, .lo = 0.0, .hi = 1.0, .hi_open = 1,
+      .help = "server momentum beta in [0, 1); default 0.9 [recon]; FLOOD uses 0.1, FedDecorr's EMA 0.9; "
+              "beta = 0 with eta_g = 1 is FedAvg; the effective step is eta_g/(1 - beta)" },
+    { ALGO_CHOICE(AvgmOptions, variant), .def.s = "canonical", .choices = "canonical|flood|ema|nesterov",
+      .help = "canonical (Hsu et al.: v = beta v + g, w -= eta_g v; default), flood (FLOOD serverM.py: the same "
+              "algebra on client deltas, bit-identical to canonical; FLOOD runs it with beta = 0.1), ema (MOON, "
+              "FedDisco, FedDecorr: v = beta v + (1 - beta) g), nesterov (FL-bench: w -= eta_g (g + beta v))" },
 };
 static const AlgoOptionPart avgm_options = ALGO_OPTION_PART("fedavgm", AvgmOptions, avgm_keys);
 ALGO_OPTIONS_OF(avgm_of, AvgmOptions, avgm_options)
@@ -118,11 +118,11 @@ typedef struct {
     int weights;
 } ProxOptions;
 static const AlgoOption prox_keys[] = {
-    { ALGO_NUMBER(ProxOptions, mu), 0.01, 0.0, 1000.0, NULL,
-      "proximal coefficient mu >= 0; default 0.01 [recon] (FLOOD code 0.01, FLOOD paper 0.1, "
-      "NIID-Bench 0.001, FL-Simulator 0.1); mu = 0 is FedAvg", 0, 0 },
-    { ALGO_CHOICE(ProxOptions, weights), PROX_SAMPLES, 0, 0, "samples|uniform",
-      "server average: samples (FLOOD, NIID-Bench; default) or uniform (FL-Simulator, seeds 003/004)", 0, 0 },
+    { ALGO_NUMBER(ProxOptions, mu), .def.f = 0.01, .lo = 0.0, .hi = 1000.0,
+      .help = "proximal coefficient mu >= 0; default 0.01 [recon] (FLOOD code 0.01, FLOOD paper 0.1, "
+              "NIID-Bench 0.001, FL-Simulator 0.1); mu = 0 is FedAvg" },
+    { ALGO_CHOICE(ProxOptions, weights), .def.s = "samples", .choices = "samples|uniform",
+      .help = "server average: samples (FLOOD, NIID-Bench; default) or uniform (FL-Simulator, seeds 003/004)" },
 };
 static const AlgoOptionPart prox_options = ALGO_OPTION_PART("fedprox", ProxOptions, prox_keys);
 ALGO_OPTIONS_OF(prox_of, ProxOptions, prox_options)
@@ -159,15 +159,15 @@ typedef struct {
     int variant, weights;
 } ScaffoldOptions;
 static const AlgoOption scaffold_keys[] = {
-    { ALGO_CHOICE(ScaffoldOptions, variant), SCAF_OPTION2, 0, 0, "option2|flood",
-      "option2 (Karimireddy et al. option II; c - c_k added to the gradient before clipping as in "
-      "FL-Simulator; K_k = steps taken as in NIID-Bench; c += (1/K) sum delta c_k; default) or flood "
-      "(FLOOD code, seed 002 only: w -= lr (c - c_k) after each momentum-SGD step, then one extra epoch of "
-      "plain training from w_E with a fresh momentum buffer [recon], c_k = (w_E - w')/(k_b lr), w_E "
-      "uploaded, c = mean of the selected c_k; costs (E+1)/E local compute; FLOOD averages with "
-      "weights = samples)", 0, 0 },
-    { ALGO_CHOICE(ScaffoldOptions, weights), SCAF_UNIFORM, 0, 0, "uniform|samples",
-      "model average: uniform (paper, FL-Simulator; default) or samples (NIID-Bench, FLOOD)", 0, 0 },
+    { ALGO_CHOICE(ScaffoldOptions, variant), .def.s = "option2", .choices = "option2|flood",
+      .help = "option2 (Karimireddy et al. option II; c - c_k added to the gradient before clipping as in "
+              "FL-Simulator; K_k = steps taken as in NIID-Bench; c += (1/K) sum delta c_k; default) or flood "
+              "(FLOOD code, seed 002 only: w -= lr (c - c_k) after each momentum-SGD step, then one extra epoch of "
+              "plain training from w_E with a fresh momentum buffer [recon], c_k = (w_E - w')/(k_b lr), w_E "
+              "uploaded, c = mean of the selected c_k; costs (E+1)/E local compute; FLOOD averages with "
+              "weights = samples)" },
+    { ALGO_CHOICE(ScaffoldOptions, weights), .def.s = "uniform", .choices = "uniform|samples",
+      .help = "model average: uniform (paper, FL-Simulator; default) or samples (NIID-Bench, FLOOD)" },
 };
 static const AlgoOptionPart scaffold_options = ALGO_OPTION_PART("scaffold", ScaffoldOptions, scaffold_keys);
 ALGO_OPTIONS_OF(scaffold_of, ScaffoldOptions, scaffold_options)
@@ -319,12 +319,12 @@ typedef struct {
     double alpha;
 } DynOptions;
 static const AlgoOption dyn_keys[] = {
-    { ALGO_NUMBER(DynOptions, alpha), 0.1, 0.0, 1000.0, NULL,
-      "regularisation coefficient alpha >= 0; default 0.1 (FL-Simulator, A-FedSAM). FL-Simulator form "
-      "(gradient + alpha (w - w^t + H_k), H_k = sum of past deltas, w = mean_selected w_k + mean_K H_k); the "
-      "weight decay +alpha goes through the gradient term, so train.clip clips it too (FL-Simulator clips "
-      "before its optimiser adds it). The server's mean_K H_k does not depend on alpha: alpha = 0 still "
-      "differs from uniform averaging", 0, 0 },
+    { ALGO_NUMBER(DynOptions, alpha), .def.f = 0.1, .lo = 0.0, .hi = 1000.0,
+      .help = "regularisation coefficient alpha >= 0; default 0.1 (FL-Simulator, A-FedSAM). FL-Simulator form "
+              "(gradient + alpha (w - w^t + H_k), H_k = sum of past deltas, w = mean_selected w_k + mean_K H_k); the "
+              "weight decay +alpha goes through the gradient term, so train.clip clips it too (FL-Simulator clips "
+              "before its optimiser adds it). The server's mean_K H_k does not depend on alpha: alpha = 0 still "
+              "differs from uniform averaging" },
 };
 static const AlgoOptionPart dyn_options = ALGO_OPTION_PART("feddyn", DynOptions, dyn_keys);
 ALGO_OPTIONS_OF(dyn_of, DynOptions, dyn_options)
@@ -447,10 +447,10 @@ typedef struct {
     double alpha;
 } FedCmOptions;
 static const AlgoOption fedcm_keys[] = {
-    { ALGO_NUMBER(FedCmOptions, alpha), 0.1, 0.0, 1.0, NULL,
-      "weight of the local gradient, in (0, 1]; default 0.1 (paper and FL-Simulator); alpha = 1 is "
-      "uniform averaging. D = -mean delta / (K_loc lr_prev), K_loc = mean steps of the previous round's "
-      "clients [recon; FL-Simulator uses E n_0/B]", 1, 0 },
+    { ALGO_NUMBER(FedCmOptions, alpha), .def.f = 0.1, .lo = 0.0, .hi = 1.0, .lo_open = 1,
+      .help = "weight of the local gradient, in (0, 1]; default 0.1 (paper and FL-Simulator); alpha = 1 is "
+              "uniform averaging. D = -mean delta / (K_loc lr_prev), K_loc = mean steps of the previous round's "
+              "clients [recon; FL-Simulator uses E n_0/B]" },
 };
 static const AlgoOptionPart fedcm_options = ALGO_OPTION_PART("fedcm", FedCmOptions, fedcm_keys);
 ALGO_OPTIONS_OF(fedcm_of, FedCmOptions, fedcm_options)

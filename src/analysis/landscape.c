@@ -80,7 +80,7 @@ static int settings_from_config(Landscape *L)
     const char *proj = v && !strcmp(v, "moon") ? fh_ini_get(&ini, "algo", "proj_dim") : NULL;
     L->proj_dim = proj ? atoi(proj) : 0;
     v = fh_ini_get(&ini, "data", "path");
-    snprintf(L->data_path, sizeof L->data_path, "%s", L->o.data ? L->o.data : v ? v : "");
+    snprintf(L->data_path, sizeof L->data_path, "%s", *L->o.data ? L->o.data : v ? v : "");
     fh_ini_free(&ini);
     if (!L->data_path[0])
         FH_FAIL(FH_ERR_USAGE, "%s: its config names no [data] path; give data=PARTITION.h5", L->o.checkpoint);
@@ -269,8 +269,8 @@ static int write_h5(const Landscape *L, const char *path)
     free(axis);
     const hid_t root = f.id;
     char params[8192];
-    snprintf(params, sizeof params, "dims=%d points=%d span=%g seed=%ld subset=%lld bias=%s data=%s", L->o.dims, P,
-             L->o.span, L->o.seed, (long long)L->n_rows, L->o.bias, L->data_path);
+    snprintf(params, sizeof params, "dims=%d points=%d span=%g seed=%lld subset=%lld bias=%s data=%s", L->o.dims, P,
+             L->o.span, (long long)L->o.seed, (long long)L->n_rows, L->o.bias, L->data_path);
     const int64_t ints[] = { LS_VERSION, L->o.dims, P, L->o.seed, L->n_rows, L->rounds_done, L->n_state };
     const char *names[] = { "format_version", "dims", "points", "seed", "rows", "rounds_done", "n_state" };
     if (status == FH_OK) status = fh_h5_attr_write_string(&f, root, "format", LS_FORMAT);
@@ -479,7 +479,7 @@ static int run(Landscape *L, int rank, int size)
         free(sum);
         free(sum_acc);
         char dir[4096], h5[4400], png[4400];
-        if (L->o.out) snprintf(dir, sizeof dir, "%s", L->o.out);
+        if (*L->o.out) snprintf(dir, sizeof dir, "%s", L->o.out);
         else {
             snprintf(dir, sizeof dir, "%s", L->o.checkpoint);
             char *slash = strrchr(dir, '/');
@@ -508,11 +508,41 @@ static int run(Landscape *L, int rank, int size)
     return status;
 }
 
-void landscape_options_default(LandscapeOptions *o)
+#define AT(field) FH_CONFIG_AT(LandscapeOptions, field)
+static const FhConfigKey keys[] = {
+    { .section = "landscape", .key = "dims", .type = FH_CFG_INT, .def.i = 2, .lo = 1, .hi = 2, AT(dims),
+      .help = "1: a curve along one direction; 2: a surface over two" },
+    { .section = "landscape", .key = "points", .type = FH_CFG_INT, .def.i = 21, .lo = 2, .hi = 1001, AT(points),
+      .help = "points per axis (odd: the model itself is the centre point)" },
+    { .section = "landscape", .key = "span", .type = FH_CFG_FLOAT, .def.f = 1, .lo = 1e-9, .hi = 1e6, AT(span),
+      .help = "coordinates from -span to span, in units of the normalised direction" },
+    { .section = "landscape", .key = "seed", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 2147483647, AT(seed),
+      .help = "seed of the directions (Philox, purpose projection)" },
+    { .section = "landscape", .key = "subset", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 2000000000, AT(subset),
+      .help = "test rows used, spread evenly over the test set; 0: all of them" },
+    { .section = "landscape", .key = "batch", .type = FH_CFG_INT, .def.i = 500, .lo = 1, .hi = 65536, AT(batch),
+      .help = "rows per forward pass" },
+    { .section = "landscape", .key = "data", .type = FH_CFG_STRING, AT(data),
+      .help = "the partition file; empty: [data] path of the checkpoint's config" },
+    { .section = "landscape", .key = "bias", .type = FH_CFG_CHOICE, .def.s = "zero", .choices = "zero|weights",
+      AT(bias),
+      .help = "1-D tensors (biases, norm weights): zero, or weights (the tensor itself)" },
+    { .section = "landscape", .key = "out", .type = FH_CFG_STRING, AT(out),
+      .help = "output folder; empty: the checkpoint's folder" },
+    { .section = "landscape", .key = "name", .type = FH_CFG_STRING, .def.s = "landscape", AT(name),
+      .help = "writes OUT/NAME.h5 (/alpha, /beta, /loss, /accuracy and the settings as attributes) and OUT/NAME.png "
+              "(a curve, or a heat map of log10 loss with contours)" },
+    { .section = "landscape", .key = "threads", .type = FH_CFG_INT, .def.i = 1, .lo = 1, .hi = 256, AT(threads),
+      .help = "OpenBLAS threads per rank" },
+    { .section = "landscape", .key = "save_directions", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 1,
+      AT(save_directions), .help = "1: also store the two direction vectors (/directions, 2 x model size)" },
+};
+#undef AT
+
+const FhConfigKey *landscape_keys(int *n)
 {
-    memset(o, 0, sizeof *o);
-    o->dims = 2, o->points = 21, o->span = 1.0, o->batch = 500, o->threads = 1, o->name = "landscape";
-    o->bias = "zero";
+    *n = (int)(sizeof keys / sizeof keys[0]);
+    return keys;
 }
 
 int landscape_run(const LandscapeOptions *o, MPI_Comm comm)

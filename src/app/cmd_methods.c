@@ -48,7 +48,7 @@ static void print_keys(const AlgoMethod *m)
         const AlgoOption *o = algo_option_at(m, i);
         const double def = algo_option_default(m, o);
         int len = 0;
-        const char *choice = o->type == ALGO_OPTION_CHOICE ? algo_option_choice(o, (int)def, &len) : NULL;
+        const char *choice = o->type == FH_CFG_CHOICE ? algo_option_choice(o, (int)def, &len) : NULL;
         if (choice)
             printf("  %-16s default %.*s, one of %s\n", o->key, len, choice, o->choices);
         else

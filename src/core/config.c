@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +31,8 @@ typedef struct {
     char *given;       /* the value as given, unquoted; NULL when the default applies */
     int line;          /* where it was given: a file line, ORIGIN_OVERRIDE or ORIGIN_DEFAULT */
     int equals_default; /* the typed value equals the schema default (marks "; default" in the text) */
+    const char *default_text; /* the default as text: the schema's string, or number_text */
+    char number_text[40];
     int64_t i;
     double f;
     int b;
@@ -40,6 +43,7 @@ struct FhConfig {
     int n;
     Entry *entries;
     char *source; /* path or source name, for messages */
+    const char *override_source; /* where the overrides came from: "command line", or source when there is no text */
 };
 
 static const char *config_type_name(FhConfigType t)
@@ -221,7 +225,10 @@ static int config_unknown_key(const FhConfigKey *schema, int n, const char *wher
             if (len < sizeof list)
                 len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", schema[k].key);
         }
-    const char *near = fh_nearest_name(key, names, m);
+    const char *near = NULL; /* a former name first, then the nearest */
+    for (int k = 0; k < n && !near; k++)
+        if (schema[k].was && !strcmp(schema[k].was, key) && !strcmp(schema[k].section, section)) near = schema[k].key;
+    if (!near) near = fh_nearest_name(key, names, m);
     if (near) {
         fh_free(&names);
         FH_FAIL(FH_ERR_USAGE, "%sunknown key '%s' in [%s]; did you mean '%s'?", where, key, section, near);
@@ -296,12 +303,73 @@ static void config_format_bound(double v, char *out, size_t cap)
     }
 }
 
-static int config_range_error(const FhConfigKey *k, const char *text, const char *where)
+static int config_ranged(const FhConfigKey *k)
+{
+    return (k->type == FH_CFG_INT || k->type == FH_CFG_FLOAT) && k->lo < k->hi;
+}
+
+static int config_in_range(const FhConfigKey *k, double v)
+{
+    return !config_ranged(k) ||
+           ((k->lo_open ? v > k->lo : v >= k->lo) && (k->hi_open ? v < k->hi : v <= k->hi));
+}
+
+/* "[0, 1]", "(0, 1000]" */
+static void config_format_range(const FhConfigKey *k, char *out, size_t cap)
 {
     char lo[32], hi[32];
     config_format_bound(k->lo, lo, sizeof lo);
     config_format_bound(k->hi, hi, sizeof hi);
-    FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be in [%s, %s]", where, k->section, k->key, text, lo, hi);
+    snprintf(out, cap, "%c%s, %s%c", k->lo_open ? '(' : '[', lo, hi, k->hi_open ? ')' : ']');
+}
+
+static int config_range_error(const FhConfigKey *k, const char *text, const char *where)
+{
+    char range[80];
+    config_format_range(k, range, sizeof range);
+    FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be in %s", where, k->section, k->key, text, range);
+}
+
+/* The shortest decimal that reads back as v, exponents without padding (1e-08 -> 1e-8): 1e-3, 0.05, 1.3333333333333333;
+ * a whole-number part is written out (60, 1000), and a tie goes to the form without an exponent. */
+static void config_format_number(double v, char *out, size_t cap)
+{
+    char best[40] = "";
+    const int plain_only = fabs(v) >= 1 && fabs(v) < 1e15;
+    for (int style = 0; style < 2; style++)
+        for (int digits = 1; digits <= 17; digits++) {
+            char t[40];
+            snprintf(t, sizeof t, style ? "%.*e" : "%.*g", style ? digits - 1 : digits, v);
+            if (strtod(t, NULL) != v) continue;
+            char *e = strchr(t, 'e');
+            if (e && plain_only) continue;
+            if (e) {
+                char *d = e + 1, *p = e + 1;
+                if (*p == '+') p++;
+                else if (*p == '-') *d++ = *p++;
+                while (*p == '0' && p[1]) p++;
+                memmove(d, p, strlen(p) + 1);
+            }
+            const size_t len = strlen(t), best_len = strlen(best);
+            if (!best[0] || len < best_len || (len == best_len && !e && strchr(best, 'e')))
+                snprintf(best, sizeof best, "%s", t);
+        }
+    snprintf(out, cap, "%s", best[0] ? best : "0");
+}
+
+void fh_config_default_text(const FhConfigKey *k, char *out, size_t cap)
+{
+    if (k->required) {
+        snprintf(out, cap, "%s", "");
+        return;
+    }
+    switch (k->type) {
+    case FH_CFG_INT: snprintf(out, cap, "%" PRId64, k->def.i); break;
+    case FH_CFG_FLOAT: config_format_number(k->def.f, out, cap); break;
+    case FH_CFG_BOOL: snprintf(out, cap, "%s", k->def.b ? "true" : "false"); break;
+    case FH_CFG_STRING:
+    case FH_CFG_CHOICE: snprintf(out, cap, "%s", k->def.s ? k->def.s : ""); break;
+    }
 }
 
 /* The one number syntax of every numeric key: decimal, an optional sign, and for floats a fraction and
@@ -345,7 +413,6 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
     if (!*text && k->type != FH_CFG_STRING)
         FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: the value is empty; expected %s", where, k->section, k->key,
                 config_type_name(k->type));
-    int ranged = k->lo <= k->hi;
     char *end = NULL;
     switch (k->type) {
     case FH_CFG_INT: {
@@ -357,7 +424,7 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
         if (errno == ERANGE)
             FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: outside the 64-bit integer range", where, k->section,
                     k->key, text);
-        if (ranged && ((double)v < k->lo || (double)v > k->hi)) return config_range_error(k, text, where);
+        if (!config_in_range(k, (double)v)) return config_range_error(k, text, where);
         e->i = (int64_t)v;
         break;
     }
@@ -368,7 +435,7 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
         double v = strtod(text, &end);
         if (!isfinite(v))
             FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: must be a finite number", where, k->section, k->key, text);
-        if (ranged && (v < k->lo || v > k->hi)) return config_range_error(k, text, where);
+        if (!config_in_range(k, v)) return config_range_error(k, text, where);
         e->f = v;
         break;
     }
@@ -415,7 +482,35 @@ static int config_needs_quotes(const char *s)
 
 static const char *config_text_of(const FhConfig *c, int k)
 {
-    return c->entries[k].given ? c->entries[k].given : c->schema[k].default_text;
+    return c->entries[k].given ? c->entries[k].given : c->entries[k].default_text;
+}
+
+/* the default of key k as an entry (typed value and text) */
+static void config_default_entry(const FhConfigKey *k, Entry *e)
+{
+    e->i = k->type == FH_CFG_INT ? k->def.i : 0;
+    e->f = k->type == FH_CFG_FLOAT ? k->def.f : 0;
+    e->b = k->type == FH_CFG_BOOL ? k->def.b : 0;
+    if (k->type == FH_CFG_STRING || k->type == FH_CFG_CHOICE) e->default_text = k->def.s ? k->def.s : "";
+    else {
+        fh_config_default_text(k, e->number_text, sizeof e->number_text);
+        e->default_text = e->number_text;
+    }
+}
+
+/* whether a land fits its key: the type, and an int field holds every value of the range */
+static int config_land_fits(const FhConfigKey *k)
+{
+    switch (k->land) {
+    case FH_LAND_NONE: return 1;
+    case FH_LAND_INT: return k->type == FH_CFG_INT && config_ranged(k) && k->lo >= INT_MIN && k->hi <= INT_MAX;
+    case FH_LAND_INT64: return k->type == FH_CFG_INT;
+    case FH_LAND_FLOAT:
+    case FH_LAND_DOUBLE: return k->type == FH_CFG_FLOAT;
+    case FH_LAND_STRING: return k->type == FH_CFG_STRING || k->type == FH_CFG_CHOICE;
+    case FH_LAND_INDEX: return k->type == FH_CFG_CHOICE;
+    }
+    return 0;
 }
 
 /* ---- the schema ---- */
@@ -441,9 +536,14 @@ static int config_check_schema(const FhConfigKey *schema, int n)
                 FH_FAIL(FH_ERR_USAGE, "config schema: [%s] %s: choices '%s' must be non-empty names joined by '|'",
                         key->section, key->key, ch ? ch : "(null)");
         }
-        if (key->default_text) {
+        if (!config_land_fits(key))
+            FH_FAIL(FH_ERR_USAGE, "config schema: [%s] %s: its field (land %d) does not hold a %s of its range",
+                    key->section, key->key, (int)key->land, config_type_name(key->type));
+        if (!key->required) {
+            char text[512];
             Entry scratch = {0};
-            FH_CHECK(config_parse_value(key, key->default_text, "config schema: default of ", &scratch));
+            fh_config_default_text(key, text, sizeof text);
+            FH_CHECK(config_parse_value(key, text, "config schema: default of ", &scratch));
         }
     }
     return FH_OK;
@@ -526,19 +626,23 @@ static int config_fill(FhConfig *c, const char *text, char *const *overrides, in
     for (int k = 0; k < c->n; k++) {
         const FhConfigKey *key = &c->schema[k];
         Entry *e = &c->entries[k];
-        if (!e->given && !key->default_text)
+        config_default_entry(key, e);
+        if (!e->given && key->required)
             FH_FAIL(FH_ERR_USAGE, "%s: required key %s.%s is missing (%s); set it in [%s] or with %s.%s=VALUE",
                     c->source, key->section, key->key, key->help ? key->help : "no help", key->section,
                     key->section, key->key);
         char where[WHERE_CAP];
         if (e->line > 0) snprintf(where, sizeof where, "%s:%d: ", c->source, e->line);
-        else snprintf(where, sizeof where, "command line: ");
-        if (e->given) FH_CHECK(config_parse_value(key, e->given, where, e));
-        else FH_CHECK(config_parse_value(key, key->default_text, "config schema: default of ", e));
-        if (key->default_text) {
+        else snprintf(where, sizeof where, "%s: ", c->override_source);
+        if (!e->given) {
+            e->equals_default = 1;
+            continue;
+        }
+        FH_CHECK(config_parse_value(key, e->given, where, e));
+        if (!key->required) {
             Entry d = {0};
-            FH_CHECK(config_parse_value(key, key->default_text, "config schema: default of ", &d));
-            e->equals_default = config_values_equal(key->type, e, config_text_of(c, k), &d, key->default_text);
+            config_default_entry(key, &d);
+            e->equals_default = config_values_equal(key->type, e, e->given, &d, d.default_text);
         }
     }
     return FH_OK;
@@ -556,6 +660,7 @@ int fh_config_load_text(FhConfig **out, const FhConfigKey *schema, int n, const 
     c->n = n;
     const char *src = source_name ? source_name : "config";
     int status = config_strndup(&c->source, src, strlen(src), "config source name");
+    c->override_source = !text && source_name ? c->source : "command line";
     if (status == FH_OK) status = config_fill(c, text, overrides, n_overrides);
     if (status != FH_OK) {
         fh_config_free(&c);
@@ -563,6 +668,50 @@ int fh_config_load_text(FhConfig **out, const FhConfigKey *schema, int n, const 
     }
     *out = c;
     return FH_OK;
+}
+
+/* "section.key=value" of the argument "key=value": the one key of that name */
+static int config_arg_override(const FhConfigKey *schema, int n, const char *arg, const char *where, char **out)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg) FH_FAIL(FH_ERR_USAGE, "%s: '%s' is not key=value", where, arg);
+    const size_t len = (size_t)(eq - arg);
+    int at = -1;
+    for (int k = 0; k < n && at < 0; k++)
+        if (strlen(schema[k].key) == len && !strncmp(schema[k].key, arg, len)) at = k;
+    if (at < 0) {
+        const char **names = NULL;
+        FH_CHECK(fh_calloc(&names, (size_t)n + 1, sizeof *names, "config key names"));
+        for (int k = 0; k < n; k++) names[k] = schema[k].key;
+        char word[NEAREST_MAX_LEN];
+        snprintf(word, sizeof word, "%.*s", (int)(len < sizeof word ? len : sizeof word - 1), arg);
+        const char *near = NULL; /* a former name first, then the nearest */
+        for (int k = 0; k < n && !near; k++)
+            if (schema[k].was && !strcmp(schema[k].was, word)) near = schema[k].key;
+        if (!near) near = fh_nearest_name(word, names, n);
+        fh_free(&names);
+        if (near) FH_FAIL(FH_ERR_USAGE, "%s: unknown key '%.*s'; did you mean '%s'?", where, (int)len, arg, near);
+        FH_FAIL(FH_ERR_USAGE, "%s: unknown key '%.*s' (--help lists the keys)", where, (int)len, arg);
+    }
+    FH_CHECK(fh_calloc(out, strlen(schema[at].section) + strlen(arg) + 2, 1, "the command's keys"));
+    sprintf(*out, "%s.%s", schema[at].section, arg);
+    return FH_OK;
+}
+
+int fh_config_load_args(FhConfig **out, const FhConfigKey *schema, int n, char *const *args, int n_args,
+                        const char *source_name)
+{
+    *out = NULL;
+    const char *where = source_name ? source_name : "command line";
+    char **overrides = NULL;
+    FH_CHECK(fh_calloc(&overrides, (size_t)n_args + 1, sizeof *overrides, "the command's keys"));
+    int status = FH_OK;
+    for (int i = 0; i < n_args && status == FH_OK; i++)
+        status = config_arg_override(schema, n, args[i], where, &overrides[i]);
+    if (status == FH_OK) status = fh_config_load_text(out, schema, n, NULL, where, overrides, n_args);
+    for (int i = 0; i < n_args; i++) free(overrides[i]);
+    free(overrides);
+    return status;
 }
 
 int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const char *path,
@@ -664,6 +813,48 @@ int fh_config_is_default(const FhConfig *c, const char *section, const char *key
     return c->entries[k].given == NULL;
 }
 
+/* the position of value among the '|'-joined choices (the load checked that it is one) */
+static int config_choice_index(const char *choices, const char *value)
+{
+    const size_t len = strlen(value);
+    int index = 0;
+    for (const char *p = choices; *p; index++) {
+        const size_t n = strcspn(p, "|");
+        if (n == len && !strncmp(p, value, len)) return index;
+        p += n + (p[n] == '|');
+    }
+    return -1;
+}
+
+void fh_config_land(const FhConfig *c, const char *section, void *dst)
+{
+    for (int k = 0; k < c->n; k++) {
+        const FhConfigKey *key = &c->schema[k];
+        const Entry *e = &c->entries[k];
+        if (section && strcmp(section, key->section)) continue;
+        char *at = (char *)dst + key->at;
+        switch (key->land) {
+        case FH_LAND_NONE: break;
+        case FH_LAND_INT: *(int *)(void *)at = (int)e->i; break;
+        case FH_LAND_INT64: *(int64_t *)(void *)at = e->i; break;
+        case FH_LAND_FLOAT: *(float *)(void *)at = (float)e->f; break;
+        case FH_LAND_DOUBLE: *(double *)(void *)at = e->f; break;
+        case FH_LAND_STRING: *(const char **)(void *)at = config_text_of(c, k); break;
+        case FH_LAND_INDEX: *(int *)(void *)at = config_choice_index(key->choices, config_text_of(c, k)); break;
+        }
+    }
+}
+
+const char *fh_config_text(const FhConfig *c, const char *section, const char *key)
+{
+    const int k = config_find(c->schema, c->n, section, key);
+    if (k < 0) {
+        fprintf(stderr, "fedhet: fh_config_text: [%s] %s is not in the config schema\n", section, key);
+        abort();
+    }
+    return config_text_of(c, k);
+}
+
 /* ---- text, diff, help, hash ---- */
 
 static int buf_add_value(Buf *b, const char *v)
@@ -747,19 +938,20 @@ static void config_allowed(const FhConfigKey *k, char *out, size_t cap)
     out[0] = '\0';
     if (k->type == FH_CFG_CHOICE) snprintf(out, cap, "one of %s", k->choices ? k->choices : "");
     else if (k->type == FH_CFG_BOOL) snprintf(out, cap, "true|false");
-    else if ((k->type == FH_CFG_INT || k->type == FH_CFG_FLOAT) && k->lo <= k->hi) {
-        char lo[32], hi[32];
-        config_format_bound(k->lo, lo, sizeof lo);
-        config_format_bound(k->hi, hi, sizeof hi);
-        snprintf(out, cap, "in [%s, %s]", lo, hi);
+    else if (config_ranged(k)) {
+        char range[80];
+        config_format_range(k, range, sizeof range);
+        snprintf(out, cap, "in %s", range);
     }
 }
 
 static void config_default_shown(const FhConfigKey *k, char *out, size_t cap)
 {
-    if (!k->default_text) snprintf(out, cap, "required");
-    else if (config_needs_quotes(k->default_text)) snprintf(out, cap, "default \"%s\"", k->default_text);
-    else snprintf(out, cap, "default %s", k->default_text);
+    char text[400];
+    fh_config_default_text(k, text, sizeof text);
+    if (k->required) snprintf(out, cap, "required");
+    else if (config_needs_quotes(text)) snprintf(out, cap, "default \"%s\"", text);
+    else snprintf(out, cap, "default %s", text);
 }
 
 /* Column widths stop growing here: a long list of choices overflows its own row instead of pushing
@@ -793,6 +985,17 @@ void fh_config_print_help(FILE *out, const FhConfigKey *schema, int n)
             fprintf(out, "  %-*s  %-6s  %-*s  %-*s  %s\n", wk, schema[j].key, config_type_name(schema[j].type),
                     wd, def, wa, allowed, help);
         }
+    }
+}
+
+void fh_config_print_args_help(FILE *out, const FhConfigKey *schema, int n)
+{
+    for (int k = 0; k < n; k++) {
+        char def[400], allowed[512];
+        fh_config_default_text(&schema[k], def, sizeof def);
+        config_allowed(&schema[k], allowed, sizeof allowed);
+        fprintf(out, "  %-18s (%s) %s%s%s%s\n", schema[k].key, def[0] ? def : "-", schema[k].help ? schema[k].help : "",
+                allowed[0] ? " (" : "", allowed, allowed[0] ? ")" : "");
     }
 }
 

@@ -17,12 +17,10 @@
 
 /* The resolved config, typed (src/fl/settings.c). */
 typedef struct {
-    const char *data_path, *data_source, *scheme, *corruption;
+    const char *data_path, *data_source;
+    DataPartitionKeys part; /* [data] partition keys: how path is made from source */
     const char *source_options, *normalise, *augment; /* [data] image source keys, normalisation, augmentation */
     DataCropParams crop;
-    const char *variant; /* [data] variant of the scheme ("": its default) */
-    double alpha;
-    int n_clients_partition, min_size, classes_per_client, severity, corrupted, partition_seed;
     int eval_batch;
     const char *model, *norm;
     int groups;
@@ -66,8 +64,6 @@ int fl_config_load(FhConfig **out, const char *path, int saved, char *const *ove
 int fl_config_text_upgrade(const char *text, char **out);
 /* the base keys with [algo] method and `m`'s keys (kept for the process's lifetime) */
 const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *plugin, int *n);
-/* the base keys with every method's keys as free text */
-const FhConfigKey *fl_config_schema_any(int *n);
 
 /* ---- protocol (src/fl/comm.c) ---- */
 typedef struct {

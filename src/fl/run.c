@@ -49,48 +49,34 @@ int fl_config_validate(const char *config_path, char *const *overrides, int n_ov
 }
 
 /* The partition file: used as is, or made from [data] source when it does not exist yet. */
-static int prepare_data(const FlSettings *s, const char *config_path)
+static int prepare_data(const FlSettings *s, const FhConfig *cfg, const char *config_path)
 {
     struct stat st;
     if (stat(s->data_path, &st) == 0) return FH_OK;
     if (!*s->data_source)
         FH_FAIL(FH_ERR_USAGE, "%s: [data] path = %s does not exist (make it with fedhet partition, or set [data] source "
                 "to make it here)", config_path, s->data_path);
-    DataPartFileSpec spec;
-    memset(&spec, 0, sizeof spec);
-    spec.partition.scheme = s->scheme;
-    spec.partition.variant = *s->variant ? s->variant : NULL;
-    spec.partition.n_clients = s->n_clients_partition;
-    spec.partition.alpha = s->alpha;
-    spec.partition.min_size = s->min_size;
-    spec.partition.classes_per_client = s->classes_per_client;
-    spec.partition.max_attempts = 10000;
-    spec.partition.seed = (uint64_t)s->partition_seed;
-    FH_CHECK(data_corruption_from_name(&spec.corruption, s->corruption));
-    spec.severity = spec.corruption ? s->severity : 0;
-    spec.n_corrupted = spec.corruption ? s->corrupted : 0;
-    spec.partition.n_corrupted = spec.n_corrupted;
-    spec.deflate = 4;
-    static char params[8192];
-    snprintf(params, sizeof params, "scheme=%s%s%s clients=%d alpha=%g min_size=%d classes_per_client=%d seed=%d "
-             "corruption=%s severity=%d corrupted=%d (from %s)", s->scheme, *s->variant ? " variant=" : "", s->variant,
-             s->n_clients_partition, s->alpha, s->min_size,
-             s->classes_per_client, s->partition_seed, s->corruption, s->severity, s->corrupted, config_path);
-    DataSourceOptions source;
-    data_source_options_default(&source);
-    source.seed = spec.partition.seed;
-    spec.partition.split_clients = 2;
-    static char options[4096];
-    snprintf(options, sizeof options, "%s", s->source_options ? s->source_options : "");
     char where[4200];
     snprintf(where, sizeof where, "%.4000s: [data] source_options", config_path);
-    FH_CHECK(data_source_options_parse(&source, &spec.partition, options, where));
-    size_t used = strlen(params);
-    if (s->source_options && *s->source_options && used < sizeof params)
-        snprintf(params + used, sizeof params - used, " %s", s->source_options);
+    FhConfig *source_cfg = NULL; /* holds the strings of source */
+    FH_CHECK(data_source_options_parse(&source_cfg, s->source_options, where));
+    DataSourceOptions source;
+    DataPartFileSpec spec;
+    data_source_options_from(source_cfg, &source);
+    snprintf(where, sizeof where, "%.4000s: [data]", config_path);
+    int status = data_partition_spec_from(&spec, &source, &s->part, where);
+    static char params[8192];
+    data_partition_parameters(cfg, source_cfg, &spec, params, sizeof params);
+    const size_t used = strlen(params);
+    snprintf(params + used, sizeof params - used, " (from %s)", config_path);
     spec.parameters = params;
-    fh_log_info("making %s from %s", s->data_path, s->data_source);
-    return data_partition_make(s->data_source, &source, s->data_path, &spec, NULL, NULL);
+    if (status == FH_OK) {
+        fh_log_info("making %s from %s", s->data_path, s->data_source);
+        status = data_partition_make(s->data_source, &source, s->data_path, &spec, *s->part.mean ? s->part.mean : NULL,
+                                     *s->part.std ? s->part.std : NULL);
+    }
+    fh_config_free(&source_cfg);
+    return status;
 }
 
 /* The rank count fits the data: checked before the run folder is made. */
@@ -161,7 +147,7 @@ static int check_resume_config(const FhConfig *old, const FhConfig *cfg, const c
  * removes a folder made here (remove_empty_run_folder). */
 static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config_path)
 {
-    FH_CHECK(prepare_data(&run->s, config_path));
+    FH_CHECK(prepare_data(&run->s, run->cfg, config_path));
     FH_CHECK(check_rank_count(run, run->s.data_path));
     struct stat st;
     if (opt->resume_dir) {

@@ -9,31 +9,194 @@
 #include "fedhet/core.h"
 #include "fedhet/onnx.h"
 
+/* The keys every method shares, then one method's own keys. */
+
 #define BIG 1e12
 
-/* The keys every method shares; then [algo] method; then one method's own keys. */
-static void base_keys(void);
+/* The keys every method shares, in the order of --help (the partition keys join them in build_base) */
+#define AT(field) FH_CONFIG_AT(FlSettings, field)
+static const FhConfigKey base[] = {
+    { .section = "data", .key = "path", .type = FH_CFG_STRING, .required = 1,
+      .help = "partitioned HDF5 file (fedhet partition); made from source if absent", AT(data_path) },
+    { .section = "data", .key = "source", .type = FH_CFG_STRING,
+      .help = "raw data set to partition into path when path does not exist (e.g. fashion-mnist), as the partition "
+              "keys below say (those of fedhet partition); empty: path must exist", AT(data_source) },
+    { .section = "data", .key = "source_options", .type = FH_CFG_STRING,
+      .help = "image source keys of fedhet partition as 'key=value key=value' (with source: size, resize, "
+              "crop, channels, "
+              "label_columns, client_column, holdout_domain, normalise, ...; docs/data.md)", AT(source_options) },
+    { .section = "data", .key = "normalise", .type = FH_CFG_CHOICE, .def.s = "file", .choices = "file|imagenet|none",
+      .help = "input normalisation: the partition file's mean/std, ImageNet's (0.485,0.456,0.406 / "
+              "0.229,0.224,0.225), "
+              "or none (x/255)", AT(normalise) },
+    { .section = "data", .key = "augment", .type = FH_CFG_CHOICE, .def.s = "auto", .choices = "auto|on|off",
+      .help = "training augmentation; auto: pad-4 crop + flip for 3x32x32, random-resized-crop + flip above "
+              "32x32", AT(augment) },
+    { .section = "data", .key = "crop_scale_min", .type = FH_CFG_FLOAT, .def.f = 0.08, .lo = 1e-6, .hi = 1,
+      .help = "random-resized-crop: smallest area share", AT(crop.scale_min) },
+    { .section = "data", .key = "crop_scale_max", .type = FH_CFG_FLOAT, .def.f = 1, .lo = 1e-6, .hi = 1,
+      .help = "random-resized-crop: largest area share", AT(crop.scale_max) },
+    { .section = "data", .key = "crop_ratio_min", .type = FH_CFG_FLOAT, .def.f = 0.75, .lo = 1e-3, .hi = 1e3,
+      .help = "random-resized-crop: smallest aspect w/h", AT(crop.ratio_min) },
+    { .section = "data", .key = "crop_ratio_max", .type = FH_CFG_FLOAT, .def.f = 1.3333333333333333,
+      .lo = 1e-3, .hi = 1e3,
+      .help = "random-resized-crop: largest aspect w/h", AT(crop.ratio_max) },
+    { .section = "data", .key = "flip", .type = FH_CFG_FLOAT, .def.f = 0.5, .lo = 0, .hi = 1,
+      .help = "random-resized-crop: horizontal flip probability", AT(crop.flip) },
+    { .section = "data", .key = "eval_batch", .type = FH_CFG_INT, .def.i = 500, .lo = 1, .hi = 1e6,
+      .help = "test batch size (evaluation is split over ranks by batch)", AT(eval_batch) },
+    { .section = "model", .key = "name", .type = FH_CFG_CHOICE, .def.s = "cnn",
+      .choices = "mlp|cnn|lenet|smallcnn|resnet8|resnet18|resnet18_gn|mobilenetv2",
+      .help = "model of the zoo", AT(model) },
+    { .section = "model", .key = "norm", .type = FH_CFG_CHOICE, .def.s = "bn", .choices = "bn|gn",
+      .help = "resnet18 normalisation", AT(norm) },
+    { .section = "model", .key = "groups", .type = FH_CFG_INT, .def.i = 2, .lo = 1, .hi = 1024,
+      .help = "GroupNorm groups", AT(groups) },
+    { .section = "model", .key = "init", .type = FH_CFG_STRING,
+      .help = "HDF5 file whose /model tensors start the run (a run.h5, checkpoint.h5 or tools/fedhet-torch export); "
+              "random: fedhet's own initialisation from fl.seed; onnx: the initializers of [model] onnx; "
+              "empty: onnx with [model] onnx, else random", AT(init) },
+    { .section = "model", .key = "onnx", .type = FH_CFG_STRING,
+      .help = "ONNX file of the model (replaces name; docs/onnx.md): its graph becomes the model", AT(onnx) },
+    { .section = "model", .key = "features", .type = FH_CFG_STRING,
+      .help = "with onnx: the node (or output) whose output is the features tensor; empty: the input of the last "
+              "Gemm / MatMul", AT(features) },
+    { .section = "train", .key = "optimizer", .type = FH_CFG_CHOICE, .def.s = "sgd", .choices = "sgd|adam|adamw",
+      .help = "local optimiser, fresh every round (docs/methods/baselines.md §0.1)", AT(optimizer) },
+    { .section = "train", .key = "lr", .type = FH_CFG_FLOAT, .def.f = 0.01, .lo = 1e-12, .hi = BIG,
+      .help = "local learning rate, > 0", AT(lr) },
+    { .section = "train", .key = "momentum", .type = FH_CFG_FLOAT, .def.f = 0, .lo = 0, .hi = 0.999999,
+      .help = "SGD momentum", AT(momentum) },
+    { .section = "train", .key = "weight_decay", .type = FH_CFG_FLOAT, .def.f = 0, .lo = 0, .hi = 1,
+      .help = "L2 added to the gradient (AdamW: decoupled)", AT(weight_decay) },
+    { .section = "train", .key = "epochs", .type = FH_CFG_INT, .def.i = 1, .lo = 1, .hi = 100000,
+      .help = "local epochs E (when steps = 0)", AT(epochs) },
+    { .section = "train", .key = "steps", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 1e12,
+      .help = "local steps per round instead of epochs; 0: E epochs", AT(steps) },
+    { .section = "train", .key = "batch_size", .type = FH_CFG_INT, .def.i = 64, .lo = 1, .hi = 65536,
+      .help = "local batch size B (the last partial batch is kept)", AT(batch_size) },
+    { .section = "train", .key = "clip", .type = FH_CFG_FLOAT, .def.f = 0, .lo = 0, .hi = BIG,
+      .help = "clip the gradient's L2 norm to this; 0: off", AT(clip) },
+    { .section = "train", .key = "lr_decay", .type = FH_CFG_FLOAT, .def.f = 1, .lo = 1e-6, .hi = 1,
+      .help = "lr multiplied by this after every round (docs/methods/baselines.md §0.1.5)", AT(lr_decay) },
+    { .section = "train", .key = "beta1", .type = FH_CFG_FLOAT, .def.f = 0.9, .lo = 0, .hi = 0.999999,
+      .help = "Adam beta1", AT(beta1) },
+    { .section = "train", .key = "beta2", .type = FH_CFG_FLOAT, .def.f = 0.999, .lo = 0, .hi = 0.999999999,
+      .help = "Adam beta2", AT(beta2) },
+    { .section = "train", .key = "eps", .type = FH_CFG_FLOAT, .def.f = 1e-8, .lo = 1e-30, .hi = 1,
+      .help = "Adam epsilon", AT(eps) },
+    { .section = "train", .key = "logit_adjust", .type = FH_CFG_FLOAT, .def.f = 0, .lo = 0, .hi = 100,
+      .help = "logit adjustment tau of the local loss, any method (docs/methods/baselines.md A.22; seed 001 "
+              "uses 1); 0: off", AT(logit_adjust) },
+    { .section = "train", .key = "threads", .type = FH_CFG_INT, .def.i = 1, .lo = 1, .hi = 256,
+      .help = "OpenBLAS and oneDNN threads per rank (results are promised for a fixed value)", AT(threads) },
+    { .section = "train", .key = "backend", .type = FH_CFG_CHOICE, .def.s = NN_BACKEND_DEFAULT,
+      .choices = "onednn|blas|auto",
+      .help = "what computes the conv layers: onednn (oneDNN's primitives), blas (im2col + OpenBLAS sgemm), "
+              "or auto (oneDNN "
+              "where it can build a layer, blas for the others, each named in a warning); the results differ "
+              "in the last "
+              "bits between backends (and CPU instruction sets), never between rank counts", AT(backend) },
+    { .section = "fl", .key = "rounds", .type = FH_CFG_INT, .def.i = 10, .lo = 1, .hi = 1e8,
+      .help = "communication rounds T", AT(rounds) },
+    { .section = "fl", .key = "selection", .type = FH_CFG_CHOICE, .def.s = "all",
+      .choices = "all|fraction|count|bernoulli",
+      .help = "clients per round: all; fraction: max(floor(fraction K), 1) uniform without replacement; "
+              "count; bernoulli: each with p = fraction (docs/methods/baselines.md §0.2)", AT(selection) },
+    { .section = "fl", .key = "fraction", .type = FH_CFG_FLOAT, .def.f = 0.1, .lo = 1e-9, .hi = 1,
+      .help = "share of clients for selection = fraction | bernoulli", AT(fraction) },
+    { .section = "fl", .key = "count", .type = FH_CFG_INT, .def.i = 10, .lo = 1, .hi = 1e6,
+      .help = "clients per round for selection = count", AT(count) },
+    { .section = "fl", .key = "seed", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 2147483647,
+      .help = "seed of model init, selection, shuffles, augmentation", AT(seed) },
+    { .section = "fl", .key = "eval_every", .type = FH_CFG_INT, .def.i = 1, .lo = 0, .hi = 1e8,
+      .help = "evaluate the global model every this many rounds (and after the last); 0: last only (a partition file "
+              "without /test runs only with 0)", AT(eval_every) },
+    { .section = "fl", .key = "checkpoint_every", .type = FH_CFG_INT, .def.i = 10, .lo = 0, .hi = 1e8,
+      .help = "checkpoint every this many rounds (and at the end); 0: end only", AT(checkpoint_every) },
+    { .section = "fl", .key = "term_grace", .type = FH_CFG_FLOAT, .def.f = 60, .lo = 0, .hi = 1e7,
+      .help = "seconds a round may still run after SIGTERM (or SIGUSR1); one still running then is left "
+              "between local "
+              "steps and the run stops with the checkpoint of the round before (written unless the method "
+              "keeps per-client "
+              "state, whose checkpoint stays as it was)", AT(term_grace) },
+    { .section = "fl", .key = "sharpness_every", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 1e8,
+      .help = "metrics.csv sharpness S(rho) = L(rho) - L and perturbed loss L(rho) of the global model on a "
+              "fixed probe set "
+              "(docs/methods/sam.md §12; eval mode, plain CE, rank 0) every this many rounds and after the "
+              "last; 0: off", AT(sharpness_every) },
+    { .section = "fl", .key = "sharpness_rho", .type = FH_CFG_FLOAT, .def.f = 0.05, .lo = 0, .hi = 1e6,
+      .help = "radius rho of the sharpness diagnostic", AT(sharpness_rho) },
+    { .section = "fl", .key = "sharpness_probe", .type = FH_CFG_INT, .def.i = 1000, .lo = 1, .hi = 1e7,
+      .help = "probe rows of the sharpness diagnostic: the first rows of every client, in proportion to its "
+              "size (training "
+              "data, no augmentation)", AT(sharpness_probe) },
+    { .section = "fl", .key = "hessian_every", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 1e8,
+      .help = "metrics.csv hessian_max_eig (power iteration) and hessian_trace (Hutchinson) of the global "
+              "model's mean CE "
+              "on the sharpness probe set (fl.sharpness_probe rows; eval mode; Hessian-vector products by central "
+              "differences of gradients, 2 probe gradients each, spread over all ranks, the same bits on any "
+              "rank count) "
+              "every this many rounds and after the last; 0: off", AT(hessian_every) },
+    { .section = "fl", .key = "hessian_iters", .type = FH_CFG_INT, .def.i = 100, .lo = 1, .hi = 100000,
+      .help = "most power iterations for hessian_max_eig", AT(hessian_iters) },
+    { .section = "fl", .key = "hessian_tol", .type = FH_CFG_FLOAT, .def.f = 1e-3, .lo = 0, .hi = 1,
+      .help = "power iteration stops when the eigenvalue changes by at most this fraction between iterations; "
+              "0: always "
+              "fl.hessian_iters", AT(hessian_tol) },
+    { .section = "fl", .key = "hessian_samples", .type = FH_CFG_INT, .def.i = 10, .lo = 1, .hi = 100000,
+      .help = "Rademacher vectors of the Hutchinson estimate hessian_trace (its standard error is in the "
+              "log)", AT(hessian_samples) },
+    { .section = "fl", .key = "hessian_step", .type = FH_CFG_FLOAT, .def.f = 1e-3, .lo = 1e-6, .hi = 0.1,
+      .help = "central-difference step of the Hessian-vector products, relative: |eps v| = hessian_step * "
+              "max(|w|, 1) "
+              "(both gradients keep the ReLU / max-pool pattern of w, so no kink lies between them)",
+      AT(hessian_step) },
+    { .section = "algo", .key = "method", .type = FH_CFG_CHOICE, .def.s = "fedavg",
+      .help = "federated method (fedhet methods lists them)" },
+    { .section = "algo", .key = "plugin", .type = FH_CFG_CHOICE, .def.s = "none",
+      .help = "a method added on top of `method` (flood: FLOOD's sample weighting and aggregation, "
+              "docs/methods/sam.md §13)" },
+    { .section = "output", .key = "dir", .type = FH_CFG_STRING, .def.s = "outputs",
+      .help = "folder of run folders", AT(out_dir) },
+    { .section = "output", .key = "name", .type = FH_CFG_STRING,
+      .help = "run folder name; empty: the config file's name without .ini", AT(name) },
+    { .section = "output", .key = "log_level", .type = FH_CFG_CHOICE, .def.s = "info",
+      .choices = "quiet|warn|info|debug",
+      .help = "how much to print", AT(log_level) },
+};
+#undef AT
+enum { BASE_N = sizeof base / sizeof base[0] };
 
-static FhConfigKey base[80];
-static int base_n;
-
-static void add(const char *section, const char *key, FhConfigType type, const char *def, double lo, double hi,
-                const char *choices, const char *help)
-{
-    base[base_n++] = (FhConfigKey){ section, key, type, def, lo, hi, choices, help };
-}
+/* The run's keys: its own, with the partition keys (src/data/keys.c, landing in FlSettings.part) after [data] source,
+ * and [algo] method and plugin with their choices from the registry. */
+#define PART_AFTER "source"
+static FhConfigKey schema[BASE_N + 32];
+static int schema_n;
 
 static void build_base(void)
 {
-    if (base_n) return;
-    base_keys();
+    if (schema_n) return;
+    int n_part;
+    const FhConfigKey *part = data_partition_keys(&n_part);
+    for (int i = 0; i < BASE_N; i++) {
+        schema[schema_n] = base[i];
+        if (!strcmp(base[i].section, "algo"))
+            schema[schema_n].choices = !strcmp(base[i].key, "method") ? algo_choices() : algo_plugin_choices();
+        schema_n++;
+        if (strcmp(base[i].section, "data") || strcmp(base[i].key, PART_AFTER)) continue;
+        for (int j = 0; j < n_part && schema_n < (int)(sizeof schema / sizeof schema[0]); j++) {
+            schema[schema_n] = part[j];
+            schema[schema_n++].at += offsetof(FlSettings, part);
+        }
+    }
 }
 
 const FhConfigKey *fl_config_schema(int *n)
 {
     build_base();
-    *n = base_n;
-    return base;
+    *n = schema_n;
+    return schema;
 }
 
 /* One schema per (method, plug-in) pair, built once and kept (a loaded config holds its schema by pointer). */
@@ -61,44 +224,33 @@ static int plugin_slot(const AlgoMethod *plugin)
     return -1;
 }
 
-/* the default's text of key o of method m: a number, or the choice at the default's index */
-static const char *option_default_text(const AlgoMethod *m, const AlgoOption *o)
+/* The key of method m's option o with m's default and help; it lands through read_options, not in FlSettings. A
+ * number's default is the row's tune, else the part's; a choice's is the part's. */
+static FhConfigKey option_key(const AlgoMethod *m, const AlgoOption *o)
 {
-    char *text = malloc(32);
-    if (!text) return "";
-    const double value = algo_option_default(m, o);
-    int len = 0;
-    const char *choice = o->type == ALGO_OPTION_CHOICE ? algo_option_choice(o, (int)value, &len) : NULL;
-    if (choice) snprintf(text, 32, "%.*s", len, choice);
-    else snprintf(text, 32, "%.15g", value);
-    return text;
-}
-
-static void add_option_keys(FhConfigKey *k, int *n, const AlgoMethod *m)
-{
-    for (int i = 0; i < algo_option_count(m); i++) {
-        const AlgoOption *o = algo_option_at(m, i);
-        const char *def = option_default_text(m, o), *help = algo_option_help(m, o);
-        k[(*n)++] = o->type == ALGO_OPTION_CHOICE
-                        ? (FhConfigKey){ "algo", o->key, FH_CFG_CHOICE, def, 1, 0, o->choices, help }
-                        : (FhConfigKey){ "algo", o->key, FH_CFG_FLOAT, def, o->lo, o->hi, NULL, help };
-    }
+    FhConfigKey k = *o;
+    k.help = algo_option_help(m, o);
+    if (o->type == FH_CFG_FLOAT) k.def.f = algo_option_default(m, o);
+    k.land = FH_LAND_NONE;
+    k.at = 0;
+    return k;
 }
 
 const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *plugin, int *n)
 {
     build_base();
     const int mi = method_index(m), pi = plugin_slot(plugin);
-    *n = base_n;
-    if (mi < 0 || pi < 0) return base;
+    *n = schema_n;
+    if (mi < 0 || pi < 0) return schema;
     if (!method_schema[mi][pi]) {
-        FhConfigKey *k = calloc((size_t)(base_n + algo_option_count(m) + (plugin ? algo_option_count(plugin) : 0)),
+        FhConfigKey *k = calloc((size_t)(schema_n + algo_option_count(m) + (plugin ? algo_option_count(plugin) : 0)),
                                 sizeof *k);
-        if (!k) return base;
-        memcpy(k, base, (size_t)base_n * sizeof *k);
-        int kn = base_n;
-        add_option_keys(k, &kn, m);
-        if (plugin) add_option_keys(k, &kn, plugin);
+        if (!k) return schema;
+        memcpy(k, schema, (size_t)schema_n * sizeof *k);
+        int kn = schema_n;
+        for (int i = 0; i < algo_option_count(m); i++) k[kn++] = option_key(m, algo_option_at(m, i));
+        for (int i = 0; plugin && i < algo_option_count(plugin); i++)
+            k[kn++] = option_key(plugin, algo_option_at(plugin, i));
         method_schema[mi][pi] = k;
         method_schema_n[mi][pi] = kn;
     }
@@ -107,140 +259,36 @@ const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *p
 }
 
 /* Every method key of every method as a free string: for reading [algo] method before the method's own
- * schema is known, and for naming the method a stray key belongs to. */
+ * schema is known, for naming the method a stray key belongs to, and for checking a grid's keys. */
 const FhConfigKey *fl_config_schema_any(int *n)
 {
     static FhConfigKey *k;
     static int kn;
     build_base();
     if (!k) {
-        int total = base_n;
+        int total = schema_n;
         for (int i = 0; i < algo_count(); i++) total += algo_option_count(algo_at(i));
         k = calloc((size_t)total, sizeof *k);
         if (!k) {
-            *n = base_n;
-            return base;
+            *n = schema_n;
+            return schema;
         }
-        memcpy(k, base, (size_t)base_n * sizeof *k);
-        kn = base_n;
+        memcpy(k, schema, (size_t)schema_n * sizeof *k);
+        kn = schema_n;
         for (int i = 0; i < algo_count(); i++)
             for (int h = 0; h < algo_option_count(algo_at(i)); h++) {
                 const char *key = algo_option_at(algo_at(i), h)->key;
                 int seen = 0;
-                for (int j = base_n; j < kn; j++) seen |= !strcmp(k[j].key, key);
-                if (!seen) k[kn++] = (FhConfigKey){ "algo", key, FH_CFG_STRING, "", 1, 0, NULL, "method key" };
+                for (int j = schema_n; j < kn; j++) seen |= !strcmp(k[j].key, key);
+                if (!seen)
+                    k[kn++] = (FhConfigKey){ .section = "algo", .key = key, .type = FH_CFG_STRING,
+                                             .help = "method key" };
             }
     }
     *n = kn;
     return k;
 }
 
-static void base_keys(void)
-{
-    add("data", "path", FH_CFG_STRING, NULL, 1, 0, NULL, "partitioned HDF5 file (fedhet partition); made from source if absent");
-    add("data", "source", FH_CFG_STRING, "", 1, 0, NULL,
-        "raw data set to partition into path when path does not exist (e.g. fashion-mnist); empty: path must exist");
-    add("data", "scheme", FH_CFG_CHOICE, "dirichlet", 1, 0, "iid|dirichlet|pathological|quantity|natural",
-        "partition scheme (with source); natural: a client per domain folder or client_column value");
-    add("data", "source_options", FH_CFG_STRING, "", 1, 0, NULL,
-        "image source keys of fedhet partition as 'key=value key=value' (with source: size, resize, crop, channels, "
-        "label_columns, client_column, holdout_domain, split_within, normalise, ...; docs/data.md)");
-    add("data", "normalise", FH_CFG_CHOICE, "file", 1, 0, "file|imagenet|none",
-        "input normalisation: the partition file's mean/std, ImageNet's (0.485,0.456,0.406 / 0.229,0.224,0.225), "
-        "or none (x/255)");
-    add("data", "augment", FH_CFG_CHOICE, "auto", 1, 0, "auto|on|off",
-        "training augmentation; auto: pad-4 crop + flip for 3x32x32, random-resized-crop + flip above 32x32");
-    add("data", "crop_scale_min", FH_CFG_FLOAT, "0.08", 1e-6, 1, NULL, "random-resized-crop: smallest area share");
-    add("data", "crop_scale_max", FH_CFG_FLOAT, "1", 1e-6, 1, NULL, "random-resized-crop: largest area share");
-    add("data", "crop_ratio_min", FH_CFG_FLOAT, "0.75", 1e-3, 1e3, NULL, "random-resized-crop: smallest aspect w/h");
-    add("data", "crop_ratio_max", FH_CFG_FLOAT, "1.3333333333333333", 1e-3, 1e3, NULL,
-        "random-resized-crop: largest aspect w/h");
-    add("data", "flip", FH_CFG_FLOAT, "0.5", 0, 1, NULL, "random-resized-crop: horizontal flip probability");
-    add("data", "variant", FH_CFG_STRING, "", 1, 0, NULL,
-        "the scheme's variant (with source; docs/methods/partitions.md B.3-B.5, as fedhet partition): iid niid-bench|flood|fl-simulator, "
-        "dirichlet niid-bench|prior|quality, pathological shard|class; empty: the scheme's default");
-    add("data", "alpha", FH_CFG_FLOAT, "0.5", 1e-9, BIG, NULL, "Dirichlet / quantity concentration, > 0 (with source)");
-    add("data", "clients", FH_CFG_INT, "10", 1, 1000000, NULL, "number of clients K (with source)");
-    add("data", "min_size", FH_CFG_INT, "10", 0, 1e9, NULL, "smallest client (with source)");
-    add("data", "classes_per_client", FH_CFG_INT, "2", 1, 1e6, NULL, "pathological classes per client (with source)");
-    add("data", "corruption", FH_CFG_CHOICE, "none", 1, 0, "none|gaussian_noise|motion_blur", "quality shift of the last clients (with source)");
-    add("data", "severity", FH_CFG_INT, "3", 1, 5, NULL, "corruption severity (with source)");
-    add("data", "corrupted", FH_CFG_INT, "0", 0, 1e6, NULL, "number of corrupted clients (with source)");
-    add("data", "partition_seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "partition seed (with source)");
-    add("data", "eval_batch", FH_CFG_INT, "500", 1, 1e6, NULL, "test batch size (evaluation is split over ranks by batch)");
-    add("model", "name", FH_CFG_CHOICE, "cnn", 1, 0, "mlp|cnn|lenet|smallcnn|resnet8|resnet18|resnet18_gn|mobilenetv2", "model of the zoo");
-    add("model", "norm", FH_CFG_CHOICE, "bn", 1, 0, "bn|gn", "resnet18 normalisation");
-    add("model", "groups", FH_CFG_INT, "2", 1, 1024, NULL, "GroupNorm groups");
-    add("model", "init", FH_CFG_STRING, "", 1, 0, NULL,
-        "HDF5 file whose /model tensors start the run (a run.h5, checkpoint.h5 or tools/fedhet-torch export); "
-        "random: fedhet's own initialisation from fl.seed; onnx: the initializers of [model] onnx; "
-        "empty: onnx with [model] onnx, else random");
-    add("model", "onnx", FH_CFG_STRING, "", 1, 0, NULL,
-        "ONNX file of the model (replaces name; docs/onnx.md): its graph becomes the model");
-    add("model", "features", FH_CFG_STRING, "", 1, 0, NULL,
-        "with onnx: the node (or output) whose output is the features tensor; empty: the input of the last "
-        "Gemm / MatMul");
-    add("train", "optimizer", FH_CFG_CHOICE, "sgd", 1, 0, "sgd|adam|adamw", "local optimiser, fresh every round (docs/methods/baselines.md §0.1)");
-    add("train", "lr", FH_CFG_FLOAT, "0.01", 1e-12, BIG, NULL, "local learning rate, > 0");
-    add("train", "momentum", FH_CFG_FLOAT, "0", 0, 0.999999, NULL, "SGD momentum");
-    add("train", "weight_decay", FH_CFG_FLOAT, "0", 0, 1, NULL, "L2 added to the gradient (AdamW: decoupled)");
-    add("train", "epochs", FH_CFG_INT, "1", 1, 100000, NULL, "local epochs E (when steps = 0)");
-    add("train", "steps", FH_CFG_INT, "0", 0, 1e12, NULL, "local steps per round instead of epochs; 0: E epochs");
-    add("train", "batch_size", FH_CFG_INT, "64", 1, 65536, NULL, "local batch size B (the last partial batch is kept)");
-    add("train", "clip", FH_CFG_FLOAT, "0", 0, BIG, NULL, "clip the gradient's L2 norm to this; 0: off");
-    add("train", "lr_decay", FH_CFG_FLOAT, "1", 1e-6, 1, NULL, "lr multiplied by this after every round (docs/methods/baselines.md §0.1.5)");
-    add("train", "beta1", FH_CFG_FLOAT, "0.9", 0, 0.999999, NULL, "Adam beta1");
-    add("train", "beta2", FH_CFG_FLOAT, "0.999", 0, 0.999999999, NULL, "Adam beta2");
-    add("train", "eps", FH_CFG_FLOAT, "1e-8", 1e-30, 1, NULL, "Adam epsilon");
-    add("train", "logit_adjust", FH_CFG_FLOAT, "0", 0, 100, NULL,
-        "logit adjustment tau of the local loss, any method (docs/methods/baselines.md A.22; seed 001 uses 1); 0: off");
-    add("train", "threads", FH_CFG_INT, "1", 1, 256, NULL,
-        "OpenBLAS and oneDNN threads per rank (results are promised for a fixed value)");
-    add("train", "backend", FH_CFG_CHOICE, NN_BACKEND_DEFAULT, 1, 0, "onednn|blas|auto",
-        "what computes the conv layers: onednn (oneDNN's primitives), blas (im2col + OpenBLAS sgemm), or auto (oneDNN "
-        "where it can build a layer, blas for the others, each named in a warning); the results differ in the last "
-        "bits between backends (and CPU instruction sets), never between rank counts");
-    add("fl", "rounds", FH_CFG_INT, "10", 1, 1e8, NULL, "communication rounds T");
-    add("fl", "selection", FH_CFG_CHOICE, "all", 1, 0, "all|fraction|count|bernoulli",
-        "clients per round: all; fraction: max(floor(fraction K), 1) uniform without replacement; count; bernoulli: each with p = fraction (docs/methods/baselines.md §0.2)");
-    add("fl", "fraction", FH_CFG_FLOAT, "0.1", 1e-9, 1, NULL, "share of clients for selection = fraction | bernoulli");
-    add("fl", "count", FH_CFG_INT, "10", 1, 1e6, NULL, "clients per round for selection = count");
-    add("fl", "seed", FH_CFG_INT, "0", 0, 2147483647, NULL, "seed of model init, selection, shuffles, augmentation");
-    add("fl", "eval_every", FH_CFG_INT, "1", 0, 1e8, NULL, "evaluate the global model every this many rounds (and after the last); 0: last only (a partition file "
-        "without /test runs only with 0)");
-    add("fl", "checkpoint_every", FH_CFG_INT, "10", 0, 1e8, NULL, "checkpoint every this many rounds (and at the end); 0: end only");
-    add("fl", "term_grace", FH_CFG_FLOAT, "60", 0, 1e7, NULL,
-        "seconds a round may still run after SIGTERM (or SIGUSR1); one still running then is left between local "
-        "steps and the run stops with the checkpoint of the round before (written unless the method keeps per-client "
-        "state, whose checkpoint stays as it was)");
-    add("fl", "sharpness_every", FH_CFG_INT, "0", 0, 1e8, NULL,
-        "metrics.csv sharpness S(rho) = L(rho) - L and perturbed loss L(rho) of the global model on a fixed probe set "
-        "(docs/methods/sam.md §12; eval mode, plain CE, rank 0) every this many rounds and after the last; 0: off");
-    add("fl", "sharpness_rho", FH_CFG_FLOAT, "0.05", 0, 1e6, NULL, "radius rho of the sharpness diagnostic");
-    add("fl", "sharpness_probe", FH_CFG_INT, "1000", 1, 1e7, NULL,
-        "probe rows of the sharpness diagnostic: the first rows of every client, in proportion to its size (training "
-        "data, no augmentation)");
-    add("fl", "hessian_every", FH_CFG_INT, "0", 0, 1e8, NULL,
-        "metrics.csv hessian_max_eig (power iteration) and hessian_trace (Hutchinson) of the global model's mean CE "
-        "on the sharpness probe set (fl.sharpness_probe rows; eval mode; Hessian-vector products by central "
-        "differences of gradients, 2 probe gradients each, spread over all ranks, the same bits on any rank count) "
-        "every this many rounds and after the last; 0: off");
-    add("fl", "hessian_iters", FH_CFG_INT, "100", 1, 100000, NULL, "most power iterations for hessian_max_eig");
-    add("fl", "hessian_tol", FH_CFG_FLOAT, "1e-3", 0, 1, NULL,
-        "power iteration stops when the eigenvalue changes by at most this fraction between iterations; 0: always "
-        "fl.hessian_iters");
-    add("fl", "hessian_samples", FH_CFG_INT, "10", 1, 100000, NULL,
-        "Rademacher vectors of the Hutchinson estimate hessian_trace (its standard error is in the log)");
-    add("fl", "hessian_step", FH_CFG_FLOAT, "1e-3", 1e-6, 0.1, NULL,
-        "central-difference step of the Hessian-vector products, relative: |eps v| = hessian_step * max(|w|, 1) "
-        "(both gradients keep the ReLU / max-pool pattern of w, so no kink lies between them)");
-    add("algo", "method", FH_CFG_CHOICE, "fedavg", 1, 0, algo_choices(), "federated method (fedhet methods lists them)");
-    add("algo", "plugin", FH_CFG_CHOICE, "none", 1, 0, algo_plugin_choices(),
-        "a method added on top of `method` (flood: FLOOD's sample weighting and aggregation, docs/methods/sam.md §13)");
-    add("output", "dir", FH_CFG_STRING, "outputs", 1, 0, NULL, "folder of run folders");
-    add("output", "name", FH_CFG_STRING, "", 1, 0, NULL, "run folder name; empty: the config file's name without .ini");
-    add("output", "log_level", FH_CFG_CHOICE, "info", 1, 0, "quiet|warn|info|debug", "how much to print");
-}
 
 void fl_print_config_help(FILE *out)
 {
@@ -384,103 +432,31 @@ static int config_load(FhConfig **out, const char *path, const char *text, char 
     return config_load_with(out, own, n, path, text, overrides, n_overrides);
 }
 
-#define S(sec, key) fh_config_string(cfg, sec, key)
-
-/* A method's keys into its option block: a choice is carried as its index; open range ends checked here */
-static int read_options(const FhConfig *cfg, const AlgoMethod *m, AlgoOptionBlock *b, const char *config_path)
+/* A method's keys into its option block: a choice is carried as its index (the config checked both). */
+static int read_options(const FhConfig *cfg, const AlgoMethod *m, AlgoOptionBlock *b)
 {
     algo_options_reset(b, m);
     for (int i = 0; i < algo_option_count(m); i++) {
         const AlgoOption *o = algo_option_at(m, i);
-        if (o->type == ALGO_OPTION_CHOICE) { /* the config checked that it is one of them */
-            FH_CHECK(algo_option_set(b, m, o->key, algo_option_choice_index(o, fh_config_string(cfg, "algo", o->key))));
-            continue;
-        }
-        const double v = fh_config_float(cfg, "algo", o->key);
-        if ((o->lo_open && !(v > o->lo)) || (o->hi_open && !(v < o->hi)))
-            FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s = %g is outside %c%g, %g%c (method %s)",
-                    config_path ? config_path : "config", o->key, v, o->lo_open ? '(' : '[', o->lo, o->hi,
-                    o->hi_open ? ')' : ']', m->name);
+        const double v = o->type == FH_CFG_CHOICE ? algo_option_choice_index(o, fh_config_string(cfg, "algo", o->key))
+                                                       : fh_config_float(cfg, "algo", o->key);
         FH_CHECK(algo_option_set(b, m, o->key, v));
     }
     return FH_OK;
 }
-#define I(sec, key) fh_config_int(cfg, sec, key)
-#define F(sec, key) fh_config_float(cfg, sec, key)
+
+#define S(sec, key) fh_config_string(cfg, sec, key)
 
 int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *config_path)
 {
     memset(s, 0, sizeof *s);
-    s->data_path = S("data", "path");
-    s->data_source = S("data", "source");
-    s->source_options = S("data", "source_options");
-    s->normalise = S("data", "normalise");
-    s->augment = S("data", "augment");
-    s->crop.scale_min = (float)F("data", "crop_scale_min");
-    s->crop.scale_max = (float)F("data", "crop_scale_max");
-    s->crop.ratio_min = (float)F("data", "crop_ratio_min");
-    s->crop.ratio_max = (float)F("data", "crop_ratio_max");
-    s->crop.flip = (float)F("data", "flip");
-    s->scheme = S("data", "scheme");
-    s->variant = S("data", "variant");
-    s->alpha = F("data", "alpha");
-    s->n_clients_partition = (int)I("data", "clients");
-    s->min_size = (int)I("data", "min_size");
-    s->classes_per_client = (int)I("data", "classes_per_client");
-    s->corruption = S("data", "corruption");
-    s->severity = (int)I("data", "severity");
-    s->corrupted = (int)I("data", "corrupted");
-    s->partition_seed = (int)I("data", "partition_seed");
-    s->eval_batch = (int)I("data", "eval_batch");
-    s->model = S("model", "name");
-    s->norm = S("model", "norm");
-    s->groups = (int)I("model", "groups");
-    s->init = S("model", "init");
-    s->onnx = S("model", "onnx");
-    s->features = S("model", "features");
-    s->optimizer = S("train", "optimizer");
-    s->lr = F("train", "lr");
-    s->momentum = F("train", "momentum");
-    s->weight_decay = F("train", "weight_decay");
-    s->epochs = (int)I("train", "epochs");
-    s->steps = I("train", "steps");
-    s->batch_size = (int)I("train", "batch_size");
-    s->clip = F("train", "clip");
-    s->lr_decay = F("train", "lr_decay");
-    s->beta1 = F("train", "beta1");
-    s->beta2 = F("train", "beta2");
-    s->eps = F("train", "eps");
-    s->threads = (int)I("train", "threads");
-    s->backend = S("train", "backend");
-    s->logit_adjust = F("train", "logit_adjust");
-    s->rounds = (int)I("fl", "rounds");
-    s->selection = S("fl", "selection");
-    s->fraction = F("fl", "fraction");
-    s->count = (int)I("fl", "count");
-    s->seed = I("fl", "seed");
-    s->eval_every = (int)I("fl", "eval_every");
-    s->checkpoint_every = (int)I("fl", "checkpoint_every");
-    s->term_grace = F("fl", "term_grace");
-    s->sharpness_every = (int)I("fl", "sharpness_every");
-    s->sharpness_rho = F("fl", "sharpness_rho");
-    s->sharpness_probe = (int)I("fl", "sharpness_probe");
-    s->hessian_every = (int)I("fl", "hessian_every");
-    s->hessian_iters = (int)I("fl", "hessian_iters");
-    s->hessian_tol = F("fl", "hessian_tol");
-    s->hessian_samples = (int)I("fl", "hessian_samples");
-    s->hessian_step = F("fl", "hessian_step");
+    fh_config_land(cfg, NULL, s);
     s->method = algo_find(S("algo", "method"));
     if (!s->method) FH_FAIL(FH_ERR_USAGE, "[algo] method = %s is unknown", S("algo", "method"));
-    FH_CHECK(read_options(cfg, s->method, &s->options, config_path));
+    FH_CHECK(read_options(cfg, s->method, &s->options));
     s->plugin = algo_find(S("algo", "plugin"));
-    if (s->plugin) FH_CHECK(read_options(cfg, s->plugin, &s->plugin_options, config_path));
-    s->out_dir = S("output", "dir");
-    s->name = S("output", "name");
-    s->log_level = S("output", "log_level");
+    if (s->plugin) FH_CHECK(read_options(cfg, s->plugin, &s->plugin_options));
     if (!*s->data_path) FH_FAIL(FH_ERR_USAGE, "%s: [data] path is empty", config_path ? config_path : "config");
-    if (*s->data_source && strcmp(s->corruption, "none") && s->corrupted == 0)
-        FH_FAIL(FH_ERR_USAGE, "%s: [data] corruption = %s but corrupted = 0 (how many clients?)",
-                config_path ? config_path : "config", s->corruption);
     if (!*s->out_dir) FH_FAIL(FH_ERR_USAGE, "%s: [output] dir is empty", config_path ? config_path : "config");
     if (!*s->onnx && (!strcmp(s->init, "onnx") || *s->features))
         FH_FAIL(FH_ERR_USAGE, "%s: [model] %s needs [model] onnx", config_path ? config_path : "config",

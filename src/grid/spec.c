@@ -10,43 +10,28 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fedhet/algo.h"
 #include "fedhet/core.h"
 #include "fedhet/fl.h"
 #include "fedhet/config.h"
 
 /* ---- config keys --------------------------------------------------------------------------------------- */
 
-/* every "section.key" a run config may hold: the base keys, then each method's keys once */
+/* every "section.key" a run config may hold: the run schema's keys, every method's once */
 static char **known_keys;
 static int n_known;
 
 static int known_keys_build(void)
 {
     if (known_keys) return FH_OK;
-    int n_base;
-    const FhConfigKey *base = fl_config_schema(&n_base);
-    int cap = n_base;
-    for (int i = 0; i < algo_count(); i++) cap += algo_option_count(algo_at(i));
-    char **keys = calloc((size_t)cap, sizeof *keys);
+    int n;
+    const FhConfigKey *schema = fl_config_schema_any(&n);
+    char **keys = calloc((size_t)n, sizeof *keys);
     if (!keys) FH_FAIL(FH_ERR_IO, "out of memory for the config key list");
-    int n = 0;
-    for (int i = 0; i < n_base; i++) {
-        keys[n] = malloc(strlen(base[i].section) + strlen(base[i].key) + 2);
-        if (!keys[n]) FH_FAIL(FH_ERR_IO, "out of memory for the config key list");
-        sprintf(keys[n++], "%s.%s", base[i].section, base[i].key);
+    for (int i = 0; i < n; i++) {
+        keys[i] = malloc(strlen(schema[i].section) + strlen(schema[i].key) + 2);
+        if (!keys[i]) FH_FAIL(FH_ERR_IO, "out of memory for the config key list");
+        sprintf(keys[i], "%s.%s", schema[i].section, schema[i].key);
     }
-    for (int i = 0; i < algo_count(); i++)
-        for (int h = 0; h < algo_option_count(algo_at(i)); h++) {
-            char name[160];
-            snprintf(name, sizeof name, "algo.%s", algo_option_at(algo_at(i), h)->key);
-            int seen = 0;
-            for (int j = 0; j < n && !seen; j++) seen = !strcmp(keys[j], name);
-            if (seen) continue;
-            keys[n] = strdup(name);
-            if (!keys[n]) FH_FAIL(FH_ERR_IO, "out of memory for the config key list");
-            n++;
-        }
     known_keys = keys;
     n_known = n;
     return FH_OK;

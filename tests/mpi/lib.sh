@@ -176,9 +176,9 @@ elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b 
 setup_tiny()
 {
     python3 "$HERE/make_idx.py" "$WORK/idx" 600 100 8 4 || return 1
-    "$FEDHET" partition "$WORK/idx" "$WORK/p6.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 seed=1 classes=4 \
+    "$FEDHET" partition "$WORK/idx" "$WORK/p6.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 partition_seed=1 classes=4 \
         >"$WORK/partition.out" 2>&1 || { cat "$WORK/partition.out"; return 1; }
-    "$FEDHET" partition "$WORK/idx" "$WORK/p1.h5" scheme=iid clients=1 seed=1 classes=4 \
+    "$FEDHET" partition "$WORK/idx" "$WORK/p1.h5" scheme=iid clients=1 partition_seed=1 classes=4 \
         >"$WORK/partition1.out" 2>&1 || { cat "$WORK/partition1.out"; return 1; }
     cat >"$WORK/base.ini" <<EOF
 ; fedhet MPI tests: 6 Dirichlet clients of a 4-class 8x8 synthetic set

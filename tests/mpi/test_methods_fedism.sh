@@ -11,7 +11,7 @@ source "$(dirname "$0")/lib.sh"
 setup()
 {
     setup_tiny || return 1
-    "$FEDHET" partition "$WORK/idx" "$WORK/pq.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 seed=1 classes=4 \
+    "$FEDHET" partition "$WORK/idx" "$WORK/pq.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 partition_seed=1 classes=4 \
         corruption=gaussian_noise severity=5 corrupted=2 >"$WORK/pq.out" 2>&1 || { cat "$WORK/pq.out"; return 1; }
 }
 

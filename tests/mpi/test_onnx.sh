@@ -30,7 +30,7 @@ setup()
     $PY -c 'import torch, torchvision, onnx' || { echo "/usr/bin/python3 lacks torch, torchvision or onnx: run make deps"; return 1; }
     [ -d "$NODE_DATA" ] || { echo "$NODE_DATA is missing: run make deps (libonnx-testdata)"; return 1; }
     $PY "$HERE/torch_interop.py" source "$WORK/src.h5" || return 1
-    "$FEDHET" partition "$WORK/src.h5" "$WORK/p3.h5" scheme=iid clients=3 seed=1 >"$WORK/partition.out" 2>&1 ||
+    "$FEDHET" partition "$WORK/src.h5" "$WORK/p3.h5" scheme=iid clients=3 partition_seed=1 >"$WORK/partition.out" 2>&1 ||
         { cat "$WORK/partition.out"; return 1; }
     $PY "$OT" tiny "$WORK/tiny.onnx" 2>/dev/null || return 1
     cat >"$WORK/base.ini" <<EOF

@@ -81,7 +81,7 @@ test_full_disk_limit()
             fail "2 KiB: the message does not name metrics.csv: $(errline fscsv)"; }
     # a partition file that does not fit: exit 4, and the one it would replace is untouched
     cp "$WORK/p6.h5" "$WORK/keep.h5"
-    limited 20 fspart partition "$WORK/idx" "$WORK/keep.h5" scheme=iid clients=3 seed=2 classes=4 --force
+    limited 20 fspart partition "$WORK/idx" "$WORK/keep.h5" scheme=iid clients=3 partition_seed=2 classes=4 --force
     expect_rc "20 KiB, partition" 4 &&
         { grep -q "keep.h5: .*File too large" "$WORK/fspart.err" || fail "partition: the message does not name the file: $(errline fspart)"; }
     cmp -s "$WORK/p6.h5" "$WORK/keep.h5" || fail "partition: the previous file was changed"

@@ -139,7 +139,7 @@ test_report_failures()
 #     unreadable partition leaves its cells empty with a warning.
 test_report_partition_stats()
 {
-    "$FEDHET" partition "$WORK/idx" "$WORK/p6iid.h5" scheme=iid clients=6 seed=1 classes=4 >"$WORK/p6iid.out" 2>&1 ||
+    "$FEDHET" partition "$WORK/idx" "$WORK/p6iid.h5" scheme=iid clients=6 partition_seed=1 classes=4 >"$WORK/p6iid.out" 2>&1 ||
         { fail "partition p6iid: $(tail -1 "$WORK/p6iid.out")"; return; }
     fh 2 ha "$WORK/base.ini" output.dir="$WORK/hruns" output.name=dir
     fh 2 hb "$WORK/base.ini" output.dir="$WORK/hruns" output.name=iid data.path="$WORK/p6iid.h5"
@@ -212,7 +212,7 @@ test_landscape_bad()
     fx 0 lsnot landscape "$R/metrics.csv"
     expect_rc "landscape of a CSV file" 4
     fx 0 lskey landscape "$R/run.h5" pionts=5
-    expect_rc "landscape pionts=5" 1 && { grep -q "did you mean points" "$WORK/lskey.err" || fail "no suggestion: $(errline lskey)"; }
+    expect_rc "landscape pionts=5" 1 && { grep -q "did you mean 'points'" "$WORK/lskey.err" || fail "no suggestion: $(errline lskey)"; }
     fx 0 lsdims landscape "$R/run.h5" dims=3
     expect_rc "landscape dims=3" 1
     # a partition file of another shape: the model does not fit the checkpoint

@@ -498,7 +498,7 @@ test_help()
 #     clients, recomputed here from the clients' corruption flags (fedhet inspect).
 test_quality_metrics()
 {
-    "$FEDHET" partition "$WORK/idx" "$WORK/pq.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 seed=1 classes=4 \
+    "$FEDHET" partition "$WORK/idx" "$WORK/pq.h5" scheme=dirichlet alpha=0.5 clients=6 min_size=5 partition_seed=1 classes=4 \
         corruption=gaussian_noise severity=5 corrupted=2 >"$WORK/pq.out" 2>&1 || { fail "partition: $(tail -1 "$WORK/pq.out")"; return; }
     fh 2 quality "$WORK/base.ini" output.name=quality data.path="$WORK/pq.h5" fl.selection=all
     expect_rc "run on a quality-shifted partition" 0 || return

@@ -25,7 +25,7 @@ same()
     why=$($PY "$SAME" "$1" "$2" 2>&1) || fail "$3: differs from the IDX path's file: $why"
 }
 
-PART=(scheme=dirichlet alpha=0.5 clients=4 min_size=2 seed=7)
+PART=(scheme=dirichlet alpha=0.5 clients=4 min_size=2 partition_seed=7)
 
 # 1. PNG image folder tree, CSV + PNGs, .npz (two kinds) and .npy: the IDX path's file bit for bit
 test_same_as_idx()

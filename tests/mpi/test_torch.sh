@@ -18,7 +18,7 @@ setup()
     [ -x "$LOGITS" ] || { echo "$LOGITS is missing (make first)"; return 1; }
     $PY -c 'import torch, h5py' || { echo "/usr/bin/python3 lacks torch or h5py: run make deps"; return 1; }
     $PY "$TORCH_PY" source "$WORK/src.h5" || return 1
-    "$FEDHET" partition "$WORK/src.h5" "$WORK/p2.h5" scheme=iid clients=2 seed=1 >"$WORK/partition.out" 2>&1 ||
+    "$FEDHET" partition "$WORK/src.h5" "$WORK/p2.h5" scheme=iid clients=2 partition_seed=1 >"$WORK/partition.out" 2>&1 ||
         { cat "$WORK/partition.out"; return 1; }
     cat >"$WORK/base.ini" <<EOF
 ; fedhet PyTorch interop tests: 2 IID clients of a 3x16x16, 4-class synthetic set, 24 rows each

@@ -24,7 +24,7 @@ setup()
     $PY -c 'import torch, h5py' || { echo "/usr/bin/python3 lacks torch or h5py: run make deps"; return 1; }
     $PY "$HERE/torch_interop.py" source "$WORK/src.h5" + init mlp "$WORK/init.pt" >"$WORK/setup.out" 2>&1 || { cat "$WORK/setup.out"; return 1; }
     # 3 clients of 15-17 rows: every local step below is a full-batch step (batch 64)
-    "$FEDHET" partition "$WORK/src.h5" "$WORK/p3.h5" scheme=dirichlet alpha=0.5 clients=3 min_size=5 seed=1 \
+    "$FEDHET" partition "$WORK/src.h5" "$WORK/p3.h5" scheme=dirichlet alpha=0.5 clients=3 min_size=5 partition_seed=1 \
         >"$WORK/partition.out" 2>&1 || { cat "$WORK/partition.out"; return 1; }
     "$TOOL" from-torch "$WORK/init.pt" "$WORK/init.h5" --arch mlp --input 3x16x16 --classes 4 >"$WORK/from.out" 2>&1 ||
         { cat "$WORK/from.out"; return 1; }

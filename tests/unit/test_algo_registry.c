@@ -27,12 +27,12 @@ static void test_names_unique(void)
 }
 
 /* the bytes a key's field occupies in its part's struct */
-static size_t field_size(const AlgoOption *o) { return o->type == ALGO_OPTION_CHOICE ? sizeof(int) : sizeof(double); }
+static size_t field_size(const AlgoOption *o) { return o->type == FH_CFG_CHOICE ? sizeof(int) : sizeof(double); }
 
 static void check_default(const AlgoMethod *m, const AlgoOption *o, double d)
 {
     int len;
-    if (o->type == ALGO_OPTION_CHOICE) {
+    if (o->type == FH_CFG_CHOICE) {
         CHECK_MSG(d == floor(d) && algo_option_choice(o, (int)d, &len), "%s.%s: default %g is not a choice of %s",
                   m->name, o->key, d, o->choices);
         return;
@@ -54,9 +54,9 @@ static void test_option_parts_declared(void)
             for (int q = 0; q < p; q++) CHECK_MSG(m->parts[q] != part, "%s lists part %s twice", m->name, part->name);
             for (int k = 0; k < part->n; k++) {
                 const AlgoOption *o = &part->keys[k];
-                CHECK_MSG(o->offset + field_size(o) <= part->size, "%s.%s: field outside part %s", m->name, o->key,
+                CHECK_MSG(o->at + field_size(o) <= part->size, "%s.%s: field outside part %s", m->name, o->key,
                           part->name);
-                CHECK_MSG((o->type == ALGO_OPTION_CHOICE) == (o->choices != NULL), "%s.%s: a choice needs its choices",
+                CHECK_MSG((o->type == FH_CFG_CHOICE) == (o->choices != NULL), "%s.%s: a choice needs its choices",
                           m->name, o->key);
             }
         }
@@ -100,7 +100,7 @@ static void test_methods_listing(void)
             char want[160];
             int len = 0;
             const char *choice = algo_option_choice(o, (int)algo_option_default(m, o), &len);
-            if (o->type == ALGO_OPTION_CHOICE)
+            if (o->type == FH_CFG_CHOICE)
                 snprintf(want, sizeof want, "  %-16s default %.*s, one of", o->key, len, choice);
             else
                 snprintf(want, sizeof want, "  %-16s default %g, range", o->key, algo_option_default(m, o));

@@ -573,8 +573,8 @@ static void test_rows(void)
     }
     CHECK(algo_option_find(algo_find("moon"), "tau") && algo_option_find(algo_find("moon"), "tau")->lo_open);
     const AlgoMethod *gkd = algo_find("fedgkd");
-    CHECK(algo_option_find(gkd, "buffer_length") && algo_option_find(gkd, "buffer_length")->type == ALGO_OPTION_NUMBER);
-    CHECK(algo_option_find(gkd, "variant") && algo_option_find(gkd, "variant")->type == ALGO_OPTION_CHOICE);
+    CHECK(algo_option_find(gkd, "buffer_length") && algo_option_find(gkd, "buffer_length")->type == FH_CFG_FLOAT);
+    CHECK(algo_option_find(gkd, "variant") && algo_option_find(gkd, "variant")->type == FH_CFG_CHOICE);
     CHECK(strstr(algo_find("fednp")->summary, "FedNP-min") != NULL);
 }
 

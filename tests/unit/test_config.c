@@ -15,15 +15,17 @@
 
 /* all five types, a required key, a key name shared by two sections, a string that may be empty */
 static const FhConfigKey schema[] = {
-    {"train", "lr", FH_CFG_FLOAT, "0.1", 0, 1e6, NULL, "learning rate"},
-    {"train", "rounds", FH_CFG_INT, NULL, 1, 100000, NULL, "communication rounds"},
-    {"train", "optimizer", FH_CFG_CHOICE, "sgd", 1, 0, "sgd|adam|adamw", "local optimiser"},
-    {"fl", "iid", FH_CFG_BOOL, "false", 1, 0, NULL, "split the data IID"},
-    {"fl", "clients", FH_CFG_INT, "10", 1, 1000, NULL, "number of clients"},
-    {"algo", "mu", FH_CFG_FLOAT, "0.01", 0, 10, NULL, "proximal weight"},
-    {"train", "seed", FH_CFG_INT, "0", 1, 0, NULL, "random seed (any integer)"},
-    {"output", "name", FH_CFG_STRING, "run", 1, 0, NULL, "run folder name"},
-    {"output", "note", FH_CFG_STRING, "", 1, 0, NULL, "free text"},
+    {.section = "train", .key = "lr", .type = FH_CFG_FLOAT, .def.f = 0.1, .lo = 0, .hi = 1e6, .help = "learning rate"},
+    {.section = "train", .key = "rounds", .type = FH_CFG_INT, .required = 1, .lo = 1, .hi = 100000,
+     .help = "communication rounds"},
+    {.section = "train", .key = "optimizer", .type = FH_CFG_CHOICE, .def.s = "sgd", .choices = "sgd|adam|adamw",
+     .help = "local optimiser"},
+    {.section = "fl", .key = "iid", .type = FH_CFG_BOOL, .def.b = 0, .help = "split the data IID"},
+    {.section = "fl", .key = "clients", .type = FH_CFG_INT, .def.i = 10, .lo = 1, .hi = 1000, .help = "number of clients"},
+    {.section = "algo", .key = "mu", .type = FH_CFG_FLOAT, .def.f = 0.01, .lo = 0, .hi = 10, .help = "proximal weight"},
+    {.section = "train", .key = "seed", .type = FH_CFG_INT, .def.i = 0, .help = "random seed (any integer)"},
+    {.section = "output", .key = "name", .type = FH_CFG_STRING, .def.s = "run", .help = "run folder name"},
+    {.section = "output", .key = "note", .type = FH_CFG_STRING, .help = "free text"},
 };
 #define NKEYS ((int)(sizeof schema / sizeof schema[0]))
 
@@ -241,8 +243,8 @@ static void test_float_values(void)
     CHECK(fails_with("[train]\nrounds = 1\nlr = 1e999\n", NULL, 0, "must be a finite number", NULL));
     CHECK(fails_with("[train]\nrounds = 1\nlr = 0.1.2\n", NULL, 0, "lr = 0.1.2: not a number", NULL));
     /* a bound %g would round is shown with the digits it needs */
-    const FhConfigKey tight[] = {{"a", "beta", FH_CFG_FLOAT, "0.9", 0, 0.999999999, NULL, ""},
-                                 {"a", "seed", FH_CFG_INT, "0", 0, 2147483647, NULL, ""}};
+    const FhConfigKey tight[] = {{.section = "a", .key = "beta", .type = FH_CFG_FLOAT, .def.f = 0.9, .hi = 0.999999999},
+                                 {.section = "a", .key = "seed", .type = FH_CFG_INT, .hi = 2147483647}};
     FhConfig *c = NULL;
     CHECK(fh_config_load_text(&c, tight, 2, "[a]\nbeta = 1\n", "t", NULL, 0) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "beta = 1: must be in [0, 0.999999999]") != NULL);
@@ -483,19 +485,96 @@ static void test_help(void)
 static void test_schema_errors(void)
 {
     FhConfig *c = NULL;
-    const FhConfigKey dup[] = {{"a", "k", FH_CFG_INT, "1", 1, 0, NULL, ""},
-                               {"a", "k", FH_CFG_INT, "2", 1, 0, NULL, ""}};
+    const FhConfigKey dup[] = {{.section = "a", .key = "k", .type = FH_CFG_INT, .def.i = 1},
+                               {.section = "a", .key = "k", .type = FH_CFG_INT, .def.i = 2}};
     CHECK(fh_config_load_text(&c, dup, 2, "", NULL, NULL, 0) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "config schema: [a] k is listed twice") != NULL);
-    const FhConfigKey bad_default[] = {{"a", "k", FH_CFG_INT, "7", 0, 5, NULL, ""}};
+    const FhConfigKey bad_default[] = {{.section = "a", .key = "k", .type = FH_CFG_INT, .def.i = 7, .hi = 5}};
     CHECK(fh_config_load_text(&c, bad_default, 1, "", NULL, NULL, 0) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "config schema: default of [a] k = 7: must be in [0, 5]") != NULL);
-    const FhConfigKey bad_choices[] = {{"a", "k", FH_CFG_CHOICE, "x", 1, 0, "x||y", ""}};
+    const FhConfigKey bad_choices[] = {{.section = "a", .key = "k", .type = FH_CFG_CHOICE, .def.s = "x", .choices = "x||y"}};
     CHECK(fh_config_load_text(&c, bad_choices, 1, "", NULL, NULL, 0) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "choices 'x||y'") != NULL);
-    const FhConfigKey bad_name[] = {{"a", "k.x", FH_CFG_INT, "1", 1, 0, NULL, ""}};
+    const FhConfigKey bad_name[] = {{.section = "a", .key = "k.x", .type = FH_CFG_INT, .def.i = 1}};
     CHECK(fh_config_load_text(&c, bad_name, 1, "", NULL, NULL, 0) == FH_ERR_USAGE);
+    /* a field that cannot hold the key: an int for an unbounded integer, a double for a string */
+    typedef struct {
+        int small;
+        double number;
+    } Target;
+    const FhConfigKey wide[] = {{.section = "a", .key = "k", .type = FH_CFG_INT, FH_CONFIG_AT(Target, small)}};
+    CHECK(fh_config_load_text(&c, wide, 1, "", NULL, NULL, 0) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "config schema: [a] k: its field") != NULL);
+    const FhConfigKey text[] = {{.section = "a", .key = "k", .type = FH_CFG_STRING, FH_CONFIG_AT(Target, number)}};
+    CHECK(fh_config_load_text(&c, text, 1, "", NULL, NULL, 0) == FH_ERR_USAGE);
     CHECK(c == NULL);
+}
+
+/* typed defaults shown as the shortest decimal that reads back; open range ends; values landing in a struct */
+static void test_typed_schema(void)
+{
+    typedef struct {
+        int rounds;
+        int64_t seed;
+        float scale;
+        double lr, mu;
+        const char *name;
+    } Target;
+    const FhConfigKey keys[] = {
+        {.section = "t", .key = "rounds", .type = FH_CFG_INT, .def.i = 3, .lo = 1, .hi = 100, FH_CONFIG_AT(Target, rounds)},
+        {.section = "t", .key = "seed", .type = FH_CFG_INT, .def.i = -5, FH_CONFIG_AT(Target, seed)},
+        {.section = "t", .key = "scale", .type = FH_CFG_FLOAT, .def.f = 4.0 / 3, .lo = 0, .hi = 2, FH_CONFIG_AT(Target, scale)},
+        {.section = "t", .key = "lr", .type = FH_CFG_FLOAT, .def.f = 1e-8, .lo = 0, .hi = 1, .lo_open = 1,
+         FH_CONFIG_AT(Target, lr)},
+        {.section = "t", .key = "mu", .type = FH_CFG_FLOAT, .def.f = 1e-3, .lo = 0, .hi = 1000, .hi_open = 1,
+         FH_CONFIG_AT(Target, mu)},
+        {.section = "t", .key = "name", .type = FH_CFG_STRING, .def.s = "run", FH_CONFIG_AT(Target, name)},
+        {.section = "t", .key = "tol", .type = FH_CFG_FLOAT, .def.f = 0.05},
+    };
+    const char *shown[] = {"3", "-5", "1.3333333333333333", "1e-8", "1e-3", "run", "0.05"};
+    for (int k = 0; k < 7; k++) {
+        char text[64];
+        fh_config_default_text(&keys[k], text, sizeof text);
+        CHECK_MSG(!strcmp(text, shown[k]), "%s: %s, want %s", keys[k].key, text, shown[k]);
+    }
+    FhConfig *c = NULL;
+    CHECK(fh_config_load_text(&c, keys, 7, "[t]\nlr = 0\n", "t", NULL, 0) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "lr = 0: must be in (0, 1]") != NULL);
+    CHECK(fh_config_load_text(&c, keys, 7, "[t]\nmu = 1000\n", "t", NULL, 0) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "mu = 1000: must be in [0, 1000)") != NULL);
+    char *over[] = {"t.rounds=7", "t.name=x"};
+    CHECK_OK(fh_config_load_text(&c, keys, 7, "[t]\nmu = 999.5\n", "t", over, 2));
+    if (!c) return;
+    Target got;
+    memset(&got, 0, sizeof got);
+    fh_config_land(c, NULL, &got);
+    CHECK(got.rounds == 7 && got.seed == -5 && got.scale == (float)(4.0 / 3) && got.lr == 1e-8 && got.mu == 999.5);
+    CHECK(got.name && !strcmp(got.name, "x"));
+    char *resolved = NULL;
+    CHECK_OK(fh_config_to_text(c, &resolved));
+    CHECK(resolved && strstr(resolved, "lr = 1e-8 ; default\n") && strstr(resolved, "scale = 1.3333333333333333 ; default"));
+    free(resolved);
+    char *help = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&help, &size);
+    if (f) {
+        fh_config_print_help(f, keys, 7);
+        fclose(f);
+        CHECK(strstr(help, "in (0, 1]") && strstr(help, "in [0, 1000)") && strstr(help, "default 1e-3"));
+    }
+    free(help);
+    fh_config_free(&c);
+    /* key=value arguments of a command: the schema's one section, no section in the key */
+    char *args[] = {"rounds=9", "lr=0.5"};
+    CHECK_OK(fh_config_load_args(&c, keys, 7, args, 2, NULL));
+    if (c) CHECK(fh_config_int(c, "t", "rounds") == 9 && fh_config_float(c, "t", "lr") == 0.5);
+    fh_config_free(&c);
+    char *typo[] = {"rouns=9"}, *dotted[] = {"t.rounds=9"}, *bare[] = {"rounds"};
+    CHECK(fh_config_load_args(&c, keys, 7, typo, 1, NULL) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "unknown key 'rouns'; did you mean 'rounds'?") != NULL);
+    CHECK(fh_config_load_args(&c, keys, 7, dotted, 1, NULL) == FH_ERR_USAGE);
+    CHECK(fh_config_load_args(&c, keys, 7, bare, 1, NULL) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "'rounds' is not key=value") != NULL && c == NULL);
 }
 
 /* a failing load leaves the error chain with the public function's frame, for the bug-report trace */
@@ -574,6 +653,7 @@ int main(int argc, char **argv)
     RUN(test_nearest_name);
     RUN(test_help);
     RUN(test_schema_errors);
+    RUN(test_typed_schema);
     RUN(test_error_chain);
     RUN(test_ini_reader);
     tmp_cleanup();

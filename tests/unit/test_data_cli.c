@@ -158,7 +158,7 @@ static int write_idx_set(const char *dir, const char *prefix, int n, uint32_t sa
 static char src_dir[640], dst_path[640], dst_corrupted[640], garbage_path[640], out_dir[640], report_tmp[640];
 static int fixture_ok;
 
-#define PART_ARGS "scheme=dirichlet alpha=0.5 clients=5 min_size=2 seed=3 classes=4"
+#define PART_ARGS "scheme=dirichlet alpha=0.5 clients=5 min_size=2 partition_seed=3 classes=4"
 
 static int fixture_init(void)
 {
@@ -205,6 +205,12 @@ static void test_partition_unknown_key(void)
     tmp_record(dst);
     EXPECT(run_fedhet("partition '%s' '%s' scheme=dirichlet alpah=0.1 clients=5", src_dir, dst), 1, "alpah",
            "did you mean 'alpha'");
+    /* a renamed key names its new name; a key the scheme does not read is refused, not ignored */
+    EXPECT(run_fedhet("partition '%s' '%s' scheme=iid seed=1", src_dir, dst), 1, "did you mean 'partition_seed'");
+    EXPECT(run_fedhet("partition '%s' '%s' scheme=iid alpha=0.5", src_dir, dst), 1,
+           "alpha = 0.5 means nothing with scheme = iid");
+    EXPECT(run_fedhet("partition '%s' '%s' scheme=dirichlet severity=5", src_dir, dst), 1,
+           "severity = 5 means nothing with scheme = dirichlet, corruption = none");
     CHECK_MSG(!file_exists(dst), "%s was written although a key was wrong", dst);
 }
 
