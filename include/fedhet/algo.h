@@ -150,6 +150,20 @@ typedef struct {
     double lr_decay;         /* train.lr_decay: lr of round t+1 = lr_decay x lr of round t */
 } AlgoSetup;
 
+/* Where the runtime shows an upload scalar a method names (flags) */
+enum {
+    ALGO_SHOW_MEAN = 1,  /* the metrics.csv column of that name (perturb_norm, grad_norm, rho): the plain mean over the
+                          * round's clients; NaN in rounds of a method without it */
+    ALGO_SHOW_CLIENT = 2 /* a clients.csv column of that name: each client's value, after the fixed columns in the
+                          * order the names were given (a plug-in's after the host's) */
+};
+typedef struct {
+    const char *name;
+    int at;    /* index in the upload scalars */
+    int show;  /* ALGO_SHOW_* */
+} AlgoNamedScalar;
+#define ALGO_MAX_NAMED 16
+
 typedef struct {
     int client_vectors;      /* persistent per client, on the client's rank, checkpointed */
     int64_t client_floats;   /* persistent per-client floats besides the vectors (small states) */
@@ -165,21 +179,21 @@ typedef struct {
     /* bytes of AlgoScratch one call of the method's client hooks / server hooks may use (the most over its hooks);
      * a plug-in's follow the host's */
     size_t client_scratch, server_scratch;
-    /* diagnostics (metrics.csv perturb_norm, grad_norm: the server's plain mean over the uploads): 1 + the
-     * index of the upload scalar holding the client's mean perturbation norm / mean local gradient norm over
-     * its steps; 0: the method has none (NaN) */
-    int upload_perturb_norm, upload_grad_norm;
-    /* metrics.csv rho: 1 + the index of the upload scalar holding the client's SAM radius of the round (the plain
-     * mean over the clients); 0: none (NaN) */
-    int upload_radius;
-    /* clients.csv: extra columns after the fixed ones, named by the comma-separated client_columns ("rho,h,c"),
-     * holding upload scalars client_column_first, client_column_first + 1, ...; NULL: none */
-    const char *client_columns;
-    int client_column_first;
-    /* metrics.csv method_scalar: 1 + the index of the server scalar shown each round (its value during the round,
-     * before the update; the method's help names it, e.g. FedWMSAM's alpha_r); 0: none (NaN) */
-    int metric_scalar;
+    /* the upload scalars the runtime shows, by name (algo_upload_named, algo_upload_add) */
+    AlgoNamedScalar named[ALGO_MAX_NAMED];
+    int n_named;
+    /* metrics.csv method_scalar: the index of the server scalar shown each round (its value during the round, before
+     * the update; the method's help names it, e.g. FedWMSAM's alpha_r); -1 (algo_sizes' default): none (NaN) */
+    int shown_server_scalar;
 } AlgoSizes;
+
+/* Names upload scalar `at` (in [0, z->upload_scalars)) for the runtime to show; a name given twice or past
+ * ALGO_MAX_NAMED is a programming error (abort naming it). */
+void algo_upload_named(AlgoSizes *z, int at, const char *name, int show);
+/* Appends one upload scalar named `name` and returns its index */
+int algo_upload_add(AlgoSizes *z, const char *name, int show);
+/* The index of the upload scalar named `name`, -1 if none */
+int algo_upload_index(const AlgoSizes *z, const char *name);
 
 /* A model's quality on the client's whole training set (eval mode, no augmentation). */
 typedef struct {
@@ -396,7 +410,7 @@ typedef struct AlgoMethod {
      * replace them */
     const char *aggregation_is_method;
     /* metrics.csv method_scalar of a method whose shown value follows from the round alone (FLOOD's lambda_t), so
-     * that it keeps no server scalar for it (AlgoSizes.metric_scalar); a plug-in's shows when the host shows none */
+     * that it keeps no server scalar for it (AlgoSizes.shown_server_scalar); a plug-in's shows when the host shows none */
     double (*round_scalar)(AlgoOptions options, int round);
     /* 1: the method's paper compares clean and corrupted test sets (docs/methods/metrics.md C.5, C.6; FedISM); a run whose data
      * has no corrupted test set says at the start that those metrics are off */

@@ -106,7 +106,7 @@ void afedsam_sizes(const AlgoSetup *s, AlgoSizes *z)
     z->aux_models = 1;
     z->server_scalars = 1;
     z->server_vectors = afedsam_of(s->options)->teacher == AF_TEACHER_EMA;
-    z->metric_scalar = 1 + AF_SC_MU;
+    z->shown_server_scalar = AF_SC_MU;
 }
 
 const AlgoBatchTerm afedsam_term_part = { .batch_term = afedsam_batch_term };

@@ -220,11 +220,12 @@ static int saga_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
 static void ism_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->upload_scalars = UP_COUNT;
-    z->client_columns = "saga_score,l0,l1,rho";
-    z->client_column_first = UP_SAGA;
-    z->upload_radius = UP_RHO + 1;
-    z->upload_perturb_norm = UP_PERTURB_NORM + 1;
-    z->upload_grad_norm = UP_GRAD_NORM + 1;
+    algo_upload_named(z, UP_SAGA, "saga_score", ALGO_SHOW_CLIENT);
+    algo_upload_named(z, UP_L0, "l0", ALGO_SHOW_CLIENT);
+    algo_upload_named(z, UP_L1, "l1", ALGO_SHOW_CLIENT);
+    algo_upload_named(z, UP_RHO, "rho", ALGO_SHOW_CLIENT | ALGO_SHOW_MEAN);
+    algo_upload_named(z, UP_PERTURB_NORM, "perturb_norm", ALGO_SHOW_MEAN);
+    algo_upload_named(z, UP_GRAD_NORM, "grad_norm", ALGO_SHOW_MEAN);
     z->server_scalars = 2 * (int64_t)s->n_clients;
     z->work_vectors = ism_of(s->options)->perturb == PERTURB_GSAM ? 2 : 1;
     z->client_scratch = algo_local_sharpness_scratch(s);

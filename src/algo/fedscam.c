@@ -426,18 +426,14 @@ static void scam_sizes(const AlgoSetup *s, AlgoSizes *z)
     z->server_scalars = d;       /* u */
     z->upload_scalars = UP_Z + d; /* rho_i, h_i, c_i, h_adj_i, ||Delta_i||, z_i */
     if (h.cluster) z->server_scratch = damp_conflicts_scratch(algo_max_selected(s), d, &h);
-    if (!h.sam) {
-        z->client_columns = "h,c,h_adj,delta_norm";
-        z->client_column_first = UP_H;
-        return;
-    }
-    z->client_columns = "rho,h,c,h_adj,delta_norm";
-    z->client_column_first = UP_RHO;
-    z->upload_radius = 1 + UP_RHO;
+    if (h.sam) algo_upload_named(z, UP_RHO, "rho", ALGO_SHOW_CLIENT | ALGO_SHOW_MEAN);
+    algo_upload_named(z, UP_H, "h", ALGO_SHOW_CLIENT);
+    algo_upload_named(z, UP_C, "c", ALGO_SHOW_CLIENT);
+    algo_upload_named(z, UP_HADJ, "h_adj", ALGO_SHOW_CLIENT);
+    algo_upload_named(z, UP_DNORM, "delta_norm", ALGO_SHOW_CLIENT);
+    if (!h.sam) return;
     z->work_vectors = 1; /* the pilot's point, then SAM's saved weights */
-    z->upload_perturb_norm = z->upload_scalars + 1;
-    z->upload_grad_norm = z->upload_scalars + 2;
-    z->upload_scalars += 2;
+    algo_sam_diag_sizes(z);
 }
 
 /* whole numbers where the keys count things (the config reads every method key as a number) */

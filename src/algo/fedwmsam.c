@@ -231,7 +231,7 @@ static void wmsam_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->work_vectors = WM_N_WORK;
     algo_sam_diag_sizes(z);
-    z->metric_scalar = 1 + WM_SCALAR_ALPHA;
+    z->shown_server_scalar = WM_SCALAR_ALPHA;
 }
 
 static const AlgoGradCorrection wmsam_correct_part = { .correct = wmsam_correct };

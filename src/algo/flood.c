@@ -190,8 +190,7 @@ static int batch_scores(const FloodOptions *o, const NnModel *model, const AlgoB
 /* client scratch: a batch's scores and the copy its quantile permutes (flood_weigh), then batch_scores's */
 static void flood_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
-    z->client_columns = "phi";
-    z->client_column_first = UP_PHI;
+    algo_upload_named(z, UP_PHI, "phi", ALGO_SHOW_CLIENT);
     z->client_scratch = 2 * algo_scratch_bytes((size_t)s->batch_size, sizeof(double));
     if (is_ash(flood_of(s->options)->flood_score))
         z->client_scratch += algo_scratch_bytes((size_t)s->feature_size, sizeof(double));

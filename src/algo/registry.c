@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fedhet/core.h"
@@ -85,8 +86,32 @@ void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z)
     *z = (AlgoSizes){ .client_vectors = m->n_client_vectors, .server_vectors = m->n_server_vectors,
                       .server_private = m->n_server_private, .server_scalars = m->n_server_scalars,
                       .upload_vectors = m->n_upload_vectors, .upload_scalars = m->n_upload_scalars,
-                      .eval_private = -1 };
+                      .eval_private = -1, .shown_server_scalar = -1 };
     if (m->sizes) m->sizes(setup, z);
+}
+
+void algo_upload_named(AlgoSizes *z, int at, const char *name, int show)
+{
+    if (z->n_named == ALGO_MAX_NAMED || algo_upload_index(z, name) >= 0 || at < 0 || at >= z->upload_scalars) {
+        fprintf(stderr, "fedhet: upload scalar %d named %s: a name given twice, more than %d names, or no such scalar "
+                "(%d)\n", at, name, ALGO_MAX_NAMED, z->upload_scalars);
+        abort();
+    }
+    z->named[z->n_named++] = (AlgoNamedScalar){ name, at, show };
+}
+
+int algo_upload_add(AlgoSizes *z, const char *name, int show)
+{
+    const int at = z->upload_scalars++;
+    algo_upload_named(z, at, name, show);
+    return at;
+}
+
+int algo_upload_index(const AlgoSizes *z, const char *name)
+{
+    for (int i = 0; i < z->n_named; i++)
+        if (!strcmp(z->named[i].name, name)) return z->named[i].at;
+    return -1;
 }
 
 int algo_refuse(const AlgoMethod *m, const char *fmt, ...)

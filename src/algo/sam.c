@@ -15,7 +15,7 @@
  * file's radius hook, algo_sam_lr_radius), the prox weight lambda and the step count normalisation k_norm; the
  * rows add their own parts (FedLESAM's mode and compat, MoFedSAM's alpha, FedSpeed's merge, FedLWSAM's lw).
  * Upload scalars: the row's own first, then the diagnostics (mean ||eps|| and mean ||g|| of the client's
- * steps, AlgoSizes.upload_perturb_norm / upload_grad_norm). Parameters-only rules (control variates, dual
+ * steps, the upload scalars named perturb_norm and grad_norm). Parameters-only rules (control variates, dual
  * variables, momentum) cover [0, n_params); buffers are averaged with the method's weights (docs/methods/baselines.md §0.3). */
 #include "algo_internal.h"
 
@@ -91,12 +91,13 @@ static void diag_add(AlgoClientCtx *c, double eps_norm, double grad_norm)
 {
     const AlgoSizes *z = c->round->sizes;
     const double k = (double)(c->state.step + 1);
-    if (z->upload_perturb_norm > 0) {
-        double *v = c->state.upload_scalars + z->upload_perturb_norm - 1;
+    const int at_eps = algo_upload_index(z, "perturb_norm"), at_grad = algo_upload_index(z, "grad_norm");
+    if (at_eps >= 0) {
+        double *v = c->state.upload_scalars + at_eps;
         *v += (eps_norm - *v) / k;
     }
-    if (z->upload_grad_norm > 0) {
-        double *v = c->state.upload_scalars + z->upload_grad_norm - 1;
+    if (at_grad >= 0) {
+        double *v = c->state.upload_scalars + at_grad;
         *v += (grad_norm - *v) / k;
     }
 }
@@ -104,9 +105,8 @@ static void diag_add(AlgoClientCtx *c, double eps_norm, double grad_norm)
 /* the two diagnostic upload scalars after the row's own */
 static void diag_sizes(AlgoSizes *z)
 {
-    z->upload_perturb_norm = z->upload_scalars + 1;
-    z->upload_grad_norm = z->upload_scalars + 2;
-    z->upload_scalars += 2;
+    algo_upload_add(z, "perturb_norm", ALGO_SHOW_MEAN);
+    algo_upload_add(z, "grad_norm", ALGO_SHOW_MEAN);
 }
 
 static double norm_eps(const AlgoClientCtx *c)
@@ -600,7 +600,7 @@ static int lesam_begin(AlgoClientCtx *c)
         nn_vec_scale(eps, n > 0.0 ? (float)(rho / (n + norm_eps(c))) : 0.0f, P);
     }
     /* the round's ||eps|| is the diagnostic's running mean from the start; the step reads it back */
-    c->state.upload_scalars[c->round->sizes->upload_perturb_norm - 1] = nn_vec_norm_f64(eps, P);
+    c->state.upload_scalars[algo_upload_index(c->round->sizes, "perturb_norm")] = nn_vec_norm_f64(eps, P);
     return FH_OK;
 }
 
@@ -609,7 +609,7 @@ static int lesam_pass(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
     NnModel *m = c->model;
     const int64_t P = c->round->n_params;
     float *w = m->state, *g = m->grad, *eps = lesam_eps(c), *saved = lesam_saved(c);
-    const double eps_norm = c->state.upload_scalars[c->round->sizes->upload_perturb_norm - 1];
+    const double eps_norm = c->state.upload_scalars[algo_upload_index(c->round->sizes, "perturb_norm")];
     if (eps_norm > 0.0) {
         nn_vec_copy(saved, w, P);
         nn_vec_axpy(w, 1.0f, eps, P);

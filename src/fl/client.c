@@ -89,8 +89,12 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
         w->z.upload_scalars += pz.upload_scalars;
         w->z.client_scratch += pz.client_scratch;
         w->z.server_scratch += pz.server_scratch;
-        w->plugin_client_columns = pz.client_columns;
-        w->plugin_client_column_first = w->host_upload_scalars + pz.client_column_first;
+        for (int i = 0; i < pz.n_named; i++) { /* its named scalars, after the host's */
+            if (algo_upload_index(&w->z, pz.named[i].name) >= 0 || w->z.n_named == ALGO_MAX_NAMED)
+                FH_FAIL(FH_ERR_USAGE, "plug-in %s's upload scalar %s: method %s has one of that name (or too many)",
+                        s->plugin->name, pz.named[i].name, m->name);
+            algo_upload_named(&w->z, w->host_upload_scalars + pz.named[i].at, pz.named[i].name, pz.named[i].show);
+        }
         if (s->plugin->validate) FH_CHECK(s->plugin->validate(s->plugin, &ps));
     }
     if (w->z.aux_models > ALGO_MAX_AUX)

@@ -156,10 +156,6 @@ typedef struct {
     int64_t service_forward, service_backward; /* passes made by for_each_local_batch and probe_grad */
     /* the method's own upload scalars and scratch bytes: a plug-in's follow them */
     int host_upload_scalars;
-    /* the plug-in's clients.csv columns (AlgoSizes.client_columns) and the index of the upload scalar of its
-     * first one in the combined upload */
-    const char *plugin_client_columns;
-    int plugin_client_column_first;
     size_t host_client_scratch, host_server_scratch;
     void *scratch;   /* [z.client_scratch] bytes: the hooks' scratch */
     AlgoScratch method_scratch, plugin_scratch; /* the method's and the plug-in's views of it */
@@ -258,7 +254,7 @@ extern const char *const fl_column_names[FL_N_COLUMNS];
 enum { FL_CCOL_ROUND, FL_CCOL_CLIENT, FL_CCOL_SAMPLES, FL_CCOL_STEPS, FL_CCOL_LOSS, FL_CCOL_WEIGHT, FL_CCOL_SECONDS,
        FL_N_CCOLUMNS };
 extern const char *const fl_client_column_names[FL_N_CCOLUMNS];
-#define FL_MAX_CCOLUMNS (FL_N_CCOLUMNS + 24) /* with the method's own (AlgoSizes.client_columns) */
+#define FL_MAX_CCOLUMNS (FL_N_CCOLUMNS + ALGO_MAX_NAMED) /* with the method's own (ALGO_SHOW_CLIENT) */
 
 typedef struct {
     FlComm comm;
@@ -304,7 +300,8 @@ typedef struct {
     int n_ccols;              /* clients.csv columns: the fixed ones, then the method's */
     const char *ccol_names[FL_MAX_CCOLUMNS];
     int ccol_scalar[FL_MAX_CCOLUMNS]; /* the upload scalar of each of the method's and the plug-in's columns */
-    char ccol_text[512];      /* the method's and the plug-in's column names */
+    /* metrics.csv columns that are the mean of a named upload scalar (ALGO_SHOW_MEAN): column and scalar */
+    int n_mean_cols, mean_col[ALGO_MAX_NAMED], mean_scalar[ALGO_MAX_NAMED];
     int64_t n_client_rows, cap_client_rows;
     FILE *metrics_csv, *clients_csv, *log;
     float *probe_x, *probe_work; /* the probe set [n_probe rows] (fl.sharpness_every, fl.hessian_every) and the

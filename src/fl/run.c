@@ -539,18 +539,13 @@ static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, do
     row[FL_COL_train_loss] = samples > 0 ? loss_sum / (double)samples : NAN;
     row[FL_COL_t_client_mean] = t_client_sum / n_selected;
     row[FL_COL_t_client_max] = t_client_max;
-    /* SAM-family diagnostics: plain means over the clients of their per-round means (NaN without them) */
-    const int dp = run->z.upload_perturb_norm, dg = run->z.upload_grad_norm;
-    for (int i = 0; (dp || dg) && i < n_selected; i++) {
-        if (!i) row[FL_COL_perturb_norm] = row[FL_COL_grad_norm] = 0.0;
-        if (dp) row[FL_COL_perturb_norm] += L->uploads[i].scalars[dp - 1] / n_selected;
-        if (dg) row[FL_COL_grad_norm] += L->uploads[i].scalars[dg - 1] / n_selected;
+    /* the named upload scalars shown as plain means over the round's clients (perturb_norm, grad_norm, rho: the
+     * SAM family's diagnostics and radius); the others stay NaN */
+    for (int c = 0; c < run->n_mean_cols; c++) {
+        double *mean = &row[run->mean_col[c]];
+        *mean = 0.0;
+        for (int i = 0; i < n_selected; i++) *mean += L->uploads[i].scalars[run->mean_scalar[c]] / n_selected;
     }
-    if (!dp) row[FL_COL_perturb_norm] = NAN;
-    if (!dg) row[FL_COL_grad_norm] = NAN;
-    const int dr = run->z.upload_radius; /* the mean SAM radius of the round's clients (FedSCAM's rho_i) */
-    row[FL_COL_rho] = dr ? 0.0 : NAN;
-    for (int i = 0; dr && i < n_selected; i++) row[FL_COL_rho] += L->uploads[i].scalars[dr - 1] / n_selected;
 }
 
 /* Rank 0: the round's clients.csv rows, kept for the checkpoints and appended to the file */
@@ -588,7 +583,7 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     AlgoServerCtx sctx = server_ctx(run, round, lr, L->selected, n_selected);
     FH_CHECK(round_weights(run, L, &sctx, n_selected));
     /* the method's scalar as the round used it, before the update */
-    if (run->z.metric_scalar) row[FL_COL_method_scalar] = run->server_scalars[run->z.metric_scalar - 1];
+    if (run->z.shown_server_scalar >= 0) row[FL_COL_method_scalar] = run->server_scalars[run->z.shown_server_scalar];
     else if (run->s.method->round_scalar) row[FL_COL_method_scalar] = run->s.method->round_scalar(sctx.options, round);
     else if (run->s.plugin && run->s.plugin->round_scalar)
         row[FL_COL_method_scalar] = run->s.plugin->round_scalar(fl_plugin_options(&run->s), round);

@@ -334,37 +334,28 @@ void fl_print_budget(const FlRun *run)
                     m->name);
 }
 
-/* clients.csv: the fixed columns, then the upload scalars named by the method's AlgoSizes.client_columns, then
- * the plug-in's */
+/* The columns of the named upload scalars (AlgoSizes.named, a plug-in's after the host's): clients.csv's after the
+ * fixed ones, and the metrics.csv columns that are their means. */
 int fl_client_columns(FlRun *run)
 {
     run->n_ccols = FL_N_CCOLUMNS;
     for (int c = 0; c < FL_N_CCOLUMNS; c++) run->ccol_names[c] = fl_client_column_names[c];
-    const struct {
-        const AlgoMethod *method;
-        const char *list;
-        int first;
-    } owners[] = { { run->s.method, run->z.client_columns, run->z.client_column_first },
-                   { run->s.plugin, run->work.plugin_client_columns, run->work.plugin_client_column_first } };
-    size_t used = 0;
-    for (size_t o = 0; o < sizeof owners / sizeof owners[0]; o++) {
-        const char *list = owners[o].list;
-        if (!list || !*list) continue;
-        const int written = snprintf(run->ccol_text + used, sizeof run->ccol_text - used, "%s", list);
-        if (written < 0 || (size_t)written >= sizeof run->ccol_text - used)
-            FH_FAIL(FH_ERR_USAGE, "method %s: clients.csv column names \"%s\" too long", owners[o].method->name, list);
-        char *p = run->ccol_text + used;
-        used += (size_t)written + 1;
-        for (int scalar = owners[o].first; p; scalar++) {
-            char *comma = strchr(p, ',');
-            if (comma) *comma = '\0';
-            if (run->n_ccols == FL_MAX_CCOLUMNS || scalar >= run->z.upload_scalars)
-                FH_FAIL(FH_ERR_USAGE, "method %s: clients.csv columns \"%s\" exceed its upload scalars or %d columns",
-                        owners[o].method->name, list, FL_MAX_CCOLUMNS - FL_N_CCOLUMNS);
-            run->ccol_scalar[run->n_ccols] = scalar;
-            run->ccol_names[run->n_ccols++] = p;
-            p = comma ? comma + 1 : NULL;
+    run->n_mean_cols = 0;
+    for (int i = 0; i < run->z.n_named; i++) {
+        const AlgoNamedScalar *u = &run->z.named[i];
+        if (u->show & ALGO_SHOW_CLIENT) { /* FL_MAX_CCOLUMNS holds ALGO_MAX_NAMED of them */
+            run->ccol_scalar[run->n_ccols] = u->at;
+            run->ccol_names[run->n_ccols++] = u->name;
         }
+        if (!(u->show & ALGO_SHOW_MEAN)) continue;
+        int col = -1;
+        for (int c = 0; c < FL_N_COLUMNS && col < 0; c++)
+            if (!strcmp(fl_column_names[c], u->name)) col = c;
+        if (col < 0)
+            FH_FAIL(FH_ERR_USAGE, "method %s: upload scalar %s is shown as a metrics.csv mean, which has no column of "
+                    "that name", run->s.method->name, u->name);
+        run->mean_col[run->n_mean_cols] = col;
+        run->mean_scalar[run->n_mean_cols++] = u->at;
     }
     return FH_OK;
 }

@@ -220,8 +220,12 @@ static void test_local_sharpness(void)
                         .batch_size = m.max_batch };
         AlgoSizes z;
         algo_sizes(meth, &s, &z);
-        CHECK(z.upload_scalars == 6 && z.upload_perturb_norm == 5 && z.upload_grad_norm == 6 && z.work_vectors == 2);
-        CHECK(z.upload_radius == 4 && z.client_column_first == 0 && !strcmp(z.client_columns, "saga_score,l0,l1,rho"));
+        CHECK(z.upload_scalars == 6 && algo_upload_index(&z, "perturb_norm") == 4 &&
+              algo_upload_index(&z, "grad_norm") == 5 && z.work_vectors == 2);
+        CHECK(z.n_named == 6 && algo_upload_index(&z, "rho") == 3 && z.named[3].show == (ALGO_SHOW_CLIENT | ALGO_SHOW_MEAN));
+        const char *columns[] = { "saga_score", "l0", "l1", "rho" };
+        for (int i = 0; i < 4; i++)
+            CHECK(!strcmp(z.named[i].name, columns[i]) && z.named[i].at == i && (z.named[i].show & ALGO_SHOW_CLIENT));
         CHECK(z.server_scalars == 0 && z.client_vectors == 0);
         float *w = calloc((size_t)(z.work_vectors * S), sizeof(float));
         const AlgoClientRound rc = { .t = 2, .n_params = m.n_params, .n_state = S, .setup = &s, .sizes = &z,

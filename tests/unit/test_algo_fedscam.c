@@ -448,8 +448,10 @@ static void test_sizes(void)
     AlgoSetup s = { .options = options_default(&ob, m), .n_params = 999999 };
     AlgoSizes z;
     algo_sizes(m, &s, &z);
-    CHECK(z.server_scalars == 256 && z.upload_scalars == UP_Z + 256 + 2 && z.upload_radius == 1);
-    CHECK(!strcmp(z.client_columns, "rho,h,c,h_adj,delta_norm") && z.client_column_first == UP_RHO);
+    CHECK(z.server_scalars == 256 && z.upload_scalars == UP_Z + 256 + 2 && algo_upload_index(&z, "rho") == UP_RHO);
+    CHECK(algo_upload_index(&z, "perturb_norm") == UP_Z + 256 && algo_upload_index(&z, "grad_norm") == UP_Z + 257);
+    const char *columns[] = { "rho", "h", "c", "h_adj", "delta_norm" };
+    for (int i = 0; i < 5; i++) CHECK(!strcmp(z.named[i].name, columns[i]) && z.named[i].at == UP_RHO + i);
     s.n_params = 1000000;
     algo_sizes(m, &s, &z);
     CHECK(z.server_scalars == 512);
@@ -459,8 +461,9 @@ static void test_sizes(void)
     const AlgoMethod *wa = algo_find("fedscam_wa");
     s.options = options_default(&ob, wa);
     algo_sizes(wa, &s, &z);
-    CHECK(z.upload_radius == 0 && z.upload_perturb_norm == 0 && z.work_vectors == 0);
-    CHECK(!strcmp(z.client_columns, "h,c,h_adj,delta_norm") && z.client_column_first == UP_H);
+    CHECK(algo_upload_index(&z, "rho") < 0 && algo_upload_index(&z, "perturb_norm") < 0 && z.work_vectors == 0);
+    CHECK(z.n_named == 4 && !strcmp(z.named[0].name, "h") && z.named[0].at == UP_H &&
+          !strcmp(z.named[3].name, "delta_norm") && z.named[3].at == UP_DNORM);
     /* whole numbers only */
     option_set(&ob, wa, "clusters", 2.5);
     CHECK(wa->validate(wa, &s) == FH_ERR_USAGE);

@@ -97,7 +97,7 @@ static void test_sam_rho0_equals_sgd(void)
     }
     CHECK(a.n_buffers > 0);
     CHECK_MSG(memcmp(a.state, b.state, (size_t)a.n_state * sizeof(float)) == 0, "SAM rho=0 differs from SGD");
-    CHECK(f.up[f.z.upload_perturb_norm - 1] == 0.0 && f.up[f.z.upload_grad_norm - 1] > 0.0);
+    CHECK(f.up[algo_upload_index(&f.z, "perturb_norm")] == 0.0 && f.up[algo_upload_index(&f.z, "grad_norm")] > 0.0);
     fake_free(&f), fake_free(&g);
     nn_model_free(&a), nn_model_free(&b);
 }
@@ -165,8 +165,8 @@ static void test_sam_perturbation_and_restore(void)
     /* buffers are never perturbed, and the perturbed pass does not move them */
     CHECK(memcmp(at[1] + P, a.state + P, (size_t)(S - P) * sizeof(float)) == 0);
     CHECK_MSG(memcmp(f.opt_seen, before, (size_t)P * sizeof(float)) == 0, "the weights were not restored exactly");
-    CHECK_NEAR(f.up[f.z.upload_perturb_norm - 1], 0.3, 1e-6);
-    CHECK_NEAR(f.up[f.z.upload_grad_norm - 1], gnorm, 1e-5 * gnorm);
+    CHECK_NEAR(f.up[algo_upload_index(&f.z, "perturb_norm")], 0.3, 1e-6);
+    CHECK_NEAR(f.up[algo_upload_index(&f.z, "grad_norm")], gnorm, 1e-5 * gnorm);
     /* running statistics: those of one training forward at w */
     CHECK_OK(batch_grad(&bb, &loss));
     CHECK(memcmp(a.state + P, b.state + P, (size_t)(S - P) * sizeof(float)) == 0);
@@ -210,7 +210,7 @@ static void test_asam_perturbation(void)
         sq += eps * eps;
     }
     CHECK_MSG(worst < 1e-6, "ASAM eps differs by %g", worst);
-    CHECK_NEAR(f.up[f.z.upload_perturb_norm - 1], sqrt(sq), 1e-6);
+    CHECK_NEAR(f.up[algo_upload_index(&f.z, "perturb_norm")], sqrt(sq), 1e-6);
     free(at[0]), free(at[1]), free(g0), free(t);
     fake_free(&f);
     nn_model_free(&a);
@@ -305,7 +305,7 @@ static void test_fedsmoo_two_params(void)
     const double w0 = 1.0 - 0.1 * ((1.0 + e0) - 0.1 * 1.0 + 0.1 * 1.0), w1 = 2.0 - 0.1 * ((2.0 + e1) - 0.1 * 2.0 + 0.1 * 2.0);
     CHECK_NEAR(w[0], w0, 1e-6);
     CHECK_NEAR(w[1], w1, 1e-6);
-    CHECK_NEAR(f.up[f.z.upload_perturb_norm - 1], 0.1, 1e-7);
+    CHECK_NEAR(f.up[algo_upload_index(&f.z, "perturb_norm")], 0.1, 1e-7);
     CHECK_OK(f.round.method->report->end(&f.c));
     CHECK_NEAR(h[0], w0 - 1.0, 1e-6); /* h_i = Delta_i */
     CHECK_NEAR(h[1], w1 - 2.0, 1e-6);
@@ -518,7 +518,7 @@ static void test_fedlesam_perturbation(void)
     f.round.has_state = 0;
     CHECK_OK(meth->report->begin(&f.c));
     for (int j = 0; j < 14; j++) CHECK(f.work[j] == 0.0f);
-    CHECK(f.up[f.z.upload_perturb_norm - 1] == 0.0);
+    CHECK(f.up[algo_upload_index(&f.z, "perturb_norm")] == 0.0);
     /* intended: rho (w_old - w^t)/||w_old - w^t|| */
     f.round.has_state = 1;
     CHECK_OK(meth->report->begin(&f.c));
@@ -526,7 +526,7 @@ static void test_fedlesam_perturbation(void)
     for (int j = 0; j < 14; j++) n += (double)d[j] * d[j];
     n = sqrt(n);
     for (int j = 0; j < 14; j++) CHECK_NEAR(f.work[j], 0.1 * d[j] / n, 1e-7);
-    CHECK_NEAR(f.up[f.z.upload_perturb_norm - 1], 0.1, 1e-7);
+    CHECK_NEAR(f.up[algo_upload_index(&f.z, "perturb_norm")], 0.1, 1e-7);
     /* official: tensor j gets rho d[j]/(sum_{j<4} |d[j]| + 1e-7) */
     fake_set(&f, "compat", 1); /* official */
     CHECK_OK(meth->report->begin(&f.c));

@@ -39,7 +39,8 @@ static void test_wmsam_server_round(void)
     fake_init(&f, "fedwmsam", &m);
     const AlgoMethod *meth = f.round.method;
     CHECK(f.z.client_vectors == 1 && f.z.server_vectors == 2 && f.z.server_scalars == 2 && f.z.work_vectors == 4);
-    CHECK(f.z.metric_scalar == 2 && f.z.upload_perturb_norm == 1 && f.z.upload_grad_norm == 2);
+    CHECK(f.z.shown_server_scalar == 1 && algo_upload_index(&f.z, "perturb_norm") == 0 &&
+          algo_upload_index(&f.z, "grad_norm") == 1);
     fake_set(&f, "eta_g", 2.0);
     int64_t sizes[3] = { 8, 20, 12 };
     float sv[4] = { 0 }, next[2];
@@ -243,8 +244,8 @@ static void test_afedsam_schedule(void)
     Fake f;
     fake_init(&f, "afedsam", &m);
     const AlgoMethod *meth = f.round.method;
-    CHECK(f.z.aux_models == 1 && f.z.server_scalars == 1 && f.z.server_vectors == 0 && f.z.metric_scalar == 1);
-    CHECK(f.z.work_vectors == 1 && f.z.upload_perturb_norm == 1);
+    CHECK(f.z.aux_models == 1 && f.z.server_scalars == 1 && f.z.server_vectors == 0 && f.z.shown_server_scalar == 0);
+    CHECK(f.z.work_vectors == 1 && algo_upload_index(&f.z, "perturb_norm") == 0);
     fake_set(&f, "mu_max", 2.0);
     fake_set(&f, "lambda", 0.1);
     fake_set(&f, "teacher", 1); /* ema */
