@@ -1,8 +1,9 @@
 /* fedhet algorithms as components (docs/architecture.md; docs/adding-a-method.md).
  *
  * A method is one registry row (src/algo/registry.c) that picks parts; every part is a small const table
- * of function pointers where NULL means the default behaviour. The round loop and the local training
- * loop live once in src/fl and call these hooks:
+ * of function pointers where NULL means the default behaviour. At setup algo_ops_compose joins the row and its
+ * plug-in into one table with the defaults filled in (AlgoOps: the composition rules are written there). The
+ * round loop and the local training loop live once in src/fl and call these hooks:
  *
  *   start of a run:            server_init               (server state at round 0; not on resume)
  *   client, before training:   report->begin             (may evaluate models on the client's data)
@@ -436,6 +437,38 @@ static inline AlgoOptions algo_options_view(const AlgoMethod *m, const AlgoOptio
 {
     return (AlgoOptions){ m, b };
 }
+/* ---- a method composed with its plug-in (src/algo/ops.c) ----
+ * At setup the runtime composes the row and its plug-in into one table in which every hook is a function, the
+ * defaults filled in, so that the loops call it without a NULL check. The rules, all of them here:
+ * - sample weights: the host's; else the plug-in's (called with the plug-in's context); else none (weigh is NULL
+ *   and has_weigh 0: the batch's cross-entropy is unweighted);
+ * - batch term: the host's; else none (has_batch_term 0: no feature gradients);
+ * - local term, correction, step, report begin, update, server init: the host's, else the default (no term, no
+ *   correction, the configured optimiser's step, nothing, the weighted average, nothing);
+ * - report end: the host's, then the plug-in's (with its context);
+ * - server weights: the plug-in's replace the host's (algo_round_weights); a host whose aggregation is the method
+ *   itself (aggregation_is_method) refuses such a plug-in when the config is read;
+ * - metrics.csv method_scalar: the host's shown server scalar, else its round_scalar, else the plug-in's;
+ * - a plug-in with any other hook (a batch or local term, a correction, a step, a report begin, an update, a
+ *   server init) is refused: FH_ERR_USAGE naming it. */
+typedef struct {
+    int (*weigh)(AlgoClientCtx *c, const AlgoBatch *b, float *weights);
+    int has_weigh, weigh_by_plugin;
+    double (*batch_term)(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures);
+    int has_batch_term;
+    double (*grad_term)(AlgoClientCtx *c, const float *w, float *grad);
+    void (*correct)(AlgoClientCtx *c, float *grad);
+    int (*step)(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
+    int (*report_begin)(AlgoClientCtx *c);
+    int (*report_end)(AlgoClientCtx *c);
+    int (*plugin_report_end)(AlgoClientCtx *c); /* with the plug-in's context, after report_end */
+    int (*update)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global);
+    int (*server_init)(AlgoServerCtx *s, float *global);
+    double (*round_scalar)(AlgoOptions options, int round); /* NULL: none */
+    int round_scalar_by_plugin;
+} AlgoOps;
+int algo_ops_compose(AlgoOps *ops, const AlgoMethod *m, const AlgoMethod *plugin);
+
 /* The sizes of m under setup (the fixed counts, then m->sizes). */
 void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
 

@@ -79,6 +79,7 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     w->host_upload_scalars = w->z.upload_scalars;
     w->host_client_scratch = w->z.client_scratch;
     w->host_server_scratch = w->z.server_scratch;
+    FH_CHECK(algo_ops_compose(&w->ops, m, s->plugin));
     if (m->validate) FH_CHECK(m->validate(m, &w->setup));
     if (s->plugin) {
         /* a plug-in adds its upload scalars and scratch after the host's and uses nothing else of the sizes */
@@ -109,9 +110,9 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     FH_CHECK(fh_alloc_aligned(&w->x, (size_t)s->batch_size * row * sizeof(float), "input batch"));
     FH_CHECK(fh_calloc(&w->y, (size_t)s->batch_size, sizeof *w->y, "label batch"));
     FH_CHECK(fh_alloc_aligned(&w->dlogits, (size_t)s->batch_size * f->classes * sizeof(float), "logit gradients"));
-    if (m->sample_weights || (s->plugin && s->plugin->sample_weights))
+    if (w->ops.has_weigh)
         FH_CHECK(fh_calloc(&w->sample_w, (size_t)s->batch_size, sizeof *w->sample_w, "sample weights"));
-    if (m->batch_term)
+    if (w->ops.has_batch_term)
         FH_CHECK(fh_alloc_aligned(&w->dfeatures, (size_t)s->batch_size * w->setup.feature_size * sizeof(float),
                                   "feature gradients"));
     if (s->logit_adjust > 0)
@@ -269,10 +270,9 @@ typedef struct {
 static void grad_terms(AlgoClientCtx *c, float *grad, double *loss)
 {
     FlClientWork *w = c->runtime;
-    const AlgoMethod *meth = w->s->method;
     NnModel *m = c->model;
-    if (meth->local_term && meth->local_term->grad_term) *loss += meth->local_term->grad_term(c, m->state, grad);
-    if (meth->correction && meth->correction->correct) meth->correction->correct(c, grad);
+    *loss += w->ops.grad_term(c, m->state, grad);
+    w->ops.correct(c, grad);
     if (w->s->clip > 0) nn_clip_grad_norm(grad, m->n_params, (float)w->s->clip);
 }
 
@@ -297,7 +297,6 @@ static int batch_grad(void *env_ptr, double *loss)
     FlClientWork *w = env->w;
     NnModel *m = &w->model;
     AlgoClientCtx *c = &w->ctx;
-    const AlgoMethod *meth = w->s->method;
     m->dropout_ctr[0] = (uint32_t)c->round->t;
     m->dropout_ctr[1] = (uint32_t)c->round->client;
     m->dropout_ctr[2] = (uint32_t)c->state.step;
@@ -309,17 +308,16 @@ static int batch_grad(void *env_ptr, double *loss)
     float *weights = w->sample_w;
     if (weights && w->weighed_step != c->state.step) {
         w->weighed_step = c->state.step;
-        if (meth->sample_weights) FH_CHECK(meth->sample_weights->weigh(c, &b, weights));
-        else FH_CHECK(w->s->plugin->sample_weights->weigh(plugin_ctx(w), &b, weights));
+        FH_CHECK(w->ops.weigh(w->ops.weigh_by_plugin ? plugin_ctx(w) : c, &b, weights));
     }
     memset(w->dlogits, 0, (size_t)env->count * m->classes * sizeof(float));
     *loss = nn_softmax_xent(w->dlogits, NULL, nn_model_logits(m), w->y, weights, w->logit_adjust, (int)env->count,
                             m->classes);
     float *dfeatures = NULL;
-    if (meth->batch_term) {
+    if (w->ops.has_batch_term) {
         dfeatures = w->dfeatures;
         memset(dfeatures, 0, (size_t)env->count * w->setup.feature_size * sizeof(float));
-        *loss += meth->batch_term->batch_term(c, &b, w->dlogits, dfeatures);
+        *loss += w->ops.batch_term(c, &b, w->dlogits, dfeatures);
     }
     nn_model_backward(m, w->dlogits, dfeatures);
     if (!c->state.grad_pure) grad_terms(c, m->grad, loss);
@@ -425,7 +423,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     count_passes(w, &forward0, &backward0);
     w->probe_open = 1; /* probe_grad: from report->begin only */
     w->probe_loaded = -1;
-    if (meth->report && meth->report->begin) FH_CHECK(meth->report->begin(c));
+    FH_CHECK(w->ops.report_begin(c));
     w->probe_open = 0;
     if (c->state.momentum_kept && c->state.momentum_buf) w->sgd.steps = 1; /* PyTorch: a kept buffer is continued */
 
@@ -443,12 +441,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
         }
         env.count = data_loader_next(&w->loader, &it, s->batch_size, w->x, w->y);
         double loss = 0.0;
-        if (meth->step && meth->step->step) {
-            FH_CHECK(meth->step->step(c, batch_grad, &env, &loss));
-        } else {
-            FH_CHECK(batch_grad(&env, &loss));
-            w->svc.optimizer_step(c, m->state, m->grad);
-        }
+        FH_CHECK(w->ops.step(c, batch_grad, &env, &loss));
         loss_sum += loss;
         c->state.loss_sample_sum += loss * (double)env.count;
         c->state.samples_seen += env.count;
@@ -462,9 +455,8 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     /* the steps' passes, less what the scoring services did inside them (e.g. sample weights from a whole-set pass) */
     h->train_forward = forward2 - forward1 - (w->service_forward - service_forward1);
     h->train_backward = backward2 - backward1 - (w->service_backward - service_backward1);
-    if (meth->report && meth->report->end) FH_CHECK(meth->report->end(c));
-    const AlgoMethod *plugin = s->plugin;
-    if (plugin && plugin->report && plugin->report->end) FH_CHECK(plugin->report->end(plugin_ctx(w)));
+    FH_CHECK(w->ops.report_end(c));
+    FH_CHECK(w->ops.plugin_report_end(s->plugin ? plugin_ctx(w) : c)); /* nothing without a plug-in */
     block[w->block - 1] = 1.0f;
     count_passes(w, &forward3, &backward3);
     h->score_forward = forward3 - forward0 - h->train_forward;

@@ -139,6 +139,7 @@ typedef struct {
     const FlSettings *s;
     AlgoSetup setup;
     AlgoSizes z;     /* the method's sizes, with the plug-in's upload scalars and scratch added */
+    AlgoOps ops;     /* the method's hooks composed with the plug-in's (algo_ops_compose) */
     NnModel model;
     NnModel aux[ALGO_MAX_AUX];
     DataLoader loader;

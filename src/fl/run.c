@@ -497,9 +497,7 @@ static int round_weights(FlRun *run, FlLoop *L, const AlgoServerCtx *sctx, int n
 /* Rank 0: the method's update (default: the weighted average) into L->next; *diverged when it is not finite */
 static int update_global(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int round, int *diverged)
 {
-    const AlgoMethod *m = run->s.method;
-    if (m->update && m->update->update) FH_CHECK(m->update->update(sctx, L->uploads, n_selected, L->weights, L->next));
-    else FH_CHECK(algo_average(sctx, L->uploads, n_selected, L->weights, L->next));
+    FH_CHECK(run->work.ops.update(sctx, L->uploads, n_selected, L->weights, L->next));
     for (int64_t j = 0; j < run->n_state; j++)
         if (!isfinite(L->next[j])) {
             fh_log_error("round %d: the aggregated state holds %g at index %lld (diverged)", round + 1, L->next[j],
@@ -584,9 +582,9 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     FH_CHECK(round_weights(run, L, &sctx, n_selected));
     /* the method's scalar as the round used it, before the update */
     if (run->z.shown_server_scalar >= 0) row[FL_COL_method_scalar] = run->server_scalars[run->z.shown_server_scalar];
-    else if (run->s.method->round_scalar) row[FL_COL_method_scalar] = run->s.method->round_scalar(sctx.options, round);
-    else if (run->s.plugin && run->s.plugin->round_scalar)
-        row[FL_COL_method_scalar] = run->s.plugin->round_scalar(fl_plugin_options(&run->s), round);
+    else if (run->work.ops.round_scalar)
+        row[FL_COL_method_scalar] = run->work.ops.round_scalar(
+            run->work.ops.round_scalar_by_plugin ? fl_plugin_options(&run->s) : sctx.options, round);
     FH_CHECK(update_global(run, L, &sctx, n_selected, round, diverged));
     if (*diverged) return FH_OK;
     upload_columns(run, L, n_selected, row);
@@ -963,14 +961,12 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
             fh_free(&run->init_state);
         }
         nn_vec_copy(run->global, m->state, run->n_state);
-        if (s->method->server_init) {
-            status = FH_OK;
-            if (rank == 0) {
-                AlgoServerCtx sctx = server_ctx(run, 0, run->lr, NULL, 0);
-                status = s->method->server_init(&sctx, run->global);
-            }
-            FH_CHECK(fl_agree(&run->comm, status));
+        status = FH_OK;
+        if (rank == 0) {
+            AlgoServerCtx sctx = server_ctx(run, 0, run->lr, NULL, 0);
+            status = run->work.ops.server_init(&sctx, run->global);
         }
+        FH_CHECK(fl_agree(&run->comm, status));
     }
     status = rank == 0 ? fl_reserve_client_rows(run) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));

@@ -185,7 +185,7 @@ static void run_row(const char *config, const char *name, const char *plugin)
     AlgoScratch plugin_scratch; /* the server scratch the row's sizes ask for, split as the runtime splits it */
     fl_scratch_views(test_scratch(z->server_scratch).base, z->server_scratch, w.host_server_scratch, &sc.scratch,
                      &plugin_scratch);
-    if (s.method->server_init) CHECK_OK(s.method->server_init(&sc, global));
+    CHECK_OK(w.ops.server_init(&sc, global)); /* the runtime's composition (algo_ops_compose) */
     for (int round = 0; round < ROUNDS; round++) {
         AlgoUpload u[K], plugin_u[K];
         for (int k = 0; k < K; k++) {
@@ -200,8 +200,7 @@ static void run_row(const char *config, const char *name, const char *plugin)
         }
         sc.round = round;
         CHECK_OK(algo_round_weights(s.method, s.plugin, fl_plugin_options(&s), plugin_scratch, &sc, u, plugin_u, K, p));
-        if (s.method->update) CHECK_OK(s.method->update->update(&sc, u, K, p, next));
-        else CHECK_OK(algo_average(&sc, u, K, p, next));
+        CHECK_OK(w.ops.update(&sc, u, K, p, next));
         int finite = 1;
         for (int64_t j = 0; j < N; j++) finite &= isfinite(next[j]) != 0;
         CHECK_MSG(finite, "%s round %d: the aggregate is not finite", name, round);
@@ -211,6 +210,32 @@ static void run_row(const char *config, const char *name, const char *plugin)
     fl_client_free(&w);
     data_partfile_close(&f);
     fh_config_free(&cfg);
+}
+
+/* Every row composes alone and under every plug-in (every hook a function); a plug-in with a hook no rule joins is
+ * refused */
+static void test_composition(void)
+{
+    for (int i = 0; i < algo_count(); i++)
+        for (int j = -1; j < algo_count(); j++) {
+            const AlgoMethod *m = algo_at(i), *plugin = j < 0 ? NULL : algo_at(j);
+            if (plugin && (!plugin->plugin || plugin == m)) continue;
+            AlgoOps ops;
+            CHECK_MSG(algo_ops_compose(&ops, m, plugin) == FH_OK, "%s + %s: %s", m->name, plugin ? plugin->name : "-",
+                      fh_error_message());
+            CHECK_MSG(ops.grad_term && ops.correct && ops.step && ops.report_begin && ops.report_end &&
+                      ops.plugin_report_end && ops.update && ops.server_init, "%s: a hook left NULL", m->name);
+            CHECK(ops.has_weigh == (ops.weigh != NULL) && ops.has_batch_term == (ops.batch_term != NULL));
+            if (plugin && !m->sample_weights && plugin->sample_weights) CHECK(ops.weigh_by_plugin);
+            if (plugin && m->sample_weights) CHECK(ops.weigh == m->sample_weights->weigh && !ops.weigh_by_plugin);
+        }
+    AlgoMethod stepping = *algo_find("flood");
+    stepping.step = algo_find("fedsam")->step;
+    AlgoOps ops;
+    fh_error_clear();
+    CHECK(algo_ops_compose(&ops, algo_find("fedavg"), &stepping) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "plug-in flood has a local step") != NULL);
+    fh_error_clear();
 }
 
 static void test_every_row_trains(void)
@@ -230,6 +255,7 @@ int main(int argc, char **argv)
     RUN(test_names_unique);
     RUN(test_option_parts_declared);
     RUN(test_methods_listing);
+    RUN(test_composition);
     RUN(test_every_row_trains);
     tmp_cleanup();
     return test_summary();
