@@ -187,7 +187,8 @@ static void rrc_window(const DataLoader *L, const DataBatchIter *it, uint32_t po
     const int H = L->h, W = L->w;
     const double area = (double)H * W, lr0 = log(L->crop.ratio_min), lr1 = log(L->crop.ratio_max);
     uint32_t b[4];
-    for (uint32_t k = 0; k < 10; k++) {
+    int found = 0;
+    for (uint32_t k = 0; k < 10 && !found; k++) {
         fh_rng_block(b, it->seed, FH_RNG_AUGMENT, it->client, it->round, it->epoch ^ ((k + 1) << 24), pos);
         const double u0 = b[0] * 0x1p-32, u1 = b[1] * 0x1p-32;
         const double target = area * (L->crop.scale_min + u0 * (L->crop.scale_max - L->crop.scale_min));
@@ -197,17 +198,16 @@ static void rrc_window(const DataLoader *L, const DataBatchIter *it, uint32_t po
             *top = (int)(((uint64_t)b[2] * (uint64_t)(H - h + 1)) >> 32);
             *left = (int)(((uint64_t)b[3] * (uint64_t)(W - w + 1)) >> 32);
             *ch = h, *cw = w;
-            goto flip;
+            found = 1;
         }
     }
-    {
+    if (!found) {
         const double in_ratio = (double)W / H;
         int w = W, h = H;
         if (in_ratio < L->crop.ratio_min) h = (int)lround(w / L->crop.ratio_min);
         else if (in_ratio > L->crop.ratio_max) w = (int)lround(h * L->crop.ratio_max);
         *top = (H - h) / 2, *left = (W - w) / 2, *ch = h, *cw = w;
     }
-flip:
     fh_rng_block(b, it->seed, FH_RNG_AUGMENT, it->client, it->round, it->epoch ^ (11u << 24), pos);
     *flip = b[0] * 0x1p-32 < L->crop.flip;
 }

@@ -502,7 +502,7 @@ static int64_t pack_spans(int *ids, int n_ids, const int *first, const int *last
 {
     int *busy = calloc((size_t)n_ids + 1, sizeof *busy);
     int64_t *size = calloc((size_t)n_ids + 1, sizeof *size), total = -1;
-    if (!busy || !size) goto out;
+    if (!busy || !size) goto done;
     for (int i = 1; i < n_ids; i++) { /* insertion sort by first step, stable */
         int t = ids[i], j = i;
         for (; j > 0 && first[ids[j - 1]] > first[t]; j--) ids[j] = ids[j - 1];
@@ -530,7 +530,7 @@ static int64_t pack_spans(int *ids, int n_ids, const int *first, const int *last
         size[q] = at;
     }
     for (int k = 0; k < n_ids; k++) offset[ids[k]] = size[offset[ids[k]]];
-out:
+done:
     free(busy);
     free(size);
     return total;
@@ -568,7 +568,7 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
     int *first = calloc((size_t)n + 1, sizeof *first), *last = calloc((size_t)n + 1, sizeof *last);
     int *ids = calloc((size_t)n + 1, sizeof *ids);
     int status = FH_ERR_IO;
-    if (!first || !last || !ids) goto out;
+    if (!first || !last || !ids) goto done;
     for (int t = 0; t < n; t++) first[t] = last[t] = L;
     for (int i = 0; i < L; i++) {
         NnLayer *l = &m->layers[i];
@@ -601,7 +601,7 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
         ids[n_ids++] = t;
     }
     m->grad_pool_floats = pack_spans(ids, n_ids, first, last, m->tensors, !m->no_activation_reuse, grad_offset);
-    if (m->grad_pool_floats < 0) goto out;
+    if (m->grad_pool_floats < 0) goto done;
 
     /* data: forward steps; a producer writes at its step, readers read at theirs */
     for (int t = 0; t < n; t++) first[t] = last[t] = -1;
@@ -619,7 +619,7 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
     }
     m->data_pool_floats = pack_spans(ids, n_ids, first, last, m->tensors, !m->no_activation_reuse, data_offset);
     if (m->data_pool_floats >= 0) status = FH_OK;
-out:
+done:
     free(first);
     free(last);
     free(ids);
