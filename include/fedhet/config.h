@@ -117,6 +117,8 @@ void fh_config_print_args_help(FILE *out, const FhConfigKey *schema, int n);
  * an INT key into an int or int64_t, a FLOAT into a float or double, a STRING or CHOICE as a pointer into the config
  * (valid while it lives) or a CHOICE as its index. The schema check refuses a land that does not fit its key. */
 void fh_config_land(const FhConfig *c, const char *section, void *dst);
+/* The position of value among the '|'-joined choices, -1 if it is none of them */
+int fh_config_choice_index(const char *choices, const char *value);
 /* A key's value as text: as given, or its default's text */
 const char *fh_config_text(const FhConfig *c, const char *section, const char *key);
 

@@ -127,13 +127,7 @@ const char *algo_option_choice(const AlgoOption *o, int index, int *len)
     return c;
 }
 
-int algo_option_choice_index(const AlgoOption *o, const char *text)
-{
-    int len;
-    for (int i = 0; algo_option_choice(o, i, &len); i++)
-        if ((int)strlen(text) == len && !strncmp(algo_option_choice(o, i, &len), text, (size_t)len)) return i;
-    return -1;
-}
+int algo_option_choice_index(const AlgoOption *o, const char *text) { return fh_config_choice_index(o->choices, text); }
 
 /* where key o of part p of m lies in a block */
 static size_t field_offset(const AlgoMethod *m, int p, const AlgoOption *o) { return part_offset(m, p) + o->at; }

@@ -44,9 +44,7 @@ static int parse_args(LandscapeOptions *o, FhConfig **cfg, int argc, char **argv
     if (status == FH_OK) status = fh_config_load_args(cfg, keys, n, settings, n_settings, NULL);
     free(settings);
     FH_CHECK(status);
-    const char *checkpoint = o->checkpoint;
-    fh_config_land(*cfg, NULL, o);
-    o->checkpoint = checkpoint;
+    fh_config_land(*cfg, NULL, o); /* the keys' fields; checkpoint has no key */
     if (!o->checkpoint) FH_FAIL(FH_ERR_USAGE, "give a checkpoint: fedhet landscape outputs/NAME/run.h5 (see --help)");
     FH_CHECK(fh_check_plain_name(o->name, "name"));
     return FH_OK;

@@ -247,17 +247,19 @@ static int config_unknown_key(const FhConfigKey *schema, int n, const char *wher
 
 /* ---- values ---- */
 
-static int config_choice_has(const char *choices, const char *v)
+int fh_config_choice_index(const char *choices, const char *value)
 {
-    size_t lv = strlen(v);
-    for (const char *p = choices; p;) {
-        const char *bar = strchr(p, '|');
-        size_t lp = bar ? (size_t)(bar - p) : strlen(p);
-        if (lp == lv && strncmp(p, v, lv) == 0) return 1;
-        p = bar ? bar + 1 : NULL;
+    const size_t len = strlen(value);
+    int index = 0;
+    for (const char *p = choices; p && *p; index++) {
+        const size_t n = strcspn(p, "|");
+        if (n == len && !strncmp(p, value, len)) return index;
+        p += n + (p[n] == '|');
     }
-    return 0;
+    return -1;
 }
+
+static int config_choice_has(const char *choices, const char *v) { return fh_config_choice_index(choices, v) >= 0; }
 
 /* the nearest choice to `word`, copied into out; "" when none is near (or on out of memory: it is only
  * a hint in a message that is being raised anyway) */
@@ -813,19 +815,6 @@ int fh_config_is_default(const FhConfig *c, const char *section, const char *key
     return c->entries[k].given == NULL;
 }
 
-/* the position of value among the '|'-joined choices (the load checked that it is one) */
-static int config_choice_index(const char *choices, const char *value)
-{
-    const size_t len = strlen(value);
-    int index = 0;
-    for (const char *p = choices; *p; index++) {
-        const size_t n = strcspn(p, "|");
-        if (n == len && !strncmp(p, value, len)) return index;
-        p += n + (p[n] == '|');
-    }
-    return -1;
-}
-
 void fh_config_land(const FhConfig *c, const char *section, void *dst)
 {
     for (int k = 0; k < c->n; k++) {
@@ -840,7 +829,7 @@ void fh_config_land(const FhConfig *c, const char *section, void *dst)
         case FH_LAND_FLOAT: *(float *)(void *)at = (float)e->f; break;
         case FH_LAND_DOUBLE: *(double *)(void *)at = e->f; break;
         case FH_LAND_STRING: *(const char **)(void *)at = config_text_of(c, k); break;
-        case FH_LAND_INDEX: *(int *)(void *)at = config_choice_index(key->choices, config_text_of(c, k)); break;
+        case FH_LAND_INDEX: *(int *)(void *)at = fh_config_choice_index(key->choices, config_text_of(c, k)); break;
         }
     }
 }

@@ -185,7 +185,11 @@ static void build_base(void)
             schema[schema_n].choices = !strcmp(base[i].key, "method") ? algo_choices() : algo_plugin_choices();
         schema_n++;
         if (strcmp(base[i].section, "data") || strcmp(base[i].key, PART_AFTER)) continue;
-        for (int j = 0; j < n_part && schema_n < (int)(sizeof schema / sizeof schema[0]); j++) {
+        if (schema_n + n_part > (int)(sizeof schema / sizeof schema[0])) {
+            fprintf(stderr, "fedhet: %d partition keys do not fit the run schema\n", n_part);
+            abort();
+        }
+        for (int j = 0; j < n_part; j++) {
             schema[schema_n] = part[j];
             schema[schema_n++].at += offsetof(FlSettings, part);
         }
