@@ -114,9 +114,14 @@ static int bench_sgemm(int n, int threads)
 {
     float *a = NULL, *b = NULL, *c = NULL;
     size_t bytes = sizeof(float) * (size_t)n * (size_t)n;
-    FH_CHECK(fh_alloc_aligned(&a, bytes, "sgemm benchmark"));
-    FH_CHECK(fh_alloc_aligned(&b, bytes, "sgemm benchmark"));
-    FH_CHECK(fh_alloc_aligned(&c, bytes, "sgemm benchmark"));
+    int status = fh_alloc_aligned(&a, bytes, "sgemm benchmark");
+    if (status == FH_OK) status = fh_alloc_aligned(&b, bytes, "sgemm benchmark");
+    if (status == FH_OK) status = fh_alloc_aligned(&c, bytes, "sgemm benchmark");
+    if (status != FH_OK) {
+        fh_free(&a);
+        fh_free(&b);
+        return status;
+    }
     for (size_t i = 0; i < (size_t)n * n; i++) a[i] = b[i] = 1.0f / (float)(1 + i % 7);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     double best = 0.0;

@@ -38,28 +38,16 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int data_hetero_compute(DataHetero *h, const int32_t *label_counts, int K, int classes)
+/* Pooled label counts and client sizes, with the statistics of every client that has rows. */
+static void hetero_fill(DataHetero *h, const int32_t *label_counts, int K, int classes, int64_t *pooled,
+                        int64_t *sizes)
 {
-    if (K < 1 || classes < 1) FH_FAIL(FH_ERR_USAGE, "heterogeneity statistics of %d clients x %d classes", K, classes);
-    int64_t *pooled = NULL, *sizes = NULL, total = 0;
-    FH_CHECK(fh_calloc(&pooled, (size_t)classes, sizeof *pooled, "pooled label counts"));
-    int status = fh_calloc(&sizes, (size_t)K, sizeof *sizes, "client sizes");
-    if (status == FH_OK) status = data_hetero_alloc(h, K, classes);
-    if (status != FH_OK) goto done;
+    int64_t total = 0;
     for (int k = 0; k < K; k++)
         for (int c = 0; c < classes; c++) {
             int32_t v = label_counts[(size_t)k * classes + c];
-            if (v < 0) {
-                status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "label count of client %d, label %d is %d",
-                                        k, c, (int)v);
-                goto done;
-            }
             pooled[c] += v, sizes[k] += v, total += v;
         }
-    if (total == 0) {
-        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "the partition has no training rows");
-        goto done;
-    }
     for (int k = 0; k < K; k++) {
         if (sizes[k] == 0) {
             /* an empty client has no label distribution */
@@ -88,10 +76,27 @@ int data_hetero_compute(DataHetero *h, const int32_t *label_counts, int K, int c
     for (int i = 0; i < K; i++) weighted += (double)(i + 1) * (double)sizes[i];
     h->size_gini = 2.0 * weighted / ((double)K * (double)total) - (double)(K + 1) / K;
     if (h->size_gini < 0) h->size_gini = 0; /* rounding of equal sizes */
-done:
+}
+
+int data_hetero_compute(DataHetero *h, const int32_t *label_counts, int K, int classes)
+{
+    memset(h, 0, sizeof *h);
+    if (K < 1 || classes < 1) FH_FAIL(FH_ERR_USAGE, "heterogeneity statistics of %d clients x %d classes", K, classes);
+    int64_t total = 0;
+    for (int k = 0; k < K; k++)
+        for (int c = 0; c < classes; c++) {
+            int32_t v = label_counts[(size_t)k * classes + c];
+            if (v < 0) FH_FAIL(FH_ERR_DATA, "label count of client %d, label %d is %d", k, c, (int)v);
+            total += v;
+        }
+    if (total == 0) FH_FAIL(FH_ERR_DATA, "the partition has no training rows");
+    int64_t *pooled = NULL, *sizes = NULL;
+    int status = fh_calloc(&pooled, (size_t)classes, sizeof *pooled, "pooled label counts");
+    if (status == FH_OK) status = fh_calloc(&sizes, (size_t)K, sizeof *sizes, "client sizes");
+    if (status == FH_OK) status = data_hetero_alloc(h, K, classes);
+    if (status == FH_OK) hetero_fill(h, label_counts, K, classes, pooled, sizes);
     fh_free(&pooled);
     fh_free(&sizes);
-    if (status != FH_OK) data_hetero_free(h);
     return status;
 }
 

@@ -367,8 +367,11 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
         if (slash) *slash = '\0';
         else snprintf(root, sizeof root, ".");
     }
-    if (!(header = calloc(CSV_MAX_FIELDS, sizeof *header)) || !(fields = calloc(CSV_MAX_FIELDS, sizeof *fields))) {
+    header = calloc(CSV_MAX_FIELDS, sizeof *header);
+    fields = calloc(CSV_MAX_FIELDS, sizeof *fields);
+    if (!header || !fields) {
         free(header);
+        free(fields);
         FH_FAIL(FH_ERR_IO, "out of memory reading %s", table);
     }
     char *p = text;

@@ -201,8 +201,7 @@ static int write_clients(const FhH5File *f, const DataImageSet *train, const Dat
     if (status == FH_OK) status = fh_calloc(&corruption, (size_t)K, sizeof *corruption, "client corruption");
     if (status == FH_OK && spec->corruption != DATA_CORRUPT_NONE)
         status = fh_calloc(&params_of_row, (size_t)(n > 0 ? n : 1), sizeof *params_of_row, "corrupted rows");
-    if (status != FH_OK) goto done;
-    for (int k = 0; k < K; k++) {
+    for (int k = 0; k < K && status == FH_OK; k++) {
         int corrupted = spec->corruption != DATA_CORRUPT_NONE && k >= first_corrupted;
         corruption[k] = corrupted ? (int32_t)spec->corruption : 0;
         for (int64_t r = part->offsets[k]; r < part->offsets[k + 1]; r++) {
@@ -210,8 +209,9 @@ static int write_clients(const FhH5File *f, const DataImageSet *train, const Dat
             if (corrupted) params_of_row[r] = corrupt;
         }
     }
-    status = write_rows(f, "/clients", train, part->indices, n, params_of_row, spec->partition.seed, 0, spec->deflate,
-                        stats);
+    if (status == FH_OK)
+        status = write_rows(f, "/clients", train, part->indices, n, params_of_row, spec->partition.seed, 0, spec->deflate,
+                            stats);
     const hsize_t dims_offsets = (hsize_t)K + 1, dims_counts[2] = { (hsize_t)K, (hsize_t)classes },
                   dims_k = (hsize_t)K, dims_n = (hsize_t)n;
     if (status == FH_OK)
@@ -228,7 +228,6 @@ static int write_clients(const FhH5File *f, const DataImageSet *train, const Dat
         status = fh_h5_write(f, "/clients/source_index", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, &dims_n, &layout,
                              part->indices);
     }
-done:
     fh_free(&counts);
     fh_free(&corruption);
     fh_free(&params_of_row);

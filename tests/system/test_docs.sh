@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The documentation against the code: the generated pages are current (tools/gen-docs.py --check: a new key
 # or method must reach docs/ through `make docs`), the README shows the two commands and .ci/run calls
-# `make test`, every relative link of README.md and docs/ resolves (anchors too: tools/check-links.py), and
-# no source, script, page or help text cites the former outside specification ("spec §13", "spec A.4",
+# `make test`, every relative link of README.md and docs/ resolves (anchors too: tools/check-links.py), every
+# function of src/ keeps the error rule of docs/architecture.md (tools/check-errors.py), and no source,
+# script, page or help text cites the former outside specification ("spec §13", "spec A.4",
 # "spec/algorithms-sam.md", ...) instead of the pages under docs/methods/.
 # usage: tests/system/test_docs.sh [NAME]      (last line: "N passed, N failed, N skipped")
 cd "$(dirname "$0")/../.." || exit 1
@@ -78,9 +79,66 @@ no_outside_citations()
         { echo "the pattern misses an old form"; return 1; }
 }
 
+# every function of src/ keeps the error rule of docs/architecture.md (tools/check-errors.py); and the
+# checker finds a stray label, a function mixing done: with a status chain, and an exit that leaks
+error_rule_kept()
+{
+    $PY tools/check-errors.py || return 1
+    cat >"$WORK/bad.c" <<'C'
+static int stray(int x)
+{
+    if (x) goto out;
+    return 0;
+out:
+    return 1;
+}
+
+static int mixed(int n)
+{
+    int status = fh_calloc(&p, 1, 1, "p");
+    if (status == FH_OK) status = step();
+    if (n) goto done;
+done:
+    return status;
+}
+
+static int leaks(const char *path)
+{
+    double *buf = NULL;
+    FH_CHECK(fh_calloc(&buf, 8, sizeof *buf, "buffer"));
+    FILE *f = fopen(path, "r");
+    if (!f) FH_FAIL(FH_ERR_IO, "%s: cannot read", path);
+    fclose(f);
+    free(buf);
+    return FH_OK;
+}
+
+static int keeps(const char *path, char **out)
+{
+    char *text = malloc(16);
+    if (!text) FH_FAIL(FH_ERR_IO, "out of memory");
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        free(text);
+        FH_FAIL(FH_ERR_IO, "%s: cannot read", path);
+    }
+    fclose(f);
+    *out = text;
+    return FH_OK;
+}
+C
+    $PY tools/check-errors.py "$WORK/bad.c" >"$WORK/rule.out" && { echo "the planted breaches passed"; return 1; }
+    grep -q 'stray: label' "$WORK/rule.out" && grep -q 'mixed: mixed' "$WORK/rule.out" &&
+        grep -q 'leaks: leak: line 23 leaves while buf' "$WORK/rule.out" ||
+        { echo "not reported: $(cat "$WORK/rule.out")"; return 1; }
+    grep -q 'keeps' "$WORK/rule.out" && { echo "a release before the exit was reported: $(cat "$WORK/rule.out")"; return 1; }
+    return 0
+}
+
 check generated_current
 check readme_commands
 check links_resolve
 check no_outside_citations
+check error_rule_kept
 echo "$passed passed, $failed failed, 0 skipped"
 [ "$failed" -eq 0 ]
