@@ -2,7 +2,8 @@
 # Runs every unit test program in build/tests, then every MPI test script tests/mpi/test_*.sh and the
 # SLURM job tests tests/slurm/test_*.sh (on a one-node SLURM that tools/test-slurm.sh starts) and the fuzz
 # targets (tests/fuzz/test_fuzz.sh: their seeds and kept crash inputs, a few seconds of fuzzing each), and
-# adds up their "N passed, N failed[, N skipped]" lines. Skipped tests are counted apart, never as passed.
+# adds up their "N passed, N failed[, N skipped]" lines (and prints each program's seconds). Skipped tests are
+# counted apart, never as passed.
 # One program alone: build/tests/test_layers_conv [test_name]; one script: tests/mpi/test_run.sh [test_name];
 # some of them, added up: tests/run.sh build/tests/test_* tests/mpi/test_run.sh
 set -u
@@ -14,8 +15,10 @@ for t in "${all[@]}"; do
     case "$t" in *.d) continue ;; esac
     [ -x "$t" ] || continue
     echo "== $(basename "$t")"
+    start=$SECONDS
     out=$("$t" 2>&1); rc=$?
     printf '%s\n' "$out"
+    echo "   ($(basename "$t"): $((SECONDS - start)) s)"
     line=$(printf '%s\n' "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' | tail -n 1)
     if [ -z "$line" ]; then
         echo "   $(basename "$t") ended (exit $rc) without a summary line: counted as one failure"

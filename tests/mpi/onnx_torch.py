@@ -6,7 +6,7 @@ python3-torchvision 0.14, python3-onnx; make deps).
                                            linear) for the 3x16x16, 4-class set of torch_interop.py source,
                                            exported in training mode (BatchNormalization kept)
   onnx_torch.py export NAME DIR [eval]     torchvision NAME (weights=None, 10 classes) or "resnet18_gn" (FL-Simulator's
-                                           ResNet-18 with GroupNorm, below), exported for 2 x 3 x 32 x 32 (training
+                                           ResNet-18 with GroupNorm, below), exported for 2 x 3 x SIZE x SIZE (training
                                            mode, or eval + PRESERVE without constant folding); DIR gets NAME.onnx,
                                            x.bin (STEPS x BATCH rows), y.bin (int32 labels), NAME.logits (eval-mode
                                            logits of the first batch) and NAME.losses (STEPS plain SGD steps from the
@@ -30,8 +30,8 @@ from step to step; fedhet's difference from PyTorch came to 1.2-6 x that spread 
 the growth shows first, e.g. resnet18's third). Why a measured bound: ImageNet networks on 32x32 inputs end on 1x1 feature maps,
 where batch norm normalises 16 values per channel, and their training at initialisation amplifies a rounding-level
 difference (1e-7) by orders of magnitude per step: PyTorch's float32 losses leave its float64 ones by 1e-2 after one
-step on regnet_y_400mf and resnet50 and by 10-50 % after ten on efficientnet_b0, while on resnet18_gn, squeezenet and
-the small networks they stay within 1e-6. fedhet's float32 is another float32 summation order, so it may differ from
+step on regnet_y_400mf and resnet50 and by 10-50 % after ten on efficientnet_b0, while on squeezenet and the small
+networks they stay within 1e-6 (resnet18_gn: 1e-3 after ten). fedhet's float32 is another float32 summation order, so it may differ from
 PyTorch's as much as PyTorch's differs from exact arithmetic, and where PyTorch stays exact, so must fedhet. A wrong
 gradient (a missing, swapped or transposed term) changes the next loss by O(lr |g|^2), 0.02 to 0.2 for these models,
 far beyond the bound wherever the networks are not yet chaotic.
@@ -141,7 +141,7 @@ def export(name, d, mode="train"):
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    m = make_model(name)
+    m = make_model(name, size=SIZE)
     g = torch.Generator().manual_seed(1)
     x = torch.randn(STEPS * BATCH, 3, SIZE, SIZE, generator=g)
     y = torch.randint(0, 10, (STEPS * BATCH,), generator=g, dtype=torch.int32)
@@ -155,7 +155,7 @@ def export(name, d, mode="train"):
     np.array(sgd_losses(m, x, y), np.float32).tofile(os.path.join(d, name + ".losses"))
     # the same steps in float64 from the same weights: how far PyTorch's own float32 rounding carries the losses
     torch.manual_seed(0)
-    np.array(sgd_losses(make_model(name).double(), x.double(), y), np.float64).tofile(os.path.join(d, name + ".losses64"))
+    np.array(sgd_losses(make_model(name, size=SIZE).double(), x.double(), y), np.float64).tofile(os.path.join(d, name + ".losses64"))
     return 0
 
 
