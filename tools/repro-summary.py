@@ -80,7 +80,8 @@ def comparison(row, grid):
     """one verdicts.csv row with the statistics the adjusted verdict needs"""
     c = dict(id=row["id"], grid=grid, raw=row["verdict"].split(" ")[0], text=row.get("comparison", ""),
              d=num(row, "difference"), se=num(row, "se"), role=row.get("role") or "")
-    parts = c["text"].split()
+    # a pooled row's text ends with where its other seeds come from: "... (with T1's T1a)"
+    parts = re.sub(r"\s*\(with [^()]*\)$", "", c["text"]).split()
     c["op"] = parts[1] if len(parts) == 3 else ""
     f = re.match(r"([0-9.]+)\*", parts[2]) if len(parts) == 3 else None
     factor = float(f.group(1)) if f else 1.0

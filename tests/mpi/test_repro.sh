@@ -180,7 +180,10 @@ test_summary_table()
     # an agreement margin of 1 point under an SE of 1 point: untestable, 3 x (0.02 / 0.01)^2 = 12 seeds needed
     { echo "$VHEAD"; vrow T13a '>' -0.021 0.01 contradicted
       for x in b c d e; do vrow "T13$x" '>' 0.005 0.01 inconclusive; done
-      vrow S6-flat '~0.01' 0.0 0.01 inconclusive; } >"$WORK/repro/D/verdicts.csv"
+      vrow S6-flat '~0.01' 0.0 0.01 inconclusive
+      # a pooled follow-up's text names its other seeds: its statistics count as any other row's
+      echo "S5-f1,final:test_accuracy,method=a ~0.01 method=b (with C's S5),0.5,0.01,6,0.5,0.01,6,0.0,0.008,10.0,inconclusive,,pooled"
+    } >"$WORK/repro/D/verdicts.csv"
     "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >"$WORK/summary.md" 2>"$WORK/summary.err" ||
         { fail "repro-summary.py failed: $(head -3 "$WORK/summary.err")"; return; }
     grep -q '^| 000 FedSCAM |.*| 0 | 0 | 1 (T1) | 8 (' "$WORK/summary.md" || fail "T1 not inconclusive: $(grep 000 "$WORK/summary.md")"
@@ -193,6 +196,8 @@ test_summary_table()
         fail "T13's claim row wrong: $(grep '^| T13 ' "$WORK/summary.md")"
     grep -q '^| S6 | 1 | inconclusive | inconclusive | S6-flat (12) |' "$WORK/summary.md" ||
         fail "S6-flat not untestable at n (12 seeds): $(grep '^| S6 ' "$WORK/summary.md")"
+    grep -q '^| S5 | 1 | inconclusive | inconclusive | S5-f1 (' "$WORK/summary.md" ||
+        fail "the pooled S5-f1 not untestable at n: $(grep '^| S5 ' "$WORK/summary.md")"
     grep -q '^| T7 |.* 25 of 2000 rounds (1.25 %);.*| \*reduced horizon\*: ' "$WORK/summary.md" ||
         fail "T7's coverage or category missing: $(grep '^| T7 ' "$WORK/summary.md")"
     # every file given gets the summary; the marginal and false-positive blocks where a file has them
