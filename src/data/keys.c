@@ -140,6 +140,13 @@ void data_source_options_from(const FhConfig *cfg, DataSourceOptions *o)
     if (o->image.channels == 2) o->image.channels = 3; /* the choice "3" */
 }
 
+static const FhConfigKey *partition_key(const char *name)
+{
+    for (int i = 0; i < N_PARTITION_KEYS; i++)
+        if (!strcmp(partition_keys[i].key, name)) return &partition_keys[i];
+    return NULL;
+}
+
 int data_source_options_parse(FhConfig **cfg, const char *text, const char *where)
 {
     *cfg = NULL;
@@ -152,17 +159,20 @@ int data_source_options_parse(FhConfig **cfg, const char *text, const char *wher
     }
     int n = 0;
     for (char *save = NULL, *tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) args[n++] = tok;
-    const int status = fh_config_load_args(cfg, source_keys, N_SOURCE_KEYS, args, n, where);
+    int status = FH_OK;
+    /* a partition key written here (split_within, split_clients were source options once) gets its place named */
+    for (int i = 0; i < n && status == FH_OK; i++) {
+        const size_t len = strcspn(args[i], "=");
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(len < sizeof key ? len : sizeof key - 1), args[i]);
+        if (partition_key(key))
+            status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: %s is a [data] key, not a source option: "
+                                    "write '%s = %s' in [data]", where, key, key, args[i][len] ? args[i] + len + 1 : "...");
+    }
+    if (status == FH_OK) status = fh_config_load_args(cfg, source_keys, N_SOURCE_KEYS, args, n, where);
     free(args);
     free(copy);
     return status;
-}
-
-static const FhConfigKey *partition_key(const char *name)
-{
-    for (int i = 0; i < N_PARTITION_KEYS; i++)
-        if (!strcmp(partition_keys[i].key, name)) return &partition_keys[i];
-    return NULL;
 }
 
 int data_partition_spec_from(DataPartFileSpec *spec, DataSourceOptions *source, const DataPartitionKeys *k,

@@ -245,6 +245,14 @@ EOF
     fx force partition "$WORK/corrupt" "$WORK/out/keep.h5" scheme=iid clients=2 --force
     expect_rc "--force with a corrupt source" 2
     cmp -s "$WORK/ok.h5" "$WORK/out/keep.h5" || fail "--force lost the existing file to a failed run"
+
+    # a partition key among the source options: its place named, nothing made
+    printf '[data]\nsource = %s\npath = %s\nsource_options = split_within=iid\n' "$WORK/ok" "$WORK/out/so.h5" >"$WORK/so.ini"
+    fx so run "$WORK/so.ini"
+    expect_rc "split_within in source_options" 1 &&
+        { grep -qF "split_within is a [data] key, not a source option: write 'split_within = iid' in [data]" "$WORK/so.err" ||
+              fail "the message does not place split_within: $(errline so)"; }
+    [ -e "$WORK/out/so.h5" ] && fail "a partition file was made from a refused config"
 }
 
 # 6. memory: ten times the images cost far less than ten times the bytes (the images are streamed)
