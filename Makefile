@@ -121,6 +121,18 @@ $(FLAGS_STAMP): FORCE
 	@mkdir -p $(@D)
 	@echo '$(CC) $(CFLAGS) $(LDFLAGS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS) $(LDFLAGS)' > $@
 
+# The version and the commit a build comes from (git describe; "unknown" outside a clone): every checkpoint and
+# run.h5 records them (code_version), fedhet --version and exported ONNX files show them. Rewritten only when they
+# change, so that a build from an unchanged tree stays a no-op.
+VERSION = 0.1
+VERSION_HEADER = $(BUILD)/gen/version.h
+FEDHET_COMMIT := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+$(VERSION_HEADER): FORCE
+	@mkdir -p $(@D)
+	@printf '#define FEDHET_VERSION "%s"\n#define FEDHET_COMMIT "%s"\n' '$(VERSION)' '$(FEDHET_COMMIT)' | cmp -s - $@ || \
+		printf '#define FEDHET_VERSION "%s"\n#define FEDHET_COMMIT "%s"\n' '$(VERSION)' '$(FEDHET_COMMIT)' >$@
+$(BUILD)/src/fl/checkpoint.o $(BUILD)/src/app/main.o $(BUILD)/src/onnx/export.o: $(VERSION_HEADER)
+
 bin/fedhet: $(APP_OBJ) $(LIB) $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $(APP_OBJ) $(LIB) $(LDLIBS)

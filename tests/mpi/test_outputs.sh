@@ -3,7 +3,8 @@
 # '..', '/') refused by run, grid, landscape and report; a run that fails before its first checkpoint
 # leaves no folder (a retry needs no --force), and one killed then is restarted by --resume; symbolic
 # links in place of metrics.csv, clients.csv or log.txt are refused, not written through; the SIGTERM
-# resume line is one shell command whatever the folder's name; the memory line adds up per client rank.
+# resume line is one shell command whatever the folder's name; the memory line adds up per client rank; a
+# checkpoint names the build that wrote it.
 # usage: tests/mpi/test_outputs.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 source "$(dirname "$0")/lib.sh"
 
@@ -149,6 +150,18 @@ test_resume_line_quoted()
     [ "$(echo "$words" | head -3 | tr '\n' ' ')" = "fedhet run --resume " ] || fail "the resume line: $line"
 }
 
+# the build a checkpoint came from: its /meta code_version is what fedhet --version prints, the version and commit
+test_code_version()
+{
+    local v c
+    v=$("$FEDHET" --version) || { fail "fedhet --version failed"; return; }
+    [[ "$v" =~ ^fedhet\ [0-9.]+\ \(([0-9a-f]{7,}(-dirty)?|unknown)\)$ ]] || { fail "fedhet --version: '$v'"; return; }
+    fx ver run "$WORK/base.ini" output.name=ver fl.rounds=1
+    expect_rc "a one-round run" 0 || return
+    c=$(h5dump -a /meta/code_version "$WORK/out/ver/checkpoint.h5" 2>/dev/null | sed -n 's/^ *(0): *"\(.*\)".*/\1/p' | head -1)
+    [ "$c" = "$v" ] || fail "the checkpoint's code_version '$c' is not fedhet --version's '$v'"
+}
+
 # 6. The memory line gives totals for the busiest client rank: 6 clients on the one client rank of -np 2,
 #    each with SCAFFOLD's one persistent vector, and 3 of them selected per round (fraction 0.5): 3 upload
 #    records.
@@ -173,5 +186,5 @@ test_memory_line()
 }
 
 TESTS=(folder_names setup_failures_leave_nothing resume_without_checkpoint symlinks_refused resume_line_quoted
-       memory_line)
+       memory_line code_version)
 run_tests "$@"
