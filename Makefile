@@ -280,6 +280,7 @@ $(FUZZ_BUILD)/%.o: %.c
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 
 $(ONNX_SRC:%.c=$(FUZZ_BUILD)/%.o): $(ONNX_GEN:.c=.h)
+$(FUZZ_BUILD)/src/fl/checkpoint.o $(FUZZ_BUILD)/src/onnx/export.o: $(VERSION_HEADER)
 $(FUZZ_BUILD)/gen/onnx.pb-c.o: $(ONNX_GEN)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
