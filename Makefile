@@ -127,10 +127,10 @@ $(FLAGS_STAMP): FORCE
 VERSION = 0.1
 VERSION_HEADER = $(BUILD)/gen/version.h
 FEDHET_COMMIT := $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+VERSION_TEXT = '\#define FEDHET_VERSION "$(VERSION) ($(FEDHET_COMMIT))"\n'
 $(VERSION_HEADER): FORCE
 	@mkdir -p $(@D)
-	@printf '#define FEDHET_VERSION "%s"\n#define FEDHET_COMMIT "%s"\n' '$(VERSION)' '$(FEDHET_COMMIT)' | cmp -s - $@ || \
-		printf '#define FEDHET_VERSION "%s"\n#define FEDHET_COMMIT "%s"\n' '$(VERSION)' '$(FEDHET_COMMIT)' >$@
+	@printf $(VERSION_TEXT) | cmp -s - $@ || printf $(VERSION_TEXT) >$@
 $(BUILD)/src/fl/checkpoint.o $(BUILD)/src/app/main.o $(BUILD)/src/onnx/export.o: $(VERSION_HEADER)
 
 bin/fedhet: $(APP_OBJ) $(LIB) $(FLAGS_STAMP)

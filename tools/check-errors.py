@@ -57,9 +57,11 @@ def is_local(var, body_text):
 
 
 def check(path):
-    findings = []
+    """(findings, number of functions read)"""
+    findings, count = [], 0
     lines = open(path, encoding='utf-8').read().split('\n')
     for name, line, body in functions(lines):
+        count += 1
         text = '\n'.join(body)
         where = '%s:%d %s' % (path, line, name)
         gotos = re.findall(r'\bgoto\s+(\w+)', text)
@@ -100,17 +102,16 @@ def check(path):
                     continue
                 findings.append('%s: leak: line %d leaves while %s (taken at line %d) is held' %
                                 (where, line + 1 + n, var, line + 1 + start))
-    return findings
+    return findings, count
 
 
 def main():
     files = sys.argv[1:] or sorted(glob.glob('src/**/*.c', recursive=True))
-    findings = [f for path in files for f in check(path)]
+    results = [check(path) for path in files]
+    findings = [f for found, _ in results for f in found]
     for f in findings:
         print(f)
-    print('%d functions checked in %d files, %d findings' %
-          (sum(len(list(functions(open(p, encoding='utf-8').read().split('\n')))) for p in files), len(files),
-           len(findings)))
+    print('%d functions checked in %d files, %d findings' % (sum(n for _, n in results), len(files), len(findings)))
     return 1 if findings else 0
 
 

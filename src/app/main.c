@@ -50,7 +50,7 @@ int main(int argc, char **argv)
         return FH_OK;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("fedhet %s (%s)\n", FEDHET_VERSION, FEDHET_COMMIT);
+        printf("fedhet %s\n", FEDHET_VERSION);
         return FH_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

@@ -38,15 +38,14 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Pooled label counts and client sizes, with the statistics of every client that has rows. */
-static void hetero_fill(DataHetero *h, const int32_t *label_counts, int K, int classes, int64_t *pooled,
-                        int64_t *sizes)
+/* Pooled label counts and client sizes (of total rows), with the statistics of every client that has rows. */
+static void hetero_fill(DataHetero *h, const int32_t *label_counts, int K, int classes, int64_t total,
+                        int64_t *pooled, int64_t *sizes)
 {
-    int64_t total = 0;
     for (int k = 0; k < K; k++)
         for (int c = 0; c < classes; c++) {
             int32_t v = label_counts[(size_t)k * classes + c];
-            pooled[c] += v, sizes[k] += v, total += v;
+            pooled[c] += v, sizes[k] += v;
         }
     for (int k = 0; k < K; k++) {
         if (sizes[k] == 0) {
@@ -94,7 +93,7 @@ int data_hetero_compute(DataHetero *h, const int32_t *label_counts, int K, int c
     int status = fh_calloc(&pooled, (size_t)classes, sizeof *pooled, "pooled label counts");
     if (status == FH_OK) status = fh_calloc(&sizes, (size_t)K, sizeof *sizes, "client sizes");
     if (status == FH_OK) status = data_hetero_alloc(h, K, classes);
-    if (status == FH_OK) hetero_fill(h, label_counts, K, classes, pooled, sizes);
+    if (status == FH_OK) hetero_fill(h, label_counts, K, classes, total, pooled, sizes);
     fh_free(&pooled);
     fh_free(&sizes);
     return status;

@@ -480,7 +480,7 @@ int onnx_export(const NnModel *m, const float *state, const char *path)
         model.n_opset_import = 1;
         model.opset_import = opsets;
         model.producer_name = "fedhet";
-        model.producer_version = FEDHET_VERSION " (" FEDHET_COMMIT ")";
+        model.producer_version = FEDHET_VERSION;
         model.graph = &g;
         if (!in || !out || e.oom) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory exporting");
         else {

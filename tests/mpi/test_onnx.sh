@@ -104,11 +104,13 @@ test_nodes()
 
 # ---- torchvision models against PyTorch ----
 # produce NAME [train|eval] [SIZE]: PyTorch's export, logits and losses and fedhet's logits and losses for 3 x SIZE x
-# SIZE inputs (default 32), in $WORK/tv/NAME/ (one folder per model: two run at once); the first error line in its .err
+# SIZE inputs (default 32, kept in its size file), in $WORK/tv/NAME/ (one folder per model: two run at once); the
+# first error line in its .err
 produce()
 {
     local n=$1 d=$WORK/tv/$1 mode=${2:-train} size=${3:-32}
     mkdir -p "$d"
+    echo "$size" >"$d/size"
     ONNX_TEST_SIZE=$size $PY "$OT" export "$n" "$d" "$mode" >"$d/export.log" 2>&1 ||
         { echo "export: $(tail -1 "$d/export.log")" >"$d/err"; return; }
     "$MODEL" logits "$d/$n.onnx" "$d/x.bin" 16 3 "$size" "$size" 10 "$d/$n.fh_logits" >"$d/log" 2>&1 &&
@@ -122,10 +124,9 @@ test_torchvision()
     # and ReLU6; HardSwish, HardSigmoid and squeeze-and-excitation's broadcast Mul; Concat and ceil_mode pools;
     # dense concatenation and transitions; SiLU with stochastic depth (eval export only); grouped convs with
     # squeeze-and-excitation; a plain stack (its adaptive pool replaced: onnx_torch.make_model). ResNet-50 joins
-    # with FEDHET_ONNX_ALL=1 only: its bottlenecks are ResNet-18's layers and SqueezeNet's 1x1 convolutions
+    # with FEDHET_ONNX_ALL=1 only: its bottlenecks are ResNet-18's layers and SqueezeNet's 1x1 convolutions.
     # FL-Simulator's ResNet-18 keeps its CIFAR stem's full resolution through the first stage: 16 x 16 inputs halve
-    # the slowest export of the set and still end on a 2 x 2 map
-    # (the slowest first: two workers then finish together)
+    # the slowest export of the set and still end on a 2 x 2 map. The slowest first: two workers then finish together.
     local models=(vgg11_bn "resnet18_gn train 16" resnet18 densenet121 "efficientnet_b0 eval" mobilenet_v2
         regnet_y_400mf mobilenet_v3_small squeezenet1_1) i n out
     [ "${FEDHET_ONNX_ALL:-0}" = 1 ] && models=(resnet50 "${models[@]}")
@@ -147,7 +148,7 @@ test_torchvision()
     # their layers go back out: onnx.checker accepts the export and its import gives the same logits bit for bit
     local n size
     for n in mobilenet_v3_small squeezenet1_1 resnet18_gn; do
-        size=32 && [ $n = resnet18_gn ] && size=16
+        size=$(cat "$WORK/tv/$n/size")
         "$MODEL" roundtrip "$WORK/tv/$n/$n.onnx" "$WORK/tv/$n/x.bin" 4 3 $size $size 10 "$WORK/tv/$n/$n-back.onnx" \
             >"$WORK/$n-rt.out" 2>&1 && $PY "$OT" check "$WORK/tv/$n/$n-back.onnx" >>"$WORK/$n-rt.out" 2>&1 || fail "$n exported back: $(tail -1 "$WORK/$n-rt.out")"
     done
