@@ -21,6 +21,17 @@ typedef struct {
     int c, h, w;
 } NnShape;
 
+/* A tensor of any rank (sequences, attention heads): logical dims d[0..ndim), row-major, one of them the batch
+ * (d[batch] is 1 here, the batch size at run time). The batch may sit anywhere, as PyTorch's attention moves it
+ * ([T, N, E]); batch = -1: a tensor the same for every sample (a parameter such as a class token or a position
+ * embedding, a constant), held once. The NCHW layers take batch-first tensors (their NnShape: a rank-4 tensor's
+ * C x H x W, rank 2's F x 1 x 1). */
+#define NN_MAX_DIMS 8
+typedef struct {
+    int ndim, batch;
+    int d[NN_MAX_DIMS];
+} NnDims;
+
 /* Activations. Layers fuse NONE, RELU and RELU6 (conv, linear, batch norm, ...); the others are standalone
  * layers (nn_act_ex), whose a and b are the op's parameters. */
 typedef enum { NN_ACT_NONE = 0, NN_ACT_RELU, NN_ACT_RELU6,
@@ -30,7 +41,15 @@ typedef enum { NN_ACT_NONE = 0, NN_ACT_RELU, NN_ACT_RELU6,
                NN_ACT_HARDSIGMOID, /* max(0, min(1, a x + b)); ONNX defaults a = 0.2, b = 0.5; PyTorch's 1/6, 0.5 */
                NN_ACT_HARDSWISH,   /* x * relu6(x + 3) / 6 */
                NN_ACT_SILU,        /* x * sigmoid(x) */
-               NN_ACT_TANH } NnAct;
+               NN_ACT_TANH,
+               NN_ACT_GELU,        /* x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 */
+               NN_ACT_GELU_TANH,   /* x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2 */
+               NN_ACT_ERF,
+               NN_ACT_SQRT,
+               NN_ACT_EXP,
+               NN_ACT_POW,         /* x^a (a: a constant exponent) */
+               NN_ACT_AFFINE       /* a x + b: a scalar constant added, subtracted, multiplied or divided */
+} NnAct;
 typedef struct {
     NnAct act;
     float a, b;
@@ -72,12 +91,28 @@ typedef enum {
     NN_OP_MUL,     /* element-wise product, the second operand the same shape or C x 1 x 1 (broadcast) */
     NN_OP_CONCAT,  /* channels of n inputs (NnLayer.ins) */
     NN_OP_SLICE,   /* channels [start, end) */
-    NN_OP_SHUFFLE  /* channel shuffle of `groups` groups */
+    NN_OP_SHUFFLE, /* channel shuffle of `groups` groups */
+    /* tensors of any rank (NnDims) */
+    NN_OP_RESHAPE,   /* a view with other dims (Reshape, Flatten, Squeeze, Unsqueeze) */
+    NN_OP_TRANSPOSE, /* dims permuted (perm) */
+    NN_OP_MATMUL,    /* batched product of two tensors (attention): [..., M, K] x [..., K, N] */
+    NN_OP_LAYERNORM, /* over the last cin values, affine */
+    NN_OP_SOFTMAX,   /* along dim `axis` */
+    NN_OP_BINARY,    /* add, sub, mul, div with broadcasting (bin_op) */
+    NN_OP_PARAM,     /* a trainable tensor without batch (class token, position embedding, layer scale) */
+    NN_OP_CONST,     /* a constant tensor without batch */
+    NN_OP_EXPAND,    /* broadcast to larger dims */
+    NN_OP_REDUCE_MEAN, /* mean over the dims in reduce_mask, kept as 1 */
+    NN_OP_GATHER,    /* entries index[] of dim `axis` */
+    NN_OP_DROP_PATH  /* stochastic depth: a whole sample kept (x scale) or dropped */
 } NnOpType;
+
+typedef enum { NN_BIN_ADD = 0, NN_BIN_SUB, NN_BIN_MUL, NN_BIN_DIV } NnBinOp;
 
 typedef struct {
     NnShape shape;
-    int64_t size;     /* c*h*w, per sample */
+    NnDims dims;      /* its rank and where its batch is; shape is the per-sample view of the NCHW layers */
+    int64_t size;     /* per sample (a tensor without batch: all of it) */
     float *data;      /* [max_batch * size]; a slice of the model's data pool when backward never reads it,
                        * shared with tensors that are never live at the same time */
     float *grad;      /* [max_batch * size]: a slice of the model's gradient pool, shared with tensors whose
@@ -102,15 +137,27 @@ typedef struct {
     int kh, kw, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r, dil_h, dil_w;
     unsigned char ceil_mode, count_include_pad;
     float act_a, act_b; /* NnActSpec.a, .b of a standalone activation */
-    int start, end;     /* SLICE: channels [start, end) */
+    int start, end;     /* SLICE: [start, end) along dim `axis` */
+    int axis;           /* CONCAT, SLICE, SOFTMAX, GATHER: the dim they work along */
+    int perm[NN_MAX_DIMS]; /* TRANSPOSE: output dim k is input dim perm[k] */
+    unsigned reduce_mask;  /* REDUCE_MEAN: bit k set: dim k is averaged */
+    NnBinOp bin_op;     /* BINARY */
+    unsigned char trans_b; /* MATMUL: b is [..., N, K] */
+    unsigned char tied; /* a parameter of this layer is another's too (nn_tie_param): its backward adds */
+    float alpha;        /* MATMUL: the product's scale */
+    int rows;           /* LINEAR: rows per sample it maps (the flattened sample: 1) */
+    unsigned char per_row; /* LINEAR: on the last dim of every row (nn_linear_rows), not the flattened sample */
+    float *values;      /* CONST: its floats */
+    int32_t *index;     /* GATHER: the entries taken */
+    int n_index;
     int *ins, n_ins;    /* CONCAT: its inputs (in = ins[0]) */
     unsigned char *zero_ins; /* CONCAT: as zero_in, per input */
     unsigned char zero_in, zero_in2; /* backward zeroes the gradient of in / in2 first: the first step to write it */
-    float eps, momentum, p; /* norm eps, BN momentum, dropout probability */
+    float eps, momentum, p; /* norm eps, BN momentum, dropout (and drop path) probability */
     /* per-layer scratch sized for max_batch */
     float *save_mean, *save_invstd; /* norm statistics of the last training forward */
     int32_t *argmax;                /* max-pool winners */
-    uint8_t *mask;                  /* dropout keep mask */
+    uint8_t *mask;                  /* dropout keep mask (drop path: one per sample) */
     uint8_t *act_pattern;           /* NN_PATTERN_*: side of each activation output (layers with an activation) */
     int32_t *pool_pattern;          /* NN_PATTERN_*: max-pool winners */
     int64_t flops;                  /* forward FLOPs per sample (2 x multiply-adds) */
@@ -123,7 +170,9 @@ typedef struct {
 } NnLayer;
 
 typedef enum { NN_ROLE_WEIGHT, NN_ROLE_BIAS, NN_ROLE_NORM_WEIGHT, NN_ROLE_NORM_BIAS, NN_ROLE_RUNNING_MEAN,
-               NN_ROLE_RUNNING_VAR } NnParamRole;
+               NN_ROLE_RUNNING_VAR,
+               NN_ROLE_TENSOR /* a free tensor (NN_OP_PARAM): class token, position embedding, layer scale */
+} NnParamRole;
 
 /* One named tensor of the state vector: "conv1.weight" at [offset, offset + count) */
 typedef struct {
@@ -212,6 +261,43 @@ int nn_dropout(NnModel *m, int in, float p);
 /* b has a's shape, or C x 1 x 1 (broadcast over H, W) */
 int nn_add(NnModel *m, int a, int b, NnAct act);
 int nn_flatten(NnModel *m, int in);
+
+/* ---- tensors of any rank (NnDims); dims and dim indices are logical, the batch's included ---- */
+/* the same floats with other dims: the per-sample size and the product of the dims before the batch unchanged */
+int nn_reshape(NnModel *m, int in, const NnDims *dims);
+/* output dim k = input dim perm[k] */
+int nn_transpose(NnModel *m, int in, const int *perm);
+/* y = x w^T + b along the last dim (w [n_out, last dim]): a linear layer on every row (every token) */
+int nn_linear_rows(NnModel *m, int in, int n_out, int bias, NnAct act);
+/* alpha a b over the last two dims, a [..., M, K], b [..., K, N] (trans_b: [..., N, K]); the dims before are
+ * batched, equal or 1 (broadcast); a and b have the same rank */
+int nn_matmul(NnModel *m, int a, int b, int trans_b, float alpha);
+/* (x - mean) / sqrt(var + eps) over the last n_dims dims, then weight and bias of that size when affine */
+int nn_layernorm(NnModel *m, int in, int n_dims, float eps, int affine);
+int nn_softmax(NnModel *m, int in, int axis);
+/* a op b with broadcasting: the same rank, each dim equal or 1 on one side */
+int nn_binary(NnModel *m, NnBinOp op, int a, int b);
+/* a trainable tensor of these dims (batch -1), initialised as NN_ROLE_TENSOR */
+int nn_param(NnModel *m, const NnDims *dims);
+/* a constant tensor (batch -1); values copied */
+int nn_constant(NnModel *m, const NnDims *dims, const float *values);
+/* in broadcast to dims (its dims equal or 1 there; a tensor without batch gains one) */
+int nn_expand(NnModel *m, int in, const NnDims *dims);
+/* the mean over the dims whose bit is set in mask (never the batch's), kept as dims of 1 */
+int nn_reduce_mean(NnModel *m, int in, unsigned mask);
+/* entries index[0..n) of dim axis (each in range) */
+int nn_gather(NnModel *m, int in, int axis, const int32_t *index, int n);
+/* inputs of equal dims but along `axis` */
+int nn_concat_axis(NnModel *m, const int *ins, int n, int axis);
+/* [start, end) of dim axis */
+int nn_slice_axis(NnModel *m, int in, int axis, int start, int end);
+/* stochastic depth: in training each sample is kept with probability 1 - p (times scale) or zeroed, from the run's
+ * counter-based draws; the identity in evaluation. The batch must be the first dim. */
+int nn_drop_path(NnModel *m, int in, float p, float scale);
+/* Parameter `role` (NN_ROLE_WEIGHT or _BIAS) of layer `layer`, which must be the last layer built, becomes that of
+ * `from_layer` (tied weights: one parameter, read by both, its gradient the sum). The sizes must agree. */
+int nn_tie_param(NnModel *m, int layer, NnParamRole role, int from_layer);
+
 /* Names the output and the classifier's input; allocates state, gradients, activations, workspace. */
 int nn_model_finalize(NnModel *m, int logits, int features, int classes);
 void nn_model_free(NnModel *m);

@@ -17,6 +17,7 @@ typedef enum {
     FH_RNG_PARTITION = 6,
     FH_RNG_PROJECTION = 7,
     FH_RNG_HESSIAN = 8, /* power-iteration start and Hutchinson probe vectors */
+    FH_RNG_DROP_PATH = 9, /* stochastic depth: which samples skip a residual branch */
     FH_RNG_TEST = 15 /* tests and benchmarks only */
 } FhRngPurpose;
 

@@ -13,7 +13,9 @@
 static const char *op_name(NnOpType t)
 {
     static const char *names[] = {"linear", "conv2d", "maxpool", "avgpool", "gap", "batchnorm", "groupnorm",
-                                  "act", "dropout", "add", "flatten", "mul", "concat", "slice", "shuffle"};
+                                  "act", "dropout", "add", "flatten", "mul", "concat", "slice", "shuffle",
+                                  "reshape", "transpose", "matmul", "layernorm", "softmax", "binary", "param",
+                                  "const", "expand", "mean", "gather", "droppath"};
     return names[t];
 }
 
@@ -48,12 +50,40 @@ static void layer_op(const NnModel *m, const NnLayer *l, char *op, size_t size)
         case NN_ACT_HARDSWISH: snprintf(op, size, "hardswish"); return;
         case NN_ACT_SILU: snprintf(op, size, "silu"); return;
         case NN_ACT_TANH: snprintf(op, size, "tanh"); return;
+        case NN_ACT_GELU: snprintf(op, size, "gelu"); return;
+        case NN_ACT_GELU_TANH: snprintf(op, size, "gelu-tanh"); return;
+        case NN_ACT_ERF: snprintf(op, size, "erf"); return;
+        case NN_ACT_SQRT: snprintf(op, size, "sqrt"); return;
+        case NN_ACT_EXP: snprintf(op, size, "exp"); return;
+        case NN_ACT_POW: snprintf(op, size, "pow%g", (double)l->act_a); return;
+        case NN_ACT_AFFINE: snprintf(op, size, "x*%g%+g", (double)l->act_a, (double)l->act_b); return;
         default: break;
         }
         break;
     case NN_OP_CONCAT: snprintf(op, size, "concat%d", l->n_ins); return;
     case NN_OP_SLICE: snprintf(op, size, "slice%d:%d", l->start, l->end); return;
     case NN_OP_SHUFFLE: snprintf(op, size, "shuffle/%d", l->groups); return;
+    case NN_OP_LINEAR:
+        if (l->per_row) {
+            snprintf(op, size, "linear/rows%s", act_name(l->act));
+            return;
+        }
+        break;
+    case NN_OP_TRANSPOSE: {
+        const int nd = m->tensors[l->out].dims.ndim;
+        size_t o = (size_t)snprintf(op, size, "transpose");
+        for (int k = 0; k < nd && o < size; k++) o += (size_t)snprintf(op + o, size - o, "%s%d", k ? "," : "", l->perm[k]);
+        return;
+    }
+    case NN_OP_MATMUL: snprintf(op, size, "matmul%s", l->trans_b ? "-t" : ""); return;
+    case NN_OP_SOFTMAX: snprintf(op, size, "softmax@%d", l->axis); return;
+    case NN_OP_BINARY: {
+        static const char *bin[] = {"add", "sub", "mul", "div"};
+        snprintf(op, size, "%s%s", bin[l->bin_op], bcast ? "-bcast" : "");
+        return;
+    }
+    case NN_OP_GATHER: snprintf(op, size, "gather%d@%d", l->n_index, l->axis); return;
+    case NN_OP_DROP_PATH: snprintf(op, size, "droppath%g", (double)l->p); return;
     default: break;
     }
     snprintf(op, size, "%s%s%s", op_name(l->type), bcast ? "-bcast" : "", act_name(l->act));
@@ -116,7 +146,17 @@ static int inspect_model(const AppModelArgs *a, int batch)
         char op[40], shape[40];
         layer_op(&m, l, op, sizeof op);
         NnShape s = m.tensors[l->out].shape;
-        snprintf(shape, sizeof shape, "%dx%dx%d", s.c, s.h, s.w);
+        const NnDims *d = &m.tensors[l->out].dims;
+        if (d->batch == 0 && d->ndim <= 4) {
+            snprintf(shape, sizeof shape, "%dx%dx%d", s.c, s.h, s.w);
+        } else { /* its dims, N where the batch is (none: the same for every sample) */
+            size_t o = 0;
+            shape[0] = 0;
+            for (int k = 0; k < d->ndim && o < sizeof shape; k++) {
+                if (k == d->batch) o += (size_t)snprintf(shape + o, sizeof shape - o, "%sN", k ? "x" : "");
+                else o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%d", k ? "x" : "", d->d[k]);
+            }
+        }
         char impl[256];
         nn_model_layer_impl(&m, i, impl, sizeof impl);
         /* the output's layout between layers (NnTensor.block): what the next layers read */
@@ -144,7 +184,8 @@ static int inspect_model(const AppModelArgs *a, int batch)
         int convs = 0, norms = 0;
         for (int i = 0; i < m.n_layers; i++) {
             convs += m.layers[i].type == NN_OP_CONV2D;
-            norms += m.layers[i].type == NN_OP_BATCHNORM || m.layers[i].type == NN_OP_GROUPNORM;
+            norms += m.layers[i].type == NN_OP_BATCHNORM || m.layers[i].type == NN_OP_GROUPNORM ||
+                     m.layers[i].type == NN_OP_LAYERNORM;
         }
         if (convs && !norms)
             printf("note: %d conv layers and no normalisation layer: if the network has batch norms, the export folded "

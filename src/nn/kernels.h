@@ -29,7 +29,16 @@
 void nn_act_forward(float *y, int64_t n, NnAct act);
 void nn_act_backward(float *dy, const float *y, int64_t n, NnAct act);
 
-/* ---- linear: y[B, n_out] = x[B, n_in] w^T + b;  w [n_out, n_in] ---- */
+/* ---- c = alpha op(a) op(b) + beta c, row-major: OpenBLAS's sgemm, or oneDNN's (onednn != 0: its kernels follow
+ * the CPU's instruction set where an OpenBLAS build may not know the CPU and fall back to old ones) ---- */
+void nn_gemm(int onednn, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+             const float *b, int ldb, float beta, float *c, int ldc);
+
+/* ---- linear: y[B, n_out] = x[B, n_in] w^T + b;  w [n_out, n_in]; the _ex forms on oneDNN's gemm when asked ---- */
+void nn_linear_forward_ex(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out,
+                          int onednn);
+void nn_linear_backward_ex(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
+                           int n_in, int n_out, int onednn);
 void nn_linear_forward(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out);
 /* dx may be NULL (first layer) */
 void nn_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
@@ -215,5 +224,52 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
                            int hw, int groups, int block, int dx_zero);
 /* dx_zero (both backward passes above): nothing has reached dx yet, so it is written whatever it holds, with the
  * bits of a zero fill and an add */
+
+/* ---- tensors of any rank (kernels_nd.c): dims at run time, row-major ---- */
+#define NN_ND_OPS 2
+/* a loop over y's dims (coalesced), with each operand's strides (0: broadcast along that dim) */
+typedef struct {
+    int nd, n_ops;
+    int64_t n[NN_MAX_DIMS], ys[NN_MAX_DIMS], s[NN_ND_OPS][NN_MAX_DIMS];
+    int64_t total;
+} NnNdLoop;
+/* ny: y's dims; nops[k]: operand k's (the same rank; each dim equal to y's or 1) */
+void nn_nd_loop_init(NnNdLoop *L, int nd, const int64_t *ny, int n_ops, const int64_t *const *nops);
+void nn_binary_forward(float *y, const float *a, const float *b, const NnNdLoop *L, NnBinOp op);
+/* da, db (NULL: not wanted) accumulate, summed over the dims they are broadcast on */
+void nn_binary_backward(float *da, float *db, const float *dy, const float *a, const float *b, const NnNdLoop *L,
+                        NnBinOp op);
+/* L over y with x as operand 0 */
+void nn_expand_forward(float *y, const float *x, const NnNdLoop *L);
+void nn_expand_backward(float *dx, const float *dy, const NnNdLoop *L);
+/* L over x with y as operand 0 (stride 0 along the reduced dims) */
+void nn_reduce_mean_forward(float *y, const float *x, const NnNdLoop *L, int64_t count, int64_t y_n);
+void nn_reduce_mean_backward(float *dx, const float *dy, const NnNdLoop *L, int64_t count);
+/* y = x with its dims n[0..nd) permuted (y dim k is x dim perm[k]); add: y += */
+void nn_transpose_run(float *y, const float *x, int nd, const int64_t *n, const int *perm, int add);
+/* `count` products y [m, n_cols] = alpha a [m, k] b [k, n_cols] (trans_b: b [n_cols, k]); product i's offsets are
+ * sums over its leading index (n[0..nd)) of the strides sa, sb, sy (0: broadcast) */
+typedef struct {
+    int m, k, n_cols, trans_b, nd, onednn;
+    float alpha;
+    int64_t count;
+    int64_t n[NN_MAX_DIMS], sa[NN_MAX_DIMS], sb[NN_MAX_DIMS], sy[NN_MAX_DIMS];
+} NnMatmulShape;
+void nn_matmul_forward(float *y, const float *a, const float *b, const NnMatmulShape *s);
+void nn_matmul_backward(float *da, float *db, const float *dy, const float *a, const float *b, const NnMatmulShape *s);
+/* rows of d values; w and b NULL: no affine part */
+void nn_layernorm_forward(float *y, float *save_mean, float *save_invstd, const float *x, const float *w,
+                          const float *b, int64_t rows, int64_t d, float eps);
+void nn_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
+                           const float *save_mean, const float *save_invstd, int64_t rows, int64_t d);
+/* along the middle dim of [outer, len, inner] */
+void nn_softmax_forward(float *y, const float *x, int64_t outer, int64_t len, int64_t inner);
+void nn_softmax_backward(float *dx, const float *dy, const float *y, int64_t outer, int64_t len, int64_t inner);
+void nn_gather_forward(float *y, const float *x, const int32_t *index, int n, int64_t outer, int64_t len,
+                       int64_t inner);
+void nn_gather_backward(float *dx, const float *dy, const int32_t *index, int n, int64_t outer, int64_t len,
+                        int64_t inner);
+/* y[i] = exp(x[i] - shift), vectorised (kernels_elementwise.c) */
+void nn_exp_shifted(float *y, const float *x, int64_t n, float shift);
 
 #endif

@@ -5,6 +5,7 @@
  * result [cout, chunk*ho*wo] is scattered back to NCHW. 1x1 stride-1 convs skip im2col; depthwise convs
  * use direct loops (a gemm per channel would have K = k*k). */
 #include <cblas.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <string.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -12,28 +13,48 @@
 
 #include "kernels.h"
 
+/* ============================== gemm ============================== */
+
+void nn_gemm(int onednn, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+             const float *b, int ldb, float beta, float *c, int ldc)
+{
+    if (onednn)
+        dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
+                    alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* ============================== linear ============================== */
 
-void nn_linear_forward(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out)
+void nn_linear_forward_ex(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out,
+                          int onednn)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, y,
-                n_out);
+    nn_gemm(onednn, 0, 1, batch, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, y, n_out);
     if (b)
         for (int i = 0; i < batch; i++)
             for (int o = 0; o < n_out; o++) y[(int64_t)i * n_out + o] += b[o];
 }
 
-void nn_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
-                        int n_in, int n_out)
+void nn_linear_backward_ex(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
+                           int n_in, int n_out, int onednn)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n_out, n_in, batch, 1.0f, dy, n_out, x, n_in, 1.0f, dw,
-                n_in);
+    nn_gemm(onednn, 1, 0, n_out, n_in, batch, 1.0f, dy, n_out, x, n_in, 1.0f, dw, n_in);
     if (db)
         for (int i = 0; i < batch; i++)
             for (int o = 0; o < n_out; o++) db[o] += dy[(int64_t)i * n_out + o];
-    if (dx)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, n_in, n_out, 1.0f, dy, n_out, w, n_in, 1.0f,
-                    dx, n_in);
+    if (dx) nn_gemm(onednn, 0, 0, batch, n_in, n_out, 1.0f, dy, n_out, w, n_in, 1.0f, dx, n_in);
+}
+
+void nn_linear_forward(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out)
+{
+    nn_linear_forward_ex(y, x, w, b, batch, n_in, n_out, 0);
+}
+
+void nn_linear_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
+                        int n_in, int n_out)
+{
+    nn_linear_backward_ex(dx, dw, db, dy, x, w, batch, n_in, n_out, 0);
 }
 
 /* ============================== conv2d ============================== */

@@ -9,13 +9,13 @@
 #include "fedhet/core.h"
 #include "fedhet/rng.h"
 #include "kernels.h"
+#include "model_internal.h"
 
 #define NN_MAX_DIM 65536
 
 /* ============================== building ============================== */
 
-static int build_fail(NnModel *m, const char *fmt, ...) FH_PRINTF(2, 3);
-static int build_fail(NnModel *m, const char *fmt, ...)
+int nn_build_fail(NnModel *m, const char *fmt, ...)
 {
     if (m->status == FH_OK) {
         char msg[512];
@@ -42,17 +42,49 @@ static int grow(void *array_ptr, int *cap, int need, size_t elem)
     return FH_OK;
 }
 
-static int add_tensor(NnModel *m, NnShape shape, int alias_of)
+int64_t nn_dims_size(const NnDims *d)
+{
+    int64_t n = 1;
+    for (int k = 0; k < d->ndim; k++) n *= d->d[k];
+    return n;
+}
+
+void nn_dims_at(const NnDims *d, int batch, int64_t *n)
+{
+    for (int k = 0; k < d->ndim; k++) n[k] = k == d->batch ? batch : d->d[k];
+}
+
+NnDims nn_dims_nchw(NnShape s, int rank)
+{
+    NnDims d = {rank, 0, {1, s.c, s.h, s.w}};
+    if (rank == 3) d.d[2] = s.h * s.w;
+    if (rank == 2) d.d[1] = s.c * s.h * s.w;
+    return d;
+}
+
+int nn_add_tensor(NnModel *m, const NnDims *dims, int alias_of)
 {
     if (grow(&m->tensors, &m->cap_tensors, m->n_tensors + 1, sizeof(NnTensor))) {
         m->status = FH_ERR_IO;
         return -1;
     }
     NnTensor *t = &m->tensors[m->n_tensors];
-    t->shape = shape;
-    t->size = (int64_t)shape.c * shape.h * shape.w;
+    t->dims = *dims;
+    t->size = nn_dims_size(dims);
+    /* the NCHW layers' per-sample view: a batch-first rank-4 tensor's C x H x W, else the values in a row */
+    const NnDims *d = dims;
+    if (d->batch == 0 && d->ndim == 4) t->shape = (NnShape){d->d[1], d->d[2], d->d[3]};
+    else if (d->batch == 0 && d->ndim == 3) t->shape = (NnShape){d->d[1], d->d[2], 1};
+    else t->shape = (NnShape){(int)(t->size <= INT32_MAX ? t->size : 0), 1, 1};
     t->alias_of = alias_of;
     return m->n_tensors++;
+}
+
+/* a batch-first tensor of per-sample shape C x H x W (the NCHW layers' outputs) */
+static int add_tensor(NnModel *m, NnShape shape, int alias_of)
+{
+    const NnDims d = nn_dims_nchw(shape, 4);
+    return nn_add_tensor(m, &d, alias_of);
 }
 
 static const char *op_prefix(NnOpType type)
@@ -73,20 +105,47 @@ static const char *op_prefix(NnOpType type)
     case NN_OP_CONCAT: return "concat";
     case NN_OP_SLICE: return "slice";
     case NN_OP_SHUFFLE: return "shuffle";
+    case NN_OP_RESHAPE: return "reshape";
+    case NN_OP_TRANSPOSE: return "transpose";
+    case NN_OP_MATMUL: return "matmul";
+    case NN_OP_LAYERNORM: return "ln";
+    case NN_OP_SOFTMAX: return "softmax";
+    case NN_OP_BINARY: return "binop";
+    case NN_OP_PARAM: return "param";
+    case NN_OP_CONST: return "const";
+    case NN_OP_EXPAND: return "expand";
+    case NN_OP_REDUCE_MEAN: return "mean";
+    case NN_OP_GATHER: return "gather";
+    case NN_OP_DROP_PATH: return "droppath";
     }
     return "layer";
 }
 
-/* Validates the input tensor and appends a layer; NULL after a (sticky) error. */
-static NnLayer *add_layer(NnModel *m, NnOpType type, int in, NnAct act)
+/* the NCHW layers read batch-first tensors of rank 2 to 4 (their NnShape); the element-wise ones any */
+static int takes_nchw(NnOpType type)
+{
+    switch (type) {
+    case NN_OP_CONV2D: case NN_OP_MAXPOOL: case NN_OP_AVGPOOL: case NN_OP_GAP: case NN_OP_BATCHNORM:
+    case NN_OP_GROUPNORM: case NN_OP_FLATTEN: case NN_OP_SHUFFLE: case NN_OP_ADD: case NN_OP_MUL: return 1;
+    default: return 0;
+    }
+}
+
+NnLayer *nn_add_layer(NnModel *m, NnOpType type, int in, NnAct act)
 {
     if (m->status != FH_OK) return NULL;
     if (m->finalized) {
-        build_fail(m, "cannot add layers after nn_model_finalize");
+        nn_build_fail(m, "cannot add layers after nn_model_finalize");
         return NULL;
     }
     if (in < 0 || in >= m->n_tensors) {
-        build_fail(m, "layer %d (%s): input tensor %d does not exist", m->n_layers, op_prefix(type), in);
+        nn_build_fail(m, "layer %d (%s): input tensor %d does not exist", m->n_layers, op_prefix(type), in);
+        return NULL;
+    }
+    const NnDims *d = &m->tensors[in].dims;
+    if (takes_nchw(type) && (d->batch != 0 || d->ndim < 2 || d->ndim > 4)) {
+        nn_build_fail(m, "layer %d (%s): its input must be batch-first of rank 2 to 4 (N x C x H x W or N x F), not "
+                      "rank %d with the batch at dim %d", m->n_layers, op_prefix(type), d->ndim, d->batch);
         return NULL;
     }
     if (grow(&m->layers, &m->cap_layers, m->n_layers + 1, sizeof(NnLayer))) {
@@ -110,7 +169,7 @@ static NnLayer *add_layer(NnModel *m, NnOpType type, int in, NnAct act)
 
 /* Trainable views get their offset now; buffer views are numbered from 0 and moved behind the
  * trainables in finalize, so the state vector is [parameters | buffers]. */
-static int64_t add_view(NnModel *m, int layer, const char *suffix, NnParamRole role, int ndim, const int *dims)
+int64_t nn_add_view(NnModel *m, int layer, const char *suffix, NnParamRole role, int ndim, const int *dims)
 {
     if (grow(&m->views, &m->cap_views, m->n_views + 1, sizeof(NnParamView))) {
         m->status = FH_ERR_IO;
@@ -147,11 +206,11 @@ int nn_model_init(NnModel *m, const char *arch, NnShape input, int max_batch)
     m->bn_update_running = 1;
     m->training = 1;
     if (!shape_ok(input)) {
-        build_fail(m, "input shape %dx%dx%d must be positive (C x H x W)", input.c, input.h, input.w);
+        nn_build_fail(m, "input shape %dx%dx%d must be positive (C x H x W)", input.c, input.h, input.w);
         return m->status;
     }
     if (max_batch < 1) {
-        build_fail(m, "batch size %d must be at least 1", max_batch);
+        nn_build_fail(m, "batch size %d must be at least 1", max_batch);
         return m->status;
     }
     m->max_batch = max_batch;
@@ -163,18 +222,23 @@ static NnShape tshape(const NnModel *m, int t) { return m->tensors[t].shape; }
 
 int nn_linear(NnModel *m, int in, int n_out, int bias, NnAct act)
 {
-    NnLayer *l = add_layer(m, NN_OP_LINEAR, in, act);
+    NnLayer *l = nn_add_layer(m, NN_OP_LINEAR, in, act);
     if (!l) return -1;
     int li = (int)(l - m->layers);
     int64_t n_in = m->tensors[in].size;
-    if (n_out < 1) return build_fail(m, "%s: output size %d must be positive", l->name, n_out);
-    if (n_in > (1 << 28)) return build_fail(m, "%s: input of %lld features is too large", l->name, (long long)n_in);
+    if (m->tensors[in].dims.batch != 0)
+        return nn_build_fail(m, "%s: its input must be batch-first (N x ...): a linear layer on every row is "
+                             "nn_linear_rows", l->name);
+    if (n_out < 1) return nn_build_fail(m, "%s: output size %d must be positive", l->name, n_out);
+    if (n_in > (1 << 28)) return nn_build_fail(m, "%s: input of %lld features is too large", l->name, (long long)n_in);
     l->cin = (int)n_in;
     l->cout = n_out;
-    l->w_off = add_view(m, li, "weight", NN_ROLE_WEIGHT, 2, (int[]){n_out, (int)n_in});
-    if (bias) l->b_off = add_view(m, li, "bias", NN_ROLE_BIAS, 1, (int[]){n_out});
+    l->w_off = nn_add_view(m, li, "weight", NN_ROLE_WEIGHT, 2, (int[]){n_out, (int)n_in});
+    if (bias) l->b_off = nn_add_view(m, li, "bias", NN_ROLE_BIAS, 1, (int[]){n_out});
+    l->rows = 1;
     l->flops = 2 * n_in * n_out;
-    return l->out = add_tensor(m, (NnShape){n_out, 1, 1}, -1);
+    const NnDims d = {2, 0, {1, n_out}};
+    return l->out = nn_add_tensor(m, &d, -1);
 }
 
 /* g: kh, kw, stride_h, stride_w, pad_t, pad_l, pad_b, pad_r; k, stride and pad keep the first row's, which is
@@ -193,27 +257,27 @@ static void set_window(NnLayer *l, const int g[8])
 
 int nn_conv2d_ex(NnModel *m, int in, int cout, const NnConvSpec *spec, NnAct act)
 {
-    NnLayer *l = add_layer(m, NN_OP_CONV2D, in, act);
+    NnLayer *l = nn_add_layer(m, NN_OP_CONV2D, in, act);
     if (!l) return -1;
     int li = (int)(l - m->layers);
     NnShape s = tshape(m, in);
     const NnConvSpec c = *spec;
     if (cout < 1 || c.kh < 1 || c.kw < 1 || c.stride_h < 1 || c.stride_w < 1 || c.dil_h < 1 || c.dil_w < 1 ||
         c.groups < 1 || c.pad_t < 0 || c.pad_l < 0 || c.pad_b < 0 || c.pad_r < 0)
-        return build_fail(m, "%s: needs positive channels, kernel, stride, dilation and groups and pads >= 0 (got %d, "
+        return nn_build_fail(m, "%s: needs positive channels, kernel, stride, dilation and groups and pads >= 0 (got %d, "
                           "%dx%d, %dx%d, %dx%d, %d, pads %d %d %d %d)", l->name, cout, c.kh, c.kw, c.stride_h,
                           c.stride_w, c.dil_h, c.dil_w, c.groups, c.pad_t, c.pad_l, c.pad_b, c.pad_r);
     if (act != NN_ACT_NONE && act != NN_ACT_RELU && act != NN_ACT_RELU6)
-        return build_fail(m, "%s: a conv fuses no activation but ReLU and ReLU6 (got %d): add an activation layer",
+        return nn_build_fail(m, "%s: a conv fuses no activation but ReLU and ReLU6 (got %d): add an activation layer",
                           l->name, (int)act);
     if (s.c % c.groups || cout % c.groups)
-        return build_fail(m, "%s: %d input and %d output channels are not divisible by %d groups", l->name, s.c, cout,
+        return nn_build_fail(m, "%s: %d input and %d output channels are not divisible by %d groups", l->name, s.c, cout,
                           c.groups);
     /* the dilated kernel's extent, and the output by the floor of every framework */
     const int64_t ext_h = (int64_t)c.dil_h * (c.kh - 1) + 1, ext_w = (int64_t)c.dil_w * (c.kw - 1) + 1;
     const int64_t span_h = (int64_t)s.h + c.pad_t + c.pad_b - ext_h, span_w = (int64_t)s.w + c.pad_l + c.pad_r - ext_w;
     if (span_h < 0 || span_w < 0 || span_h / c.stride_h + 1 > NN_MAX_DIM || span_w / c.stride_w + 1 > NN_MAX_DIM)
-        return build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d kernel (stride %d, pad %d, dilation %d)",
+        return nn_build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d kernel (stride %d, pad %d, dilation %d)",
                           l->name, s.c, s.h, s.w, c.kh, c.kw, c.stride_h, c.pad_t, c.dil_h);
     const int ho = (int)(span_h / c.stride_h) + 1, wo = (int)(span_w / c.stride_w) + 1;
     l->cin = s.c;
@@ -222,8 +286,8 @@ int nn_conv2d_ex(NnModel *m, int in, int cout, const NnConvSpec *spec, NnAct act
     l->dil_h = c.dil_h;
     l->dil_w = c.dil_w;
     l->groups = c.groups;
-    l->w_off = add_view(m, li, "weight", NN_ROLE_WEIGHT, 4, (int[]){cout, s.c / c.groups, c.kh, c.kw});
-    if (c.bias) l->b_off = add_view(m, li, "bias", NN_ROLE_BIAS, 1, (int[]){cout});
+    l->w_off = nn_add_view(m, li, "weight", NN_ROLE_WEIGHT, 4, (int[]){cout, s.c / c.groups, c.kh, c.kw});
+    if (c.bias) l->b_off = nn_add_view(m, li, "bias", NN_ROLE_BIAS, 1, (int[]){cout});
     l->flops = 2LL * cout * ho * wo * (s.c / c.groups) * c.kh * c.kw;
     return l->out = add_tensor(m, (NnShape){cout, ho, wo}, -1);
 }
@@ -236,20 +300,20 @@ int nn_conv2d(NnModel *m, int in, int cout, int k, int stride, int pad, int grou
 
 static int add_pool(NnModel *m, NnOpType type, int in, const NnPoolSpec *spec)
 {
-    NnLayer *l = add_layer(m, type, in, NN_ACT_NONE);
+    NnLayer *l = nn_add_layer(m, type, in, NN_ACT_NONE);
     if (!l) return -1;
     NnShape s = tshape(m, in);
     const NnPoolSpec p = *spec;
     /* a pad as wide as the window would make windows of padding alone */
     if (p.kh < 1 || p.kw < 1 || p.stride_h < 1 || p.stride_w < 1 || p.pad_t < 0 || p.pad_l < 0 || p.pad_b < 0 ||
         p.pad_r < 0 || p.pad_t >= p.kh || p.pad_b >= p.kh || p.pad_l >= p.kw || p.pad_r >= p.kw)
-        return build_fail(m, "%s: bad pooling window %dx%d, stride %dx%d, pads %d %d %d %d (each pad must be smaller "
+        return nn_build_fail(m, "%s: bad pooling window %dx%d, stride %dx%d, pads %d %d %d %d (each pad must be smaller "
                           "than the window)", l->name, p.kh, p.kw, p.stride_h, p.stride_w, p.pad_t, p.pad_l, p.pad_b,
                           p.pad_r);
     int ho = nn_pool_out_size(s.h, p.kh, p.stride_h, p.pad_t, p.pad_b, p.ceil_mode);
     int wo = nn_pool_out_size(s.w, p.kw, p.stride_w, p.pad_l, p.pad_r, p.ceil_mode);
     if (ho < 1 || wo < 1)
-        return build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d pool (stride %d)", l->name, s.c, s.h, s.w,
+        return nn_build_fail(m, "%s: input %dx%dx%d is too small for a %dx%d pool (stride %d)", l->name, s.c, s.h, s.w,
                           p.kh, p.kw, p.stride_h);
     set_window(l, (const int[]){p.kh, p.kw, p.stride_h, p.stride_w, p.pad_t, p.pad_l, p.pad_b, p.pad_r});
     l->ceil_mode = (unsigned char)!!p.ceil_mode;
@@ -262,9 +326,9 @@ static int add_pool(NnModel *m, NnOpType type, int in, const NnPoolSpec *spec)
 static int add_square_pool(NnModel *m, NnOpType type, int in, int k, int stride, int pad)
 {
     if (m->status == FH_OK && (k < 1 || stride < 1 || pad < 0 || 2 * pad > k)) {
-        NnLayer *l = add_layer(m, type, in, NN_ACT_NONE);
+        NnLayer *l = nn_add_layer(m, type, in, NN_ACT_NONE);
         if (!l) return -1;
-        return build_fail(m, "%s: bad pooling kernel %d, stride %d, pad %d (pad must be at most half the kernel)",
+        return nn_build_fail(m, "%s: bad pooling kernel %d, stride %d, pad %d (pad must be at most half the kernel)",
                           l->name, k, stride, pad);
     }
     const NnPoolSpec spec = {k, k, stride, stride, pad, pad, pad, pad, 0, 1};
@@ -298,7 +362,7 @@ int nn_avgpool(NnModel *m, int in, int k, int stride, int pad) { return add_squa
 
 int nn_gap(NnModel *m, int in)
 {
-    NnLayer *l = add_layer(m, NN_OP_GAP, in, NN_ACT_NONE);
+    NnLayer *l = nn_add_layer(m, NN_OP_GAP, in, NN_ACT_NONE);
     if (!l) return -1;
     l->cin = l->cout = tshape(m, in).c;
     return l->out = add_tensor(m, (NnShape){l->cin, 1, 1}, -1);
@@ -306,65 +370,65 @@ int nn_gap(NnModel *m, int in)
 
 int nn_batchnorm(NnModel *m, int in, NnAct act)
 {
-    NnLayer *l = add_layer(m, NN_OP_BATCHNORM, in, act);
+    NnLayer *l = nn_add_layer(m, NN_OP_BATCHNORM, in, act);
     if (!l) return -1;
     int li = (int)(l - m->layers);
     NnShape s = tshape(m, in);
     l->cin = l->cout = s.c;
     l->eps = 1e-5f;
     l->momentum = 0.1f;
-    l->w_off = add_view(m, li, "weight", NN_ROLE_NORM_WEIGHT, 1, (int[]){s.c});
-    l->b_off = add_view(m, li, "bias", NN_ROLE_NORM_BIAS, 1, (int[]){s.c});
-    l->rm_off = add_view(m, li, "running_mean", NN_ROLE_RUNNING_MEAN, 1, (int[]){s.c});
-    l->rv_off = add_view(m, li, "running_var", NN_ROLE_RUNNING_VAR, 1, (int[]){s.c});
+    l->w_off = nn_add_view(m, li, "weight", NN_ROLE_NORM_WEIGHT, 1, (int[]){s.c});
+    l->b_off = nn_add_view(m, li, "bias", NN_ROLE_NORM_BIAS, 1, (int[]){s.c});
+    l->rm_off = nn_add_view(m, li, "running_mean", NN_ROLE_RUNNING_MEAN, 1, (int[]){s.c});
+    l->rv_off = nn_add_view(m, li, "running_var", NN_ROLE_RUNNING_VAR, 1, (int[]){s.c});
     return l->out = add_tensor(m, s, -1);
 }
 
 int nn_groupnorm(NnModel *m, int in, int groups, NnAct act)
 {
-    NnLayer *l = add_layer(m, NN_OP_GROUPNORM, in, act);
+    NnLayer *l = nn_add_layer(m, NN_OP_GROUPNORM, in, act);
     if (!l) return -1;
     int li = (int)(l - m->layers);
     NnShape s = tshape(m, in);
     if (groups < 1 || s.c % groups)
-        return build_fail(m, "%s: %d channels are not divisible by %d groups", l->name, s.c, groups);
+        return nn_build_fail(m, "%s: %d channels are not divisible by %d groups", l->name, s.c, groups);
     l->cin = l->cout = s.c;
     l->groups = groups;
     l->eps = 1e-5f;
-    l->w_off = add_view(m, li, "weight", NN_ROLE_NORM_WEIGHT, 1, (int[]){s.c});
-    l->b_off = add_view(m, li, "bias", NN_ROLE_NORM_BIAS, 1, (int[]){s.c});
+    l->w_off = nn_add_view(m, li, "weight", NN_ROLE_NORM_WEIGHT, 1, (int[]){s.c});
+    l->b_off = nn_add_view(m, li, "bias", NN_ROLE_NORM_BIAS, 1, (int[]){s.c});
     return l->out = add_tensor(m, s, -1);
 }
 
 int nn_act(NnModel *m, int in, NnAct act)
 {
-    NnLayer *l = add_layer(m, NN_OP_ACT, in, act);
+    NnLayer *l = nn_add_layer(m, NN_OP_ACT, in, act);
     if (!l) return -1;
-    return l->out = add_tensor(m, tshape(m, in), -1);
+    return l->out = nn_add_tensor(m, &m->tensors[in].dims, -1);
 }
 
 int nn_dropout(NnModel *m, int in, float p)
 {
-    NnLayer *l = add_layer(m, NN_OP_DROPOUT, in, NN_ACT_NONE);
+    NnLayer *l = nn_add_layer(m, NN_OP_DROPOUT, in, NN_ACT_NONE);
     if (!l) return -1;
-    if (!(p >= 0.0f && p < 1.0f)) return build_fail(m, "%s: probability %g must be in [0, 1)", l->name, (double)p);
+    if (!(p >= 0.0f && p < 1.0f)) return nn_build_fail(m, "%s: probability %g must be in [0, 1)", l->name, (double)p);
     l->p = p;
-    return l->out = add_tensor(m, tshape(m, in), -1);
+    return l->out = nn_add_tensor(m, &m->tensors[in].dims, -1);
 }
 
 /* ADD and MUL: b of a's shape, or C x 1 x 1 (broadcast) */
 static int add_binary(NnModel *m, NnOpType type, int a, int b, NnAct act)
 {
-    NnLayer *l = add_layer(m, type, a, act);
+    NnLayer *l = nn_add_layer(m, type, a, act);
     if (!l) return -1;
-    if (b < 0 || b >= m->n_tensors) return build_fail(m, "%s: input tensor %d does not exist", l->name, b);
+    if (b < 0 || b >= m->n_tensors) return nn_build_fail(m, "%s: input tensor %d does not exist", l->name, b);
     NnShape sa = tshape(m, a), sb = tshape(m, b);
     if (sa.c != sb.c || ((sa.h != sb.h || sa.w != sb.w) && (sb.h != 1 || sb.w != 1)))
-        return build_fail(m, "%s: shapes %dx%dx%d and %dx%dx%d differ (the second may be %dx1x1)", l->name, sa.c, sa.h,
+        return nn_build_fail(m, "%s: shapes %dx%dx%d and %dx%dx%d differ (the second may be %dx1x1)", l->name, sa.c, sa.h,
                           sa.w, sb.c, sb.h, sb.w, sa.c);
     l->in2 = b;
     if (type == NN_OP_MUL) l->cin = l->cout = sa.c;
-    return l->out = add_tensor(m, sa, -1);
+    return l->out = nn_add_tensor(m, &m->tensors[a].dims, -1);
 }
 
 int nn_add(NnModel *m, int a, int b, NnAct act) { return add_binary(m, NN_OP_ADD, a, b, act); }
@@ -379,19 +443,21 @@ static int broadcasts(const NnModel *m, const NnLayer *l)
 int nn_act_ex(NnModel *m, int in, NnActSpec spec)
 {
     if (spec.act == NN_ACT_NONE || spec.act == NN_ACT_RELU || spec.act == NN_ACT_RELU6) return nn_act(m, in, spec.act);
-    NnLayer *l = add_layer(m, NN_OP_ACT, in, spec.act);
+    NnLayer *l = nn_add_layer(m, NN_OP_ACT, in, spec.act);
     if (!l) return -1;
-    if (spec.act < NN_ACT_NONE || spec.act > NN_ACT_TANH)
-        return build_fail(m, "%s: unknown activation %d", l->name, (int)spec.act);
+    if (spec.act < NN_ACT_NONE || spec.act > NN_ACT_AFFINE)
+        return nn_build_fail(m, "%s: unknown activation %d", l->name, (int)spec.act);
+    const int finite_a = spec.act == NN_ACT_LEAKY_RELU || spec.act == NN_ACT_HARDSIGMOID || spec.act == NN_ACT_POW ||
+                         spec.act == NN_ACT_AFFINE;
     if (isnan(spec.a) || isnan(spec.b) || (spec.act == NN_ACT_CLIP && !(spec.a <= spec.b)) ||
-        ((spec.act == NN_ACT_LEAKY_RELU || spec.act == NN_ACT_HARDSIGMOID) && !isfinite(spec.a)) ||
-        (spec.act == NN_ACT_HARDSIGMOID && !isfinite(spec.b)))
-        return build_fail(m, "%s: bad activation parameters %g, %g (Clip needs min <= max; LeakyRelu and HardSigmoid "
-                          "finite ones)", l->name, (double)spec.a, (double)spec.b);
+        (finite_a && !isfinite(spec.a)) ||
+        ((spec.act == NN_ACT_HARDSIGMOID || spec.act == NN_ACT_AFFINE) && !isfinite(spec.b)))
+        return nn_build_fail(m, "%s: bad activation parameters %g, %g (Clip needs min <= max; LeakyRelu, HardSigmoid, "
+                          "Pow and the affine map finite ones)", l->name, (double)spec.a, (double)spec.b);
     l->act_a = spec.a;
     l->act_b = spec.b;
     l->cin = l->cout = tshape(m, in).c;
-    return l->out = add_tensor(m, tshape(m, in), -1);
+    return l->out = nn_add_tensor(m, &m->tensors[in].dims, -1);
 }
 
 /* a standalone activation beyond ReLU / ReLU6: the layer computes it from its input (not read off the output),
@@ -401,21 +467,29 @@ static int own_act(const NnLayer *l)
     return l->type == NN_OP_ACT && l->act != NN_ACT_NONE && l->act != NN_ACT_RELU && l->act != NN_ACT_RELU6;
 }
 
-int nn_concat(NnModel *m, const int *ins, int n)
+int nn_concat_axis(NnModel *m, const int *ins, int n, int axis)
 {
-    NnLayer *l = add_layer(m, NN_OP_CONCAT, n >= 1 ? ins[0] : -1, NN_ACT_NONE);
+    NnLayer *l = nn_add_layer(m, NN_OP_CONCAT, n >= 1 ? ins[0] : -1, NN_ACT_NONE);
     if (!l) return -1;
-    NnShape s0 = tshape(m, ins[0]);
-    int c = 0;
+    const NnDims d0 = m->tensors[ins[0]].dims;
+    if (axis < 0 || axis >= d0.ndim || axis == d0.batch)
+        return nn_build_fail(m, "%s: axis %d is not a dim of its rank-%d inputs other than the batch's", l->name, axis,
+                             d0.ndim);
+    NnDims out = d0;
+    out.d[axis] = 0;
     for (int k = 0; k < n; k++) {
         if (ins[k] < 0 || ins[k] >= m->n_tensors)
-            return build_fail(m, "%s: input %d: tensor %d does not exist", l->name, k, ins[k]);
-        NnShape s = tshape(m, ins[k]);
-        if (s.h != s0.h || s.w != s0.w)
-            return build_fail(m, "%s: input %d is %dx%dx%d, input 0 %dx%dx%d: the spatial sizes differ", l->name, k,
-                              s.c, s.h, s.w, s0.c, s0.h, s0.w);
-        if (c > (1 << 20) - s.c) return build_fail(m, "%s: too many channels", l->name);
-        c += s.c;
+            return nn_build_fail(m, "%s: input %d: tensor %d does not exist", l->name, k, ins[k]);
+        const NnDims dk = m->tensors[ins[k]].dims;
+        int same = dk.ndim == d0.ndim && dk.batch == d0.batch;
+        for (int j = 0; j < d0.ndim && same; j++) same = j == axis || dk.d[j] == d0.d[j];
+        if (!same) {
+            const NnShape s = m->tensors[ins[k]].shape, s0 = m->tensors[ins[0]].shape;
+            return nn_build_fail(m, "%s: input %d is %dx%dx%d, input 0 %dx%dx%d: %s", l->name, k, s.c, s.h, s.w, s0.c,
+                                 s0.h, s0.w, axis == 1 ? "the spatial sizes differ" : "the sizes differ beyond the axis");
+        }
+        if (out.d[axis] > (1 << 20) - dk.d[axis]) return nn_build_fail(m, "%s: too many channels", l->name);
+        out.d[axis] += dk.d[axis];
     }
     if (fh_calloc(&l->ins, (size_t)n, sizeof *l->ins, "concat inputs") ||
         fh_calloc(&l->zero_ins, (size_t)n, 1, "concat inputs")) {
@@ -424,48 +498,112 @@ int nn_concat(NnModel *m, const int *ins, int n)
     }
     memcpy(l->ins, ins, sizeof *ins * (size_t)n);
     l->n_ins = n;
-    l->cin = s0.c;
-    l->cout = c;
-    return l->out = add_tensor(m, (NnShape){c, s0.h, s0.w}, -1);
+    l->axis = axis;
+    l->cin = d0.d[axis];
+    l->cout = out.d[axis];
+    return l->out = nn_add_tensor(m, &out, -1);
+}
+
+/* along channels: dim 1 of batch-first inputs */
+int nn_concat(NnModel *m, const int *ins, int n)
+{
+    if (m->status == FH_OK && n >= 1 && ins[0] >= 0 && ins[0] < m->n_tensors && m->tensors[ins[0]].dims.batch != 0) {
+        nn_build_fail(m, "concat: its inputs must be batch-first");
+        return -1;
+    }
+    return nn_concat_axis(m, ins, n, 1);
+}
+
+int nn_slice_axis(NnModel *m, int in, int axis, int start, int end)
+{
+    NnLayer *l = nn_add_layer(m, NN_OP_SLICE, in, NN_ACT_NONE);
+    if (!l) return -1;
+    NnDims d = m->tensors[in].dims;
+    if (axis < 0 || axis >= d.ndim || axis == d.batch)
+        return nn_build_fail(m, "%s: axis %d is not a dim of its rank-%d input other than the batch's", l->name, axis,
+                             d.ndim);
+    if (start < 0 || end > d.d[axis] || start >= end)
+        return nn_build_fail(m, "%s: channels [%d, %d) are not a non-empty range of the input's %d", l->name, start, end,
+                             d.d[axis]);
+    l->start = start;
+    l->end = end;
+    l->axis = axis;
+    l->cin = d.d[axis];
+    l->cout = end - start;
+    d.d[axis] = end - start;
+    return l->out = nn_add_tensor(m, &d, -1);
 }
 
 int nn_slice_channels(NnModel *m, int in, int start, int end)
 {
-    NnLayer *l = add_layer(m, NN_OP_SLICE, in, NN_ACT_NONE);
-    if (!l) return -1;
-    NnShape s = tshape(m, in);
-    if (start < 0 || end > s.c || start >= end)
-        return build_fail(m, "%s: channels [%d, %d) are not a non-empty range of the input's %d", l->name, start, end,
-                          s.c);
-    l->start = start;
-    l->end = end;
-    l->cin = s.c;
-    l->cout = end - start;
-    return l->out = add_tensor(m, (NnShape){end - start, s.h, s.w}, -1);
+    if (m->status == FH_OK && in >= 0 && in < m->n_tensors && m->tensors[in].dims.batch != 0) {
+        nn_build_fail(m, "slice: its input must be batch-first");
+        return -1;
+    }
+    return nn_slice_axis(m, in, 1, start, end);
 }
 
 int nn_channel_shuffle(NnModel *m, int in, int groups)
 {
-    NnLayer *l = add_layer(m, NN_OP_SHUFFLE, in, NN_ACT_NONE);
+    NnLayer *l = nn_add_layer(m, NN_OP_SHUFFLE, in, NN_ACT_NONE);
     if (!l) return -1;
     NnShape s = tshape(m, in);
     if (groups < 1 || s.c % groups)
-        return build_fail(m, "%s: %d channels are not divisible by %d groups", l->name, s.c, groups);
+        return nn_build_fail(m, "%s: %d channels are not divisible by %d groups", l->name, s.c, groups);
     l->groups = groups;
     l->cin = l->cout = s.c;
     return l->out = add_tensor(m, s, -1);
 }
 
-/* a layer's inputs: in and in2, or a concat's list */
-static int n_inputs(const NnLayer *l) { return l->ins ? l->n_ins : 1 + (l->in2 >= 0); }
-static int input_of(const NnLayer *l, int k) { return l->ins ? l->ins[k] : k ? l->in2 : l->in; }
+int nn_layer_inputs(const NnLayer *l)
+{
+    if (l->type == NN_OP_PARAM || l->type == NN_OP_CONST) return 0;
+    return l->ins ? l->n_ins : 1 + (l->in2 >= 0);
+}
+int nn_layer_input(const NnLayer *l, int k) { return l->ins ? l->ins[k] : k ? l->in2 : l->in; }
+int nn_layer_is_view(const NnLayer *l) { return l->type == NN_OP_FLATTEN || l->type == NN_OP_RESHAPE; }
+
 
 int nn_flatten(NnModel *m, int in)
 {
-    NnLayer *l = add_layer(m, NN_OP_FLATTEN, in, NN_ACT_NONE);
+    NnLayer *l = nn_add_layer(m, NN_OP_FLATTEN, in, NN_ACT_NONE);
     if (!l) return -1;
-    NnShape s = tshape(m, in);
-    return l->out = add_tensor(m, (NnShape){s.c * s.h * s.w, 1, 1}, in);
+    const NnDims d = {2, 0, {1, (int)m->tensors[in].size}};
+    return l->out = nn_add_tensor(m, &d, in);
+}
+
+int nn_tie_param(NnModel *m, int layer, NnParamRole role, int from_layer)
+{
+    if (m->status != FH_OK) return m->status;
+    if (layer != m->n_layers - 1 || from_layer < 0 || from_layer >= layer)
+        return nn_build_fail(m, "tying parameters: layer %d must be the last built and %d one before it", layer,
+                             from_layer), m->status;
+    NnLayer *l = &m->layers[layer], *f = &m->layers[from_layer];
+    const int bias = role == NN_ROLE_BIAS || role == NN_ROLE_NORM_BIAS;
+    int64_t *off = bias ? &l->b_off : &l->w_off;
+    const int64_t from = bias ? f->b_off : f->w_off;
+    int vi = -1, vf = -1;
+    for (int i = 0; i < m->n_views; i++) {
+        if (m->views[i].trainable && m->views[i].layer == layer && m->views[i].offset == *off) vi = i;
+        if (m->views[i].trainable && m->views[i].layer == from_layer && m->views[i].offset == from) vf = i;
+    }
+    if (*off < 0 || from < 0 || vi < 0 || vf < 0 || m->views[vi].count != m->views[vf].count)
+        return nn_build_fail(m, "%s: its %s cannot be that of %s (absent, or of another size)", l->name,
+                             bias ? "bias" : "weight", f->name), m->status;
+    /* the tied view goes; the trainables after it move down */
+    const int64_t gone = *off, count = m->views[vi].count;
+    memmove(&m->views[vi], &m->views[vi + 1], sizeof *m->views * (size_t)(m->n_views - vi - 1));
+    m->n_views--;
+    for (int i = 0; i < m->n_views; i++)
+        if (m->views[i].trainable && m->views[i].offset > gone) m->views[i].offset -= count;
+    for (int i = 0; i < m->n_layers; i++) {
+        if (m->layers[i].w_off > gone) m->layers[i].w_off -= count;
+        if (m->layers[i].b_off > gone) m->layers[i].b_off -= count;
+    }
+    m->n_params -= count;
+    *off = from;
+    l->tied = f->tied = 1;
+    return FH_OK;
 }
 
 /* ============================== finalising ============================== */
@@ -543,8 +681,14 @@ static int data_read_by_backward(const NnModel *m, int t)
     if (t == root_of(m, m->logits) || t == root_of(m, m->features)) return 1;
     for (int i = 0; i < m->n_layers; i++) {
         const NnLayer *l = &m->layers[i];
-        if (l->type == NN_OP_FLATTEN) continue;
+        if (nn_layer_is_view(l)) continue;
         if (root_of(m, l->out) == t && l->act != NN_ACT_NONE && !own_act(l)) return 1;
+        if (nn_nd_is_op(l->type)) {
+            if (root_of(m, l->out) == t && nn_nd_reads(m, l, -1)) return 1;
+            for (int k = 0; k < nn_layer_inputs(l); k++)
+                if (root_of(m, nn_layer_input(l, k)) == t && nn_nd_reads(m, l, k)) return 1;
+            continue;
+        }
         const int needs_x = l->type == NN_OP_LINEAR || l->type == NN_OP_CONV2D || l->type == NN_OP_BATCHNORM ||
                             l->type == NN_OP_GROUPNORM || l->type == NN_OP_MUL || own_act(l);
         if (needs_x && (root_of(m, l->in) == t || (l->in2 >= 0 && root_of(m, l->in2) == t))) return 1;
@@ -574,10 +718,10 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
         NnLayer *l = &m->layers[i];
         l->zero_in = l->zero_in2 = 0;
         if (l->zero_ins) memset(l->zero_ins, 0, (size_t)l->n_ins);
-        if (l->type == NN_OP_FLATTEN) continue; /* a view: its gradient is its input's */
+        if (nn_layer_is_view(l)) continue; /* a view: its gradient is its input's */
         last[root_of(m, l->out)] = L - 1 - i;
-        for (int k = 0; k < n_inputs(l); k++) {
-            const int r = root_of(m, input_of(l, k));
+        for (int k = 0; k < nn_layer_inputs(l); k++) {
+            const int r = root_of(m, nn_layer_input(l, k));
             if (L - 1 - i < first[r]) first[r] = L - 1 - i;
         }
     }
@@ -587,6 +731,10 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
         m->tensors[t].grad_from_start = 0;
         if (m->tensors[t].alias_of >= 0 || t == m->input) continue;
         if (first[t] == L) first[t] = -1; /* nothing reads it: zeros from the start */
+        if (m->tensors[t].dims.batch < 0) { /* no batch: buffers of its own (finalize), zeroed at the start */
+            m->tensors[t].grad_from_start = 1;
+            continue;
+        }
         m->tensors[t].grad_from_start = first[t] < 0;
         if (first[t] >= 0) {
             NnLayer *w = &m->layers[L - 1 - first[t]];
@@ -607,14 +755,16 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
     for (int t = 0; t < n; t++) first[t] = last[t] = -1;
     for (int i = 0; i < L; i++) {
         const NnLayer *l = &m->layers[i];
-        if (l->type != NN_OP_FLATTEN) first[root_of(m, l->out)] = last[root_of(m, l->out)] = i;
-        for (int k = 0; k < n_inputs(l); k++)
-            if (i > last[root_of(m, input_of(l, k))]) last[root_of(m, input_of(l, k))] = i;
+        if (!nn_layer_is_view(l)) first[root_of(m, l->out)] = last[root_of(m, l->out)] = i;
+        for (int k = 0; k < nn_layer_inputs(l); k++)
+            if (i > last[root_of(m, nn_layer_input(l, k))]) last[root_of(m, nn_layer_input(l, k))] = i;
     }
     n_ids = 0;
     for (int t = 0; t < n; t++) {
         data_offset[t] = -1;
-        if (m->tensors[t].alias_of >= 0 || t == m->input || data_read_by_backward(m, t)) continue;
+        if (m->tensors[t].alias_of >= 0 || t == m->input || m->tensors[t].dims.batch < 0 ||
+            data_read_by_backward(m, t))
+            continue;
         ids[n_ids++] = t;
     }
     m->data_pool_floats = pack_spans(ids, n_ids, first, last, m->tensors, !m->no_activation_reuse, data_offset);
@@ -640,10 +790,12 @@ static int keeps_layout(const NnModel *m, const NnLayer *l, int block)
     case NN_OP_GROUPNORM: return (l->cin / l->groups) % block == 0; /* a block within one group */
     case NN_OP_MAXPOOL: return !pool_general(m, l);
     case NN_OP_CONCAT: /* whole blocks: each input's channels one run of every sample, as in NCHW */
+        if (l->axis != 1 || m->tensors[l->out].dims.ndim != 4) return 0;
         for (int k = 0; k < l->n_ins; k++)
             if (m->tensors[l->ins[k]].shape.c % block) return 0;
         return 1;
-    case NN_OP_SLICE: return l->start % block == 0 && l->end % block == 0;
+    case NN_OP_SLICE:
+        return l->axis == 1 && m->tensors[l->out].dims.ndim == 4 && l->start % block == 0 && l->end % block == 0;
     case NN_OP_BATCHNORM:
     case NN_OP_ACT:
     case NN_OP_DROPOUT:
@@ -655,12 +807,12 @@ static int keeps_layout(const NnModel *m, const NnLayer *l, int block)
 
 /* the inputs whose layout matters: a broadcast C x 1 x 1 operand is the same floats in every layout whose block
  * divides C, so it takes no part */
-static int n_layout_inputs(const NnModel *m, const NnLayer *l) { return broadcasts(m, l) ? 1 : n_inputs(l); }
+static int n_layout_inputs(const NnModel *m, const NnLayer *l) { return broadcasts(m, l) ? 1 : nn_layer_inputs(l); }
 
 static int layout_inputs_blocked(const NnModel *m, const NnLayer *l)
 {
     for (int k = 0; k < n_layout_inputs(m, l); k++)
-        if (!m->tensors[input_of(l, k)].block) return 0;
+        if (!m->tensors[nn_layer_input(l, k)].block) return 0;
     return 1;
 }
 
@@ -698,8 +850,8 @@ static void plan_layouts(NnModel *m)
             if (reads_blocks(m, l, block) && (!keeps || (out->block && layout_inputs_blocked(m, l)))) continue;
             int any_blocked = keeps && out->block;
             for (int k = 0; k < n_layout_inputs(m, l); k++) {
-                any_blocked |= m->tensors[input_of(l, k)].block;
-                m->tensors[input_of(l, k)].block = 0;
+                any_blocked |= m->tensors[nn_layer_input(l, k)].block;
+                m->tensors[nn_layer_input(l, k)].block = 0;
             }
             if (keeps) out->block = 0;
             changed |= any_blocked;
@@ -793,6 +945,8 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
     if (m->finalized) FH_FAIL(FH_ERR_USAGE, "model %s: finalised twice", m->arch);
     if (logits < 0 || logits >= m->n_tensors || features < 0 || features >= m->n_tensors)
         FH_FAIL(FH_ERR_USAGE, "model %s: logits/features tensor index out of range", m->arch);
+    if (m->tensors[logits].dims.batch != 0 || m->tensors[features].dims.batch != 0)
+        FH_FAIL(FH_ERR_USAGE, "model %s: the logits and the features must be batch-first (N x ...)", m->arch);
     if (classes < 2) FH_FAIL(FH_ERR_USAGE, "model %s: class count %d must be at least 2", m->arch, classes);
     if (m->tensors[logits].size != classes)
         FH_FAIL(FH_ERR_USAGE, "model %s: the output has %lld values but %d classes were asked for", m->arch,
@@ -828,6 +982,11 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
         if (x->alias_of >= 0) continue;
         if (t == m->input) {
             status = fh_alloc_aligned(&x->grad, sizeof(float) * B * (size_t)x->size, "input gradients");
+            continue;
+        }
+        if (x->dims.batch < 0) { /* the same for every sample: held once */
+            status = fh_alloc_aligned(&x->data, sizeof(float) * (size_t)x->size, "parameter tensors");
+            if (status == FH_OK) status = fh_alloc_aligned(&x->grad, sizeof(float) * (size_t)x->size, "parameter tensors");
             continue;
         }
         x->grad = m->grad_pool + B * (size_t)grad_offset[t];
@@ -875,7 +1034,9 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
         case NN_OP_DROPOUT:
             FH_CHECK(fh_calloc(&l->mask, B * (size_t)m->tensors[l->out].size, 1, "dropout mask"));
             break;
-        default: break;
+        default:
+            if (nn_nd_is_op(l->type)) FH_CHECK(nn_nd_finalize_layer(m, l));
+            break;
         }
     }
     m->workspace_floats = (size_t)ws;
@@ -894,9 +1055,9 @@ void nn_model_free(NnModel *m)
     if (!m) return;
     for (int t = 0; t < m->n_tensors; t++) {
         if (m->tensors[t].alias_of >= 0) continue;
-        if (t == m->input) fh_free(&m->tensors[t].grad);
-        else if (!in_pool(m->tensors[t].data, m->data_pool, m->data_pool_floats, m->max_batch))
-            fh_free(&m->tensors[t].data);
+        if (t == m->input || m->tensors[t].dims.batch < 0) fh_free(&m->tensors[t].grad);
+        if (t == m->input) continue;
+        if (!in_pool(m->tensors[t].data, m->data_pool, m->data_pool_floats, m->max_batch)) fh_free(&m->tensors[t].data);
     }
     fh_free(&m->grad_pool);
     fh_free(&m->data_pool);
@@ -909,6 +1070,8 @@ void nn_model_free(NnModel *m)
         fh_free(&m->layers[i].pool_pattern);
         fh_free(&m->layers[i].ins);
         fh_free(&m->layers[i].zero_ins);
+        fh_free(&m->layers[i].values);
+        fh_free(&m->layers[i].index);
         nn_onednn_conv_free(&m->layers[i].onednn);
         nn_onednn_layer_free(&m->layers[i].onednn_train);
     }
@@ -945,6 +1108,12 @@ void nn_model_init_params(NnModel *m, uint64_t seed)
             for (int64_t i = 0; i < v->count; i++) p[i] = (2.0f * fh_rng_uniform_f(&rng) - 1.0f) * bound;
             break;
         }
+        case NN_ROLE_TENSOR: { /* N(0, 0.02^2), the position embeddings' and class tokens' init of ViT */
+            FhRng rng;
+            fh_rng_init(&rng, seed, FH_RNG_INIT, (uint32_t)vi, 0, 0);
+            for (int64_t i = 0; i < v->count; i++) p[i] = 0.02f * (float)fh_rng_normal(&rng);
+            break;
+        }
         case NN_ROLE_NORM_WEIGHT:
         case NN_ROLE_RUNNING_VAR:
             for (int64_t i = 0; i < v->count; i++) p[i] = 1.0f;
@@ -959,19 +1128,19 @@ void nn_model_init_params(NnModel *m, uint64_t seed)
 
 /* ============================== running ============================== */
 
-static float *tdata(const NnModel *m, int t)
+float *nn_tdata(const NnModel *m, int t)
 {
     while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
     return m->tensors[t].data;
 }
 
-static float *tgrad(const NnModel *m, int t)
+float *nn_tgrad(const NnModel *m, int t)
 {
     while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
     return m->tensors[t].grad;
 }
 
-static int is_input(const NnModel *m, int t)
+int nn_is_input_tensor(const NnModel *m, int t)
 {
     while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
     return t == m->input;
@@ -979,8 +1148,13 @@ static int is_input(const NnModel *m, int t)
 
 void nn_model_set_training(NnModel *m, int training) { m->training = training; }
 
-static float *param(const NnModel *m, int64_t off) { return off >= 0 ? m->state + off : NULL; }
-static float *pgrad(const NnModel *m, int64_t off) { return off >= 0 ? m->grad + off : NULL; }
+int64_t nn_tensor_floats(const NnModel *m, int t, int batch)
+{
+    const NnTensor *x = &m->tensors[t];
+    return x->dims.batch < 0 ? x->size : (int64_t)batch * x->size;
+}
+
+
 
 static void dropout_forward(NnModel *m, NnLayer *l, float *y, const float *x, int64_t n)
 {
@@ -1034,12 +1208,12 @@ static void pattern_backward(float *dy, const uint8_t *pattern, int64_t n)
  * and an activation it cannot fuse */
 static int bn_forward_onednn(NnModel *m, NnLayer *l, float *y, const float *x, int batch, NnShape si)
 {
-    FH_CHECK(nn_onednn_bn_forward(l->onednn_train, y, l->save_mean, l->save_invstd, x, param(m, l->w_off),
-                                  param(m, l->b_off), batch));
+    FH_CHECK(nn_onednn_bn_forward(l->onednn_train, y, l->save_mean, l->save_invstd, x, nn_param_at(m, l->w_off),
+                                  nn_param_at(m, l->b_off), batch));
     const int64_t count = (int64_t)batch * si.h * si.w;
     if (m->bn_update_running)
         for (int ch = 0; ch < si.c; ch++)
-            nn_batchnorm_running_update(param(m, l->rm_off), param(m, l->rv_off), ch, l->save_mean[ch],
+            nn_batchnorm_running_update(nn_param_at(m, l->rm_off), nn_param_at(m, l->rv_off), ch, l->save_mean[ch],
                                         l->save_invstd[ch], count, l->momentum);
     if (l->act != NN_ACT_RELU) nn_act_forward(y, count * si.c, l->act);
     return FH_OK;
@@ -1051,6 +1225,24 @@ static void maxpool_replay(float *y, int32_t *argmax, const int32_t *winners, co
     memcpy(argmax, winners, sizeof(int32_t) * (size_t)planes * hwo);
     for (int p = 0; p < planes; p++)
         for (int i = 0; i < hwo; i++) y[(int64_t)p * hwo + i] = x[(int64_t)p * hw + winners[(int64_t)p * hwo + i]];
+}
+
+/* The linear layers on rows (tokens) run on oneDNN's gemm under the onednn backend: a transformer is mostly those,
+ * and oneDNN's kernels follow the CPU where an OpenBLAS build can fall back to old ones (Debian's 0.3.21 takes a CPU
+ * it does not know for a Prescott). The zoo's linear layers keep OpenBLAS and their bits. */
+static int linear_on_onednn(const NnModel *m, const NnLayer *l) { return m->onednn != NULL && l->per_row; }
+
+/* the values before dim `axis` of tensor t (its batch counted) and after it */
+static void axis_split(const NnModel *m, int t, int axis, int batch, int64_t *outer, int64_t *inner)
+{
+    int64_t n[NN_MAX_DIMS];
+    const NnDims *d = &m->tensors[t].dims;
+    nn_dims_at(d, batch, n);
+    *outer = *inner = 1;
+    for (int k = 0; k < d->ndim; k++) {
+        if (k < axis) *outer *= n[k];
+        if (k > axis) *inner *= n[k];
+    }
 }
 
 int nn_model_forward(NnModel *m, const float *input, int batch)
@@ -1071,11 +1263,11 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
         double t0 = m->profile ? fh_time_now() : 0.0;
-        const float *x = tdata(m, l->in);
-        float *y = tdata(m, l->out);
+        const float *x = nn_tdata(m, l->in);
+        float *y = nn_tdata(m, l->out);
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
         const int block = m->tensors[l->in].block;
-        int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
+        int64_t n_out = nn_tensor_floats(m, l->out, batch);
         int continue_without_act = 0; /* set by layers that apply their activation themselves */
         const int use_pattern = m->pattern != NN_PATTERN_OFF && l->act != NN_ACT_NONE;
         if (use_pattern && !l->act_pattern)
@@ -1086,15 +1278,16 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
         l->onednn_ran = l->onednn_train && m->training && m->pattern == NN_PATTERN_OFF;
         switch (l->type) {
         case NN_OP_LINEAR:
-            nn_linear_forward(y, x, param(m, l->w_off), param(m, l->b_off), batch, l->cin, l->cout);
+            nn_linear_forward_ex(y, x, nn_param_at(m, l->w_off), nn_param_at(m, l->b_off), batch * l->rows, l->cin,
+                                 l->cout, linear_on_onednn(m, l));
             break;
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, batch);
             if (l->onednn)
-                FH_CHECK(nn_onednn_conv_forward(l->onednn, y, x, param(m, l->w_off), param(m, l->b_off), batch,
+                FH_CHECK(nn_onednn_conv_forward(l->onednn, y, x, nn_param_at(m, l->w_off), nn_param_at(m, l->b_off), batch,
                                                 kernel_act));
             else
-                nn_conv2d_forward_act(y, x, param(m, l->w_off), param(m, l->b_off), &s, kernel_act, m->workspace);
+                nn_conv2d_forward_act(y, x, nn_param_at(m, l->w_off), nn_param_at(m, l->b_off), &s, kernel_act, m->workspace);
             continue_without_act = 1;
             break;
         }
@@ -1137,17 +1330,17 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
                 FH_CHECK(bn_forward_onednn(m, l, y, x, batch, si));
             else if (m->training)
                 nn_batchnorm_forward_train_act(y, l->save_mean, l->save_invstd,
-                                               m->bn_update_running ? param(m, l->rm_off) : NULL, param(m, l->rv_off),
-                                               x, param(m, l->w_off), param(m, l->b_off), batch, si.c, si.h * si.w,
+                                               m->bn_update_running ? nn_param_at(m, l->rm_off) : NULL, nn_param_at(m, l->rv_off),
+                                               x, nn_param_at(m, l->w_off), nn_param_at(m, l->b_off), batch, si.c, si.h * si.w,
                                                l->eps, l->momentum, l->act, block);
             else
-                nn_batchnorm_forward_eval_act(y, x, param(m, l->w_off), param(m, l->b_off), param(m, l->rm_off),
-                                              param(m, l->rv_off), batch, si.c, si.h * si.w, l->eps, kernel_act,
+                nn_batchnorm_forward_eval_act(y, x, nn_param_at(m, l->w_off), nn_param_at(m, l->b_off), nn_param_at(m, l->rm_off),
+                                              nn_param_at(m, l->rv_off), batch, si.c, si.h * si.w, l->eps, kernel_act,
                                               block);
             continue_without_act = 1;
             break;
         case NN_OP_GROUPNORM:
-            nn_groupnorm_forward(y, l->save_mean, l->save_invstd, x, param(m, l->w_off), param(m, l->b_off), batch,
+            nn_groupnorm_forward(y, l->save_mean, l->save_invstd, x, nn_param_at(m, l->w_off), nn_param_at(m, l->b_off), batch,
                                  si.c, si.h * si.w, l->groups, l->eps, block);
             break;
         case NN_OP_ACT:
@@ -1164,7 +1357,7 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
             else memcpy(y, x, sizeof(float) * (size_t)n_out);
             break;
         case NN_OP_ADD: {
-            const float *x2 = tdata(m, l->in2);
+            const float *x2 = nn_tdata(m, l->in2);
             if (broadcasts(m, l))
                 nn_add_bcast_forward(y, x, x2, batch, si.c, (int64_t)si.h * si.w, block);
             else
@@ -1172,21 +1365,28 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
             break;
         }
         case NN_OP_MUL:
-            nn_mul_forward(y, x, tdata(m, l->in2), batch, si.c, (int64_t)si.h * si.w,
+            nn_mul_forward(y, x, nn_tdata(m, l->in2), batch, si.c, (int64_t)si.h * si.w,
                            broadcasts(m, l) ? 1 : (int64_t)si.h * si.w, block);
             break;
-        case NN_OP_CONCAT:
+        case NN_OP_CONCAT: {
+            int64_t outer, inner;
+            axis_split(m, l->out, l->axis, batch, &outer, &inner);
             for (int k = 0, c0 = 0; k < l->n_ins; k++) {
-                const NnShape sk = m->tensors[l->ins[k]].shape;
-                nn_channels_copy(y, so.c, c0, tdata(m, l->ins[k]), sk.c, 0, sk.c, batch, (int64_t)sk.h * sk.w, 0);
-                c0 += sk.c;
+                const int ck = m->tensors[l->ins[k]].dims.d[l->axis];
+                nn_channels_copy(y, l->cout, c0, nn_tdata(m, l->ins[k]), ck, 0, ck, (int)outer, inner, 0);
+                c0 += ck;
             }
             break;
-        case NN_OP_SLICE:
-            nn_channels_copy(y, so.c, 0, x, si.c, l->start, so.c, batch, (int64_t)si.h * si.w, 0);
+        }
+        case NN_OP_SLICE: {
+            int64_t outer, inner;
+            axis_split(m, l->in, l->axis, batch, &outer, &inner);
+            nn_channels_copy(y, l->cout, 0, x, l->cin, l->start, l->cout, (int)outer, inner, 0);
             break;
+        }
         case NN_OP_SHUFFLE: nn_shuffle_forward(y, x, batch, si.c, l->groups, (int64_t)si.h * si.w); break;
         case NN_OP_FLATTEN: break;
+        default: nn_nd_forward(m, l, batch); break;
         }
         if (!own_act(l)) { /* an own activation's kernel applied it, and recorded or replayed its pattern */
             if (replay && use_pattern) pattern_forward(y, l->act_pattern, n_out);
@@ -1240,23 +1440,23 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
     for (int t = 0; t < m->n_tensors; t++) {
         NnTensor *x = &m->tensors[t];
         if (x->alias_of >= 0 || !(t == m->input ? m->need_input_grad : x->grad_from_start)) continue;
-        memset(x->grad, 0, sizeof(float) * (size_t)batch * (size_t)x->size);
+        memset(x->grad, 0, sizeof(float) * (size_t)nn_tensor_floats(m, t, batch));
     }
-    nn_vec_axpy(tgrad(m, m->logits), 1.0f, dlogits, (int64_t)batch * m->classes);
-    if (dfeatures) nn_vec_axpy(tgrad(m, m->features), 1.0f, dfeatures, (int64_t)batch * m->tensors[m->features].size);
+    nn_vec_axpy(nn_tgrad(m, m->logits), 1.0f, dlogits, (int64_t)batch * m->classes);
+    if (dfeatures) nn_vec_axpy(nn_tgrad(m, m->features), 1.0f, dfeatures, (int64_t)batch * m->tensors[m->features].size);
 
     for (int i = m->n_layers - 1; i >= 0; i--) {
         NnLayer *l = &m->layers[i];
         double t0 = m->profile ? fh_time_now() : 0.0;
         if (l->zero_in && !writes_whole_dx(m, l))
-            memset(tgrad(m, l->in), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->in].size);
-        if (l->zero_in2) memset(tgrad(m, l->in2), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->in2].size);
-        const float *x = tdata(m, l->in), *y = tdata(m, l->out);
-        float *dy = tgrad(m, l->out);
-        float *dx = (is_input(m, l->in) && !m->need_input_grad) ? NULL : tgrad(m, l->in);
+            memset(nn_tgrad(m, l->in), 0, sizeof(float) * (size_t)nn_tensor_floats(m, l->in, batch));
+        if (l->zero_in2) memset(nn_tgrad(m, l->in2), 0, sizeof(float) * (size_t)nn_tensor_floats(m, l->in2, batch));
+        const float *x = nn_tdata(m, l->in), *y = nn_tdata(m, l->out);
+        float *dy = nn_tgrad(m, l->out);
+        float *dx = (nn_is_input_tensor(m, l->in) && !m->need_input_grad) ? NULL : nn_tgrad(m, l->in);
         NnShape si = m->tensors[l->in].shape, so = m->tensors[l->out].shape;
         const int block = m->tensors[l->in].block;
-        int64_t n_out = (int64_t)batch * m->tensors[l->out].size;
+        int64_t n_out = nn_tensor_floats(m, l->out, batch);
         /* conv and training-mode batch norm fold the activation's mask into their own passes (oneDNN's batch norm
          * a ReLU's only) */
         const int fused_mask = l->type == NN_OP_CONV2D ||
@@ -1270,17 +1470,17 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         }
         switch (l->type) {
         case NN_OP_LINEAR:
-            nn_linear_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), batch, l->cin,
-                               l->cout);
+            nn_linear_backward_ex(dx, nn_pgrad_at(m, l->w_off), nn_pgrad_at(m, l->b_off), dy, x,
+                                  nn_param_at(m, l->w_off), batch * l->rows, l->cin, l->cout, linear_on_onednn(m, l));
             break;
         case NN_OP_CONV2D: {
             NnConvShape s = conv_shape(m, l, batch);
             if (l->onednn)
-                nn_onednn_conv_backward(l->onednn, dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
-                                        param(m, l->w_off), batch, replay ? NN_ACT_NONE : l->act, m->grad_zero,
+                nn_onednn_conv_backward(l->onednn, dx, nn_pgrad_at(m, l->w_off), nn_pgrad_at(m, l->b_off), dy, y, x,
+                                        nn_param_at(m, l->w_off), batch, replay ? NN_ACT_NONE : l->act, m->grad_zero && !l->tied,
                                         l->zero_in);
             else
-                nn_conv2d_backward_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x, param(m, l->w_off), &s,
+                nn_conv2d_backward_act(dx, nn_pgrad_at(m, l->w_off), nn_pgrad_at(m, l->b_off), dy, y, x, nn_param_at(m, l->w_off), &s,
                                        replay ? NN_ACT_NONE : l->act, m->workspace);
             break;
         }
@@ -1311,20 +1511,20 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             break;
         case NN_OP_BATCHNORM:
             if (l->onednn_ran)
-                nn_onednn_bn_backward(l->onednn_train, dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x,
-                                      param(m, l->w_off), param(m, l->b_off), l->save_mean, l->save_invstd, batch,
-                                      m->grad_zero, l->zero_in);
+                nn_onednn_bn_backward(l->onednn_train, dx, nn_pgrad_at(m, l->w_off), nn_pgrad_at(m, l->b_off), dy, x,
+                                      nn_param_at(m, l->w_off), nn_param_at(m, l->b_off), l->save_mean, l->save_invstd, batch,
+                                      m->grad_zero && !l->tied, l->zero_in);
             else if (m->training)
-                nn_batchnorm_backward_train_act(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, y, x,
-                                                param(m, l->w_off), l->save_mean, l->save_invstd, batch, si.c,
+                nn_batchnorm_backward_train_act(dx, nn_pgrad_at(m, l->w_off), nn_pgrad_at(m, l->b_off), dy, y, x,
+                                                nn_param_at(m, l->w_off), l->save_mean, l->save_invstd, batch, si.c,
                                                 si.h * si.w, l->act, block, l->zero_in);
             else
-                nn_batchnorm_backward_eval(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off),
-                                           param(m, l->rm_off), param(m, l->rv_off), batch, si.c, si.h * si.w,
+                nn_batchnorm_backward_eval(dx, nn_pgrad_at(m, l->w_off), nn_pgrad_at(m, l->b_off), dy, x, nn_param_at(m, l->w_off),
+                                           nn_param_at(m, l->rm_off), nn_param_at(m, l->rv_off), batch, si.c, si.h * si.w,
                                            l->eps, block);
             break;
         case NN_OP_GROUPNORM:
-            nn_groupnorm_backward(dx, pgrad(m, l->w_off), pgrad(m, l->b_off), dy, x, param(m, l->w_off), l->save_mean,
+            nn_groupnorm_backward(dx, nn_pgrad_at(m, l->w_off), nn_pgrad_at(m, l->b_off), dy, x, nn_param_at(m, l->w_off), l->save_mean,
                                   l->save_invstd, batch, si.c, si.h * si.w, l->groups, block, l->zero_in);
             break;
         case NN_OP_ACT:
@@ -1346,7 +1546,7 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             }
             break;
         case NN_OP_ADD: {
-            float *dx2 = (is_input(m, l->in2) && !m->need_input_grad) ? NULL : tgrad(m, l->in2);
+            float *dx2 = (nn_is_input_tensor(m, l->in2) && !m->need_input_grad) ? NULL : nn_tgrad(m, l->in2);
             if (broadcasts(m, l)) {
                 nn_add_bcast_backward(dx, dx2, dy, batch, si.c, (int64_t)si.h * si.w, block);
                 break;
@@ -1356,37 +1556,45 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
             break;
         }
         case NN_OP_MUL: {
-            float *dx2 = (is_input(m, l->in2) && !m->need_input_grad) ? NULL : tgrad(m, l->in2);
-            nn_mul_backward(dx, dx2, dy, x, tdata(m, l->in2), batch, si.c, (int64_t)si.h * si.w,
+            float *dx2 = (nn_is_input_tensor(m, l->in2) && !m->need_input_grad) ? NULL : nn_tgrad(m, l->in2);
+            nn_mul_backward(dx, dx2, dy, x, nn_tdata(m, l->in2), batch, si.c, (int64_t)si.h * si.w,
                             broadcasts(m, l) ? 1 : (int64_t)si.h * si.w, block);
             break;
         }
-        case NN_OP_CONCAT:
+        case NN_OP_CONCAT: {
+            int64_t outer, inner;
+            axis_split(m, l->out, l->axis, batch, &outer, &inner);
             for (int k = 0; k < l->n_ins; k++) /* every first write zeroed before any input adds (an input twice) */
                 if (l->zero_ins[k])
-                    memset(tgrad(m, l->ins[k]), 0, sizeof(float) * (size_t)batch * (size_t)m->tensors[l->ins[k]].size);
+                    memset(nn_tgrad(m, l->ins[k]), 0, sizeof(float) * (size_t)nn_tensor_floats(m, l->ins[k], batch));
             for (int k = 0, c0 = 0; k < l->n_ins; k++) {
-                const NnShape sk = m->tensors[l->ins[k]].shape;
-                if (!is_input(m, l->ins[k]) || m->need_input_grad)
-                    nn_channels_copy(tgrad(m, l->ins[k]), sk.c, 0, dy, so.c, c0, sk.c, batch, (int64_t)sk.h * sk.w, 1);
-                c0 += sk.c;
+                const int ck = m->tensors[l->ins[k]].dims.d[l->axis];
+                if (!nn_is_input_tensor(m, l->ins[k]) || m->need_input_grad)
+                    nn_channels_copy(nn_tgrad(m, l->ins[k]), ck, 0, dy, l->cout, c0, ck, (int)outer, inner, 1);
+                c0 += ck;
             }
             break;
+        }
         case NN_OP_SLICE:
-            if (dx) nn_channels_copy(dx, si.c, l->start, dy, so.c, 0, so.c, batch, (int64_t)si.h * si.w, 1);
+            if (dx) {
+                int64_t outer, inner;
+                axis_split(m, l->in, l->axis, batch, &outer, &inner);
+                nn_channels_copy(dx, l->cin, l->start, dy, l->cout, 0, l->cout, (int)outer, inner, 1);
+            }
             break;
         case NN_OP_SHUFFLE:
             if (dx) nn_shuffle_backward(dx, dy, batch, si.c, l->groups, (int64_t)si.h * si.w);
             break;
         case NN_OP_FLATTEN: break;
+        default: nn_nd_backward(m, l, batch); break;
         }
         if (m->profile) l->seconds_backward += fh_time_now() - t0;
     }
     m->grad_zero = 0;
 }
 
-float *nn_model_logits(const NnModel *m) { return tdata(m, m->logits); }
-float *nn_model_features(const NnModel *m) { return tdata(m, m->features); }
+float *nn_model_logits(const NnModel *m) { return nn_tdata(m, m->logits); }
+float *nn_model_features(const NnModel *m) { return nn_tdata(m, m->features); }
 int64_t nn_model_features_size(const NnModel *m) { return m->tensors[m->features].size; }
 
 int64_t nn_model_flops_forward(const NnModel *m)

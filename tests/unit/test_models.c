@@ -361,6 +361,12 @@ static void check_initial_values(const NnModel *m, const char *what)
             }
             break;
         }
+        case NN_ROLE_TENSOR: { /* N(0, 0.02^2): within 6 sd, not constant */
+            for (int64_t j = 0; j < v->count; j++) ok &= fabs((double)p[j]) < 6.0 * 0.02;
+            CHECK_MSG(ok, "%s: %s has a value beyond 6 x 0.02", what, v->name);
+            if (v->count >= 2) CHECK_MSG(p[0] != p[1], "%s: %s is constant", what, v->name);
+            break;
+        }
         }
     }
 }

@@ -1,0 +1,426 @@
+/* The layers on tensors of any rank (src/nn/layers_nd.c, kernels_nd.c): what transformers need. Every layer by finite
+ * differences (layer_check.h) in small graphs that move the batch where PyTorch's attention moves it; the kernels
+ * against naive loops in double (transpose, batched products, layer norm, softmax, broadcasting arithmetic, means,
+ * gathers); the new activations (GELU in both forms, erf, sqrt, exp, pow, the affine map) against their definitions;
+ * tied parameters; the same bits on 1 and 3 threads; bad dims refused with messages.
+ * Run: make build/tests/test_layers_nd && build/tests/test_layers_nd [test_name] */
+#include "test.h"
+
+#include "layer_check.h"
+
+#define FREE_ALL(...)                                                                \
+    do {                                                                             \
+        void *all_[] = {__VA_ARGS__};                                                \
+        for (size_t i_ = 0; i_ < sizeof all_ / sizeof all_[0]; i_++) free(all_[i_]); \
+    } while (0)
+
+/* [N, C, H, W] input viewed as tokens: [N, T = C, E = H * W] */
+static int tokens(NnModel *m, int x)
+{
+    const NnShape s = m->tensors[x].shape;
+    const NnDims d = {3, 0, {1, s.c, s.h * s.w}};
+    return nn_reshape(m, x, &d);
+}
+
+/* ============================== graphs for finite differences ============================== */
+
+/* the batch moved to the middle and back, a reshape with it there, a linear layer on rows in either place */
+static int build_batch_moves(NnModel *m, int x, const void *arg)
+{
+    int t = tokens(m, x);                       /* [N, T, E] */
+    t = nn_linear_rows(m, t, 6, 1, NN_ACT_NONE); /* [N, T, 6] */
+    t = nn_transpose(m, t, (int[]){1, 0, 2});    /* [T, N, 6] */
+    t = nn_linear_rows(m, t, 4, 1, NN_ACT_NONE); /* rows with the batch in the middle */
+    const NnDims split = {4, 1, {m->tensors[t].dims.d[0], 1, 2, 2}};
+    t = nn_reshape(m, t, &split);                   /* [T, N, 2, 2] */
+    t = nn_transpose(m, t, (int[]){1, 2, 0, 3});    /* [N, 2, T, 2] */
+    return nn_linear_rows(m, t, 3, 0, NN_ACT_NONE); /* [N, 2, T, 3] */
+}
+
+/* self-attention as torchvision exports it: a qkv projection, heads split, softmax(q k^T / sqrt d) v, heads merged */
+static int build_attention(NnModel *m, int x, const void *arg)
+{
+    const int *trans = arg;
+    int t = tokens(m, x); /* [N, T, E] */
+    const int T = m->tensors[t].dims.d[1], H = 2, D = 3;
+    int qkv = nn_linear_rows(m, t, 3 * H * D, 1, NN_ACT_NONE);
+    int q = nn_slice_axis(m, qkv, 2, 0, H * D), k = nn_slice_axis(m, qkv, 2, H * D, 2 * H * D),
+        v = nn_slice_axis(m, qkv, 2, 2 * H * D, 3 * H * D);
+    const NnDims heads = {4, 0, {1, T, H, D}};
+    q = nn_transpose(m, nn_reshape(m, q, &heads), (int[]){0, 2, 1, 3}); /* [N, H, T, D] */
+    k = nn_transpose(m, nn_reshape(m, k, &heads), (int[]){0, 2, 1, 3});
+    v = nn_transpose(m, nn_reshape(m, v, &heads), (int[]){0, 2, 1, 3});
+    q = nn_act_ex(m, q, (NnActSpec){NN_ACT_AFFINE, 0.57735f, 0.0f});
+    int s = *trans ? nn_matmul(m, q, k, 1, 1.0f)
+                   : nn_matmul(m, q, nn_transpose(m, k, (int[]){0, 1, 3, 2}), 0, 1.0f); /* [N, H, T, T] */
+    s = nn_softmax(m, s, 3);
+    int o = nn_matmul(m, s, v, 0, 1.0f);   /* [N, H, T, D] */
+    o = nn_transpose(m, o, (int[]){0, 2, 1, 3});
+    const NnDims merged = {3, 0, {1, T, H * D}};
+    return nn_linear_rows(m, nn_reshape(m, o, &merged), 4, 1, NN_ACT_NONE);
+}
+
+/* a class token expanded over the batch and concatenated, a position embedding added, layer norm, a mean over
+ * tokens, a gather of rows (one twice), a slice */
+static int build_tokens(NnModel *m, int x, const void *arg)
+{
+    int t = tokens(m, x);
+    const int T = m->tensors[t].dims.d[1], E = m->tensors[t].dims.d[2];
+    const NnDims tok = {3, -1, {1, 1, E}}, pos = {3, -1, {1, T + 1, E}}, cls = {3, 0, {1, 1, E}};
+    int c = nn_expand(m, nn_param(m, &tok), &cls);
+    int h = nn_concat_axis(m, (int[]){c, t}, 2, 1);
+    h = nn_binary(m, NN_BIN_ADD, h, nn_param(m, &pos));
+    h = nn_layernorm(m, h, 1, 1e-5f, 1);
+    int g = nn_gather(m, h, 1, (int32_t[]){0, 2, 2, 1}, 4); /* [N, 4, E]: row 2 twice */
+    int s = nn_slice_axis(m, h, 2, 1, E - 1);               /* [N, T + 1, E - 2] */
+    int mean = nn_reduce_mean(m, s, 1u << 1);               /* [N, 1, E - 2] */
+    int lin = nn_linear_rows(m, g, E - 2, 1, NN_ACT_NONE);  /* [N, 4, E - 2] */
+    return nn_binary(m, NN_BIN_MUL, lin, mean);             /* broadcast over the 4 rows */
+}
+
+/* arithmetic with broadcasting: a parameter per channel, a constant, sub and div (the divisor kept from 0) */
+static int build_arith(NnModel *m, int x, const void *arg)
+{
+    const NnShape s = m->tensors[x].shape;
+    const NnDims per_c = {4, -1, {1, s.c, 1, 1}}, row = {4, -1, {1, 1, 1, s.w}};
+    float values[64];
+    for (int i = 0; i < s.w && i < 64; i++) values[i] = 0.5f + 0.25f * (float)i;
+    int a = nn_binary(m, NN_BIN_MUL, x, nn_param(m, &per_c));
+    int b = nn_binary(m, NN_BIN_SUB, nn_constant(m, &row, values), a);
+    int den = nn_act_ex(m, nn_act_ex(m, x, (NnActSpec){NN_ACT_POW, 2.0f, 0}), (NnActSpec){NN_ACT_AFFINE, 1.0f, 1.5f});
+    int q = nn_binary(m, NN_BIN_DIV, b, den);
+    return nn_binary(m, NN_BIN_ADD, q, nn_linear_rows(m, x, s.w, 1, NN_ACT_NONE));
+}
+
+/* layer norm over the last two dims plus a softmax along a middle dim, times a parameter (a batched product) */
+static int build_norm_softmax(NnModel *m, int x, const void *arg)
+{
+    int h = nn_binary(m, NN_BIN_ADD, nn_layernorm(m, x, 2, 1e-5f, 1), nn_softmax(m, x, 2));
+    const NnShape s = m->tensors[x].shape;
+    const NnDims w = {4, -1, {1, 1, s.w, 3}};
+    return nn_matmul(m, h, nn_param(m, &w), 0, 0.5f); /* [N, C, H, 3]: the parameter broadcast */
+}
+
+/* two linear layers on rows with one weight (tied), the second after a nonlinearity */
+static int build_tied(NnModel *m, int x, const void *arg)
+{
+    int t = tokens(m, x);
+    const int E = m->tensors[t].dims.d[2];
+    int a = nn_linear_rows(m, t, E, 1, NN_ACT_NONE);
+    const int first = m->n_layers - 1;
+    int h = nn_act_ex(m, a, (NnActSpec){NN_ACT_GELU, 0, 0});
+    int b = nn_linear_rows(m, h, E, 1, NN_ACT_NONE);
+    if (nn_tie_param(m, m->n_layers - 1, NN_ROLE_WEIGHT, first) != FH_OK) return -1;
+    return b;
+}
+
+static int build_drop_path(NnModel *m, int x, const void *arg)
+{
+    int h = nn_conv2d(m, x, 3, 3, 1, 1, 1, 1, NN_ACT_NONE);
+    return nn_binary(m, NN_BIN_ADD, x, nn_drop_path(m, h, 0.4f, 1.0f / 0.6f));
+}
+
+static const NnActSpec nd_acts[] = {
+    {NN_ACT_GELU, 0, 0}, {NN_ACT_GELU_TANH, 0, 0}, {NN_ACT_ERF, 0, 0}, {NN_ACT_EXP, 0, 0},
+    {NN_ACT_POW, 3.0f, 0}, {NN_ACT_AFFINE, -0.75f, 0.5f},
+};
+#define N_ND_ACTS (sizeof nd_acts / sizeof nd_acts[0])
+
+/* an activation after a linear layer on rows (the gradient reaches parameters); sqrt of x^2 + 1 */
+static int build_act(NnModel *m, int x, const void *arg)
+{
+    const NnActSpec *s = arg;
+    int h = nn_linear_rows(m, x, m->tensors[x].shape.w, 1, NN_ACT_NONE);
+    if (!s) {
+        h = nn_act_ex(m, h, (NnActSpec){NN_ACT_POW, 2.0f, 0});
+        h = nn_act_ex(m, h, (NnActSpec){NN_ACT_AFFINE, 1.0f, 1.0f});
+        return nn_act_ex(m, h, (NnActSpec){NN_ACT_SQRT, 0, 0});
+    }
+    return nn_act_ex(m, h, *s);
+}
+
+static void test_grad_graphs(void)
+{
+    static const int no = 0, yes = 1;
+    const GradCase cases[] = {
+        {.label = "batch_moves", .in = {3, 2, 3}, .batch = 2, .build = build_batch_moves, .training = 1},
+        {.label = "attention", .in = {5, 2, 2}, .batch = 2, .build = build_attention, .arg = &no, .training = 1},
+        {.label = "attention_trans_b", .in = {5, 2, 2}, .batch = 2, .build = build_attention, .arg = &yes,
+         .training = 1},
+        {.label = "tokens", .in = {4, 2, 3}, .batch = 3, .build = build_tokens, .training = 1},
+        {.label = "arith", .in = {3, 2, 4}, .batch = 2, .build = build_arith, .training = 1},
+        {.label = "norm_softmax", .in = {2, 3, 4}, .batch = 2, .build = build_norm_softmax, .training = 1},
+        {.label = "tied", .in = {3, 2, 2}, .batch = 2, .build = build_tied, .training = 1},
+        {.label = "drop_path", .in = {3, 4, 4}, .batch = 4, .build = build_drop_path, .training = 1},
+        {.label = "drop_path_eval", .in = {3, 4, 4}, .batch = 4, .build = build_drop_path, .training = 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) grad_check(&cases[i]);
+    for (size_t i = 0; i <= N_ND_ACTS; i++) {
+        char label[32];
+        snprintf(label, sizeof label, "act_nd_%zu", i);
+        GradCase c = {.label = label, .in = {2, 3, 4}, .batch = 2, .build = build_act,
+                      .arg = i < N_ND_ACTS ? &nd_acts[i] : NULL, .training = 1};
+        grad_check(&c);
+    }
+}
+
+/* ============================== kernels against naive loops ============================== */
+
+static void test_transpose_matches_ref(void)
+{
+    const int64_t n[4] = {3, 4, 5, 6};
+    const int perms[][4] = {{0, 1, 3, 2}, {2, 0, 3, 1}, {1, 0, 2, 3}, {3, 2, 1, 0}, {0, 2, 1, 3}};
+    const int64_t total = 3 * 4 * 5 * 6;
+    float *x = falloc(total), *y = falloc(total), *back = falloc(total);
+    FhRng rng = rng_for("transpose", 0);
+    fill_normal(&rng, x, total, 1.0);
+    for (size_t p = 0; p < sizeof perms / sizeof perms[0]; p++) {
+        const int *pm = perms[p];
+        nn_transpose_run(y, x, 4, n, pm, 0);
+        int bad = 0;
+        int64_t ny[4];
+        for (int k = 0; k < 4; k++) ny[k] = n[pm[k]];
+        for (int64_t i = 0; i < total && !bad; i++) { /* y[i0, i1, i2, i3] = x at the input index they name */
+            int64_t idx[4], rem = i, xi[4], off = 0;
+            for (int k = 3; k >= 0; k--) idx[k] = rem % ny[k], rem /= ny[k];
+            for (int k = 0; k < 4; k++) xi[pm[k]] = idx[k];
+            for (int k = 0; k < 4; k++) off = off * n[k] + xi[k];
+            bad = y[i] != x[off];
+        }
+        CHECK_MSG(!bad, "perm %d %d %d %d: a value moved to the wrong place", pm[0], pm[1], pm[2], pm[3]);
+        int inv[4];
+        for (int k = 0; k < 4; k++) inv[pm[k]] = k;
+        memset(back, 0, sizeof(float) * total);
+        nn_transpose_run(back, y, 4, ny, inv, 1); /* the backward: add back through the inverse */
+        CHECK_MSG(memcmp(back, x, sizeof(float) * total) == 0, "perm %d: the inverse does not restore x", (int)p);
+    }
+    FREE_ALL(x, y, back);
+}
+
+static void test_matmul_matches_ref(void)
+{
+    /* [2, 3, M, K] x [1, 3, K, N] (the first dim broadcast), both orientations of b */
+    const int M = 5, K = 4, N = 6;
+    for (int tb = 0; tb < 2; tb++) {
+        NnMatmulShape s = {.m = M, .k = K, .n_cols = N, .trans_b = tb, .nd = 2, .alpha = 0.5f, .count = 6,
+                           .n = {2, 3}, .sa = {3 * M * K, M * K}, .sb = {0, K * N}, .sy = {3 * M * N, M * N}};
+        for (int dn = 0; dn < 2; dn++) {
+            s.onednn = dn;
+            float *a = falloc(6 * M * K), *b = falloc(3 * K * N), *y = falloc(6 * M * N), *dy = falloc(6 * M * N);
+            float *da = falloc(6 * M * K), *db = falloc(3 * K * N);
+            FhRng rng = rng_for("matmul", (uint32_t)(2 * tb + dn));
+            fill_normal(&rng, a, 6 * M * K, 1.0);
+            fill_normal(&rng, b, 3 * K * N, 1.0);
+            fill_normal(&rng, dy, 6 * M * N, 1.0);
+            nn_matmul_forward(y, a, b, &s);
+            nn_matmul_backward(da, db, dy, a, b, &s);
+            double err = 0, gerr_a = 0, gerr_b = 0;
+            for (int i0 = 0; i0 < 2; i0++)
+                for (int i1 = 0; i1 < 3; i1++) {
+                    const float *A = a + (i0 * 3 + i1) * M * K, *B = b + i1 * K * N, *Y = y + (i0 * 3 + i1) * M * N,
+                                *G = dy + (i0 * 3 + i1) * M * N;
+                    for (int r = 0; r < M; r++)
+                        for (int c = 0; c < N; c++) {
+                            double v = 0;
+                            for (int k = 0; k < K; k++) v += (double)A[r * K + k] * (tb ? B[c * K + k] : B[k * N + c]);
+                            err = fmax(err, fabs(0.5 * v - Y[r * N + c]));
+                        }
+                    for (int r = 0; r < M; r++) /* dA = alpha dY B^T */
+                        for (int k = 0; k < K; k++) {
+                            double v = 0;
+                            for (int c = 0; c < N; c++) v += (double)G[r * N + c] * (tb ? B[c * K + k] : B[k * N + c]);
+                            gerr_a = fmax(gerr_a, fabs(0.5 * v - da[(i0 * 3 + i1) * M * K + r * K + k]));
+                        }
+                }
+            for (int i1 = 0; i1 < 3; i1++) /* dB summed over the broadcast first dim */
+                for (int k = 0; k < K; k++)
+                    for (int c = 0; c < N; c++) {
+                        double v = 0;
+                        for (int i0 = 0; i0 < 2; i0++)
+                            for (int r = 0; r < M; r++)
+                                v += (double)a[(i0 * 3 + i1) * M * K + r * K + k] * dy[(i0 * 3 + i1) * M * N + r * N + c];
+                        const float got = tb ? db[i1 * K * N + c * K + k] : db[i1 * K * N + k * N + c];
+                        gerr_b = fmax(gerr_b, fabs(0.5 * v - got));
+                    }
+            CHECK_MSG(err < 1e-5 && gerr_a < 1e-5 && gerr_b < 1e-5, "trans_b %d onednn %d: forward %g, da %g, db %g",
+                      tb, dn, err, gerr_a, gerr_b);
+            FREE_ALL(a, b, y, dy, da, db);
+        }
+    }
+}
+
+static void test_layernorm_softmax_match_ref(void)
+{
+    const int64_t rows = 7, d = 33;
+    float *x = falloc(rows * d), *y = falloc(rows * d), *w = falloc(d), *b = falloc(d), *mean = falloc(rows),
+          *inv = falloc(rows);
+    FhRng rng = rng_for("ln", 0);
+    fill_normal(&rng, x, rows * d, 2.0);
+    for (int64_t i = 0; i < rows * d; i++) x[i] += 5.0f; /* a mean far from 0 */
+    fill_normal(&rng, w, d, 1.0);
+    fill_normal(&rng, b, d, 1.0);
+    nn_layernorm_forward(y, mean, inv, x, w, b, rows, d, 1e-5f);
+    double err = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double mu = 0, var = 0;
+        for (int64_t i = 0; i < d; i++) mu += x[r * d + i];
+        mu /= (double)d;
+        for (int64_t i = 0; i < d; i++) var += (x[r * d + i] - mu) * (x[r * d + i] - mu);
+        var /= (double)d;
+        for (int64_t i = 0; i < d; i++)
+            err = fmax(err, fabs((x[r * d + i] - mu) / sqrt(var + 1e-5) * w[i] + b[i] - y[r * d + i]));
+    }
+    CHECK_MSG(err < 2e-5, "layer norm: largest difference from double %g", err);
+    /* softmax along the middle of [2, 5, 3] and along the last of [4, 9] */
+    float xs[30], ys[30];
+    fill_normal(&rng, xs, 30, 3.0);
+    nn_softmax_forward(ys, xs, 2, 5, 3);
+    err = 0;
+    for (int o = 0; o < 2; o++)
+        for (int j = 0; j < 3; j++) {
+            double sum = 0, mx = -1e30;
+            for (int i = 0; i < 5; i++) mx = fmax(mx, xs[o * 15 + i * 3 + j]);
+            for (int i = 0; i < 5; i++) sum += exp(xs[o * 15 + i * 3 + j] - mx);
+            for (int i = 0; i < 5; i++) err = fmax(err, fabs(exp(xs[o * 15 + i * 3 + j] - mx) / sum - ys[o * 15 + i * 3 + j]));
+        }
+    nn_softmax_forward(ys, xs, 4, 7, 1);
+    for (int o = 0; o < 4; o++) {
+        double sum = 0, mx = -1e30;
+        for (int i = 0; i < 7; i++) mx = fmax(mx, xs[o * 7 + i]);
+        for (int i = 0; i < 7; i++) sum += exp(xs[o * 7 + i] - mx);
+        for (int i = 0; i < 7; i++) err = fmax(err, fabs(exp(xs[o * 7 + i] - mx) / sum - ys[o * 7 + i]));
+    }
+    CHECK_MSG(err < 1e-6, "softmax: largest difference from double %g", err);
+    FREE_ALL(x, y, w, b, mean, inv);
+}
+
+/* the activations against their definitions in double, on a range that covers their tails */
+static void test_acts_match_ref(void)
+{
+    enum { N = 4000 };
+    float *x = falloc(N), *y = falloc(N), *yr = falloc(N), *dy = falloc(N), *dx = falloc(N), *dxr = falloc(N);
+    const NnActSpec sq = {NN_ACT_SQRT, 0, 0};
+    for (size_t i = 0; i <= N_ND_ACTS; i++) {
+        const NnActSpec s = i < N_ND_ACTS ? nd_acts[i] : sq;
+        char label[48];
+        snprintf(label, sizeof label, "act %d", (int)s.act);
+        FhRng rng = rng_for(label, 0);
+        fill_uniform(&rng, x, N, s.act == NN_ACT_SQRT ? 0.01 : -12.0, s.act == NN_ACT_EXP ? 8.0 : 12.0);
+        fill_normal(&rng, dy, N, 1.0);
+        nn_act_ex_forward(y, NULL, x, N, s, NULL);
+        nn_act_ex_forward_ref(yr, x, N, s);
+        memset(dx, 0, sizeof(float) * N);
+        memset(dxr, 0, sizeof(float) * N);
+        nn_act_ex_backward(dx, dy, x, N, s, NULL);
+        nn_act_ex_backward_ref(dxr, dy, x, N, s);
+        /* a few float roundings of each value, above a floor of 1e-7 (GELU's negative tail, a zero crossing) */
+        double worst = 0, worst_d = 0;
+        for (int j = 0; j < N; j++) {
+            worst = fmax(worst, fabs(y[j] - yr[j]) / (3e-6 * fabs(yr[j]) + 1e-7));
+            worst_d = fmax(worst_d, fabs(dx[j] - dxr[j]) / (3e-6 * fabs(dxr[j]) + 1e-7));
+        }
+        CHECK_MSG(worst <= 1.0, "%s: forward error %g x the tolerance", label, worst);
+        CHECK_MSG(worst_d <= 1.0, "%s: backward error %g x the tolerance", label, worst_d);
+        int subnormal = 0;
+        for (int j = 0; j < N; j++) subnormal += y[j] != 0.0f && fabsf(y[j]) < 1.17549435e-38f;
+        CHECK_MSG(!subnormal, "%s: %d subnormal outputs", label, subnormal);
+    }
+    FREE_ALL(x, y, yr, dy, dx, dxr);
+}
+
+/* the kernels split over threads give the bits of one */
+static void test_threads_same_bits(void)
+{
+    const int64_t rows = 2048, d = 64, n = rows * d;
+    float *x = falloc(n), *y1 = falloc(n), *y3 = falloc(n), *m = falloc(rows), *v = falloc(rows), *b = falloc(n);
+    FhRng rng = rng_for("threads_nd", 0);
+    fill_normal(&rng, x, n, 1.0);
+    fill_normal(&rng, b, n, 1.0);
+    for (int run = 0; run < 2; run++) {
+        nn_set_threads(run ? 3 : 1);
+        float *y = run ? y3 : y1;
+        nn_layernorm_forward(y, m, v, x, NULL, NULL, rows, d, 1e-5f);
+        nn_softmax_forward(y, y, rows, d, 1);
+        nn_act_ex_forward(y, NULL, y, n, (NnActSpec){NN_ACT_GELU, 0, 0}, NULL);
+        NnNdLoop L;
+        const int64_t dims[1] = {n};
+        nn_nd_loop_init(&L, 1, dims, 2, (const int64_t *const[]){dims, dims});
+        nn_binary_forward(y, y, b, &L, NN_BIN_DIV);
+    }
+    nn_set_threads(1);
+    CHECK_MSG(memcmp(y1, y3, sizeof(float) * (size_t)n) == 0, "1 and 3 threads differ");
+    FREE_ALL(x, y1, y3, m, v, b);
+}
+
+/* ============================== building ============================== */
+
+static void test_tied_state(void)
+{
+    NnModel m;
+    const GradCase c = {.label = "tied_state", .in = {3, 2, 2}, .batch = 2, .build = build_tied};
+    CHECK_OK(build_case(&m, &c));
+    /* two linear layers of 4 x 4 weights and 4 biases each: one weight */
+    CHECK_MSG(m.n_params == 4 * 4 + 4 + 4, "%lld parameters", (long long)m.n_params);
+    const NnLayer *a = NULL, *b = NULL;
+    for (int i = 0; i < m.n_layers; i++)
+        if (m.layers[i].type == NN_OP_LINEAR) {
+            if (a) b = &m.layers[i];
+            else a = &m.layers[i];
+        }
+    CHECK(a && b && a->w_off == b->w_off && a->b_off != b->b_off && a->tied && b->tied);
+    nn_model_free(&m);
+}
+
+static void test_bad_dims(void)
+{
+    NnModel m;
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 4}, 2));
+    const NnDims moved = {4, 1, {2, 1, 3, 4}};
+    CHECK(nn_reshape(&m, m.input, &moved) < 0);
+    CHECK_MSG_HAS("the batch would move");
+    nn_model_free(&m);
+    fh_error_clear();
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 4}, 2));
+    CHECK(nn_transpose(&m, m.input, (int[]){0, 1, 1, 2}) < 0);
+    CHECK_MSG_HAS("not one of");
+    nn_model_free(&m);
+    fh_error_clear();
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 4}, 2));
+    CHECK(nn_matmul(&m, m.input, m.input, 0, 1.0f) < 0); /* [.., 3, 4] x [.., 3, 4] */
+    CHECK_MSG_HAS("inner sizes must agree");
+    nn_model_free(&m);
+    fh_error_clear();
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 4}, 2));
+    const NnDims wrong = {4, -1, {1, 5, 1, 1}};
+    CHECK(nn_binary(&m, NN_BIN_ADD, m.input, nn_param(&m, &wrong)) < 0);
+    CHECK_MSG_HAS("do not broadcast");
+    nn_model_free(&m);
+    fh_error_clear();
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 4}, 2));
+    int t = nn_transpose(&m, m.input, (int[]){1, 0, 2, 3});
+    CHECK(t >= 0 && nn_conv2d(&m, t, 2, 1, 1, 0, 1, 1, NN_ACT_NONE) < 0); /* the NCHW layers want the batch first */
+    CHECK_MSG_HAS("batch-first");
+    nn_model_free(&m);
+    fh_error_clear();
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 4}, 2));
+    t = nn_transpose(&m, m.input, (int[]){1, 0, 2, 3});
+    CHECK(nn_softmax(&m, t, 1) < 0); /* along the batch */
+    nn_model_free(&m);
+    fh_error_clear();
+}
+
+int main(int argc, char **argv)
+{
+    TEST_MAIN_BEGIN(argc, argv);
+    layer_tests_init();
+
+    RUN(test_grad_graphs);
+    RUN(test_transpose_matches_ref);
+    RUN(test_matmul_matches_ref);
+    RUN(test_layernorm_softmax_match_ref);
+    RUN(test_acts_match_ref);
+    RUN(test_threads_same_bits);
+    RUN(test_tied_state);
+    RUN(test_bad_dims);
+    return test_summary();
+}
