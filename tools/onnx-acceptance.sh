@@ -7,8 +7,11 @@
 # is Fashion-MNIST as fedhet reads it (no repeated channel). Five halvings of 28 leave no map: vgg11_bn loses its
 # fifth max pool (and, as in the tests, its adaptive pool: a 512-input classifier), densenet121 its stem max pool.
 #
+# The transformers (vit_small, convnext_tiny, mixer: tests/mpi/onnx_torch.py) are exported the same way.
+#
 # The data: the first ACC_TRAIN training and ACC_TEST test images of Fashion-MNIST
-# (/usr/share/datasets/fashion-mnist), partitioned by `fedhet partition` over ACC_CLIENTS clients (IID, or
+# (/usr/share/datasets/fashion-mnist), at 28 x 28, or resized to ACC_SIZE x ACC_SIZE (through an npz of those
+# images, `fedhet partition ... size=ACC_SIZE resize=exact`), partitioned over ACC_CLIENTS clients (IID, or
 # Dirichlet 0.5 with ACC_SCHEME=dirichlet); every client trains ACC_STEPS local steps of batch 32 per round, for
 # ACC_ROUNDS rounds. The table shows the training loss of the first and the last round beside the final test
 # accuracy. These ImageNet networks start from torchvision's initialisation: with fewer steps per round (4
@@ -19,7 +22,7 @@
 # usage: tools/onnx-acceptance.sh [MODEL ...]     (default: all ten)
 # Environment: ACC_OUT (default outputs/onnx-acceptance), ACC_METHODS (default "fedsam fedwmsam"), ACC_ROUNDS (3),
 #   ACC_STEPS (60), ACC_LR (0.05), ACC_MOMENTUM (0: plain SGD), ACC_CLIENTS (2), ACC_SCHEME (iid, or dirichlet:
-#   Dir(0.5)), ACC_TRAIN (2000), ACC_TEST (500), ACC_RANKS (3), FEDHET (default bin/fedhet).
+#   Dir(0.5)), ACC_TRAIN (2000), ACC_TEST (500), ACC_SIZE (28), ACC_RANKS (3), FEDHET (default bin/fedhet).
 # Prints one line per model and method (rounds done, final test accuracy, seconds) and writes
 # $ACC_OUT/acceptance.csv; exits 1 when a run fails or does not finish its rounds.
 set -euo pipefail
@@ -35,13 +38,33 @@ clients=${ACC_CLIENTS:-2}
 scheme=${ACC_SCHEME:-iid}
 ntrain=${ACC_TRAIN:-2000}
 ntest=${ACC_TEST:-500}
+size=${ACC_SIZE:-28}
 ranks=${ACC_RANKS:-3}
 fedhet=${FEDHET:-bin/fedhet}
 py=/usr/bin/python3
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p "$out/idx" "$out/models" "$out/runs"
-data=$out/fmnist-$ntrain-$ntest-k$clients-$scheme.h5
+data=$out/fmnist-$ntrain-$ntest-$size-k$clients-$scheme.h5
+split=(scheme="$scheme" clients="$clients") # the Dirichlet keys only where the scheme reads them
+[ "$scheme" = dirichlet ] && split+=(alpha=0.5 min_size=10)
 
+if [ ! -f "$data" ] && [ "$size" != 28 ]; then # resized: through an npz of the same images
+    "$py" - /usr/share/datasets/fashion-mnist "$out/fmnist.npz" "$ntrain" "$ntest" <<'EOF'
+import gzip, sys
+import numpy as np
+src, dst, ntrain, ntest = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def load(split, n):
+    with gzip.open("%s/%s-images-idx3-ubyte.gz" % (src, split)) as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)[:n]
+    with gzip.open("%s/%s-labels-idx1-ubyte.gz" % (src, split)) as f:
+        y = np.frombuffer(f.read(), np.uint8, offset=8)[:n].astype(np.int64)
+    return x, y
+(xt, yt), (xe, ye) = load("train", ntrain), load("t10k", ntest)
+np.savez(dst, x_train=xt, y_train=yt, x_test=xe, y_test=ye)
+EOF
+    "$fedhet" partition "$out/fmnist.npz" "$data" "${split[@]}" size="$size" resize=exact >"$out/partition.log" ||
+        { echo "onnx-acceptance: fedhet partition failed: $(tail -2 "$out/partition.log")" >&2; exit 1; }
+fi
 if [ ! -f "$data" ]; then
     "$py" - /usr/share/datasets/fashion-mnist "$out/idx" "$ntrain" "$ntest" <<'EOF'
 import gzip, os, sys
@@ -54,8 +77,7 @@ for split, n in (("train", ntrain), ("t10k", ntest)):
         with open(os.path.join(dst, "%s-%s-ubyte" % (split, kind)), "wb") as f:
             f.write(head + body)
 EOF
-    "$fedhet" partition "$out/idx" "$data" format=idx scheme="$scheme" alpha=0.5 clients="$clients" min_size=10 \
-        >"$out/partition.log" || { echo "onnx-acceptance: fedhet partition failed: $(tail -2 "$out/partition.log")" >&2; exit 1; }
+    "$fedhet" partition "$out/idx" "$data" format=idx "${split[@]}" >"$out/partition.log" || { echo "onnx-acceptance: fedhet partition failed: $(tail -2 "$out/partition.log")" >&2; exit 1; }
 fi
 
 csv=$out/acceptance.csv
@@ -63,8 +85,8 @@ echo "model,method,rounds_done,rounds,first_train_loss,last_train_loss,final_tes
 printf '%-20s %-9s %9s %17s %9s %8s\n' model method rounds "train loss" accuracy seconds
 failed=0
 for m in $models; do
-    f=$out/models/$m-1x28x28.onnx
-    if ! "$py" tests/bench/onnx_bench.py export "$m" "$f" --input 1x28x28 >"$f.log" 2>&1; then
+    f=$out/models/$m-1x${size}x$size.onnx
+    if ! "$py" tests/bench/onnx_bench.py export "$m" "$f" --input "1x${size}x$size" >"$f.log" 2>&1; then
         echo "onnx-acceptance: $m: export failed: $(tail -1 "$f.log")" >&2
         failed=1
         continue

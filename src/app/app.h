@@ -13,6 +13,7 @@ int app_cmd_grid(int argc, char **argv);
 int app_cmd_landscape(int argc, char **argv);
 int app_cmd_methods(int argc, char **argv);
 int app_cmd_export(int argc, char **argv);
+int app_cmd_steps(int argc, char **argv);
 
 /* "1x28x28" -> {1, 28, 28} */
 int app_parse_shape(const char *text, NnShape *shape);

@@ -24,6 +24,7 @@ static const AppCommand commands[] = {
     {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)", 0, 0},
     {"methods", app_cmd_methods, "every federated method: components, state, payload (methods NAME: its keys)", 0, 0},
     {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0, 0},
+    {"steps", app_cmd_steps, "a model's first logits and SGD steps on given data, as files (to compare with PyTorch)", 0, 0},
     {"grid", app_cmd_grid, "many experiments in one MPI job: the lists of a [grid] section (GRID.ini [key=value ...])", 1, 1},
     {"report", app_cmd_report, "summary tables and plots of runs and grids (DIR), or a partition file (--partition DST.h5 OUT.png)", 0, 0},
     {"export", app_cmd_export, "a run's global model as an ONNX inference graph (RUN_DIR [--round R] FILE.onnx)", 1, 0},

@@ -1,6 +1,8 @@
-/* Engine model -> ONNX inference graph (opset 13). One node per layer in layer order (a fused activation as a
- * Relu or Clip node after it), parameters as initializers named by the state's views ("conv1.weight"), so
- * that importing the file builds the same layers in the same order: the same state layout, the same bits. */
+/* Engine model -> ONNX inference graph (opset 13; 17 when it has a layer norm). One node per layer in layer order (a
+ * fused activation as a Relu or Clip node after it; GELU and the affine map as the ops PyTorch writes for them),
+ * parameters as initializers named by the state's views ("conv1.weight"), so that importing the file builds the same
+ * layers in the same order: the same state layout, the same bits. A tensor of any rank is a value of its engine dims,
+ * the batch's symbolic. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,8 @@
 #include "version.h"
 
 typedef struct {
+    int batch_done; /* the batch-size value exists */
+    int opset;
     void **own; /* everything allocated for the message, freed after packing */
     int n_own, cap_own;
     Onnx__NodeProto **nodes;
@@ -197,6 +201,82 @@ static void tname(const NnModel *m, int t, char *out, size_t size)
     if (t == m->input) snprintf(out, size, "input");
     else if (t == m->logits) snprintf(out, size, "logits");
     else snprintf(out, size, "t%d", t);
+    for (int i = 0; i < m->n_layers; i++) /* a parameter tensor is its initializer */
+        if (m->layers[i].type == NN_OP_PARAM && m->layers[i].out == t) {
+            for (int v = 0; v < m->n_views; v++)
+                if (m->views[v].layer == i) snprintf(out, size, "%s", m->views[v].name);
+            return;
+        }
+}
+
+/* an int64 initializer named after the layer: NAME.what */
+static const char *ints_of(Ex *e, const NnLayer *l, const char *what, int n, const int64_t *v)
+{
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s.%s", l->name, what);
+    return ex_init_ints(e, nm, n, v);
+}
+
+/* a float constant as a Constant node: an initializer would come back as a trainable parameter */
+static const char *const_node(Ex *e, const char *name, const float *v, int ndim, const int64_t *dims)
+{
+    if (!ex_init(e, name, v, ndim, dims)) return NULL;
+    Onnx__TensorProto *t = e->inits[--e->n_inits]; /* the tensor goes into the node's attribute */
+    Onnx__NodeProto *n = ex_node(e, "Constant", name, 0, NULL, name);
+    Onnx__AttributeProto *a = ex_attr(e, n, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+    if (!a) return NULL;
+    a->t = t;
+    return n->output[0];
+}
+
+/* a scalar NAME.what */
+static const char *scalar_of(Ex *e, const NnLayer *l, const char *what, float v)
+{
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s.%s", l->name, what);
+    return const_node(e, nm, &v, 0, NULL);
+}
+
+/* the batch size as a 1-D value: Shape(input)[0:1], made once */
+static const char *batch_value(Ex *e)
+{
+    if (!e->batch_done) {
+        ex_node(e, "Shape", "input_shape", 1, (const char *[]){ "input" }, "input_shape");
+        const char *ins[4] = { "input_shape", ex_init_ints(e, "batch_start", 1, (int64_t[]){ 0 }),
+                               ex_init_ints(e, "batch_end", 1, (int64_t[]){ 1 }),
+                               ex_init_ints(e, "batch_axis", 1, (int64_t[]){ 0 }) };
+        ex_node(e, "Slice", "batch_size", 4, ins, "batch_size");
+        e->batch_done = 1;
+    }
+    return "batch_size";
+}
+
+/* the dims of tensor t as a shape value: -1 at the batch for Reshape, or the batch size itself (Expand) */
+static const char *shape_value(Ex *e, const NnModel *m, const NnLayer *l, int t, int exact_batch)
+{
+    const NnDims *d = &m->tensors[t].dims;
+    int64_t v[NN_MAX_DIMS];
+    for (int k = 0; k < d->ndim; k++) v[k] = k == d->batch ? -1 : d->d[k];
+    if (!exact_batch || d->batch < 0) return ints_of(e, l, "shape", d->ndim, v);
+    char nm[96], cat[112];
+    const char *parts[3] = { NULL, batch_value(e), NULL };
+    int n = 0;
+    const char *ins[3];
+    if (d->batch > 0) {
+        snprintf(nm, sizeof nm, "%s.shape_before", l->name);
+        parts[0] = ex_init_ints(e, nm, d->batch, v);
+        ins[n++] = parts[0];
+    }
+    ins[n++] = parts[1];
+    if (d->batch < d->ndim - 1) {
+        snprintf(nm, sizeof nm, "%s.shape_after", l->name);
+        parts[2] = ex_init_ints(e, nm, d->ndim - d->batch - 1, v + d->batch + 1);
+        ins[n++] = parts[2];
+    }
+    snprintf(cat, sizeof cat, "%s_shape", l->name);
+    Onnx__NodeProto *c = ex_node(e, "Concat", cat, n, ins, cat);
+    attr_int(e, c, "axis", 0);
+    return ex_str(e, cat);
 }
 
 /* a standalone activation beyond ReLU / ReLU6 */
@@ -230,6 +310,56 @@ static int export_act(Ex *e, const NnLayer *l, const char *in, const char *out)
         ex_node(e, "Sigmoid", nm, 1, (const char *[]){ in }, nm);
         n = ex_node(e, "Mul", l->name, 2, (const char *[]){ in, nm }, out);
         break;
+    case NN_ACT_GELU: { /* x (1 + erf(x / sqrt 2)) / 2 as PyTorch exports it (opsets before 20 have no Gelu) */
+        char a[160], b[160], c[160], d[160];
+        snprintf(a, sizeof a, "%s_div", out);
+        snprintf(b, sizeof b, "%s_erf", out);
+        snprintf(c, sizeof c, "%s_erf1", out);
+        snprintf(d, sizeof d, "%s_half", out);
+        ex_node(e, "Div", a, 2, (const char *[]){ in, scalar_of(e, l, "sqrt2", 1.41421354f) }, a);
+        ex_node(e, "Erf", b, 1, (const char *[]){ a }, b);
+        ex_node(e, "Add", c, 2, (const char *[]){ b, scalar_of(e, l, "one", 1.0f) }, c);
+        ex_node(e, "Mul", d, 2, (const char *[]){ in, c }, d);
+        n = ex_node(e, "Mul", l->name, 2, (const char *[]){ d, scalar_of(e, l, "half", 0.5f) }, out);
+        break;
+    }
+    case NN_ACT_GELU_TANH: { /* PyTorch's: x / 2 (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
+        char h[160], p[160], q[160], r[160], s2[160], t[160], u[160];
+        snprintf(h, sizeof h, "%s_half", out);
+        snprintf(p, sizeof p, "%s_cube", out);
+        snprintf(q, sizeof q, "%s_cubek", out);
+        snprintf(r, sizeof r, "%s_inner", out);
+        snprintf(s2, sizeof s2, "%s_scaled", out);
+        snprintf(t, sizeof t, "%s_tanh", out);
+        snprintf(u, sizeof u, "%s_tanh1", out);
+        ex_node(e, "Mul", h, 2, (const char *[]){ in, scalar_of(e, l, "half", 0.5f) }, h);
+        ex_node(e, "Pow", p, 2, (const char *[]){ in, scalar_of(e, l, "three", 3.0f) }, p);
+        ex_node(e, "Mul", q, 2, (const char *[]){ p, scalar_of(e, l, "k", 0.044715f) }, q);
+        ex_node(e, "Add", r, 2, (const char *[]){ in, q }, r);
+        ex_node(e, "Mul", s2, 2, (const char *[]){ r, scalar_of(e, l, "c", 0.797884583f) }, s2);
+        ex_node(e, "Tanh", t, 1, (const char *[]){ s2 }, t);
+        ex_node(e, "Add", u, 2, (const char *[]){ t, scalar_of(e, l, "one", 1.0f) }, u);
+        n = ex_node(e, "Mul", l->name, 2, (const char *[]){ h, u }, out);
+        break;
+    }
+    case NN_ACT_ERF: n = ex_node(e, "Erf", l->name, 1, (const char *[]){ in }, out); break;
+    case NN_ACT_SQRT: n = ex_node(e, "Sqrt", l->name, 1, (const char *[]){ in }, out); break;
+    case NN_ACT_EXP: n = ex_node(e, "Exp", l->name, 1, (const char *[]){ in }, out); break;
+    case NN_ACT_POW: n = ex_node(e, "Pow", l->name, 2, (const char *[]){ in, scalar_of(e, l, "exponent", l->act_a) }, out); break;
+    case NN_ACT_AFFINE: { /* a x + b: Mul, then Add (the importer's two affine layers compute the same bits) */
+        const char *x = in;
+        if (l->act_a != 1.0f || l->act_b == 0.0f) {
+            snprintf(nm, sizeof nm, "%s_scaled", out);
+            n = ex_node(e, "Mul", l->name, 2, (const char *[]){ in, scalar_of(e, l, "scale", l->act_a) },
+                        l->act_b != 0.0f ? nm : out);
+            x = nm;
+        }
+        if (l->act_b != 0.0f) {
+            snprintf(nm, sizeof nm, "%s_shift", l->name);
+            n = ex_node(e, "Add", nm, 2, (const char *[]){ x, scalar_of(e, l, "shift", l->act_b) }, out);
+        }
+        break;
+    }
     default:
         FH_FAIL(FH_ERR_USAGE, "layer %s: its activation has no ONNX export", l->name);
     }
@@ -239,7 +369,7 @@ static int export_act(Ex *e, const NnLayer *l, const char *in, const char *out)
 static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
 {
     const NnLayer *l = &m->layers[li];
-    char in[32], in2[32], out[40], pre[96];
+    char in[64], in2[64], out[64], pre[128];
     tname(m, l->in, in, sizeof in);
     tname(m, l->out, out, sizeof out);
     snprintf(pre, sizeof pre, "%s_%s", out, l->name);
@@ -247,8 +377,40 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
     Onnx__NodeProto *n = NULL;
     switch (l->type) {
     case NN_OP_LINEAR: {
+        if (l->per_row) { /* every row: MatMul by the weight as [in, out], then Add of the bias */
+            int64_t dims[4];
+            int nd;
+            const char *wn;
+            const float *w = view_data(m, state, li, "weight", dims, &nd, &wn);
+            float *wt = malloc(sizeof *wt * (size_t)l->cin * (size_t)l->cout);
+            if (!w || !wt) {
+                free(wt);
+                FH_FAIL(FH_ERR_IO, "out of memory exporting layer %s", l->name);
+            }
+            for (int o = 0; o < l->cout; o++)
+                for (int i = 0; i < l->cin; i++) wt[(int64_t)i * l->cout + o] = w[(int64_t)o * l->cin + i];
+            const char *wi = ex_init(e, wn, wt, 2, (int64_t[]){ l->cin, l->cout });
+            free(wt);
+            const char *b = param(e, m, state, li, "bias");
+            snprintf(pre, sizeof pre, "%s_%s_mm", out, l->name);
+            n = ex_node(e, "MatMul", l->name, 2, (const char *[]){ in, wi }, b ? pre : y);
+            if (b) {
+                char an[64];
+                snprintf(an, sizeof an, "%s_bias", l->name);
+                n = ex_node(e, "Add", an, 2, (const char *[]){ pre, b }, y);
+            }
+            break;
+        }
+        const char *x = in;
+        char flat[64];
+        if (m->tensors[l->in].dims.ndim != 2) { /* Gemm takes N x F: a pooled N x C x 1 x 1 head is flattened */
+            snprintf(flat, sizeof flat, "%s_flat", l->name);
+            Onnx__NodeProto *f = ex_node(e, "Flatten", flat, 1, (const char *[]){ in }, flat);
+            attr_int(e, f, "axis", 1);
+            x = flat;
+        }
         const char *b = param(e, m, state, li, "bias");
-        const char *ins[3] = { in, param(e, m, state, li, "weight"), b };
+        const char *ins[3] = { x, param(e, m, state, li, "weight"), b };
         n = ex_node(e, "Gemm", l->name, b ? 3 : 2, ins, y);
         attr_int(e, n, "transB", 1);
         break;
@@ -286,7 +448,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
     }
     case NN_OP_GROUPNORM: { /* PyTorch's pattern, which the importer reads back as one layer */
         const NnShape s = m->tensors[l->in].shape;
-        char nm[96], a[112], b2[112], c[112], d[112];
+        char nm[96], a[160], b2[160], c[160], d[160];
         const int64_t split[3] = { 0, l->groups, -1 }, back[4] = { -1, s.c, s.h, s.w }, cdims[3] = { s.c, 1, 1 };
         float *ones = calloc((size_t)l->groups, sizeof *ones), *zeros = calloc((size_t)l->groups, sizeof *zeros);
         if (!ones || !zeros) {
@@ -345,7 +507,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
             ins[k] = names[k];
         }
         n = ex_node(e, "Concat", l->name, l->n_ins, ins, y);
-        attr_int(e, n, "axis", 1);
+        attr_int(e, n, "axis", l->axis);
         break;
     }
     case NN_OP_SLICE: {
@@ -355,13 +517,13 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         snprintf(nm, sizeof nm, "%s.ends", l->name);
         const char *en = ex_init_ints(e, nm, 1, (int64_t[]){ l->end });
         snprintf(nm, sizeof nm, "%s.axes", l->name);
-        const char *ax = ex_init_ints(e, nm, 1, (int64_t[]){ 1 });
+        const char *ax = ex_init_ints(e, nm, 1, (int64_t[]){ l->axis });
         n = ex_node(e, "Slice", l->name, 4, (const char *[]){ in, st, en, ax }, y);
         break;
     }
     case NN_OP_SHUFFLE: { /* Reshape to N x g x C/g x H x W, swap the two channel axes, Reshape back */
         const NnShape s = m->tensors[l->in].shape;
-        char nm[96], a[112], c[112];
+        char nm[96], a[160], c[160];
         snprintf(nm, sizeof nm, "%s.split_shape", l->name);
         const char *sh1 = ex_init_ints(e, nm, 5, (int64_t[]){ 0, l->groups, s.c / l->groups, s.h, s.w });
         snprintf(nm, sizeof nm, "%s.back_shape", l->name);
@@ -391,6 +553,96 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         attr_int(e, n, "axis", 1);
         break;
     }
+    case NN_OP_RESHAPE:
+        n = ex_node(e, "Reshape", l->name, 2, (const char *[]){ in, shape_value(e, m, l, l->out, 0) }, y);
+        break;
+    case NN_OP_TRANSPOSE: {
+        int64_t perm[NN_MAX_DIMS];
+        for (int k = 0; k < m->tensors[l->out].dims.ndim; k++) perm[k] = l->perm[k];
+        n = ex_node(e, "Transpose", l->name, 1, (const char *[]){ in }, y);
+        attr_list(e, n, "perm", m->tensors[l->out].dims.ndim, perm);
+        break;
+    }
+    case NN_OP_MATMUL: {
+        tname(m, l->in2, in2, sizeof in2);
+        const char *b = in2;
+        char tb[64], sc[64];
+        if (l->trans_b) {
+            const int nd = m->tensors[l->in2].dims.ndim;
+            int64_t perm[NN_MAX_DIMS];
+            for (int k = 0; k < nd; k++) perm[k] = k < nd - 2 ? k : k == nd - 2 ? nd - 1 : nd - 2;
+            snprintf(tb, sizeof tb, "%s_bt", l->name);
+            Onnx__NodeProto *t = ex_node(e, "Transpose", tb, 1, (const char *[]){ in2 }, tb);
+            attr_list(e, t, "perm", nd, perm);
+            b = tb;
+        }
+        snprintf(sc, sizeof sc, "%s_product", l->name);
+        n = ex_node(e, "MatMul", l->name, 2, (const char *[]){ in, b }, l->alpha != 1.0f ? sc : y);
+        if (l->alpha != 1.0f) n = ex_node(e, "Mul", sc, 2, (const char *[]){ sc, scalar_of(e, l, "alpha", l->alpha) }, y);
+        break;
+    }
+    case NN_OP_LAYERNORM: {
+        const char *w = param(e, m, state, li, "weight"), *b = param(e, m, state, li, "bias");
+        int n_dims = 0;
+        for (int64_t sz = 1, k = m->tensors[l->in].dims.ndim - 1; sz < l->cin && k >= 0; k--, n_dims++)
+            sz *= m->tensors[l->in].dims.d[k];
+        if (!n_dims) n_dims = 1;
+        n = ex_node(e, "LayerNormalization", l->name, w ? 3 : 1, (const char *[]){ in, w, b }, y);
+        attr_int(e, n, "axis", -n_dims);
+        attr_float(e, n, "epsilon", l->eps);
+        break;
+    }
+    case NN_OP_SOFTMAX:
+        n = ex_node(e, "Softmax", l->name, 1, (const char *[]){ in }, y);
+        attr_int(e, n, "axis", l->axis);
+        break;
+    case NN_OP_BINARY: {
+        static const char *ops[] = { "Add", "Sub", "Mul", "Div" };
+        tname(m, l->in2, in2, sizeof in2);
+        n = ex_node(e, ops[l->bin_op], l->name, 2, (const char *[]){ in, in2 }, y);
+        break;
+    }
+    case NN_OP_PARAM: { /* an initializer, read by name (tname) */
+        const NnDims *d = &m->tensors[l->out].dims;
+        int64_t dims[NN_MAX_DIMS];
+        for (int k = 0; k < d->ndim; k++) dims[k] = d->d[k];
+        char nm[64];
+        tname(m, l->out, nm, sizeof nm);
+        if (!ex_init(e, nm, state + l->w_off, d->ndim, dims)) return FH_ERR_IO;
+        return e->oom ? FH_ERR_IO : FH_OK;
+    }
+    case NN_OP_CONST: { /* a Constant node: an initializer would come back as a trainable parameter */
+        const NnDims *d = &m->tensors[l->out].dims;
+        int64_t dims[NN_MAX_DIMS];
+        for (int k = 0; k < d->ndim; k++) dims[k] = d->d[k];
+        const char *v = const_node(e, y, l->values, d->ndim, dims);
+        if (!v || e->oom) return FH_ERR_IO;
+        return FH_OK;
+    }
+    case NN_OP_EXPAND:
+        n = ex_node(e, "Expand", l->name, 2, (const char *[]){ in, shape_value(e, m, l, l->out, 1) }, y);
+        break;
+    case NN_OP_REDUCE_MEAN: {
+        int64_t axes[NN_MAX_DIMS];
+        int na = 0;
+        for (int k = 0; k < m->tensors[l->in].dims.ndim; k++)
+            if ((l->reduce_mask >> k) & 1u) axes[na++] = k;
+        n = ex_node(e, "ReduceMean", l->name, 1, (const char *[]){ in }, y);
+        attr_list(e, n, "axes", na, axes);
+        attr_int(e, n, "keepdims", 1);
+        break;
+    }
+    case NN_OP_GATHER: {
+        int64_t *idx = ex_alloc(e, sizeof *idx * (size_t)l->n_index);
+        if (!idx) return FH_ERR_IO;
+        for (int k = 0; k < l->n_index; k++) idx[k] = l->index[k];
+        n = ex_node(e, "Gather", l->name, 2, (const char *[]){ in, ints_of(e, l, "indices", l->n_index, idx) }, y);
+        attr_int(e, n, "axis", l->axis);
+        break;
+    }
+    case NN_OP_DROP_PATH: /* an inference graph: stochastic depth is the identity */
+        n = ex_node(e, "Identity", l->name, 1, (const char *[]){ in }, y);
+        break;
     default:
         FH_FAIL(FH_ERR_USAGE, "layer %s: its type has no ONNX export", l->name);
     }
@@ -451,6 +703,9 @@ int onnx_export(const NnModel *m, const float *state, const char *path)
 {
     Ex e;
     memset(&e, 0, sizeof e);
+    e.opset = 13;
+    for (int li = 0; li < m->n_layers; li++) /* LayerNormalization came with opset 17 */
+        if (m->layers[li].type == NN_OP_LAYERNORM) e.opset = 17;
     int status = FH_OK;
     for (int li = 0; li < m->n_layers && status == FH_OK; li++) status = export_layer(&e, m, state, li);
     uint8_t *buf = NULL;
@@ -465,7 +720,7 @@ int onnx_export(const NnModel *m, const float *state, const char *path)
         Onnx__OperatorSetIdProto *opsets[1] = { &opset };
         opset.domain = "";
         opset.has_version = 1;
-        opset.version = 13;
+        opset.version = e.opset;
         g.name = ex_str(&e, m->arch);
         g.n_node = (size_t)e.n_nodes;
         g.node = e.nodes;
@@ -476,7 +731,7 @@ int onnx_export(const NnModel *m, const float *state, const char *path)
         g.n_output = 1;
         g.output = &out;
         model.has_ir_version = 1;
-        model.ir_version = 7;
+        model.ir_version = e.opset >= 17 ? 8 : 7;
         model.n_opset_import = 1;
         model.opset_import = opsets;
         model.producer_name = "fedhet";

@@ -12,7 +12,9 @@
 #   methods      a small imported CNN in 3-rank runs: fedavg, fedsam, fedwmsam, moon (features); 1, 2 and 3 ranks
 #                identical; checkpoint + --resume bit-identical; fedhet landscape of the run; fedhet export of the
 #                run passes onnx.checker and imports back with the same logits bit for bit
-#   bad_input    damaged file exit 2 naming it; unsupported op / attribute, control flow, shared weights exit 1
+#   bad_input    damaged file exit 2 naming it; unsupported op / attribute, control flow, weights shared in two
+#                orientations, Resize, float16, an attribute twice, a negative input dimension exit 1 naming what is
+#                missing; weights shared (tied) by two layers are one parameter
 #                saying what and where; no run folder
 # Works on the 3x16x16, 4-class set of tests/mpi/torch_interop.py in a temporary folder; needs /usr/bin/python3 with
 # python3-torch, python3-torchvision, python3-onnx and libonnx-testdata (make deps).
@@ -65,9 +67,10 @@ EOF
 test_nodes()
 {
     local ops list t op rc passed=0 refused=0 wrong=0
-    ops=$(printf '%s\n' Add AveragePool BatchNormalization Clip Concat Conv Dropout Flatten Gemm GlobalAveragePool \
-        HardSigmoid HardSwish Identity InstanceNormalization LeakyRelu MatMul MaxPool Mul Pad ReduceMean Relu Reshape \
-        Sigmoid Slice Split Tanh Transpose)
+    ops=$(printf '%s\n' Add AveragePool BatchNormalization Clip Concat Conv Div Dropout Erf Exp Expand Flatten Gather \
+        Gemm GlobalAveragePool HardSigmoid HardSwish Identity InstanceNormalization LayerNormalization LeakyRelu MatMul \
+        MaxPool Mul Pad Pow ReduceMean Relu Reshape Sigmoid Slice Softmax Split Sqrt Squeeze Sub Tanh Transpose \
+        Unsqueeze)
     mkdir -p "$WORK/nodes"
     list=$($PY "$OT" nodes "$NODE_DATA" "$WORK/nodes" 2>/dev/null | awk -v ops="$(echo $ops)" \
         'BEGIN { n = split(ops, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 } want[$2] { print }')
@@ -108,10 +111,12 @@ test_nodes()
 # first error line in its .err
 produce()
 {
-    local n=$1 d=$WORK/tv/$1 mode=${2:-train} size=${3:-32}
+    local n=$1 mode=${2:-train} size=${3:-32} opset=${4:-13}
+    local d=$WORK/tv/$n
+    [ "$opset" = 13 ] || d=$WORK/tv/$n-$opset
     mkdir -p "$d"
     echo "$size" >"$d/size"
-    ONNX_TEST_SIZE=$size $PY "$OT" export "$n" "$d" "$mode" >"$d/export.log" 2>&1 ||
+    ONNX_TEST_OPSET=$opset ONNX_TEST_SIZE=$size $PY "$OT" export "$n" "$d" "$mode" >"$d/export.log" 2>&1 ||
         { echo "export: $(tail -1 "$d/export.log")" >"$d/err"; return; }
     "$MODEL" logits "$d/$n.onnx" "$d/x.bin" 16 3 "$size" "$size" 10 "$d/$n.fh_logits" >"$d/log" 2>&1 &&
         "$MODEL" sgd "$d/$n.onnx" "$d/x.bin" "$d/y.bin" 16 3 "$size" "$size" 10 10 0.01 "$d/$n.fh_losses" >>"$d/log" 2>&1 ||
@@ -165,8 +170,90 @@ onnx.save(m, sys.argv[2])
 EOF
     "$FEDHET" inspect --model "$WORK/tv/resize.onnx" --backend blas >/dev/null 2>"$WORK/resize.err"
     local rc=$?
-    [ $rc -eq 1 ] && grep -q "node 'upsample' (Resize): op type Resize is not supported (supported: Add," "$WORK/resize.err" ||
+    [ $rc -eq 1 ] && grep -q "node 'upsample' (Resize): Resize (upsampling) is not supported" "$WORK/resize.err" ||
         fail "a Resize node: exit $rc: $(head -1 "$WORK/resize.err")"
+}
+
+# ---- transformers against PyTorch ----
+test_transformers()
+{
+    # torchvision's VisionTransformer in a CIFAR configuration at opsets 13 (LayerNorm decomposed) and 17; ConvNeXt-T
+    # (depthwise convs, LayerNorm over channels between permutes, layer scale, GELU); an MLP-Mixer written by hand
+    # (token mixing on the transposed tokens, a mean over tokens): logits and 10 SGD steps against PyTorch, then each
+    # exported back (onnx.checker's full check) and imported to the same logits bit for bit. ViT-B/16 at 224 x 224
+    # joins with FEDHET_ONNX_ALL=1. Then a DeiT-style network written by hand (timm's attention: one qkv projection
+    # permuted into heads, a distillation token, layer scale, GELU's tanh form) through the user's command,
+    # tools/fedhet-torch compare.
+    local jobs=("convnext_tiny train 32 17" "vit_small train 32 13" "vit_small train 32 17" "mixer train 32 13") i n d
+    [ "${FEDHET_ONNX_ALL:-0}" = 1 ] && jobs=("vit_b_16 train 224 17" "${jobs[@]}")
+    for ((i = 0; i < ${#jobs[@]}; i++)); do
+        [ "$i" -ge 2 ] && wait -n
+        OMP_NUM_THREADS=1 produce ${jobs[i]} &
+    done
+    wait
+    for n in "${jobs[@]}"; do
+        set -- $n
+        d=$WORK/tv/$1
+        [ "$4" = 13 ] || d=$WORK/tv/$1-$4
+        if [ -s "$d/err" ]; then
+            fail "$1 (opset $4): $(cat "$d/err")"
+        elif out=$($PY "$OT" compare "$1" "$d" 2>&1); then
+            note "opset $4: $out"
+        else
+            fail "opset $4: $out"
+        fi
+        "$MODEL" roundtrip "$d/$1.onnx" "$d/x.bin" 4 3 "$3" "$3" 10 "$d/$1-back.onnx" >"$d/rt.out" 2>&1 &&
+            $PY "$OT" check "$d/$1-back.onnx" >>"$d/rt.out" 2>&1 || fail "$1 (opset $4) exported back: $(tail -1 "$d/rt.out")"
+    done
+    $PY - "$WORK/deit.onnx" <<'EOF' >"$WORK/deit.log" 2>&1 || { fail "cannot export the DeiT-style network: $(tail -1 "$WORK/deit.log")"; return; }
+import sys, torch, torch.nn as nn
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads, self.scale = heads, (dim // heads) ** -0.5
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        a = ((q @ k.transpose(-2, -1)) * self.scale).softmax(dim=-1)
+        return self.proj((a @ v).transpose(1, 2).reshape(b, n, c))
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.n1, self.n2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
+        self.attn = Attention(dim, heads)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(approximate="tanh"), nn.Linear(2 * dim, dim))
+        self.g1, self.g2 = nn.Parameter(0.1 * torch.ones(dim)), nn.Parameter(0.1 * torch.ones(dim))
+    def forward(self, x):
+        x = x + self.g1 * self.attn(self.n1(x))
+        return x + self.g2 * self.mlp(self.n2(x))
+class DeiT(nn.Module):
+    def __init__(self, dim=48, depth=2, heads=3, classes=10):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, 4, 4)
+        self.cls, self.dist = nn.Parameter(0.02 * torch.randn(1, 1, dim)), nn.Parameter(0.02 * torch.randn(1, 1, dim))
+        self.pos = nn.Parameter(0.02 * torch.randn(1, 18, dim))
+        self.blocks = nn.ModuleList([Block(dim, heads) for _ in range(depth)])
+        self.norm, self.head, self.head_dist = nn.LayerNorm(dim, eps=1e-6), nn.Linear(dim, classes), nn.Linear(dim, classes)
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        b = x.shape[0]
+        x = torch.cat((self.cls.expand(b, -1, -1), self.dist.expand(b, -1, -1), x), dim=1) + self.pos
+        for blk in self.blocks:
+            x = blk(x)
+        x = self.norm(x)
+        return (self.head(x[:, 0]) + self.head_dist(x[:, 1])) / 2
+torch.manual_seed(0)
+torch.onnx.export(DeiT().train(), torch.randn(2, 3, 16, 16), sys.argv[1], opset_version=17,
+                  training=torch.onnx.TrainingMode.TRAINING, input_names=["input"], output_names=["logits"],
+                  dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+EOF
+    if out=$(OMP_NUM_THREADS=1 "$ROOT/tools/fedhet-torch" compare "$WORK/deit.onnx" --fedhet "$FEDHET" 2>&1); then
+        note "DeiT-style: $(printf '%s\n' "$out" | sed -n 2p); $(printf '%s\n' "$out" | tail -1)"
+    else
+        fail "fedhet-torch compare on the DeiT-style network: $(printf '%s\n' "$out" | tail -3 | tr '\n' ' ')"
+    fi
 }
 
 # ---- the zoo's resnet18 through ONNX ----
@@ -286,17 +373,39 @@ branch = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", []
 save("control", [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
                  helper.make_node("If", ["cond"], ["q"], name="branchy", then_branch=branch, else_branch=branch)] + tail,
      [w, fc, numpy_helper.from_array(np.array(True), "cond")])
-save("shared", [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("GlobalAveragePool", ["c"], ["g"], name="gap"),
-                helper.make_node("Flatten", ["g"], ["f"], name="flat"), helper.make_node("Gemm", ["f", "fc"], ["h"], name="fc1", transB=1),
-                helper.make_node("Gemm", ["h", "fc"], ["y"], name="fc2", transB=1)], [w, fc])
+trunk = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("GlobalAveragePool", ["c"], ["g"], name="gap"),
+         helper.make_node("Flatten", ["g"], ["f"], name="flat"), helper.make_node("Gemm", ["f", "fc"], ["h"], name="fc1", transB=1)]
+save("shared", trunk + [helper.make_node("Gemm", ["h", "fc"], ["y"], name="fc2", transB=1)], [w, fc])
+save("shared_t", trunk + [helper.make_node("Gemm", ["h", "fc"], ["y"], name="fc2", transB=0)], [w, fc])
+save("resize", [helper.make_node("Conv", ["x", "w"], ["c0"], name="conv"),
+                helper.make_node("Resize", ["c0", "", "scales"], ["c"], name="up", mode="nearest")] + tail,
+     [w, fc, numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+save("half", [helper.make_node("Conv", ["x", "w16"], ["c"], name="conv")] + tail,
+     [numpy_helper.from_array(np.zeros((4, 3, 3, 3), np.float16), "w16"), fc])
+save("twice", [helper.make_node("Conv", ["x", "w"], ["c"], name="conv_g", group=1)] + tail, [w, fc])
+m = onnx.load("%s/twice.onnx" % d)
+m.graph.node[0].attribute.append(helper.make_attribute("group", 3))
+onnx.save(m, "%s/twice.onnx" % d)
+m = onnx.load("%s/samepad.onnx" % d)
+m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = -3
+onnx.save(m, "%s/negdim.onnx" % d)
 EOF
     local n want
-    for n in samepad unknown control shared; do
+    # tied weights: one initializer read by two layers is one parameter (conv 108 + linear 16, not 32)
+    "$FEDHET" inspect --model "$WORK/shared.onnx" --classes 4 >"$WORK/shared.out" 2>&1 ||
+        fail "shared weights: $(tail -1 "$WORK/shared.out")"
+    grep -q "trainable parameters: 124$" "$WORK/shared.out" ||
+        fail "shared weights are not one parameter: $(grep "trainable parameters" "$WORK/shared.out")"
+    for n in samepad unknown control shared_t resize half twice negdim; do
         case $n in
         samepad) want="node 'conv_s' (Conv): attribute auto_pad = SAME_UPPER is not supported" ;;
         unknown) want="node 'soft' (Softsign): op type Softsign is not supported (supported: Add, AveragePool," ;;
         control) want="node 'branchy' (If): control flow is not supported" ;;
-        shared) want="node 'fc2' (Gemm): initializer 'fc' is already the weights of layer fc1: weights shared" ;;
+        shared_t) want="node 'fc2' (Gemm): initializer 'fc' is already the weight of layer fc1, read differently there" ;;
+        resize) want="node 'up' (Resize): Resize (upsampling) is not supported" ;;
+        half) want="tensor w16 is float16: float16 (and bfloat16) weights are not supported" ;;
+        twice) want="node 'conv_g' (Conv): attribute group is given twice" ;;
+        negdim) want="input 'x' has dimension 1 fixed at -3" ;;
         esac
         fh 2 "bad_$n" "$WORK/base.ini" model.onnx="$WORK/$n.onnx" output.name="bad_$n"
         expect_rc "$n graph" 1 || continue
@@ -307,5 +416,5 @@ EOF
     "$FEDHET" inspect --model "$WORK/samepad.onnx" >/dev/null 2>&1 && fail "inspect imported auto_pad = SAME_UPPER"
 }
 
-TESTS=(bad_input methods every_method tools zoo_roundtrip nodes torchvision)
+TESTS=(bad_input methods every_method tools zoo_roundtrip nodes torchvision transformers)
 run_tests "$@"
