@@ -4,7 +4,6 @@
 #include "imgsrc_internal.h"
 #include "fedhet/core.h"
 
-#include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,12 +101,16 @@ static int jpeg_run(const char *name, const uint8_t *data, size_t len, int heade
     cinfo.out_color_space = c == 1 ? JCS_GRAYSCALE : JCS_RGB;
     int min_w = 0, min_h = 0;
     if (o) img_min_decode(o, *w, *h, &min_w, &min_h);
-    /* shrink-on-load: the smallest 1/d scale whose output still covers what the resize needs */
+    /* shrink-on-load: the smallest 1/d scale whose output still covers what the resize needs, among those that
+     * divide both sides: where d does not, libjpeg rounds the output up and its last row and column come from
+     * the encoder's padding of the partial block, so the decoded image would span more than the original and
+     * the resize would stretch it by up to (d - 1) / side (0.7 px at the far edge of a 250-px side at 1/8) */
     for (int d = 8; d >= 1; d /= 2) {
         cinfo.scale_num = 1;
         cinfo.scale_denom = (unsigned)d;
         jpeg_calc_output_dimensions(&cinfo);
-        if (d == 1 || (min_w > 0 && min_h > 0 && (int)cinfo.output_width >= min_w && (int)cinfo.output_height >= min_h))
+        if (d == 1 || (min_w > 0 && min_h > 0 && *w % d == 0 && *h % d == 0 && (int)cinfo.output_width >= min_w &&
+                       (int)cinfo.output_height >= min_h))
             break;
     }
     jpeg_start_decompress(&cinfo);
@@ -244,6 +247,14 @@ static void shorter_size(int size, int w, int h, int *rw, int *rh)
     else *rh = size, *rw = (int)((int64_t)size * w / h);
 }
 
+/* torchvision's CenterCrop corner, int(round((extent - size) / 2.0)) for extent >= size: Python's round takes a
+ * half to the even neighbour (0.5 -> 0, 1.5 -> 2, 2.5 -> 2), where C's lround would take it away from zero */
+static int centre_offset(int extent, int size)
+{
+    const int d = extent - size, half = d / 2;
+    return d % 2 && half % 2 ? half + 1 : half;
+}
+
 int img_target(const DataImageOptions *o, const char *name, int w, int h, int *out_w, int *out_h)
 {
     if (o->size <= 0) {
@@ -338,8 +349,7 @@ int img_fit(const DataImageOptions *o, const ImgBuf *in, int orig_w, int orig_h,
     int rw = orig_w, rh = orig_h;
     if (o->size > 0 && o->resize == DATA_RESIZE_SHORTER) shorter_size(o->size, orig_w, orig_h, &rw, &rh);
     else if (o->size > 0 && o->resize == DATA_RESIZE_EXACT) rw = rh = o->size;
-    /* torchvision's CenterCrop corner: int(round((rw - size) / 2)) */
-    const int left = (int)lround((rw - out_w) / 2.0), top = (int)lround((rh - out_h) / 2.0);
+    const int left = centre_offset(rw, out_w), top = centre_offset(rh, out_h);
     int status = FH_OK;
     if (src->w == rw && src->h == rh) copy_window(src, left, top, out_w, out_h, out);
     else {

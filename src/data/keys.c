@@ -69,8 +69,8 @@ static const FhConfigKey source_keys[] = {
     { .section = "source", .key = "channels", .type = FH_CFG_CHOICE, .def.s = "auto", .choices = "auto|1|3",
       AT_INDEX(image.channels), .help = "auto (the first image's), 1 (grey: ITU-R 601 luma) or 3 (RGB: grey repeated)" },
     { .section = "source", .key = "shrink_on_load", .type = FH_CFG_CHOICE, .def.s = "1", .choices = "0|1",
-      AT_INDEX(image.shrink_on_load), .help = "JPEG: decode at a DCT scale 1/2..1/8 that still covers the resize "
-                                              "(faster)" },
+      AT_INDEX(image.shrink_on_load), .help = "JPEG: decode at a DCT scale 1/2..1/8 that covers the resize and "
+                                              "divides both sides (faster; PIL's draft() pixels)" },
     { .section = "source", .key = "on_error", .type = FH_CFG_CHOICE, .def.s = "fail", .choices = "fail|skip",
       AT_INDEX(skip_unreadable), .help = "an unreadable image: fail (exit 2 naming it) or skip (decodes every image "
                                          "once more up front; skipped ones counted and named)" },
