@@ -174,6 +174,8 @@ void data_source_close(DataSource **s);
 /* ---- partitioned dataset files (docs/usage.md, Data) ------------------------------------------ */
 
 /* Format marker and version in the root attributes `format` and `format_version`; checked on open. */
+/* The most classes a partition file holds: its reader refuses more (and an image source makes no more) */
+#define DATA_MAX_CLASSES (1 << 20)
 #define DATA_PARTFILE_FORMAT "fedhet-partition"
 #define DATA_PARTFILE_VERSION 1
 

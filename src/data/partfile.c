@@ -23,7 +23,6 @@
 #define PARTFILE_CHUNK_BYTES ((size_t)64 << 10)
 /* Rows are gathered and corrupted this many bytes at a time. */
 #define PARTFILE_BLOCK_BYTES ((size_t)8 << 20)
-#define PARTFILE_MAX_CLASSES (1 << 20)
 
 struct DataPartFileH5 {
     FhH5File file;
@@ -511,7 +510,7 @@ static int open_into(DataPartFile *f, const char *path)
     free(format);
     int64_t version, classes, shape[3], k, severity, n_corrupted;
     FH_CHECK(read_int_attr(f, "format_version", 1, DATA_PARTFILE_VERSION, &version));
-    FH_CHECK(read_int_attr(f, "classes", 2, PARTFILE_MAX_CLASSES, &classes));
+    FH_CHECK(read_int_attr(f, "classes", 2, DATA_MAX_CLASSES, &classes));
     FH_CHECK(fh_h5_attr_read_int64s(h, h->id, "shape", shape, 3));
     for (int i = 0; i < 3; i++)
         if (shape[i] < 1 || shape[i] > 65536)

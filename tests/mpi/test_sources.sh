@@ -3,7 +3,8 @@
 # image folder tree, a CSV + PNGs, .npz (uint8 NHWC stored, float32 NCHW compressed) and .npy files gives
 # the IDX path's partition file bit for bit; a JPEG tree decodes as PIL does; resizing is torchvision's;
 # natural partitions and the domain holdout put exactly the right rows where they belong; bad files and tables are exit 2 naming the
-# file (and line), or a counted skip; a failed run leaves nothing and --force never loses the old file;
+# file (and line), or a counted skip; label tables with a byte order mark, repeated images, negative integer labels
+# and 200,000 classes; a failed run leaves nothing and --force never loses the old file;
 # memory stays flat with the data set's size; the three seed configs (inputs/isic2019.ini, rsna-ich.ini,
 # officehome.ini) each run one round on a tiny tree of their layout.
 # usage: tests/mpi/test_sources.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
@@ -294,6 +295,64 @@ EOF
     [ -e "$WORK/out/so.h5" ] && fail "a partition file was made from a refused config"
 }
 
+# 5b. label tables: a byte order mark (Excel's "CSV UTF-8") is not part of the first column's name; an image
+# listed twice is refused, with two labels or with one, naming the lines and the labels; integer labels are class
+# ids, and a negative one is refused naming its line (it would have made the labels names in text order: -1, 0,
+# 1, ... as classes 0, 1, 2, ...); 200,000 classes take seconds (a class lookup per row was a linear search)
+test_label_tables()
+{
+    local t=$WORK/tables
+    mkdir -p "$t/out"
+    $PY - "$t" <<'EOF' || { fail "writing the images"; return; }
+import sys
+from PIL import Image
+for i in range(8):
+    Image.new("L", (4, 4), 30 * i).save("%s/%d.png" % (sys.argv[1], i))
+EOF
+    printf 'image,label\n0.png,a\n1.png,b\n2.png,a\n3.png,b\n4.png,a\n5.png,b\n' >"$t/plain.csv"
+    printf '\xef\xbb\xbf' | cat - "$t/plain.csv" >"$t/bom.csv"
+    fx plain partition "$t/plain.csv" "$t/plain.h5" scheme=iid clients=2 test_fraction=0
+    expect_rc "a plain table" 0 || return
+    fx bom partition "$t/bom.csv" "$t/bom.h5" scheme=iid clients=2 test_fraction=0
+    expect_rc "a table with a byte order mark" 0 && same "$t/plain.h5" "$t/bom.h5" "the table with a byte order mark"
+    printf 'image,label\n0.png,a\n1.png,b\n2.png,a\n1.png,a\n3.png,b\n' >"$t/twice.csv"
+    bad "$t/twice.csv" "$t/out/twice.h5" "twice.csv: line 5: image $t/1.png again, labelled 'a' here and 'b' on line 3"
+    printf 'image,label\n0.png,a\n1.png,b\n2.png,a\n3.png,b\n1.png,b\n' >"$t/same.csv"
+    bad "$t/same.csv" "$t/out/same.h5" "same.csv: line 6: image $t/1.png again (line 3 lists it too, also labelled 'b')"
+    printf 'image,label\n0.png,0\n1.png,-1\n2.png,1\n3.png,0\n4.png,-1\n5.png,1\n' >"$t/negative.csv"
+    bad "$t/negative.csv" "$t/out/negative.h5" "negative.csv: line 3: label -1 is not a class id"
+    # integers from 0 are the ids (a gap is a class without rows: an error naming it), names sort
+    printf 'image,label\n0.png,1\n1.png,0\n2.png,1\n3.png,0\n' >"$t/ids.csv"
+    fx ids partition "$t/ids.csv" "$t/ids.h5" scheme=iid clients=1 test_fraction=0
+    expect_rc "integer labels" 0 &&
+        { [ "$($PY -c 'import h5py,sys; f = h5py.File(sys.argv[1])
+print(list(f["clients/labels"][()][f["clients/source_index"][()].argsort()]))' "$t/ids.h5")" = "[1, 0, 1, 0]" ] ||
+              fail "integer labels are not the class ids"; }
+
+    # 200,000 classes, an image each: 200,000 names through 448 links to one folder of 448 files (which keeps the
+    # test's own file writes small)
+    $PY - "$t/many" <<'EOF' || { fail "writing the large table"; return; }
+import os, sys
+from PIL import Image
+d = sys.argv[1]
+os.makedirs(d + "/files")
+for k in range(448):
+    Image.new("L", (2, 2), k % 256).save("%s/files/%03d.png" % (d, k))
+    os.symlink("files", "%s/d%03d" % (d, k))
+with open(d + "/labels.csv", "w") as f:
+    f.write("image,label\n")
+    for i in range(200000):
+        f.write("d%03d/%03d.png,class%06d\n" % (i // 448, i % 448, (i * 7919) % 200000))
+EOF
+    local start=$SECONDS
+    fx many partition "$t/many/labels.csv" "$t/many.h5" scheme=iid clients=2
+    expect_rc "200,000 classes" 0 || return
+    note "200,000 classes: fedhet partition took $((SECONDS - start)) s"
+    [ $((SECONDS - start)) -le 30 ] || fail "200,000 classes took $((SECONDS - start)) s (at most 30)"
+    grep -q "200000 train, 0 test, 1x2x2, 200000 classes" "$WORK/many.out" ||
+        fail "200,000 classes: unexpected source line: $(grep -h '^source' "$WORK/many.out")"
+}
+
 # 6. memory: ten times the images cost far less than ten times the bytes (the images are streamed)
 test_memory_flat()
 {
@@ -413,5 +472,5 @@ EOF
     "$FEDHET" partition --help | grep -q "Peak memory" || fail "fedhet partition --help does not state the peak memory"
 }
 
-TESTS=(same_as_idx jpeg_like_pil resize_like_torchvision natural_rows holdout_domain bad_input memory_flat seed_configs rrc_ranks)
+TESTS=(same_as_idx jpeg_like_pil resize_like_torchvision natural_rows holdout_domain bad_input label_tables memory_flat seed_configs rrc_ranks)
 run_tests "$@"
