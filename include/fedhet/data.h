@@ -28,6 +28,12 @@ typedef struct {
     int32_t *groups;
     int n_groups;
     char *const *group_names;
+    /* provenance (the image sources; NULL from the other readers): each row's index in the source's listing [n]
+     * (every image the source lists, in its reading order, before splits and skips), each row's file [n] (the
+     * strings borrowed from the source; NULL for arrays), and the class names [classes] (borrowed) */
+    int64_t *source_index;
+    const char **paths;
+    char *const *class_names;
 } DataImageSet;
 
 /* IDX files, gzip-compressed or raw (detected from the content, not the name).
@@ -177,7 +183,7 @@ void data_source_close(DataSource **s);
 /* The most classes a partition file holds: its reader refuses more (and an image source makes no more) */
 #define DATA_MAX_CLASSES (1 << 20)
 #define DATA_PARTFILE_FORMAT "fedhet-partition"
-#define DATA_PARTFILE_VERSION 1
+#define DATA_PARTFILE_VERSION 2 /* 2: /clients/source_index indexes the source's listing, and names are stored */
 
 typedef struct {
     const char *source;        /* recorded as given, e.g. "/usr/share/datasets/fashion-mnist" */
@@ -266,6 +272,9 @@ typedef struct {
     int n_domains;
     char **domain_names;
     int32_t *test_domain;
+    char **class_names;     /* [classes] from /class_names; NULL when the file has none (IDX, CIFAR, HDF5 sources,
+                             * format_version 1) */
+    int format_version;
     struct DataPartFileH5 *h5;
 } DataPartFile;
 

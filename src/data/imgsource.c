@@ -32,6 +32,7 @@ typedef struct {
     int32_t group; /* -1: none */
     int32_t split; /* 0 train, 1 test, -1 undecided (test_fraction decides) */
     int32_t line;  /* CSV line, 0 otherwise */
+    int64_t index; /* in the source's listing: the order entries were added, before splits and skips */
 } SrcEntry;
 
 /* An array of a .npy file or of an .npz member, read by rows: from the file, from a stored (uncompressed)
@@ -235,7 +236,7 @@ static int add_entry(DataSource *s, const char *path, int64_t row, int label, in
         s->cap = cap;
     }
     SrcEntry *e = &s->entries[s->n];
-    *e = (SrcEntry){ NULL, row, label, group, split, line };
+    *e = (SrcEntry){ NULL, row, label, group, split, line, s->n };
     if (path && !(e->path = strdup(path))) FH_FAIL(FH_ERR_IO, "out of memory for the path %s", path);
     s->n++;
     return FH_OK;
@@ -1026,12 +1027,16 @@ static int make_set(DataSource *s, DataImageSet *set, int split)
     set->n = n, set->c = s->c, set->h = s->h, set->w = s->w, set->classes = s->classes.n;
     FH_CHECK(fh_calloc(&s->rows[split], (size_t)(n ? n : 1), sizeof *s->rows[split], "set rows"));
     FH_CHECK(fh_calloc(&set->labels, (size_t)(n ? n : 1), sizeof *set->labels, "labels"));
+    FH_CHECK(fh_calloc(&set->source_index, (size_t)(n ? n : 1), sizeof *set->source_index, "source indices"));
     if (s->groups.n) FH_CHECK(fh_calloc(&set->groups, (size_t)(n ? n : 1), sizeof *set->groups, "groups"));
+    if (s->n && s->entries[0].path) FH_CHECK(fh_calloc(&set->paths, (size_t)(n ? n : 1), sizeof *set->paths, "paths"));
     for (int64_t i = 0, r = 0; i < s->n; i++) {
         if (s->entries[i].split != split) continue;
         s->rows[split][r] = i;
         set->labels[r] = s->entries[i].label;
+        set->source_index[r] = s->entries[i].index;
         if (set->groups) set->groups[r] = s->entries[i].group;
+        if (set->paths) set->paths[r] = s->entries[i].path;
         r++;
     }
     s->fetch[split] = (SrcFetch){ s, s->rows[split] };
@@ -1039,6 +1044,7 @@ static int make_set(DataSource *s, DataImageSet *set, int split)
     set->fetch_ctx = &s->fetch[split];
     set->n_groups = s->groups.n;
     set->group_names = s->groups.v;
+    set->class_names = s->classes.v;
     return FH_OK;
 }
 

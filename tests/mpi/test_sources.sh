@@ -2,7 +2,8 @@
 # Image sources of `fedhet partition` (docs/data.md): a small IDX set written out by make_images.py as a PNG
 # image folder tree, a CSV + PNGs, .npz (uint8 NHWC stored, float32 NCHW compressed) and .npy files gives
 # the IDX path's partition file bit for bit; a JPEG tree decodes as PIL does; resizing is torchvision's;
-# natural partitions and the domain holdout put exactly the right rows where they belong; bad files and tables are exit 2 naming the
+# natural partitions and the domain holdout put exactly the right rows where they belong; every row maps back to
+# its file, label and domain through source_index, source_path and the names; bad files and tables are exit 2 naming the
 # file (and line), or a counted skip; label tables with a byte order mark, repeated images, negative integer labels
 # and 200,000 classes; a failed run leaves nothing and --force never loses the old file;
 # memory stays flat with the data set's size; the three seed configs (inputs/isic2019.ini, rsna-ich.ini,
@@ -214,6 +215,72 @@ EOF
     fx hold_bad partition "$WORK/dom" "$WORK/hold_bad.h5" scheme=natural holdout_domain=d9
     expect_rc "holdout_domain=d9" 1 && grep -q "no domain 'd9'" "$WORK/hold_bad.err" ||
         fail "an unknown holdout domain is not named: $(errline hold_bad)"
+}
+
+# 4b. provenance: /clients/source_index and /test/source_index are each row's index in the source's listing (the
+# table's rows; the tree's images in reading order) whatever the test set and on_error=skip took out,
+# /clients/source_path and /test/source_path its file, /class_names and /domain_names what the ids mean: every row
+# maps back to its image, its label and its domain; `fedhet inspect` shows the names
+test_provenance()
+{
+    [ -d "$WORK/dom" ] || $PY "$MK" domains "$WORK/idx" "$WORK/dom" || { fail "make_images domains"; return; }
+    fx prov_dom partition "$WORK/dom" "$WORK/prov-dom.h5" scheme=natural holdout_domain=d2
+    expect_rc "domain tree, holdout_domain=d2" 0 || return
+    [ -d "$WORK/csv" ] || $PY "$MK" csv "$WORK/idx" "$WORK/csv" || { fail "make_images csv"; return; }
+    # the table without its split column (test_fraction takes the test set), labels as names, and one unreadable
+    # image that on_error=skip leaves out
+    $PY - "$WORK/csv" <<'EOF' || { fail "writing the table"; return; }
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1] + "/labels.csv")))
+rows.insert(37, {"image": "labels.csv", "label": "0", "client": "c1"})
+with open(sys.argv[1] + "/named.csv", "w") as f:
+    f.write("image,label,client\n")
+    for r in rows:
+        f.write("%s,%s,%s\n" % (r["image"], "class-" + "abcd"[int(r["label"])], r["client"]))
+EOF
+    fx prov_csv partition "$WORK/csv/named.csv" "$WORK/prov-csv.h5" scheme=dirichlet alpha=0.5 clients=3 min_size=2 \
+        on_error=skip test_fraction=0.3
+    expect_rc "table with test_fraction and on_error=skip" 0 || return
+    local why
+    why=$($PY - "$WORK/prov-dom.h5" "$WORK/dom" "$WORK/prov-csv.h5" "$WORK/csv/named.csv" <<'EOF' 2>&1
+import csv, os, sys
+import h5py, numpy as np
+from PIL import Image
+text = lambda v: v.decode() if isinstance(v, bytes) else v
+# the domain tree: its listing is the domains, their classes and their files, each in name order
+f, root = h5py.File(sys.argv[1], "r"), sys.argv[2]
+listing = [(d, k, os.path.join(root, d, k, n)) for d in sorted(os.listdir(root))
+           for k in sorted(os.listdir(os.path.join(root, d))) for n in sorted(os.listdir(os.path.join(root, d, k)))]
+classes, domains = [text(v) for v in f["class_names"]], [text(v) for v in f["domain_names"]]
+assert classes == ["k0", "k1", "k2", "k3"] and domains == ["d0", "d1", "d2", "d3"], (classes, domains)
+checked = 0
+for group in ("clients", "test"):
+    labels, index, paths = f[group + "/labels"][()], f[group + "/source_index"][()], f[group + "/source_path"][()]
+    for r, (label, i, path) in enumerate(zip(labels, index, paths)):
+        d, k, file = listing[i]
+        assert text(path) == file, (group, r, path, file)
+        assert classes[label] == k, (group, r, classes[label], k)
+        assert group == "clients" or domains[f["test/domain"][r]] == d
+        assert (f[group + "/images"][r] == np.asarray(Image.open(file)).transpose(2, 0, 1)).all(), (group, r, file)
+        checked += 1
+assert checked == len(listing), (checked, len(listing))
+# the table: its listing is its rows, the unreadable one included
+f = h5py.File(sys.argv[3], "r")
+rows = list(csv.DictReader(open(sys.argv[4])))
+classes = [text(v) for v in f["class_names"]]
+seen = []
+for group in ("clients", "test"):
+    for label, i, path in zip(f[group + "/labels"][()], f[group + "/source_index"][()], f[group + "/source_path"][()]):
+        assert rows[i]["label"] == classes[label], (group, i, rows[i], classes[label])
+        assert text(path).endswith("/" + rows[i]["image"]), (path, rows[i])
+        seen.append(i)
+assert sorted(seen) == [i for i in range(len(rows)) if i != 37], "rows missing or twice"
+EOF
+) || fail "rows mapped back to the source: $why"
+    fx prov_inspect inspect "$WORK/prov-dom.h5"
+    expect_rc "inspect" 0 && { grep -q "^classes     4: k0, k1, k2, k3$" "$WORK/prov_inspect.out" &&
+        grep -q "^domains     4: d0, d1, d2, d3$" "$WORK/prov_inspect.out" ||
+        fail "inspect does not name the classes and domains: $(head -4 "$WORK/prov_inspect.out" | tr '\n' '|')"; }
 }
 
 # bad SRC DST NEEDLE [keys...]: exit 2, stderr names NEEDLE, DST not written
@@ -472,5 +539,5 @@ EOF
     "$FEDHET" partition --help | grep -q "Peak memory" || fail "fedhet partition --help does not state the peak memory"
 }
 
-TESTS=(same_as_idx jpeg_like_pil resize_like_torchvision natural_rows holdout_domain bad_input label_tables memory_flat seed_configs rrc_ranks)
+TESTS=(same_as_idx jpeg_like_pil resize_like_torchvision natural_rows holdout_domain provenance bad_input label_tables memory_flat seed_configs rrc_ranks)
 run_tests "$@"
