@@ -142,8 +142,10 @@ typedef struct {
     int size;           /* output side; 0 = every image keeps its (common) size */
     DataResize resize;  /* shorter: shorter side to size (aspect kept); exact: size x size; none */
     int crop_center;    /* centre crop to size x size after the resize */
-    int channels;       /* 1 or 3; 0 = the first image's */
+    int channels;       /* 1 or 3; 0 = 3 when any image is colour, else 1 */
     int shrink_on_load; /* JPEG DCT scaling before the resize (faster; on by default) */
+    int exif_orientation; /* 1: images turned upright by their EXIF orientation tag (PIL's exif_transpose) */
+    int64_t max_pixels; /* the most pixels (width x height) an image may have, checked from its header; 0: any */
 } DataImageOptions;
 
 /* How data_source_open reads a source; strings may be NULL or "" for unset. */

@@ -616,8 +616,10 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
     return status;
 }
 
-/* the whole file at path; messages name it as `name` (the path, or the path and its table line) */
-static int read_whole(const char *path, const char *name, uint8_t **data, size_t *len, size_t *cap)
+/* the whole file at path, or its first `limit` bytes (*len: those read; *whole: whether they are the whole file);
+ * messages name it as `name` (the path, or the path and its table line) */
+static int read_head(const char *path, const char *name, size_t limit, uint8_t **data, size_t *len, size_t *cap,
+                     int *whole)
 {
     FILE *f = fopen(path, "rb");
     if (!f) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", name, strerror(errno));
@@ -628,6 +630,8 @@ static int read_whole(const char *path, const char *name, uint8_t **data, size_t
     }
     path = name;
     size_t n = (size_t)st.st_size;
+    *whole = n <= limit;
+    if (n > limit) n = limit;
     if (n + 1 > *cap) {
         uint8_t *grown = realloc(*data, n + 1);
         if (!grown) {
@@ -644,6 +648,12 @@ static int read_whole(const char *path, const char *name, uint8_t **data, size_t
     (*data)[n] = 0;
     *len = n;
     return FH_OK;
+}
+
+static int read_whole(const char *path, const char *name, uint8_t **data, size_t *len, size_t *cap)
+{
+    int whole;
+    return read_head(path, name, SIZE_MAX - 1, data, len, cap, &whole);
 }
 
 static int open_csv(DataSource *s, const char *table)
@@ -824,6 +834,10 @@ static int array_shape(DataSource *s, SrcArray *a)
     if ((c != 1 && c != 3) || h < 1 || w < 1 || h > 32768 || w > 32768)
         FH_FAIL(FH_ERR_DATA, "%s: image shape %dx%dx%d (%s; need 1 or 3 channels)", a->name, c, h, w,
                 nchw ? "NCHW" : "NHWC");
+    if (s->o.image.max_pixels > 0 && (int64_t)w * h > s->o.image.max_pixels)
+        FH_FAIL(FH_ERR_DATA, "%s: images of %dx%d are %lld pixels, more than max_pixels = %lld; if they are meant to be "
+                "this large, raise the source option max_pixels", a->name, w, h, (long long)w * h,
+                (long long)s->o.image.max_pixels);
     if (s->array_c && (c != s->array_c || h != s->array_h || w != s->array_w || nchw != s->nchw))
         FH_FAIL(FH_ERR_DATA, "%s: test images are %dx%dx%d but training images %dx%dx%d", a->name, c, h, w, s->array_c,
                 s->array_h, s->array_w);
@@ -892,16 +906,24 @@ static int load_array_row(DataSource *s, const SrcEntry *e, ImgBuf *out)
 }
 
 /* entry -> [c, h, w] at the output size */
+/* an image file as messages name it: its path, and its table line */
+static const char *entry_name(const SrcEntry *e, char *where, size_t size)
+{
+    if (!e->line) return e->path;
+    snprintf(where, size, "%s (line %d)", e->path, e->line);
+    return where;
+}
+
 static int load_entry(DataSource *s, const SrcEntry *e, uint8_t *image)
 {
     int w, h, ow, oh;
-    const char *name = e->path;
+    const char *name;
     char where[SRC_PATH_MAX + 32];
     if (e->path) {
         size_t len;
-        if (e->line) snprintf(where, sizeof where, "%s (line %d)", e->path, e->line), name = where;
+        name = entry_name(e, where, sizeof where);
         FH_CHECK(read_whole(e->path, name, &s->file, &len, &s->file_cap));
-        FH_CHECK(img_decode(name, s->file, len, s->c, &s->o.image, &s->buf, &w, &h));
+        FH_CHECK(img_decode(name, s->file, len, s->c, &s->o.image, &s->buf, &s->scratch, &w, &h));
     } else {
         FH_CHECK(load_array_row(s, e, &s->buf));
         w = s->buf.w, h = s->buf.h;
@@ -921,19 +943,39 @@ static int fetch_row(void *ctx, int64_t row, uint8_t *image)
     return load_entry(f->src, &f->src->entries[f->rows[row]], image);
 }
 
-/* the output shape and channels from the first entry */
+/* The header of an entry's image file, from its first 64 KiB (a JPEG's header ends where its first scan starts,
+ * after its EXIF and colour profile, so nearly always sooner), else from the whole file */
+static int probe_entry(DataSource *s, const SrcEntry *e, int *w, int *h, int *c)
+{
+    char where[SRC_PATH_MAX + 32];
+    const char *name = entry_name(e, where, sizeof where);
+    size_t len;
+    int whole;
+    FH_CHECK(read_head(e->path, name, (size_t)64 << 10, &s->file, &len, &s->file_cap, &whole));
+    const int status = img_probe(name, s->file, len, &s->o.image, w, h, c);
+    if (status == FH_OK) return FH_OK;
+    if (whole) return fh_error_trace(status, __FILE__, __LINE__, "img_probe");
+    fh_error_clear();
+    FH_CHECK(read_whole(e->path, name, &s->file, &len, &s->file_cap));
+    return img_probe(name, s->file, len, &s->o.image, w, h, c);
+}
+
+/* The output shape from the first entry; channels = auto: 3 when any image is colour, else 1 (the headers are read
+ * until the first colour one: a grey first image does not make a colour set grey) */
 static int first_shape(DataSource *s)
 {
     const SrcEntry *e = &s->entries[0];
     int w, h, c;
-    if (e->path) {
-        size_t len;
-        FH_CHECK(read_whole(e->path, e->path, &s->file, &len, &s->file_cap));
-        FH_CHECK(img_probe(e->path, s->file, len, &w, &h, &c));
-    } else {
-        w = s->array_w, h = s->array_h, c = s->array_c;
-    }
+    if (e->path) FH_CHECK(probe_entry(s, e, &w, &h, &c));
+    else w = s->array_w, h = s->array_h, c = s->array_c;
     s->c = s->o.image.channels ? s->o.image.channels : c;
+    for (int64_t i = 1; e->path && !s->o.image.channels && s->c == 1 && i < s->n; i++) {
+        int wi, hi, ci;
+        const int status = probe_entry(s, &s->entries[i], &wi, &hi, &ci);
+        if (status != FH_OK && !s->o.skip_unreadable) return status;
+        if (status != FH_OK) fh_error_clear(); /* on_error = skip leaves it out, and names it, later */
+        else if (ci == 3) s->c = 3;
+    }
     return img_target(&s->o.image, e->path ? e->path : s->arrays[0].name, w, h, &s->w, &s->h);
 }
 
@@ -953,7 +995,7 @@ static int drop_unreadable(DataSource *s)
         if (status != FH_OK) {
             if (s->skipped < SRC_MAX_SKIP_NAMES && used < sizeof s->skip_names)
                 used += (size_t)snprintf(s->skip_names + used, sizeof s->skip_names - used, "%s%s",
-                                         s->skipped ? "; " : "", fh_error_message());
+                                         s->skipped ? "; " : "", fh_error_text(status));
             fh_error_clear();
             s->skipped++;
             free(s->entries[i].path);

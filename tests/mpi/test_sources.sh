@@ -346,6 +346,8 @@ EOF
     expect_rc "on_error=skip" 0 &&
         { grep -q "skipped     1 unreadable images (on_error=skip): .*notes.png" "$WORK/skip.out" ||
               fail "the skip is not counted and named: $(grep skipped "$WORK/skip.out")"; }
+    # the user's message alone: the source lines of the error chain only with FEDHET_TRACE=1
+    grep -q "^  at .*\.c:[0-9]" "$WORK/skip.out" && fail "on_error=skip prints source lines: $(grep -m1 '^  at ' "$WORK/skip.out")"
 
     # --force over an existing file with a failing source: the old file stays
     cp "$WORK/ok.h5" "$WORK/out/keep.h5"
@@ -418,6 +420,126 @@ EOF
     [ $((SECONDS - start)) -le 30 ] || fail "200,000 classes took $((SECONDS - start)) s (at most 30)"
     grep -q "200000 train, 0 test, 1x2x2, 200000 classes" "$WORK/many.out" ||
         fail "200,000 classes: unexpected source line: $(grep -h '^source' "$WORK/many.out")"
+}
+
+# 5c. kinds of image: a header announcing more pixels than max_pixels is refused before decoding, naming the file,
+# its size and the key; CMYK JPEGs (PIL's, Adobe's inverted YCCK) decode as PIL converts them; 16-bit PNGs keep
+# their high byte (PIL's 16-bit RGB; its 16-bit grey is clipped at 255 instead), alpha and transparency are
+# dropped (PIL's convert); channels=auto is colour when any image is, also when a grey one sorts first;
+# exif_orientation=apply turns images upright as PIL's ImageOps.exif_transpose, every orientation of a PNG and a
+# JPEG, and ignore keeps them as stored
+test_image_kinds()
+{
+    local t=$WORK/kinds
+    $PY - "$t" <<'EOF' || { fail "writing the images"; return; }
+import os, struct, sys, zlib
+import numpy as np
+from PIL import Image
+t = sys.argv[1]
+rng = np.random.default_rng(4)
+def png(path, w, h, depth, ctype, rows):
+    chunk = lambda k, d: struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d) & 0xffffffff)
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, 0)
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+# a header of 30000 x 30000 (its data one row long: nothing past the header may be read)
+os.makedirs(t + "/huge/a"), os.makedirs(t + "/huge/b")
+png(t + "/huge/a/huge.png", 30000, 30000, 8, 0, b"\0" * 30001)
+for k in "ab":
+    Image.new("L", (8, 8), 50).save("%s/huge/%s/small.png" % (t, k))
+# PNG kinds and CMYK JPEGs, each against PIL's convert
+os.makedirs(t + "/kinds/a"), os.makedirs(t + "/kinds/b")
+v = rng.integers(0, 65536, (8, 8, 3)).astype(">u2")
+png(t + "/kinds/a/rgb16.png", 8, 8, 16, 2, b"".join(b"\0" + v[y].tobytes() for y in range(8)))
+png(t + "/kinds/a/grey16.png", 8, 8, 16, 0, b"".join(b"\0" + v[y, :, 0].tobytes() for y in range(8)))
+np.save(t + "/grey16.npy", (v[..., 0].astype(np.uint16) >> 8).astype(np.uint8))
+rgba = rng.integers(0, 256, (8, 8, 4), dtype=np.uint8)
+Image.fromarray(rgba, "RGBA").save(t + "/kinds/a/rgba.png")
+Image.fromarray(rgba[..., :2].copy(), "LA").save(t + "/kinds/b/la.png")
+pal = Image.fromarray(rgba[..., :3].copy()).convert("P", palette=Image.ADAPTIVE, colors=16)
+pal.info["transparency"] = 3
+pal.save(t + "/kinds/b/palette.png", transparency=3)
+for i in range(3):
+    Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).convert("CMYK").save(
+        "%s/kinds/b/cmyk%d.jpg" % (t, i), quality=90)
+# channels=auto: a grey image sorts first in a colour tree
+os.makedirs(t + "/mixed/a"), os.makedirs(t + "/mixed/b")
+Image.new("L", (8, 8), 77).save(t + "/mixed/a/0-grey.jpg")
+for k in "ab":
+    Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save("%s/mixed/%s/1-colour.png" % (t, k))
+# EXIF orientations 1..8 on 12 x 7 PNGs and JPEGs, and a 64 x 32 JPEG turned a quarter (shrink-on-load)
+os.makedirs(t + "/exif/a"), os.makedirs(t + "/exif/b"), os.makedirs(t + "/exif-big/a"), os.makedirs(t + "/exif-big/b")
+for o in range(1, 9):
+    for ext in ("png", "jpg"):
+        exif = Image.Exif()
+        exif[0x0112] = o
+        im = Image.fromarray(rng.integers(0, 256, (7, 12, 3), dtype=np.uint8))
+        im.save("%s/exif/%s/%d.%s" % (t, "ab"[o % 2], o, ext), exif=exif.tobytes(), quality=95)
+for k, o in (("a", 6), ("b", 8)):
+    exif = Image.Exif()
+    exif[0x0112] = o
+    base = rng.integers(0, 256, (4, 8, 3), dtype=np.uint8)
+    Image.fromarray(base).resize((64, 32), Image.BICUBIC).save("%s/exif-big/%s/%d.jpg" % (t, k, o), exif=exif.tobytes())
+EOF
+    # the pixel budget
+    fx huge partition "$t/huge" "$t/huge.h5" scheme=iid clients=1 size=8
+    expect_rc "a 30000 x 30000 header" 2 &&
+        { grep -qF "huge/a/huge.png: 30000x30000 is 900000000 pixels, more than max_pixels = 178956970" "$WORK/huge.err" ||
+              fail "the pixel budget is not named: $(errline huge)"; }
+    fx small_budget partition "$t/kinds" "$t/budget.h5" scheme=iid clients=1 max_pixels=63
+    expect_rc "max_pixels=63" 2 && { grep -qF "8x8 is 64 pixels, more than max_pixels = 63" "$WORK/small_budget.err" ||
+        fail "max_pixels=63 does not refuse 8x8 images: $(errline small_budget)"; }
+    # PNG kinds and CMYK against PIL, channels 3 and 1
+    local c why
+    for c in 3 1; do
+        fx kinds$c partition "$t/kinds" "$t/kinds$c.h5" scheme=iid clients=1 test_fraction=0 channels=$c
+        expect_rc "PNG kinds and CMYK, channels=$c" 0 || continue
+        why=$($PY - "$t/kinds$c.h5" "$t" $c <<'EOF' 2>&1
+import os, sys
+import h5py, numpy as np
+from PIL import Image
+f, t, c = h5py.File(sys.argv[1], "r"), sys.argv[2], int(sys.argv[3])
+for ours, path in zip(f["clients/images"][()], f["clients/source_path"][()]):
+    path = path.decode()
+    if path.endswith("grey16.png"):   # PIL clips 16-bit grey at 255; we keep the high byte
+        want = np.load(t + "/grey16.npy")[None].repeat(c, 0)
+    else:
+        want = np.asarray(Image.open(path).convert("RGB" if c == 3 else "L")).reshape(8, 8, c).transpose(2, 0, 1)
+    d = np.abs(ours.astype(int) - want)
+    assert d.max() == 0, "%s: differs from PIL by up to %d" % (path, d.max())
+EOF
+) || fail "PNG kinds and CMYK, channels=$c: $why"
+    done
+    # channels=auto
+    fx mixed partition "$t/mixed" "$t/mixed.h5" scheme=iid clients=1 test_fraction=0
+    expect_rc "grey first, colour later" 0 && { grep -q "3x8x8" "$WORK/mixed.out" ||
+        fail "channels=auto took the first (grey) image's channels: $(grep -h '^source' "$WORK/mixed.out")"; }
+    # EXIF orientation
+    local mode
+    for mode in apply ignore; do
+        fx exif_$mode partition "$t/exif" "$t/exif-$mode.h5" scheme=iid clients=1 test_fraction=0 size=7 resize=none \
+            exif_orientation=$mode
+        expect_rc "exif_orientation=$mode" 0 || continue
+        fx exif_big_$mode partition "$t/exif-big" "$t/exif-big-$mode.h5" scheme=iid clients=1 test_fraction=0 size=16 \
+            exif_orientation=$mode
+        expect_rc "exif_orientation=$mode, shrink-on-load" 0 || continue
+        why=$($PY - "$t/exif-$mode.h5" "$t/exif-big-$mode.h5" $mode <<'EOF' 2>&1
+import sys
+import h5py, numpy as np
+from PIL import Image, ImageOps
+import torchvision.transforms as T
+for path, fit in ((sys.argv[1], T.CenterCrop(7)), (sys.argv[2], T.Compose([T.Resize(16), T.CenterCrop(16)]))):
+    f = h5py.File(path, "r")
+    for ours, name in zip(f["clients/images"][()], f["clients/source_path"][()]):
+        im = Image.open(name.decode())
+        if sys.argv[3] == "apply":
+            im = ImageOps.exif_transpose(im)
+        d = np.abs(ours.astype(int) - np.asarray(fit(im.convert("RGB"))).transpose(2, 0, 1).astype(int))
+        limit = 0 if "big" not in path else 6   # the 64 x 32 JPEGs are decoded at a DCT scale of 1/2
+        assert d.mean() <= limit, "%s %s: differs from PIL's by %.3f on average" % (path, name.decode(), d.mean())
+EOF
+) || fail "exif_orientation=$mode against PIL's exif_transpose: $why"
+    done
 }
 
 # 6. memory: ten times the images cost far less than ten times the bytes (the images are streamed)
@@ -539,5 +661,5 @@ EOF
     "$FEDHET" partition --help | grep -q "Peak memory" || fail "fedhet partition --help does not state the peak memory"
 }
 
-TESTS=(same_as_idx jpeg_like_pil resize_like_torchvision natural_rows holdout_domain provenance bad_input label_tables memory_flat seed_configs rrc_ranks)
+TESTS=(same_as_idx jpeg_like_pil resize_like_torchvision natural_rows holdout_domain provenance bad_input label_tables image_kinds memory_flat seed_configs rrc_ranks)
 run_tests "$@"
