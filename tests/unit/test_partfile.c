@@ -387,7 +387,7 @@ static void test_names_and_provenance(void)
     make_set(&train, 40, 1, 4, 4, 4, 10);
     make_set(&test, 10, 1, 4, 4, 4, 11);
     char *const classes[4] = { "ant", "bee", "cat", "dog" }, *const domains[2] = { "north", "south" };
-    char path_text[40][16];
+    char path_text[40][24];
     const char *paths[40];
     int64_t listing[40];
     int32_t groups[40], test_groups[10];
