@@ -423,7 +423,8 @@ EOF
 }
 
 # 5c. kinds of image: a header announcing more pixels than max_pixels is refused before decoding, naming the file,
-# its size and the key; CMYK JPEGs (PIL's, Adobe's inverted YCCK) decode as PIL converts them; 16-bit PNGs keep
+# its size and the key; CMYK JPEGs (PIL's plain inverted CMYK, and YCCK as Photoshop writes it: build/tests/write_ycck)
+# decode as PIL converts them; 16-bit PNGs keep
 # their high byte (PIL's 16-bit RGB; its 16-bit grey is clipped at 255 instead), alpha and transparency are
 # dropped (PIL's convert); channels=auto is colour when any image is, also when a grey one sorts first;
 # exif_orientation=apply turns images upright as PIL's ImageOps.exif_transpose, every orientation of a PNG and a
@@ -462,6 +463,7 @@ pal.save(t + "/kinds/b/palette.png", transparency=3)
 for i in range(3):
     Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).convert("CMYK").save(
         "%s/kinds/b/cmyk%d.jpg" % (t, i), quality=90)
+rng.integers(0, 256, (8, 8, 4), dtype=np.uint8).tofile(t + "/ycck.cmyk")   # made a YCCK JPEG below
 # channels=auto: a grey image sorts first in a colour tree
 os.makedirs(t + "/mixed/a"), os.makedirs(t + "/mixed/b")
 Image.new("L", (8, 8), 77).save(t + "/mixed/a/0-grey.jpg")
@@ -481,6 +483,9 @@ for k, o in (("a", 6), ("b", 8)):
     base = rng.integers(0, 256, (4, 8, 3), dtype=np.uint8)
     Image.fromarray(base).resize((64, 32), Image.BICUBIC).save("%s/exif-big/%s/%d.jpg" % (t, k, o), exif=exif.tobytes())
 EOF
+    "$ROOT/build/tests/write_ycck" 8 8 "$t/ycck.cmyk" "$t/kinds/b/ycck.jpg" || { fail "write_ycck"; return; }
+    [ "$($PY -c 'import sys; from PIL import Image; print(Image.open(sys.argv[1]).info.get("adobe_transform"))' \
+        "$t/kinds/b/ycck.jpg")" = 2 ] || fail "write_ycck did not write a YCCK JPEG"
     # the pixel budget
     fx huge partition "$t/huge" "$t/huge.h5" scheme=iid clients=1 size=8
     expect_rc "a 30000 x 30000 header" 2 &&
