@@ -69,7 +69,7 @@ UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 .PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce docs man install bench bench-partition bench-round bench-methods bench-sam bench-norm bench-onnx clean help check-tools
 
 # test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
-TEST_HELPERS = $(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model
+TEST_HELPERS = $(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model $(BUILD)/tests/write_ycck
 # programs left in build/tests by a unit test since renamed or split: tests/run.sh would run them too
 STALE_UNIT_BIN = $(filter-out $(UNIT_BIN),$(patsubst %.d,%,$(wildcard $(BUILD)/tests/test_*)))
 
@@ -167,7 +167,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) $(FLAGS_STAMP)
 ALLOC_WRAP = malloc calloc realloc aligned_alloc posix_memalign strdup strndup fl_injected_kill
 $(BUILD)/tests/test_round_alloc: LDFLAGS += $(ALLOC_WRAP:%=-Wl,--wrap=%)
 
-$(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model: $(BUILD)/tests/%: tests/mpi/%.c $(LIB)
+$(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model $(BUILD)/tests/write_ycck: $(BUILD)/tests/%: tests/mpi/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 

@@ -28,6 +28,12 @@ typedef struct {
     int32_t *groups;
     int n_groups;
     char *const *group_names;
+    /* provenance (the image sources; NULL from the other readers): each row's index in the source's listing [n]
+     * (every image the source lists, in its reading order, before splits and skips), each row's file [n] (the
+     * strings borrowed from the source; NULL for arrays), and the class names [classes] (borrowed) */
+    int64_t *source_index;
+    const char **paths;
+    char *const *class_names;
 } DataImageSet;
 
 /* IDX files, gzip-compressed or raw (detected from the content, not the name).
@@ -136,8 +142,10 @@ typedef struct {
     int size;           /* output side; 0 = every image keeps its (common) size */
     DataResize resize;  /* shorter: shorter side to size (aspect kept); exact: size x size; none */
     int crop_center;    /* centre crop to size x size after the resize */
-    int channels;       /* 1 or 3; 0 = the first image's */
+    int channels;       /* 1 or 3; 0 = 3 when any image is colour, else 1 */
     int shrink_on_load; /* JPEG DCT scaling before the resize (faster; on by default) */
+    int exif_orientation; /* 1: images turned upright by their EXIF orientation tag (PIL's exif_transpose) */
+    int64_t max_pixels; /* the most pixels (width x height) an image may have, checked from its header; 0: any */
 } DataImageOptions;
 
 /* How data_source_open reads a source; strings may be NULL or "" for unset. */
@@ -174,8 +182,10 @@ void data_source_close(DataSource **s);
 /* ---- partitioned dataset files (docs/usage.md, Data) ------------------------------------------ */
 
 /* Format marker and version in the root attributes `format` and `format_version`; checked on open. */
+/* The most classes a partition file holds: its reader refuses more (and an image source makes no more) */
+#define DATA_MAX_CLASSES (1 << 20)
 #define DATA_PARTFILE_FORMAT "fedhet-partition"
-#define DATA_PARTFILE_VERSION 1
+#define DATA_PARTFILE_VERSION 2 /* 2: /clients/source_index indexes the source's listing, and names are stored */
 
 typedef struct {
     const char *source;        /* recorded as given, e.g. "/usr/share/datasets/fashion-mnist" */
@@ -264,6 +274,9 @@ typedef struct {
     int n_domains;
     char **domain_names;
     int32_t *test_domain;
+    char **class_names;     /* [classes] from /class_names; NULL when the file has none (IDX, CIFAR, HDF5 sources,
+                             * format_version 1) */
+    int format_version;
     struct DataPartFileH5 *h5;
 } DataPartFile;
 

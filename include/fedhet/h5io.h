@@ -86,4 +86,14 @@ int fh_h5_write_rows(const FhH5File *f, hid_t dset, const char *name, hid_t mem_
 int fh_h5_write(const FhH5File *f, const char *name, hid_t mem_type, hid_t file_type, int rank, const hsize_t *dims,
                 const FhH5Layout *layout, const void *buf);
 
+/* ---- strings ---- */
+/* A 1-D dataset of n UTF-8 strings at(ctx, 0 .. n-1), stored as fixed-length strings as long as the longest
+ * (zero-padded, chunked, deflated at level deflate), gathered a block at a time: memory stays a few MiB whatever
+ * n. h5py reads them as bytes. */
+int fh_h5_write_strings(const FhH5File *f, const char *name, int64_t n, const char *(*at)(const void *ctx, int64_t i),
+                        const void *ctx, int deflate);
+/* A 1-D dataset of strings, fixed or variable length, into *out [*n] (each malloc'd: fh_h5_strings_free) */
+int fh_h5_read_strings(const FhH5File *f, const char *name, char ***out, int64_t *n);
+void fh_h5_strings_free(char ***strings, int64_t n);
+
 #endif

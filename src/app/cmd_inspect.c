@@ -267,6 +267,16 @@ static void print_hetero_table(const DataPartFile *f, const DataHetero *h)
                h->emd[k]);
 }
 
+/* "classes     3: cat, dog, eel": the names the file records (/class_names, /domain_names), the first few */
+static void print_names(const char *what, char *const *names, int n)
+{
+    enum { SHOWN = 12 };
+    printf("%-11s %d:", what, n);
+    for (int i = 0; i < n && i < SHOWN; i++) printf("%s %s", i ? "," : "", names[i]);
+    if (n > SHOWN) printf(", ... (%d more)", n - SHOWN);
+    printf("\n");
+}
+
 static int inspect_partition(const char *path)
 {
     DataPartFile f;
@@ -274,7 +284,9 @@ static int inspect_partition(const char *path)
     const int K = f.n_clients, C = f.classes;
     printf("file        %s (%s)\n", f.path, DATA_PARTFILE_FORMAT);
     printf("source      %s\n", f.source);
-    printf("classes     %d\n", C);
+    if (f.class_names) print_names("classes", f.class_names, C);
+    else printf("classes     %d\n", C);
+    if (f.n_domains) print_names("domains", f.domain_names, f.n_domains);
     printf("shape       %dx%dx%d\n", f.c, f.h, f.w);
     printf("training    %lld rows over %d clients\n", (long long)f.n_rows, K);
     if (f.n_test > 0)

@@ -138,10 +138,11 @@ int fh_h5_open_checked(const FhH5File *f, const char *name, H5T_class_t cls, siz
     } else if (H5Tget_class(type) != cls || (size && H5Tget_size(type) != size)) {
         char want[32] = ""; /* size 0: any size of that class */
         if (size) snprintf(want, sizeof want, "%zu-byte ", size);
+        const char *kind = cls == H5T_INTEGER ? (size ? "integer" : "an integer")
+                         : cls == H5T_STRING  ? "strings"
+                                              : (size ? "float" : "a float");
         status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must be %s%s%s (found %s)", f->path, name,
-                                size ? "a " : "", want, cls == H5T_INTEGER ? (size ? "integer" : "an integer")
-                                                                          : (size ? "float" : "a float"),
-                                fh_h5_type_text(type, tbuf));
+                                size ? "a " : "", want, kind, fh_h5_type_text(type, tbuf));
     } else if (H5Sget_simple_extent_ndims(space) != rank) {
         status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: %s must have rank %d (found %d)", f->path, name,
                                 rank, H5Sget_simple_extent_ndims(space));
@@ -762,4 +763,111 @@ int fh_h5_write(const FhH5File *f, const char *name, hid_t mem_type, hid_t file_
     H5Dclose(dset);
     if (rc < 0) H5_FAIL(f, "%s: writing %s failed (HDF5: %s)", f->path, name, msg);
     return FH_OK;
+}
+
+/* ---- strings ---- */
+
+/* fixed-length UTF-8 strings of len bytes, zero-padded: unlike variable-length ones they go through the chunk
+ * filters, and paths that share their beginnings deflate well */
+static hid_t string_type(size_t len)
+{
+    hid_t type = H5Tcopy(H5T_C_S1);
+    if (type >= 0 && (H5Tset_size(type, len) < 0 || H5Tset_strpad(type, H5T_STR_NULLPAD) < 0 ||
+                      H5Tset_cset(type, H5T_CSET_UTF8) < 0)) {
+        H5Tclose(type);
+        type = H5I_INVALID_HID;
+    }
+    return type;
+}
+
+/* Rows of strings are gathered this many bytes at a time */
+#define FH_H5_STRING_BLOCK ((size_t)8 << 20)
+
+int fh_h5_write_strings(const FhH5File *f, const char *name, int64_t n, const char *(*at)(const void *ctx, int64_t i),
+                        const void *ctx, int deflate)
+{
+    size_t len = 1;
+    for (int64_t i = 0; i < n; i++) {
+        const size_t l = strlen(at(ctx, i));
+        if (l > len) len = l;
+    }
+    hid_t type = string_type(len), dset = H5I_INVALID_HID;
+    if (type < 0) {
+        char msg[256];
+        H5_FAIL(f, "%s: cannot make a string type of %zu bytes for %s (HDF5: %s)", f->path, len, name, fh_h5_message(msg));
+    }
+    const hsize_t dims = (hsize_t)n, chunk = (64u << 10) / len ? (64u << 10) / len : 1;
+    const FhH5Layout layout = { chunk, deflate, 0 };
+    /* whole chunks per block, so that fh_h5_write_rows writes them as chunks */
+    const int64_t block = (int64_t)(FH_H5_STRING_BLOCK / len / chunk > 0 ? FH_H5_STRING_BLOCK / len / chunk * chunk : chunk);
+    char *buf = NULL;
+    int status = fh_h5_create_dataset(f, name, type, 1, &dims, &layout, &dset);
+    if (status == FH_OK) status = fh_calloc(&buf, (size_t)(n < block ? (n ? n : 1) : block), len, name);
+    for (int64_t first = 0; status == FH_OK && first < n; first += block) {
+        const int64_t rows = n - first < block ? n - first : block;
+        memset(buf, 0, (size_t)rows * len);
+        for (int64_t i = 0; i < rows; i++) {
+            const char *t = at(ctx, first + i);
+            memcpy(buf + (size_t)i * len, t, strlen(t));
+        }
+        status = fh_h5_write_rows(f, dset, name, type, (hsize_t)first, (hsize_t)rows, buf);
+    }
+    fh_free(&buf);
+    if (dset >= 0) H5Dclose(dset);
+    H5Tclose(type);
+    return status;
+}
+
+void fh_h5_strings_free(char ***strings, int64_t n)
+{
+    for (int64_t i = 0; *strings && i < n; i++) free((*strings)[i]);
+    free(*strings);
+    *strings = NULL;
+}
+
+int fh_h5_read_strings(const FhH5File *f, const char *name, char ***out, int64_t *n)
+{
+    hsize_t dims;
+    hid_t dset, ftype = H5I_INVALID_HID, mtype = H5I_INVALID_HID;
+    char *fixed = NULL, **variable = NULL;
+    *out = NULL;
+    *n = 0;
+    FH_CHECK(fh_h5_open_checked(f, name, H5T_STRING, 0, 1, &dims, &dset));
+    const int is_variable = (ftype = H5Dget_type(dset)) >= 0 && H5Tis_variable_str(ftype) > 0;
+    const size_t len = ftype >= 0 ? H5Tget_size(ftype) : 0;
+    const size_t count = dims ? (size_t)dims : 1;
+    int status = fh_calloc(out, count, sizeof **out, name);
+    /* fixed-length strings are read one byte longer, so that each ends in a zero */
+    if (status == FH_OK) status = is_variable ? fh_calloc(&variable, count, sizeof *variable, name)
+                                              : fh_calloc(&fixed, count, len + 1, name);
+    if (status == FH_OK) {
+        mtype = H5Tcopy(H5T_C_S1);
+        herr_t rc = mtype < 0 || H5Tset_size(mtype, is_variable ? H5T_VARIABLE : len + 1) < 0 ||
+                    H5Tset_cset(mtype, H5Tget_cset(ftype)) < 0 ||
+                    (!is_variable && H5Tset_strpad(mtype, H5T_STR_NULLTERM) < 0) ? -1 : 0;
+        if (rc >= 0 && dims) rc = H5Dread(dset, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, is_variable ? (void *)variable : fixed);
+        if (rc < 0) {
+            char msg[256];
+            status = fh_error_raise(f->fail_status, __FILE__, __LINE__, "%s: reading the strings of %s failed (HDF5: %s)",
+                                    f->path, name, fh_h5_message(msg));
+        }
+    }
+    for (hsize_t i = 0; status == FH_OK && i < dims; i++) {
+        const char *t = is_variable ? variable[i] : fixed + i * (len + 1);
+        if (!((*out)[i] = strdup(t ? t : "")))
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for the strings of %s", name);
+    }
+    if (variable && status == FH_OK && dims) {
+        hid_t space = H5Dget_space(dset);
+        H5Dvlen_reclaim(mtype, space, H5P_DEFAULT, variable);
+        H5Sclose(space);
+    }
+    free(variable);
+    free(fixed);
+    if (mtype >= 0) H5Tclose(mtype);
+    if (ftype >= 0) H5Tclose(ftype);
+    H5Dclose(dset);
+    if (status != FH_OK) fh_h5_strings_free(out, (int64_t)count);
+    else *n = (int64_t)dims;
+    return status;
 }

@@ -277,6 +277,8 @@ void data_imageset_free(DataImageSet *set)
     fh_free(&set->images);
     fh_free(&set->labels);
     fh_free(&set->groups);
+    fh_free(&set->source_index);
+    fh_free(&set->paths);
     memset(set, 0, sizeof *set);
 }
 

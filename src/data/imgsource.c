@@ -32,6 +32,7 @@ typedef struct {
     int32_t group; /* -1: none */
     int32_t split; /* 0 train, 1 test, -1 undecided (test_fraction decides) */
     int32_t line;  /* CSV line, 0 otherwise */
+    int64_t index; /* in the source's listing: the order entries were added, before splits and skips */
 } SrcEntry;
 
 /* An array of a .npy file or of an .npz member, read by rows: from the file, from a stored (uncompressed)
@@ -53,13 +54,21 @@ typedef struct {
     const int64_t *rows; /* set row -> entry */
 } SrcFetch;
 
+/* Names in first-seen order with a hash index (open addressing): a lookup per table row stays O(1), where a linear
+ * search made a table of 200,000 classes quadratic */
+typedef struct {
+    char **v;      /* [n] of [cap] */
+    int n, cap;
+    int32_t *slot; /* [mask + 1]: 1 + the index of the name there, 0 empty; NULL until the first name */
+    uint32_t mask;
+} Names;
+
 struct DataSource {
     DataSourceOptions o;
     const char *format;
     SrcEntry *entries;
     int64_t n, cap;
-    char **classes, **groups;
-    int n_classes, n_groups;
+    Names classes, groups; /* arrays: classes.n only (no names) */
     int64_t *rows[2]; /* entries of the training and test sets */
     SrcFetch fetch[2];
     int c, h, w;      /* output shape */
@@ -132,26 +141,89 @@ static void free_names(char ***names, int n)
     *names = NULL;
 }
 
-static int name_index(char *const *names, int n, const char *name)
+static void names_free(Names *t)
 {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(names[i], name)) return i;
-    return -1;
+    free_names(&t->v, t->n);
+    free(t->slot);
+    memset(t, 0, sizeof *t);
 }
 
-/* name's index in *names, appended when absent */
-static int intern(char ***names, int *n, const char *name, int *index)
+static uint32_t name_hash(const char *name) /* FNV-1a */
 {
-    *index = name_index(*names, *n, name);
-    if (*index >= 0) return FH_OK;
-    char **grown = realloc(*names, (size_t)(*n + 1) * sizeof *grown);
-    if (!grown || !(grown[*n] = strdup(name))) {
-        if (grown) *names = grown;
-        FH_FAIL(FH_ERR_IO, "out of memory for the name '%s'", name);
-    }
-    *names = grown;
-    *index = (*n)++;
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+/* the slot of name: where it is, or the empty one where it would go */
+static uint32_t names_slot(const Names *t, const char *name)
+{
+    uint32_t i = name_hash(name) & t->mask;
+    while (t->slot[i] && strcmp(t->v[t->slot[i] - 1], name)) i = (i + 1) & t->mask;
+    return i;
+}
+
+static int names_find(const Names *t, const char *name)
+{
+    return t->slot ? t->slot[names_slot(t, name)] - 1 : -1;
+}
+
+/* the index over v[0..n) again, with room for twice as many names */
+static int names_reindex(Names *t)
+{
+    uint32_t size = 64;
+    while (size < 4u * (uint32_t)t->n) size *= 2;
+    int32_t *slot = calloc(size, sizeof *slot);
+    if (!slot) FH_FAIL(FH_ERR_IO, "out of memory indexing %d names", t->n);
+    free(t->slot);
+    t->slot = slot;
+    t->mask = size - 1;
+    for (int i = 0; i < t->n; i++) t->slot[names_slot(t, t->v[i])] = i + 1;
     return FH_OK;
+}
+
+/* name's index in t, appended when absent */
+static int names_add(Names *t, const char *name, int *index)
+{
+    *index = names_find(t, name);
+    if (*index >= 0) return FH_OK;
+    if (t->n == t->cap) {
+        const int cap = t->cap ? 2 * t->cap : 32;
+        char **grown = realloc(t->v, (size_t)cap * sizeof *grown);
+        if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for the name '%s'", name);
+        t->v = grown;
+        t->cap = cap;
+    }
+    if (!t->slot || 2u * (uint32_t)(t->n + 1) > t->mask) FH_CHECK(names_reindex(t));
+    if (!(t->v[t->n] = strdup(name))) FH_FAIL(FH_ERR_IO, "out of memory for the name '%s'", name);
+    *index = t->n++;
+    t->slot[names_slot(t, name)] = *index + 1;
+    return FH_OK;
+}
+
+typedef struct {
+    char *name;
+    int32_t index;
+} NameAt;
+
+static int name_at_cmp(const void *a, const void *b) { return strcmp(((const NameAt *)a)->name, ((const NameAt *)b)->name); }
+
+/* t in name order; *map (t->n, the caller's to free) takes each former index to its new one */
+static int names_sort(Names *t, int32_t **map)
+{
+    NameAt *at = malloc((size_t)(t->n ? t->n : 1) * sizeof *at);
+    *map = malloc((size_t)(t->n ? t->n : 1) * sizeof **map);
+    if (!at || !*map) {
+        free(at);
+        free(*map);
+        *map = NULL;
+        FH_FAIL(FH_ERR_IO, "out of memory sorting %d names", t->n);
+    }
+    for (int i = 0; i < t->n; i++) at[i] = (NameAt){ t->v[i], i };
+    qsort(at, (size_t)t->n, sizeof *at, name_at_cmp);
+    for (int i = 0; i < t->n; i++) t->v[i] = at[i].name, (*map)[at[i].index] = i;
+    free(at);
+    return t->n ? names_reindex(t) : FH_OK;
 }
 
 static int add_entry(DataSource *s, const char *path, int64_t row, int label, int group, int split, int line)
@@ -164,7 +236,7 @@ static int add_entry(DataSource *s, const char *path, int64_t row, int label, in
         s->cap = cap;
     }
     SrcEntry *e = &s->entries[s->n];
-    *e = (SrcEntry){ NULL, row, label, group, split, line };
+    *e = (SrcEntry){ NULL, row, label, group, split, line, s->n };
     if (path && !(e->path = strdup(path))) FH_FAIL(FH_ERR_IO, "out of memory for the path %s", path);
     s->n++;
     return FH_OK;
@@ -205,8 +277,8 @@ static int scan_classes(DataSource *s, const char *dir, int group, int split, in
     if (n == 0) status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: no class folders", dir);
     char path[SRC_PATH_MAX];
     for (int i = 0; i < n && status == FH_OK; i++) {
-        int label = name_index(s->classes, s->n_classes, names[i]);
-        if (label < 0 && define_classes) status = intern(&s->classes, &s->n_classes, names[i], &label);
+        int label = names_find(&s->classes, names[i]);
+        if (label < 0 && define_classes) status = names_add(&s->classes, names[i], &label);
         else if (label < 0)
             status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s/%s: class '%s' is not among the training "
                                     "classes", dir, names[i], names[i]);
@@ -243,13 +315,15 @@ static int open_domains(DataSource *s, const char *root)
         int n_classes = 0, label;
         status = join(path, root, domains[d]);
         if (status == FH_OK) status = list_dir(path, 1, &classes, &n_classes);
-        for (int i = 0; i < n_classes && status == FH_OK; i++) status = intern(&s->classes, &s->n_classes, classes[i], &label);
+        for (int i = 0; i < n_classes && status == FH_OK; i++) status = names_add(&s->classes, classes[i], &label);
         if (classes) free_names(&classes, n_classes);
     }
-    if (status == FH_OK) qsort(s->classes, (size_t)s->n_classes, sizeof *s->classes, str_cmp);
+    int32_t *map = NULL;
+    if (status == FH_OK) status = names_sort(&s->classes, &map); /* no entries yet to renumber */
+    free(map);
     for (int d = 0; d < n && status == FH_OK; d++) {
         int group;
-        status = intern(&s->groups, &s->n_groups, domains[d], &group);
+        status = names_add(&s->groups, domains[d], &group);
         if (status == FH_OK) status = join(path, root, domains[d]);
         if (status == FH_OK) status = scan_classes(s, path, group, -1, 0);
     }
@@ -293,18 +367,20 @@ static int csv_record(char **p, char **fields, int max_fields)
     return n;
 }
 
-static int all_digits(const char *t)
+/* digits with an optional minus sign */
+static int is_integer(const char *t)
 {
+    if (*t == '-') t++;
     if (!*t) return 0;
     for (; *t; t++)
         if (!isdigit((unsigned char)*t)) return 0;
     return 1;
 }
 
-/* comma-separated list -> names (owned) */
-static int split_list(const char *text, char ***names, int *n)
+/* comma-separated list -> names (owned: names_free) */
+static int split_list(const char *text, Names *names)
 {
-    *names = NULL, *n = 0;
+    memset(names, 0, sizeof *names);
     const char *p = text;
     while (p && *p) {
         const char *comma = strchr(p, ',');
@@ -314,7 +390,7 @@ static int split_list(const char *text, char ***names, int *n)
         memcpy(name, p, len);
         name[len] = '\0';
         int index;
-        FH_CHECK(intern(names, n, name, &index));
+        FH_CHECK(names_add(names, name, &index));
         p = comma ? comma + 1 : NULL;
     }
     return FH_OK;
@@ -333,25 +409,77 @@ static int column_of(const char *table, char **header, int n_header, const char 
     return FH_OK;
 }
 
-/* names sorted in place; every entry's label (groups: its group) renumbered to match */
-static int sort_names(DataSource *s, char **names, int n, int groups)
+/* names sorted; every entry's label (groups: its group) renumbered to match */
+static int sort_names(DataSource *s, Names *names, int groups)
 {
-    char **sorted = malloc((size_t)n * sizeof *sorted);
-    int32_t *map = malloc((size_t)n * sizeof *map);
-    int status = sorted && map ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
-    if (status == FH_OK) {
-        memcpy(sorted, names, (size_t)n * sizeof *sorted);
-        qsort(sorted, (size_t)n, sizeof *sorted, str_cmp);
-        for (int i = 0; i < n; i++) map[i] = name_index(sorted, n, names[i]);
-        for (int64_t i = 0; i < s->n; i++) {
-            int32_t *v = groups ? &s->entries[i].group : &s->entries[i].label;
-            *v = map[*v];
-        }
-        memcpy(names, sorted, (size_t)n * sizeof *sorted);
+    int32_t *map;
+    FH_CHECK(names_sort(names, &map));
+    for (int64_t i = 0; i < s->n; i++) {
+        int32_t *v = groups ? &s->entries[i].group : &s->entries[i].label;
+        *v = map[*v];
     }
-    free(sorted);
+    free(map);
+    return FH_OK;
+}
+
+/* Integer labels (0 .. max, checked) as class ids: the classes become "0" .. "max", whether each has rows or not */
+static int number_classes(DataSource *s)
+{
+    int max = -1;
+    for (int i = 0; i < s->classes.n; i++) max = atoi(s->classes.v[i]) > max ? atoi(s->classes.v[i]) : max;
+    int32_t *map = calloc((size_t)s->classes.n, sizeof *map);
+    Names ids = { 0 };
+    int status = map ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+    for (int i = 0; status == FH_OK && i < s->classes.n; i++) map[i] = atoi(s->classes.v[i]);
+    for (int i = 0, index; status == FH_OK && i <= max; i++) {
+        char t[32];
+        snprintf(t, sizeof t, "%d", i);
+        status = names_add(&ids, t, &index);
+    }
+    if (status == FH_OK) {
+        for (int64_t i = 0; i < s->n; i++) s->entries[i].label = map[s->entries[i].label];
+        names_free(&s->classes);
+        s->classes = ids;
+    } else names_free(&ids);
     free(map);
     return status;
+}
+
+typedef struct {
+    const char *path;
+    int64_t entry;
+} PathAt;
+
+static int path_at_cmp(const void *a, const void *b)
+{
+    const PathAt *x = a, *y = b;
+    const int c = strcmp(x->path, y->path);
+    return c ? c : (x->entry > y->entry) - (x->entry < y->entry);
+}
+
+/* An image listed twice is refused, with its two labels or with the same one: a repeated row would count the image
+ * twice and could put it in the training and the test set at once. The message names the earliest repeat. */
+static int refuse_repeated_images(const DataSource *s, const char *table)
+{
+    PathAt *at = malloc((size_t)s->n * sizeof *at);
+    if (!at) FH_FAIL(FH_ERR_IO, "out of memory checking %s for repeated images", table);
+    for (int64_t i = 0; i < s->n; i++) at[i] = (PathAt){ s->entries[i].path, i };
+    qsort(at, (size_t)s->n, sizeof *at, path_at_cmp);
+    const SrcEntry *first = NULL, *again = NULL;
+    for (int64_t i = 1, start = 0; i < s->n; i++) {
+        if (strcmp(at[i].path, at[start].path)) start = i;
+        else if (!again || s->entries[at[i].entry].line < again->line)
+            first = &s->entries[at[start].entry], again = &s->entries[at[i].entry];
+    }
+    free(at);
+    if (again && first->label != again->label)
+        FH_FAIL(FH_ERR_DATA, "%s: line %d: image %s again, labelled '%s' here and '%s' on line %d: an image has one label "
+                "(remove the wrong row)", table, again->line, again->path, s->classes.v[again->label],
+                s->classes.v[first->label], first->line);
+    if (again)
+        FH_FAIL(FH_ERR_DATA, "%s: line %d: image %s again (line %d lists it too, also labelled '%s'): list each image "
+                "once", table, again->line, again->path, first->line, s->classes.v[first->label]);
+    return FH_OK;
 }
 
 static int open_csv_text(DataSource *s, const char *table, char *text)
@@ -387,19 +515,22 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
     int one_hot = o->label_columns && *o->label_columns;
     if (status == FH_OK && one_hot) {
         /* one-hot columns (ISIC's ground truth): the class names are the columns, in the order given */
-        status = split_list(o->label_columns, &s->classes, &s->n_classes);
-        if (status == FH_OK && !(hot = calloc((size_t)s->n_classes, sizeof *hot)))
+        status = split_list(o->label_columns, &s->classes);
+        if (status == FH_OK && !(hot = calloc((size_t)s->classes.n, sizeof *hot)))
             status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
-        for (int k = 0; status == FH_OK && k < s->n_classes; k++, n_hot++)
-            status = column_of(table, header, n_header, "label_columns", s->classes[k], &hot[k]);
+        for (int k = 0; status == FH_OK && k < s->classes.n; k++, n_hot++)
+            status = column_of(table, header, n_header, "label_columns", s->classes.v[k], &hot[k]);
     } else if (status == FH_OK) {
         status = column_of(table, header, n_header, "label_column", o->label_column, &c_label);
         if (status == FH_OK && c_label < 0)
             status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: set label_column or label_columns", table);
         if (status == FH_OK && o->class_names && *o->class_names)
-            status = split_list(o->class_names, &s->classes, &s->n_classes);
+            status = split_list(o->class_names, &s->classes);
     }
-    int fixed_classes = s->n_classes > 0, numeric = !fixed_classes;
+    int fixed_classes = s->classes.n > 0, numeric = !fixed_classes;
+    /* the first integer label that is no class id, kept for the message should every label be an integer */
+    int bad_number_line = 0;
+    char bad_number[32] = "";
     int line = 1;
     char path[SRC_PATH_MAX];
     while (status == FH_OK && *p) {
@@ -422,12 +553,12 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
                 double v = strtod(fields[hot[k]], &end);
                 if (end == fields[hot[k]] || *end || (v != 0.0 && v != 1.0)) {
                     status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: line %d: column %s = '%s' is not 0 or "
-                                            "1", table, line, s->classes[k], fields[hot[k]]);
+                                            "1", table, line, s->classes.v[k], fields[hot[k]]);
                     break;
                 }
                 if (v == 1.0 && label >= 0) {
                     status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: line %d: both %s and %s are 1 (one "
-                                            "label per image)", table, line, s->classes[label], s->classes[k]);
+                                            "label per image)", table, line, s->classes.v[label], s->classes.v[k]);
                     break;
                 }
                 if (v == 1.0) label = k;
@@ -437,16 +568,22 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
                                         "1 (unknown label)", table, line, o->label_columns);
         } else {
             const char *value = fields[c_label];
-            label = name_index(s->classes, s->n_classes, value);
+            label = names_find(&s->classes, value);
             if (label < 0 && fixed_classes)
                 status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: line %d: unknown label '%s' (class_names "
                                         "= %s)", table, line, value, o->class_names);
             else if (label < 0 && !*value)
                 status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: line %d: empty label", table, line);
-            else if (label < 0) status = intern(&s->classes, &s->n_classes, value, &label);
-            numeric &= all_digits(value);
+            else if (label < 0) status = names_add(&s->classes, value, &label);
+            numeric &= is_integer(value);
+            if (numeric && !bad_number_line) {
+                errno = 0;
+                const long long id = strtoll(value, NULL, 10);
+                if (id < 0 || errno || id >= DATA_MAX_CLASSES)
+                    bad_number_line = line, snprintf(bad_number, sizeof bad_number, "%.20s", value);
+            }
         }
-        if (status == FH_OK && c_client >= 0) status = intern(&s->groups, &s->n_groups, fields[c_client], &group);
+        if (status == FH_OK && c_client >= 0) status = names_add(&s->groups, fields[c_client], &group);
         if (status == FH_OK && c_split >= 0) {
             const char *v = fields[c_split];
             split = !strcmp(v, "train") ? 0 : !strcmp(v, "test") ? 1 : -2;
@@ -462,40 +599,27 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
         if (status == FH_OK) status = add_entry(s, path, 0, label, group, split, line);
     }
     if (status == FH_OK && s->n == 0) status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: no rows", table);
-    /* label values that are all integers are class numbers (0 .. max), not names in text order */
-    if (status == FH_OK && numeric && !one_hot) {
-        int max = -1;
-        for (int i = 0; i < s->n_classes; i++) max = atoi(s->classes[i]) > max ? atoi(s->classes[i]) : max;
-        int32_t *map = calloc((size_t)s->n_classes, sizeof *map);
-        char **names = calloc((size_t)max + 1, sizeof *names);
-        if (!map || !names) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
-        for (int i = 0; status == FH_OK && i < s->n_classes; i++) map[i] = atoi(s->classes[i]);
-        for (int i = 0; status == FH_OK && i <= max; i++) {
-            char t[32];
-            snprintf(t, sizeof t, "%d", i);
-            if (!(names[i] = strdup(t))) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
-        }
-        if (status == FH_OK) {
-            for (int64_t i = 0; i < s->n; i++) s->entries[i].label = map[s->entries[i].label];
-            free_names(&s->classes, s->n_classes);
-            s->classes = names, names = NULL;
-            s->n_classes = max + 1;
-        }
-        free(map);
-        if (names) free_names(&names, max + 1);
-    } else if (status == FH_OK && !fixed_classes && !one_hot) {
-        status = sort_names(s, s->classes, s->n_classes, 0); /* sorted, as torchvision's folders */
-    }
+    /* label values that are all integers are class ids (0 .. max), not names in text order */
+    if (status == FH_OK && numeric && !one_hot && bad_number_line)
+        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: line %d: label %s is not a class id: labels that "
+                                "are all integers are the class ids 0, 1, 2, ... (up to %d); renumber them from 0, or "
+                                "write the classes as names", table, bad_number_line, bad_number, DATA_MAX_CLASSES - 1);
+    if (status == FH_OK && numeric && !one_hot) status = number_classes(s);
+    else if (status == FH_OK && !fixed_classes && !one_hot)
+        status = sort_names(s, &s->classes, 0); /* sorted, as torchvision's folders */
     /* groups in name order too: client ids follow it */
-    if (status == FH_OK && s->n_groups > 1) status = sort_names(s, s->groups, s->n_groups, 1);
+    if (status == FH_OK && s->groups.n > 1) status = sort_names(s, &s->groups, 1);
+    if (status == FH_OK) status = refuse_repeated_images(s, table);
     free(header);
     free(fields);
     free(hot);
     return status;
 }
 
-/* the whole file at path; messages name it as `name` (the path, or the path and its table line) */
-static int read_whole(const char *path, const char *name, uint8_t **data, size_t *len, size_t *cap)
+/* the whole file at path, or its first `limit` bytes (*len: those read; *whole: whether they are the whole file);
+ * messages name it as `name` (the path, or the path and its table line) */
+static int read_head(const char *path, const char *name, size_t limit, uint8_t **data, size_t *len, size_t *cap,
+                     int *whole)
 {
     FILE *f = fopen(path, "rb");
     if (!f) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", name, strerror(errno));
@@ -506,6 +630,8 @@ static int read_whole(const char *path, const char *name, uint8_t **data, size_t
     }
     path = name;
     size_t n = (size_t)st.st_size;
+    *whole = n <= limit;
+    if (n > limit) n = limit;
     if (n + 1 > *cap) {
         uint8_t *grown = realloc(*data, n + 1);
         if (!grown) {
@@ -524,12 +650,20 @@ static int read_whole(const char *path, const char *name, uint8_t **data, size_t
     return FH_OK;
 }
 
+static int read_whole(const char *path, const char *name, uint8_t **data, size_t *len, size_t *cap)
+{
+    int whole;
+    return read_head(path, name, SIZE_MAX - 1, data, len, cap, &whole);
+}
+
 static int open_csv(DataSource *s, const char *table)
 {
     uint8_t *text = NULL;
     size_t len, cap = 0;
     FH_CHECK(read_whole(table, table, &text, &len, &cap));
-    int status = open_csv_text(s, table, (char *)text);
+    /* Excel's "CSV UTF-8" starts with a byte order mark, which is not part of the first column's name */
+    const size_t bom = len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    int status = open_csv_text(s, table, (char *)text + bom);
     free(text);
     return status;
 }
@@ -678,7 +812,7 @@ static int array_labels(DataSource *s, SrcArray *labels, int64_t n_images, int s
         if (v < 0 || v > 65535 || (!labels->is_signed && u > 65535))
             FH_FAIL(FH_ERR_DATA, "%s: label %lld at row %lld (need 0..65535)", labels->name, (long long)v, (long long)i);
         FH_CHECK(add_entry(s, NULL, i, (int)v, -1, split, 0));
-        if (v + 1 > s->n_classes) s->n_classes = (int)v + 1;
+        if (v + 1 > s->classes.n) s->classes.n = (int)v + 1;
     }
     return FH_OK;
 }
@@ -700,6 +834,10 @@ static int array_shape(DataSource *s, SrcArray *a)
     if ((c != 1 && c != 3) || h < 1 || w < 1 || h > 32768 || w > 32768)
         FH_FAIL(FH_ERR_DATA, "%s: image shape %dx%dx%d (%s; need 1 or 3 channels)", a->name, c, h, w,
                 nchw ? "NCHW" : "NHWC");
+    if (s->o.image.max_pixels > 0 && (int64_t)w * h > s->o.image.max_pixels)
+        FH_FAIL(FH_ERR_DATA, "%s: images of %dx%d are %lld pixels, more than max_pixels = %lld; if they are meant to be "
+                "this large, raise the source option max_pixels", a->name, w, h, (long long)w * h,
+                (long long)s->o.image.max_pixels);
     if (s->array_c && (c != s->array_c || h != s->array_h || w != s->array_w || nchw != s->nchw))
         FH_FAIL(FH_ERR_DATA, "%s: test images are %dx%dx%d but training images %dx%dx%d", a->name, c, h, w, s->array_c,
                 s->array_h, s->array_w);
@@ -768,16 +906,24 @@ static int load_array_row(DataSource *s, const SrcEntry *e, ImgBuf *out)
 }
 
 /* entry -> [c, h, w] at the output size */
+/* an image file as messages name it: its path, and its table line */
+static const char *entry_name(const SrcEntry *e, char *where, size_t size)
+{
+    if (!e->line) return e->path;
+    snprintf(where, size, "%s (line %d)", e->path, e->line);
+    return where;
+}
+
 static int load_entry(DataSource *s, const SrcEntry *e, uint8_t *image)
 {
     int w, h, ow, oh;
-    const char *name = e->path;
+    const char *name;
     char where[SRC_PATH_MAX + 32];
     if (e->path) {
         size_t len;
-        if (e->line) snprintf(where, sizeof where, "%s (line %d)", e->path, e->line), name = where;
+        name = entry_name(e, where, sizeof where);
         FH_CHECK(read_whole(e->path, name, &s->file, &len, &s->file_cap));
-        FH_CHECK(img_decode(name, s->file, len, s->c, &s->o.image, &s->buf, &w, &h));
+        FH_CHECK(img_decode(name, s->file, len, s->c, &s->o.image, &s->buf, &s->scratch, &w, &h));
     } else {
         FH_CHECK(load_array_row(s, e, &s->buf));
         w = s->buf.w, h = s->buf.h;
@@ -797,19 +943,39 @@ static int fetch_row(void *ctx, int64_t row, uint8_t *image)
     return load_entry(f->src, &f->src->entries[f->rows[row]], image);
 }
 
-/* the output shape and channels from the first entry */
+/* The header of an entry's image file, from its first 64 KiB (a JPEG's header ends where its first scan starts,
+ * after its EXIF and colour profile, so nearly always sooner), else from the whole file */
+static int probe_entry(DataSource *s, const SrcEntry *e, int *w, int *h, int *c)
+{
+    char where[SRC_PATH_MAX + 32];
+    const char *name = entry_name(e, where, sizeof where);
+    size_t len;
+    int whole;
+    FH_CHECK(read_head(e->path, name, (size_t)64 << 10, &s->file, &len, &s->file_cap, &whole));
+    const int status = img_probe(name, s->file, len, &s->o.image, w, h, c);
+    if (status == FH_OK) return FH_OK;
+    if (whole) return fh_error_trace(status, __FILE__, __LINE__, "img_probe");
+    fh_error_clear();
+    FH_CHECK(read_whole(e->path, name, &s->file, &len, &s->file_cap));
+    return img_probe(name, s->file, len, &s->o.image, w, h, c);
+}
+
+/* The output shape from the first entry; channels = auto: 3 when any image is colour, else 1 (the headers are read
+ * until the first colour one: a grey first image does not make a colour set grey) */
 static int first_shape(DataSource *s)
 {
     const SrcEntry *e = &s->entries[0];
     int w, h, c;
-    if (e->path) {
-        size_t len;
-        FH_CHECK(read_whole(e->path, e->path, &s->file, &len, &s->file_cap));
-        FH_CHECK(img_probe(e->path, s->file, len, &w, &h, &c));
-    } else {
-        w = s->array_w, h = s->array_h, c = s->array_c;
-    }
+    if (e->path) FH_CHECK(probe_entry(s, e, &w, &h, &c));
+    else w = s->array_w, h = s->array_h, c = s->array_c;
     s->c = s->o.image.channels ? s->o.image.channels : c;
+    for (int64_t i = 1; e->path && !s->o.image.channels && s->c == 1 && i < s->n; i++) {
+        int wi, hi, ci;
+        const int status = probe_entry(s, &s->entries[i], &wi, &hi, &ci);
+        if (status != FH_OK && !s->o.skip_unreadable) return status;
+        if (status != FH_OK) fh_error_clear(); /* on_error = skip leaves it out, and names it, later */
+        else if (ci == 3) s->c = 3;
+    }
     return img_target(&s->o.image, e->path ? e->path : s->arrays[0].name, w, h, &s->w, &s->h);
 }
 
@@ -829,7 +995,7 @@ static int drop_unreadable(DataSource *s)
         if (status != FH_OK) {
             if (s->skipped < SRC_MAX_SKIP_NAMES && used < sizeof s->skip_names)
                 used += (size_t)snprintf(s->skip_names + used, sizeof s->skip_names - used, "%s%s",
-                                         s->skipped ? "; " : "", fh_error_message());
+                                         s->skipped ? "; " : "", fh_error_text(status));
             fh_error_clear();
             s->skipped++;
             free(s->entries[i].path);
@@ -849,30 +1015,29 @@ static int assign_splits(DataSource *s)
 {
     const DataSourceOptions *o = &s->o;
     if (o->holdout_domain && *o->holdout_domain) {
-        if (!s->n_groups)
+        if (!s->groups.n)
             FH_FAIL(FH_ERR_USAGE, "holdout_domain = %s but the source has no domains (a domain tree, or a table with "
                     "client_column)", o->holdout_domain);
-        char **held;
-        int n_held;
-        FH_CHECK(split_list(o->holdout_domain, &held, &n_held));
-        int8_t *is_held = calloc((size_t)s->n_groups, 1);
+        Names held;
+        FH_CHECK(split_list(o->holdout_domain, &held));
+        int8_t *is_held = calloc((size_t)s->groups.n, 1);
         int status = is_held ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
-        for (int i = 0; i < n_held && status == FH_OK; i++) {
-            int g = name_index(s->groups, s->n_groups, held[i]);
+        for (int i = 0; i < held.n && status == FH_OK; i++) {
+            int g = names_find(&s->groups, held.v[i]);
             if (g < 0) status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "holdout_domain: no domain '%s' (the "
-                                               "source has %s%s)", held[i], s->groups[0], s->n_groups > 1 ? ", ..." : "");
+                                               "source has %s%s)", held.v[i], s->groups.v[0], s->groups.n > 1 ? ", ..." : "");
             else is_held[g] = 1;
         }
         for (int64_t i = 0; i < s->n && status == FH_OK; i++) s->entries[i].split = is_held[s->entries[i].group];
         free(is_held);
-        free_names(&held, n_held);
+        names_free(&held);
         return status;
     }
     int64_t undecided = 0;
     for (int64_t i = 0; i < s->n; i++) undecided += s->entries[i].split < 0;
     if (!undecided) return FH_OK;
     /* test_fraction of each (group, class) cell, chosen by a Philox permutation of the cell */
-    const int G = s->n_groups ? s->n_groups : 1, C = s->n_classes;
+    const int G = s->groups.n ? s->groups.n : 1, C = s->classes.n;
     int64_t *count = calloc((size_t)G * C + 1, sizeof *count), *cell = malloc((size_t)s->n * sizeof *cell),
             *perm = malloc((size_t)s->n * sizeof *perm);
     int status = count && cell && perm ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
@@ -901,22 +1066,27 @@ static int make_set(DataSource *s, DataImageSet *set, int split)
     memset(set, 0, sizeof *set);
     int64_t n = 0;
     for (int64_t i = 0; i < s->n; i++) n += s->entries[i].split == split;
-    set->n = n, set->c = s->c, set->h = s->h, set->w = s->w, set->classes = s->n_classes;
+    set->n = n, set->c = s->c, set->h = s->h, set->w = s->w, set->classes = s->classes.n;
     FH_CHECK(fh_calloc(&s->rows[split], (size_t)(n ? n : 1), sizeof *s->rows[split], "set rows"));
     FH_CHECK(fh_calloc(&set->labels, (size_t)(n ? n : 1), sizeof *set->labels, "labels"));
-    if (s->n_groups) FH_CHECK(fh_calloc(&set->groups, (size_t)(n ? n : 1), sizeof *set->groups, "groups"));
+    FH_CHECK(fh_calloc(&set->source_index, (size_t)(n ? n : 1), sizeof *set->source_index, "source indices"));
+    if (s->groups.n) FH_CHECK(fh_calloc(&set->groups, (size_t)(n ? n : 1), sizeof *set->groups, "groups"));
+    if (s->n && s->entries[0].path) FH_CHECK(fh_calloc(&set->paths, (size_t)(n ? n : 1), sizeof *set->paths, "paths"));
     for (int64_t i = 0, r = 0; i < s->n; i++) {
         if (s->entries[i].split != split) continue;
         s->rows[split][r] = i;
         set->labels[r] = s->entries[i].label;
+        set->source_index[r] = s->entries[i].index;
         if (set->groups) set->groups[r] = s->entries[i].group;
+        if (set->paths) set->paths[r] = s->entries[i].path;
         r++;
     }
     s->fetch[split] = (SrcFetch){ s, s->rows[split] };
     set->fetch = fetch_row;
     set->fetch_ctx = &s->fetch[split];
-    set->n_groups = s->n_groups;
-    set->group_names = s->groups;
+    set->n_groups = s->groups.n;
+    set->group_names = s->groups.v;
+    set->class_names = s->classes.v;
     return FH_OK;
 }
 
@@ -996,9 +1166,12 @@ int data_image_source_open(DataSource **out, DataImageSet *train, DataImageSet *
         if (status == FH_OK) status = open_arrays(s, src);
     }
     if (status == FH_OK && s->n == 0) status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: no images", src);
-    if (status == FH_OK && s->n_classes < 2)
+    if (status == FH_OK && s->classes.n > DATA_MAX_CLASSES)
+        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s (%s): %d classes; a partition file holds at most %d",
+                                src, format, s->classes.n, DATA_MAX_CLASSES);
+    if (status == FH_OK && s->classes.n < 2)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s (%s): one class only ('%s'); a classifier needs two or "
-                                "more (is this the right folder?)", src, format, s->classes ? s->classes[0] : "0");
+                                "more (is this the right folder?)", src, format, s->classes.v ? s->classes.v[0] : "0");
     if (status == FH_OK && s->ignored)
         printf("ignored     %lld files without a .jpg, .jpeg or .png extension under %s\n", (long long)s->ignored, src);
     if (status == FH_OK) status = first_shape(s);
@@ -1030,8 +1203,8 @@ void data_source_close(DataSource **sp)
     if (!s) return;
     for (int64_t i = 0; i < s->n; i++) free(s->entries[i].path);
     free(s->entries);
-    free_names(&s->classes, s->n_classes);
-    free_names(&s->groups, s->n_groups);
+    names_free(&s->classes);
+    names_free(&s->groups);
     free(s->rows[0]);
     free(s->rows[1]);
     array_close(&s->arrays[0]);

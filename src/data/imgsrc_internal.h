@@ -27,15 +27,18 @@ typedef struct ImgResizer {
 
 void img_resizer_free(ImgResizer *r);
 
-/* The header of a JPEG or PNG in memory: size and native channels (1 grey, 3 colour). FH_ERR_DATA naming
- * `name` for anything that is neither or has a broken header. */
-int img_probe(const char *name, const uint8_t *data, size_t len, int *w, int *h, int *c);
+/* The header of a JPEG or PNG in memory: size (upright when o asks for the EXIF orientation) and native
+ * channels (1 grey, 3 colour, CMYK included). FH_ERR_DATA naming `name` for anything that is neither, has a broken
+ * header, or is larger than o's max_pixels (o may be NULL: no budget, orientation ignored). */
+int img_probe(const char *name, const uint8_t *data, size_t len, const DataImageOptions *o, int *w, int *h, int *c);
 
-/* Decodes a JPEG or PNG into out with c channels (1 or 3, converted by the codec library); *orig_w, *orig_h
- * the stored size. A JPEG is decoded at the smallest DCT scale (1/8 .. 1) that still covers what the resize
- * of o needs (shrink-on-load; o NULL: full size). A truncated or corrupt file is FH_ERR_DATA. */
+/* Decodes a JPEG or PNG into out with c channels (1 or 3: colour made grey as PIL's convert("L"), CMYK as PIL converts
+ * it); *orig_w, *orig_h the stored size, or the upright size when o->exif_orientation turns it (through scratch,
+ * whose buffer out may then take). A JPEG is decoded at the smallest DCT scale (1/8 .. 1) that still covers what
+ * the resize of o needs and divides its sides (shrink-on-load; o NULL: full size). A truncated or corrupt file,
+ * or one larger than max_pixels, is FH_ERR_DATA (the size checked before decoding). */
 int img_decode(const char *name, const uint8_t *data, size_t len, int c, const DataImageOptions *o, ImgBuf *out,
-               int *orig_w, int *orig_h);
+               ImgBuf *scratch, int *orig_w, int *orig_h);
 
 /* The output size for a source of w x h under the options; FH_ERR_DATA naming `name` when the source
  * cannot give it (smaller than size with resize = none). */

@@ -67,10 +67,20 @@ static const FhConfigKey source_keys[] = {
       AT_INDEX(image.crop_center), .help = "center: a centre crop to size x size after the resize" },
     /* lands as the index 0, 1, 2; data_source_options_from makes the last 3 */
     { .section = "source", .key = "channels", .type = FH_CFG_CHOICE, .def.s = "auto", .choices = "auto|1|3",
-      AT_INDEX(image.channels), .help = "auto (the first image's), 1 (grey: ITU-R 601 luma) or 3 (RGB: grey repeated)" },
+      AT_INDEX(image.channels), .help = "auto (3 when any image is colour, else 1), 1 (grey: ITU-R 601 luma) or 3 (RGB: "
+                                        "grey repeated)" },
     { .section = "source", .key = "shrink_on_load", .type = FH_CFG_CHOICE, .def.s = "1", .choices = "0|1",
-      AT_INDEX(image.shrink_on_load), .help = "JPEG: decode at a DCT scale 1/2..1/8 that still covers the resize "
-                                              "(faster)" },
+      AT_INDEX(image.shrink_on_load), .help = "JPEG: decode at a DCT scale 1/2..1/8 that covers the resize and "
+                                              "divides both sides (faster; PIL's draft() pixels)" },
+    { .section = "source", .key = "exif_orientation", .type = FH_CFG_CHOICE, .def.s = "ignore", .choices = "ignore|apply",
+      AT_INDEX(image.exif_orientation), .help = "JPEG and PNG: apply turns each image upright by its EXIF orientation tag "
+                                                "(PIL's ImageOps.exif_transpose); ignore keeps the stored pixels, as "
+                                                "torchvision's ImageFolder" },
+    /* PIL's own limit: it refuses images above twice Image.MAX_IMAGE_PIXELS */
+    { .section = "source", .key = "max_pixels", .type = FH_CFG_INT, .def.i = 178956970, .lo = 1,
+      .hi = (double)32768 * 32768, AT(image.max_pixels),
+      .help = "the most pixels (width x height) an image may have, checked from its header before decoding (PIL's "
+              "limit; about 1 GiB of memory to decode one that large)" },
     { .section = "source", .key = "on_error", .type = FH_CFG_CHOICE, .def.s = "fail", .choices = "fail|skip",
       AT_INDEX(skip_unreadable), .help = "an unreadable image: fail (exit 2 naming it) or skip (decodes every image "
                                          "once more up front; skipped ones counted and named)" },

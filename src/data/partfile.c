@@ -2,8 +2,11 @@
  * and `fedhet inspect`. Layout (docs/usage.md, Data):
  *   /clients/images uint8 [N,C,H,W] grouped by client, /clients/labels int32 [N],
  *   /clients/offsets int64 [K+1], /clients/label_counts int32 [K,classes], /clients/corruption int32 [K],
- *   /clients/source_index int64 [N] (row of the source training set, for provenance),
- *   /test/images, /test/labels, /test_corrupted/images, /test_corrupted/labels;
+ *   /clients/source_index int64 [N] (the row's index in the source's listing, for provenance; format_version 1:
+ *   in the training rows left after the test set was taken out), /clients/source_path strings [N] (image
+ *   sources whose rows are files), /test/images, /test/labels, /test/source_index, /test/source_path,
+ *   /test/domain, /test_corrupted/images, /test_corrupted/labels; /class_names strings [classes] and
+ *   /domain_names strings (sources that name them);
  *   /stats/label_entropy, /stats/effective_classes, /stats/tv_to_global, /stats/emd_to_global float64 [K]
  *   and the /stats attributes size_gini and definition (a cache of data_hetero_compute on the label counts);
  *   root attributes: format, format_version, source, source_format, classes, shape, mean, std, scheme,
@@ -23,7 +26,6 @@
 #define PARTFILE_CHUNK_BYTES ((size_t)64 << 10)
 /* Rows are gathered and corrupted this many bytes at a time. */
 #define PARTFILE_BLOCK_BYTES ((size_t)8 << 20)
-#define PARTFILE_MAX_CLASSES (1 << 20)
 
 struct DataPartFileH5 {
     FhH5File file;
@@ -186,6 +188,43 @@ static int write_hetero(const FhH5File *f, const int32_t *counts, int K, int cla
     return status;
 }
 
+/* The provenance of rows (in the order rows, or 0.. when NULL) of set: the source's listing index, and the file
+ * where the source has files. Sources without a listing of their own (IDX, CIFAR, HDF5) list the training set and
+ * then the test set, so a row's index is its row, plus first_index for the test set. */
+typedef struct {
+    const DataImageSet *set;
+    const int64_t *rows;
+} RowsOf;
+
+static const char *path_of_row(const void *ctx, int64_t i)
+{
+    const RowsOf *r = ctx;
+    return r->set->paths[r->rows ? r->rows[i] : i];
+}
+
+static const char *string_at(const void *ctx, int64_t i) { return ((char *const *)ctx)[i]; }
+
+static int write_provenance(const FhH5File *f, const char *group, const DataImageSet *set, const int64_t *rows,
+                            int64_t count, int64_t first_index, int deflate)
+{
+    int64_t *index = NULL;
+    char name[64];
+    FH_CHECK(fh_calloc(&index, (size_t)(count > 0 ? count : 1), sizeof *index, "source indices"));
+    for (int64_t i = 0; i < count; i++) {
+        const int64_t row = rows ? rows[i] : i;
+        index[i] = set->source_index ? set->source_index[row] : first_index + row;
+    }
+    const hsize_t dims = (hsize_t)count;
+    const FhH5Layout layout = { count > 0 ? 65536 : 0, deflate, 0 };
+    snprintf(name, sizeof name, "%s/source_index", group);
+    int status = fh_h5_write(f, name, H5T_NATIVE_INT64, H5T_STD_I64LE, 1, &dims, &layout, index);
+    fh_free(&index);
+    const RowsOf of = { set, rows };
+    snprintf(name, sizeof name, "%s/source_path", group);
+    if (status == FH_OK && set->paths) status = fh_h5_write_strings(f, name, count, path_of_row, &of, deflate);
+    return status;
+}
+
 static int write_clients(const FhH5File *f, const DataImageSet *train, const DataPartition *part,
                          const DataPartFileSpec *spec, const DataCorruptionParams *corrupt, RowStats *stats)
 {
@@ -213,7 +252,7 @@ static int write_clients(const FhH5File *f, const DataImageSet *train, const Dat
         status = write_rows(f, "/clients", train, part->indices, n, params_of_row, spec->partition.seed, 0, spec->deflate,
                             stats);
     const hsize_t dims_offsets = (hsize_t)K + 1, dims_counts[2] = { (hsize_t)K, (hsize_t)classes },
-                  dims_k = (hsize_t)K, dims_n = (hsize_t)n;
+                  dims_k = (hsize_t)K;
     if (status == FH_OK)
         status = fh_h5_write(f, "/clients/offsets", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, &dims_offsets, NULL,
                              part->offsets);
@@ -223,24 +262,21 @@ static int write_clients(const FhH5File *f, const DataImageSet *train, const Dat
         status = fh_h5_write(f, "/clients/corruption", H5T_NATIVE_INT32, H5T_STD_I32LE, 1, &dims_k, NULL, corruption);
     /* without training rows there is no label distribution to measure */
     if (status == FH_OK && n > 0) status = write_hetero(f, counts, K, classes);
-    if (status == FH_OK) {
-        const FhH5Layout layout = { n > 0 ? 65536 : 0, spec->deflate, 0 };
-        status = fh_h5_write(f, "/clients/source_index", H5T_NATIVE_INT64, H5T_STD_I64LE, 1, &dims_n, &layout,
-                             part->indices);
-    }
+    if (status == FH_OK) status = write_provenance(f, "/clients", train, part->indices, n, 0, spec->deflate);
     fh_free(&counts);
     fh_free(&corruption);
     fh_free(&params_of_row);
     return status;
 }
 
-static int write_test(const FhH5File *f, const DataImageSet *test, const DataPartFileSpec *spec,
+static int write_test(const FhH5File *f, const DataImageSet *test, int64_t n_train, const DataPartFileSpec *spec,
                       const DataCorruptionParams *corrupt)
 {
     hid_t group;
     FH_CHECK(fh_h5_group(f, "/test", &group));
     H5Gclose(group);
     FH_CHECK(write_rows(f, "/test", test, NULL, test->n, NULL, 0, 1, spec->deflate, NULL));
+    FH_CHECK(write_provenance(f, "/test", test, NULL, test->n, n_train, spec->deflate));
     if (test->groups) {
         /* the domain of every test row, for per-domain accuracy */
         const hsize_t dims = (hsize_t)test->n;
@@ -299,10 +335,14 @@ static int write_attributes(const FhH5File *f, const DataImageSet *train, const 
         char *text = calloc(len, 1);
         if (!text) FH_FAIL(FH_ERR_IO, "out of memory for the domain names");
         for (int g = 0; g < train->n_groups; g++) strcat(strcat(text, train->group_names[g]), "\n");
+        /* the attribute for the scripts that read it; /domain_names is what the reader reads */
         int status = fh_h5_attr_write_string(f, root, "domains", text);
         free(text);
         FH_CHECK(status);
+        FH_CHECK(fh_h5_write_strings(f, "/domain_names", train->n_groups, string_at, train->group_names, spec->deflate));
     }
+    if (train->class_names)
+        FH_CHECK(fh_h5_write_strings(f, "/class_names", train->classes, string_at, train->class_names, spec->deflate));
     return FH_OK;
 }
 
@@ -350,7 +390,7 @@ int data_partfile_write(const char *path, const DataImageSet *train, const DataI
     if (status == FH_OK) status = fh_h5_create(&f, path, FH_ERR_IO);
     created = status == FH_OK;
     if (status == FH_OK) status = write_clients(&f, train, part, spec, &corrupt, &stats);
-    if (status == FH_OK && test->n > 0) status = write_test(&f, test, spec, &corrupt);
+    if (status == FH_OK && test->n > 0) status = write_test(&f, test, train->n, spec, &corrupt);
     /* the statistics cover every clean training row, also those no client holds */
     for (int64_t r = 0; status == FH_OK && r < train->n; r++)
         if (!stats.seen[r] && (status = image_of(train, r, image)) == FH_OK)
@@ -462,22 +502,10 @@ static int read_client_tables(DataPartFile *f)
     return FH_OK;
 }
 
-/* the "domains" attribute (names one a line) and /test/domain, when the source had natural groups */
-static int open_domains(DataPartFile *f)
+/* /test/domain: a domain of the file's names for every test row */
+static int open_test_domain(DataPartFile *f)
 {
     FhH5File *h = &f->h5->file;
-    if (H5Aexists(h->id, "domains") <= 0) return FH_OK;
-    char *text = NULL;
-    FH_CHECK(read_string_attr(f, "domains", &text));
-    int n = 0;
-    for (const char *p = text; *p; p++) n += *p == '\n';
-    int status = fh_calloc(&f->domain_names, (size_t)(n ? n : 1), sizeof *f->domain_names, "domain names");
-    for (char *save = NULL, *tok = status == FH_OK ? strtok_r(text, "\n", &save) : NULL; tok && f->n_domains < n;
-         tok = strtok_r(NULL, "\n", &save))
-        if (!(f->domain_names[f->n_domains++] = strdup(tok)))
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for domain names");
-    free(text);
-    FH_CHECK(status);
     int has = 0;
     if (f->n_test > 0) FH_CHECK(fh_h5_exists(h, "/test/domain", &has));
     if (!has) return FH_OK;
@@ -497,6 +525,58 @@ static int open_domains(DataPartFile *f)
     return FH_OK;
 }
 
+/* /class_names, when the source named its classes */
+static int open_class_names(DataPartFile *f)
+{
+    FhH5File *h = &f->h5->file;
+    int has;
+    FH_CHECK(fh_h5_exists(h, "/class_names", &has));
+    if (!has) return FH_OK;
+    char **names;
+    int64_t n;
+    FH_CHECK(fh_h5_read_strings(h, "/class_names", &names, &n));
+    if (n != f->classes) {
+        fh_h5_strings_free(&names, n);
+        FH_FAIL(FH_ERR_DATA, "%s: /class_names holds %lld names for %d classes", f->path, (long long)n, f->classes);
+    }
+    f->class_names = names;
+    return FH_OK;
+}
+
+/* the domain names (/domain_names; files of format_version 1: the "domains" attribute, names one a line) and
+ * /test/domain, when the source had natural groups */
+static int open_domains(DataPartFile *f)
+{
+    FhH5File *h = &f->h5->file;
+    int has_names;
+    FH_CHECK(fh_h5_exists(h, "/domain_names", &has_names));
+    if (has_names) {
+        char **names;
+        int64_t n;
+        FH_CHECK(fh_h5_read_strings(h, "/domain_names", &names, &n));
+        if (n > INT32_MAX) {
+            fh_h5_strings_free(&names, n);
+            FH_FAIL(FH_ERR_DATA, "%s: /domain_names holds %lld names", f->path, (long long)n);
+        }
+        f->domain_names = names;
+        f->n_domains = (int)n;
+        return open_test_domain(f);
+    }
+    if (H5Aexists(h->id, "domains") <= 0) return FH_OK;
+    char *text = NULL;
+    FH_CHECK(read_string_attr(f, "domains", &text));
+    int n = 0;
+    for (const char *p = text; *p; p++) n += *p == '\n';
+    int status = fh_calloc(&f->domain_names, (size_t)(n ? n : 1), sizeof *f->domain_names, "domain names");
+    for (char *save = NULL, *tok = status == FH_OK ? strtok_r(text, "\n", &save) : NULL; tok && f->n_domains < n;
+         tok = strtok_r(NULL, "\n", &save))
+        if (!(f->domain_names[f->n_domains++] = strdup(tok)))
+            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for domain names");
+    free(text);
+    FH_CHECK(status);
+    return open_test_domain(f);
+}
+
 static int open_into(DataPartFile *f, const char *path)
 {
     FhH5File *h = &f->h5->file;
@@ -510,8 +590,13 @@ static int open_into(DataPartFile *f, const char *path)
     }
     free(format);
     int64_t version, classes, shape[3], k, severity, n_corrupted;
-    FH_CHECK(read_int_attr(f, "format_version", 1, DATA_PARTFILE_VERSION, &version));
-    FH_CHECK(read_int_attr(f, "classes", 2, PARTFILE_MAX_CLASSES, &classes));
+    FH_CHECK(read_int_attr(f, "format_version", 1, INT32_MAX, &version));
+    if (version > DATA_PARTFILE_VERSION)
+        FH_FAIL(FH_ERR_DATA, "%s: format_version %lld, written by a newer fedhet (this one reads 1..%d): make it again "
+                "with this fedhet's `fedhet partition`, or use the newer one", path, (long long)version,
+                DATA_PARTFILE_VERSION);
+    f->format_version = (int)version;
+    FH_CHECK(read_int_attr(f, "classes", 2, DATA_MAX_CLASSES, &classes));
     FH_CHECK(fh_h5_attr_read_int64s(h, h->id, "shape", shape, 3));
     for (int i = 0; i < 3; i++)
         if (shape[i] < 1 || shape[i] > 65536)
@@ -556,6 +641,7 @@ static int open_into(DataPartFile *f, const char *path)
                     (long long)f->n_test);
         f->has_test_corrupted = 1;
     }
+    FH_CHECK(open_class_names(f));
     return open_domains(f);
 }
 
@@ -688,6 +774,7 @@ void data_partfile_close(DataPartFile *f)
     free(f->parameters);
     for (int d = 0; d < f->n_domains; d++) free(f->domain_names[d]);
     fh_free(&f->domain_names);
+    fh_h5_strings_free(&f->class_names, f->classes);
     fh_free(&f->test_domain);
     fh_free(&f->offsets);
     fh_free(&f->label_counts);

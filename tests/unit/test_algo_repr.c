@@ -510,7 +510,7 @@ static void test_logit_adjust_absent_classes(void)
 static void test_logit_adjust_in_local_training(void)
 {
     const int64_t n = 60;
-    DataImageSet train = { n, 1, 4, 4, 3, malloc((size_t)n * 16), malloc((size_t)n * sizeof(int32_t)), NULL, NULL, NULL, 0, NULL };
+    DataImageSet train = { n, 1, 4, 4, 3, malloc((size_t)n * 16), malloc((size_t)n * sizeof(int32_t)), NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL };
     DataImageSet test = { 0 };
     FhRng rng;
     fh_rng_init(&rng, 3, FH_RNG_TEST, 0, 0, 0);

@@ -154,8 +154,8 @@ static int write_hand_file(const char *path)
     uint8_t images[16 * 4] = { 0 };
     int64_t offsets[4] = { 0, 4, 8, 16 }, indices[16];
     for (int i = 0; i < 16; i++) indices[i] = i, images[i * 4] = (uint8_t)(i * 9);
-    DataImageSet train = { 16, 1, 2, 2, 3, images, labels, NULL, NULL, NULL, 0, NULL },
-                 test = { 0, 1, 2, 2, 3, NULL, NULL, NULL, NULL, NULL, 0, NULL };
+    DataImageSet train = { 16, 1, 2, 2, 3, images, labels, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL },
+                 test = { 0, 1, 2, 2, 3, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL };
     DataPartition part = { 3, offsets, indices };
     DataPartFileSpec spec;
     memset(&spec, 0, sizeof spec);

@@ -1,7 +1,8 @@
 /* Partition files and the batch loader (src/data/partfile.c, src/data/loader.c): every training sample
  * lands in exactly one client, label counts match the rows, the same seed gives the same bytes, corrupted
  * clients hold exactly the B.7 corruption of their rows, bad files fail naming the file, writes are
- * atomic, a rank owning 10 of 100 clients reads 10 % of the rows, and batches follow the promised order,
+ * atomic, class and domain names and each row's place in its source are recorded (and files of format_version 1,
+ * without them, still open), a rank owning 10 of 100 clients reads 10 % of the rows, and batches follow the promised order,
  * normalisation and augmentation.
  *
  * Images are synthetic with each row's source index written into its first pixels, so a stored image
@@ -17,6 +18,7 @@
 
 #include "fedhet/core.h"
 #include "fedhet/data.h"
+#include "fedhet/h5io.h"
 #include "fedhet/rng.h"
 
 #define SEED 7u
@@ -72,6 +74,17 @@ static int write_file(const char *path, const DataImageSet *train, const DataIma
     return data_partfile_write(path, train, test, part, spec);
 }
 
+/* writes tmp_path(name) (removed at the end) by write_file and opens it into f; returns the path */
+static const char *write_and_open(const char *name, const DataImageSet *train, const DataImageSet *test,
+                                  DataPartFileSpec *spec, DataPartition *part, DataPartFile *f)
+{
+    const char *path = tmp_path(name);
+    tmp_record(path);
+    CHECK_OK(write_file(path, train, test, spec, part));
+    CHECK_OK(data_partfile_open(f, path));
+    return path;
+}
+
 static long file_size(const char *path)
 {
     struct stat st;
@@ -101,11 +114,8 @@ static void test_every_sample_once_and_counts_match(void)
     make_set(&test, 50, 1, 6, 6, 5, 2);
     DataPartFileSpec spec = spec_default("dirichlet", 8);
     DataPartition part;
-    const char *path = tmp_path("dir.h5");
-    tmp_record(path);
-    CHECK_OK(write_file(path, &train, &test, &spec, &part));
     DataPartFile f;
-    CHECK_OK(data_partfile_open(&f, path));
+    write_and_open("dir.h5", &train, &test, &spec, &part, &f);
     CHECK(f.n_clients == 8 && f.classes == 5 && f.c == 1 && f.h == 6 && f.w == 6);
     CHECK(f.n_rows == 500 && f.n_test == 50 && !f.has_test_corrupted);
     CHECK(!strcmp(f.scheme, "dirichlet") && !strcmp(f.source, "synthetic"));
@@ -148,7 +158,7 @@ static void test_channel_stats_exact(void)
     /* 2 images, 2 channels of 2 pixels: channel 0 = {0, 255, 0, 255}, channel 1 = all 51 */
     uint8_t px[8] = { 0, 255, 51, 51, 0, 255, 51, 51 };
     int32_t y[2] = { 0, 1 };
-    DataImageSet s = { 2, 2, 1, 2, 2, px, y, NULL, NULL, NULL, 0, NULL };
+    DataImageSet s = { 2, 2, 1, 2, 2, px, y, NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL };
     double mean[2], std[2];
     data_channel_stats(&s, mean, std);
     CHECK_NEAR(mean[0], 0.5, 1e-15);
@@ -346,6 +356,119 @@ static void test_bad_files_fail_naming_file(void)
     CHECK_MSG(st == FH_ERR_DATA && strstr(fh_error_message(), "no corrupted test set"), "%s", fh_error_message());
     data_partfile_close(&f);
     data_partition_free(&part), data_partition_free(&p2);
+    data_imageset_free(&train), data_imageset_free(&test);
+}
+
+/* ---- names and provenance ---- */
+
+static void h5_int64_dataset(const char *path, const char *name, int64_t *out, int64_t n)
+{
+    hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    hid_t space = H5Dget_space(d);
+    CHECK_MSG(H5Sget_simple_extent_npoints(space) == n, "%s has %lld values", name,
+              (long long)H5Sget_simple_extent_npoints(space));
+    CHECK(H5Sget_simple_extent_npoints(space) != n || H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) >= 0);
+    H5Sclose(space);
+    H5Dclose(d);
+    H5Fclose(file);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+    CHECK(system(cmd) == 0);
+}
+
+static void test_names_and_provenance(void)
+{
+    DataImageSet train, test;
+    make_set(&train, 40, 1, 4, 4, 4, 10);
+    make_set(&test, 10, 1, 4, 4, 4, 11);
+    char *const classes[4] = { "ant", "bee", "cat", "dog" }, *const domains[2] = { "north", "south" };
+    char path_text[40][24];
+    const char *paths[40];
+    int64_t listing[40];
+    int32_t groups[40], test_groups[10];
+    for (int i = 0; i < 40; i++) {
+        snprintf(path_text[i], sizeof path_text[i], "img/%d.png", i);
+        paths[i] = path_text[i], listing[i] = 3 * i + 1, groups[i] = i % 2;
+    }
+    for (int i = 0; i < 10; i++) test_groups[i] = i % 2;
+    train.class_names = classes, train.paths = paths, train.source_index = listing;
+    train.groups = groups, train.n_groups = 2, train.group_names = domains;
+    test.groups = test_groups, test.n_groups = 2, test.group_names = domains;
+    DataPartFileSpec spec = spec_default("dirichlet", 4);
+    DataPartition part;
+    DataPartFile f;
+    const char *path = write_and_open("names.h5", &train, &test, &spec, &part, &f);
+    CHECK(f.format_version == DATA_PARTFILE_VERSION);
+    CHECK(f.class_names && f.n_domains == 2);
+    for (int c = 0; f.class_names && c < 4; c++) CHECK(!strcmp(f.class_names[c], classes[c]));
+    for (int d = 0; d < f.n_domains; d++) CHECK(!strcmp(f.domain_names[d], domains[d]));
+    data_partfile_close(&f);
+    /* each row's listing index and file; the test rows of a source without a listing of its own follow the
+     * training rows */
+    int64_t index[40], test_index[10];
+    h5_int64_dataset(path, "/clients/source_index", index, 40);
+    h5_int64_dataset(path, "/test/source_index", test_index, 10);
+    FhH5File h;
+    char **stored = NULL;
+    int64_t n_stored = 0;
+    CHECK_OK(fh_h5_open(&h, path, FH_ERR_DATA));
+    CHECK_OK(fh_h5_read_strings(&h, "/clients/source_path", &stored, &n_stored));
+    int has_test_paths = 1;
+    CHECK_OK(fh_h5_exists(&h, "/test/source_path", &has_test_paths));
+    fh_h5_close(&h);
+    CHECK(n_stored == 40 && !has_test_paths);
+    for (int64_t r = 0; r < 40 && n_stored == 40; r++) {
+        CHECK(index[r] == listing[part.indices[r]]);
+        CHECK(!strcmp(stored[r], paths[part.indices[r]]));
+    }
+    for (int i = 0; i < 10; i++) CHECK(test_index[i] == 40 + i);
+    fh_h5_strings_free(&stored, n_stored);
+
+    /* a file of format_version 1 (no names, domains in the attribute alone) opens without class names */
+    const char *old = tmp_path("version1.h5");
+    tmp_record(old);
+    copy_file(path, old);
+    hid_t file = H5Fopen(old, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(H5Ldelete(file, "/class_names", H5P_DEFAULT) >= 0 && H5Ldelete(file, "/domain_names", H5P_DEFAULT) >= 0);
+    CHECK(H5Ldelete(file, "/clients/source_path", H5P_DEFAULT) >= 0 &&
+          H5Ldelete(file, "/test/source_index", H5P_DEFAULT) >= 0);
+    int64_t version = 1;
+    hid_t attr = H5Aopen(file, "format_version", H5P_DEFAULT);
+    CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &version) >= 0);
+    H5Aclose(attr);
+    H5Fclose(file);
+    CHECK_OK(data_partfile_open(&f, old));
+    CHECK(f.format_version == 1 && !f.class_names && f.n_domains == 2 && f.test_domain);
+    for (int d = 0; d < f.n_domains; d++) CHECK(!strcmp(f.domain_names[d], domains[d]));
+    data_partfile_close(&f);
+    /* a newer version is refused, saying so; so are names that do not match the classes */
+    file = H5Fopen(old, H5F_ACC_RDWR, H5P_DEFAULT);
+    version = DATA_PARTFILE_VERSION + 1;
+    attr = H5Aopen(file, "format_version", H5P_DEFAULT);
+    CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &version) >= 0);
+    H5Aclose(attr);
+    H5Fclose(file);
+    expect_open_fails(old, "written by a newer fedhet");
+    copy_file(path, old);
+    file = H5Fopen(old, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK(H5Ldelete(file, "/class_names", H5P_DEFAULT) >= 0);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, 4);
+    const hsize_t three = 3;
+    hid_t space = H5Screate_simple(1, &three, NULL);
+    hid_t d = H5Dcreate2(file, "/class_names", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, "ant\0bee\0cat\0") >= 0);
+    H5Dclose(d), H5Sclose(space), H5Tclose(type);
+    H5Fclose(file);
+    expect_open_fails(old, "/class_names holds 3 names for 4 classes");
+    data_partition_free(&part);
+    train.class_names = NULL, train.paths = NULL, train.source_index = NULL, train.groups = NULL;
+    test.groups = NULL;
     data_imageset_free(&train), data_imageset_free(&test);
 }
 
@@ -557,6 +680,7 @@ int main(int argc, char **argv)
     RUN(test_corrupted_clients_hold_b7_corruption);
     RUN(test_write_to_missing_folder_leaves_nothing);
     RUN(test_bad_files_fail_naming_file);
+    RUN(test_names_and_provenance);
     RUN(test_rank_reads_only_its_clients);
     RUN(test_loader_epochs_shuffle_and_partial_batch);
     RUN(test_loader_normalises_with_file_stats);

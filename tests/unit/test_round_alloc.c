@@ -117,8 +117,8 @@ static const char *data_path;
 static int write_data(void)
 {
     const int64_t n = 180, n_test = 40;
-    DataImageSet train = { n, 1, 8, 8, 4, malloc((size_t)n * 64), malloc((size_t)n * sizeof(int32_t)), NULL, NULL, NULL, 0, NULL };
-    DataImageSet test = { n_test, 1, 8, 8, 4, malloc((size_t)n_test * 64), malloc((size_t)n_test * sizeof(int32_t)), NULL, NULL, NULL, 0, NULL };
+    DataImageSet train = { n, 1, 8, 8, 4, malloc((size_t)n * 64), malloc((size_t)n * sizeof(int32_t)), NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL };
+    DataImageSet test = { n_test, 1, 8, 8, 4, malloc((size_t)n_test * 64), malloc((size_t)n_test * sizeof(int32_t)), NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL };
     FhRng rng;
     fh_rng_init(&rng, 5, FH_RNG_TEST, 0, 0, 0);
     DataImageSet *sets[2] = { &train, &test };

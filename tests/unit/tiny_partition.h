@@ -11,7 +11,7 @@
 /* writes tmp_path(name) and records it for tmp_cleanup; returns the path */
 static inline const char *tiny_partition(const char *name, int clients, int64_t n)
 {
-    DataImageSet train = { n, 1, 6, 6, 3, malloc((size_t)n * 36), malloc((size_t)n * sizeof(int32_t)), NULL, NULL, NULL, 0, NULL };
+    DataImageSet train = { n, 1, 6, 6, 3, malloc((size_t)n * 36), malloc((size_t)n * sizeof(int32_t)), NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL };
     DataImageSet test = { 0 };
     FhRng rng;
     fh_rng_init(&rng, 3, FH_RNG_TEST, 0, 0, 0);
