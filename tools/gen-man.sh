@@ -11,6 +11,8 @@ trap 'rm -f "$inc" "$tmp"' EXIT
 # roff: a backslash is \e; a line may not start with . or ' (a request) nor, in help2man's include file,
 # with [ (a section name)
 roff() { sed -e 's/\\/\\e/g' -e "s/^\([.'[]\)/\\\\\&\1/"; }
+# ... keeping lines that are roff requests already (the exit-code table's .TP and .B)
+roff_text() { sed -e 's/\\/\\e/g'; }
 commands=$("$bin" --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }')
 {
     echo '[DESCRIPTION]'
@@ -34,9 +36,12 @@ commands=$("$bin" --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { ex
 .B OPENBLAS_NUM_THREADS, OMP_NUM_THREADS
 threads of OpenBLAS and oneDNN per rank (train.threads sets them for a run).
 
-[EXIT STATUS]
-0 ok, 1 usage or config, 2 input data, 3 numerical divergence, 4 I/O (including running out of memory and
-damaged checkpoints), 5 MPI. fedhet grid: 10 + the number of failed members.
+EOT
+    # the exit codes of `fedhet --help`: the one table every command uses
+    printf '\n[EXIT STATUS]\n'
+    "$bin" --help | awk '/^exit codes/ { on = 1; next } on && NF == 0 { exit }
+        on { code = $1; sub(/^ *[^ ]+ +/, ""); printf ".TP\n.B %s\n%s\n", code, $0 }' | roff_text
+    cat <<'EOT'
 
 [FILES]
 .TP

@@ -2,7 +2,8 @@
  *
  * Every fallible function returns an int status (FH_OK on success). A failure records a message with
  * FH_FAIL; callers pass it up with FH_CHECK, which adds their file:line to the chain. Only src/app turns
- * a status into an exit code: the status values ARE the exit codes of the README (The executable). */
+ * a status into an exit code: the status values ARE the exit codes, one table for every command
+ * (fh_exit_codes_print: `fedhet --help`, the man page, docs/usage.md). */
 #ifndef FEDHET_CORE_H
 #define FEDHET_CORE_H
 
@@ -13,10 +14,12 @@
 enum {
     FH_OK = 0,
     FH_ERR_USAGE = 1,   /* usage or config */
-    FH_ERR_DATA = 2,    /* input data */
+    FH_ERR_DATA = 2,    /* input data: an input file or folder that is missing, unreadable, damaged or of the wrong kind */
     FH_ERR_NUMERIC = 3, /* numerical divergence */
-    FH_ERR_IO = 4,      /* I/O, including running out of memory */
-    FH_ERR_MPI = 5
+    FH_ERR_IO = 4,      /* I/O: a write that failed, a damaged checkpoint or run.h5 */
+    FH_ERR_MPI = 5,
+    FH_ERR_MEMORY = 6,  /* out of memory */
+    FH_EXIT_GRID_FAILED = 10 /* fedhet grid: 10 + the number of failed members (at most 100) */
 };
 
 #if defined(__GNUC__)
@@ -36,6 +39,8 @@ const char *fh_error_message(void); /* the whole chain; "" when none */
 int fh_error_adopt(int status, const char *chain);
 void fh_error_clear(void);
 const char *fh_status_name(int status);
+/* The exit-code table, one "  N  meaning" line per code: `fedhet --help` prints it (and so the man page). */
+void fh_exit_codes_print(FILE *out);
 /* What a user reads of an error: the message (one line, its hint after "; ") without the "  at file:line"
  * frames of the chain. The whole chain is kept for internal errors, which are bugs to report (a status
  * passed up without a message, an MPI failure, a status outside the exit codes), and for every error when
@@ -52,7 +57,7 @@ const char *fh_error_text(int status);
             return fh_error_trace(fh_status_, __FILE__, __LINE__, #call);     \
     } while (0)
 
-/* malloc/calloc that raise FH_ERR_IO naming what was being allocated. *out is NULL on failure. */
+/* malloc/calloc that raise FH_ERR_MEMORY naming what was being allocated. *out is NULL on failure. */
 int fh_calloc(void *out_ptr, size_t count, size_t size, const char *what);
 /* 64-byte aligned, zeroed; release with fh_free. */
 int fh_alloc_aligned(void *out_ptr, size_t bytes, const char *what);
@@ -93,6 +98,9 @@ const char *fh_shell_quote(const char *text, char *out, size_t size);
 int fh_read_file(const char *path, char **text, int fail_status);
 /* A whole file of any bytes (NUL-terminated beyond *len, free() it): errors as fh_read_file's */
 int fh_read_bytes(const char *path, char **bytes, size_t *len, int fail_status);
+/* FH_ERR_DATA "PATH: cannot open: REASON" when an input file is missing or unreadable (exit 2, whatever the
+ * file; for readers whose own refusal carries another status) */
+int fh_check_readable(const char *path);
 /* dir/name into out; FH_ERR_IO when it does not fit */
 int fh_path_join(char *out, size_t size, const char *dir, const char *name);
 /* 1 when dir/name exists (any kind of file; name NULL or "": dir itself), else 0 */

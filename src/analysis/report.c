@@ -207,13 +207,13 @@ static int read_metrics(Run *r, const char *metric)
         n_rows++;
     }
     free(text);
-    if (!rows) FH_FAIL(FH_ERR_IO, "out of memory reading %s", path);
+    if (!rows) FH_FAIL(FH_ERR_MEMORY, "out of memory reading %s", path);
     r->n_rows = n_rows;
     double **out[] = { &r->metric, &r->t_round, &r->t_eval, &r->passes, &r->bytes, &r->seconds };
     for (size_t j = 0; j < sizeof out / sizeof *out; j++) *out[j] = calloc((size_t)n_rows + 1, sizeof(double));
     if (!r->metric || !r->t_round || !r->t_eval || !r->passes || !r->bytes || !r->seconds) {
         free(rows);
-        FH_FAIL(FH_ERR_IO, "out of memory reading %s", path);
+        FH_FAIL(FH_ERR_MEMORY, "out of memory reading %s", path);
     }
     for (int i = 0; i < n_rows; i++) {
         const double *v = rows + (size_t)i * MC_N;
@@ -232,7 +232,7 @@ static int read_metrics(Run *r, const char *metric)
 static int add_run(Report *R, const char *dir, const char *name)
 {
     Run *grown = realloc(R->runs, (size_t)(R->n_runs + 1) * sizeof *grown);
-    if (!grown) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     R->runs = grown;
     Run *r = &R->runs[R->n_runs++];
     memset(r, 0, sizeof *r);
@@ -269,7 +269,7 @@ static int values_equal(const char *a, const char *b)
 static int collect_folder(Report *R, const char *dir)
 {
     DIR *d = opendir(dir);
-    if (!d) FH_FAIL(FH_ERR_USAGE, "%s: cannot open: %s", dir, strerror(errno));
+    if (!d) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", dir, strerror(errno));
     char **names = NULL;
     int n = 0;
     struct dirent *e;
@@ -300,7 +300,7 @@ static int collect_folder(Report *R, const char *dir)
 
     /* every run's config; keys whose values differ are swept */
     FhIni *cfg = calloc((size_t)R->n_runs, sizeof *cfg);
-    if (!cfg) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!cfg) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (int i = 0; i < R->n_runs && status == FH_OK; i++) status = read_run_config(&R->runs[i], &cfg[i]);
     for (int i = 0; i < R->n_runs && status == FH_OK; i++)
         for (int j = 0; j < cfg[i].n && status == FH_OK; j++) {
@@ -963,7 +963,7 @@ static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *i
     const int logx = numeric && lo > 0 && hi / lo >= 20;
     /* series: the groups that agree on every non-seed key but k */
     int *series_of = calloc((size_t)R->n_groups, sizeof *series_of);
-    if (!series_of) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!series_of) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     int n_series = 0;
     for (int g = 0; g < R->n_groups; g++) {
         const Run *rg = &R->runs[R->group_first[g]];
@@ -1128,7 +1128,7 @@ static int summarise(Report *R)
     sort_ctx = R;
     qsort(R->runs, (size_t)R->n_runs, sizeof *R->runs, compare_runs);
     R->group_first = calloc((size_t)R->n_runs, sizeof *R->group_first);
-    if (!R->group_first) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!R->group_first) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (int i = 0; i < R->n_runs; i++) {
         int g = -1;
         for (int h = 0; h < R->n_groups && g < 0; h++)
@@ -1192,7 +1192,7 @@ static int summarise(Report *R)
 int report_runs(const ReportOptions *o)
 {
     struct stat st;
-    if (stat(o->dir, &st) != 0) FH_FAIL(FH_ERR_USAGE, "%s: no such folder", o->dir);
+    if (stat(o->dir, &st) != 0) FH_FAIL(FH_ERR_DATA, "%s: no such folder", o->dir);
     if (!S_ISDIR(st.st_mode))
         FH_FAIL(FH_ERR_USAGE, "%s is not a folder (give a run or grid folder; --partition DST.h5 OUT.png for a partition "
                 "file)", o->dir);

@@ -41,7 +41,7 @@ int fh_read_bytes(const char *path, char **bytes, size_t *len, int fail_status)
     }
     int bad = ferror(f);
     fclose(f);
-    if (!buf) FH_FAIL(FH_ERR_IO, "%s: out of memory reading it", path);
+    if (!buf) FH_FAIL(FH_ERR_MEMORY, "%s: out of memory reading it", path);
     if (bad) {
         free(buf);
         FH_FAIL(fail_status, "%s: read error", path);
@@ -61,6 +61,12 @@ int fh_read_file(const char *path, char **text, int fail_status)
         *text = NULL;
         FH_FAIL(fail_status, "%s: not a text file (it holds a NUL byte)", path);
     }
+    return FH_OK;
+}
+
+int fh_check_readable(const char *path)
+{
+    if (access(path, R_OK) != 0) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
     return FH_OK;
 }
 

@@ -62,7 +62,9 @@ int fh_h5_open(FhH5File *f, const char *path, int fail_status)
     if (!path || !*path) FH_FAIL(fail_status, "HDF5 file path is empty");
     errno = 0;
     FILE *probe = fopen(path, "rb");
-    if (!probe) H5_FAIL(f, "%s: cannot open: %s", path, errno ? strerror(errno) : "unknown error");
+    /* a file that is missing or unreadable is input data for every caller (exit 2); fail_status is for what is
+     * wrong inside one */
+    if (!probe) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, errno ? strerror(errno) : "unknown error");
     fclose(probe);
     char msg[256];
 #if H5_VERSION_GE(1, 12, 0)

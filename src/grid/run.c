@@ -236,7 +236,7 @@ static int write_grid_files(const Grid *G, const GridOptions *o, int array_mode)
     size_t len = 1;
     for (int i = 0; i < o->n_args; i++) len += strlen(o->args[i]) + 1;
     char *args = calloc(len, 1);
-    if (!args) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!args) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (int i = 0; i < o->n_args; i++) strcat(strcat(args, o->args[i]), "\n");
     snprintf(path, sizeof path, "%s/grid/args.txt", g->dir);
     int status = fh_write_file_atomic(path, args);

@@ -117,7 +117,7 @@ test_report_failures()
     [ "$(csv_cell "$WORK/out/withfail/summary.csv" "lr=1e6" runs)" = 0 ] || fail "the failed member counts as a run in summary.csv"
     [ "$(csv_cell "$WORK/out/withfail/summary.csv" "lr=0.05" runs)" = 1 ] || fail "lr 0.05 is not one run in summary.csv"
     fx 0 nodir report "$WORK/nothing-here"
-    expect_rc "report of a missing folder" 1
+    expect_rc "report of a missing folder" 2
     mkdir -p "$WORK/empty"
     fx 0 empty report "$WORK/empty"
     expect_rc "report of a folder without runs" 1

@@ -32,6 +32,12 @@ man_page()
                 "checkpoint_every" "[data]" "dirichlet"; do
         printf '%s\n' "$text" | grep -qF -- "$want" || { echo "the man page lacks '$want'"; return 1; }
     done
+    # the exit codes are fedhet --help's table, every code of it
+    local code
+    for code in $(bin/fedhet --help | awk '/^exit codes/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'); do
+        printf '%s\n' "$text" | sed -n '/^EXIT STATUS/,/^[A-Z]/p' | awk -v c="$code" '$1 == c { f = 1 } END { exit !f }' ||
+            { echo "EXIT STATUS lacks exit code $code"; return 1; }
+    done
     # every subcommand of fedhet --help has its section
     for c in $(bin/fedhet --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'); do
         printf '%s\n' "$text" | grep -q "^COMMAND $(echo "$c" | tr a-z A-Z)\$" || { echo "no section for $c"; return 1; }
