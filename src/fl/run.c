@@ -50,18 +50,6 @@ static int load_config(FlRun *run, const FlRunOptions *opt, const char **path_ou
     return FH_OK;
 }
 
-int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides)
-{
-    FlRun run;
-    memset(&run, 0, sizeof run);
-    FlRunOptions opt = { .config_path = config_path, .overrides = overrides, .n_overrides = n_overrides };
-    const char *path = NULL;
-    int status = load_config(&run, &opt, &path);
-    fh_config_free(&run.cfg);
-    free(run.config_text);
-    return status;
-}
-
 /* [data] path exists, or [data] source can make it */
 static int check_data_path(const FlSettings *s, const FhConfig *cfg)
 {
@@ -124,6 +112,23 @@ static int check_rank_count(const FlRun *run, const char *data_path)
         FH_CHECK(m->validate(m, &setup));
     }
     return FH_OK;
+}
+
+int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides, int ranks)
+{
+    FlRun run;
+    memset(&run, 0, sizeof run);
+    FlRunOptions opt = { .config_path = config_path, .overrides = overrides, .n_overrides = n_overrides };
+    const char *path = NULL;
+    int status = load_config(&run, &opt, &path);
+    if (status == FH_OK) status = check_data_path(&run.s, run.cfg);
+    /* a file still to be made from [data] source is checked when it is made */
+    struct stat st;
+    run.comm.size = ranks;
+    if (status == FH_OK && stat(run.s.data_path, &st) == 0) status = check_rank_count(&run, run.s.data_path);
+    fh_config_free(&run.cfg);
+    free(run.config_text);
+    return status;
 }
 
 /* [model] init: the named tensors of the file, for the model on the data file's shape and classes */
