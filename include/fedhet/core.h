@@ -63,12 +63,21 @@ int fh_calloc(void *out_ptr, size_t count, size_t size, const char *what);
 int fh_alloc_aligned(void *out_ptr, size_t bytes, const char *what);
 void fh_free(void *ptr_to_ptr); /* frees *ptr and sets it to NULL */
 
-/* ---- stop requests ---- */
-/* SIGTERM (a scheduler's time limit), SIGUSR1 (what mpirun forwards to the ranks) and SIGINT (Ctrl-C,
- * which a terminal sends to mpirun and the ranks alike) set a flag that long loops poll at their safe
- * points. Installed first thing in main, so a signal that comes while MPI and the data are still starting
- * up is not lost. */
-void fh_stop_signals_install(void);
+/* ---- signals ---- */
+/* What every command installs before any other work (src/app/main.c: from .preinit_array, before the shared
+ * libraries' constructors, and again first thing in main). SIGXFSZ is ignored: a file-size limit then fails the
+ * write (EFBIG), which is exit 4 like a full disk, instead of killing the process mid-write.
+ * stop_on_signal (run, grid): SIGTERM (a scheduler's time limit), SIGUSR1 (what mpirun forwards to the ranks)
+ * and SIGINT (Ctrl-C, which a terminal sends to mpirun and the ranks alike) set a flag that long loops poll at
+ * their safe points, so a signal that comes while MPI and the data are still starting up is not lost.
+ * Otherwise those three, and SIGHUP, SIGQUIT and SIGPIPE for every command, remove the temporaries the process
+ * is writing (fh_tmp_register) and then end it as the signal would (exit status 128 + signal). */
+void fh_signals_install(int stop_on_signal);
+/* A temporary file (or a private folder and the files in it) that a fatal signal removes; fh_tmp_forget once it
+ * is renamed into place or removed. The atomic writers (fh_atomic_open, fh_h5_create) register their own. */
+void fh_tmp_register(const char *path);
+void fh_tmp_register_dir(const char *dir);
+void fh_tmp_forget(const char *path);
 int fh_stop_requested(void);
 const char *fh_stop_signal_name(void); /* "SIGTERM", "SIGUSR1" or "SIGINT": the first stop signal seen */
 
@@ -113,6 +122,10 @@ int fh_mkdir_p(const char *path);
  * temporary is removed and PATH is left as it was. */
 /* PATH.tmp-<pid> into out */
 int fh_atomic_tmp_path(char *out, size_t size, const char *path);
+/* Removes the temporaries PATH.tmp-<pid> of processes that no longer run on this host (a SIGKILL, a lost node),
+ * with a warning naming each; the atomic writers call it before they write PATH. A process of another host
+ * writing PATH on a shared file system looks dead from here: write one PATH from one node at a time. */
+void fh_atomic_sweep_stale(const char *path);
 /* The last step, for a temporary written by other means (an HDF5 library, another program): sync tmp,
  * rename it over path, sync the folder; tmp is removed on failure. */
 int fh_atomic_replace(const char *tmp, const char *path);

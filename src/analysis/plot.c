@@ -21,6 +21,7 @@ static int tmpdir_make(char *dir, size_t size)
     if (snprintf(dir, size, "%s/fedhet-report-XXXXXX", base) >= (int)size)
         FH_FAIL(FH_ERR_IO, "TMPDIR=%s: path too long", base);
     if (!mkdtemp(dir)) FH_FAIL(FH_ERR_IO, "cannot create a temporary folder %s: %s", dir, strerror(errno));
+    fh_tmp_register_dir(dir); /* a signal during gnuplot's run removes it too */
     return FH_OK;
 }
 
@@ -38,6 +39,7 @@ static void tmpdir_remove(const char *dir)
         closedir(d);
     }
     rmdir(dir);
+    fh_tmp_forget(dir);
 }
 
 /* s as a single-quoted gnuplot string: inside one, only a quote needs escaping (doubled) */

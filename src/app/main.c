@@ -42,6 +42,28 @@ static void usage(FILE *out)
     fh_exit_codes_print(out);
 }
 
+/* Signals before any other work: a run's or grid's stop signals set its stop flag from the first moment (a time
+ * limit's SIGTERM during start-up then stops it after round 1 instead of killing it), the other commands remove
+ * their temporaries when a signal ends them, and SIGXFSZ is ignored (core.h, fh_signals_install). */
+static void install_signals(int argc, char **argv)
+{
+    int stops = 0;
+    for (size_t i = 0; argc >= 2 && i < N_COMMANDS; i++)
+        if (!strcmp(argv[1], commands[i].name)) stops = commands[i].stops_on_signal;
+    fh_signals_install(stops);
+}
+
+/* glibc runs .preinit_array functions with (argc, argv, envp) before the constructors of the shared libraries
+ * (OpenBLAS, OpenMP, Open MPI, oneDNN: tens of milliseconds, longer on a loaded node), so the handlers exist
+ * during that start-up too; main installs them again for a C library that skips this section. */
+static void install_signals_early(int argc, char **argv, char **envp)
+{
+    (void)envp;
+    install_signals(argc, argv);
+}
+__attribute__((section(".preinit_array"), used)) static void (*const preinit_signals)(int, char **, char **) =
+    install_signals_early;
+
 /* an unknown command: the nearest name when one is near */
 static void unknown_command(const char *name)
 {
@@ -54,6 +76,7 @@ static void unknown_command(const char *name)
 
 int main(int argc, char **argv)
 {
+    install_signals(argc, argv);
     if (argc < 2) {
         usage(stderr);
         return FH_ERR_USAGE;
@@ -69,8 +92,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
         int rank = 0;
-        /* before MPI_Init, which alone takes about half a second: a time limit's signal then is kept */
-        if (commands[i].stops_on_signal) fh_stop_signals_install();
         if (commands[i].needs_mpi) {
             if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
                 fprintf(stderr, "fedhet %s: error: MPI_Init failed\n", argv[1]);

@@ -166,6 +166,7 @@ static int validate_members(Grid *G, int ranks)
     char dir[GRID_PATH], path[2 * GRID_PATH + 8];
     snprintf(dir, sizeof dir, "%s/fedhet-grid-XXXXXX", tmpbase && *tmpbase ? tmpbase : "/tmp");
     if (!mkdtemp(dir)) FH_FAIL(FH_ERR_IO, "cannot create a temporary folder %s: %s", dir, strerror(errno));
+    fh_tmp_register_dir(dir);
     const char *base = strrchr(g->path, '/') ? strrchr(g->path, '/') + 1 : g->path;
     snprintf(path, sizeof path, "%s/%s", dir, base);
     int status = fh_write_file_atomic(path, g->base_text);
@@ -190,6 +191,7 @@ static int validate_members(Grid *G, int ranks)
     }
     unlink(path);
     rmdir(dir);
+    fh_tmp_forget(dir);
     return status;
 }
 

@@ -1,6 +1,7 @@
 /* Engine model -> ONNX inference graph (opset 13). One node per layer in layer order (a fused activation as a
  * Relu or Clip node after it), parameters as initializers named by the state's views ("conv1.weight"), so
  * that importing the file builds the same layers in the same order: the same state layout, the same bits. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,9 +499,12 @@ int onnx_export(const NnModel *m, const float *state, const char *path)
         FhAtomicFile f;
         status = fh_atomic_open(&f, path);
         if (status == FH_OK) {
+            errno = 0;
             if (fwrite(buf, 1, len, f.f) != len) {
+                const int err = errno; /* before the discard's own calls can change it */
                 fh_atomic_discard(&f);
-                status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: write failed", path);
+                status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot write: %s", path,
+                                        err ? strerror(err) : "write error");
             } else status = fh_atomic_commit(&f);
         }
     }
