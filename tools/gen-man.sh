@@ -7,12 +7,15 @@ set -euo pipefail
 bin=$1 out=$2
 command -v help2man >/dev/null || { echo "error: help2man not found: run 'make deps' (package help2man)" >&2; exit 1; }
 inc=$(mktemp) tmp=$out.tmp-$$
-trap 'rm -f "$inc" "$tmp"' EXIT
+trap 'rm -f "$inc" "$tmp" "$tmp.utf8"' EXIT
 # roff: a backslash is \e; a line may not start with . or ' (a request) nor, in help2man's include file,
 # with [ (a section name)
 roff() { sed -e 's/\\/\\e/g' -e "s/^\([.'[]\)/\\\\\&\1/"; }
 # ... keeping lines that are roff requests already (the exit-code table's .TP and .B)
 roff_text() { sed -e 's/\\/\\e/g'; }
+# non-ASCII characters (the help texts' § and ±) as groff's \[uXXXX] escapes: help2man writes them in its own
+# locale, C unless told otherwise, where each byte became "?"; escaped, the page reads the same under any locale
+ascii_escapes() { perl -CSD -pe 's/([^\x00-\x7f])/sprintf("\\[u%04X]", ord($1))/ge'; }
 commands=$("$bin" --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }')
 {
     echo '[DESCRIPTION]'
@@ -53,6 +56,8 @@ README.md and docs/ of the source tree: docs/usage.md, docs/configuration.md (ev
 docs/methods/ (the methods' equations), docs/reproduction.md.
 EOT
 } >"$inc"
-help2man --no-info --no-discard-stderr --version-string="fedhet" \
-    --name="MPI-parallel federated-learning simulator" --include="$inc" --output="$tmp" "$bin"
+help2man --no-info --no-discard-stderr --locale=C.UTF-8 --version-string="fedhet" \
+    --name="MPI-parallel federated-learning simulator" --include="$inc" --output="$tmp.utf8" "$bin"
+ascii_escapes <"$tmp.utf8" >"$tmp"
+rm -f "$tmp.utf8"
 mv "$tmp" "$out"

@@ -300,10 +300,15 @@ void fl_print_config_help(FILE *out)
     const FhConfigKey *keys = fl_config_schema(&n);
     fh_config_print_help(out, keys, n);
     fprintf(out, "\nMethod keys, in [algo], each valid only with its method (fedhet methods NAME for details):\n");
+    /* the name column as wide as the longest name: at least two spaces before the keys, whatever a name's length
+     * (the bash completion and tools/gen-docs.py read these lines) */
+    int width = 0;
+    for (int i = 0; i < algo_count(); i++)
+        if ((int)strlen(algo_at(i)->name) > width) width = (int)strlen(algo_at(i)->name);
     for (int i = 0; i < algo_count(); i++) {
         const AlgoMethod *m = algo_at(i);
         if (!algo_option_count(m)) continue;
-        fprintf(out, "  %-12s", m->name);
+        fprintf(out, "  %-*s ", width, m->name);
         for (int h = 0; h < algo_option_count(m); h++) fprintf(out, "%s%s", h ? ", " : " ", algo_option_at(m, h)->key);
         fprintf(out, "\n");
     }
