@@ -107,6 +107,9 @@ const char *fh_shell_quote(const char *text, char *out, size_t size);
 int fh_read_file(const char *path, char **text, int fail_status);
 /* A whole file of any bytes (NUL-terminated beyond *len, free() it): errors as fh_read_file's */
 int fh_read_bytes(const char *path, char **bytes, size_t *len, int fail_status);
+/* s as one CSV field: as is, or in double quotes (a quote doubled, a newline a space) when it holds a comma, a
+ * quote or a newline */
+void fh_csv_field(FILE *f, const char *s);
 /* FH_ERR_DATA "PATH: cannot open: REASON" when an input file is missing or unreadable (exit 2, whatever the
  * file; for readers whose own refusal carries another status) */
 int fh_check_readable(const char *path);

@@ -66,6 +66,20 @@ int fh_read_file(const char *path, char **text, int fail_status)
     return FH_OK;
 }
 
+void fh_csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s == '\n' ? ' ' : *s, f);
+    }
+    fputc('"', f);
+}
+
 int fh_check_readable(const char *path)
 {
     if (access(path, R_OK) != 0) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));

@@ -246,21 +246,6 @@ static int write_grid_files(const Grid *G, const GridOptions *o, int array_mode)
     return fh_write_file_atomic(path, g->base_text);
 }
 
-/* CSV field, quoted when it must be */
-static void csv_field(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s == '\n' ? ' ' : *s, f);
-    }
-    fputc('"', f);
-}
-
 /* members.csv from the status files; counts of each state */
 static int write_members_csv(const GridSpec *g, int64_t count[5], char *failed_list, size_t size)
 {
@@ -284,15 +269,15 @@ static int write_members_csv(const GridSpec *g, int64_t count[5], char *failed_l
         if (status != FH_OK) break;
         count[s.state]++;
         fprintf(f, "%lld,", (long long)i);
-        csv_field(f, name);
+        fh_csv_field(f, name);
         for (int a = 0; a < g->n_axes; a++) {
             fputc(',', f);
-            csv_field(f, grid_member_value(g, i, a));
+            fh_csv_field(f, grid_member_value(g, i, a));
         }
         fprintf(f, ",%s,%d,%d,%.3f,%d,", grid_state_name(s.state), s.exit_code, s.attempt, s.seconds, s.rounds_done);
         if (!isnan(s.final_accuracy)) fprintf(f, "%.6f", s.final_accuracy);
         fputc(',', f);
-        csv_field(f, s.message);
+        fh_csv_field(f, s.message);
         fputc('\n', f);
         if (s.state == GRID_FAILED && used + 1 < size)
             used += (size_t)snprintf(failed_list + used, size - used, "\n  %s (exit %d): %s", name, s.exit_code, s.message);
