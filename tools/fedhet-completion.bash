@@ -18,7 +18,7 @@ _fedhet_config_keys()
         /^Method keys/ { on = 0; m = 1; next }
         on && /^\[[a-z]+\]$/ { s = substr($0, 2, length($0) - 2); next }
         on && /^  [a-z_0-9]+ / { print s "." $1 }
-        m && /^  [^ ]+  / { sub(/^  [^ ]+ +/, ""); n = split($0, k, /, */); for (i = 1; i <= n; i++) print "algo." k[i] }' | sort -u
+        m && /^  [^ ]+ +[^ ]/ { sub(/^  [^ ]+ +/, ""); n = split($0, k, /, */); for (i = 1; i <= n; i++) print "algo." k[i] }' | sort -u
 }
 
 # the values of a choice key ("one of a|b|c" in `fedhet run --help`), or true|false

@@ -7,10 +7,15 @@ set -euo pipefail
 bin=$1 out=$2
 command -v help2man >/dev/null || { echo "error: help2man not found: run 'make deps' (package help2man)" >&2; exit 1; }
 inc=$(mktemp) tmp=$out.tmp-$$
-trap 'rm -f "$inc" "$tmp"' EXIT
+trap 'rm -f "$inc" "$tmp" "$tmp.utf8"' EXIT
 # roff: a backslash is \e; a line may not start with . or ' (a request) nor, in help2man's include file,
 # with [ (a section name)
 roff() { sed -e 's/\\/\\e/g' -e "s/^\([.'[]\)/\\\\\&\1/"; }
+# ... keeping lines that are roff requests already (the exit-code table's .TP and .B)
+roff_text() { sed -e 's/\\/\\e/g'; }
+# non-ASCII characters (the help texts' § and ±) as groff's \[uXXXX] escapes: help2man writes them in its own
+# locale, C unless told otherwise, where each byte became "?"; escaped, the page reads the same under any locale
+ascii_escapes() { perl -CSD -pe 's/([^\x00-\x7f])/sprintf("\\[u%04X]", ord($1))/ge'; }
 commands=$("$bin" --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }')
 {
     echo '[DESCRIPTION]'
@@ -34,9 +39,12 @@ commands=$("$bin" --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { ex
 .B OPENBLAS_NUM_THREADS, OMP_NUM_THREADS
 threads of OpenBLAS and oneDNN per rank (train.threads sets them for a run).
 
-[EXIT STATUS]
-0 ok, 1 usage or config, 2 input data, 3 numerical divergence, 4 I/O (including running out of memory and
-damaged checkpoints), 5 MPI. fedhet grid: 10 + the number of failed members.
+EOT
+    # the exit codes of `fedhet --help`: the one table every command uses
+    printf '\n[EXIT STATUS]\n'
+    "$bin" --help | awk '/^exit codes/ { on = 1; next } on && NF == 0 { exit }
+        on { code = $1; sub(/^ *[^ ]+ +/, ""); printf ".TP\n.B %s\n%s\n", code, $0 }' | roff_text
+    cat <<'EOT'
 
 [FILES]
 .TP
@@ -48,6 +56,8 @@ README.md and docs/ of the source tree: docs/usage.md, docs/configuration.md (ev
 docs/methods/ (the methods' equations), docs/reproduction.md.
 EOT
 } >"$inc"
-help2man --no-info --no-discard-stderr --version-string="fedhet" \
-    --name="MPI-parallel federated-learning simulator" --include="$inc" --output="$tmp" "$bin"
+help2man --no-info --no-discard-stderr --locale=C.UTF-8 --version-string="fedhet" \
+    --name="MPI-parallel federated-learning simulator" --include="$inc" --output="$tmp.utf8" "$bin"
+ascii_escapes <"$tmp.utf8" >"$tmp"
+rm -f "$tmp.utf8"
 mv "$tmp" "$out"

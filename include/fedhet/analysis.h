@@ -27,11 +27,17 @@ typedef struct {
     double targets[REPORT_MAX_TARGETS];
     int n_targets;
     int plots;            /* 0: tables only */
+    int redraw;           /* 1: only the figures, again, from dir's summary.csv and curves.csv (report_redraw) */
 } ReportOptions;
 
 void report_options_default(ReportOptions *o);
-/* Writes summary.csv, summary.md and the figures, and prints the summary table on stdout. */
+/* Writes summary.csv, summary.md, curves.csv and the figures, and prints the summary table on stdout; with
+ * o->redraw, report_redraw instead. */
 int report_runs(const ReportOptions *o);
+/* The figures of a report folder drawn again from its own summary.csv (the sensitivity figures) and curves.csv
+ * (the curves, when the folder has one: reports made before it existed have not), with the name and metric of
+ * its summary.md, into out_dir (NULL: dir); no run folder is read. */
+int report_redraw(const ReportOptions *o);
 
 /* statistics (docs/methods/metrics.md C.2, C.3) */
 /* mean, and sample std (divisor n - 1; NAN for n < 2) of the finite values among x[0..n) */

@@ -75,7 +75,8 @@ typedef struct FhConfig FhConfig; /* opaque */
 /* Loads a config. schema: n keys, kept by pointer (it must outlive the config); it is checked too, and
  * a bad schema (duplicate or malformed names, a default that fails its own rules) is an FH_ERR_USAGE
  * "config schema: ...". overrides: argv-style "section.key=value" strings (n_overrides may be 0).
- * *out is NULL on failure. A missing or unreadable file is FH_ERR_USAGE "<path>: cannot open config". */
+ * *out is NULL on failure. A missing or unreadable file is FH_ERR_DATA "<path>: cannot open config" (a
+ * missing input file is exit 2 for every command). */
 int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const char *path,
                         char *const *overrides, int n_overrides);
 /* The same from INI text (NULL: none, so only defaults and overrides); source_name is used in messages
@@ -92,6 +93,9 @@ int fh_config_bool(const FhConfig *c, const char *section, const char *key);
 const char *fh_config_string(const FhConfig *c, const char *section, const char *key);
 /* 1 when neither the file nor an override gave the key, so the schema default applies */
 int fh_config_is_default(const FhConfig *c, const char *section, const char *key);
+/* Where the key's value comes from, for messages, into out: "FILE:LINE", the overrides' source ("command
+ * line"), or the file's name for a default; returns out. */
+const char *fh_config_origin(const FhConfig *c, const char *section, const char *key, char *out, size_t size);
 
 /* The resolved config as INI text: every schema key, in schema order grouped by section (sections in
  * order of first appearance), the value as given or the default, quoted where it must be. Values equal

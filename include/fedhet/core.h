@@ -2,7 +2,8 @@
  *
  * Every fallible function returns an int status (FH_OK on success). A failure records a message with
  * FH_FAIL; callers pass it up with FH_CHECK, which adds their file:line to the chain. Only src/app turns
- * a status into an exit code: the status values ARE the exit codes of the README (The executable). */
+ * a status into an exit code: the status values ARE the exit codes, one table for every command
+ * (fh_exit_codes_print: `fedhet --help`, the man page, docs/usage.md). */
 #ifndef FEDHET_CORE_H
 #define FEDHET_CORE_H
 
@@ -13,10 +14,12 @@
 enum {
     FH_OK = 0,
     FH_ERR_USAGE = 1,   /* usage or config */
-    FH_ERR_DATA = 2,    /* input data */
+    FH_ERR_DATA = 2,    /* input data: an input file or folder that is missing, unreadable, damaged or of the wrong kind */
     FH_ERR_NUMERIC = 3, /* numerical divergence */
-    FH_ERR_IO = 4,      /* I/O, including running out of memory */
-    FH_ERR_MPI = 5
+    FH_ERR_IO = 4,      /* I/O: a write that failed, a damaged checkpoint or run.h5 */
+    FH_ERR_MPI = 5,
+    FH_ERR_MEMORY = 6,  /* out of memory */
+    FH_EXIT_GRID_FAILED = 10 /* fedhet grid: 10 + the number of failed members (at most 100) */
 };
 
 #if defined(__GNUC__)
@@ -36,6 +39,8 @@ const char *fh_error_message(void); /* the whole chain; "" when none */
 int fh_error_adopt(int status, const char *chain);
 void fh_error_clear(void);
 const char *fh_status_name(int status);
+/* The exit-code table, one "  N  meaning" line per code: `fedhet --help` prints it (and so the man page). */
+void fh_exit_codes_print(FILE *out);
 /* What a user reads of an error: the message (one line, its hint after "; ") without the "  at file:line"
  * frames of the chain. The whole chain is kept for internal errors, which are bugs to report (a status
  * passed up without a message, an MPI failure, a status outside the exit codes), and for every error when
@@ -52,18 +57,27 @@ const char *fh_error_text(int status);
             return fh_error_trace(fh_status_, __FILE__, __LINE__, #call);     \
     } while (0)
 
-/* malloc/calloc that raise FH_ERR_IO naming what was being allocated. *out is NULL on failure. */
+/* malloc/calloc that raise FH_ERR_MEMORY naming what was being allocated. *out is NULL on failure. */
 int fh_calloc(void *out_ptr, size_t count, size_t size, const char *what);
 /* 64-byte aligned, zeroed; release with fh_free. */
 int fh_alloc_aligned(void *out_ptr, size_t bytes, const char *what);
 void fh_free(void *ptr_to_ptr); /* frees *ptr and sets it to NULL */
 
-/* ---- stop requests ---- */
-/* SIGTERM (a scheduler's time limit), SIGUSR1 (what mpirun forwards to the ranks) and SIGINT (Ctrl-C,
- * which a terminal sends to mpirun and the ranks alike) set a flag that long loops poll at their safe
- * points. Installed first thing in main, so a signal that comes while MPI and the data are still starting
- * up is not lost. */
-void fh_stop_signals_install(void);
+/* ---- signals ---- */
+/* What every command installs before any other work (src/app/main.c: from .preinit_array, before the shared
+ * libraries' constructors, and again first thing in main). SIGXFSZ is ignored: a file-size limit then fails the
+ * write (EFBIG), which is exit 4 like a full disk, instead of killing the process mid-write.
+ * stop_on_signal (run, grid): SIGTERM (a scheduler's time limit), SIGUSR1 (what mpirun forwards to the ranks)
+ * and SIGINT (Ctrl-C, which a terminal sends to mpirun and the ranks alike) set a flag that long loops poll at
+ * their safe points, so a signal that comes while MPI and the data are still starting up is not lost.
+ * Otherwise those three, and SIGHUP, SIGQUIT and SIGPIPE for every command, remove the temporaries the process
+ * is writing (fh_tmp_register) and then end it as the signal would (exit status 128 + signal). */
+void fh_signals_install(int stop_on_signal);
+/* A temporary file (or a private folder and the files in it) that a fatal signal removes; fh_tmp_forget once it
+ * is renamed into place or removed. The atomic writers (fh_atomic_open, fh_h5_create) register their own. */
+void fh_tmp_register(const char *path);
+void fh_tmp_register_dir(const char *dir);
+void fh_tmp_forget(const char *path);
 int fh_stop_requested(void);
 const char *fh_stop_signal_name(void); /* "SIGTERM", "SIGUSR1" or "SIGINT": the first stop signal seen */
 
@@ -93,6 +107,12 @@ const char *fh_shell_quote(const char *text, char *out, size_t size);
 int fh_read_file(const char *path, char **text, int fail_status);
 /* A whole file of any bytes (NUL-terminated beyond *len, free() it): errors as fh_read_file's */
 int fh_read_bytes(const char *path, char **bytes, size_t *len, int fail_status);
+/* s as one CSV field: as is, or in double quotes (a quote doubled, a newline a space) when it holds a comma, a
+ * quote or a newline */
+void fh_csv_field(FILE *f, const char *s);
+/* FH_ERR_DATA "PATH: cannot open: REASON" when an input file is missing or unreadable (exit 2, whatever the
+ * file; for readers whose own refusal carries another status) */
+int fh_check_readable(const char *path);
 /* dir/name into out; FH_ERR_IO when it does not fit */
 int fh_path_join(char *out, size_t size, const char *dir, const char *name);
 /* 1 when dir/name exists (any kind of file; name NULL or "": dir itself), else 0 */
@@ -105,6 +125,10 @@ int fh_mkdir_p(const char *path);
  * temporary is removed and PATH is left as it was. */
 /* PATH.tmp-<pid> into out */
 int fh_atomic_tmp_path(char *out, size_t size, const char *path);
+/* Removes the temporaries PATH.tmp-<pid> of processes that no longer run on this host (a SIGKILL, a lost node),
+ * with a warning naming each; the atomic writers call it before they write PATH. A process of another host
+ * writing PATH on a shared file system looks dead from here: write one PATH from one node at a time. */
+void fh_atomic_sweep_stale(const char *path);
 /* The last step, for a temporary written by other means (an HDF5 library, another program): sync tmp,
  * rename it over path, sync the folder; tmp is removed on failure. */
 int fh_atomic_replace(const char *tmp, const char *path);

@@ -42,9 +42,11 @@ int fl_checkpoint_read_config(const char *path, char **text);
  * size. state: [m->n_state]; rounds_done (optional): the rounds the file holds. */
 int fl_checkpoint_read_global(const char *path, const NnModel *m, float *state, int64_t *rounds_done);
 
-/* Loads and checks a config exactly as fl_run would (file, overrides, every key and method rule), without
- * touching any file or starting work; no MPI needed. FH_OK or the error fl_run would report. */
-int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides);
+/* Checks a config as fl_run would before its run folder exists, without writing anything or starting work (no
+ * MPI needed): the file, the overrides, every key and method rule; that [data] path exists or [data] source can
+ * make it; and, when the file exists, that it can be read, has a test set when evaluation is on, fits `ranks`
+ * (0: not checked) and suits the method. FH_OK or the error fl_run would report. */
+int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides, int ranks);
 
 /* Waits for req politely: MPI_Test with short sleeps between polls (src/fl/comm.c has the backoff), so
  * that waiting ranks leave the cores to ranks that compute (more ranks than cores is the usual case on a

@@ -114,7 +114,7 @@ typedef struct {
     char *invalid;                   /* [n_members] grid_check: 1 where the member's config fails */
     char **messages;                 /* [n_members] grid_check: the first line of that error, else NULL */
     int64_t n_invalid;
-    char first_error[4096];          /* the first invalid member's whole message */
+    int first_status;                /* the first invalid member's status (its exit code) */
     char base_path[GRID_PATH + 64];  /* grid/base.ini: every member's config file */
     int world_rank, world_size, ranks_per_member, n_groups;
 } Grid;
@@ -125,11 +125,12 @@ void grid_init(Grid *G);
  * live where the folder is now). */
 int grid_load(Grid *G, const GridOptions *o);
 /* Rank 0: o->member in range, more than GRID_MEMBERS_ASK members only with --yes, a rank count that fits
- * (both unless o->list), then every member's config checked as fl_run would (G->invalid, G->messages). */
+ * (both unless o->list), then every member checked as fl_run would before its folder exists: the config, the
+ * data file (or a source to make it), the rank count against the clients, the method (G->invalid, G->messages). */
 int grid_check(Grid *G, const GridOptions *o);
-/* Rank 0, before any member starts: refuses a grid whose every member (or o->member) is invalid and an
- * existing folder (unless resumed or forced), writes grid/ (grid.ini, args.txt, base.ini), plans each
- * member (skip finished ones, resume those with a checkpoint) and records the invalid ones as failed. */
+/* Rank 0, before any member starts: refuses a grid with an invalid member (naming them; its status is the
+ * first one's) and an existing folder (unless resumed or forced), writes grid/ (grid.ini, args.txt,
+ * base.ini) and plans each member (skip finished ones, resume those with a checkpoint). */
 int grid_prepare(Grid *G, const GridOptions *o);
 /* Every rank: rank 0's status and whether the command only printed (quit) are broadcast; then the other
  * ranks load the same grid, the groups run the planned members, and rank 0 writes members.csv and the

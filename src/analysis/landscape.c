@@ -94,6 +94,7 @@ static int setup_model(Landscape *L)
     if (L->f.n_test == 0) FH_FAIL(FH_ERR_DATA, "%s has no test set: the landscape needs test rows", L->data_path);
     NnZooOptions zoo = { .norm = L->norm, .gn_groups = L->groups, .proj_dim = L->proj_dim, .backend = L->backend };
     if (L->onnx[0]) { /* an imported model: its graph again */
+        FH_CHECK(fh_check_readable(L->onnx));
         FH_CHECK(onnx_net_read(&L->net, L->onnx));
         onnx_net_set_features(L->net, L->features);
         zoo = onnx_zoo_options(L->net, &zoo);
@@ -241,7 +242,7 @@ static int write_h5(const Landscape *L, const char *path)
     double *axis = malloc((size_t)P * sizeof *axis);
     if (!axis) {
         fh_h5_discard(&f);
-        FH_FAIL(FH_ERR_IO, "out of memory");
+        FH_FAIL(FH_ERR_MEMORY, "out of memory");
     }
     for (int i = 0; i < P; i++) axis[i] = coord(L, i);
     const FhH5Layout contiguous = { 0, 0, 0 };
@@ -258,7 +259,7 @@ static int write_h5(const Landscape *L, const char *path)
     if (status == FH_OK && L->o.save_directions) {
         hsize_t dd[2] = { (hsize_t)rank, (hsize_t)L->n_state };
         float *both = malloc((size_t)rank * L->n_state * sizeof *both);
-        if (!both) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+        if (!both) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
         else {
             for (int d = 0; d < rank; d++) memcpy(both + (size_t)d * L->n_state, L->dir[d], (size_t)L->n_state * sizeof *both);
             const FhH5Layout chunked = { 1, 4, 0 };
@@ -420,7 +421,7 @@ static int run(Landscape *L, int rank, int size)
     MPI_Bcast(&config_len, 1, MPI_INT64_T, 0, L->comm);
     if (rank != 0) {
         L->config = calloc((size_t)config_len, 1);
-        if (!L->config) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+        if (!L->config) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
     }
     FH_CHECK(agree(L->comm, status));
     MPI_Bcast(L->config, (int)config_len, MPI_CHAR, 0, L->comm);
@@ -450,7 +451,7 @@ static int run(Landscape *L, int rank, int size)
     if (status == FH_OK) {
         L->loss = calloc((size_t)L->n_total, sizeof *L->loss);
         L->acc = calloc((size_t)L->n_total, sizeof *L->acc);
-        if (!L->loss || !L->acc) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+        if (!L->loss || !L->acc) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
     }
     FH_CHECK(agree(L->comm, status));
     data_normal_lut(L->lut, &L->f);

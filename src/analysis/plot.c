@@ -21,6 +21,7 @@ static int tmpdir_make(char *dir, size_t size)
     if (snprintf(dir, size, "%s/fedhet-report-XXXXXX", base) >= (int)size)
         FH_FAIL(FH_ERR_IO, "TMPDIR=%s: path too long", base);
     if (!mkdtemp(dir)) FH_FAIL(FH_ERR_IO, "cannot create a temporary folder %s: %s", dir, strerror(errno));
+    fh_tmp_register_dir(dir); /* a signal during gnuplot's run removes it too */
     return FH_OK;
 }
 
@@ -38,6 +39,7 @@ static void tmpdir_remove(const char *dir)
         closedir(d);
     }
     rmdir(dir);
+    fh_tmp_forget(dir);
 }
 
 /* s as a single-quoted gnuplot string: inside one, only a quote needs escaping (doubled) */
@@ -82,8 +84,10 @@ void plot_gp_terminal_key(FILE *out, int width, int height, const char *image, i
     if (cols < 1) cols = 1;
     if (cols > entries) cols = entries > 0 ? entries : 1;
     const int rows = (entries + cols - 1) / cols;
-    plot_gp_terminal(out, width, height + rows * KEY_ROW_PX + 20, image);
-    fprintf(out, "set key outside bottom center horizontal maxcols %d maxrows %d\n", cols, rows > 0 ? rows : 1);
+    /* an empty key title: a row of space between the x axis' label and the legend, which gnuplot would set
+     * right against it */
+    plot_gp_terminal(out, width, height + (rows + 1) * KEY_ROW_PX + 20, image);
+    fprintf(out, "set key outside bottom center horizontal maxcols %d maxrows %d title ' '\n", cols, rows > 0 ? rows : 1);
 }
 
 /* The first executable `name` on PATH; FH_ERR_IO naming the package otherwise. */

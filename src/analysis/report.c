@@ -8,7 +8,7 @@
  * mean of the last k rounds, best, rounds to each target), then mean and sample std over the runs.
  * When the runs differ in their partition file ([data] path), summary.csv also carries its heterogeneity
  * statistics (data.h DataHetero), so that the metric can be set against measured heterogeneity. */
-#include "fedhet/analysis.h"
+#include "report_internal.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -26,9 +26,9 @@
 #include "fedhet/config.h"
 #include "fedhet/fl.h"
 
-#define MAX_KEYS GRID_MAX_AXES
+#define MAX_KEYS REPORT_MAX_KEYS
 #define REPORT_PARTITION_STATS 5
-#define PATHN 4400
+#define PATHN REPORT_PATHN
 
 void report_options_default(ReportOptions *o)
 {
@@ -117,6 +117,7 @@ typedef struct {
     int *group_first;           /* run index of each group's first run */
     int n_groups;
     int partitions_differ;      /* the runs name more than one partition file */
+    ReportTables T;             /* the configurations (group g: row g) and curves the labels and figures use */
 } Report;
 
 static int parse_double(const char *s, double *v)
@@ -207,13 +208,13 @@ static int read_metrics(Run *r, const char *metric)
         n_rows++;
     }
     free(text);
-    if (!rows) FH_FAIL(FH_ERR_IO, "out of memory reading %s", path);
+    if (!rows) FH_FAIL(FH_ERR_MEMORY, "out of memory reading %s", path);
     r->n_rows = n_rows;
     double **out[] = { &r->metric, &r->t_round, &r->t_eval, &r->passes, &r->bytes, &r->seconds };
     for (size_t j = 0; j < sizeof out / sizeof *out; j++) *out[j] = calloc((size_t)n_rows + 1, sizeof(double));
     if (!r->metric || !r->t_round || !r->t_eval || !r->passes || !r->bytes || !r->seconds) {
         free(rows);
-        FH_FAIL(FH_ERR_IO, "out of memory reading %s", path);
+        FH_FAIL(FH_ERR_MEMORY, "out of memory reading %s", path);
     }
     for (int i = 0; i < n_rows; i++) {
         const double *v = rows + (size_t)i * MC_N;
@@ -232,7 +233,7 @@ static int read_metrics(Run *r, const char *metric)
 static int add_run(Report *R, const char *dir, const char *name)
 {
     Run *grown = realloc(R->runs, (size_t)(R->n_runs + 1) * sizeof *grown);
-    if (!grown) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     R->runs = grown;
     Run *r = &R->runs[R->n_runs++];
     memset(r, 0, sizeof *r);
@@ -269,7 +270,7 @@ static int values_equal(const char *a, const char *b)
 static int collect_folder(Report *R, const char *dir)
 {
     DIR *d = opendir(dir);
-    if (!d) FH_FAIL(FH_ERR_USAGE, "%s: cannot open: %s", dir, strerror(errno));
+    if (!d) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", dir, strerror(errno));
     char **names = NULL;
     int n = 0;
     struct dirent *e;
@@ -300,7 +301,7 @@ static int collect_folder(Report *R, const char *dir)
 
     /* every run's config; keys whose values differ are swept */
     FhIni *cfg = calloc((size_t)R->n_runs, sizeof *cfg);
-    if (!cfg) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!cfg) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (int i = 0; i < R->n_runs && status == FH_OK; i++) status = read_run_config(&R->runs[i], &cfg[i]);
     for (int i = 0; i < R->n_runs && status == FH_OK; i++)
         for (int j = 0; j < cfg[i].n && status == FH_OK; j++) {
@@ -585,40 +586,6 @@ static void group_stats(const Report *R, int g, GroupStats *G)
     }
 }
 
-/* 1 when key k has two different values among the report's runs, failed and unfinished ones included (they
- * are rows of the tables too); a key every run shares says nothing */
-static int key_varies(const Report *R, int k)
-{
-    for (int i = 1; i < R->n_runs; i++)
-        if (strcmp(R->runs[0].values[k], R->runs[i].values[k]) != 0) return 1;
-    return 0;
-}
-
-/* a grid member that leaves a key unset ('-': its method has no such key) */
-static int value_set(const char *v) { return v && v[0] && strcmp(v, "-") != 0; }
-
-/* "rho=0.05, lr=0.1": the keys of run r, other than `skip` and the seed, that differ between the runs shown
- * and that r sets. When that leaves nothing although the key differs (r leaves the key unset where another
- * sets it), the differing keys with '-'; "all runs" (or the run's name) when no key differs. */
-static void keys_label(const Report *R, const Run *r, int skip, char *out, size_t size)
-{
-    size_t used = 0;
-    out[0] = '\0';
-    for (int pass = 0; pass < 2 && !out[0]; pass++)
-        for (int k = 0; k < R->n_keys && used + 1 < size; k++) {
-            if (k == R->seed_key || k == skip || !key_varies(R, k) || (pass == 0 && !value_set(r->values[k]))) continue;
-            used += (size_t)snprintf(out + used, size - used, "%s%s=%s", used ? ", " : "", R->keys[k].label,
-                                     r->values[k]);
-            if (used >= size) used = size - 1;
-        }
-}
-
-static void group_label(const Report *R, const Run *r, char *out, size_t size)
-{
-    keys_label(R, r, -1, out, size);
-    if (!out[0]) snprintf(out, size, "%s", R->single ? r->name : "all runs");
-}
-
 /* ---- tables -------------------------------------------------------------------------------------------- */
 
 static void fmt_num(char *out, size_t size, double v, const char *f)
@@ -642,7 +609,7 @@ typedef struct {
 static void group_row(const Report *R, int g, GroupStats *G, GroupCells *cells)
 {
     group_stats(R, g, G);
-    group_label(R, &R->runs[R->group_first[g]], cells->label, sizeof cells->label);
+    report_tables_label(&R->T, g, -1, cells->label, sizeof cells->label);
     fmt_pm(cells->final, sizeof cells->final, G->final_m, G->final_s);
     fmt_pm(cells->last, sizeof cells->last, G->last_m, G->last_s);
     fmt_pm(cells->best, sizeof cells->best, G->best_m, G->best_s);
@@ -669,7 +636,7 @@ static int write_summary_csv(const Report *R, const char *path)
         GroupStats G;
         group_stats(R, g, &G);
         char label[1024], a[64];
-        group_label(R, first, label, sizeof label);
+        report_tables_label(&R->T, g, -1, label, sizeof label);
         fprintf(f, "\"%s\"", label);
         for (int k = 0; k < R->n_keys; k++)
             if (k != R->seed_key) fprintf(f, ",%s", first->values[k]);
@@ -779,7 +746,7 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
             GroupStats G;
             group_stats(R, g, &G);
             char label[1024], a[64], b[64];
-            group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
+            report_tables_label(&R->T, g, -1, label, sizeof label);
             fprintf(f, "| %s |", label);
             for (int j = 0; j < o->n_targets; j++) {
                 fmt_num(a, sizeof a, G.passes_to_m[j], "%.0f");
@@ -825,231 +792,72 @@ static int write_summary_md(const Report *R, const char *path, char figures[][PA
     return fh_atomic_commit(&out);
 }
 
-/* ---- figures ------------------------------------------------------------------------------------------- */
+/* ---- the tables the labels and figures use --------------------------------------------------------------- */
 
-static void gp_label(FILE *out, const char *s) { plot_gp_string(out, s); }
-
-/* --x: the curves' x value of row t of run r */
-static double x_value(const Report *R, const Run *r, int t)
+/* mean of the finite values of column `col` of the group's usable runs at round index t (metric: its min and max
+ * too); the runs counted */
+static int round_values(const Report *R, int g, int t, double *row)
 {
-    const char *x = R->o->x;
-    if (!strcmp(x, "passes")) return r->passes[t];
-    if (!strcmp(x, "bytes")) return r->bytes[t];
-    if (!strcmp(x, "seconds")) return r->seconds[t];
-    return t + 1;
-}
-
-static const char *x_label(const char *x)
-{
-    if (!strcmp(x, "passes")) return "training backward passes (per sample, cumulative)";
-    if (!strcmp(x, "bytes")) return "bytes sent down + up (cumulative)";
-    if (!strcmp(x, "seconds")) return "wall seconds (cumulative)";
-    return "round";
-}
-
-/* accuracy.png: per configuration the mean over its runs per round, band min..max; against the round, or
- * (--x) the mean over the runs of the round's cumulative passes, bytes or seconds */
-static int draw_curves(void *ctx, const char *dir, FILE *out, const char *image)
-{
-    const Report *R = ctx;
-    const int by_round = !strcmp(R->o->x, "round");
-    int longest = 0;
-    for (int g = 0; g < R->n_groups; g++) {
-        char label[1024];
-        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
-        if ((int)strlen(label) > longest) longest = (int)strlen(label);
+    double s = 0, lo = INFINITY, hi = -INFINITY, cost[3] = { 0, 0, 0 };
+    int c = 0, any = 0, n_cost[3] = { 0, 0, 0 };
+    for (int i = 0; i < R->n_runs; i++) {
+        const Run *r = &R->runs[i];
+        if (r->group != g || !usable(R, r)) continue;
+        if (t < r->n_rows) any = 1;
+        if (t >= r->n_rows || !isfinite(r->metric[t])) continue;
+        s += r->metric[t], c++;
+        lo = r->metric[t] < lo ? r->metric[t] : lo;
+        hi = r->metric[t] > hi ? r->metric[t] : hi;
+        const double v[3] = { r->passes[t], r->bytes[t], r->seconds[t] };
+        for (int j = 0; j < 3; j++)
+            if (isfinite(v[j])) cost[j] += v[j], n_cost[j]++;
     }
-    plot_gp_terminal_key(out, 1000, 640, image, R->n_groups, longest);
-    char title[PATHN + 200];
-    int bands = 0;
-    if (by_round) snprintf(title, sizeof title, "%s: %s per round", R->title, R->o->metric);
-    else snprintf(title, sizeof title, "%s: %s against %s", R->title, R->o->metric, x_label(R->o->x));
-    fprintf(out, "set title ");
-    gp_label(out, title);
-    fprintf(out, "\nset xlabel ");
-    gp_label(out, x_label(R->o->x));
-    fprintf(out, "\nset ylabel ");
-    gp_label(out, R->o->metric);
-    int most = 0;
-    for (int i = 0; i < R->n_runs; i++)
-        if (R->runs[i].n_rows > most) most = R->runs[i].n_rows;
-    fprintf(out, "\nset grid\nset style fill transparent solid 0.18 noborder\n");
-    if (by_round)
-        fprintf(out, "set xrange [1:%d]\n%s\n", most > 1 ? most : 2, most <= 20 ? "set xtics 1" : "set xtics autofreq");
-    else fprintf(out, "set xrange [0:*]\nset xtics autofreq\nset format x '%%.1s%%c'\n");
-    fprintf(out, "plot ");
-    int plotted = 0;
+    row[CURVE_ROUND] = t + 1;
+    row[CURVE_RUNS] = c;
+    row[CURVE_MEAN] = c ? s / c : NAN;
+    row[CURVE_MIN] = c ? lo : NAN;
+    row[CURVE_MAX] = c ? hi : NAN;
+    for (int j = 0; j < 3; j++) row[CURVE_PASSES + j] = n_cost[j] == c && c ? cost[j] / c : NAN;
+    return any;
+}
+
+static int build_tables(Report *R)
+{
+    ReportTables *T = &R->T;
+    const char *base = strrchr(R->title, '/');
+    snprintf(T->name, sizeof T->name, "%s", base && base[1] ? base + 1 : R->title);
+    snprintf(T->metric, sizeof T->metric, "%s", R->o->metric);
+    for (int i = 0; R->seed_key >= 0 && i < R->n_runs; i++)
+        T->n_seeds += R->runs[i].group == R->runs[0].group && usable(R, &R->runs[i]);
+    for (int k = 0; k < R->n_keys; k++) {
+        if (k == R->seed_key) continue;
+        snprintf(T->key[T->n_keys], sizeof T->key[0], "%s", R->keys[k].key);
+        snprintf(T->label[T->n_keys], sizeof T->label[0], "%s", R->keys[k].label);
+        T->n_keys++;
+    }
+    int n_rows = 0;
+    double row[CURVE_N];
+    for (int g = 0; g < R->n_groups; g++)
+        for (int t = 0; round_values(R, g, t, row); t++) n_rows += isfinite(row[CURVE_MEAN]);
+    FH_CHECK(report_tables_alloc(T, R->n_groups, n_rows));
+    int at = 0;
     for (int g = 0; g < R->n_groups; g++) {
-        char path[PATHN];
-        snprintf(path, sizeof path, "%s/curve%d.dat", dir, g);
-        FILE *d = fopen(path, "w");
-        if (!d) FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        int rows = 0, max_runs = 0;
-        for (int t = 0;; t++) {
-            double s = 0, lo = INFINITY, hi = -INFINITY, xs = 0;
-            int c = 0, any = 0;
-            for (int i = 0; i < R->n_runs; i++) {
-                const Run *r = &R->runs[i];
-                if (r->group != g || !usable(R, r)) continue;
-                if (t < r->n_rows) any = 1;
-                if (t < r->n_rows && isfinite(r->metric[t]) && isfinite(x_value(R, r, t))) {
-                    s += r->metric[t], xs += x_value(R, r, t), c++;
-                    if (r->metric[t] < lo) lo = r->metric[t];
-                    if (r->metric[t] > hi) hi = r->metric[t];
-                }
+        const Run *first = &R->runs[R->group_first[g]];
+        for (int k = 0, j = 0; k < R->n_keys; k++)
+            if (k != R->seed_key && !(T->values[(size_t)g * T->n_keys + j++] = strdup(first->values[k])))
+                FH_FAIL(FH_ERR_MEMORY, "out of memory for the report's values");
+        if (!(T->fallback[g] = strdup(R->single ? first->name : "all runs")))
+            FH_FAIL(FH_ERR_MEMORY, "out of memory for the report's labels");
+        GroupStats G;
+        group_stats(R, g, &G);
+        T->final_mean[g] = G.final_m;
+        T->final_std[g] = G.final_s;
+        for (int t = 0; round_values(R, g, t, row); t++)
+            if (isfinite(row[CURVE_MEAN])) {
+                T->row_config[at] = g;
+                memcpy(T->rows[at++], row, sizeof row);
             }
-            if (!any) break;
-            if (c) fprintf(d, "%.12g %.8g %.8g %.8g\n", xs / c, s / c, lo, hi), rows++;
-            if (c > max_runs) max_runs = c;
-        }
-        if (fclose(d) != 0) FH_FAIL(FH_ERR_IO, "%s: write failed", path);
-        if (!rows) continue;
-        char label[1024];
-        group_label(R, &R->runs[R->group_first[g]], label, sizeof label);
-        const int color = g % 8 + 1;
-        if (max_runs > 1) {
-            fprintf(out, "%s", plotted ? ", \\\n     " : "");
-            plot_gp_string(out, path);
-            fprintf(out, " using 1:3:4 with filledcurves lc %d notitle", color);
-            plotted = 1;
-            bands = 1;
-        }
-        fprintf(out, "%s", plotted ? ", \\\n     " : "");
-        plot_gp_string(out, path);
-        fprintf(out, " using 1:2 with linespoints lw 2 pt 7 ps 0.5 lc %d title ", color);
-        gp_label(out, label);
-        plotted = 1;
     }
-    if (!plotted) FH_FAIL(FH_ERR_DATA, "%s: no run has a value of %s to plot", R->title, R->o->metric);
-    fprintf(out, "\nset output\n");
-    (void)bands;
-    return FH_OK;
-}
-
-typedef struct {
-    const Report *R;
-    int key;
-} SensCtx;
-
-/* sensitivity-<key>.png: final metric (mean ± std over seeds) against the key's values; one line per
- * combination of the other swept keys */
-static int draw_sensitivity(void *ctx, const char *dir, FILE *out, const char *image)
-{
-    const SensCtx *S = ctx;
-    const Report *R = S->R;
-    const int k = S->key;
-    /* the key's distinct values, sorted; numeric when every value is a number */
-    const char *vals[4096];
-    int nv = 0, numeric = 1;
-    for (int i = 0; i < R->n_runs && nv < 4096; i++) {
-        int seen = 0;
-        for (int j = 0; j < nv && !seen; j++) seen = !strcmp(vals[j], R->runs[i].values[k]);
-        if (!seen) vals[nv++] = R->runs[i].values[k];
-    }
-    for (int a = 1; a < nv; a++)
-        for (int b = a; b > 0 && compare_values(vals[b - 1], vals[b]) > 0; b--) {
-            const char *t = vals[b];
-            vals[b] = vals[b - 1];
-            vals[b - 1] = t;
-        }
-    double lo = INFINITY, hi = -INFINITY, x;
-    for (int j = 0; j < nv; j++) {
-        if (!parse_double(vals[j], &x)) numeric = 0;
-        else {
-            if (x < lo) lo = x;
-            if (x > hi) hi = x;
-        }
-    }
-    const int logx = numeric && lo > 0 && hi / lo >= 20;
-    /* series: the groups that agree on every non-seed key but k */
-    int *series_of = calloc((size_t)R->n_groups, sizeof *series_of);
-    if (!series_of) FH_FAIL(FH_ERR_IO, "out of memory");
-    int n_series = 0;
-    for (int g = 0; g < R->n_groups; g++) {
-        const Run *rg = &R->runs[R->group_first[g]];
-        series_of[g] = -1;
-        for (int h = 0; h < g && series_of[g] < 0; h++) {
-            const Run *rh = &R->runs[R->group_first[h]];
-            int same = 1;
-            for (int m = 0; m < R->n_keys && same; m++)
-                if (m != k && m != R->seed_key && strcmp(rg->values[m], rh->values[m])) same = 0;
-            if (same) series_of[g] = series_of[h];
-        }
-        if (series_of[g] < 0) series_of[g] = n_series++;
-    }
-    int longest = 0;
-    for (int g = 0; g < R->n_groups; g++) {
-        char label[1024];
-        keys_label(R, &R->runs[R->group_first[g]], k, label, sizeof label);
-        if ((int)strlen(label) > longest) longest = (int)strlen(label);
-    }
-    plot_gp_terminal_key(out, 900, 600, image, n_series, longest);
-    char title[PATHN + 300];
-    int n_seeds = 0;
-    for (int i = 0; i < R->n_runs; i++) n_seeds += R->runs[i].group == R->runs[0].group && usable(R, &R->runs[i]);
-    if (R->seed_key >= 0)
-        snprintf(title, sizeof title, "%s: final %s against %s (mean ± std over %d seeds)", R->title, R->o->metric,
-                 R->keys[k].key, n_seeds);
-    else snprintf(title, sizeof title, "%s: final %s against %s", R->title, R->o->metric, R->keys[k].key);
-    fprintf(out, "set title ");
-    gp_label(out, title);
-    fprintf(out, "\nset xlabel ");
-    gp_label(out, R->keys[k].key);
-    fprintf(out, "\nset ylabel ");
-    char yl[256];
-    snprintf(yl, sizeof yl, "final %s", R->o->metric);
-    gp_label(out, yl);
-    fprintf(out, "\nset grid\nset offsets graph 0.05, graph 0.05, graph 0.05, graph 0.05\n");
-    if (logx) fprintf(out, "set logscale x\n");
-    if (!numeric) {
-        fprintf(out, "set xtics (");
-        for (int j = 0; j < nv; j++) {
-            fprintf(out, "%s", j ? ", " : "");
-            plot_gp_string(out, vals[j]);
-            fprintf(out, " %d", j);
-        }
-        fprintf(out, ")\nset xrange [-0.5:%d.5]\n", nv - 1);
-    }
-    fprintf(out, "plot ");
-    int plotted = 0;
-    for (int s = 0; s < n_series; s++) {
-        char path[PATHN];
-        snprintf(path, sizeof path, "%s/sens%d.dat", dir, s);
-        FILE *d = fopen(path, "w");
-        if (!d) {
-            free(series_of);
-            FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-        }
-        char label[1024] = "";
-        int rows = 0;
-        for (int j = 0; j < nv; j++)
-            for (int g = 0; g < R->n_groups; g++) {
-                const Run *rg = &R->runs[R->group_first[g]];
-                if (series_of[g] != s || strcmp(rg->values[k], vals[j])) continue;
-                GroupStats G;
-                group_stats(R, g, &G);
-                if (!isfinite(G.final_m)) continue;
-                double xv = numeric ? atof(vals[j]) : j;
-                fprintf(d, "%.10g %.8g %.8g\n", xv, G.final_m, isfinite(G.final_s) ? G.final_s : 0.0);
-                rows++;
-                if (!label[0]) keys_label(R, rg, k, label, sizeof label);
-            }
-        fclose(d);
-        if (!rows) continue;
-        fprintf(out, "%s", plotted ? ", \\\n     " : "");
-        plot_gp_string(out, path);
-        fprintf(out, " using 1:2:3 with yerrorlines lw 2 pt 7 lc %d ", s % 8 + 1);
-        if (label[0]) {
-            fprintf(out, "title ");
-            gp_label(out, label);
-        } else
-            fprintf(out, "notitle");
-        plotted = 1;
-    }
-    free(series_of);
-    if (!plotted) FH_FAIL(FH_ERR_DATA, "%s: no finished run to plot against %s", R->title, R->keys[k].key);
-    fprintf(out, "\nset output\n");
-    (void)n_seeds;
     return FH_OK;
 }
 
@@ -1069,16 +877,9 @@ static void report_free(Report *R)
     }
     free(R->runs);
     free(R->group_first);
+    report_tables_free(&R->T);
 }
 
-static int file_name_part(char *out, size_t size, const char *label)
-{
-    size_t n = 0;
-    for (const char *p = label; *p && n + 1 < size; p++)
-        out[n++] = (isalnum((unsigned char)*p) || *p == '.' || *p == '-' || *p == '_') ? *p : '_';
-    out[n] = '\0';
-    return FH_OK;
-}
 
 static int summarise(Report *R)
 {
@@ -1128,7 +929,7 @@ static int summarise(Report *R)
     sort_ctx = R;
     qsort(R->runs, (size_t)R->n_runs, sizeof *R->runs, compare_runs);
     R->group_first = calloc((size_t)R->n_runs, sizeof *R->group_first);
-    if (!R->group_first) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!R->group_first) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (int i = 0; i < R->n_runs; i++) {
         int g = -1;
         for (int h = 0; h < R->n_groups && g < 0; h++)
@@ -1142,33 +943,17 @@ static int summarise(Report *R)
 
     const char *out_dir = o->out_dir ? o->out_dir : dir;
     FH_CHECK(fh_mkdir_p(out_dir));
+    FH_CHECK(build_tables(R));
     static char figures[MAX_KEYS + 1][PATHN];
     int n_fig = 0;
-    if (o->plots) {
-        char part[200] = "accuracy";
-        if (strcmp(o->metric, "test_accuracy")) file_name_part(part, sizeof part, o->metric);
-        if (strcmp(o->x, "round")) snprintf(figures[n_fig], PATHN, "%s/%s-%s.png", out_dir, part, o->x);
-        else snprintf(figures[n_fig], PATHN, "%s/%s.png", out_dir, part);
-        FH_CHECK(plot_png(figures[n_fig], draw_curves, R));
-        n_fig++;
-        for (int k = 0; k < R->n_keys; k++) {
-            if (k == R->seed_key) continue;
-            char l[64];
-            key_list(R, k, l, sizeof l);
-            if (!strchr(l, ',')) continue; /* one value: nothing to draw */
-            char part[200];
-            file_name_part(part, sizeof part, R->keys[k].label);
-            snprintf(figures[n_fig], PATHN, "%s/sensitivity-%s.png", out_dir, part);
-            SensCtx S = { R, k };
-            FH_CHECK(plot_png(figures[n_fig], draw_sensitivity, &S));
-            n_fig++;
-        }
-    }
+    if (o->plots) FH_CHECK(report_figures_draw(&R->T, o->x, out_dir, figures, &n_fig));
     char path[PATHN];
     snprintf(path, sizeof path, "%s/summary.csv", out_dir);
     FH_CHECK(write_summary_csv(R, path));
     snprintf(path, sizeof path, "%s/summary.md", out_dir);
     FH_CHECK(write_summary_md(R, path, figures, n_fig));
+    snprintf(path, sizeof path, "%s/curves.csv", out_dir);
+    FH_CHECK(report_curves_write(&R->T, path));
 
     /* the table on stdout too */
     printf("%s: %d run%s (%d finished), %d configuration%s; metric %s\n", R->title, R->n_runs, R->n_runs == 1 ? "" : "s",
@@ -1183,7 +968,7 @@ static int summarise(Report *R)
         printf("  %-40s %4d  %-17s  %-17s  %-17s  %8.2f\n", cells.label, G.n, cells.final, cells.last, cells.best,
                G.wall_m);
     }
-    printf("wrote %s/summary.csv, %s/summary.md", out_dir, out_dir);
+    printf("wrote %s/summary.csv, %s/summary.md, %s/curves.csv", out_dir, out_dir, out_dir);
     for (int i = 0; i < n_fig; i++) printf(", %s", strrchr(figures[i], '/') + 1);
     printf("\n");
     return FH_OK;
@@ -1192,7 +977,7 @@ static int summarise(Report *R)
 int report_runs(const ReportOptions *o)
 {
     struct stat st;
-    if (stat(o->dir, &st) != 0) FH_FAIL(FH_ERR_USAGE, "%s: no such folder", o->dir);
+    if (stat(o->dir, &st) != 0) FH_FAIL(FH_ERR_DATA, "%s: no such folder", o->dir);
     if (!S_ISDIR(st.st_mode))
         FH_FAIL(FH_ERR_USAGE, "%s is not a folder (give a run or grid folder; --partition DST.h5 OUT.png for a partition "
                 "file)", o->dir);
@@ -1205,7 +990,7 @@ int report_runs(const ReportOptions *o)
     Report R;
     memset(&R, 0, sizeof R);
     R.o = o;
-    int status = summarise(&R);
+    int status = o->redraw ? report_redraw(o) : summarise(&R);
     report_free(&R);
     fh_lock_release(&lock);
     return status;

@@ -37,6 +37,8 @@ typedef struct {
 void app_model_args_default(AppModelArgs *a);
 /* consumes argv[*i] (and its value) if it is a model option: 1 consumed, 0 not ours, <0 never (errors are statuses) */
 int app_model_args_take(AppModelArgs *a, int argc, char **argv, int *i, int *consumed);
+/* after the options: an input shape from an ONNX file that --input would refuse is FH_ERR_DATA naming the file */
+int app_model_args_check(const AppModelArgs *a);
 /* mlp/cnn/lenet/smallcnn default to 1x28x28, the ResNets and MobileNetV2 to 3x32x32 */
 NnShape app_default_input(const char *model);
 

@@ -70,6 +70,18 @@ void app_model_args_default(AppModelArgs *a)
     a->classes = 10;
 }
 
+int app_model_args_check(const AppModelArgs *a)
+{
+    /* a size --input would refuse, taken from the file (2^31 reads back as a negative int): named here, with the
+     * whole file name, instead of as a negative size under a shortened name by the model builder */
+    const NnShape in = a->input;
+    if (a->net && !a->input_given &&
+        (in.c < 1 || in.h < 1 || in.w < 1 || in.c > 65536 || in.h > 65536 || in.w > 65536))
+        FH_FAIL(FH_ERR_DATA, "%s: the graph's input shape has a dimension outside 1..65536: give the shape with --input "
+                "CxHxW", a->model);
+    return FH_OK;
+}
+
 NnShape app_default_input(const char *model)
 {
     static const char *greyscale[] = {"mlp", "cnn", "lenet", "smallcnn"};
@@ -105,6 +117,7 @@ int app_model_args_take(AppModelArgs *a, int argc, char **argv, int *i, int *con
         *consumed = 0;
     }
     if (*consumed && a->model && onnx_is_path(a->model) && !a->net) {
+        FH_CHECK(fh_check_readable(a->model));
         FH_CHECK(onnx_net_read(&a->net, a->model));
         a->zoo.build = onnx_zoo_options(a->net, NULL).build;
         a->zoo.build_ctx = a->net;

@@ -190,6 +190,7 @@ int app_cmd_bench(int argc, char **argv)
     if (sgemm_n) return bench_sgemm(sgemm_n, threads);
     if (!a.model) FH_FAIL(FH_ERR_USAGE, "--model NAME is required (one of %s, or FILE.onnx)", nn_zoo_names());
     if (!batch) FH_FAIL(FH_ERR_USAGE, "--batch B is required");
+    FH_CHECK(app_model_args_check(&a));
 
     BenchCtx b;
     memset(&b, 0, sizeof b);

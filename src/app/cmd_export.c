@@ -45,7 +45,8 @@ static int build_model(const char *path, NnModel *m, OnnxNet **net)
     if (!data || !*data) status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: its config names no [data] path", path);
     if (status == FH_OK && (status = data_partfile_open(&f, data)) == FH_OK) opened = 1;
     if (status == FH_OK && onnx && *onnx) {
-        status = onnx_net_read(net, onnx);
+        status = fh_check_readable(onnx);
+        if (status == FH_OK) status = onnx_net_read(net, onnx);
         if (status == FH_OK) {
             onnx_net_set_features(*net, features);
             zoo = onnx_zoo_options(*net, &zoo);
@@ -109,7 +110,8 @@ int app_cmd_export(int argc, char **argv)
     }
     if (!found) {
         onnx_net_free(net);
-        if (!*held) FH_FAIL(FH_ERR_USAGE, "%s: no run.h5 or checkpoint.h5 (is it a run folder?)", dir);
+        if (!fh_path_exists(dir, NULL)) FH_FAIL(FH_ERR_DATA, "%s: no such folder", dir);
+        if (!*held) FH_FAIL(FH_ERR_DATA, "%s is not a run folder (no run.h5 or checkpoint.h5)", dir);
         FH_FAIL(FH_ERR_USAGE, "%s: no model after round %d is kept (%s)", dir, round, held);
     }
     status = onnx_export(&m, state, out);

@@ -42,10 +42,11 @@ static void print_help(void)
            "  --count         print the number of members and exit (for sbatch --array=0-$((count-1)))\n"
            "  --member I      run member I (0-based) alone on all ranks, resuming it when it has a checkpoint\n"
            "  --verbose       also print the members' round lines (they always go to each member's log.txt)\n"
-           "  Every member is checked before any starts; a member whose config is invalid is recorded as failed.\n"
+           "  Every member is checked before any starts (its config, its data file, its ranks against the clients, the\n"
+           "  method): an invalid member refuses the whole grid, each one named, and nothing is written.\n"
            "  SIGTERM (or SIGUSR1 to mpirun, or SIGINT): running members finish their round (or leave one still running after\n"
            "  fl.term_grace seconds) and checkpoint, no new member starts, exit 0.\n"
-           "  Exit codes: 0 no member failed; 10+N: N members failed (N <= 100); 1 usage or config, 4 I/O, 5 MPI.\n",
+           "  Exit codes: 0 no member failed; 10+N: N members failed (N <= 100); else as every command (fedhet --help).\n",
            GRID_MEMBERS_ASK);
 }
 
@@ -58,7 +59,7 @@ static int parse_options(GridOptions *o, int *count, int argc, char **argv)
     *count = 0;
     o->member = -1;
     o->args = calloc((size_t)argc + 1, sizeof *o->args);
-    if (!o->args) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!o->args) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--force")) o->force = 1;

@@ -129,6 +129,7 @@ static int inspect_model(const AppModelArgs *a, int batch)
     NnModel m;
     NnBackend backend;
     FH_CHECK(nn_backend_parse(a->zoo.backend, &backend));
+    FH_CHECK(app_model_args_check(a));
     const int onednn = backend != NN_BACKEND_BLAS;
     /* built for one sample, which the memory figures scale from, unless oneDNN's choices at `batch` are asked */
     FH_CHECK(nn_zoo_build(&m, a->model, a->input, a->classes, onednn ? batch : 1, &a->zoo));

@@ -19,7 +19,8 @@ static void print_help(void)
            "  filter-normalised directions (Li et al. 2018); the grid points are spread over the N ranks.\n"
            "  keys (default):\n");
     fh_config_print_args_help(stdout, keys, n);
-    printf("  Exit codes: 1 usage, 2 bad data file, 4 a damaged checkpoint, I/O or gnuplot failure, 5 MPI.\n");
+    printf("  Exit codes: 1 usage, 2 a missing input file or a bad data file, 4 a damaged checkpoint, I/O or gnuplot\n"
+           "  failure, 5 MPI, 6 out of memory (the table of fedhet --help).\n");
 }
 
 static int parse_args(LandscapeOptions *o, FhConfig **cfg, int argc, char **argv)

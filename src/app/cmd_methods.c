@@ -5,6 +5,7 @@
 
 #include "app.h"
 #include "fedhet/algo.h"
+#include "fedhet/config.h"
 #include "fedhet/core.h"
 
 static void print_help(void)
@@ -58,6 +59,18 @@ static void print_keys(const AlgoMethod *m)
     }
 }
 
+/* no such method: the nearest name when one is near, else the list */
+static int unknown_method(const char *name)
+{
+    const char **names = NULL;
+    FH_CHECK(fh_calloc(&names, (size_t)algo_count() + 1, sizeof *names, "method names"));
+    for (int i = 0; i < algo_count(); i++) names[i] = algo_at(i)->name;
+    const char *near = fh_nearest_name(name, names, algo_count());
+    fh_free(&names);
+    if (near) FH_FAIL(FH_ERR_USAGE, "no method named '%s'; did you mean '%s'? (fedhet methods lists them)", name, near);
+    FH_FAIL(FH_ERR_USAGE, "no method named '%s'; methods: %s", name, algo_choices());
+}
+
 int app_cmd_methods(int argc, char **argv)
 {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -67,7 +80,7 @@ int app_cmd_methods(int argc, char **argv)
     if (argc > 2) FH_FAIL(FH_ERR_USAGE, "methods takes at most one method name (see fedhet methods --help)");
     if (argc == 2) {
         const AlgoMethod *m = algo_find(argv[1]);
-        if (!m) FH_FAIL(FH_ERR_USAGE, "no method named '%s'; methods: %s", argv[1], algo_choices());
+        if (!m) return unknown_method(argv[1]);
         char parts[128];
         components(m, parts, sizeof parts);
         /* a method without a weights part averages by sample counts (src/fl/run.c) */

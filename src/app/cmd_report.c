@@ -26,12 +26,16 @@ static void print_help(void)
     printf("usage: fedhet report --partition DST.h5 OUT.png\n"
            "       fedhet report DIR [--out DIR2] [--last K] [--targets T1,T2,...] [--metric NAME] [--seed-key KEY]\n"
            "                         [--x round|passes|bytes|seconds] [--no-plots]\n"
+           "       fedhet report --redraw DIR [--out DIR2] [--x round|passes|bytes|seconds]\n"
            "  DIR          a run folder (fedhet run), a grid folder (fedhet grid) or a folder of run folders. Writes into\n"
            "               DIR (or --out DIR2): summary.csv and summary.md (one row per configuration: the runs that differ\n"
            "               only in the seed key; mean ± sample std over them of the final value, the mean of the last K\n"
-           "               rounds and the best value; rounds to each target; wall time: docs/methods/metrics.md C.2, C.3), accuracy.png\n"
-           "               (the metric per round, mean line and min-max band per configuration) and sensitivity-KEY.png\n"
-           "               for each swept key (final value against the key's values, mean ± std). The swept keys are a\n"
+           "               rounds and the best value; rounds to each target; wall time: docs/methods/metrics.md C.2, C.3),\n"
+           "               curves.csv (per configuration and round: the metric's mean, min and max over the runs and the\n"
+           "               mean cumulative passes, bytes and seconds), accuracy.png (the metric per round, mean line and\n"
+           "               min-max band per configuration) and sensitivity-KEY.png for each swept key (final value against\n"
+           "               the key's values, mean ± std; a key of names: a point and error bar per configuration). Legends\n"
+           "               go below the plot when they would take more than a quarter of its width. The swept keys are a\n"
            "               grid's lists, or the config keys that differ between the runs' config.ini. When the runs'\n"
            "               partition files ([data] path) differ, summary.csv adds their heterogeneity, the mean over\n"
            "               the runs of each file's partition_entropy_nats_mean, partition_effective_classes_mean,\n"
@@ -49,6 +53,9 @@ static void print_help(void)
            "               bytes to each target beside the rounds (passes_to_T_mean, bytes_to_T_mean) whatever the axis.\n"
            "               Runs made before metrics.csv had these columns: --x round only (others exit 2 naming the column).\n"
            "  --no-plots   tables only\n"
+           "  --redraw     only the figures, drawn again from DIR's own summary.csv and curves.csv (name and metric from\n"
+           "               its summary.md), without the runs: a committed report's figures after a change of their\n"
+           "               drawing. A report made before curves.csv existed gets its sensitivity figures only.\n"
            "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with three panels,\n"
            "                      a heat map of the client x label counts (x: client, y: label, colour: samples;\n"
            "                      white: none), bars of the samples per client, corrupted clients in red, and the\n"
@@ -95,6 +102,7 @@ int app_cmd_report(int argc, char **argv)
                 FH_FAIL(FH_ERR_USAGE, "--x %s: expected round, passes, bytes or seconds", ro.x);
         }
         else if (!strcmp(argv[i], "--no-plots")) ro.plots = 0;
+        else if (!strcmp(argv[i], "--redraw")) ro.redraw = 1;
         else if (!strcmp(argv[i], "--last")) {
             FH_CHECK(app_option_value(argc, argv, &i, &v));
             FH_CHECK(app_parse_int(v, "--last", 1, 1000000000, &ro.last_k));

@@ -84,7 +84,7 @@ static int buf_add(Buf *b, const char *fmt, ...)
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + (size_t)n + 1) cap *= 2;
         char *s = realloc(b->s, cap);
-        if (!s) FH_FAIL(FH_ERR_IO, "out of memory building config text (%zu bytes)", cap);
+        if (!s) FH_FAIL(FH_ERR_MEMORY, "out of memory building config text (%zu bytes)", cap);
         b->s = s;
         b->cap = cap;
     }
@@ -101,7 +101,7 @@ static int buf_append(Buf *b, const char *s, size_t n)
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + n + 1) cap *= 2;
         char *t = realloc(b->s, cap);
-        if (!t) FH_FAIL(FH_ERR_IO, "out of memory reading config text (%zu bytes)", cap);
+        if (!t) FH_FAIL(FH_ERR_MEMORY, "out of memory reading config text (%zu bytes)", cap);
         b->s = t;
         b->cap = cap;
     }
@@ -721,7 +721,7 @@ int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const 
 {
     *out = NULL;
     FILE *f = fopen(path, "rb");
-    if (!f) FH_FAIL(FH_ERR_USAGE, "%s: cannot open config: %s", path, strerror(errno));
+    if (!f) FH_FAIL(FH_ERR_DATA, "%s: cannot open config: %s", path, strerror(errno));
     Buf b = {0};
     char chunk[8192];
     size_t got;
@@ -730,7 +730,7 @@ int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const 
         status = buf_append(&b, chunk, got);
     int read_errno = errno;
     if (status == FH_OK && ferror(f)) {
-        status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: cannot read config: %s", path,
+        status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot read config: %s", path,
                                 strerror(read_errno));
     }
     fclose(f);
@@ -760,8 +760,9 @@ void fh_config_free(FhConfig **cfg)
 
 /* ---- access ---- */
 
-static const Entry *config_entry(const FhConfig *c, const char *section, const char *key, FhConfigType want,
-                                 const char *fn)
+enum { FH_CFG_ANY = -1 }; /* config_entry: a key of any type */
+
+static const Entry *config_entry(const FhConfig *c, const char *section, const char *key, int want, const char *fn)
 {
     if (!c || !section || !key) {
         fprintf(stderr, "fedhet: %s: NULL config, section or key\n", fn);
@@ -773,7 +774,7 @@ static const Entry *config_entry(const FhConfig *c, const char *section, const c
         abort();
     }
     FhConfigType t = c->schema[k].type;
-    if (t != want && !(want == FH_CFG_STRING && t == FH_CFG_CHOICE)) {
+    if (want != FH_CFG_ANY && (int)t != want && !(want == FH_CFG_STRING && t == FH_CFG_CHOICE)) {
         fprintf(stderr, "fedhet: %s: [%s] %s is a %s key\n", fn, section, key, config_type_name(t));
         abort();
     }
@@ -803,16 +804,15 @@ const char *fh_config_string(const FhConfig *c, const char *section, const char 
 
 int fh_config_is_default(const FhConfig *c, const char *section, const char *key)
 {
-    if (!c || !section || !key) {
-        fprintf(stderr, "fedhet: fh_config_is_default: NULL config, section or key\n");
-        abort();
-    }
-    int k = config_find(c->schema, c->n, section, key);
-    if (k < 0) {
-        fprintf(stderr, "fedhet: fh_config_is_default: [%s] %s is not in the config schema\n", section, key);
-        abort();
-    }
-    return c->entries[k].given == NULL;
+    return config_entry(c, section, key, FH_CFG_ANY, "fh_config_is_default")->given == NULL;
+}
+
+const char *fh_config_origin(const FhConfig *c, const char *section, const char *key, char *out, size_t size)
+{
+    const Entry *e = config_entry(c, section, key, FH_CFG_ANY, "fh_config_origin");
+    if (e->line > 0) snprintf(out, size, "%s:%d", c->source, e->line);
+    else snprintf(out, size, "%s", e->line == ORIGIN_OVERRIDE ? c->override_source : c->source);
+    return out;
 }
 
 void fh_config_land(const FhConfig *c, const char *section, void *dst)

@@ -58,9 +58,34 @@ void fh_error_clear(void)
     error_text[0] = '\0';
 }
 
+/* The exit codes of every command (docs/usage.md, The executable). */
+static const struct {
+    int code;
+    const char *meaning;
+} exit_codes[] = {
+    { FH_OK, "ok (also a run or grid stopped by SIGTERM, SIGUSR1 or SIGINT after its checkpoint)" },
+    { FH_ERR_USAGE, "usage or config: an option, key or value; a run folder in use or a symbolic link" },
+    { FH_ERR_DATA, "input data: an input file or folder that is missing, unreadable, damaged or of the wrong kind" },
+    { FH_ERR_NUMERIC, "numerical divergence (the last good checkpoint is kept)" },
+    { FH_ERR_IO, "I/O: a write that failed (full disk, file-size limit), a damaged checkpoint or run.h5" },
+    { FH_ERR_MPI, "MPI" },
+    { FH_ERR_MEMORY, "out of memory" },
+};
+
+void fh_exit_codes_print(FILE *out)
+{
+    for (size_t i = 0; i < sizeof exit_codes / sizeof exit_codes[0]; i++)
+        fprintf(out, "  %-6d %s\n", exit_codes[i].code, exit_codes[i].meaning);
+    fprintf(out, "  10+N   fedhet grid: N members failed (N at most 100)\n");
+}
+
+static int is_grid_failure(int status) { return status > FH_EXIT_GRID_FAILED && status <= FH_EXIT_GRID_FAILED + 100; }
+
+/* a bug to report: no message, an MPI failure, or a status that is no exit code */
 static int error_is_internal(int status, const char *chain)
 {
-    return status < FH_ERR_USAGE || status >= FH_ERR_MPI || strstr(chain, "(no message recorded)") != NULL;
+    const int user = (status >= FH_ERR_USAGE && status <= FH_ERR_MEMORY && status != FH_ERR_MPI) || is_grid_failure(status);
+    return !user || strstr(chain, "(no message recorded)") != NULL;
 }
 
 static int trace_wanted(void)
@@ -106,7 +131,8 @@ const char *fh_status_name(int status)
     case FH_ERR_NUMERIC: return "numerical divergence";
     case FH_ERR_IO: return "I/O error";
     case FH_ERR_MPI: return "MPI error";
-    default: return "unknown error";
+    case FH_ERR_MEMORY: return "out of memory";
+    default: return is_grid_failure(status) ? "grid members failed" : "unknown error";
     }
 }
 
@@ -116,10 +142,10 @@ int fh_calloc(void *out_ptr, size_t count, size_t size, const char *what)
     *out = NULL;
     if (count == 0 || size == 0) return FH_OK;
     if (count > SIZE_MAX / size)
-        FH_FAIL(FH_ERR_IO, "allocation of %zu x %zu bytes for %s overflows", count, size, what);
+        FH_FAIL(FH_ERR_MEMORY, "allocation of %zu x %zu bytes for %s overflows", count, size, what);
     *out = calloc(count, size);
     if (!*out)
-        FH_FAIL(FH_ERR_IO, "out of memory allocating %.1f MiB for %s",
+        FH_FAIL(FH_ERR_MEMORY, "out of memory allocating %.1f MiB for %s",
                 (double)count * (double)size / 1048576.0, what);
     return FH_OK;
 }
@@ -131,7 +157,7 @@ int fh_alloc_aligned(void *out_ptr, size_t bytes, const char *what)
     if (bytes == 0) return FH_OK;
     size_t rounded = (bytes + 63) / 64 * 64;
     *out = aligned_alloc(64, rounded);
-    if (!*out) FH_FAIL(FH_ERR_IO, "out of memory allocating %.1f MiB for %s", (double)bytes / 1048576.0, what);
+    if (!*out) FH_FAIL(FH_ERR_MEMORY, "out of memory allocating %.1f MiB for %s", (double)bytes / 1048576.0, what);
     memset(*out, 0, rounded);
     return FH_OK;
 }

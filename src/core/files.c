@@ -7,8 +7,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include "fedhet/core.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -41,7 +43,7 @@ int fh_read_bytes(const char *path, char **bytes, size_t *len, int fail_status)
     }
     int bad = ferror(f);
     fclose(f);
-    if (!buf) FH_FAIL(FH_ERR_IO, "%s: out of memory reading it", path);
+    if (!buf) FH_FAIL(FH_ERR_MEMORY, "%s: out of memory reading it", path);
     if (bad) {
         free(buf);
         FH_FAIL(fail_status, "%s: read error", path);
@@ -61,6 +63,26 @@ int fh_read_file(const char *path, char **text, int fail_status)
         *text = NULL;
         FH_FAIL(fail_status, "%s: not a text file (it holds a NUL byte)", path);
     }
+    return FH_OK;
+}
+
+void fh_csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s == '\n' ? ' ' : *s, f);
+    }
+    fputc('"', f);
+}
+
+int fh_check_readable(const char *path)
+{
+    if (access(path, R_OK) != 0) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
     return FH_OK;
 }
 
@@ -110,6 +132,43 @@ int fh_atomic_tmp_path(char *out, size_t size, const char *path)
     return FH_OK;
 }
 
+/* the folder of path into dir ("." for a bare name); returns path's last part */
+static const char *split_dir(const char *path, char *dir, size_t size)
+{
+    snprintf(dir, size, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, size, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    const char *last = strrchr(path, '/');
+    return last ? last + 1 : path;
+}
+
+void fh_atomic_sweep_stale(const char *path)
+{
+    char dir[FH_PATH_MAX];
+    if (strlen(path) >= sizeof dir) return;
+    const char *base = split_dir(path, dir, sizeof dir);
+    const size_t lb = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, base, lb) != 0 || strncmp(e->d_name + lb, ".tmp-", 5) != 0) continue;
+        const char *pid_text = e->d_name + lb + 5;
+        if (!*pid_text || strspn(pid_text, "0123456789") != strlen(pid_text)) continue;
+        const long pid = strtol(pid_text, NULL, 10);
+        /* alive (ours, or another process's: EPERM is alive too), or a pid that does not fit: left alone */
+        if (pid <= 0 || pid == (long)getpid() || (pid_t)pid != pid || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char stale[FH_PATH_MAX + 300];
+        snprintf(stale, sizeof stale, "%s/%s", dir, e->d_name);
+        if (unlink(stale) == 0)
+            fh_log_warn("removed %s: a temporary left by process %ld, which no longer runs", stale, pid);
+    }
+    closedir(d);
+}
+
 static int fsync_path(const char *path, int flags)
 {
     int fd = open(path, flags);
@@ -124,14 +183,12 @@ int fh_atomic_replace(const char *tmp, const char *path)
     if (fsync_path(tmp, O_RDONLY) != 0 || rename(tmp, path) != 0) {
         int err = errno;
         unlink(tmp);
+        fh_tmp_forget(tmp);
         FH_FAIL(FH_ERR_IO, "%s: cannot put the file in place: %s", path, strerror(err));
     }
+    fh_tmp_forget(tmp); /* a signal from here on finds no file under that name: harmless */
     char dir[FH_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
+    split_dir(path, dir, sizeof dir);
     fsync_path(dir, O_RDONLY | O_DIRECTORY); /* best effort: some file systems refuse to sync a folder */
     return FH_OK;
 }
@@ -142,8 +199,14 @@ int fh_atomic_open(FhAtomicFile *a, const char *path)
     if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
         FH_FAIL(FH_ERR_IO, "%s: path too long", path);
     FH_CHECK(fh_atomic_tmp_path(a->tmp, sizeof a->tmp, path));
+    fh_atomic_sweep_stale(path);
+    fh_tmp_register(a->tmp); /* before the file exists: no moment when a signal would leave it */
     a->f = fopen(a->tmp, "w");
-    if (!a->f) FH_FAIL(FH_ERR_IO, "%s: cannot write (creating %s: %s)", path, a->tmp, strerror(errno));
+    if (!a->f) {
+        const int err = errno;
+        fh_tmp_forget(a->tmp);
+        FH_FAIL(FH_ERR_IO, "%s: cannot write (creating %s: %s)", path, a->tmp, strerror(err));
+    }
     return FH_OK;
 }
 
@@ -158,6 +221,7 @@ int fh_atomic_commit(FhAtomicFile *a)
     a->f = NULL;
     if (!ok) {
         unlink(a->tmp);
+        fh_tmp_forget(a->tmp);
         FH_FAIL(FH_ERR_IO, "%s: cannot write: %s", a->path, err ? strerror(err) : "write error");
     }
     return fh_atomic_replace(a->tmp, a->path);
@@ -169,6 +233,7 @@ void fh_atomic_discard(FhAtomicFile *a)
         fclose(a->f);
         a->f = NULL;
         unlink(a->tmp);
+        fh_tmp_forget(a->tmp);
     }
 }
 

@@ -62,7 +62,9 @@ int fh_h5_open(FhH5File *f, const char *path, int fail_status)
     if (!path || !*path) FH_FAIL(fail_status, "HDF5 file path is empty");
     errno = 0;
     FILE *probe = fopen(path, "rb");
-    if (!probe) H5_FAIL(f, "%s: cannot open: %s", path, errno ? strerror(errno) : "unknown error");
+    /* a file that is missing or unreadable is input data for every caller (exit 2); fail_status is for what is
+     * wrong inside one */
+    if (!probe) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, errno ? strerror(errno) : "unknown error");
     fclose(probe);
     char msg[256];
 #if H5_VERSION_GE(1, 12, 0)
@@ -662,6 +664,7 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
     f->write_errno = 0;
     if (!path || !*path) FH_FAIL(fail_status, "output file path is empty");
     FH_CHECK(fh_atomic_tmp_path(f->tmp_path, sizeof f->tmp_path, path));
+    fh_atomic_sweep_stale(path);
     /* fixed file-space settings and no timestamps keep the bytes of equal content equal */
     hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
     H5Pset_obj_track_times(fcpl, 0); /* the root group too */
@@ -670,6 +673,7 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
      * a damaged index is then refused instead of read as zeros or unchecked chunks */
     H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110);
     errno = 0;
+    fh_tmp_register(f->tmp_path); /* before the file exists: a signal while HDF5 makes it still removes it */
     f->id = set_safe_driver(fapl, f) == 0 ? H5Fcreate(f->tmp_path, H5F_ACC_TRUNC, fcpl, fapl) : H5I_INVALID_HID;
     H5Pclose(fcpl);
     H5Pclose(fapl);
@@ -678,6 +682,7 @@ int fh_h5_create(FhH5File *f, const char *path, int fail_status)
         fh_h5_message(msg);
         int err = errno;
         unlink(f->tmp_path);
+        fh_tmp_forget(f->tmp_path);
         f->tmp_path[0] = '\0';
         H5_FAIL(f, "%s: cannot create the file (%s; HDF5: %s)", path, err ? strerror(err) : "unknown", msg);
     }
@@ -708,7 +713,10 @@ void fh_h5_discard(FhH5File *f)
     /* after a failed write the driver drops the rest, so this close succeeds and leaves no open ID */
     if (f->id >= 0) H5Fclose(f->id);
     f->id = H5I_INVALID_HID;
-    if (f->tmp_path[0]) unlink(f->tmp_path);
+    if (f->tmp_path[0]) {
+        unlink(f->tmp_path);
+        fh_tmp_forget(f->tmp_path);
+    }
     f->tmp_path[0] = '\0';
 }
 

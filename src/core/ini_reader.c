@@ -165,6 +165,24 @@ static int ini_on_key(void *user, const char *section, const char *name, const c
     return 1;
 }
 
+/* libinih's syntax error on line `line`, with the line and what it lacks */
+static int syntax_error(const Reader *r, int line)
+{
+    const char *p = r->text;
+    for (int i = 1; i < line && p; i++) p = strchr(p, '\n'), p = p ? p + 1 : NULL;
+    size_t n = p ? strcspn(p, "\r\n") : 0;
+    if (p) trim(&p, &n);
+    if (n > 60) n = 60; /* enough to recognise it */
+    if (p && n && *p == '[')
+        FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error in '%.*s'; a section line is [name], with its closing ']'", r->source,
+                line, (int)n, p);
+    if (p && n && !memchr(p, '=', n) && !memchr(p, ':', n))
+        FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error: '%.*s' has no '='; a key line is key = value (a comment starts with "
+                "';' or '#')", r->source, line, (int)n, p);
+    FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error in '%.*s'; a line is [section], key = value or a comment", r->source, line,
+            (int)n, p ? p : "");
+}
+
 int fh_ini_read(const char *text, const char *source, FhIniHandler handler, void *user)
 {
     Reader r = { .text = text, .source = source ? source : "config", .len = strlen(text), .handler = handler,
@@ -177,9 +195,9 @@ int fh_ini_read(const char *text, const char *source, FhIniHandler handler, void
     r.value = room + 3 * (r.len + 1);
     int rc = ini_parse_stream(ini_read_line, &r, ini_on_key, &r);
     fh_free(&room);
-    if (rc < 0) FH_FAIL(FH_ERR_IO, "%s: libinih failed (%d): out of memory?", r.source, rc);
+    if (rc < 0) FH_FAIL(FH_ERR_MEMORY, "%s: libinih failed (%d): out of memory?", r.source, rc);
     /* libinih goes on after its own syntax errors, so an earlier one of those beats ours */
-    if (rc > 0 && (r.status == FH_OK || rc < r.status_line)) FH_FAIL(FH_ERR_USAGE, "%s:%d: syntax error", r.source, rc);
+    if (rc > 0 && (r.status == FH_OK || rc < r.status_line)) return syntax_error(&r, rc);
     if (r.status != FH_OK)
         return fh_error_trace(r.status, __FILE__, __LINE__, "ini_parse_stream(ini_read_line, &r, ...)");
     return FH_OK;
@@ -202,7 +220,7 @@ static int ini_keep(void *user, const FhIniLine *l)
     if (ini->n == ini->cap) {
         int cap = ini->cap ? 2 * ini->cap : 32;
         FhIniEntry *grown = realloc(ini->entries, (size_t)cap * sizeof *grown);
-        if (!grown) FH_FAIL(FH_ERR_IO, "out of memory reading INI text");
+        if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory reading INI text");
         ini->entries = grown;
         ini->cap = cap;
     }
@@ -212,7 +230,7 @@ static int ini_keep(void *user, const FhIniLine *l)
     e->raw = dup_text(l->raw);
     e->value = dup_text(l->value);
     e->line = l->line;
-    if (!e->section || !e->key || !e->raw || !e->value) FH_FAIL(FH_ERR_IO, "out of memory reading INI text");
+    if (!e->section || !e->key || !e->raw || !e->value) FH_FAIL(FH_ERR_MEMORY, "out of memory reading INI text");
     return FH_OK;
 }
 

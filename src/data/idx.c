@@ -125,7 +125,7 @@ static int idx_read_payload_into(gzFile f, const char *path, uint64_t want, uint
         size_t next = (uint64_t)cap * 2 < want ? cap * 2 : (size_t)want;
         uint8_t *grown = realloc(*out, next);
         if (!grown)
-            FH_FAIL(FH_ERR_IO, "%s: out of memory growing the payload buffer to %.1f MiB", path,
+            FH_FAIL(FH_ERR_MEMORY, "%s: out of memory growing the payload buffer to %.1f MiB", path,
                     (double)next / 1048576.0);
         *out = grown;
         cap = next;

@@ -118,7 +118,14 @@ static int list_dir(const char *dir, int want_dirs, char ***names, int *n)
         if (e->d_name[0] == '.') continue;
         if ((status = join(path, dir, e->d_name)) != FH_OK) break;
         struct stat st;
-        if (stat(path, &st) != 0 || (want_dirs ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) continue;
+        /* a link that leads back into itself is a broken tree, not an absent entry (its class would look empty) */
+        const int found = stat(path, &st) == 0;
+        if (!found && errno == ELOOP) {
+            status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: symbolic link loop (it leads back to itself): "
+                                    "remove or fix the link", path);
+            break;
+        }
+        if (!found || (want_dirs ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;
             char **grown = realloc(*names, (size_t)cap * sizeof *grown);
@@ -1011,6 +1018,18 @@ static int drop_unreadable(DataSource *s)
 
 /* ==== splits ========================================================================================== */
 
+/* holdout_domain names no domain: the nearest one, and every domain the source has */
+static int unknown_domain(const DataSource *s, const char *name)
+{
+    char list[2048] = "";
+    size_t used = 0;
+    for (int g = 0; g < s->groups.n && used < sizeof list; g++)
+        used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", g ? ", " : "", s->groups.v[g]);
+    const char *near = fh_nearest_name(name, (const char *const *)s->groups.v, s->groups.n);
+    FH_FAIL(FH_ERR_USAGE, "holdout_domain: no domain '%s'%s%s%s (the source's %d domains: %s)", name,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", s->groups.n, list);
+}
+
 static int assign_splits(DataSource *s)
 {
     const DataSourceOptions *o = &s->o;
@@ -1024,8 +1043,7 @@ static int assign_splits(DataSource *s)
         int status = is_held ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
         for (int i = 0; i < held.n && status == FH_OK; i++) {
             int g = names_find(&s->groups, held.v[i]);
-            if (g < 0) status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "holdout_domain: no domain '%s' (the "
-                                               "source has %s%s)", held.v[i], s->groups.v[0], s->groups.n > 1 ? ", ..." : "");
+            if (g < 0) status = unknown_domain(s, held.v[i]);
             else is_held[g] = 1;
         }
         for (int64_t i = 0; i < s->n && status == FH_OK; i++) s->entries[i].split = is_held[s->entries[i].group];
@@ -1110,7 +1128,7 @@ static const char *detect_layout(const char *src)
     int n;
     if (list_dir(src, 1, &dirs, &n) != FH_OK) {
         fh_error_clear();
-        return NULL;
+        return "imagefolder"; /* a folder that cannot be listed whole (a link loop): its scan says why */
     }
     const char *layout = NULL;
     if (n > 0 && snprintf(path, sizeof path, "%s/%s", src, dirs[0]) < (int)sizeof path) {
@@ -1119,7 +1137,10 @@ static const char *detect_layout(const char *src)
         if (list_dir(path, 1, &sub, &n_sub) == FH_OK) {
             layout = n_sub > 0 ? "domains" : "imagefolder";
             free_names(&sub, n_sub);
-        } else fh_error_clear();
+        } else {
+            fh_error_clear();
+            layout = "imagefolder"; /* a tree all the same: its scan reports what is wrong in it (a link loop) */
+        }
     }
     free_names(&dirs, n);
     return layout;

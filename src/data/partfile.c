@@ -34,6 +34,16 @@ struct DataPartFileH5 {
 
 static const char *const group_names[3] = { "/clients", "/test", "/test_corrupted" };
 
+/* The normalisation a reader divides by: what the writer refuses is what data_partfile_open refuses. */
+static int check_channel_stats(const char *path, int c, const double *mean, const double *std)
+{
+    for (int ch = 0; ch < c; ch++)
+        if (!(std[ch] > 0) || !isfinite(mean[ch]) || !isfinite(std[ch]))
+            FH_FAIL(FH_ERR_DATA, "%s: channel %d has mean %g and std %g; need finite values and std > 0 (a constant "
+                    "channel: give std=, or normalise=none, to fedhet partition)", path, ch, mean[ch], std[ch]);
+    return FH_OK;
+}
+
 /* mean and population std of x/255 per channel from a histogram of byte values [c, 256]: exact */
 static void stats_from_hist(const uint64_t *hist, int c, double *mean, double *std)
 {
@@ -401,8 +411,10 @@ int data_partfile_write(const char *path, const DataImageSet *train, const DataI
             if (spec->mean) mean[ch] = spec->mean[ch];
             if (spec->std) std[ch] = spec->std[ch];
         }
-        status = write_attributes(&f, train, part, spec, mean, std, &corrupt);
+        /* checked before the file is put in place: a file its reader refuses is never written */
+        status = check_channel_stats(path, train->c, mean, std);
     }
+    if (status == FH_OK) status = write_attributes(&f, train, part, spec, mean, std, &corrupt);
     if (status == FH_OK) status = fh_h5_commit(&f);
     else if (created) fh_h5_discard(&f);
     fh_h5_quiet_end(&quiet);
@@ -617,10 +629,7 @@ static int open_into(DataPartFile *f, const char *path)
     FH_CHECK(fh_calloc(&f->std, (size_t)f->c, sizeof *f->std, "std"));
     FH_CHECK(fh_h5_attr_read_doubles(h, h->id, "mean", f->mean, f->c));
     FH_CHECK(fh_h5_attr_read_doubles(h, h->id, "std", f->std, f->c));
-    for (int ch = 0; ch < f->c; ch++)
-        if (!(f->std[ch] > 0) || !isfinite(f->mean[ch]) || !isfinite(f->std[ch]))
-            FH_FAIL(FH_ERR_DATA, "%s: channel %d has mean %g and std %g; need finite values and std > 0", path, ch,
-                    f->mean[ch], f->std[ch]);
+    FH_CHECK(check_channel_stats(path, f->c, f->mean, f->std));
     FH_CHECK(read_string_attr(f, "source", &f->source));
     FH_CHECK(read_string_attr(f, "scheme", &f->scheme));
     FH_CHECK(read_string_attr(f, "variant", &f->variant));

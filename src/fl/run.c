@@ -24,9 +24,23 @@ const char *const fl_client_column_names[FL_N_CCOLUMNS] = { "round", "client", "
 
 static const char *const resume_may_change[] = { "fl.rounds", "fl.term_grace", NULL };
 
+/* --resume's folder is a run folder: what a mistaken folder gets instead of "config.ini: cannot open" */
+static int check_resume_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) FH_FAIL(FH_ERR_DATA, "--resume %s: no such folder (it takes a run folder, e.g. outputs/NAME)", dir);
+    if (!S_ISDIR(st.st_mode)) FH_FAIL(FH_ERR_DATA, "--resume %s: not a folder (it takes a run folder, e.g. outputs/NAME)", dir);
+    if (fh_path_exists(dir, "config.ini")) return FH_OK;
+    if (fh_path_exists(dir, "grid/grid.ini"))
+        FH_FAIL(FH_ERR_DATA, "--resume %s: not a run folder but a grid folder (fedhet grid --resume %s continues it)", dir, dir);
+    FH_FAIL(FH_ERR_DATA, "--resume %s: not a run folder (it has no config.ini; a run folder is what fedhet run made, e.g. "
+            "outputs/NAME)", dir);
+}
+
 static int load_config(FlRun *run, const FlRunOptions *opt, const char **path_out)
 {
     static char path[4200];
+    if (opt->resume_dir) FH_CHECK(check_resume_dir(opt->resume_dir));
     if (opt->config_path) snprintf(path, sizeof path, "%s", opt->config_path);
     else snprintf(path, sizeof path, "%s/config.ini", opt->resume_dir ? opt->resume_dir : ".");
     *path_out = path;
@@ -36,16 +50,14 @@ static int load_config(FlRun *run, const FlRunOptions *opt, const char **path_ou
     return FH_OK;
 }
 
-int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides)
+/* [data] path exists, or [data] source can make it */
+static int check_data_path(const FlSettings *s, const FhConfig *cfg)
 {
-    FlRun run;
-    memset(&run, 0, sizeof run);
-    FlRunOptions opt = { .config_path = config_path, .overrides = overrides, .n_overrides = n_overrides };
-    const char *path = NULL;
-    int status = load_config(&run, &opt, &path);
-    fh_config_free(&run.cfg);
-    free(run.config_text);
-    return status;
+    struct stat st;
+    if (stat(s->data_path, &st) == 0 || *s->data_source) return FH_OK;
+    char origin[FH_PATH_MAX + 32]; /* the config line that named it, or the command line */
+    FH_FAIL(FH_ERR_DATA, "%s: [data] path = %s does not exist (make it with fedhet partition, or set [data] source to "
+            "make it here)", fh_config_origin(cfg, "data", "path", origin, sizeof origin), s->data_path);
 }
 
 /* The partition file: used as is, or made from [data] source when it does not exist yet. */
@@ -53,9 +65,7 @@ static int prepare_data(const FlSettings *s, const FhConfig *cfg, const char *co
 {
     struct stat st;
     if (stat(s->data_path, &st) == 0) return FH_OK;
-    if (!*s->data_source)
-        FH_FAIL(FH_ERR_USAGE, "%s: [data] path = %s does not exist (make it with fedhet partition, or set [data] source "
-                "to make it here)", config_path, s->data_path);
+    FH_CHECK(check_data_path(s, cfg));
     char where[4200];
     snprintf(where, sizeof where, "%.4000s: [data] source_options", config_path);
     FhConfig *source_cfg = NULL; /* holds the strings of source */
@@ -102,6 +112,23 @@ static int check_rank_count(const FlRun *run, const char *data_path)
         FH_CHECK(m->validate(m, &setup));
     }
     return FH_OK;
+}
+
+int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides, int ranks)
+{
+    FlRun run;
+    memset(&run, 0, sizeof run);
+    FlRunOptions opt = { .config_path = config_path, .overrides = overrides, .n_overrides = n_overrides };
+    const char *path = NULL;
+    int status = load_config(&run, &opt, &path);
+    if (status == FH_OK) status = check_data_path(&run.s, run.cfg);
+    /* a file still to be made from [data] source is checked when it is made */
+    struct stat st;
+    run.comm.size = ranks;
+    if (status == FH_OK && stat(run.s.data_path, &st) == 0) status = check_rank_count(&run, run.s.data_path);
+    fh_config_free(&run.cfg);
+    free(run.config_text);
+    return status;
 }
 
 /* [model] init: the named tensors of the file, for the model on the data file's shape and classes */

@@ -300,10 +300,15 @@ void fl_print_config_help(FILE *out)
     const FhConfigKey *keys = fl_config_schema(&n);
     fh_config_print_help(out, keys, n);
     fprintf(out, "\nMethod keys, in [algo], each valid only with its method (fedhet methods NAME for details):\n");
+    /* the name column as wide as the longest name: at least two spaces before the keys, whatever a name's length
+     * (the bash completion and tools/gen-docs.py read these lines) */
+    int width = 0;
+    for (int i = 0; i < algo_count(); i++)
+        if ((int)strlen(algo_at(i)->name) > width) width = (int)strlen(algo_at(i)->name);
     for (int i = 0; i < algo_count(); i++) {
         const AlgoMethod *m = algo_at(i);
         if (!algo_option_count(m)) continue;
-        fprintf(out, "  %-12s", m->name);
+        fprintf(out, "  %-*s ", width, m->name);
         for (int h = 0; h < algo_option_count(m); h++) fprintf(out, "%s%s", h ? ", " : " ", algo_option_at(m, h)->key);
         fprintf(out, "\n");
     }
@@ -379,7 +384,7 @@ int fl_config_load(FhConfig **out, const char *path, int saved, char *const *ove
     char *text = NULL;
     if (saved) {
         char *raw = NULL;
-        FH_CHECK(fh_read_file(path, &raw, FH_ERR_USAGE));
+        FH_CHECK(fh_read_file(path, &raw, FH_ERR_DATA));
         const int status = fl_config_text_upgrade(raw, &text);
         free(raw);
         FH_CHECK(status);
@@ -410,8 +415,10 @@ static int config_load(FhConfig **out, const char *path, const char *text, char 
         used = 0;
         for (int h = 0; h < algo_option_count(m) && used < sizeof keys; h++)
             used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", h ? ", " : "", algo_option_at(m, h)->key);
+        char origin[FH_PATH_MAX + 32]; /* the line that set it, or the command line */
+        fh_config_origin(first, "algo", any[i].key, origin, sizeof origin);
         fh_config_free(&first);
-        FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s is a key of %s, not of method %s%s%s (its keys: %s)", path, any[i].key,
+        FH_FAIL(FH_ERR_USAGE, "%s: [algo] %s is a key of %s, not of method %s%s%s (its keys: %s)", origin, any[i].key,
                 owners, m->name, plugin ? " with plugin " : "", plugin ? plugin->name : "",
                 algo_option_count(m) ? keys : "none");
     }
@@ -466,6 +473,7 @@ int fl_settings_from_config(FlSettings *s, const FhConfig *cfg, const char *conf
         FH_FAIL(FH_ERR_USAGE, "%s: [model] %s needs [model] onnx", config_path ? config_path : "config",
                 *s->features ? "features" : "init = onnx");
     if (*s->onnx) { /* every rank reads the graph: each builds its models from it */
+        FH_CHECK(fh_check_readable(s->onnx));
         FH_CHECK(onnx_net_read(&s->net, s->onnx));
         onnx_net_set_features(s->net, s->features);
         s->model = "onnx";

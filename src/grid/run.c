@@ -132,7 +132,7 @@ static void error_first_line(char *out, size_t size)
 
 /* ---- the plan ------------------------------------------------------------------------------------------- */
 
-enum { PLAN_SKIP_DONE = 0, PLAN_SKIP_FAILED, PLAN_INVALID, PLAN_FRESH, PLAN_FRESH_FORCE, PLAN_RESUME };
+enum { PLAN_SKIP_DONE = 0, PLAN_SKIP_FAILED, PLAN_FRESH, PLAN_FRESH_FORCE, PLAN_RESUME };
 
 static int plan_runs(char p) { return p == PLAN_FRESH || p == PLAN_FRESH_FORCE || p == PLAN_RESUME; }
 
@@ -155,43 +155,43 @@ static int raise_with_path(int status, const char *tmp, const char *real, const 
     return fh_error_raise(status, __FILE__, __LINE__, "%s", msg);
 }
 
-/* Checks every member's config as fl_run would, on a private copy of base_text named like the grid file.
- * invalid[i] = 1 for members whose config fails, messages[i] the first line of its error; the first whole
- * message is kept in first_error. */
-static int validate_members(const GridSpec *g, char *invalid, int64_t *n_invalid, char *first_error, size_t size,
-                            char **messages)
+/* Checks every member's config as fl_run would before its folder exists (fl_config_validate: the keys, the data
+ * file, the rank count, the method), on a private copy of base_text named like the grid file. invalid[i] = 1 for
+ * members that fail, messages[i] the first line of its error; G->first_status is the first one's status. */
+static int validate_members(Grid *G, int ranks)
 {
+    const GridSpec *g = &G->g;
+    char *invalid = G->invalid, **messages = G->messages;
     const char *tmpbase = getenv("TMPDIR");
     char dir[GRID_PATH], path[2 * GRID_PATH + 8];
     snprintf(dir, sizeof dir, "%s/fedhet-grid-XXXXXX", tmpbase && *tmpbase ? tmpbase : "/tmp");
     if (!mkdtemp(dir)) FH_FAIL(FH_ERR_IO, "cannot create a temporary folder %s: %s", dir, strerror(errno));
+    fh_tmp_register_dir(dir);
     const char *base = strrchr(g->path, '/') ? strrchr(g->path, '/') + 1 : g->path;
     snprintf(path, sizeof path, "%s/%s", dir, base);
     int status = fh_write_file_atomic(path, g->base_text);
-    *n_invalid = 0;
-    first_error[0] = '\0';
+    G->n_invalid = 0;
     for (int64_t i = 0; i < g->n_members && status == FH_OK; i++) {
         char **ov = NULL, name[1024];
         int n = 0;
         grid_member_name(g, i, name, sizeof name);
         status = grid_member_overrides(g, i, &ov, &n);
         if (status != FH_OK) break;
-        int st = fl_config_validate(path, ov, n);
+        int st = fl_config_validate(path, ov, n, ranks);
         grid_strings_free(ov, n);
         invalid[i] = st != FH_OK;
         if (st == FH_OK) continue;
         raise_with_path(st, path, g->path, name);
-        if (!*n_invalid) snprintf(first_error, size, "%s", fh_error_message());
-        if (messages) {
-            char line[1024];
-            error_first_line(line, sizeof line);
-            messages[i] = strdup(line);
-        }
-        (*n_invalid)++;
+        if (!G->n_invalid) G->first_status = st;
+        char line[1024];
+        error_first_line(line, sizeof line);
+        messages[i] = strdup(line);
+        G->n_invalid++;
         fh_error_clear();
     }
     unlink(path);
     rmdir(dir);
+    fh_tmp_forget(dir);
     return status;
 }
 
@@ -236,7 +236,7 @@ static int write_grid_files(const Grid *G, const GridOptions *o, int array_mode)
     size_t len = 1;
     for (int i = 0; i < o->n_args; i++) len += strlen(o->args[i]) + 1;
     char *args = calloc(len, 1);
-    if (!args) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!args) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (int i = 0; i < o->n_args; i++) strcat(strcat(args, o->args[i]), "\n");
     snprintf(path, sizeof path, "%s/grid/args.txt", g->dir);
     int status = fh_write_file_atomic(path, args);
@@ -244,21 +244,6 @@ static int write_grid_files(const Grid *G, const GridOptions *o, int array_mode)
     FH_CHECK(status);
     snprintf(path, sizeof path, "%s/grid/base.ini", g->dir);
     return fh_write_file_atomic(path, g->base_text);
-}
-
-/* CSV field, quoted when it must be */
-static void csv_field(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\n")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') fputc('"', f);
-        fputc(*s == '\n' ? ' ' : *s, f);
-    }
-    fputc('"', f);
 }
 
 /* members.csv from the status files; counts of each state */
@@ -284,15 +269,15 @@ static int write_members_csv(const GridSpec *g, int64_t count[5], char *failed_l
         if (status != FH_OK) break;
         count[s.state]++;
         fprintf(f, "%lld,", (long long)i);
-        csv_field(f, name);
+        fh_csv_field(f, name);
         for (int a = 0; a < g->n_axes; a++) {
             fputc(',', f);
-            csv_field(f, grid_member_value(g, i, a));
+            fh_csv_field(f, grid_member_value(g, i, a));
         }
         fprintf(f, ",%s,%d,%d,%.3f,%d,", grid_state_name(s.state), s.exit_code, s.attempt, s.seconds, s.rounds_done);
         if (!isnan(s.final_accuracy)) fprintf(f, "%.6f", s.final_accuracy);
         fputc(',', f);
-        csv_field(f, s.message);
+        fh_csv_field(f, s.message);
         fputc('\n', f);
         if (s.state == GRID_FAILED && used + 1 < size)
             used += (size_t)snprintf(failed_list + used, size - used, "\n  %s (exit %d): %s", name, s.exit_code, s.message);
@@ -372,20 +357,36 @@ int grid_check(Grid *G, const GridOptions *o)
     if (!o->list) FH_CHECK(check_ranks(G, o));
     FH_CHECK(fh_calloc(&G->invalid, (size_t)g->n_members, 1, "grid member checks"));
     FH_CHECK(fh_calloc(&G->messages, (size_t)g->n_members, sizeof *G->messages, "grid member messages"));
-    return validate_members(g, G->invalid, &G->n_invalid, G->first_error, sizeof G->first_error, G->messages);
+    /* a member's ranks: its group's, or all of them for --member; --list checks no rank count */
+    const int ranks = o->list ? 0 : o->member >= 0 || !g->ranks_per_member ? G->world_size : g->ranks_per_member;
+    return validate_members(G, ranks);
+}
+
+/* Refuses the grid when a member is invalid, naming each (the first few): a bad value in a list is a mistake of
+ * the grid file, found before any member runs; running the others first would only delay the fix, and a grid
+ * folder's lists cannot change on --resume. */
+static int refuse_invalid(const Grid *G)
+{
+    const GridSpec *g = &G->g;
+    char list[3000] = "";
+    size_t used = 0;
+    int64_t named = 0;
+    for (int64_t i = 0; i < g->n_members && named < 5; i++) {
+        if (!G->invalid[i]) continue;
+        used += (size_t)snprintf(list + used, sizeof list - used, "\n  %s", G->messages[i] ? G->messages[i] : "");
+        if (used >= sizeof list) used = sizeof list - 1;
+        named++;
+    }
+    FH_FAIL(G->first_status, "%s: %lld of %lld members are invalid; nothing was started (fix the grid's lists and start "
+            "it again):%s%s", g->path, (long long)G->n_invalid, (long long)g->n_members, list,
+            G->n_invalid > named ? "\n  ... (fedhet grid GRID.ini --list marks every invalid member)" : "");
 }
 
 int grid_prepare(Grid *G, const GridOptions *o)
 {
     GridSpec *g = &G->g;
     const int only = o->member >= 0;
-    const char *invalid = G->invalid;
-    char **messages = G->messages;
-    if (G->n_invalid == g->n_members || (only && invalid[o->member])) {
-        if (G->n_invalid > 1 && !only)
-            FH_FAIL(FH_ERR_USAGE, "every member's config is invalid; the first: %s", G->first_error);
-        FH_FAIL(FH_ERR_USAGE, "%s", G->first_error);
-    }
+    if (G->n_invalid > 0) return refuse_invalid(G);
     int status = FH_OK;
 
     /* the folder */
@@ -418,23 +419,6 @@ int grid_prepare(Grid *G, const GridOptions *o)
         }
         if (o->force) G->plan[i] = PLAN_FRESH_FORCE;
         else status = plan_member(G, i, o->retry_failed, &G->plan[i]);
-        if (status != FH_OK || !invalid[i]) continue;
-        /* recorded now, with its message */
-        G->plan[i] = PLAN_INVALID;
-        char name[1024];
-        grid_member_name(g, i, name, sizeof name);
-        GridStatus s;
-        status = grid_status_read(g->dir, name, &s);
-        if (status != FH_OK) break;
-        if (s.state == GRID_FAILED && s.group == -1) continue; /* recorded by an earlier start */
-        s.state = GRID_FAILED;
-        s.exit_code = FH_ERR_USAGE;
-        s.attempt++;
-        s.seconds = 0;
-        s.group = -1;
-        snprintf(s.message, sizeof s.message, "%s", messages[i] ? messages[i] : "invalid config");
-        status = grid_status_write(g->dir, name, &s);
-        if (status == FH_OK) fprintf(stderr, "fedhet grid: member %s is invalid, recorded as failed: %s\n", name, s.message);
     }
     return status;
 }
@@ -463,7 +447,8 @@ static int64_t claim_next(const Grid *G, int64_t *cursor)
 
 typedef struct {
     double t_start;
-    int64_t done_before, total_this_session;
+    int64_t done_before, total_this_session; /* done_before: ended before this session (finished or failed) */
+    int64_t failed_before;                   /* of those, failed ones (not run again without --retry-failed) */
 } Progress;
 
 static int run_member(Grid *G, const GridOptions *o, MPI_Comm group, int group_id, int64_t i, const Progress *pr)
@@ -627,10 +612,10 @@ static int run_members(Grid *G, const GridOptions *o)
         FH_FAIL(FH_ERR_MPI, "MPI_Comm_split into groups of %d ranks failed", R);
     int grank;
     MPI_Comm_rank(group, &grank);
-    Progress pr = { fh_time_now(), 0, 0 };
+    Progress pr = { fh_time_now(), 0, 0, 0 };
     for (int64_t i = 0; i < g->n_members; i++) {
         if (plan_runs(G->plan[i])) pr.total_this_session++;
-        else if (o->member < 0) pr.done_before++;
+        else if (o->member < 0) pr.done_before++, pr.failed_before += G->plan[i] == PLAN_SKIP_FAILED;
     }
     if (G->world_rank == 0) {
         if (o->member >= 0 && !plan_runs(G->plan[o->member])) {
@@ -640,9 +625,14 @@ static int run_members(Grid *G, const GridOptions *o)
                    G->plan[o->member] == PLAN_SKIP_DONE ? "finished" : "failed",
                    G->plan[o->member] == PLAN_SKIP_FAILED ? " (--retry-failed runs it again)" : "");
         } else {
-            printf("[grid] %s: %lld member%s, %lld to run (%lld already finished) on %d group%s of %d rank%s\n", g->dir,
+            char failed[96] = "";
+            if (pr.failed_before)
+                snprintf(failed, sizeof failed, ", %lld failed before (--retry-failed runs them again)",
+                         (long long)pr.failed_before);
+            printf("[grid] %s: %lld member%s, %lld to run (%lld already finished%s) on %d group%s of %d rank%s\n", g->dir,
                    (long long)g->n_members, g->n_members == 1 ? "" : "s", (long long)pr.total_this_session,
-                   (long long)pr.done_before, G->n_groups, G->n_groups == 1 ? "" : "s", R, R == 1 ? "" : "s");
+                   (long long)(pr.done_before - pr.failed_before), failed, G->n_groups, G->n_groups == 1 ? "" : "s", R,
+                   R == 1 ? "" : "s");
             if (G->n_groups > pr.total_this_session && o->member < 0)
                 printf("[grid] note: %d group%s will have no member to run\n", G->n_groups - (int)pr.total_this_session,
                        G->n_groups - pr.total_this_session == 1 ? "" : "s");

@@ -26,10 +26,10 @@ static int known_keys_build(void)
     int n;
     const FhConfigKey *schema = fl_config_schema_any(&n);
     char **keys = calloc((size_t)n, sizeof *keys);
-    if (!keys) FH_FAIL(FH_ERR_IO, "out of memory for the config key list");
+    if (!keys) FH_FAIL(FH_ERR_MEMORY, "out of memory for the config key list");
     for (int i = 0; i < n; i++) {
         keys[i] = malloc(strlen(schema[i].section) + strlen(schema[i].key) + 2);
-        if (!keys[i]) FH_FAIL(FH_ERR_IO, "out of memory for the config key list");
+        if (!keys[i]) FH_FAIL(FH_ERR_MEMORY, "out of memory for the config key list");
         sprintf(keys[i], "%s.%s", schema[i].section, schema[i].key);
     }
     known_keys = keys;
@@ -67,7 +67,7 @@ int grid_resolve_key(const char *given, const char *where, char *out, size_t siz
     }
     if (n_found > 1) FH_FAIL(FH_ERR_USAGE, "%s%s is ambiguous: write %s", where, given, both);
     const char **names = calloc(n_known > 0 ? (size_t)n_known : 1, sizeof *names);
-    if (!names) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!names) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (int i = 0; i < n_known; i++) names[i] = strchr(known_keys[i], '.') + 1;
     const char *near = fh_nearest_name(given, names, n_known);
     char hint[256] = "";
@@ -87,12 +87,12 @@ static int push_value(GridAxis *a, const char *v, size_t n)
     if (a->n_values == a->cap_values) { /* doubling: a range of 100,000 values is 17 reallocations */
         const int cap = a->cap_values ? 2 * a->cap_values : 8;
         char **grown = realloc(a->values, (size_t)cap * sizeof *grown);
-        if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for grid values");
+        if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory for grid values");
         a->values = grown;
         a->cap_values = cap;
     }
     a->values[a->n_values] = malloc(n + 1);
-    if (!a->values[a->n_values]) FH_FAIL(FH_ERR_IO, "out of memory for grid values");
+    if (!a->values[a->n_values]) FH_FAIL(FH_ERR_MEMORY, "out of memory for grid values");
     memcpy(a->values[a->n_values], v, n);
     a->values[a->n_values][n] = '\0';
     a->n_values++;
@@ -236,7 +236,7 @@ static int check_repeats(const GridSpec *g, int a, const int *zip_of)
 {
     const int n = g->axes[a].n_values;
     GridTuple *t = calloc(n > 0 ? (size_t)n : 1, sizeof *t);
-    if (!t) FH_FAIL(FH_ERR_IO, "out of memory for the grid's lists");
+    if (!t) FH_FAIL(FH_ERR_MEMORY, "out of memory for the grid's lists");
     int status = FH_OK;
     for (int i = 0; i < n && status == FH_OK; i++) {
         size_t len = 1;
@@ -245,7 +245,7 @@ static int check_repeats(const GridSpec *g, int a, const int *zip_of)
         t[i].pos = i;
         t[i].tuple = malloc(len);
         if (!t[i].tuple) {
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for the grid's lists");
+            status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory for the grid's lists");
             break;
         }
         char *p = t[i].tuple;
@@ -356,7 +356,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 static int check_names_unique(const GridSpec *g)
 {
     char **names = calloc((size_t)g->n_members, sizeof *names);
-    if (!names) FH_FAIL(FH_ERR_IO, "out of memory for %lld member names", (long long)g->n_members);
+    if (!names) FH_FAIL(FH_ERR_MEMORY, "out of memory for %lld member names", (long long)g->n_members);
     int status = FH_OK;
     for (int64_t i = 0; i < g->n_members && status == FH_OK; i++) {
         char name[1024];
@@ -367,7 +367,7 @@ static int check_names_unique(const GridSpec *g)
             break;
         }
         names[i] = strdup(name);
-        if (!names[i]) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for member names");
+        if (!names[i]) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory for member names");
     }
     if (status == FH_OK) {
         qsort(names, (size_t)g->n_members, sizeof *names, cmp_str);
@@ -391,7 +391,7 @@ static int split_text(GridSpec *g, int *n_grid_sections)
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += g->text[i] == '\n';
     g->base_text = malloc(len + 2 * lines + 2);
-    if (!g->base_text) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!g->base_text) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     char *out = g->base_text;
     int in_grid = 0;
     *n_grid_sections = 0;
@@ -428,7 +428,7 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         FH_FAIL(FH_ERR_USAGE, "%s is a folder; give the grid file (or --resume %s to continue a grid)", path, path);
-    FH_CHECK(fh_read_file(path, &g->text, FH_ERR_USAGE));
+    FH_CHECK(fh_read_file(path, &g->text, FH_ERR_DATA));
     int n_sections = 0;
     FH_CHECK(split_text(g, &n_sections));
     if (n_sections == 0)
@@ -458,7 +458,7 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
 
     /* the command line: grid.X=LIST, then overrides */
     g->overrides = calloc((size_t)n_args + 1, sizeof *g->overrides);
-    if (!g->overrides) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!g->overrides) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     int cmd_zip = 0;
     for (int i = 0; i < n_args; i++) {
         const char *eq = strchr(args[i], '=');
@@ -477,7 +477,7 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
             continue;
         }
         g->overrides[g->n_overrides] = strdup(args[i]);
-        if (!g->overrides[g->n_overrides]) FH_FAIL(FH_ERR_IO, "out of memory");
+        if (!g->overrides[g->n_overrides]) FH_FAIL(FH_ERR_MEMORY, "out of memory");
         g->n_overrides++;
     }
     if (g->n_axes == 0)
@@ -586,7 +586,7 @@ int grid_member_overrides(const GridSpec *g, int64_t i, char ***out, int *n)
 {
     const int total = g->n_overrides + g->n_axes + 2;
     char **v = calloc((size_t)total, sizeof *v);
-    if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!v) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     int k = 0;
     char name[1024];
     grid_member_name(g, i, name, sizeof name);
@@ -607,7 +607,7 @@ int grid_member_overrides(const GridSpec *g, int64_t i, char ***out, int *n)
     for (int j = 0; j < k; j++)
         if (!v[j]) {
             grid_strings_free(v, k);
-            FH_FAIL(FH_ERR_IO, "out of memory");
+            FH_FAIL(FH_ERR_MEMORY, "out of memory");
         }
     *out = v;
     *n = k;

@@ -229,7 +229,7 @@ int nn_constant(NnModel *m, const NnDims *dims, const float *values)
         return nn_build_fail(m, "%s: a constant tensor needs valid dims without a batch", l->name);
     const int64_t n = nn_dims_size(dims);
     if (fh_calloc(&l->values, (size_t)n, sizeof(float), "constant tensor")) {
-        m->status = FH_ERR_IO;
+        m->status = FH_ERR_MEMORY;
         return -1;
     }
     memcpy(l->values, values, sizeof(float) * (size_t)n);
@@ -279,7 +279,7 @@ int nn_gather(NnModel *m, int in, int axis, const int32_t *index, int n)
             return nn_build_fail(m, "%s: index %d is outside the %d entries of dim %d", l->name, index[k], d->d[axis],
                                  axis);
     if (fh_calloc(&l->index, (size_t)n, sizeof *l->index, "gather indices")) {
-        m->status = FH_ERR_IO;
+        m->status = FH_ERR_MEMORY;
         return -1;
     }
     memcpy(l->index, index, sizeof *index * (size_t)n);

@@ -35,7 +35,7 @@ static int grow(void *array_ptr, int *cap, int need, size_t elem)
     while (new_cap < need) new_cap *= 2;
     void **arr = (void **)array_ptr;
     void *p = realloc(*arr, (size_t)new_cap * elem);
-    if (!p) FH_FAIL(FH_ERR_IO, "out of memory growing the model graph");
+    if (!p) FH_FAIL(FH_ERR_MEMORY, "out of memory growing the model graph");
     memset((char *)p + (size_t)*cap * elem, 0, (size_t)(new_cap - *cap) * elem);
     *arr = p;
     *cap = new_cap;
@@ -65,7 +65,7 @@ NnDims nn_dims_nchw(NnShape s, int rank)
 int nn_add_tensor(NnModel *m, const NnDims *dims, int alias_of)
 {
     if (grow(&m->tensors, &m->cap_tensors, m->n_tensors + 1, sizeof(NnTensor))) {
-        m->status = FH_ERR_IO;
+        m->status = FH_ERR_MEMORY;
         return -1;
     }
     NnTensor *t = &m->tensors[m->n_tensors];
@@ -149,7 +149,7 @@ NnLayer *nn_add_layer(NnModel *m, NnOpType type, int in, NnAct act)
         return NULL;
     }
     if (grow(&m->layers, &m->cap_layers, m->n_layers + 1, sizeof(NnLayer))) {
-        m->status = FH_ERR_IO;
+        m->status = FH_ERR_MEMORY;
         return NULL;
     }
     NnLayer *l = &m->layers[m->n_layers];
@@ -172,7 +172,7 @@ NnLayer *nn_add_layer(NnModel *m, NnOpType type, int in, NnAct act)
 int64_t nn_add_view(NnModel *m, int layer, const char *suffix, NnParamRole role, int ndim, const int *dims)
 {
     if (grow(&m->views, &m->cap_views, m->n_views + 1, sizeof(NnParamView))) {
-        m->status = FH_ERR_IO;
+        m->status = FH_ERR_MEMORY;
         return -1;
     }
     NnParamView *v = &m->views[m->n_views++];
@@ -493,7 +493,7 @@ int nn_concat_axis(NnModel *m, const int *ins, int n, int axis)
     }
     if (fh_calloc(&l->ins, (size_t)n, sizeof *l->ins, "concat inputs") ||
         fh_calloc(&l->zero_ins, (size_t)n, 1, "concat inputs")) {
-        m->status = FH_ERR_IO;
+        m->status = FH_ERR_MEMORY;
         return -1;
     }
     memcpy(l->ins, ins, sizeof *ins * (size_t)n);
@@ -711,7 +711,7 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
     const int n = m->n_tensors, L = m->n_layers;
     int *first = calloc((size_t)n + 1, sizeof *first), *last = calloc((size_t)n + 1, sizeof *last);
     int *ids = calloc((size_t)n + 1, sizeof *ids);
-    int status = FH_ERR_IO;
+    int status = FH_ERR_MEMORY;
     if (!first || !last || !ids) goto done;
     for (int t = 0; t < n; t++) first[t] = last[t] = L;
     for (int i = 0; i < L; i++) {
@@ -971,7 +971,7 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
     size_t B = (size_t)m->max_batch;
     int64_t *grad_offset = calloc((size_t)m->n_tensors, sizeof *grad_offset);
     int64_t *data_offset = calloc((size_t)m->n_tensors, sizeof *data_offset);
-    int status = grad_offset && data_offset ? plan_activations(m, grad_offset, data_offset) : FH_ERR_IO;
+    int status = grad_offset && data_offset ? plan_activations(m, grad_offset, data_offset) : FH_ERR_MEMORY;
     if (status == FH_OK)
         status = fh_alloc_aligned(&m->grad_pool, sizeof(float) * B * (size_t)(m->grad_pool_floats + 1),
                                   "activation gradients");
@@ -995,7 +995,7 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
     }
     free(grad_offset);
     free(data_offset);
-    if (status == FH_ERR_IO && !m->grad_pool) FH_FAIL(FH_ERR_IO, "out of memory planning the activations of %s", m->arch);
+    if (status == FH_ERR_MEMORY && !m->grad_pool) FH_FAIL(FH_ERR_MEMORY, "out of memory planning the activations of %s", m->arch);
     FH_CHECK(status);
     int64_t ws = 0;
     if (m->backend != NN_BACKEND_BLAS) {

@@ -365,7 +365,7 @@ static int entry_create(NnOnednnConv *c, ConvEntry *e, int batch)
         st = arg_output(ctx, &e->bd_diff_src, &x, md_of(e, BWD_DATA, dnnl_query_diff_src_md, 0), STAGE_DIFF_SRC, 1);
     if (st == dnnl_success) return FH_OK;
     entry_free(e);
-    FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_IO : FH_ERR_USAGE,
+    FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_MEMORY : FH_ERR_USAGE,
             "%s: oneDNN cannot %s the convolution %s of a %dx%dx%dx%d input to %d channels (kernel %dx%d, stride "
             "%dx%d, pads %d %d %d %d, dilation %dx%d, groups %d%s): %s; train.backend = blas runs it", c->name,
             failed >= 0 ? "create" : "set up", failed >= 0 ? prim_names[failed] : "arguments", batch, s->cin, s->h,
@@ -671,11 +671,11 @@ static int layer_entry_create(NnOnednnLayer *l, LayerEntry *e, int batch)
     if (st == dnnl_success) return FH_OK;
     layer_entry_free(ctx, e);
     if (bn)
-        FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_IO : FH_ERR_USAGE,
+        FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_MEMORY : FH_ERR_USAGE,
                 "%s: oneDNN cannot %s the batch norm %s of a %dx%dx%dx%d input%s: %s; train.backend = blas runs it",
                 l->name, failed >= 0 ? "create" : "set up", failed >= 0 ? (failed ? "backward" : "forward") : "arguments",
                 batch, l->c, l->h, l->w, l->fuse_relu ? " (ReLU fused)" : "", dnnl_status2str(st));
-    FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_IO : FH_ERR_USAGE,
+    FH_FAIL(st == dnnl_out_of_memory ? FH_ERR_MEMORY : FH_ERR_USAGE,
             "%s: oneDNN cannot %s the max pool %s of a %dx%dx%dx%d input (window %d, stride %d, pad %d): %s; "
             "train.backend = blas runs it", l->name, failed >= 0 ? "create" : "set up",
             failed >= 0 ? (failed ? "backward" : "forward") : "arguments", batch, l->c, l->h, l->w, l->k, l->stride,

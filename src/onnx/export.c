@@ -3,6 +3,7 @@
  * parameters as initializers named by the state's views ("conv1.weight"), so that importing the file builds the same
  * layers in the same order: the same state layout, the same bits. A tensor of any rank is a value of its engine dims,
  * the batch's symbolic. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,7 +364,7 @@ static int export_act(Ex *e, const NnLayer *l, const char *in, const char *out)
     default:
         FH_FAIL(FH_ERR_USAGE, "layer %s: its activation has no ONNX export", l->name);
     }
-    return !n || e->oom ? FH_ERR_IO : FH_OK;
+    return !n || e->oom ? FH_ERR_MEMORY : FH_OK;
 }
 
 static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
@@ -385,7 +386,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
             float *wt = malloc(sizeof *wt * (size_t)l->cin * (size_t)l->cout);
             if (!w || !wt) {
                 free(wt);
-                FH_FAIL(FH_ERR_IO, "out of memory exporting layer %s", l->name);
+                FH_FAIL(FH_ERR_MEMORY, "out of memory exporting layer %s", l->name);
             }
             for (int o = 0; o < l->cout; o++)
                 for (int i = 0; i < l->cin; i++) wt[(int64_t)i * l->cout + o] = w[(int64_t)o * l->cin + i];
@@ -455,7 +456,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
             free(ones);
             free(zeros);
             e->oom = 1;
-            return FH_ERR_IO;
+            return FH_ERR_MEMORY;
         }
         for (int k = 0; k < l->groups; k++) ones[k] = 1.0f;
         snprintf(nm, sizeof nm, "%s.split_shape", l->name);
@@ -501,7 +502,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
     case NN_OP_CONCAT: {
         const char **ins = ex_alloc(e, (size_t)l->n_ins * sizeof *ins);
         char (*names)[32] = ex_alloc(e, (size_t)l->n_ins * sizeof *names);
-        if (!ins || !names) return FH_ERR_IO;
+        if (!ins || !names) return FH_ERR_MEMORY;
         for (int k = 0; k < l->n_ins; k++) {
             tname(m, l->ins[k], names[k], sizeof names[k]);
             ins[k] = names[k];
@@ -608,15 +609,15 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         for (int k = 0; k < d->ndim; k++) dims[k] = d->d[k];
         char nm[64];
         tname(m, l->out, nm, sizeof nm);
-        if (!ex_init(e, nm, state + l->w_off, d->ndim, dims)) return FH_ERR_IO;
-        return e->oom ? FH_ERR_IO : FH_OK;
+        if (!ex_init(e, nm, state + l->w_off, d->ndim, dims)) return FH_ERR_MEMORY;
+        return e->oom ? FH_ERR_MEMORY : FH_OK;
     }
     case NN_OP_CONST: { /* a Constant node: an initializer would come back as a trainable parameter */
         const NnDims *d = &m->tensors[l->out].dims;
         int64_t dims[NN_MAX_DIMS];
         for (int k = 0; k < d->ndim; k++) dims[k] = d->d[k];
         const char *v = const_node(e, y, l->values, d->ndim, dims);
-        if (!v || e->oom) return FH_ERR_IO;
+        if (!v || e->oom) return FH_ERR_MEMORY;
         return FH_OK;
     }
     case NN_OP_EXPAND:
@@ -634,7 +635,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
     }
     case NN_OP_GATHER: {
         int64_t *idx = ex_alloc(e, sizeof *idx * (size_t)l->n_index);
-        if (!idx) return FH_ERR_IO;
+        if (!idx) return FH_ERR_MEMORY;
         for (int k = 0; k < l->n_index; k++) idx[k] = l->index[k];
         n = ex_node(e, "Gather", l->name, 2, (const char *[]){ in, ints_of(e, l, "indices", l->n_index, idx) }, y);
         attr_int(e, n, "axis", l->axis);
@@ -646,7 +647,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
     default:
         FH_FAIL(FH_ERR_USAGE, "layer %s: its type has no ONNX export", l->name);
     }
-    if (!n || e->oom) FH_FAIL(FH_ERR_IO, "out of memory exporting layer %s", l->name);
+    if (!n || e->oom) FH_FAIL(FH_ERR_MEMORY, "out of memory exporting layer %s", l->name);
     char an[64];
     if (l->act == NN_ACT_RELU) {
         snprintf(an, sizeof an, "%s_relu", l->name);
@@ -660,7 +661,7 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         snprintf(an, sizeof an, "%s_relu6", l->name);
         ex_node(e, "Clip", an, 3, ins, out);
     }
-    return e->oom ? FH_ERR_IO : FH_OK;
+    return e->oom ? FH_ERR_MEMORY : FH_OK;
 }
 
 static Onnx__ValueInfoProto *value_info(Ex *e, const char *name, int ndim, const int64_t *dims)
@@ -737,11 +738,11 @@ int onnx_export(const NnModel *m, const float *state, const char *path)
         model.producer_name = "fedhet";
         model.producer_version = FEDHET_VERSION;
         model.graph = &g;
-        if (!in || !out || e.oom) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory exporting");
+        if (!in || !out || e.oom) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory exporting");
         else {
             len = onnx__model_proto__get_packed_size(&model);
             buf = malloc(len ? len : 1);
-            if (!buf) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: out of memory (%zu bytes)", path, len);
+            if (!buf) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "%s: out of memory (%zu bytes)", path, len);
             else onnx__model_proto__pack(&model, buf);
         }
     }
@@ -753,9 +754,12 @@ int onnx_export(const NnModel *m, const float *state, const char *path)
         FhAtomicFile f;
         status = fh_atomic_open(&f, path);
         if (status == FH_OK) {
+            errno = 0;
             if (fwrite(buf, 1, len, f.f) != len) {
+                const int err = errno; /* before the discard's own calls can change it */
                 fh_atomic_discard(&f);
-                status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: write failed", path);
+                status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: cannot write: %s", path,
+                                        err ? strerror(err) : "write error");
             } else status = fh_atomic_commit(&f);
         }
     }

@@ -84,7 +84,7 @@ int imp_decode_tensor(const Onnx__TensorProto *t, Const *c, const char *path, co
     case ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT:
     case ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE:
         c->f = malloc((size_t)(c->n ? c->n : 1) * sizeof(float));
-        if (!c->f) FH_FAIL(FH_ERR_IO, "%s: out of memory decoding tensor %s", path, what);
+        if (!c->f) FH_FAIL(FH_ERR_MEMORY, "%s: out of memory decoding tensor %s", path, what);
         if (type == ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT) {
             have = rd ? raw / 4 : t->n_float_data;
             if (have == (size_t)c->n) {
@@ -106,7 +106,7 @@ int imp_decode_tensor(const Onnx__TensorProto *t, Const *c, const char *path, co
     case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL:
         c->is_int = 1;
         c->i = malloc((size_t)(c->n ? c->n : 1) * sizeof(int64_t));
-        if (!c->i) FH_FAIL(FH_ERR_IO, "%s: out of memory decoding tensor %s", path, what);
+        if (!c->i) FH_FAIL(FH_ERR_MEMORY, "%s: out of memory decoding tensor %s", path, what);
         if (type == ONNX__TENSOR_PROTO__DATA_TYPE__INT64) {
             have = rd ? raw / 8 : t->n_int64_data;
             if (have == (size_t)c->n) {
@@ -170,7 +170,7 @@ int onnx_net_parse(OnnxNet **out, const uint8_t *buf, size_t len, const char *na
     OnnxNet *net = calloc(1, sizeof *net);
     if (!net || !(net->path = strdup(name ? name : "model.onnx"))) {
         free(net);
-        FH_FAIL(FH_ERR_IO, "%s: out of memory", name);
+        FH_FAIL(FH_ERR_MEMORY, "%s: out of memory", name);
     }
     net->model = onnx__model_proto__unpack(NULL, len, buf);
     int status = FH_OK;
@@ -187,7 +187,7 @@ int onnx_net_parse(OnnxNet **out, const uint8_t *buf, size_t len, const char *na
                                 "17 are supported (torch.onnx.export(..., opset_version=13))", net->path, net->opset);
     if (status == FH_OK && g->n_initializer) {
         net->inits = calloc(g->n_initializer, sizeof *net->inits);
-        if (!net->inits) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "%s: out of memory", net->path);
+        if (!net->inits) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "%s: out of memory", net->path);
     }
     for (size_t k = 0; status == FH_OK && k < (g ? g->n_initializer : 0); k++) {
         status = imp_decode_tensor(g->initializer[k], &net->inits[k], net->path, g->initializer[k]->name);
@@ -454,7 +454,7 @@ int imp_record_weight(Bld *b, int layer, int role, const Const *c, int transpose
     if (net->n_weights == net->cap_weights) {
         int cap = net->cap_weights ? 2 * net->cap_weights : 64;
         OnnxWeight *grown = realloc(net->weights, (size_t)cap * sizeof *grown);
-        if (!grown) FH_FAIL(FH_ERR_IO, "out of memory");
+        if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory");
         net->weights = grown;
         net->cap_weights = cap;
     }
@@ -462,7 +462,7 @@ int imp_record_weight(Bld *b, int layer, int role, const Const *c, int transpose
     const float *src = c->f;
     if (c->init < 0) {
         float *copy = malloc((size_t)c->n * sizeof *copy);
-        if (!copy) FH_FAIL(FH_ERR_IO, "out of memory");
+        if (!copy) FH_FAIL(FH_ERR_MEMORY, "out of memory");
         memcpy(copy, c->f, (size_t)c->n * sizeof *copy);
         src = copy;
     }
@@ -670,11 +670,11 @@ static int build_graph(Bld *b, int *features, int *logits)
     net->n_weights = 0;
     if (!(b->init_used = malloc((g->n_initializer + 1) * sizeof *b->init_used)) ||
         !(b->absorbed = calloc(g->n_node + 1, 1)))
-        FH_FAIL(FH_ERR_IO, "out of memory");
+        FH_FAIL(FH_ERR_MEMORY, "out of memory");
     for (size_t k = 0; k < g->n_initializer; k++) {
         b->init_used[k] = (InitUse){ -1, 0, 0, 1.0f, -1 };
         Val *v = imp_put(b, g->initializer[k]->name, V_CONST);
-        if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+        if (!v) FH_FAIL(FH_ERR_MEMORY, "out of memory");
         v->c = net->inits[k];
     }
     if (g->n_sparse_initializer) FH_FAIL(FH_ERR_USAGE, "%s: sparse initializers are not supported", net->path);
@@ -707,7 +707,7 @@ static int build_graph(Bld *b, int *features, int *logits)
             FH_FAIL(FH_ERR_USAGE, "%s: input '%s' is fixed at %s %lld in the file but the data has %dx%dx%d (export the "
                     "model for the data's shape, or with dynamic_axes)", net->path, in->name,
                     k == 1 ? "channels" : k == 2 ? "height" : "width", (long long)d[k], s.c, s.h, s.w);
-    if (!imp_put_tensor(b, in->name, m->input, rank)) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!imp_put_tensor(b, in->name, m->input, rank)) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     b->features = -1;
     /* Constant nodes first: patterns look ahead at the constants of later nodes (GELU's 1 and 0.5) */
     for (b->node = 0; b->node < (int)g->n_node; b->node++) {

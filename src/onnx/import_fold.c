@@ -22,7 +22,7 @@ int imp_const_new(Bld *b, Const *c, int ndim, const int64_t *dims, int is_int)
     c->is_int = is_int;
     if (is_int) c->i = imp_alloc(b, (size_t)c->n * sizeof *c->i);
     else c->f = imp_alloc(b, (size_t)c->n * sizeof *c->f);
-    if (!(is_int ? (void *)c->i : (void *)c->f)) FH_FAIL(FH_ERR_IO, "out of memory folding constants");
+    if (!(is_int ? (void *)c->i : (void *)c->f)) FH_FAIL(FH_ERR_MEMORY, "out of memory folding constants");
     return FH_OK;
 }
 
@@ -30,7 +30,7 @@ int imp_const_new(Bld *b, Const *c, int ndim, const int64_t *dims, int is_int)
 static int const_sym(Bld *b, Const *c)
 {
     c->ib = imp_alloc(b, (size_t)(c->n ? c->n : 1) * sizeof *c->ib);
-    if (!c->ib) FH_FAIL(FH_ERR_IO, "out of memory folding constants");
+    if (!c->ib) FH_FAIL(FH_ERR_MEMORY, "out of memory folding constants");
     return FH_OK;
 }
 
@@ -167,7 +167,7 @@ static int fold_constant(Bld *b, const Onnx__NodeProto *n, Const *out)
         void *q = imp_alloc(b, (size_t)(out->n ? out->n : 1) * (out->is_int ? 8 : 4));
         if (!q) {
             free(p);
-            FH_FAIL(FH_ERR_IO, "out of memory");
+            FH_FAIL(FH_ERR_MEMORY, "out of memory");
         }
         memcpy(q, p, (size_t)out->n * (out->is_int ? 8 : 4));
         free(p);

@@ -106,7 +106,7 @@ const char *imp_node_name(const Bld *b, const Onnx__NodeProto *n);
     } while (0)
 #define NEED_MEM(p)                                                                                           \
     do {                                                                                                      \
-        if (!(p)) FH_FAIL(FH_ERR_IO, "out of memory");                                                        \
+        if (!(p)) FH_FAIL(FH_ERR_MEMORY, "out of memory");                                                        \
     } while (0)
 
 /* ---- import.c ---- */

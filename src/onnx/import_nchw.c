@@ -86,7 +86,7 @@ int imp_op_conv(Bld *b)
     int li = b->m->n_layers - 1;
     FH_CHECK(imp_record_weight(b, li, ONNX_W, w, 0, 1.0f));
     if (bias) FH_CHECK(imp_record_weight(b, li, ONNX_B, bias, 0, 1.0f));
-    if (!imp_put_tensor(b, imp_cur(b)->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!imp_put_tensor(b, imp_cur(b)->output[0], t, 4)) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     return FH_OK;
 }
 
@@ -121,7 +121,7 @@ int imp_op_batchnorm(Bld *b)
     l->momentum = (float)(fabs(mom - round6) < 1e-6 ? round6 : mom);
     static const int roles[] = { ONNX_W, ONNX_B, ONNX_RM, ONNX_RV };
     for (int k = 0; k < 4; k++) FH_CHECK(imp_record_weight(b, li, roles[k], p[k], 0, 1.0f));
-    if (!imp_put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!imp_put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     return FH_OK;
 }
 
@@ -155,7 +155,7 @@ int imp_op_pool(Bld *b, int max)
     const NnPoolSpec spec = { g.kh, g.kw, g.sh, g.sw, g.pt, g.pl, g.pb, g.pr, (int)imp_attr_i(n, "ceil_mode", 0), include };
     int t = max ? nn_maxpool_ex(b->m, x->t, &spec) : nn_avgpool_ex(b->m, x->t, &spec);
     if (t < 0) return b->m->status;
-    if (!imp_put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!imp_put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     return FH_OK;
 }
 
@@ -191,7 +191,7 @@ int imp_flatten_to(Bld *b, Val *x, const char *out)
     if (x->od.rank == 2) return imp_put_alias(b, out, x);
     int t = nn_flatten(b->m, x->t);
     if (t < 0) return b->m->status;
-    if (!imp_put_tensor(b, out, t, 2)) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!imp_put_tensor(b, out, t, 2)) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     return FH_OK;
 }
 
@@ -214,7 +214,7 @@ int imp_nchw_reshape(Bld *b, int *done)
             NODE_FAIL(b, FH_ERR_USAGE, "a reshape to 3-D is read as the start of PyTorch's GroupNorm pattern, but %lld "
                       "groups do not divide %d channels", (long long)g, sh.c);
         Val *v = imp_put(b, n->output[0], V_GN_SPLIT);
-        if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+        if (!v) FH_FAIL(FH_ERR_MEMORY, "out of memory");
         v->t = x->t;
         v->groups = (int)g;
         return FH_OK;
@@ -227,7 +227,7 @@ int imp_nchw_reshape(Bld *b, int *done)
             NODE_FAIL(b, FH_ERR_USAGE, "a reshape to 5-D is read as the start of a channel shuffle, but %lld groups do "
                       "not divide %d channels", (long long)g, sh.c);
         Val *v = imp_put(b, n->output[0], V_SHUF_SPLIT);
-        if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+        if (!v) FH_FAIL(FH_ERR_MEMORY, "out of memory");
         v->t = x->t;
         v->groups = (int)g;
         return FH_OK;
@@ -235,7 +235,7 @@ int imp_nchw_reshape(Bld *b, int *done)
     if (x && x->kind == V_SHUF_SWAPPED) {
         int t = nn_channel_shuffle(b->m, x->t, x->groups);
         if (t < 0) return b->m->status;
-        if (!imp_put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
+        if (!imp_put_tensor(b, n->output[0], t, 4)) FH_FAIL(FH_ERR_MEMORY, "out of memory");
         return FH_OK;
     }
     if (x && x->kind == V_GN_NORMED) { /* back to N x C x H x W */
@@ -244,7 +244,7 @@ int imp_nchw_reshape(Bld *b, int *done)
             (s->i[3] != sh.w && s->i[3] != 0 && s->i[3] != -1))
             NODE_FAIL(b, FH_ERR_USAGE, "the GroupNorm pattern must reshape back to its input's shape");
         Val *v = imp_put(b, n->output[0], V_GN_BACK);
-        if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+        if (!v) FH_FAIL(FH_ERR_MEMORY, "out of memory");
         *v = *x;
         v->name = n->output[0];
         v->kind = V_GN_BACK;
@@ -275,7 +275,7 @@ int imp_op_instnorm(Bld *b)
             NODE_FAIL(b, FH_ERR_USAGE, "the GroupNorm pattern's InstanceNormalization must have scale 1 and bias 0 (its "
                       "affine part follows as Mul and Add)");
     Val *v = imp_put(b, imp_cur(b)->output[0], V_GN_NORMED);
-    if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!v) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     v->t = x->t;
     v->groups = x->groups;
     v->eps = imp_attr_f(imp_cur(b), "epsilon", 1e-5f);
@@ -308,7 +308,7 @@ static int make_groupnorm(Bld *b, const Val *p, const Const *beta, const char *o
     if (!beta) FH_CHECK(imp_const_new(b, &zero, 1, dims, 0));
     FH_CHECK(imp_record_weight(b, li, ONNX_W, p->gamma ? p->gamma : &one, 0, 1.0f));
     FH_CHECK(imp_record_weight(b, li, ONNX_B, beta ? beta : &zero, 0, 1.0f));
-    if (!imp_put_tensor(b, out, t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!imp_put_tensor(b, out, t, 4)) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     return FH_OK;
 }
 
@@ -368,7 +368,7 @@ static int slice_to(Bld *b, Val *x, int64_t start, int64_t end, const char *out)
     if (end > c) end = c;
     int t = nn_slice_channels(b->m, x->t, (int)start, (int)end);
     if (t < 0) return b->m->status;
-    if (!imp_put_tensor(b, out, t, 4)) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!imp_put_tensor(b, out, t, 4)) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     return FH_OK;
 }
 
@@ -437,7 +437,7 @@ int imp_op_pad(Bld *b)
     if (p[0] || p[1] || p[4] || p[5] || p[2] < 0 || p[3] < 0 || p[6] < 0 || p[7] < 0)
         NODE_FAIL(b, FH_ERR_USAGE, "pads on the batch or channel axes, or negative pads, are not supported");
     Val *v = imp_put_tensor(b, n->output[0], x->t, 4);
-    if (!v) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!v) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     v->layer = -1; /* an alias: an activation after it must not fuse into the layer that others read */
     v->pad[0] = (int)p[2], v->pad[1] = (int)p[3], v->pad[2] = (int)p[6], v->pad[3] = (int)p[7];
     return FH_OK;

@@ -51,25 +51,48 @@ test_members_equal_runs_alone()
         same_global "$WORK/alone/lr-0.1_seed-2/run.h5" "$G/lr-0.1_seed-2/run.h5" "--force rerun on 1 rank per member vs alone on 2"
 }
 
-# 2. A member that diverges and a member whose value is invalid are recorded as failed; the others finish;
-#    exit code 10 + failed members.
+# 2. A member that diverges is recorded as failed; the others finish; exit code 10 + failed members (a message
+#    without call-chain frames); --resume counts it as failed, not finished.
 test_failed_members()
 {
-    { cat "$WORK/base.ini"; printf '\n[grid]\ntrain.lr = 0.05, 1e6, -1\n'; } >"$WORK/fails.ini"
+    { cat "$WORK/base.ini"; printf '\n[grid]\ntrain.lr = 0.05, 1e6\n'; } >"$WORK/fails.ini"
     fg 2 gf "$WORK/fails.ini" grid.ranks_per_member=1
-    expect_rc "grid with a diverging and an invalid member" 12
+    expect_rc "grid with a diverging member" 11
     local G=$WORK/out/fails
     [ "$(member_state "$G" lr-0.05)" = done ] || fail "lr 0.05: state '$(member_state "$G" lr-0.05)'"
     [ "$(member_state "$G" lr-1e6)" = failed ] || fail "lr 1e6: state '$(member_state "$G" lr-1e6)'"
-    [ "$(member_state "$G" lr--1)" = failed ] || fail "lr -1: state '$(member_state "$G" lr--1)'"
     grep "lr-1e6" "$G/members.csv" | grep -q "diverged" || fail "members.csv: no 'diverged' message for lr 1e6"
-    grep "lr--1" "$G/members.csv" | grep -q "lr" || fail "members.csv: no message naming lr for lr -1"
-    grep -q "2 of 3 members failed" "$WORK/gf.err" || fail "stderr lacks '2 of 3 members failed': $(errline gf)"
-    [ -e "$G/lr--1" ] && fail "the invalid member has a run folder"
-    # --resume skips them (and the finished one): nothing runs, same exit code
+    grep -q "1 of 2 members failed" "$WORK/gf.err" || fail "stderr lacks '1 of 2 members failed': $(errline gf)"
+    grep -q "  at src/" "$WORK/gf.err" && fail "the error shows call-chain frames unasked: $(grep -m1 '  at src/' "$WORK/gf.err")"
+    # --resume skips it (and the finished one): nothing runs, same exit code
     fg 2 gf2 --resume "$G"
-    expect_rc "--resume of a grid with failed members" 12
-    grep -q "0 to run" "$WORK/gf2.out" || fail "--resume ran members again: $(grep '\[grid\]' "$WORK/gf2.out" | head -2 | tr '\n' ' ')"
+    expect_rc "--resume of a grid with a failed member" 11
+    grep -q "0 to run (1 already finished, 1 failed before" "$WORK/gf2.out" ||
+        fail "--resume: the counts are wrong: $(grep '\[grid\]' "$WORK/gf2.out" | head -1)"
+}
+
+# 2b. A bad value in a list, found before any member starts, whatever it is: a value out of range (exit 1) or a
+#     data file that does not exist (exit 2); every invalid member is named, nothing runs and nothing is written.
+test_invalid_members()
+{
+    local G=$WORK/badout/sweep
+    fg 1 inv1 "$WORK/sweep.ini" output.dir="$WORK/badout" grid.train.lr=0.05,-1,-2 grid.ranks_per_member=1
+    expect_rc "a list with invalid values" 1
+    grep -q "4 of 6 members are invalid; nothing was started" "$WORK/inv1.err" || fail "no count of invalid members: $(errline inv1)"
+    grep -q "member lr--1_seed-1: .*lr = -1" "$WORK/inv1.err" && grep -q "member lr--2_seed-1: .*lr = -2" "$WORK/inv1.err" ||
+        fail "the invalid members are not all named: $(tr '\n' ' ' <"$WORK/inv1.err" | cut -c1-400)"
+    [ -e "$WORK/badout" ] && { fail "a grid with invalid members wrote $WORK/badout"; rm -rf "$WORK/badout"; }
+    fg 1 inv2 "$WORK/sweep.ini" output.dir="$WORK/badout" grid.data.path="$WORK/p6.h5,$WORK/nope.h5" grid.ranks_per_member=1
+    expect_rc "a list naming a missing data file" 2
+    grep -q "nope.h5 does not exist" "$WORK/inv2.err" || fail "the missing file is not named: $(errline inv2)"
+    grep -q "  at src/" "$WORK/inv2.err" && fail "call-chain frames unasked: $(grep -m1 '  at src/' "$WORK/inv2.err")"
+    [ -e "$WORK/badout" ] && { fail "a grid with a missing data file wrote $WORK/badout"; rm -rf "$WORK/badout"; }
+    # a data file with fewer clients than a member's ranks need
+    fg 4 inv3 "$WORK/sweep.ini" output.dir="$WORK/badout" grid.data.path="$WORK/p6.h5,$WORK/p1.h5" grid.ranks_per_member=4
+    expect_rc "a member with more ranks than its clients allow" 1
+    grep -q "4 ranks for 1 clients" "$WORK/inv3.err" || fail "the rank count is not refused: $(errline inv3)"
+    [ -e "$WORK/badout" ] && { fail "$WORK/badout was written"; rm -rf "$WORK/badout"; }
+    return 0
 }
 
 # 3. Bad grids: exit 1 with a clear message before anything is written.
@@ -91,7 +114,7 @@ test_bad_grids()
     bad 1 toomanyranks "ranks_per_member = 4" "$WORK/sweep.ini" output.dir="$WORK/badout" grid.ranks_per_member=4
     bad 3 notmultiple "not a multiple" "$WORK/sweep.ini" output.dir="$WORK/badout"
     bad 1 thousand "--yes" "$WORK/sweep.ini" output.dir="$WORK/badout" grid.seed=0..1000
-    bad 1 allinvalid "every member" "$WORK/sweep.ini" output.dir="$WORK/badout" grid.train.lr=-1,-2 grid.ranks_per_member=1
+    bad 1 allinvalid "4 of 4 members are invalid" "$WORK/sweep.ini" output.dir="$WORK/badout" grid.train.lr=-1,-2 grid.ranks_per_member=1
     bad 1 swept "swept by" "$WORK/sweep.ini" output.dir="$WORK/badout" train.lr=0.3
     bad 1 nogrid "no \[grid\] section" "$WORK/base.ini" output.dir="$WORK/badout"
     bad 1 option "unknown option" "$WORK/sweep.ini" --bogus
@@ -184,5 +207,5 @@ test_help()
     grep -q "ranks_per_member" "$WORK/help.out" && grep -q -- "--resume" "$WORK/help.out" || fail "grid --help lacks ranks_per_member or --resume"
 }
 
-TESTS=(members_equal_runs_alone failed_members bad_grids sigterm_resume member_mode help)
+TESTS=(members_equal_runs_alone failed_members invalid_members bad_grids sigterm_resume member_mode help)
 run_tests "$@"

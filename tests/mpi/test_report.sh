@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end tests of `fedhet report DIR` (summary tables and plots of runs and grids, docs/methods/metrics.md C.2 / C.3) and
 # `fedhet landscape` (loss around a checkpoint) on tiny synthetic data (tests/mpi/lib.sh): the numbers in
-# summary.csv against the runs' metrics.csv, folders of runs, failed members listed, PNGs written; the
+# summary.csv against the runs' metrics.csv, folders of runs, failed members listed, PNGs written, the figures
+# drawn again from summary.csv and curves.csv alone (--redraw); the
 # landscape's centre equal to the run's test loss, the same numbers on 1 and 3 ranks, bad inputs, a checkpoint
 # of another model layout refused.
 # usage: tests/mpi/test_report.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
@@ -117,7 +118,7 @@ test_report_failures()
     [ "$(csv_cell "$WORK/out/withfail/summary.csv" "lr=1e6" runs)" = 0 ] || fail "the failed member counts as a run in summary.csv"
     [ "$(csv_cell "$WORK/out/withfail/summary.csv" "lr=0.05" runs)" = 1 ] || fail "lr 0.05 is not one run in summary.csv"
     fx 0 nodir report "$WORK/nothing-here"
-    expect_rc "report of a missing folder" 1
+    expect_rc "report of a missing folder" 2
     mkdir -p "$WORK/empty"
     fx 0 empty report "$WORK/empty"
     expect_rc "report of a folder without runs" 1
@@ -279,5 +280,37 @@ ranks_per_member = 1
     [ "$h" = 640 ] || fail "the short legend of the sensitivity grid moved: accuracy.png is $h pixels high"
 }
 
-TESTS=(report_grid report_runs report_failures report_partition_stats landscape landscape_bad landscape_layout report_labels_legend)
+# 9. curves.csv holds each configuration's curve (its last round's mean is summary.csv's final mean), and
+#    --redraw draws the figures again from summary.csv and curves.csv alone (no run folder beside them); a folder
+#    without summary.csv exits 2 naming it.
+test_report_redraw()
+{
+    local G=$WORK/out/sens C=$WORK/redraw lr
+    fx 0 rep_curves report "$G"
+    expect_rc "report of the grid" 0 || return
+    [ "$(data_rows "$G/curves.csv")" = 8 ] || fail "curves.csv has $(data_rows "$G/curves.csv") rows, expected 2 x 4 rounds"
+    for lr in 0.05 0.2; do
+        local last final
+        last=$(awk -F, -v m="lr=$lr" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "mean") c = i; next } $1 == m { v = $c } END { print v }' "$G/curves.csv")
+        final=$(csv_cell "$G/summary.csv" "lr=$lr" final_mean)
+        close "$last" "$final" 2e-6 || fail "lr $lr: curves.csv's last mean $last, summary.csv's final mean $final"
+    done
+    mkdir -p "$C"
+    cp "$G/summary.csv" "$G/summary.md" "$G/curves.csv" "$C/"
+    fx 0 redraw report --redraw "$C"
+    expect_rc "--redraw from the tables alone" 0 || return
+    is_png "$C/accuracy.png" || fail "--redraw: no accuracy.png"
+    is_png "$C/sensitivity-lr.png" || fail "--redraw: no sensitivity-lr.png"
+    grep -q "sens: redrew" "$WORK/redraw.out" || fail "--redraw does not name the report: $(head -1 "$WORK/redraw.out")"
+    rm "$C/curves.csv" "$C/accuracy.png"
+    fx 0 redraw2 report --redraw "$C" --x passes
+    expect_rc "--redraw without curves.csv" 0
+    [ -e "$C/accuracy-passes.png" ] && fail "--redraw drew curves without curves.csv"
+    rm "$C/summary.csv"
+    fx 0 redraw3 report --redraw "$C"
+    expect_rc "--redraw without summary.csv" 2 && { grep -q "summary.csv: cannot open" "$WORK/redraw3.err" || fail "--redraw: $(errline redraw3)"; }
+}
+
+TESTS=(report_grid report_runs report_failures report_partition_stats landscape landscape_bad landscape_layout report_labels_legend
+       report_redraw)
 run_tests "$@"

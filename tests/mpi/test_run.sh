@@ -358,7 +358,7 @@ test_bad_configs()
     expect_rc "data.alpha=0" 1 && { grep -qE '\[data\] alpha|data\.alpha' "$WORK/bad3.err" || fail "data.alpha=0: message does not name the key: $(errline bad3)"; }
     [ -e "$WORK/made.h5" ] && fail "data.alpha=0: the partition file was made before the error"
     fh 1 bad4 "${b[@]}" output.name=bad4 data.path="$WORK/missing.h5"
-    expect_rc "missing data file" 1 && { grep -q "$WORK/missing.h5" "$WORK/bad4.err" || fail "missing data file: message does not name it: $(errline bad4)"; }
+    expect_rc "missing data file" 2 && { grep -q "$WORK/missing.h5" "$WORK/bad4.err" || fail "missing data file: message does not name it: $(errline bad4)"; }
     sed 's/^\[train\]/[train]\nlerning_rate = 0.1/' "$WORK/base.ini" >"$WORK/unknown.ini"
     fh 1 bad5 "$WORK/unknown.ini" output.name=bad5
     expect_rc "unknown key in the file" 1 && { grep -q "lerning_rate" "$WORK/bad5.err" && grep -q "unknown.ini" "$WORK/bad5.err" ||

@@ -5,6 +5,9 @@
 #   alone_error      a client rank failing alone mid-run: rank 0 prints its message and log.txt has it
 #   early_sigterm    SIGTERM as soon as the ranks' handlers exist (during MPI start-up): the run stops at
 #                    its first safe point with a checkpoint, exit 0 and the resume line (not killed, 143)
+#   startup_sigterm  SIGTERM while the shared libraries' constructors still run (a preloaded one that takes
+#                    1 s stands in for a slow start on a loaded node): the handler exists already (installed
+#                    from .preinit_array), so the run stops after round 1 with exit 0 instead of dying (143)
 #   long_round       a round of 2^32 + 1 local steps: SIGTERM leaves it after fl.term_grace, exit 0, the
 #                    checkpoint of the rounds before
 #   left_resume      a round left after fl.term_grace, then --resume: bit-identical to an uninterrupted run
@@ -96,6 +99,35 @@ test_early_sigterm()
     rd=$(rounds_done "$WORK/out/$name/checkpoint.h5")
     [ -n "$rd" ] && [ "$rd" -lt 50 ] || fail "checkpoint rounds_done '$rd' (expected a stop before round 50)"
     note "$early of 3 ranks were signalled before MPI start-up; stopped with a checkpoint of $rd rounds"
+}
+
+test_startup_sigterm()
+{
+    # a constructor that sleeps 1 s, and does not pass itself on to the processes the run starts (orted)
+    cat >"$WORK/slow.c" <<'EOF2'
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <time.h>
+__attribute__((constructor)) static void slow_start(void)
+{
+    unsetenv("LD_PRELOAD");
+    struct timespec t = { 1, 0 };
+    nanosleep(&t, NULL);
+}
+EOF2
+    cc -shared -fPIC -o "$WORK/slow.so" "$WORK/slow.c" || { fail "cannot build the slow constructor"; return; }
+    local name=startup pid
+    timeout -k 5 "$RUN_LIMIT" env LD_PRELOAD="$WORK/slow.so" "$FEDHET" run "$WORK/one.ini" output.name=$name fl.rounds=50 \
+        >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    pid=$!
+    BG_PIDS+=("$pid")
+    sleep 0.5
+    pkill -TERM -P "$pid" -f -- "output.name=$name" || { fail "no run process to signal"; wait "$pid"; return; }
+    wait "$pid"
+    RC=$? LAST_TAG=$name
+    expect_rc "SIGTERM during the libraries' start-up" 0 || return
+    grep -q "stopped by SIGTERM after round 1 of 50; checkpoint written. Resume with" "$WORK/$name.out" ||
+        fail "no line saying it stopped after round 1: $(tail -1 "$WORK/$name.out")"
 }
 
 test_long_round()
@@ -207,6 +239,6 @@ test_sigterm_mpirun()
     note "mpirun exited $RC"
 }
 
-TESTS=(client_error alone_error early_sigterm long_round left_resume usr1_mpirun sigterm_mpirun)
+TESTS=(client_error alone_error early_sigterm startup_sigterm long_round left_resume usr1_mpirun sigterm_mpirun)
 
 run_tests "$@"

@@ -215,6 +215,11 @@ EOF
     fx hold_bad partition "$WORK/dom" "$WORK/hold_bad.h5" scheme=natural holdout_domain=d9
     expect_rc "holdout_domain=d9" 1 && grep -q "no domain 'd9'" "$WORK/hold_bad.err" ||
         fail "an unknown holdout domain is not named: $(errline hold_bad)"
+    # the message lists every domain, not only the first
+    local d
+    for d in $(ls "$WORK/dom"); do
+        grep -q "domains: .*\b$d\b" "$WORK/hold_bad.err" || fail "the holdout message does not list domain $d: $(errline hold_bad)"
+    done
 }
 
 # 4b. provenance: /clients/source_index and /test/source_index are each row's index in the source's listing (the
@@ -333,6 +338,9 @@ EOF
     # empty class folder
     cp -r "$WORK/ok" "$WORK/empty" && mkdir "$WORK/empty/c"
     bad "$WORK/empty" "$WORK/out/e.h5" "empty/c: empty class folder"
+    # a class whose one entry is a symbolic link loop: the loop named, not an "empty class folder"
+    cp -r "$WORK/ok" "$WORK/loop" && mkdir "$WORK/loop/c" && ln -s 0.png "$WORK/loop/c/0.png"
+    bad "$WORK/loop" "$WORK/out/l.h5" "loop/c/0.png: symbolic link loop"
     # CSV: a missing column, an unknown label (line named)
     printf 'file,label\na/0.png,a\n' >"$WORK/ok/nocol.csv"
     bad "$WORK/ok/nocol.csv" "$WORK/out/n.h5" "nocol.csv: line 1: no column 'image'"

@@ -32,6 +32,17 @@ man_page()
                 "checkpoint_every" "[data]" "dirichlet"; do
         printf '%s\n' "$text" | grep -qF -- "$want" || { echo "the man page lacks '$want'"; return 1; }
     done
+    # non-ASCII characters of the help texts (docs/methods/baselines.md §0.1, mean ± std) survive as groff escapes,
+    # never as "??"; the file itself is ASCII
+    grep -q '??' "$P/share/man/man1/fedhet.1" && { echo "the man page has '??' where characters were: $(grep -m1 '??' "$P/share/man/man1/fedhet.1" | cut -c1-120)"; return 1; }
+    LC_ALL=C grep -q $'[\x80-\xff]' "$P/share/man/man1/fedhet.1" && { echo "the man page holds raw non-ASCII bytes"; return 1; }
+    grep -qF 'baselines.md \[u00A7]0.1' "$P/share/man/man1/fedhet.1" || { echo "the man page lacks the escaped §"; return 1; }
+    # the exit codes are fedhet --help's table, every code of it
+    local code
+    for code in $(bin/fedhet --help | awk '/^exit codes/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'); do
+        printf '%s\n' "$text" | sed -n '/^EXIT STATUS/,/^[A-Z]/p' | awk -v c="$code" '$1 == c { f = 1 } END { exit !f }' ||
+            { echo "EXIT STATUS lacks exit code $code"; return 1; }
+    done
     # every subcommand of fedhet --help has its section
     for c in $(bin/fedhet --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'); do
         printf '%s\n' "$text" | grep -q "^COMMAND $(echo "$c" | tr a-z A-Z)\$" || { echo "no section for $c"; return 1; }
@@ -68,6 +79,21 @@ completion()
     complete_line "$F grid g.ini algo.rho_m" | grep -qx 'algo.rho_max=' || { echo "no algo.rho_max="; return 1; }
     complete_line "$F partition fashion-mnist x.h5 sch" | grep -qx 'scheme=' || { echo "no scheme="; return 1; }
     complete_line "$F run --r" | grep -qx -- '--resume' || { echo "no --resume"; return 1; }
+    # every key of every method (as `fedhet methods NAME` lists them) completes
+    local m k keys
+    keys=$(complete_line "$F run x.ini algo.")
+    for m in $("$F" methods | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }'); do
+        for k in $("$F" methods "$m" | awk '/^\[algo\] keys/ { on = 1; next } on && /^  [a-z_0-9]+ +default / { print $1 }'); do
+            printf '%s\n' "$keys" | grep -qx "algo.$k=" || { echo "method $m: algo.$k= does not complete"; return 1; }
+        done
+    done
+    # a method name of any length: a fedhet whose help lists one longer than the column (one space before its keys)
+    mkdir -p "$WORK/long/bin"
+    printf '#!/bin/sh\nif [ "$1 $2" = "run --help" ]; then\n    "%s" run --help\n    echo "  a_method_with_a_long_name zeta_one, zeta_two"\nelse\n    exec "%s" "$@"\nfi\n' \
+        "$F" "$F" >"$WORK/long/bin/fedhet"
+    chmod +x "$WORK/long/bin/fedhet"
+    got=$(complete_line "$WORK/long/bin/fedhet run x.ini algo.zeta_t")
+    [ "$got" = "algo.zeta_two=" ] || { echo "the keys of a long method name do not complete: '$got'"; return 1; }
 }
 
 check installed

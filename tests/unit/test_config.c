@@ -138,12 +138,12 @@ static void test_missing_file(void)
 {
     FhConfig *c = NULL;
     const char *path = tmp_path("absent.ini");
-    CHECK(fh_config_load_file(&c, schema, NKEYS, path, NULL, 0) == FH_ERR_USAGE);
+    CHECK(fh_config_load_file(&c, schema, NKEYS, path, NULL, 0) == FH_ERR_DATA); /* a missing input: exit 2 */
     CHECK(c == NULL);
     CHECK(strstr(fh_error_message(), path) != NULL);
     CHECK(strstr(fh_error_message(), "cannot open config: No such file or directory") != NULL);
     /* a directory opens but does not read */
-    CHECK(fh_config_load_file(&c, schema, NKEYS, tmp_root, NULL, 0) == FH_ERR_USAGE);
+    CHECK(fh_config_load_file(&c, schema, NKEYS, tmp_root, NULL, 0) == FH_ERR_DATA);
     CHECK(strstr(fh_error_message(), "cannot read config") != NULL);
     CHECK(c == NULL);
 }
@@ -151,6 +151,10 @@ static void test_missing_file(void)
 static void test_syntax_errors(void)
 {
     CHECK(fails_with("[train]\nrounds = 5\njunk line\n", NULL, 0, "cfg.ini:3: syntax error", NULL));
+    /* the line, and what it lacks */
+    CHECK(fails_with("[train]\nrounds\n", NULL, 0, "cfg.ini:2: syntax error: 'rounds' has no '='; a key line is key = value",
+                     NULL));
+    CHECK(fails_with("[train\nrounds = 5\n", NULL, 0, "a section line is [name], with its closing ']'", NULL));
     CHECK(fails_with("[train\nrounds = 5\n", NULL, 0, "cfg.ini:1: syntax error", NULL));
     CHECK(fails_with("[train] extra\nrounds = 5\n", NULL, 0, "cfg.ini:1: syntax error", NULL));
     CHECK(fails_with("[train]\n = 5\n", NULL, 0, "cfg.ini:2: syntax error", NULL));

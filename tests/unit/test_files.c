@@ -1,5 +1,6 @@
 /* Unit tests of the file helpers of src/core/files.c: an atomic write replaces the whole file or leaves the
- * old one (a write that fails half way, a rename that fails, a discarded stream), mkdir -p of nested
+ * old one (a write that fails half way, a rename that fails, a discarded stream), removes the temporaries of
+ * processes that no longer run and no other file, mkdir -p of nested
  * folders, existence, whole-file reads; and of src/core/h5io.c's own deflated chunks.
  * Run alone: make build/tests/test_files && build/tests/test_files [test_name] */
 #define _POSIX_C_SOURCE 200809L
@@ -11,6 +12,8 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* the whole of path, or "" when unreadable (a static buffer) */
 static const char *contents(const char *path)
@@ -97,6 +100,37 @@ static void test_failed_rename(void)
 }
 
 /* A stream written and then discarded leaves the old file; committed, it replaces it. */
+/* PATH.tmp-PID of a process that has ended (a SIGKILL) goes at the next atomic write of PATH; ours, a living
+ * process's, another file's and a name that is no pid stay */
+static void test_stale_temporaries(void)
+{
+    const char *dir = tmp_dir("stale");
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    CHECK(child > 0 && waitpid(child, NULL, 0) == child);
+    char dead[600], alive[600], mine[600], other[600], word[600];
+    snprintf(dead, sizeof dead, "%s/out.csv.tmp-%ld", dir, (long)child);
+    snprintf(alive, sizeof alive, "%s/out.csv.tmp-%ld", dir, (long)getppid());
+    snprintf(mine, sizeof mine, "%s/out.csv.tmp-%ld", dir, (long)getpid());
+    snprintf(other, sizeof other, "%s/other.csv.tmp-%ld", dir, (long)child);
+    snprintf(word, sizeof word, "%s/out.csv.tmp-x1", dir);
+    const char *made[] = { dead, alive, other, word };
+    for (int i = 0; i < 4; i++) {
+        FILE *f = fopen(made[i], "w");
+        CHECK(f != NULL);
+        if (f) fclose(f);
+        tmp_record(made[i]);
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/out.csv", dir);
+    tmp_record(path);
+    CHECK_OK(fh_write_file_atomic(path, "new\n"));
+    CHECK(access(dead, F_OK) != 0); /* removed (with a warning on stderr) */
+    CHECK(access(alive, F_OK) == 0 && access(other, F_OK) == 0 && access(word, F_OK) == 0);
+    CHECK(access(mine, F_OK) != 0); /* our own temporary was renamed into place */
+    CHECK(!strcmp(contents(path), "new\n"));
+}
+
 static void test_stream(void)
 {
     const char *dir = tmp_dir("s"), *path = tmp_path("s/table.csv");
@@ -235,6 +269,7 @@ int main(int argc, char **argv)
     RUN(test_write_replaces);
     RUN(test_failed_write_keeps_old);
     RUN(test_failed_rename);
+    RUN(test_stale_temporaries);
     RUN(test_stream);
     RUN(test_mkdir_p);
     RUN(test_exists);

@@ -256,7 +256,7 @@ static void test_base_text_validates(void)
     int n = 0;
     CHECK_OK(grid_member_overrides(&g, 0, &ov, &n));
     fh_error_clear();
-    int st = fl_config_validate(base, ov, n);
+    int st = fl_config_validate(base, ov, n, 0);
     CHECK(st == FH_ERR_USAGE);
     /* the typo is on line 8 of the grid file, and of the base */
     CHECK_MSG(strstr(fh_error_message(), ":8:") && strstr(fh_error_message(), "lrr"), "%s", fh_error_message());
