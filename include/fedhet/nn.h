@@ -183,6 +183,7 @@ typedef struct {
     int dims[4];
     int layer;        /* index of the owning layer */
     NnParamRole role;
+    char source[128]; /* where its starting values came from (an ONNX initializer's name), or "" */
 } NnParamView;
 
 typedef struct NnModel {

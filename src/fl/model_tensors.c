@@ -2,7 +2,8 @@
  * ...) beside the flat state of run.h5 and checkpoints, and reading them back for [model] init.
  *   /model              attributes: arch, norm, groups, input [C, H, W], classes, tensors (the names in
  *                       layer order, each layer's weight, bias, running_mean, running_var,
- *                       num_batches_tracked: the order of a torch state_dict)
+ *                       num_batches_tracked: the order of a torch state_dict); for a model imported from ONNX
+ *                       also sources, aligned with tensors: the initializer each started from, or empty
  *   /model/<name>       float32 in the view's shape
  *   /model/<bn>.num_batches_tracked   int64 scalar 0: fedhet's BatchNorm always uses momentum 0.1, as
  *                       torch does whenever momentum is set, so the count never matters; it is written
@@ -97,6 +98,19 @@ static int add_name(void *env, const char *name, const NnParamView *pv)
     return FH_OK;
 }
 
+typedef struct {
+    TextBuf text;
+    int n;
+} SourceList;
+
+/* where each tensor's starting values came from (an imported model's initializer names), "" where nowhere */
+static int add_source(void *env, const char *name, const NnParamView *pv)
+{
+    SourceList *list = env;
+    text_add(&list->text, "%s%s", list->n++ ? "," : "", pv ? pv->source : "");
+    return FH_OK;
+}
+
 int fl_model_tensor_names(const NnModel *m, char **names_out)
 {
     TextBuf names = { 0 };
@@ -144,6 +158,15 @@ int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings
     if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "input", input, 3);
     if (status == FH_OK) status = fh_h5_attr_write_int64s(f, g, "classes", &classes, 1);
     if (status == FH_OK) status = fh_h5_attr_write_string(f, g, "tensors", names);
+    int any_source = 0;
+    for (int v = 0; v < m->n_views; v++) any_source |= m->views[v].source[0] != 0;
+    if (status == FH_OK && any_source) { /* an imported model: its tensors' initializer names, aligned with tensors */
+        SourceList sources = { { 0 }, 0 };
+        each_tensor(m, add_source, &sources);
+        status = sources.text.text ? fh_h5_attr_write_string(f, g, "sources", sources.text.text)
+                                   : fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
+        free(sources.text.text);
+    }
     H5Gclose(g);
     return status;
 }

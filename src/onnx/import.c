@@ -467,6 +467,14 @@ int imp_record_weight(Bld *b, int layer, int role, const Const *c, int transpose
         src = copy;
     }
     net->weights[net->n_weights++] = (OnnxWeight){ layer, role, src, c->n, transpose_rows, scale, c->init < 0 };
+    if (c->init >= 0) { /* the view remembers the initializer: tools/fedhet-torch pairs tensors by it */
+        const NnLayer *l = &b->m->layers[layer];
+        const int64_t off = role == ONNX_W ? l->w_off : role == ONNX_B ? l->b_off : role == ONNX_RM ? l->rm_off : l->rv_off;
+        for (int v = 0; v < b->m->n_views; v++)
+            if (b->m->views[v].layer == layer && b->m->views[v].offset == off &&
+                (role >= ONNX_RM) == !b->m->views[v].trainable)
+                snprintf(b->m->views[v].source, sizeof b->m->views[v].source, "%s", b->g->initializer[c->init]->name);
+    }
     return FH_OK;
 }
 

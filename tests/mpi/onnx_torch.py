@@ -5,6 +5,8 @@ python3-torchvision 0.14, python3-onnx; make deps).
   onnx_torch.py tiny OUT.onnx              a small CNN (conv-BN-ReLU, max pool, conv-BN-ReLU, global average pool,
                                            linear) for the 3x16x16, 4-class set of torch_interop.py source,
                                            exported in training mode (BatchNormalization kept)
+  onnx_torch.py tiny_vit OUT.onnx          a one-block vision transformer for the same set (TinyViT below: dropout
+                                           and stochastic depth at 0.1), training mode, opset 17
   onnx_torch.py export NAME DIR [eval]     torchvision NAME (weights=None, 10 classes) or "resnet18_gn" (FL-Simulator's
                                            ResNet-18 with GroupNorm, below), exported for 2 x 3 x SIZE x SIZE (training
                                            mode, or eval + PRESERVE without constant folding); DIR gets NAME.onnx,
@@ -60,6 +62,63 @@ def tiny(out):
     m.train()
     torch.onnx.export(m, torch.randn(2, 3, 16, 16), out, training=torch.onnx.TrainingMode.TRAINING,
                       opset_version=13, input_names=["input"], output_names=["logits"],
+                      dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    return 0
+
+
+def tiny_vit_module():
+    """TinyViT(C, H, W, classes): a vision transformer small enough for every method's run in the tests: a patch
+    embedding, a class token, a position embedding, one block of torch's MultiheadAttention and a GELU MLP with
+    dropout, stochastic depth as docs/onnx.md exports it (torch.rand), a LayerNorm and a linear head. A module of
+    this file, so that tools/fedhet-torch to-torch --arch onnx_torch:TinyViT builds it."""
+    import torch
+    import torch.nn as nn
+
+    class DropPath(nn.Module):
+        def __init__(self, p):
+            super().__init__()
+            self.p = p
+
+        def forward(self, x):
+            if not self.training or self.p == 0:
+                return x
+            keep = 1 - self.p
+            mask = (torch.rand([x.shape[0]] + [1] * (x.ndim - 1), dtype=x.dtype, device=x.device) < keep).to(x.dtype)
+            return x * mask / keep
+
+    class TinyViT(nn.Module):
+        def __init__(self, c=3, h=16, w=16, classes=4, dim=16, heads=2, patch=4, drop=0.1):
+            super().__init__()
+            self.patch = nn.Conv2d(c, dim, patch, patch)
+            self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+            self.pos = nn.Parameter(0.02 * torch.randn(1, (h // patch) * (w // patch) + 1, dim))
+            self.ln1, self.ln2, self.ln = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+            self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Dropout(drop), nn.Linear(2 * dim, dim))
+            self.drop_path = DropPath(drop)
+            self.head = nn.Linear(dim, classes)
+
+        def forward(self, x):
+            x = self.patch(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+            y = self.ln1(x)
+            x = x + self.drop_path(self.attn(y, y, y, need_weights=False)[0])
+            x = x + self.drop_path(self.mlp(self.ln2(x)))
+            return self.head(self.ln(x)[:, 0])
+
+    return TinyViT
+
+
+def TinyViT(c, h, w, classes):  # noqa: N802 (a class's name: what fedhet-torch --arch builds)
+    return tiny_vit_module()(c, h, w, classes)
+
+
+def tiny_vit(out):
+    import torch
+    torch.manual_seed(0)
+    m = TinyViT(3, 16, 16, 4).train()
+    torch.onnx.export(m, torch.randn(2, 3, 16, 16), out, training=torch.onnx.TrainingMode.TRAINING,
+                      opset_version=17, input_names=["input"], output_names=["logits"],
                       dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
     return 0
 
@@ -350,7 +409,7 @@ def dropout(out, x, ratio):
 
 
 def main(argv):
-    cmds = {"tiny": tiny, "export": export, "compare": compare, "check": check, "nodes": nodes, "near": near,
+    cmds = {"tiny": tiny, "tiny_vit": tiny_vit, "export": export, "compare": compare, "check": check, "nodes": nodes, "near": near,
             "dropout": dropout}
     if len(argv) < 2 or argv[1] not in cmds:
         print(__doc__)

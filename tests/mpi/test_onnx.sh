@@ -174,6 +174,67 @@ EOF
         fail "a Resize node: exit $rc: $(head -1 "$WORK/resize.err")"
 }
 
+# ---- a transformer in runs ----
+test_transformer_runs()
+{
+    # the tiny ViT (onnx_torch.py TinyViT: LayerNorm, MultiheadAttention, GELU, dropout and stochastic depth in
+    # training) through what the CNN goes through above: every method and the FLOOD plug-in, the same bits on 1 and
+    # 3 ranks, a bit-identical resume, export and re-import, the landscape, the sharpness and Hessian probes, an init
+    # from its run.h5, and its weights into the PyTorch module (tools/fedhet-torch to-torch)
+    $PY "$OT" tiny_vit "$WORK/tiny_vit.onnx" >"$WORK/tvit.log" 2>&1 || { fail "cannot export the tiny ViT: $(tail -1 "$WORK/tvit.log")"; return; }
+    local vit=model.onnx=$WORK/tiny_vit.onnx m n=0
+    for m in $("$FEDHET" methods 2>/dev/null | awk 'NR > 1 && NF > 1 && $1 ~ /^[a-z_0-9+-]+$/ { print $1 }'); do
+        n=$((n + 1))
+        fh 1 "v_$m" "$WORK/base.ini" "$vit" algo.method=$m fl.rounds=1 fl.checkpoint_every=0 output.name="v_$m"
+        expect_rc "$m on the tiny ViT" 0
+    done
+    fh 1 v_plugin "$WORK/base.ini" "$vit" algo.method=fedsam algo.plugin=flood fl.rounds=1 output.name=v_plugin
+    expect_rc "fedsam with the flood plug-in on the tiny ViT" 0
+    note "$n methods and the flood plug-in ran a round on the tiny ViT"
+    fh 3 v3 "$WORK/base.ini" "$vit" output.name=v3 fl.sharpness_every=1 fl.hessian_every=1 fl.hessian_iters=5
+    fh 1 v1 "$WORK/base.ini" "$vit" output.name=v1 fl.sharpness_every=1 fl.hessian_every=1 fl.hessian_iters=5
+    expect_rc "the tiny ViT on 1 rank" 0 && same_global "$WORK/out/v1/run.h5" "$WORK/out/v3/run.h5" "tiny ViT: 1 vs 3 ranks"
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "hessian_max_eig") h = i; if ($i == "sharpness") s = i }; next }
+        !h || !s || $h == "" || $h == "nan" || $s == "" { bad = 1 } END { exit bad || NR != 3 }' "$WORK/out/v3/metrics.csv" ||
+        fail "the tiny ViT's run lacks its sharpness or Hessian columns"
+    resume_identical "tiny ViT, fedsam" "$vit" algo.method=fedsam
+    "$FEDHET" export "$WORK/out/v3" "$WORK/vit_trained.onnx" >"$WORK/vexp.out" 2>&1 ||
+        { fail "export of the tiny ViT's run: $(tail -1 "$WORK/vexp.out")"; return; }
+    $PY "$OT" check "$WORK/vit_trained.onnx" >/dev/null 2>&1 || fail "onnx.checker refuses the exported tiny ViT"
+    $PY -c 'import numpy as np; np.random.default_rng(0).standard_normal((8, 3, 16, 16), dtype=np.float32).tofile("'"$WORK"'/x16.bin")'
+    "$MODEL" roundtrip "$WORK/vit_trained.onnx" "$WORK/x16.bin" 8 3 16 16 4 "$WORK/vit_again.onnx" >"$WORK/vrt.out" 2>&1 ||
+        fail "import of the exported tiny ViT: $(tail -1 "$WORK/vrt.out")"
+    timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe -np 2 "$FEDHET" landscape "$WORK/out/v3/run.h5" dims=1 points=3 \
+        out="$WORK" >"$WORK/vland.out" 2>&1 || fail "landscape of the tiny ViT: $(grep -m1 error "$WORK/vland.out")"
+    # an init from the run's named tensors: at a step of 1e-12 the model stays the run's but for rounding
+    fh 3 vinit "$WORK/base.ini" "$vit" output.name=vinit model.init="$WORK/out/v3/run.h5" fl.rounds=1 train.lr=1e-12
+    expect_rc "the tiny ViT from a run.h5" 0 && $PY - "$WORK/out/v3/run.h5" "$WORK/out/vinit/run.h5" <<'EOF' >"$WORK/vinit.cmp" 2>&1 ||
+import sys, h5py, numpy as np
+a, b = (np.array(h5py.File(p, "r")["/server/global"]) for p in sys.argv[1:])
+print("largest difference %.3g" % np.abs(a - b).max())
+sys.exit(0 if a.shape == b.shape and np.abs(a - b).max() < 1e-9 else 1)
+EOF
+        fail "the tiny ViT from a run.h5 does not start from its weights: $(cat "$WORK/vinit.cmp")"
+    # its weights into the PyTorch module, evaluated there: the logits of fedhet's export of the same run
+    PYTHONPATH=$HERE "$ROOT/tools/fedhet-torch" to-torch "$WORK/out/v3/run.h5" "$WORK/vit.pt" --arch onnx_torch:TinyViT \
+        >"$WORK/vtt.out" 2>&1 || { fail "to-torch of the tiny ViT: $(tail -3 "$WORK/vtt.out" | tr '\n' ' ')"; return; }
+    "$MODEL" logits "$WORK/vit_trained.onnx" "$WORK/x16.bin" 8 3 16 16 4 "$WORK/vit.fh_logits" >"$WORK/vlog.out" 2>&1 ||
+        { fail "logits of the exported tiny ViT: $(tail -1 "$WORK/vlog.out")"; return; }
+    PYTHONPATH=$HERE $PY - "$WORK" <<'EOF' >"$WORK/vcmp.out" 2>&1 || fail "the tiny ViT in PyTorch: $(tail -1 "$WORK/vcmp.out")"
+import sys, numpy as np, torch, onnx_torch
+d = sys.argv[1]
+m = onnx_torch.TinyViT(3, 16, 16, 4)
+m.load_state_dict(torch.load(d + "/vit.pt"), strict=True)
+m.eval()
+with torch.no_grad():
+    t = m(torch.from_numpy(np.fromfile(d + "/x16.bin", np.float32).reshape(8, 3, 16, 16))).numpy().ravel()
+f = np.fromfile(d + "/vit.fh_logits", np.float32)
+err = np.abs(t - f).max() / np.abs(t).max()
+print("logits of the run's weights in PyTorch against fedhet: %.3g of the largest" % err)
+sys.exit(0 if err < 1e-4 else 1)
+EOF
+}
+
 # ---- transformers against PyTorch ----
 test_transformers()
 {
@@ -416,5 +477,5 @@ EOF
     "$FEDHET" inspect --model "$WORK/samepad.onnx" >/dev/null 2>&1 && fail "inspect imported auto_pad = SAME_UPPER"
 }
 
-TESTS=(bad_input methods every_method tools zoo_roundtrip nodes torchvision transformers)
+TESTS=(bad_input methods every_method tools zoo_roundtrip nodes torchvision transformers transformer_runs)
 run_tests "$@"
