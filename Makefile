@@ -147,13 +147,15 @@ $(ONNX_SRC:%.c=$(BUILD)/%.o): $(ONNX_GEN:.c=.h)
 $(ONNX_GEN:.c=.o): $(ONNX_GEN) $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -Wno-unused-parameter -c -o $@ $<
 
+# made afresh, so that the object of a source since renamed or removed does not stay in it
 $(LIB): $(OBJ)
 	@mkdir -p $(@D)
+	@rm -f $@
 	ar rcs $@ $^
 
 # The element-wise kernels' math (GELU's exp and erf, softmax, layer norm) vectorises only where a comparison or a
 # square root may run speculatively: neither flag changes a result bit (no reassociation, IEEE sqrt either way)
-$(BUILD)/src/nn/kernels_elementwise.o $(BUILD)/src/nn/kernels_nd.o: CFLAGS += -fno-trapping-math -fno-math-errno
+$(BUILD)/src/nn/kernels_elementwise.o $(BUILD)/src/nn/kernels_nd.o $(BUILD)/src/nn/kernels_isa.o: CFLAGS += -fno-trapping-math -fno-math-errno
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
@@ -289,6 +291,7 @@ $(FUZZ_BUILD)/gen/onnx.pb-c.o: $(ONNX_GEN)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 
 $(FUZZ_BUILD)/libfedhet.a: $(FUZZ_OBJ)
+	@rm -f $@
 	ar rcs $@ $^
 
 $(FUZZ_BUILD)/fuzz_seeds: tests/fuzz/seeds.c $(FUZZ_BUILD)/libfedhet.a

@@ -163,6 +163,10 @@ typedef struct {
     int64_t flops;                  /* forward FLOPs per sample (2 x multiply-adds) */
     struct NnOnednnConv *onednn;    /* a conv layer's oneDNN primitives (src/nn/onednn.c); NULL under blas */
     unsigned char onednn_refused;   /* oneDNN could not build this conv (backend auto): it runs on blas */
+    unsigned char dw_direct;        /* a depthwise conv on NCHW planes where fedhet's direct kernels
+                                     * (src/nn/kernels_isa.inc) beat oneDNN: they run its backward weights
+                                     * (NN_DW_WEIGHTS), both backward passes (NN_DW_BACKWARD) or every pass
+                                     * (NN_DW_ALL) */
     struct NnOnednnLayer *onednn_train; /* a batch norm's or max pool's oneDNN primitives for training mode */
     unsigned char onednn_ran;       /* the last forward ran them (its backward must too); a batch norm's
                                      * save_invstd then holds the batch variance */
@@ -186,8 +190,10 @@ typedef struct {
     char source[128]; /* where its starting values came from (an ONNX initializer's name), or "" */
 } NnParamView;
 
+enum { NN_DW_WEIGHTS = 1, NN_DW_BACKWARD = 2, NN_DW_ALL = 3 }; /* NnLayer.dw_direct: each runs more passes direct */
+
 typedef struct NnModel {
-    char arch[32];
+    char arch[256]; /* a zoo name or an ONNX file's path, for messages */
     NnLayer *layers;
     int n_layers, cap_layers;
     NnTensor *tensors;

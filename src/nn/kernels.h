@@ -89,7 +89,8 @@ void nn_onednn_conv_free(NnOnednnConv **conv);
 /* b must be given exactly when the conv was created with a bias; batch <= the creation's */
 int nn_onednn_conv_forward(NnOnednnConv *c, float *y, const float *x, const float *w, const float *b, int batch,
                            NnAct act);
-/* after a forward at the same batch; dx may be NULL (a first layer); dy is overwritten with dy * act'(y).
+/* after a forward at the same batch; dx may be NULL (a first layer), dw and db NULL (the caller computes the
+ * weights' gradient: a depthwise conv's NN_DW_WEIGHTS); dy is overwritten with dy * act'(y).
  * dw_zero: dw and db hold zeros (the model's first backward after a zero fill), so they are written, not added
  * to: the same values, less memory traffic. dx_zero: nothing has reached dx yet; it is written whatever it holds */
 void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, float *dy, const float *y,
@@ -269,7 +270,42 @@ void nn_gather_forward(float *y, const float *x, const int32_t *index, int n, in
                        int64_t inner);
 void nn_gather_backward(float *dx, const float *dy, const int32_t *index, int n, int64_t outer, int64_t len,
                         int64_t inner);
-/* y[i] = exp(x[i] - shift), vectorised (kernels_elementwise.c) */
-void nn_exp_shifted(float *y, const float *x, int64_t n, float shift);
+
+/* ---- kernels_isa.c: loops compiled for AVX-512, AVX2 and the baseline, the copy for this CPU chosen at start;
+ * bit-identical results whichever runs. nn_isa_set (tests) caps the choice and returns the level in force. ---- */
+enum { NN_ISA_BASE, NN_ISA_AVX2, NN_ISA_AVX512 };
+int nn_isa(void);
+int nn_isa_set(int level);
+const char *nn_isa_name(int level);
+/* y = act(x), dx += dy act'(x) for the smooth and piecewise activations without patterns; 0: not one of them */
+int nn_isa_act_forward(float *y, const float *x, int64_t n, NnActSpec s);
+int nn_isa_act_backward(float *dx, const float *dy, const float *x, int64_t n, NnActSpec s);
+/* y[r, :] += b over rows of n; db += the rows of dy summed in row order */
+void nn_isa_rows_add_bias(float *y, const float *b, int64_t rows, int64_t n);
+void nn_isa_rows_sum(float *db, const float *dy, int64_t rows, int64_t n);
+/* rows of d values (nn_layernorm_forward); the backward's dx part */
+void nn_isa_layernorm_forward(float *y, float *save_mean, float *save_invstd, const float *x, const float *w,
+                              const float *b, int64_t rows, int64_t d, float eps);
+void nn_isa_layernorm_backward_dx(float *dx, const float *dy, const float *x, const float *w, const float *save_mean,
+                                  const float *save_invstd, int64_t rows, int64_t d);
+void nn_isa_layernorm_backward_params(float *dw, float *db, const float *dy, const float *x, const float *save_mean,
+                                      const float *save_invstd, int64_t rows, int64_t d);
+/* a depthwise conv (one filter a channel, no dilation) on NCHW planes, directly: for the passes where oneDNN
+ * falls back to a gemm (a 7 x 7 filter on a 2 x 2 map; the backward weights of any depthwise conv on NCHW) */
+#define NN_DW_MAX_K 16     /* the widest filter it takes (the lanes of its backward weights) */
+#define NN_DW_PAD 16384    /* the largest padded input plane it takes, in floats (its stack buffer) */
+#define NN_DW_TAPS 128     /* the most taps (kh x kw) it takes */
+#define NN_DW_BLOCK 16384  /* small maps: the floats of one block of 16 channels' padded planes, channel-last */
+int nn_isa_dwconv_fits(const NnConvShape *s);
+/* 1 when the map is small enough for the channel-blocked kernels, which beat oneDNN's on NCHW in every pass but
+ * the forward */
+int nn_isa_dwconv_blocked(const NnConvShape *s);
+void nn_isa_dwconv_forward(float *y, const float *x, const float *w, const float *b, const NnConvShape *s);
+/* dx += ...; dw += ..., db (may be NULL) += ... */
+void nn_isa_dwconv_backward_data(float *dx, const float *dy, const float *w, const NnConvShape *s);
+void nn_isa_dwconv_backward_weights(float *dw, float *db, const float *dy, const float *x, const NnConvShape *s);
+/* softmax along rows of len values, forward and backward (dx += y (dy - sum(dy y))) */
+void nn_isa_softmax_rows_forward(float *y, const float *x, int64_t rows, int64_t len);
+void nn_isa_softmax_rows_backward(float *dx, const float *dy, const float *y, int64_t rows, int64_t len);
 
 #endif

@@ -31,18 +31,14 @@ void nn_linear_forward_ex(float *y, const float *x, const float *w, const float 
                           int onednn)
 {
     nn_gemm(onednn, 0, 1, batch, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, y, n_out);
-    if (b)
-        for (int i = 0; i < batch; i++)
-            for (int o = 0; o < n_out; o++) y[(int64_t)i * n_out + o] += b[o];
+    if (b) nn_isa_rows_add_bias(y, b, batch, n_out);
 }
 
 void nn_linear_backward_ex(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
                            int n_in, int n_out, int onednn)
 {
     nn_gemm(onednn, 1, 0, n_out, n_in, batch, 1.0f, dy, n_out, x, n_in, 1.0f, dw, n_in);
-    if (db)
-        for (int i = 0; i < batch; i++)
-            for (int o = 0; o < n_out; o++) db[o] += dy[(int64_t)i * n_out + o];
+    if (db) nn_isa_rows_sum(db, dy, batch, n_out);
     if (dx) nn_gemm(onednn, 0, 0, batch, n_in, n_out, 1.0f, dy, n_out, w, n_in, 1.0f, dx, n_in);
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "kernels_math.h"
 
 /* ============================== activations ============================== */
 
@@ -33,86 +34,6 @@ static inline uint8_t act_branch(float x, NnActSpec s)
     default: return 1;
     }
 }
-
-static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-/* exp without branches, so that loops over it vectorise (libm's expf does not): 2^k e^r with k = round(x log2 e),
- * e^r by Cephes' expf polynomial, within about 1 ulp. Below -80 it is 0, so that neither it nor the products that
- * follow (GELU's x phi(x), erfc's tail) are subnormal floats, which take a CPU a hundred times longer; above 88.7
- * it stays at 3.4e38. */
-static inline float fexp(float x)
-{
-    const float live = x >= -80.0f ? 1.0f : 0.0f;
-    x = x < -80.0f ? -80.0f : x > 88.7f ? 88.7f : x;
-    const float k = floorf(x * 1.44269504088896341f + 0.5f);
-    const float r = x - k * 0.693359375f + k * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3333452501e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float e = p * r * r + r + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } two_k;
-    two_k.i = ((int32_t)k + 127) << 23;
-    return e * two_k.f * live;
-}
-
-/* erfc(|x|) with a relative error below 1.2e-7 (Numerical Recipes' erfcc, a Chebyshev fit): accurate in the tails,
- * where 1 - erf would cancel, so that GELU keeps its relative precision for negative inputs */
-static inline float ferfc_abs(float x)
-{
-    const float z = fabsf(x), t = 1.0f / (1.0f + 0.5f * z);
-    float p = 0.17087277f;
-    p = p * t - 0.82215223f;
-    p = p * t + 1.48851587f;
-    p = p * t - 1.13520398f;
-    p = p * t + 0.27886807f;
-    p = p * t - 0.18628806f;
-    p = p * t + 0.09678418f;
-    p = p * t + 0.37409196f;
-    p = p * t + 1.00002368f;
-    return t * fexp(-z * z - 1.26551223f + t * p);
-}
-
-/* 1 + erf(x): 2 - erfc(x) above 0, erfc(-x) below */
-static inline float one_plus_erf(float x)
-{
-    const float e = ferfc_abs(x);
-    return x >= 0.0f ? 2.0f - e : e;
-}
-
-/* erf: its Taylor series near 0 (where 1 - erfc loses the digits), else 1 - erfc(|x|) with x's sign */
-static inline float ferf(float x)
-{
-    const float x2 = x * x;
-    const float near0 = x * (1.12837917f + x2 * (-0.376126389f + x2 * (0.112837917f + x2 * (-0.0268661706f +
-                                                                                         x2 * 0.00522397762f))));
-    const float far = x >= 0.0f ? 1.0f - ferfc_abs(x) : ferfc_abs(x) - 1.0f;
-    return x2 < 0.0625f ? near0 : far;
-}
-
-#define GELU_K 0.70710678118654752f    /* 1 / sqrt 2 */
-#define GELU_PDF 0.39894228040143268f  /* 1 / sqrt(2 pi) */
-#define GELU_TANH_C 0.79788456080286536f /* sqrt(2 / pi) */
-
-static inline float gelu(float x) { return 0.5f * x * one_plus_erf(x * GELU_K); }
-static inline float gelu_slope(float x) { return 0.5f * one_plus_erf(x * GELU_K) + x * GELU_PDF * fexp(-0.5f * x * x); }
-/* x (1 + tanh v) / 2 = x sigmoid(2 v) */
-static inline float gelu_tanh(float x)
-{
-    const float v = GELU_TANH_C * (x + 0.044715f * x * x * x);
-    return x / (1.0f + fexp(-2.0f * v));
-}
-static inline float gelu_tanh_slope(float x)
-{
-    const float v = GELU_TANH_C * (x + 0.044715f * x * x * x), s = 1.0f / (1.0f + fexp(-2.0f * v));
-    return s + x * s * (1.0f - s) * 2.0f * GELU_TANH_C * (1.0f + 3.0f * 0.044715f * x * x);
-}
-static inline float fpow(float x, float a) { return a == 2.0f ? x * x : a == 3.0f ? x * x * x : powf(x, a); }
 
 static inline float act_value(float x, uint8_t br, NnActSpec s)
 {
@@ -189,84 +110,9 @@ static inline float act_slope(float x, uint8_t br, NnActSpec s)
     default: ACT_LOOP(spec.act); break;                                                                       \
     }
 
-/* Without patterns (training), the piecewise functions as branch-free loops that gcc vectorises (the loops below
- * with their pieces are not): act_value's formulas, so the same bits. 0: not one of them. */
-static int act_forward_plain(float *restrict y, const float *restrict x, int64_t n, NnActSpec s)
-{
-    const float a = s.a, b = s.b;
-    switch (s.act) {
-    case NN_ACT_LEAKY_RELU:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float slope = x[i] > 0.0f ? 1.0f : a; /* x * 1 is x: act_value's bits */
-            y[i] = slope * x[i];
-        });
-        return 1;
-    case NN_ACT_CLIP:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = x[i] < a ? a : x[i] > b ? b : x[i];);
-        return 1;
-    case NN_ACT_HARDSIGMOID:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float t = a * x[i] + b;
-            y[i] = t <= 0.0f ? 0.0f : t < 1.0f ? t : 1.0f;
-        });
-        return 1;
-    case NN_ACT_HARDSWISH:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float v = x[i], q = v * (v + 3.0f) / 6.0f, lo = v < -3.0f ? 0.0f : q; /* selects, no branch */
-            y[i] = v <= 3.0f ? lo : v;
-        });
-        return 1;
-    case NN_ACT_GELU: NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = gelu(x[i]);); return 1;
-    case NN_ACT_GELU_TANH: NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = gelu_tanh(x[i]);); return 1;
-    case NN_ACT_EXP: NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = fexp(x[i]);); return 1;
-    case NN_ACT_SQRT: NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = sqrtf(x[i]);); return 1;
-    case NN_ACT_AFFINE: NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) y[i] = a * x[i] + b;); return 1;
-    default: return 0;
-    }
-}
-
-/* dx += dy * act_slope, as above */
-static int act_backward_plain(float *restrict dx, const float *restrict dy, const float *restrict x, int64_t n,
-                              NnActSpec s)
-{
-    const float a = s.a, b = s.b;
-    switch (s.act) {
-    case NN_ACT_LEAKY_RELU:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float slope = x[i] > 0.0f ? 1.0f : a;
-            dx[i] += dy[i] * slope;
-        });
-        return 1;
-    case NN_ACT_CLIP:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float slope = ((x[i] < a) | (x[i] > b)) ? 0.0f : 1.0f;
-            dx[i] += dy[i] * slope;
-        });
-        return 1;
-    case NN_ACT_HARDSIGMOID:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float t = a * x[i] + b, slope = ((t <= 0.0f) | !(t < 1.0f)) ? 0.0f : a;
-            dx[i] += dy[i] * slope;
-        });
-        return 1;
-    case NN_ACT_HARDSWISH:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) {
-            const float v = x[i], mid = v / 3.0f + 0.5f, lo = v < -3.0f ? 0.0f : mid, slope = v <= 3.0f ? lo : 1.0f;
-            dx[i] += dy[i] * slope;
-        });
-        return 1;
-    case NN_ACT_GELU: NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * gelu_slope(x[i]);); return 1;
-    case NN_ACT_GELU_TANH:
-        NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * gelu_tanh_slope(x[i]););
-        return 1;
-    case NN_ACT_AFFINE: NN_PARALLEL_FOR(n, for (int64_t i = 0; i < n; i++) dx[i] += dy[i] * a;); return 1;
-    default: return 0;
-    }
-}
-
 void nn_act_ex_forward(float *y, uint8_t *record, const float *x, int64_t n, NnActSpec spec, const uint8_t *replay)
 {
-    if (!record && !replay && act_forward_plain(y, x, n, spec)) return;
+    if (!record && !replay && nn_isa_act_forward(y, x, n, spec)) return;
 #define FWD_LOOP(A)                                                                                            \
     do {                                                                                                       \
         const NnActSpec sp = {(A), spec.a, spec.b};                                                            \
@@ -282,7 +128,7 @@ void nn_act_ex_forward(float *y, uint8_t *record, const float *x, int64_t n, NnA
 
 void nn_act_ex_backward(float *dx, const float *dy, const float *x, int64_t n, NnActSpec spec, const uint8_t *replay)
 {
-    if (!replay && act_backward_plain(dx, dy, x, n, spec)) return;
+    if (!replay && nn_isa_act_backward(dx, dy, x, n, spec)) return;
 #define BWD_LOOP(A)                                                                                            \
     do {                                                                                                       \
         const NnActSpec sp = {(A), spec.a, spec.b};                                                            \
@@ -338,10 +184,6 @@ void nn_act_ex_backward_ref(float *dx, const float *dy, const float *x, int64_t 
     for (int64_t i = 0; i < n; i++) dx[i] += (float)(dy[i] * act_ref(x[i], spec, 1));
 }
 
-void nn_exp_shifted(float *y, const float *x, int64_t n, float shift)
-{
-    for (int64_t i = 0; i < n; i++) y[i] = fexp(x[i] - shift);
-}
 
 /* ============================== channel arithmetic ============================== */
 

@@ -374,57 +374,15 @@ void nn_matmul_backward(float *da, float *db, const float *dy, const float *a, c
 void nn_layernorm_forward(float *y, float *save_mean, float *save_invstd, const float *x, const float *w,
                           const float *b, int64_t rows, int64_t d, float eps)
 {
-    NN_PARALLEL_FOR(rows * d, for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * d;
-        float *yr = y + r * d;
-        float sum = 0.0f;
-        for (int64_t i = 0; i < d; i++) sum += xr[i];
-        const float mean = sum / (float)d;
-        float ss = 0.0f;
-        for (int64_t i = 0; i < d; i++) {
-            const float c = xr[i] - mean;
-            ss += c * c;
-        }
-        const float invstd = 1.0f / sqrtf(ss / (float)d + eps);
-        save_mean[r] = mean;
-        save_invstd[r] = invstd;
-        if (w && b)
-            for (int64_t i = 0; i < d; i++) yr[i] = (xr[i] - mean) * invstd * w[i] + b[i];
-        else
-            for (int64_t i = 0; i < d; i++) yr[i] = (xr[i] - mean) * invstd;
-    });
+    nn_isa_layernorm_forward(y, save_mean, save_invstd, x, w, b, rows, d, eps);
 }
 
 /* dx += invstd (g - mean(g) - xhat mean(g xhat)), g = dy w; dw += sum dy xhat, db += sum dy (w NULL: not affine) */
 void nn_layernorm_backward(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w,
                            const float *save_mean, const float *save_invstd, int64_t rows, int64_t d)
 {
-    if (dx)
-        NN_PARALLEL_FOR(rows * d, for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * d, *gr = dy + r * d;
-            float *dxr = dx + r * d;
-            const float mean = save_mean[r], invstd = save_invstd[r];
-            float sg = 0.0f, sgx = 0.0f;
-            for (int64_t i = 0; i < d; i++) {
-                const float g = w ? gr[i] * w[i] : gr[i], xh = (xr[i] - mean) * invstd;
-                sg += g;
-                sgx += g * xh;
-            }
-            const float mg = sg / (float)d, mgx = sgx / (float)d;
-            for (int64_t i = 0; i < d; i++) {
-                const float g = w ? gr[i] * w[i] : gr[i], xh = (xr[i] - mean) * invstd;
-                dxr[i] += invstd * (g - mg - xh * mgx);
-            }
-        });
-    if (!dw) return;
-    for (int64_t r = 0; r < rows; r++) { /* row after row: one order for every thread count */
-        const float *xr = x + r * d, *gr = dy + r * d;
-        const float mean = save_mean[r], invstd = save_invstd[r];
-        for (int64_t i = 0; i < d; i++) {
-            dw[i] += gr[i] * ((xr[i] - mean) * invstd);
-            db[i] += gr[i];
-        }
-    }
+    if (dx) nn_isa_layernorm_backward_dx(dx, dy, x, w, save_mean, save_invstd, rows, d);
+    if (dw) nn_isa_layernorm_backward_params(dw, db, dy, x, save_mean, save_invstd, rows, d);
 }
 
 /* ============================== softmax ============================== */
@@ -433,17 +391,7 @@ void nn_layernorm_backward(float *dx, float *dw, float *db, const float *dy, con
 void nn_softmax_forward(float *y, const float *x, int64_t outer, int64_t len, int64_t inner)
 {
     if (inner == 1) {
-        NN_PARALLEL_FOR(outer * len, for (int64_t r = 0; r < outer; r++) {
-            const float *xr = x + r * len;
-            float *yr = y + r * len;
-            float mx = xr[0];
-            for (int64_t i = 1; i < len; i++) mx = xr[i] > mx ? xr[i] : mx;
-            nn_exp_shifted(yr, xr, len, mx);
-            float s = 0.0f;
-            for (int64_t i = 0; i < len; i++) s += yr[i];
-            const float inv = 1.0f / s;
-            for (int64_t i = 0; i < len; i++) yr[i] *= inv;
-        });
+        nn_isa_softmax_rows_forward(y, x, outer, len);
         return;
     }
     for (int64_t o = 0; o < outer; o++)
@@ -465,6 +413,10 @@ void nn_softmax_forward(float *y, const float *x, int64_t outer, int64_t len, in
 /* dx += y (dy - sum(dy y)) */
 void nn_softmax_backward(float *dx, const float *dy, const float *y, int64_t outer, int64_t len, int64_t inner)
 {
+    if (inner == 1) {
+        nn_isa_softmax_rows_backward(dx, dy, y, outer, len);
+        return;
+    }
     NN_PARALLEL_FOR(outer * len * inner, for (int64_t o = 0; o < outer; o++) {
         for (int64_t j = 0; j < inner; j++) {
             const int64_t base = o * len * inner + j;

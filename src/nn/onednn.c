@@ -108,7 +108,7 @@ struct NnOnednnConv {
     NnConvShape shape; /* batch: the largest */
     int bias;
     int x_block, y_block; /* the layouts of the engine's input and output tensors (NnTensor.block) */
-    char name[48];
+    char name[320]; /* the model's name and the layer's, for messages */
     ConvEntry entry[CONV_BATCHES]; /* entry[0]: the largest batch, created first and never replaced */
 };
 
@@ -528,13 +528,15 @@ void nn_onednn_conv_backward(NnOnednnConv *c, float *dx, float *dw, float *db, f
     ctx->status = dnnl_success;
     dnnl_exec_arg_t args[6];
     int n = 0;
-    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, arg_in(ctx, &e->bw_src, x) };
-    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_DST, arg_in(ctx, &e->bw_diff_dst, dy) };
-    args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_WEIGHTS, arg_out(ctx, &e->bw_diff_weights, dw, dw_zero) };
-    if (c->bias) args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_BIAS, arg_out(ctx, &e->bw_diff_bias, db, dw_zero) };
-    prim_run(ctx, &e->prim[BWD_WEIGHTS], n, args);
-    arg_out_done(ctx, &e->bw_diff_weights, dw_zero);
-    if (c->bias) arg_out_done(ctx, &e->bw_diff_bias, dw_zero);
+    if (dw) { /* NULL: the caller computes the weights' gradient itself */
+        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_SRC, arg_in(ctx, &e->bw_src, x) };
+        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_DST, arg_in(ctx, &e->bw_diff_dst, dy) };
+        args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_WEIGHTS, arg_out(ctx, &e->bw_diff_weights, dw, dw_zero) };
+        if (c->bias) args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_BIAS, arg_out(ctx, &e->bw_diff_bias, db, dw_zero) };
+        prim_run(ctx, &e->prim[BWD_WEIGHTS], n, args);
+        arg_out_done(ctx, &e->bw_diff_weights, dw_zero);
+        if (c->bias) arg_out_done(ctx, &e->bw_diff_bias, dw_zero);
+    }
     if (dx) {
         n = 0;
         args[n++] = (dnnl_exec_arg_t){ DNNL_ARG_DIFF_DST, arg_in(ctx, &e->bd_diff_dst, dy) };
@@ -583,7 +585,7 @@ struct NnOnednnLayer {
     int k, stride, pad; /* max pool */
     float eps;          /* batch norm */
     int fuse_relu;      /* batch norm */
-    char name[96];
+    char name[320];
     LayerEntry entry[CONV_BATCHES]; /* entry[0]: the largest batch, as for convs */
 };
 

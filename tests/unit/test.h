@@ -15,6 +15,13 @@
 static int test_n_passed, test_n_failed, test_n_skipped, test_current_failed, test_current_skipped;
 static const char *test_only; /* argv[1]: run only the test of that name */
 
+/* free(p) for each pointer given */
+#define FREE_ALL(...)                                                                \
+    do {                                                                             \
+        void *all_[] = {__VA_ARGS__};                                                \
+        for (size_t i_ = 0; i_ < sizeof all_ / sizeof all_[0]; i_++) free(all_[i_]); \
+    } while (0)
+
 #define CHECK(cond)                                                                      \
     do {                                                                                 \
         if (!(cond)) {                                                                   \

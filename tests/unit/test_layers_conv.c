@@ -183,6 +183,85 @@ static void test_conv_blas_multi_chunk(void)
     }
 }
 
+/* ============================== direct depthwise kernels ============================== */
+
+/* nn_isa_dwconv_*: the depthwise passes fedhet runs itself where oneDNN would use a gemm. As a ConvKernel
+ * (no activation: the model applies it), at every instruction-set level this CPU has. */
+static int dw_setup(ConvKernel *k, const NnConvShape *s, int bias)
+{
+    const NnConvShape g = nn_conv_shape_full(s);
+    return nn_isa_dwconv_fits(&g) ? FH_OK : fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "does not fit");
+}
+
+static void dw_forward(ConvKernel *k, float *y, const float *x, const float *w, const float *b, const NnConvShape *s,
+                       NnAct act)
+{
+    nn_isa_dwconv_forward(y, x, w, b, s);
+}
+
+static void dw_backward(ConvKernel *k, float *dx, float *dw, float *db, float *dy, const float *y, const float *x,
+                        const float *w, const NnConvShape *s, NnAct act)
+{
+    if (dx) nn_isa_dwconv_backward_data(dx, dy, w, s);
+    nn_isa_dwconv_backward_weights(dw, db, dy, x, s);
+}
+
+static void dw_teardown(ConvKernel *k) {}
+
+/* ConvNeXt's 7 x 7 pad 3 on its maps down to 1 x 1 (where every tap but the centre reads padding), strides,
+ * rows wider and narrower than a vector, the widest filter, a block of 16 channels and a partial one, and planes
+ * too large for the channel-blocked kernels (20 x 37, and 30 x 40 at stride 2) */
+static void test_conv_direct_depthwise(void)
+{
+    const ConvSpec specs[] = {
+        {2, 5, 8, 8, 5, 7, 1, 3, 5},    {3, 4, 4, 4, 4, 7, 1, 3, 4},    {2, 6, 2, 2, 6, 7, 1, 3, 6},
+        {2, 3, 1, 1, 3, 7, 1, 3, 3},    {2, 4, 9, 11, 4, 3, 2, 1, 4},   {2, 3, 20, 37, 3, 7, 1, 3, 3},
+        {2, 3, 17, 23, 3, 5, 2, 2, 3},  {2, 2, 6, 5, 2, 3, 3, 0, 2},    {1, 2, 18, 18, 2, 11, 1, 5, 2},
+        {2, 3, 13, 40, 3, 1, 1, 0, 3},    {2, 3, 9, 36, 3, 7, 2, 3, 3},
+        {2, 20, 6, 6, 20, 3, 1, 1, 20}, {1, 2, 30, 40, 2, 7, 2, 3, 2},
+    };
+    ConvKernel k = {"direct depthwise", NULL, dw_setup, dw_forward, dw_backward, dw_teardown};
+    const size_t n = sizeof specs / sizeof specs[0];
+    const int best = nn_isa_set(NN_ISA_AVX512);
+    float *first[sizeof specs / sizeof specs[0]] = {0};
+    for (int level = NN_ISA_BASE; level <= best; level++) {
+        CHECK(nn_isa_set(level) == level);
+        char name[64];
+        snprintf(name, sizeof name, "direct depthwise %s", nn_isa_name(level));
+        k.name = name;
+        for (size_t i = 0; i < n; i++) {
+            const int batches[2] = {specs[i].batch, 1};
+            const NnAct none[2] = {NN_ACT_NONE, NN_ACT_NONE};
+            conv_compare_batches(&k, &specs[i], (int)(i % 2), batches, none, 2);
+            /* and the same bits at every level: y, dx, dw and db of one fixed input */
+            const NnConvShape square = conv_spec_shape(&specs[i], specs[i].batch), s = nn_conv_shape_full(&square);
+            const int64_t nx = (int64_t)s.batch * s.cin * s.h * s.w, ny = (int64_t)s.batch * s.cout * s.ho * s.wo,
+                          nw = (int64_t)s.cout * s.kh * s.kw, total = ny + nx + nw + s.cout;
+            float *x = falloc(nx), *w = falloc(nw), *b = falloc(s.cout), *out = calloc((size_t)total, sizeof(float));
+            FhRng rng = rng_for("dw_bits", i);
+            fill_normal(&rng, x, nx, 1.0);
+            fill_normal(&rng, w, nw, 1.0);
+            fill_normal(&rng, b, s.cout, 1.0);
+            nn_isa_dwconv_forward(out, x, w, b, &s);
+            nn_isa_dwconv_backward_data(out + ny, out, w, &s);
+            nn_isa_dwconv_backward_weights(out + ny + nx, out + ny + nx + nw, out, x, &s);
+            if (!first[i]) first[i] = out;
+            else {
+                CHECK_MSG(memcmp(out, first[i], sizeof(float) * (size_t)total) == 0,
+                          "spec %zu: %s differs from %s", i, nn_isa_name(level), nn_isa_name(NN_ISA_BASE));
+                free(out);
+            }
+            FREE_ALL(x, w, b);
+        }
+    }
+    nn_isa_set(best);
+    for (size_t i = 0; i < n; i++) free(first[i]);
+    /* too wide a filter is refused, not run */
+    NnConvShape wide = conv_spec_shape(&(ConvSpec){1, 2, 20, 20, 2, NN_DW_MAX_K + 1, 1, 0, 2}, 1);
+    wide = nn_conv_shape_full(&wide);
+    CHECK(!nn_isa_dwconv_fits(&wide));
+}
+
 /* ============================== bad input ============================== */
 
 static void test_bad_conv_kernel_too_big(void)
@@ -246,6 +325,7 @@ int main(int argc, char **argv)
     RUN(test_grad_conv_multi_chunk);
     RUN(test_conv_blas_matches_ref);
     RUN(test_conv_blas_multi_chunk);
+    RUN(test_conv_direct_depthwise);
     RUN(test_bad_conv_kernel_too_big);
     RUN(test_bad_conv_groups);
     return test_summary();

@@ -8,12 +8,6 @@
 
 #include "layer_check.h"
 
-#define FREE_ALL(...)                                                                \
-    do {                                                                             \
-        void *all_[] = {__VA_ARGS__};                                                \
-        for (size_t i_ = 0; i_ < sizeof all_ / sizeof all_[0]; i_++) free(all_[i_]); \
-    } while (0)
-
 /* ============================== convolutions ============================== */
 
 typedef struct {

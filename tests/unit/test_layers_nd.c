@@ -2,17 +2,12 @@
  * differences (layer_check.h) in small graphs that move the batch where PyTorch's attention moves it; the kernels
  * against naive loops in double (transpose, batched products, layer norm, softmax, broadcasting arithmetic, means,
  * gathers); the new activations (GELU in both forms, erf, sqrt, exp, pow, the affine map) against their definitions;
- * tied parameters; the same bits on 1 and 3 threads; bad dims refused with messages.
+ * tied parameters; the same bits on 1 and 3 threads and with every instruction set kernels_isa.c has a copy for;
+ * bad dims refused with messages.
  * Run: make build/tests/test_layers_nd && build/tests/test_layers_nd [test_name] */
 #include "test.h"
 
 #include "layer_check.h"
-
-#define FREE_ALL(...)                                                                \
-    do {                                                                             \
-        void *all_[] = {__VA_ARGS__};                                                \
-        for (size_t i_ = 0; i_ < sizeof all_ / sizeof all_[0]; i_++) free(all_[i_]); \
-    } while (0)
 
 /* [N, C, H, W] input viewed as tokens: [N, T = C, E = H * W] */
 static int tokens(NnModel *m, int x)
@@ -251,7 +246,7 @@ static void test_matmul_matches_ref(void)
 
 static void test_layernorm_softmax_match_ref(void)
 {
-    const int64_t rows = 7, d = 33;
+    const int64_t rows = 7, d = 197; /* 12 blocks of 16 lanes and a tail */
     float *x = falloc(rows * d), *y = falloc(rows * d), *w = falloc(d), *b = falloc(d), *mean = falloc(rows),
           *inv = falloc(rows);
     FhRng rng = rng_for("ln", 0);
@@ -271,9 +266,9 @@ static void test_layernorm_softmax_match_ref(void)
             err = fmax(err, fabs((x[r * d + i] - mu) / sqrt(var + 1e-5) * w[i] + b[i] - y[r * d + i]));
     }
     CHECK_MSG(err < 2e-5, "layer norm: largest difference from double %g", err);
-    /* softmax along the middle of [2, 5, 3] and along the last of [4, 9] */
-    float xs[30], ys[30];
-    fill_normal(&rng, xs, 30, 3.0);
+    /* softmax along the middle of [2, 5, 3] and along the last of [4, 7] and of [2, 65] */
+    float xs[130], ys[130];
+    fill_normal(&rng, xs, 130, 3.0);
     nn_softmax_forward(ys, xs, 2, 5, 3);
     err = 0;
     for (int o = 0; o < 2; o++)
@@ -289,6 +284,13 @@ static void test_layernorm_softmax_match_ref(void)
         for (int i = 0; i < 7; i++) mx = fmax(mx, xs[o * 7 + i]);
         for (int i = 0; i < 7; i++) sum += exp(xs[o * 7 + i] - mx);
         for (int i = 0; i < 7; i++) err = fmax(err, fabs(exp(xs[o * 7 + i] - mx) / sum - ys[o * 7 + i]));
+    }
+    nn_softmax_forward(ys, xs, 2, 65, 1);
+    for (int o = 0; o < 2; o++) {
+        double sum = 0, mx = -1e30;
+        for (int i = 0; i < 65; i++) mx = fmax(mx, xs[o * 65 + i]);
+        for (int i = 0; i < 65; i++) sum += exp(xs[o * 65 + i] - mx);
+        for (int i = 0; i < 65; i++) err = fmax(err, fabs(exp(xs[o * 65 + i] - mx) / sum - ys[o * 65 + i]));
     }
     CHECK_MSG(err < 1e-6, "softmax: largest difference from double %g", err);
     FREE_ALL(x, y, w, b, mean, inv);
@@ -350,6 +352,58 @@ static void test_threads_same_bits(void)
     nn_set_threads(1);
     CHECK_MSG(memcmp(y1, y3, sizeof(float) * (size_t)n) == 0, "1 and 3 threads differ");
     FREE_ALL(x, y1, y3, m, v, b);
+}
+
+/* kernels_isa.c's copies for AVX-512 and AVX2 give the baseline's bits (what this CPU has of them) */
+static void test_isa_same_bits(void)
+{
+    const int64_t rows = 37, d = 193, n = rows * d; /* d: 12 blocks of 16 lanes and a tail */
+    enum { OUTS = 12 };
+    float *x = falloc(n), *dy = falloc(n), *w = falloc(d), *b = falloc(d), *out[NN_ISA_AVX512 + 1][OUTS];
+    FhRng rng = rng_for("isa_bits", 0);
+    fill_normal(&rng, x, n, 3.0);
+    fill_normal(&rng, dy, n, 1.0);
+    fill_normal(&rng, w, d, 1.0);
+    fill_normal(&rng, b, d, 1.0);
+    const NnActSpec acts[] = {
+        {NN_ACT_GELU, 0, 0},  {NN_ACT_GELU_TANH, 0, 0}, {NN_ACT_EXP, 0, 0},           {NN_ACT_AFFINE, -0.75f, 0.5f},
+        {NN_ACT_CLIP, -1, 2}, {NN_ACT_HARDSWISH, 0, 0}, {NN_ACT_LEAKY_RELU, 0.1f, 0},
+    };
+    const int best = nn_isa_set(NN_ISA_AVX512);
+    for (int level = NN_ISA_BASE; level <= best; level++) {
+        CHECK(nn_isa_set(level) == level);
+        float **o = out[level];
+        for (int k = 0; k < OUTS; k++) o[k] = falloc(k == 4 || k == 5 ? rows : k == 6 || k == 7 ? d : n);
+        memset(o[1], 0, sizeof(float) * (size_t)n);
+        for (size_t a = 0; a < sizeof acts / sizeof acts[0]; a++) { /* the acts in turn, summed into o[0], o[1] */
+            nn_act_ex_forward(o[2], NULL, x, n, acts[a], NULL);
+            nn_act_ex_backward(o[1], dy, x, n, acts[a], NULL);
+            for (int64_t i = 0; i < n; i++) o[0][i] = a ? o[0][i] + o[2][i] : o[2][i];
+        }
+        nn_layernorm_forward(o[3], o[4], o[5], x, w, b, rows, d, 1e-5f);
+        memset(o[2], 0, sizeof(float) * (size_t)n);
+        memset(o[6], 0, sizeof(float) * (size_t)d);
+        memset(o[7], 0, sizeof(float) * (size_t)d);
+        nn_layernorm_backward(o[2], o[6], o[7], dy, x, w, o[4], o[5], rows, d);
+        nn_softmax_forward(o[8], x, rows, d, 1);
+        memset(o[9], 0, sizeof(float) * (size_t)n);
+        nn_softmax_backward(o[9], dy, o[8], rows, d, 1);
+        memcpy(o[10], x, sizeof(float) * (size_t)n);
+        nn_isa_rows_add_bias(o[10], b, rows, d);
+        memset(o[11], 0, sizeof(float) * (size_t)n);
+        nn_isa_rows_sum(o[11], dy, rows, d);
+        nn_isa_rows_sum(o[11] + d, x, rows, d);
+        if (level == NN_ISA_BASE) continue;
+        for (int k = 0; k < OUTS; k++) {
+            const int64_t len = k == 4 || k == 5 ? rows : k == 6 || k == 7 ? d : n;
+            CHECK_MSG(memcmp(o[k], out[NN_ISA_BASE][k], sizeof(float) * (size_t)len) == 0,
+                      "%s: output %d differs from the baseline's", nn_isa_name(level), k);
+        }
+    }
+    nn_isa_set(best);
+    for (int level = NN_ISA_BASE; level <= best; level++)
+        for (int k = 0; k < OUTS; k++) free(out[level][k]);
+    FREE_ALL(x, dy, w, b);
 }
 
 /* ============================== building ============================== */
@@ -420,6 +474,7 @@ int main(int argc, char **argv)
     RUN(test_layernorm_softmax_match_ref);
     RUN(test_acts_match_ref);
     RUN(test_threads_same_bits);
+    RUN(test_isa_same_bits);
     RUN(test_tied_state);
     RUN(test_bad_dims);
     return test_summary();
