@@ -7,7 +7,9 @@ Per function:
   leak    between taking a resource into a local variable (memory, a FILE, a descriptor, an HDF5 or
           partition file, a config) and releasing it, the function does not leave by FH_CHECK, FH_FAIL
           or `return <expr>` unless that exit releases the resource first (within the three lines
-          before it) or hands it out (`return v`).
+          before it) or hands it out (`return v`);
+  memory  an error whose message says "out of memory" carries FH_ERR_MEMORY (exit 6), the code of the
+          exit-code table, not another.
 
 Functions are read from the layout clang-format gives them (a `{` and a `}` alone in column 0), which
 is the layout of every file in src/. Prints one line per finding; exit status 1 when there is any.
@@ -70,6 +72,10 @@ def check(path):
             findings.append('%s: label: goto and labels serve only the cleanup at done:' % where)
         if gotos and re.search(r'if \(status == FH_OK\)', text):
             findings.append('%s: mixed: jumps to done: and chains status == FH_OK' % where)
+        for k, raw in enumerate(body):
+            m = re.search(r'\b(FH_ERR_\w+)\b[^;]*"out of memory', raw)
+            if m and m.group(1) != 'FH_ERR_MEMORY':
+                findings.append('%s: memory: line %d says "out of memory" with %s' % (where, line + k, m.group(1)))
         if gotos:
             continue
         held = {}  # variable -> line index where it was taken

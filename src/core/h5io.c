@@ -863,7 +863,7 @@ int fh_h5_read_strings(const FhH5File *f, const char *name, char ***out, int64_t
     for (hsize_t i = 0; status == FH_OK && i < dims; i++) {
         const char *t = is_variable ? variable[i] : fixed + i * (len + 1);
         if (!((*out)[i] = strdup(t ? t : "")))
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for the strings of %s", name);
+            status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory for the strings of %s", name);
     }
     if (variable && status == FH_OK && dims) {
         hid_t space = H5Dget_space(dset);

@@ -4,7 +4,7 @@
 
 #include "fedhet/data.h"
 
-/* Zeroed per-client arrays for K clients; FH_ERR_IO when out of memory (h is then empty). */
+/* Zeroed per-client arrays for K clients; FH_ERR_MEMORY when out of memory (h is then empty). */
 int data_hetero_alloc(DataHetero *h, int K, int classes);
 
 #endif

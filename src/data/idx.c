@@ -72,8 +72,8 @@ static int idx_open(const char *path, gzFile *out)
     if (!path || !*path) FH_FAIL(FH_ERR_DATA, "IDX file path is empty");
     errno = 0;
     gzFile f = gzopen(path, "rb");
-    if (!f)
-        FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, errno ? strerror(errno) : "out of memory in zlib");
+    if (!f && !errno) FH_FAIL(FH_ERR_MEMORY, "%s: out of memory in zlib opening it", path);
+    if (!f) FH_FAIL(FH_ERR_DATA, "%s: cannot open: %s", path, strerror(errno));
     /* the 8 KiB default buffer makes a 47 MB image file take thousands of read() calls */
     gzbuffer(f, 1u << 18);
     *out = f;

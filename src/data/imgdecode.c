@@ -24,7 +24,7 @@ int img_buf_reserve(ImgBuf *b, int w, int h, int c)
     size_t need = (size_t)w * h * c + 16;
     if (need > b->capacity) {
         uint8_t *p = realloc(b->pixels, need);
-        if (!p) FH_FAIL(FH_ERR_IO, "out of memory for a %dx%dx%d image", w, h, c);
+        if (!p) FH_FAIL(FH_ERR_MEMORY, "out of memory for a %dx%dx%d image", w, h, c);
         b->pixels = p;
         b->capacity = need;
     }
@@ -282,7 +282,7 @@ static int png_run(const char *name, const uint8_t *data, size_t len, int header
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!info) {
         png_destroy_read_struct(&png, NULL, NULL);
-        FH_FAIL(FH_ERR_IO, "%s: out of memory starting libpng", name);
+        FH_FAIL(FH_ERR_MEMORY, "%s: out of memory starting libpng", name);
     }
     png_bytep *volatile rows = NULL;
     if (setjmp(png_jmpbuf(png))) {
@@ -323,7 +323,7 @@ static int png_run(const char *name, const uint8_t *data, size_t len, int header
     }
     if (img_buf_reserve(out, (int)pw, (int)ph, stored_c) != FH_OK || !(rows = malloc(ph * sizeof *rows))) {
         png_destroy_read_struct(&png, &info, NULL);
-        FH_FAIL(FH_ERR_IO, "%s: out of memory for a %ux%u image", name, (unsigned)pw, (unsigned)ph);
+        FH_FAIL(FH_ERR_MEMORY, "%s: out of memory for a %ux%u image", name, (unsigned)pw, (unsigned)ph);
     }
     for (png_uint_32 y = 0; y < ph; y++) rows[y] = out->pixels + (size_t)y * pw * stored_c;
     png_read_image(png, rows);

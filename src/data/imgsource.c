@@ -129,11 +129,11 @@ static int list_dir(const char *dir, int want_dirs, char ***names, int *n)
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;
             char **grown = realloc(*names, (size_t)cap * sizeof *grown);
-            if (!grown) status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory listing %s", dir);
+            if (!grown) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory listing %s", dir);
             else *names = grown;
         }
         if (status == FH_OK && !((*names)[*n] = strdup(e->d_name)))
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory listing %s", dir);
+            status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory listing %s", dir);
         else if (status == FH_OK) (*n)++;
     }
     closedir(d);
@@ -181,7 +181,7 @@ static int names_reindex(Names *t)
     uint32_t size = 64;
     while (size < 4u * (uint32_t)t->n) size *= 2;
     int32_t *slot = calloc(size, sizeof *slot);
-    if (!slot) FH_FAIL(FH_ERR_IO, "out of memory indexing %d names", t->n);
+    if (!slot) FH_FAIL(FH_ERR_MEMORY, "out of memory indexing %d names", t->n);
     free(t->slot);
     t->slot = slot;
     t->mask = size - 1;
@@ -197,12 +197,12 @@ static int names_add(Names *t, const char *name, int *index)
     if (t->n == t->cap) {
         const int cap = t->cap ? 2 * t->cap : 32;
         char **grown = realloc(t->v, (size_t)cap * sizeof *grown);
-        if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for the name '%s'", name);
+        if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory for the name '%s'", name);
         t->v = grown;
         t->cap = cap;
     }
     if (!t->slot || 2u * (uint32_t)(t->n + 1) > t->mask) FH_CHECK(names_reindex(t));
-    if (!(t->v[t->n] = strdup(name))) FH_FAIL(FH_ERR_IO, "out of memory for the name '%s'", name);
+    if (!(t->v[t->n] = strdup(name))) FH_FAIL(FH_ERR_MEMORY, "out of memory for the name '%s'", name);
     *index = t->n++;
     t->slot[names_slot(t, name)] = *index + 1;
     return FH_OK;
@@ -224,7 +224,7 @@ static int names_sort(Names *t, int32_t **map)
         free(at);
         free(*map);
         *map = NULL;
-        FH_FAIL(FH_ERR_IO, "out of memory sorting %d names", t->n);
+        FH_FAIL(FH_ERR_MEMORY, "out of memory sorting %d names", t->n);
     }
     for (int i = 0; i < t->n; i++) at[i] = (NameAt){ t->v[i], i };
     qsort(at, (size_t)t->n, sizeof *at, name_at_cmp);
@@ -238,13 +238,13 @@ static int add_entry(DataSource *s, const char *path, int64_t row, int label, in
     if (s->n == s->cap) {
         int64_t cap = s->cap ? 2 * s->cap : 1024;
         SrcEntry *grown = realloc(s->entries, (size_t)cap * sizeof *grown);
-        if (!grown) FH_FAIL(FH_ERR_IO, "out of memory for %lld image entries", (long long)cap);
+        if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory for %lld image entries", (long long)cap);
         s->entries = grown;
         s->cap = cap;
     }
     SrcEntry *e = &s->entries[s->n];
     *e = (SrcEntry){ NULL, row, label, group, split, line, s->n };
-    if (path && !(e->path = strdup(path))) FH_FAIL(FH_ERR_IO, "out of memory for the path %s", path);
+    if (path && !(e->path = strdup(path))) FH_FAIL(FH_ERR_MEMORY, "out of memory for the path %s", path);
     s->n++;
     return FH_OK;
 }
@@ -436,7 +436,7 @@ static int number_classes(DataSource *s)
     for (int i = 0; i < s->classes.n; i++) max = atoi(s->classes.v[i]) > max ? atoi(s->classes.v[i]) : max;
     int32_t *map = calloc((size_t)s->classes.n, sizeof *map);
     Names ids = { 0 };
-    int status = map ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+    int status = map ? FH_OK : fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
     for (int i = 0; status == FH_OK && i < s->classes.n; i++) map[i] = atoi(s->classes.v[i]);
     for (int i = 0, index; status == FH_OK && i <= max; i++) {
         char t[32];
@@ -469,7 +469,7 @@ static int path_at_cmp(const void *a, const void *b)
 static int refuse_repeated_images(const DataSource *s, const char *table)
 {
     PathAt *at = malloc((size_t)s->n * sizeof *at);
-    if (!at) FH_FAIL(FH_ERR_IO, "out of memory checking %s for repeated images", table);
+    if (!at) FH_FAIL(FH_ERR_MEMORY, "out of memory checking %s for repeated images", table);
     for (int64_t i = 0; i < s->n; i++) at[i] = (PathAt){ s->entries[i].path, i };
     qsort(at, (size_t)s->n, sizeof *at, path_at_cmp);
     const SrcEntry *first = NULL, *again = NULL;
@@ -507,7 +507,7 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
     if (!header || !fields) {
         free(header);
         free(fields);
-        FH_FAIL(FH_ERR_IO, "out of memory reading %s", table);
+        FH_FAIL(FH_ERR_MEMORY, "out of memory reading %s", table);
     }
     char *p = text;
     int n_header = csv_record(&p, header, CSV_MAX_FIELDS);
@@ -524,7 +524,7 @@ static int open_csv_text(DataSource *s, const char *table, char *text)
         /* one-hot columns (ISIC's ground truth): the class names are the columns, in the order given */
         status = split_list(o->label_columns, &s->classes);
         if (status == FH_OK && !(hot = calloc((size_t)s->classes.n, sizeof *hot)))
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+            status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
         for (int k = 0; status == FH_OK && k < s->classes.n; k++, n_hot++)
             status = column_of(table, header, n_header, "label_columns", s->classes.v[k], &hot[k]);
     } else if (status == FH_OK) {
@@ -643,7 +643,7 @@ static int read_head(const char *path, const char *name, size_t limit, uint8_t *
         uint8_t *grown = realloc(*data, n + 1);
         if (!grown) {
             fclose(f);
-            FH_FAIL(FH_ERR_IO, "%s: out of memory for %zu bytes", path, n);
+            FH_FAIL(FH_ERR_MEMORY, "%s: out of memory for %zu bytes", path, n);
         }
         *data = grown;
         *cap = n + 1;
@@ -1040,7 +1040,7 @@ static int assign_splits(DataSource *s)
         Names held;
         FH_CHECK(split_list(o->holdout_domain, &held));
         int8_t *is_held = calloc((size_t)s->groups.n, 1);
-        int status = is_held ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+        int status = is_held ? FH_OK : fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
         for (int i = 0; i < held.n && status == FH_OK; i++) {
             int g = names_find(&s->groups, held.v[i]);
             if (g < 0) status = unknown_domain(s, held.v[i]);
@@ -1058,7 +1058,7 @@ static int assign_splits(DataSource *s)
     const int G = s->groups.n ? s->groups.n : 1, C = s->classes.n;
     int64_t *count = calloc((size_t)G * C + 1, sizeof *count), *cell = malloc((size_t)s->n * sizeof *cell),
             *perm = malloc((size_t)s->n * sizeof *perm);
-    int status = count && cell && perm ? FH_OK : fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory");
+    int status = count && cell && perm ? FH_OK : fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
     for (int64_t i = 0; i < s->n && status == FH_OK; i++)
         if (s->entries[i].split < 0) count[(int64_t)(s->entries[i].group < 0 ? 0 : s->entries[i].group) * C + s->entries[i].label + 1]++;
     for (int64_t k = 0; k < (int64_t)G * C && status == FH_OK; k++) count[k + 1] += count[k];
@@ -1164,7 +1164,7 @@ int data_image_source_open(DataSource **out, DataImageSet *train, DataImageSet *
                            const DataSourceOptions *o, const char *format)
 {
     DataSource *s = calloc(1, sizeof *s);
-    if (!s) FH_FAIL(FH_ERR_IO, "out of memory opening %s", src);
+    if (!s) FH_FAIL(FH_ERR_MEMORY, "out of memory opening %s", src);
     s->o = *o;
     s->format = format;
     s->arrays[0].fd = s->arrays[1].fd = -1;

@@ -165,7 +165,7 @@ int data_source_options_parse(FhConfig **cfg, const char *text, const char *wher
     if (!copy || !args) {
         free(copy);
         free(args);
-        FH_FAIL(FH_ERR_IO, "out of memory for %s", where);
+        FH_FAIL(FH_ERR_MEMORY, "out of memory for %s", where);
     }
     int n = 0;
     for (char *save = NULL, *tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) args[n++] = tok;

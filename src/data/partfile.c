@@ -343,7 +343,7 @@ static int write_attributes(const FhH5File *f, const DataImageSet *train, const 
         size_t len = 1;
         for (int g = 0; g < train->n_groups; g++) len += strlen(train->group_names[g]) + 1;
         char *text = calloc(len, 1);
-        if (!text) FH_FAIL(FH_ERR_IO, "out of memory for the domain names");
+        if (!text) FH_FAIL(FH_ERR_MEMORY, "out of memory for the domain names");
         for (int g = 0; g < train->n_groups; g++) strcat(strcat(text, train->group_names[g]), "\n");
         /* the attribute for the scripts that read it; /domain_names is what the reader reads */
         int status = fh_h5_attr_write_string(f, root, "domains", text);
@@ -583,7 +583,7 @@ static int open_domains(DataPartFile *f)
     for (char *save = NULL, *tok = status == FH_OK ? strtok_r(text, "\n", &save) : NULL; tok && f->n_domains < n;
          tok = strtok_r(NULL, "\n", &save))
         if (!(f->domain_names[f->n_domains++] = strdup(tok)))
-            status = fh_error_raise(FH_ERR_IO, __FILE__, __LINE__, "out of memory for domain names");
+            status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory for domain names");
     free(text);
     FH_CHECK(status);
     return open_test_domain(f);
@@ -663,7 +663,7 @@ int data_partfile_open(DataPartFile *f, const char *path)
     f->path = strdup(path ? path : "");
     if (!f->path) {
         data_partfile_close(f);
-        FH_FAIL(FH_ERR_IO, "out of memory opening %s", path);
+        FH_FAIL(FH_ERR_MEMORY, "out of memory opening %s", path);
     }
     FhH5Quiet quiet;
     fh_h5_quiet_begin(&quiet);

@@ -7,6 +7,7 @@
  *
  * Everything this cannot represent exactly is refused, naming the node, its op type and attribute: a silent
  * change of semantics is worse than an error. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,20 +242,24 @@ static int info_dims(const Onnx__ValueInfoProto *v, int64_t *dims, int cap)
     return n;
 }
 
+/* a fixed dimension as an int: beyond INT_MAX it reads INT_MAX, which every size check refuses (a cast would wrap
+ * 2^32 + 3 to 3) */
+static int dim_as_int(int64_t d) { return d > INT_MAX ? INT_MAX : (int)d; }
+
 int onnx_net_input_shape(const OnnxNet *net, NnShape *shape)
 {
     int64_t d[8];
     int n = info_dims(data_input(net), d, 8);
     if (n == 4 && d[1] > 0 && d[2] > 0 && d[3] > 0) {
-        *shape = (NnShape){ (int)d[1], (int)d[2], (int)d[3] };
+        *shape = (NnShape){ dim_as_int(d[1]), dim_as_int(d[2]), dim_as_int(d[3]) };
         return 1;
     }
     if (n == 3 && d[1] > 0 && d[2] > 0) { /* N x C x L: L on the height axis */
-        *shape = (NnShape){ (int)d[1], (int)d[2], 1 };
+        *shape = (NnShape){ dim_as_int(d[1]), dim_as_int(d[2]), 1 };
         return 1;
     }
     if (n == 2 && d[1] > 0) {
-        *shape = (NnShape){ (int)d[1], 1, 1 };
+        *shape = (NnShape){ dim_as_int(d[1]), 1, 1 };
         return 1;
     }
     return 0;
@@ -265,7 +270,7 @@ int onnx_net_classes(const OnnxNet *net)
     const Onnx__GraphProto *g = net->model->graph;
     int64_t d[8];
     int n = g->n_output ? info_dims(g->output[0], d, 8) : -1;
-    return n == 2 && d[1] > 0 ? (int)d[1] : 0;
+    return n == 2 && d[1] > 0 && d[1] <= (1LL << 30) ? (int)d[1] : 0;
 }
 
 /* ---- values ---- */

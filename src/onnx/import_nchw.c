@@ -637,6 +637,7 @@ int imp_op_dropout(Bld *b)
     if (n->n_output > 1 && *n->output[1] && imp_consumers(b, n->output[1], b->node))
         NODE_FAIL(b, FH_ERR_USAGE, "output mask is read by the graph, which is not supported");
     (void)tm; /* training_mode: fedhet's own training flag decides, as for batch norm */
+    if (p == 0.0f) return imp_put_alias(b, n->output[0], x); /* drops nothing: no layer, no copy */
     FH_CHECK(imp_as_engine(b, x));
     int t = nn_dropout(b->m, x->t, p);
     if (t < 0) return b->m->status;

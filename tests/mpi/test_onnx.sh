@@ -105,6 +105,20 @@ test_nodes()
     [ "$passed" -ge 20 ] || fail "only $passed node tests pass"
 }
 
+# export_checked RUN NAME WHAT: `fedhet export` of the run folder to $WORK/NAME.onnx, which onnx.checker accepts and
+# whose import (onnx_model roundtrip) gives the same logits bit for bit on $WORK/x16.bin (8 x 3 x 16 x 16, 4 classes,
+# written here); 1 when the export itself failed
+export_checked()
+{
+    local run=$1 name=$2 what=$3
+    "$FEDHET" export "$run" "$WORK/$name.onnx" >"$WORK/$name.export.out" 2>&1 ||
+        { fail "export of $what: $(tail -1 "$WORK/$name.export.out")"; return 1; }
+    $PY "$OT" check "$WORK/$name.onnx" >/dev/null 2>&1 || fail "onnx.checker refuses the exported $what"
+    $PY -c 'import numpy as np; np.random.default_rng(0).standard_normal((8, 3, 16, 16), dtype=np.float32).tofile("'"$WORK"'/x16.bin")'
+    "$MODEL" roundtrip "$WORK/$name.onnx" "$WORK/x16.bin" 8 3 16 16 4 "$WORK/$name.again.onnx" >"$WORK/$name.rt.out" 2>&1 ||
+        fail "import of the exported $what: $(tail -1 "$WORK/$name.rt.out")"
+}
+
 # ---- torchvision models against PyTorch ----
 # produce NAME [train|eval] [SIZE]: PyTorch's export, logits and losses and fedhet's logits and losses for 3 x SIZE x
 # SIZE inputs (default 32, kept in its size file), in $WORK/tv/NAME/ (one folder per model: two run at once); the
@@ -198,12 +212,7 @@ test_transformer_runs()
         !h || !s || $h == "" || $h == "nan" || $s == "" { bad = 1 } END { exit bad || NR != 3 }' "$WORK/out/v3/metrics.csv" ||
         fail "the tiny ViT's run lacks its sharpness or Hessian columns"
     resume_identical "tiny ViT, fedsam" "$vit" algo.method=fedsam
-    "$FEDHET" export "$WORK/out/v3" "$WORK/vit_trained.onnx" >"$WORK/vexp.out" 2>&1 ||
-        { fail "export of the tiny ViT's run: $(tail -1 "$WORK/vexp.out")"; return; }
-    $PY "$OT" check "$WORK/vit_trained.onnx" >/dev/null 2>&1 || fail "onnx.checker refuses the exported tiny ViT"
-    $PY -c 'import numpy as np; np.random.default_rng(0).standard_normal((8, 3, 16, 16), dtype=np.float32).tofile("'"$WORK"'/x16.bin")'
-    "$MODEL" roundtrip "$WORK/vit_trained.onnx" "$WORK/x16.bin" 8 3 16 16 4 "$WORK/vit_again.onnx" >"$WORK/vrt.out" 2>&1 ||
-        fail "import of the exported tiny ViT: $(tail -1 "$WORK/vrt.out")"
+    export_checked "$WORK/out/v3" vit_trained "tiny ViT's run" || return
     timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe -np 2 "$FEDHET" landscape "$WORK/out/v3/run.h5" dims=1 points=3 \
         out="$WORK" >"$WORK/vland.out" 2>&1 || fail "landscape of the tiny ViT: $(grep -m1 error "$WORK/vland.out")"
     # an init from the run's named tensors: at a step of 1e-12 the model stays the run's but for rounding
@@ -352,12 +361,7 @@ test_methods()
     # checkpoint + resume
     resume_identical "imported CNN, fedsam" algo.method=fedsam
     # export of the run: onnx.checker, and the import gives the same logits bit for bit
-    "$FEDHET" export "$WORK/out/m_fedavg" "$WORK/trained.onnx" >"$WORK/texp.out" 2>&1 ||
-        { fail "export: $(tail -1 "$WORK/texp.out")"; return; }
-    $PY "$OT" check "$WORK/trained.onnx" >/dev/null 2>&1 || fail "onnx.checker refuses the exported run"
-    $PY -c 'import numpy as np; np.random.default_rng(0).standard_normal((8, 3, 16, 16), dtype=np.float32).tofile("'"$WORK"'/x16.bin")'
-    "$MODEL" roundtrip "$WORK/trained.onnx" "$WORK/x16.bin" 8 3 16 16 4 "$WORK/again.onnx" >"$WORK/rt.out" 2>&1 ||
-        fail "import of the exported run: $(tail -1 "$WORK/rt.out")"
+    export_checked "$WORK/out/m_fedavg" trained "imported CNN's run" || return
     # the loss landscape of the imported model's run
     timeout -k 5 "$RUN_LIMIT" mpirun --oversubscribe -np 2 "$FEDHET" landscape "$WORK/out/m_fedavg/run.h5" dims=1 points=3 \
         out="$WORK" >"$WORK/land.out" 2>&1 || fail "landscape of the imported model: $(grep -m1 error "$WORK/land.out")"
@@ -450,8 +454,10 @@ onnx.save(m, "%s/twice.onnx" % d)
 m = onnx.load("%s/samepad.onnx" % d)
 m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = -3
 onnx.save(m, "%s/negdim.onnx" % d)
+m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = (1 << 32) + 3
+onnx.save(m, "%s/bigdim.onnx" % d)
 EOF
-    local n want
+    local n want rc
     # tied weights: one initializer read by two layers is one parameter (conv 108 + linear 16, not 32)
     "$FEDHET" inspect --model "$WORK/shared.onnx" --classes 4 >"$WORK/shared.out" 2>&1 ||
         fail "shared weights: $(tail -1 "$WORK/shared.out")"
@@ -475,6 +481,12 @@ EOF
     done
     # inspect refuses as the run does
     "$FEDHET" inspect --model "$WORK/samepad.onnx" >/dev/null 2>&1 && fail "inspect imported auto_pad = SAME_UPPER"
+    # a fixed dimension beyond the engine's sizes is refused with the way out, not wrapped to a small int
+    "$FEDHET" inspect --model "$WORK/bigdim.onnx" >"$WORK/bigdim.out" 2>&1
+    rc=$?
+    [ "$rc" = 2 ] || fail "inspect of a 2^32 + 3 dimension: exit $rc, expected 2"
+    grep -qF "$WORK/bigdim.onnx: the graph's input shape has a dimension outside 1..65536: give the shape with --input" \
+        "$WORK/bigdim.out" || fail "inspect of a 2^32 + 3 dimension: $(tail -1 "$WORK/bigdim.out")"
 }
 
 TESTS=(bad_input methods every_method tools zoo_roundtrip nodes torchvision transformers transformer_runs)

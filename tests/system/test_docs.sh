@@ -80,7 +80,8 @@ no_outside_citations()
 }
 
 # every function of src/ keeps the error rule of docs/architecture.md (tools/check-errors.py); and the
-# checker finds a stray label, a function mixing done: with a status chain, and an exit that leaks
+# checker finds a stray label, a function mixing done: with a status chain, an exit that leaks and an
+# "out of memory" under another code than FH_ERR_MEMORY
 error_rule_kept()
 {
     $PY tools/check-errors.py || return 1
@@ -116,7 +117,7 @@ static int leaks(const char *path)
 static int keeps(const char *path, char **out)
 {
     char *text = malloc(16);
-    if (!text) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!text) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     FILE *f = fopen(path, "r");
     if (!f) {
         free(text);
@@ -126,10 +127,16 @@ static int keeps(const char *path, char **out)
     *out = text;
     return FH_OK;
 }
+
+static int oom_as_io(void)
+{
+    FH_FAIL(FH_ERR_IO, "out of memory for the table");
+}
 C
     $PY tools/check-errors.py "$WORK/bad.c" >"$WORK/rule.out" && { echo "the planted breaches passed"; return 1; }
     grep -q 'stray: label' "$WORK/rule.out" && grep -q 'mixed: mixed' "$WORK/rule.out" &&
-        grep -q 'leaks: leak: line 23 leaves while buf' "$WORK/rule.out" ||
+        grep -q 'leaks: leak: line 23 leaves while buf' "$WORK/rule.out" &&
+        grep -q 'oom_as_io: memory: line .* says "out of memory" with FH_ERR_IO' "$WORK/rule.out" ||
         { echo "not reported: $(cat "$WORK/rule.out")"; return 1; }
     grep -q 'keeps' "$WORK/rule.out" && { echo "a release before the exit was reported: $(cat "$WORK/rule.out")"; return 1; }
     return 0
