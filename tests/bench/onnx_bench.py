@@ -9,8 +9,11 @@ Runs under /usr/bin/python3 (Debian's python3-torch 1.13, python3-torchvision 0.
       3 rebuilds the first conv for C input channels.
   onnx_bench.py torch NAME [--input CxHxW] [--classes K] [--batch B] [--reps R]
       PyTorch's training step (forward, cross-entropy, backward, SGD with momentum: torch_bench.py's sgd step) of
-      the same model with the same weights, one thread; prints samples_per_s,gflops (gflops = 3 x forward FLOPs of
-      conv and linear layers per sample x samples/s, as fedhet bench counts them).
+      the same model with the same weights, one thread, in the fastest of the configurations a user can pick
+      (torch_bench.configs_for: zero_grad set_to_none, channels_last, mkldnn); prints
+      samples_per_s,gflops,configuration (gflops = 3 x forward FLOPs of conv and linear layers per sample x
+      samples/s, as fedhet bench counts them). --config "set_to_none=B channels_last=B mkldnn=B" (as printed)
+      measures that configuration without the search.
 """
 import argparse
 import os
@@ -46,6 +49,7 @@ def main(argv):
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--config", help="a configuration as printed: no search")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     m = build(a.name, a.input, a.classes)
@@ -55,8 +59,12 @@ def main(argv):
         mode = "eval" if a.name in onnx_torch.EVAL_ONLY else "train"
         onnx_torch.save_onnx(m, torch.randn(2, *a.input), a.out, mode)
         return 0
-    sps, gflops = torch_bench.bench_model(m, a.batch, "sgd", a.input, a.classes, a.reps)
-    print("%.1f,%.3f" % (sps, gflops))
+    if a.config:
+        cfg = torch_bench.parse_config(a.config)
+        sps, gflops = torch_bench.bench_model(m, a.batch, "sgd", a.input, a.classes, a.reps, config=cfg)
+    else:
+        sps, gflops, cfg = torch_bench.bench_best(m, a.batch, "sgd", a.input, a.classes, a.reps)
+    print("%.1f,%.3f,%s" % (sps, gflops, torch_bench.config_name(cfg)))
     return 0
 
 

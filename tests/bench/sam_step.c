@@ -72,7 +72,7 @@ static int bench_init(Bench *b, const char *spec, DataPartFile *f, const char *m
     b->server_vecs = calloc((size_t)(nv > 0 ? nv : 1) * n, sizeof(float));
     for (int64_t j = 0; j < nv * n; j++) b->server_vecs[j] = 1e-3f * (float)((j % 7) - 3);
     b->server_scalars[0] = 20.0;
-    if (!b->rec || !b->server_vecs) FH_FAIL(FH_ERR_IO, "out of memory");
+    if (!b->rec || !b->server_vecs) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     return FH_OK;
 }
 

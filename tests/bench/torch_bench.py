@@ -286,8 +286,8 @@ def forward_flops(model, c, h, w):
         kh, kw = mod.kernel_size
         total[0] += 2 * cout * ho * wo * (mod.in_channels // mod.groups) * kh * kw
 
-    def lin_hook(mod, inp, out):
-        total[0] += 2 * mod.in_features * mod.out_features
+    def lin_hook(mod, inp, out):  # every row of a sequence (tokens x features) counts
+        total[0] += 2 * mod.in_features * mod.out_features * (inp[0].numel() // mod.in_features)
 
     hooks = []
     for m in model.modules():
@@ -307,12 +307,12 @@ def forward_flops(model, c, h, w):
 
 # ---------------------------------------------------------------- steps
 
-def make_step(model, x, y, mode, lr=0.01, momentum=0.9, rho=0.05):
+def make_step(model, x, y, mode, lr=0.01, momentum=0.9, rho=0.05, set_to_none=False):
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum)
 
     def sgd_step():
-        opt.zero_grad(set_to_none=False)
+        opt.zero_grad(set_to_none=set_to_none)
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
@@ -351,15 +351,59 @@ def bench_point(name, batch, threads, mode, inp, classes, reps, norm="bn", group
     return bench_model(model, batch, mode, inp, classes, reps, target_s)
 
 
-def bench_model(model, batch, mode, inp, classes, reps, target_s=0.5):
-    """samples/s and GFLOP/s of `model`'s training step (the threads as set by the caller)"""
+# The settings a PyTorch user can pick without changing the model: how zero_grad clears the gradients, the
+# memory format of a convolutional network, and whether oneDNN (mkldnn) runs the kernels that have it.
+CONFIG_DEFAULT = {"set_to_none": False, "channels_last": False, "mkldnn": True}
+
+
+def configs_for(model):
+    has_conv = any(isinstance(m, nn.Conv2d) for m in model.modules())
+    return [{"set_to_none": n, "channels_last": c, "mkldnn": k}
+            for n in (False, True) for c in ((False, True) if has_conv else (False,)) for k in (True, False)]
+
+
+def config_name(cfg):
+    return "set_to_none=%s channels_last=%s mkldnn=%s" % (cfg["set_to_none"], cfg["channels_last"], cfg["mkldnn"])
+
+
+def parse_config(text):
+    """config_name's text back to a config"""
+    cfg = dict(CONFIG_DEFAULT)
+    for item in text.split():
+        key, _, value = item.partition("=")
+        if key not in cfg or value not in ("True", "False"):
+            raise SystemExit("torch_bench.py: bad configuration item %r (expected %s)" % (item, config_name(cfg)))
+        cfg[key] = value == "True"
+    return cfg
+
+
+def bench_model(model, batch, mode, inp, classes, reps, target_s=0.5, config=None):
+    """samples/s and GFLOP/s of `model`'s training step (the threads as set by the caller) in `config`"""
+    cfg = dict(CONFIG_DEFAULT, **(config or {}))
     c, h, w = inp
     flops = forward_flops(model, c, h, w)
     model.train()
-    x = torch.randn(batch, c, h, w, dtype=torch.float32)
+    fmt = torch.channels_last if cfg["channels_last"] else torch.contiguous_format
+    model = model.to(memory_format=fmt)
+    x = torch.randn(batch, c, h, w, dtype=torch.float32).to(memory_format=fmt)
     y = torch.randint(0, classes, (batch,))
-    step = make_step(model, x, y, mode)
+    step = make_step(model, x, y, mode, set_to_none=cfg["set_to_none"])
+    with torch.backends.mkldnn.flags(enabled=cfg["mkldnn"]):
+        return timed(step, batch, flops, reps, target_s)
 
+
+def bench_best(model, batch, mode, inp, classes, reps, target_s=0.5):
+    """bench_model in the fastest of configs_for(model) (each tried for one short rep, the winner measured in
+    full): samples/s, GFLOP/s and the winner's config"""
+    trial = [(bench_model(model, batch, mode, inp, classes, 1, target_s / 2, cfg)[0], i, cfg)
+             for i, cfg in enumerate(configs_for(model))]
+    best = max(trial, key=lambda t: (t[0], -t[1]))[2]
+    sps, gflops = bench_model(model, batch, mode, inp, classes, reps, target_s, best)
+    return sps, gflops, best
+
+
+def timed(step, batch, flops, reps, target_s):
+    """median samples/s of `step` over reps and its GFLOP/s"""
     # warm-up, then calibrate steps per rep from one timed step
     step()
     t0 = time.perf_counter()
