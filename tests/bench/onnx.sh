@@ -49,13 +49,10 @@ header="model,input,batch,fedhet_samples_per_s,fedhet_min,fedhet_max,fedhet_gflo
 stats() { sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.1f,%.1f,%.1f", m, v[1], v[NR] }'; }
 
 if [ "${BENCH_CORETYPE-auto}" = auto ] && [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    detected=$(OPENBLAS_VERBOSE=2 "$py" -c 'import torch' 2>&1 | sed -n 's/^Core: //p' | head -1)
-    wanted=""
-    grep -qw avx2 /proc/cpuinfo && wanted=Haswell
-    grep -qw avx512f /proc/cpuinfo && wanted=SkylakeX
-    if [ "$detected" = Prescott ] && [ -n "$wanted" ]; then
+    wanted=$(tools/openblas-coretype.sh "$py" -c 'import torch')
+    if [ -n "$wanted" ]; then
         export OPENBLAS_CORETYPE=$wanted
-        [ -z "${BENCH_CPU:-}" ] && echo "OpenBLAS chose $detected kernels for this CPU: both sides run with OPENBLAS_CORETYPE=$wanted"
+        [ -z "${BENCH_CPU:-}" ] && echo "OpenBLAS chose Prescott kernels for this CPU: both sides run with OPENBLAS_CORETYPE=$wanted"
     fi
 elif [ -n "${BENCH_CORETYPE:-}" ] && [ "${BENCH_CORETYPE}" != auto ]; then
     export OPENBLAS_CORETYPE=$BENCH_CORETYPE
