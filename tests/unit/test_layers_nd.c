@@ -244,6 +244,21 @@ static void test_matmul_matches_ref(void)
     }
 }
 
+/* the largest difference of y from the softmax of x in double, along the middle axis of [outer, len, inner] */
+static double softmax_error(const float *x, const float *y, int outer, int len, int inner)
+{
+    double err = 0;
+    for (int o = 0; o < outer; o++)
+        for (int j = 0; j < inner; j++) {
+            const float *xr = x + (int64_t)o * len * inner + j, *yr = y + (int64_t)o * len * inner + j;
+            double sum = 0, mx = -1e30;
+            for (int i = 0; i < len; i++) mx = fmax(mx, xr[i * inner]);
+            for (int i = 0; i < len; i++) sum += exp(xr[i * inner] - mx);
+            for (int i = 0; i < len; i++) err = fmax(err, fabs(exp(xr[i * inner] - mx) / sum - yr[i * inner]));
+        }
+    return err;
+}
+
 static void test_layernorm_softmax_match_ref(void)
 {
     const int64_t rows = 7, d = 197; /* 12 blocks of 16 lanes and a tail */
@@ -270,28 +285,11 @@ static void test_layernorm_softmax_match_ref(void)
     float xs[130], ys[130];
     fill_normal(&rng, xs, 130, 3.0);
     nn_softmax_forward(ys, xs, 2, 5, 3);
-    err = 0;
-    for (int o = 0; o < 2; o++)
-        for (int j = 0; j < 3; j++) {
-            double sum = 0, mx = -1e30;
-            for (int i = 0; i < 5; i++) mx = fmax(mx, xs[o * 15 + i * 3 + j]);
-            for (int i = 0; i < 5; i++) sum += exp(xs[o * 15 + i * 3 + j] - mx);
-            for (int i = 0; i < 5; i++) err = fmax(err, fabs(exp(xs[o * 15 + i * 3 + j] - mx) / sum - ys[o * 15 + i * 3 + j]));
-        }
+    err = softmax_error(xs, ys, 2, 5, 3);
     nn_softmax_forward(ys, xs, 4, 7, 1);
-    for (int o = 0; o < 4; o++) {
-        double sum = 0, mx = -1e30;
-        for (int i = 0; i < 7; i++) mx = fmax(mx, xs[o * 7 + i]);
-        for (int i = 0; i < 7; i++) sum += exp(xs[o * 7 + i] - mx);
-        for (int i = 0; i < 7; i++) err = fmax(err, fabs(exp(xs[o * 7 + i] - mx) / sum - ys[o * 7 + i]));
-    }
+    err = fmax(err, softmax_error(xs, ys, 4, 7, 1));
     nn_softmax_forward(ys, xs, 2, 65, 1);
-    for (int o = 0; o < 2; o++) {
-        double sum = 0, mx = -1e30;
-        for (int i = 0; i < 65; i++) mx = fmax(mx, xs[o * 65 + i]);
-        for (int i = 0; i < 65; i++) sum += exp(xs[o * 65 + i] - mx);
-        for (int i = 0; i < 65; i++) err = fmax(err, fabs(exp(xs[o * 65 + i] - mx) / sum - ys[o * 65 + i]));
-    }
+    err = fmax(err, softmax_error(xs, ys, 2, 65, 1));
     CHECK_MSG(err < 1e-6, "softmax: largest difference from double %g", err);
     FREE_ALL(x, y, w, b, mean, inv);
 }
