@@ -66,7 +66,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce docs man install bench bench-partition bench-round bench-methods bench-sam bench-norm bench-onnx clean help check-tools
+.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce docs man install bench bench-partition bench-round bench-methods bench-sam bench-norm bench-onnx bench-compare clean help check-tools
 
 # test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
 TEST_HELPERS = $(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model $(BUILD)/tests/write_ycck
@@ -92,6 +92,7 @@ help:
 	@echo "make bench-sam   SAM-family step cost over the SGD step (targets 2.1x, single-backprop 1.15x)"
 	@echo "make bench-norm  batch norm and max pooling on the blocked layout: fedhet's kernels against oneDNN's primitives"
 	@echo "make bench-onnx  torchvision models as ONNX: fedhet bench against PyTorch, 1 thread -> outputs/bench/onnx.csv"
+	@echo "make bench-compare BASE=<commit>   engine steps and the demo round of BASE's build against this tree's, side by side"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make fuzz        build the libFuzzer targets (build-fuzz/) and run each for FUZZ_SECONDS (default 600)"
 	@echo "make docs        regenerate docs/configuration.md and docs/methods/methods-table.md from the help texts"
@@ -236,6 +237,10 @@ bench-sam: all $(BUILD)/bench/sam_step
 
 bench-onnx: all
 	@./tests/bench/onnx.sh
+
+# BASE's build is kept in build/bench-base/<commit> for the next comparison
+bench-compare: bin/fedhet
+	@BASE="$(BASE)" ./tests/bench/compare.sh
 
 bench-norm: $(BUILD)/bench/norm_step
 	@OPENBLAS_NUM_THREADS=1 $(BUILD)/bench/norm_step

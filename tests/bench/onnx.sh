@@ -27,6 +27,7 @@
 #   BENCH_OUT          output folder (default outputs/bench)    FEDHET (default bin/fedhet)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/common.sh
 models=${BENCH_ONNX_MODELS:-"resnet18 resnet50 mobilenet_v2 mobilenet_v3_small vgg11_bn squeezenet1_1 densenet121 efficientnet_b0 regnet_y_400mf resnet18_gn"}
 [ "$models" = none ] && models=""
 inputs=${BENCH_INPUT:-3x32x32}
@@ -43,20 +44,9 @@ mkdir -p "$out/onnx-models"
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 pin=()
 [ -n "${BENCH_CPU:-}" ] && pin=(taskset -c "$BENCH_CPU")
-field() { cut -d, -f"$1" <<<"$2"; }
 header="model,input,batch,fedhet_samples_per_s,fedhet_min,fedhet_max,fedhet_gflops,torch_samples_per_s,torch_min,torch_max,torch_gflops,torch_config,ratio"
-# median, min and max of the numbers on stdin, as "median,min,max"
-stats() { sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.1f,%.1f,%.1f", m, v[1], v[NR] }'; }
-
-if [ "${BENCH_CORETYPE-auto}" = auto ] && [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    wanted=$(tools/openblas-coretype.sh "$py" -c 'import torch')
-    if [ -n "$wanted" ]; then
-        export OPENBLAS_CORETYPE=$wanted
-        [ -z "${BENCH_CPU:-}" ] && echo "OpenBLAS chose Prescott kernels for this CPU: both sides run with OPENBLAS_CORETYPE=$wanted"
-    fi
-elif [ -n "${BENCH_CORETYPE:-}" ] && [ "${BENCH_CORETYPE}" != auto ]; then
-    export OPENBLAS_CORETYPE=$BENCH_CORETYPE
-fi
+# the parts of BENCH_JOBS inherit OPENBLAS_CORETYPE, so only the parent says it
+bench_coretype "$py" -c 'import torch'
 [ -z "${BENCH_CPU:-}" ] && echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), 1 thread, $alternations alternations per row, medians [min-max]"
 
 # several processes at once: each takes every N-th model on its own core and writes a part, merged here
@@ -108,8 +98,7 @@ for m in $models; do
             tg=$(awk -v f="$flops" -v s="$(field 1 "$t_st")" 'BEGIN { printf "%.2f", f * s }')
             ratio=$(awk -v a="$(field 1 "$f_st")" -v b="$(field 1 "$t_st")" 'BEGIN { printf "%.2f", a / b }')
             printf '%-14s %-8s %5s | %-24s %7s | %-24s %7s | %6s | %s\n' "$m" "$input" "$batch" \
-                "$(field 1 "$f_st") [$(field 2 "$f_st")-$(field 3 "$f_st")]" "$fg" \
-                "$(field 1 "$t_st") [$(field 2 "$t_st")-$(field 3 "$t_st")]" "$tg" "$ratio" "$cfg"
+                "$(stats_text "$f_st")" "$fg" "$(stats_text "$t_st")" "$tg" "$ratio" "$cfg"
             echo "$m,$input,$batch,$f_st,$fg,$t_st,$tg,$cfg,$ratio" >>"$out/onnx.csv"
         done
     done

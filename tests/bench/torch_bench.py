@@ -9,9 +9,9 @@ it as `/usr/bin/python3 tests/bench/torch_bench.py ...`.
 
 Usage
   torch_bench.py --model M --batch B --threads T --mode sgd|sam
-                 [--input CxHxW] [--classes 10] [--reps 5]
-      prints one CSV line: model,batch,threads,mode,samples_per_s,gflops
-      (the format of `fedhet bench`; no header).
+                 [--input CxHxW] [--classes 10] [--reps 5] [--config "set_to_none=... ..."]
+      prints one CSV line: model,batch,threads,mode,samples_per_s,gflops,configuration
+      (the format of `fedhet bench` and the configuration measured; no header).
   torch_bench.py --all [--models a,b] [--batches 32,64,256] [--threads 1,2]
                  [--modes sgd,sam] [--classes 10] [--reps 5]
       one line per point; input defaults to 3x32x32 for resnet8, resnet18,
@@ -345,15 +345,19 @@ def make_step(model, x, y, mode, lr=0.01, momentum=0.9, rho=0.05, set_to_none=Fa
 
 
 def bench_point(name, batch, threads, mode, inp, classes, reps, norm="bn", groups=2,
-                target_s=0.5):
+                target_s=0.5, config=None):
+    """samples/s, GFLOP/s and the configuration measured: `config`, or the fastest one found"""
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     c, h, w = inp
     model = build(name, c, h, w, classes, norm=norm, groups=groups)
+    if config is not None:
+        sps, gflops = bench_model(model, batch, mode, inp, classes, reps, target_s, config)
+        return sps, gflops, config
     # PyTorch at its fastest: a claim against it holds only there; the winner goes to stderr beside the CSV line
     sps, gflops, cfg = bench_best(model, batch, mode, inp, classes, reps, target_s)
     print("%s batch %d %s: fastest PyTorch configuration %s" % (name, batch, mode, config_name(cfg)), file=sys.stderr)
-    return sps, gflops
+    return sps, gflops, cfg
 
 
 # The settings a PyTorch user can pick without changing the model: how zero_grad clears the gradients, the
@@ -504,6 +508,9 @@ def main(argv=None):
     ap.add_argument("--batches", type=int_list, default=[32, 64, 256])
     ap.add_argument("--modes", type=str_list, default=["sgd", "sam"])
     ap.add_argument("--check", action="store_true", help="verify and print parameter counts")
+    ap.add_argument("--config", default=None,
+                    help='single point: measure this configuration instead of searching the fastest, as printed '
+                         'last on the line ("set_to_none=True channels_last=False mkldnn=True")')
     a = ap.parse_args(argv)
 
     if a.check:
@@ -527,8 +534,8 @@ def main(argv=None):
             for b in batches:
                 for t in threads:
                     for md in a.modes:
-                        sps, gf = bench_point(m, b, t, md, inp, a.classes, a.reps,
-                                              norm=a.norm, groups=a.groups)
+                        sps, gf, _ = bench_point(m, b, t, md, inp, a.classes, a.reps,
+                                                 norm=a.norm, groups=a.groups)
                         print(fmt_line(m, b, t, md, sps, gf), flush=True)
         return 0
 
@@ -541,9 +548,11 @@ def main(argv=None):
     if a.batch <= 0 or t <= 0:
         ap.error("--batch and --threads must be positive")
     inp = a.input or DEFAULT_INPUT[a.model]
-    sps, gf = bench_point(a.model, a.batch, t, a.mode, inp, a.classes, a.reps,
-                          norm=a.norm, groups=a.groups)
-    print(fmt_line(a.model, a.batch, t, a.mode, sps, gf), flush=True)
+    config = parse_config(a.config) if a.config else None
+    sps, gf, cfg = bench_point(a.model, a.batch, t, a.mode, inp, a.classes, a.reps,
+                               norm=a.norm, groups=a.groups, config=config)
+    # the configuration last, so that a caller can measure the same one again (--config)
+    print("%s,%s" % (fmt_line(a.model, a.batch, t, a.mode, sps, gf), config_name(cfg)), flush=True)
     return 0
 
 
