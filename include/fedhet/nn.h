@@ -163,7 +163,7 @@ typedef struct {
     int64_t flops;                  /* forward FLOPs per sample (2 x multiply-adds) */
     struct NnOnednnConv *onednn;    /* a conv layer's oneDNN primitives (src/nn/onednn.c); NULL under blas */
     unsigned char onednn_refused;   /* oneDNN could not build this conv (backend auto): it runs on blas */
-    unsigned char dw_direct;        /* a depthwise conv on NCHW planes where fedhet's direct kernels
+    unsigned char dw_direct;        /* a depthwise conv on NCHW (or blocked 1x1) planes where fedhet's direct kernels
                                      * (src/nn/kernels_isa.inc) beat oneDNN: they run its backward weights
                                      * (NN_DW_WEIGHTS), both backward passes (NN_DW_BACKWARD) or every pass
                                      * (NN_DW_ALL) */

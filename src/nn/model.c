@@ -896,9 +896,18 @@ static int create_onednn_convs(NnModel *m)
     }
 }
 
-/* Depthwise convs on plain NCHW (a ConvNeXt's, between the transposes to and from its channel-last blocks): oneDNN
- * 2.6 runs their backward weights as a gemm for every shape, its backward data slowly, and its forward as a gemm
- * where a 7 x 7 filter meets a 2 x 2 or 1 x 1 map, mostly padding. Where the map is small enough for fedhet's
+/* A blocked tensor of 1x1 planes whose channels fill whole blocks lies in memory as NCHW does, so the direct
+ * kernels read it as it is: there oneDNN's depthwise kernels refuse a kernel wider than the plane and fall back
+ * to a gemm about a hundred times slower (MobileNetV3's and EfficientNet's last 5x5 stage at 32 px). */
+static int laid_out_as_nchw(const NnModel *m, int tensor)
+{
+    const NnTensor *t = &m->tensors[tensor];
+    return !t->block || (t->shape.h == 1 && t->shape.w == 1 && t->shape.c % t->block == 0);
+}
+
+/* Depthwise convs on plain NCHW (a ConvNeXt's, between the transposes to and from its channel-last blocks), or on
+ * tensors laid out as it: oneDNN 2.6 runs their backward weights as a gemm for every shape, its backward data
+ * slowly, and its forward as a gemm where a 7 x 7 filter meets a 2 x 2 or 1 x 1 map, mostly padding. Where the map is small enough for fedhet's
  * channel-blocked kernels, they run both backward passes (NN_DW_BACKWARD; measured 5 to 20 x faster than oneDNN's on
  * ConvNeXt's 16 x 16 to 2 x 2 maps) and the forward too where oneDNN's is a gemm (NN_DW_ALL); oneDNN's jit forward
  * stays, about 1.5 x faster. Larger maps: the plane-by-plane kernel runs the backward weights where oneDNN's is a
@@ -908,7 +917,8 @@ static void choose_direct_dwconvs(NnModel *m)
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
         l->dw_direct = 0;
-        if (!l->onednn || l->act != NN_ACT_NONE || m->tensors[l->in].block || m->tensors[l->out].block) continue;
+        if (!l->onednn || l->act != NN_ACT_NONE || !laid_out_as_nchw(m, l->in) || !laid_out_as_nchw(m, l->out))
+            continue;
         const NnConvShape raw = conv_shape(m, l, m->max_batch), shape = nn_conv_shape_full(&raw);
         if (!nn_isa_dwconv_fits(&shape)) continue;
         const int forward_gemm = strstr(nn_onednn_conv_impl(l->onednn, 0), "gemm") != NULL;

@@ -276,6 +276,58 @@ static void test_blocked_layouts(void)
     printf("[block %d] ", B);
 }
 
+/* A depthwise 5x5 conv on blocked 1x1 planes (MobileNetV3's last stage at 32 px): oneDNN's depthwise kernels refuse
+ * it and its gemm is ~100x slower, so fedhet's direct kernels take it, reading the blocked tensors as NCHW (the same
+ * memory when the channels fill whole blocks). Checked: the layer runs direct on blocked tensors, its logits match
+ * the blas backend's, and its gradients match finite differences. */
+static int build_dw_unit_planes(NnModel *m, int x, const void *arg)
+{
+    (void)arg;
+    int h = nn_conv2d(m, x, 32, 1, 1, 0, 1, 0, NN_ACT_NONE);
+    int b = nn_batchnorm(m, h, NN_ACT_NONE);
+    /* straight into the pool: a batch norm after it would cancel its bias and bn1's, leaving nothing to check */
+    return nn_gap(m, nn_conv2d(m, b, 32, 5, 1, 2, 32, 1, NN_ACT_NONE));
+}
+
+static void test_depthwise_on_unit_planes(void)
+{
+    GradCase c = {.label = "onednn_dw_unit_planes", .in = {3, 1, 1}, .batch = 4, .build = build_dw_unit_planes,
+                  .training = 1};
+    NnModel o, b;
+    g_backend = NN_BACKEND_ONEDNN;
+    int st = build_case(&o, &c);
+    g_backend = NN_BACKEND_BLAS;
+    CHECK_OK(st);
+    CHECK_OK(build_case(&b, &c));
+    if (st == FH_OK && o.n_layers == b.n_layers) {
+        const NnLayer *dw = &o.layers[2];
+        CHECK_MSG(o.tensors[dw->in].block == nn_onednn_block() && o.tensors[dw->out].block == nn_onednn_block(),
+                  "the depthwise conv's tensors are not blocked (%d, %d)", o.tensors[dw->in].block,
+                  o.tensors[dw->out].block);
+        CHECK_MSG(dw->dw_direct >= NN_DW_BACKWARD, "the depthwise conv on 1x1 planes runs on oneDNN (dw_direct %d)",
+                  dw->dw_direct);
+        nn_model_init_params(&o, SEED);
+        nn_model_init_params(&b, SEED);
+        nn_model_set_training(&o, 1);
+        nn_model_set_training(&b, 1);
+        FhRng rng = rng_for(c.label, 1);
+        float *x = falloc(4 * 3);
+        fill_normal(&rng, x, 4 * 3, 1.0);
+        CHECK_OK(nn_model_forward(&o, x, 4));
+        CHECK_OK(nn_model_forward(&b, x, 4));
+        double worst = 0.0;
+        for (int i = 0; i < 4 * o.classes; i++)
+            worst = fmax(worst, fabs((double)nn_model_logits(&o)[i] - nn_model_logits(&b)[i]));
+        CHECK_MSG(worst < 1e-4, "logits differ from blas's by %.3g", worst);
+        free(x);
+    }
+    nn_model_free(&o);
+    nn_model_free(&b);
+    g_backend = NN_BACKEND_ONEDNN;
+    grad_check(&c);
+    g_backend = NN_BACKEND_BLAS;
+}
+
 /* The first backward after nn_model_zero_grad writes the convs' weight gradients instead of adding to them
  * (model.c, grad_zero): the same values as adding onto zeros; a second backward without a zero fill adds
  * again (2g), and a zero fill by hand (not through nn_model_zero_grad) keeps the adding path. */
@@ -839,6 +891,7 @@ int main(int argc, char **argv)
     RUN(test_conv_onednn_winograd_where_it_pays);
     RUN(test_grad_conv_onednn);
     RUN(test_blocked_layouts);
+    RUN(test_depthwise_on_unit_planes);
     RUN(test_weight_grad_written_once);
     RUN(test_first_writers_ignore_stale_gradients);
     RUN(test_norm_pool_onednn_match_fedhet);
