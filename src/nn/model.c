@@ -907,11 +907,11 @@ static int laid_out_as_nchw(const NnModel *m, int tensor)
 
 /* Depthwise convs on plain NCHW (a ConvNeXt's, between the transposes to and from its channel-last blocks), or on
  * tensors laid out as it: oneDNN 2.6 runs their backward weights as a gemm for every shape, its backward data
- * slowly, and its forward as a gemm where a 7 x 7 filter meets a 2 x 2 or 1 x 1 map, mostly padding. Where the map is small enough for fedhet's
- * channel-blocked kernels, they run both backward passes (NN_DW_BACKWARD; measured 5 to 20 x faster than oneDNN's on
- * ConvNeXt's 16 x 16 to 2 x 2 maps) and the forward too where oneDNN's is a gemm (NN_DW_ALL); oneDNN's jit forward
- * stays, about 1.5 x faster. Larger maps: the plane-by-plane kernel runs the backward weights where oneDNN's is a
- * gemm (NN_DW_WEIGHTS). */
+ * slowly, and its forward as a gemm where a 7 x 7 filter meets a 2 x 2 or 1 x 1 map, mostly padding. Where the map
+ * is small enough for fedhet's channel-blocked kernels, they run both backward passes (NN_DW_BACKWARD; measured 5
+ * to 20 x faster than oneDNN's on ConvNeXt's 16 x 16 to 2 x 2 maps) and the forward too where oneDNN's is a gemm
+ * (NN_DW_ALL); oneDNN's jit forward stays, about 1.5 x faster. Larger maps: the plane-by-plane kernel runs the
+ * backward weights where oneDNN's is a gemm (NN_DW_WEIGHTS). */
 static void choose_direct_dwconvs(NnModel *m)
 {
     for (int i = 0; i < m->n_layers; i++) {

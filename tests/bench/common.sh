@@ -10,6 +10,9 @@ stats() {
         f = "%." d "f"; printf f "," f "," f, m, v[1], v[NR] }'
 }
 
+# the median of the numbers on stdin, as awk prints it
+median() { sort -g | awk '{ v[NR] = $1 } END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
 # "median [min-max]" of a stats triple
 stats_text() { echo "$(field 1 "$1") [$(field 2 "$1")-$(field 3 "$1")]"; }
 
@@ -17,7 +20,7 @@ stats_text() { echo "$(field 1 "$1") [$(field 2 "$1")-$(field 3 "$1")]"; }
 median_col() {
     local c
     c=$(head -1 "$1" | tr ',' '\n' | grep -nx "$2" | cut -d: -f1)
-    tail -n +3 "$1" | cut -d, -f"$c" | sort -g | awk '{ v[n++] = $1 } END { print (n % 2) ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2 }'
+    tail -n +3 "$1" | cut -d, -f"$c" | median
 }
 
 # The machine line every table starts with.

@@ -52,41 +52,40 @@ report() {
     local bs hs r verdict decimals=1
     [ "$3" = 1 ] || decimals=3
     bs=$(printf '%s' "$4" | stats $decimals) hs=$(printf '%s' "$5" | stats $decimals)
-    if [ "$3" = 1 ]; then r=$(awk -v h="$(field 1 "$hs")" -v b="$(field 1 "$bs")" 'BEGIN { printf "%.3f", h / b }')
-    else r=$(awk -v h="$(field 1 "$hs")" -v b="$(field 1 "$bs")" 'BEGIN { printf "%.3f", b / h }'); fi
     # r is this tree's speed over BASE's, whatever the unit
+    r=$(awk -v h="$(field 1 "$hs")" -v b="$(field 1 "$bs")" -v up="$3" 'BEGIN { printf "%.3f", up ? h / b : b / h }')
     verdict=$(awk -v r="$r" -v t="$tolerance" 'BEGIN { print (r < 1 - t / 100) ? "SLOWER" : (r > 1 + t / 100) ? "faster" : "same" }')
     [ "$verdict" = SLOWER ] && slower=$((slower + 1))
     printf '%-24s %-10s | %-28s | %-28s | %7s %s\n' "$1" "$2" "$(stats_text "$bs")" "$(stats_text "$hs")" "$r" "$verdict"
     echo "$1,$2,$bs,$hs,$r,$verdict" >>"$csv"
 }
 
-# the two builds in turns, the first of a pair alternating too (ABBA), so that neither gains from its place
-sides() { if (($1 % 2)); then echo "head base"; else echo "base head"; fi; }
-for m in $models; do
+# MEASURE ARGS...: runs `MEASURE BINARY SIDE ARGS...` for both builds in turns, the first of a pair alternating
+# too (ABBA), so that neither gains from its place; the values go to b_vals and h_vals, one per line
+alternate() {
+    local a side v
     b_vals="" h_vals=""
     for ((a = 0; a < alternations; a++)); do
-        for side in $(sides $a); do
-            bin=$base_bin; [ "$side" = head ] && bin=$head_bin
-            v=$(field 5 "$("$bin" bench --model "$m" --batch "$batch" --threads 1 --reps "$reps")")
-            if [ "$side" = base ]; then b_vals+="$v"$'\n'; else h_vals+="$v"$'\n'; fi
+        for side in $( ((a % 2)) && echo "head base" || echo "base head"); do
+            if [ "$side" = base ]; then v=$("$1" "$base_bin" "$side" "${@:2}"); b_vals+="$v"$'\n'
+            else v=$("$1" "$head_bin" "$side" "${@:2}"); h_vals+="$v"$'\n'; fi
         done
     done
+}
+step_rate() { field 5 "$("$1" bench --model "$3" --batch "$batch" --threads 1 --reps "$reps")"; }
+round_time() {
+    mpirun --oversubscribe -np 1 "$1" run inputs/demo-fedavg.ini --force fl.rounds="$rounds" fl.checkpoint_every=0 \
+        output.dir="$tmp" output.name="$2" output.log_level=warn >/dev/null
+    median_col "$tmp/$2/metrics.csv" t_round
+}
+
+for m in $models; do
+    alternate step_rate "$m"
     report "$m b$batch" samples/s 1 "$b_vals" "$h_vals"
 done
-
 if [ "$rounds" -gt 0 ]; then
     [ "$rounds" -ge 2 ] || { echo "bench-compare: BENCH_ROUNDS must be 0 or at least 2 (round 1 is warm-up)" >&2; exit 2; }
-    b_vals="" h_vals=""
-    for ((a = 0; a < alternations; a++)); do
-        for side in $(sides $a); do
-            bin=$base_bin; [ "$side" = head ] && bin=$head_bin
-            mpirun --oversubscribe -np 1 "$bin" run inputs/demo-fedavg.ini --force fl.rounds="$rounds" fl.checkpoint_every=0 output.dir="$tmp" \
-                output.name="$side" output.log_level=warn >/dev/null
-            v=$(median_col "$tmp/$side/metrics.csv" t_round)
-            if [ "$side" = base ]; then b_vals+="$v"$'\n'; else h_vals+="$v"$'\n'; fi
-        done
-    done
+    alternate round_time
     report "round demo-fedavg -np 1" s/round 0 "$b_vals" "$h_vals"
 fi
 echo "wrote $csv"

@@ -56,8 +56,9 @@ for m in $models; do
             for ((a = 0; a < alternations; a++)); do
                 # the SGD and SAM steps in turns within every rep (--mode both): their ratio survives a drifting machine
                 both=$(point "$m" "$b" "$t" both)
-                rate=$(field 5 "$(sed -n 1p <<<"$both")") sam_rate=$(field 5 "$(sed -n 2p <<<"$both")")
-                rates+=("$rate") sam_rates+=("$sam_rate") gfs+=("$(field 6 "$(sed -n 1p <<<"$both")")")
+                sgd=$(sed -n 1p <<<"$both")
+                rate=$(field 5 "$sgd") sam_rate=$(field 5 "$(sed -n 2p <<<"$both")")
+                rates+=("$rate") sam_rates+=("$sam_rate") gfs+=("$(field 6 "$sgd")")
                 sam_ratios+=("$(awk -v a="$rate" -v b="$sam_rate" 'BEGIN { printf "%.4f", a / b }')")
                 if [ "$have_torch" = 1 ]; then
                     # the first alternation searches PyTorch's configurations; the others measure the winners
@@ -69,7 +70,7 @@ for m in $models; do
             st=$(printf '%s\n' "${rates[@]}" | stats)
             rate=$(field 1 "$st")
             sam_rate=$(field 1 "$(printf '%s\n' "${sam_rates[@]}" | stats)")
-            sam_ratio=$(printf '%s\n' "${sam_ratios[@]}" | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+            sam_ratio=$(printf '%.2f' "$(printf '%s\n' "${sam_ratios[@]}" | median)")
             gf=$(printf '%s\n' "${gfs[@]}" | stats | cut -d, -f1)
             frac=$(ratio "$gf" "${peak_of[$t]}")
             tst="" tsam="" ratio_t="" ttext=""

@@ -28,7 +28,6 @@ have_torch=0
 if /usr/bin/python3 -c 'import torch' 2>/dev/null; then have_torch=1; else
     echo "(python3-torch not installed: 'make deps-bench' adds the PyTorch round)"
 fi
-median() { stats 4 | cut -d, -f1; }
 [ "$rounds" -ge 2 ] || { echo "round.sh: BENCH_ROUNDS must be at least 2 (round 1 is warm-up)" >&2; exit 1; }
 phases="t_round t_broadcast t_train t_gather t_aggregate t_eval"
 declare -A runs  # "np phase" -> the run medians, one per line
