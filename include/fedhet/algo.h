@@ -2,8 +2,8 @@
  *
  * A method is one registry row (src/algo/registry.c) that picks parts; every part is a small const table
  * of function pointers where NULL means the default behaviour. At setup algo_ops_compose joins the row and its
- * plug-in into one table with the defaults filled in (AlgoOps: the composition rules are written there). The
- * round loop and the local training loop live once in src/fl and call these hooks:
+ * plug-in into one table with the defaults filled in (AlgoOps: the composition rules are written there), which
+ * is all the runtime calls. The round loop and the local training loop live once in src/fl and call these hooks:
  *
  *   start of a run:            server_init               (server state at round 0; not on resume)
  *   client, before training:   report->begin             (may evaluate models on the client's data)
@@ -437,47 +437,67 @@ static inline AlgoOptions algo_options_view(const AlgoMethod *m, const AlgoOptio
 {
     return (AlgoOptions){ m, b };
 }
+/* The sizes of m under setup (the fixed counts, then m->sizes). */
+void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
+
 /* ---- a method composed with its plug-in (src/algo/ops.c) ----
- * At setup the runtime composes the row and its plug-in into one table in which every hook is a function, the
- * defaults filled in, so that the loops call it without a NULL check. The rules, all of them here:
- * - sample weights: the host's; else the plug-in's (called with the plug-in's context); else none (weigh is NULL
- *   and has_weigh 0: the batch's cross-entropy is unweighted);
+ * At setup the runtime composes the row and its plug-in into one table (algo_ops_compose), the only place that
+ * knows a plug-in: it validates both, merges their sizes and fills in the defaults, so that the loops call the table
+ * without a NULL check and never a row's hook. The rules, all of them here:
+ * - validation: the host's validate, then the plug-in's (with its options);
+ * - sizes: the host's; the plug-in adds its upload scalars (and their names) and its client and server scratch
+ *   after the host's, and uses nothing else of its sizes;
+ * - sample weights: the host's; else the plug-in's (called with the plug-in's view); else none (has_weigh 0: the
+ *   batch's cross-entropy is unweighted);
  * - batch term: the host's; else none (has_batch_term 0: no feature gradients);
  * - local term, correction, step, report begin, update, server init: the host's, else the default (no term, no
  *   correction, the configured optimiser's step, nothing, the weighted average, nothing);
- * - report end: the host's, then the plug-in's (with its context);
- * - server weights: the plug-in's replace the host's (algo_round_weights); a host whose aggregation is the method
- *   itself (aggregation_is_method) refuses such a plug-in when the config is read;
+ * - report end: the host's, then the plug-in's (with its view);
+ * - server weights: the plug-in's replace the host's (with its view of the uploads: its own scalars); else the
+ *   host's, by default the sample counts; a host whose aggregation is the method itself (aggregation_is_method)
+ *   refuses such a plug-in when the config is read;
  * - metrics.csv method_scalar: the host's shown server scalar, else its round_scalar, else the plug-in's;
  * - a plug-in with any other hook (a batch or local term, a correction, a step, a report begin, an update, a
- *   server init) is refused: FH_ERR_USAGE naming it. */
+ *   server init) is refused: FH_ERR_USAGE naming it.
+ * A plug-in's view of a hook's context is the host's with the plug-in's options, its own upload scalars (which
+ * follow the host's) and its own part of the scratch (which follows the host's). */
 typedef struct {
-    int (*weigh)(AlgoClientCtx *c, const AlgoBatch *b, float *weights);
-    int has_weigh, weigh_by_plugin;
+    AlgoOptions options, plugin_options; /* the host's and the plug-in's rows and keys (plugin_options.row NULL: none) */
+    AlgoSizes sizes;                     /* the host's with the plug-in's additions */
+    int has_weigh, has_batch_term;       /* sample weights (algo_ops_weigh), feature gradients */
     double (*batch_term)(AlgoClientCtx *c, const AlgoBatch *b, float *dlogits, float *dfeatures);
-    int has_batch_term;
     double (*grad_term)(AlgoClientCtx *c, const float *w, float *grad);
     void (*correct)(AlgoClientCtx *c, float *grad);
     int (*step)(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
     int (*report_begin)(AlgoClientCtx *c);
-    int (*report_end)(AlgoClientCtx *c);
-    int (*plugin_report_end)(AlgoClientCtx *c); /* with the plug-in's context, after report_end */
     int (*update)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global);
     int (*server_init)(AlgoServerCtx *s, float *global);
-    double (*round_scalar)(AlgoOptions options, int round); /* NULL: none */
+    /* what the functions below switch between views with (ops.c's own) */
+    int host_upload_scalars;                         /* the plug-in's upload scalars start here */
+    size_t host_client_scratch, host_server_scratch; /* the plug-in's scratch starts here */
+    int (*weigh)(AlgoClientCtx *c, const AlgoBatch *b, float *weights);
+    int weigh_by_plugin;
+    int (*report_end)(AlgoClientCtx *c), (*plugin_report_end)(AlgoClientCtx *c);
+    const AlgoServerWeights *weights;
+    int weights_by_plugin;
+    double (*round_scalar)(AlgoOptions options, int round);
     int round_scalar_by_plugin;
+    AlgoUpload *plugin_uploads;          /* [n_clients]: the uploads as the plug-in's server weights see them */
 } AlgoOps;
-int algo_ops_compose(AlgoOps *ops, const AlgoMethod *m, const AlgoMethod *plugin);
-
-/* The sizes of m under setup (the fixed counts, then m->sizes). */
-void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
-
-/* The round's server weights p [n] (the composition rule, docs/adding-a-method.md): a plug-in with weights
- * replaces the host's, in its own view (plugin_options, plugin_scratch) of its own uploads plugin_u (their
- * scalars follow the host's); else the method's, by default the sample counts. */
-int algo_round_weights(const AlgoMethod *m, const AlgoMethod *plugin, AlgoOptions plugin_options,
-                       AlgoScratch plugin_scratch, const AlgoServerCtx *sctx, const AlgoUpload *u,
-                       const AlgoUpload *plugin_u, int n, double *p);
+/* Composes setup->options.row with plug-in plugin_options.row (NULL: none) for the run described by setup (a
+ * setup without a model validates only: its sizes are not the run's); FH_ERR_USAGE for a configuration either
+ * refuses. Release with algo_ops_free. */
+int algo_ops_compose(AlgoOps *ops, const AlgoSetup *setup, AlgoOptions plugin_options);
+void algo_ops_free(AlgoOps *ops);
+/* The host's view of a client or server scratch block of ops->sizes' bytes (NULL when 0); hooks are handed it. */
+AlgoScratch algo_ops_client_scratch(const AlgoOps *ops, void *block);
+AlgoScratch algo_ops_server_scratch(const AlgoOps *ops, void *block);
+/* The batch's sample weights (has_weigh), the report's end, the round's server weights p [m] and the round's
+ * metrics.csv method_scalar (NaN: none), each in the view of the row the rules pick; c and s: the host's. */
+int algo_ops_weigh(const AlgoOps *ops, AlgoClientCtx *c, const AlgoBatch *b, float *weights);
+int algo_ops_report_end(const AlgoOps *ops, AlgoClientCtx *c);
+int algo_ops_weights(const AlgoOps *ops, const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);
+double algo_ops_method_scalar(const AlgoOps *ops, const double *server_scalars, int round);
 
 /* Default parts, for methods that reuse them */
 extern const AlgoServerWeights algo_weights_samples;

@@ -45,16 +45,3 @@ int algo_average(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, 
 {
     return algo_average_range(s, u, m, p, -1, 0, s->n_state, global);
 }
-
-int algo_round_weights(const AlgoMethod *m, const AlgoMethod *plugin, AlgoOptions plugin_options,
-                       AlgoScratch plugin_scratch, const AlgoServerCtx *sctx, const AlgoUpload *u,
-                       const AlgoUpload *plugin_u, int n, double *p)
-{
-    if (plugin && plugin->weights) {
-        AlgoServerCtx pctx = *sctx;
-        pctx.options = plugin_options;
-        pctx.scratch = plugin_scratch;
-        return plugin->weights->weights(&pctx, plugin_u, n, p);
-    }
-    return (m->weights ? m->weights : &algo_weights_samples)->weights(sctx, u, n, p);
-}

@@ -75,29 +75,8 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     const NnShape shape = { f->c, f->h, f->w };
     FH_CHECK(nn_zoo_build(&w->model, s->model, shape, f->classes, s->batch_size, &zoo));
     fl_algo_setup(&w->setup, s, &w->model, f->n_clients, f->classes);
-    algo_sizes(m, &w->setup, &w->z);
-    w->host_upload_scalars = w->z.upload_scalars;
-    w->host_client_scratch = w->z.client_scratch;
-    w->host_server_scratch = w->z.server_scratch;
-    FH_CHECK(algo_ops_compose(&w->ops, m, s->plugin));
-    if (m->validate) FH_CHECK(m->validate(m, &w->setup));
-    if (s->plugin) {
-        /* a plug-in adds its upload scalars and scratch after the host's and uses nothing else of the sizes */
-        AlgoSetup ps = w->setup;
-        ps.options = fl_plugin_options(s);
-        AlgoSizes pz;
-        algo_sizes(s->plugin, &ps, &pz);
-        w->z.upload_scalars += pz.upload_scalars;
-        w->z.client_scratch += pz.client_scratch;
-        w->z.server_scratch += pz.server_scratch;
-        for (int i = 0; i < pz.n_named; i++) { /* its named scalars, after the host's */
-            if (algo_upload_index(&w->z, pz.named[i].name) >= 0 || w->z.n_named == ALGO_MAX_NAMED)
-                FH_FAIL(FH_ERR_USAGE, "plug-in %s's upload scalar %s: method %s has one of that name (or too many)",
-                        s->plugin->name, pz.named[i].name, m->name);
-            algo_upload_named(&w->z, w->host_upload_scalars + pz.named[i].at, pz.named[i].name, pz.named[i].show);
-        }
-        if (s->plugin->validate) FH_CHECK(s->plugin->validate(s->plugin, &ps));
-    }
+    FH_CHECK(algo_ops_compose(&w->ops, &w->setup, fl_plugin_options(s)));
+    w->z = w->ops.sizes;
     if (w->z.aux_models > ALGO_MAX_AUX)
         FH_FAIL(FH_ERR_USAGE, "method %s asks for %d extra models (at most %d)", m->name, w->z.aux_models, ALGO_MAX_AUX);
     for (int a = 0; a < w->z.aux_models; a++)
@@ -130,7 +109,6 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     if (w->z.work_vectors > 0)
         FH_CHECK(fh_alloc_aligned(&w->work, (size_t)w->z.work_vectors * n_state * sizeof(float), "method scratch vectors"));
     if (w->z.client_scratch > 0) FH_CHECK(fh_alloc_aligned(&w->scratch, w->z.client_scratch, "method scratch"));
-    fl_scratch_views(w->scratch, w->z.client_scratch, w->host_client_scratch, &w->method_scratch, &w->plugin_scratch);
     w->block = (int64_t)w->z.client_vectors * n_state + w->z.client_floats + 1;
     if (n_owned > 0) {
         FH_CHECK(fh_alloc_aligned(&w->client_state, (size_t)n_owned * w->block * sizeof(float), "persistent client state"));
@@ -153,6 +131,7 @@ void fl_client_free(FlClientWork *w)
     fh_free(&w->logit_adjust);
     fh_free(&w->work);
     fh_free(&w->scratch);
+    algo_ops_free(&w->ops);
     fh_free(&w->client_state);
     nn_sgd_free(&w->sgd);
     nn_adam_free(&w->adam);
@@ -276,19 +255,6 @@ static void grad_terms(AlgoClientCtx *c, float *grad, double *loss)
     if (w->s->clip > 0) nn_clip_grad_norm(grad, m->n_params, (float)w->s->clip);
 }
 
-/* What a plug-in's hooks see: the host's context with the plug-in's options, its own upload scalars, which
- * follow the host's, and its own scratch (a plug-in writes nothing else of the client's state). */
-static AlgoClientCtx *plugin_ctx(FlClientWork *w)
-{
-    w->plugin_round = w->round;
-    w->plugin_round.options = fl_plugin_options(w->s);
-    w->plugin_ctx = w->ctx;
-    w->plugin_ctx.round = &w->plugin_round;
-    w->plugin_ctx.state.upload_scalars = w->ctx.state.upload_scalars + w->host_upload_scalars;
-    w->plugin_ctx.state.scratch = w->plugin_scratch;
-    return &w->plugin_ctx;
-}
-
 /* Loss and gradient of the current batch at model->state, local terms and correction included (only the
  * pure loss gradient while c->state.grad_pure is set). */
 static int batch_grad(void *env_ptr, double *loss)
@@ -308,7 +274,7 @@ static int batch_grad(void *env_ptr, double *loss)
     float *weights = w->sample_w;
     if (weights && w->weighed_step != c->state.step) {
         w->weighed_step = c->state.step;
-        FH_CHECK(w->ops.weigh(w->ops.weigh_by_plugin ? plugin_ctx(w) : c, &b, weights));
+        FH_CHECK(algo_ops_weigh(&w->ops, c, &b, weights));
     }
     memset(w->dlogits, 0, (size_t)env->count * m->classes * sizeof(float));
     *loss = nn_softmax_xent(w->dlogits, NULL, nn_model_logits(m), w->y, weights, w->logit_adjust, (int)env->count,
@@ -414,7 +380,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
         .state = { .client_vecs = w->z.client_vectors ? block : NULL,
                    .client_floats = w->z.client_floats ? block + state_floats : NULL,
                    .upload_vecs = l->n_vectors ? fl_record_state(record, l) + m->n_state : NULL,
-                   .upload_scalars = fl_record_scalars(record), .work = w->work, .scratch = w->method_scratch,
+                   .upload_scalars = fl_record_scalars(record), .work = w->work, .scratch = algo_ops_client_scratch(&w->ops, w->scratch),
                    .momentum_buf = w->sgd_on ? w->sgd.buf : NULL, .n_steps = n > 0 ? steps : 0 },
     };
     for (int a = 0; a < w->z.aux_models; a++) c->state.aux[a] = &w->aux[a];
@@ -455,8 +421,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     /* the steps' passes, less what the scoring services did inside them (e.g. sample weights from a whole-set pass) */
     h->train_forward = forward2 - forward1 - (w->service_forward - service_forward1);
     h->train_backward = backward2 - backward1 - (w->service_backward - service_backward1);
-    FH_CHECK(w->ops.report_end(c));
-    FH_CHECK(w->ops.plugin_report_end(s->plugin ? plugin_ctx(w) : c)); /* nothing without a plug-in */
+    FH_CHECK(algo_ops_report_end(&w->ops, c));
     block[w->block - 1] = 1.0f;
     count_passes(w, &forward3, &backward3);
     h->score_forward = forward3 - forward0 - h->train_forward;

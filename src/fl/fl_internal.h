@@ -138,8 +138,8 @@ static inline float *fl_record_state(void *rec, const FlRecordLayout *l) { retur
 typedef struct {
     const FlSettings *s;
     AlgoSetup setup;
-    AlgoSizes z;     /* the method's sizes, with the plug-in's upload scalars and scratch added */
-    AlgoOps ops;     /* the method's hooks composed with the plug-in's (algo_ops_compose) */
+    AlgoOps ops;     /* the method composed with its plug-in (algo_ops_compose): all the loops call */
+    AlgoSizes z;     /* ops.sizes: the method's, with the plug-in's upload scalars and scratch added */
     NnModel model;
     NnModel aux[ALGO_MAX_AUX];
     DataLoader loader;
@@ -155,11 +155,7 @@ typedef struct {
     int probe_open, probe_loaded; /* probe_loaded: the probe batch in x, y (-1: none) */
     int64_t probe_rows;
     int64_t service_forward, service_backward; /* passes made by for_each_local_batch and probe_grad */
-    /* the method's own upload scalars and scratch bytes: a plug-in's follow them */
-    int host_upload_scalars;
-    size_t host_client_scratch, host_server_scratch;
-    void *scratch;   /* [z.client_scratch] bytes: the hooks' scratch */
-    AlgoScratch method_scratch, plugin_scratch; /* the method's and the plug-in's views of it */
+    void *scratch;   /* [z.client_scratch] bytes: the hooks' scratch (algo_ops_client_scratch) */
     int sgd_on;      /* train.optimizer = sgd (else adam or adamw) */
     NnSgd sgd;
     NnAdam adam;
@@ -167,8 +163,6 @@ typedef struct {
     AlgoClientServices svc; /* what the hooks call back: the local loop's services, the optimiser picked at init */
     AlgoClientRound round;  /* the client being trained: its round view */
     AlgoClientCtx ctx;
-    AlgoClientRound plugin_round; /* the plug-in's views of the same (plugin_ctx in client.c) */
-    AlgoClientCtx plugin_ctx;
     int n_owned;
     /* persistent state of each owned client, one block each: z.client_vectors * n_state floats, then
      * z.client_floats, then a has-state flag (1.0 once the client has trained) */
@@ -180,13 +174,6 @@ typedef struct {
     void *leave_arg;
     int left;
 } FlClientWork;
-
-/* The method's and the plug-in's views of a scratch block of `bytes` (NULL when 0): the method's first `first`. */
-static inline void fl_scratch_views(void *block, size_t bytes, size_t first, AlgoScratch *method, AlgoScratch *plugin)
-{
-    *method = (AlgoScratch){ block, first };
-    *plugin = (AlgoScratch){ block ? (char *)block + first : NULL, bytes - first };
-}
 
 /* clients per round when fixed by the selection rule; -1 for bernoulli */
 int fl_clients_per_round(const FlSettings *s, int K);
@@ -277,8 +264,7 @@ typedef struct {
     float *server_vecs;       /* view into global after the state */
     double *server_scalars;   /* [z.server_scalars], broadcast every round */
     float *server_private;    /* rank 0: [z.server_private * n_state] */
-    void *server_scratch;     /* rank 0: [z.server_scratch] bytes, the server hooks' scratch */
-    AlgoScratch method_server_scratch, plugin_server_scratch; /* the method's and the plug-in's views of it */
+    void *server_scratch;     /* rank 0: [z.server_scratch] bytes, the server hooks' scratch (algo_ops_server_scratch) */
     AlgoSizes z;              /* the method's sizes for this run */
     int64_t *client_sizes;    /* [K] n_k */
     int start_round;          /* first round to run (after a resume) */

@@ -104,14 +104,13 @@ static int check_rank_count(const FlRun *run, const char *data_path)
     if (run->comm.size > 1 && run->comm.size - 1 > K)
         FH_FAIL(FH_ERR_USAGE, "%d ranks for %d clients: at most clients + 1 = %d ranks (rank 0 is the server)",
                 run->comm.size, K, K + 1);
-    /* the method refuses what it cannot honour before the run folder exists */
-    const AlgoMethod *m = run->s.method;
-    if (m->validate) {
-        AlgoSetup setup;
-        fl_algo_setup(&setup, &run->s, NULL, K, classes);
-        FH_CHECK(m->validate(m, &setup));
-    }
-    return FH_OK;
+    /* the method and its plug-in refuse what they cannot honour before the run folder exists */
+    AlgoSetup setup;
+    AlgoOps ops;
+    fl_algo_setup(&setup, &run->s, NULL, K, classes);
+    const int status = algo_ops_compose(&ops, &setup, fl_plugin_options(&run->s));
+    algo_ops_free(&ops);
+    return status;
 }
 
 int fl_config_validate(const char *config_path, char *const *overrides, int n_overrides, int ranks)
@@ -333,10 +332,6 @@ typedef struct {
     int *counts, *displs;
     int *order;                   /* recv index sorted by client id */
     AlgoUpload *uploads;          /* the round's uploads in ascending client id */
-    /* with a plug-in's server weights: the same uploads as the plug-in sees them, and its own upload scalars in
-     * each gathered record (they follow the method's), set once */
-    AlgoUpload *plugin_uploads;
-    const double **plugin_scalars; /* [recv records] */
     double *weights;
     float *next;                  /* the aggregated state */
     double *rank_seconds;         /* [ranks]: training seconds of each rank in the round */
@@ -377,12 +372,6 @@ static int loop_init(FlRun *run, FlLoop *L)
         FH_CHECK(fh_calloc(&L->displs, (size_t)run->comm.size, sizeof *L->displs, "gather offsets"));
         FH_CHECK(fh_calloc(&L->order, (size_t)K, sizeof *L->order, "upload order"));
         FH_CHECK(fh_calloc(&L->uploads, (size_t)K, sizeof *L->uploads, "uploads"));
-        if (run->s.plugin && run->s.plugin->weights) {
-            FH_CHECK(fh_calloc(&L->plugin_uploads, (size_t)K, sizeof *L->plugin_uploads, "the plug-in's uploads"));
-            FH_CHECK(fh_calloc(&L->plugin_scalars, (size_t)m_max, sizeof *L->plugin_scalars, "the plug-in's scalars"));
-            for (int r = 0; r < m_max; r++)
-                L->plugin_scalars[r] = fl_record_scalars(L->recv + (size_t)r * rec) + run->work.host_upload_scalars;
-        }
         FH_CHECK(fh_calloc(&L->weights, (size_t)K, sizeof *L->weights, "weights"));
         FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
         FH_CHECK(fh_calloc(&L->rank_seconds, (size_t)run->comm.size, sizeof *L->rank_seconds, "training seconds"));
@@ -402,8 +391,6 @@ static void loop_free(FlLoop *L)
     fh_free(&L->displs);
     fh_free(&L->order);
     fh_free(&L->uploads);
-    fh_free(&L->plugin_uploads);
-    fh_free(&L->plugin_scalars);
     fh_free(&L->weights);
     fh_free(&L->next);
     fh_free(&L->rank_seconds);
@@ -470,7 +457,8 @@ static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t 
                             .server_private = run->server_private, .server_scalars = run->server_scalars,
                             .client_sizes = run->client_sizes, .label_counts = run->data.label_counts,
                             .classes = run->data.classes, .views = run->work.model.views,
-                            .n_views = run->work.model.n_views, .scratch = run->method_server_scratch };
+                            .n_views = run->work.model.n_views,
+                            .scratch = algo_ops_server_scratch(&run->work.ops, run->server_scratch) };
 }
 
 /* Rank 0: gathered record `slot` (records arrive grouped by rank) */
@@ -479,8 +467,7 @@ static char *gathered_record(const FlRun *run, const FlLoop *L, int slot)
     return L->recv + (size_t)slot * run->layout.bytes;
 }
 
-/* Rank 0: the round's uploads in ascending client id, as the method sees them and, with a plug-in's weights, as
- * the plug-in does; 1 when a client's training loss is not finite (diverged) */
+/* Rank 0: the round's uploads in ascending client id; 1 when a client's training loss is not finite (diverged) */
 static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
 {
     for (int i = 0; i < n_selected; i++) { /* insertion sort by client id: a few records */
@@ -499,10 +486,6 @@ static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
         L->uploads[i] = (AlgoUpload){ (int)h->client, h->n_samples, h->n_steps, h->train_loss, fl_record_scalars(rec),
                                       fl_record_state(rec, &run->layout),
                                       fl_record_state(rec, &run->layout) + run->n_state };
-        if (L->plugin_uploads) {
-            L->plugin_uploads[i] = L->uploads[i];
-            L->plugin_uploads[i].scalars = L->plugin_scalars[L->order[i]];
-        }
         if (h->nonfinite || !isfinite(h->train_loss)) {
             if (!diverged)
                 fh_log_error("round %d: client %lld's training loss is %g (diverged)", round + 1,
@@ -511,14 +494,6 @@ static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
         }
     }
     return diverged;
-}
-
-/* Rank 0: the round's weights into L->weights: a plug-in's server weights replace the method's (they see the
- * plug-in's options, uploads and scratch); the method's default is the sample counts */
-static int round_weights(FlRun *run, FlLoop *L, const AlgoServerCtx *sctx, int n_selected)
-{
-    return algo_round_weights(run->s.method, run->s.plugin, fl_plugin_options(&run->s), run->plugin_server_scratch,
-                              sctx, L->uploads, L->plugin_uploads, n_selected, L->weights);
 }
 
 /* Rank 0: the method's update (default: the weighted average) into L->next; *diverged when it is not finite */
@@ -606,12 +581,9 @@ static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr
     *diverged = order_uploads(run, L, n_selected, round);
     if (*diverged) return FH_OK;
     AlgoServerCtx sctx = server_ctx(run, round, lr, L->selected, n_selected);
-    FH_CHECK(round_weights(run, L, &sctx, n_selected));
+    FH_CHECK(algo_ops_weights(&run->work.ops, &sctx, L->uploads, n_selected, L->weights));
     /* the method's scalar as the round used it, before the update */
-    if (run->z.shown_server_scalar >= 0) row[FL_COL_method_scalar] = run->server_scalars[run->z.shown_server_scalar];
-    else if (run->work.ops.round_scalar)
-        row[FL_COL_method_scalar] = run->work.ops.round_scalar(
-            run->work.ops.round_scalar_by_plugin ? fl_plugin_options(&run->s) : sctx.options, round);
+    row[FL_COL_method_scalar] = algo_ops_method_scalar(&run->work.ops, run->server_scalars, round);
     FH_CHECK(update_global(run, L, &sctx, n_selected, round, diverged));
     if (*diverged) return FH_OK;
     upload_columns(run, L, n_selected, row);
@@ -957,12 +929,8 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
                                   "server vectors"));
         memset(run->server_private, 0, (size_t)run->z.server_private * run->n_state * sizeof(float));
     }
-    if (rank == 0) {
-        if (run->z.server_scratch > 0)
-            FH_CHECK(fh_alloc_aligned(&run->server_scratch, run->z.server_scratch, "method server scratch"));
-        fl_scratch_views(run->server_scratch, run->z.server_scratch, run->work.host_server_scratch,
-                         &run->method_server_scratch, &run->plugin_server_scratch);
-    }
+    if (rank == 0 && run->z.server_scratch > 0)
+        FH_CHECK(fh_alloc_aligned(&run->server_scratch, run->z.server_scratch, "method server scratch"));
     FH_CHECK(fh_calloc(&run->rows, (size_t)s->rounds, FL_N_COLUMNS * sizeof(double), "metrics rows"));
     FH_CHECK(fl_client_columns(run));
     if (rank == 0) FH_CHECK(fl_domain_columns(run));

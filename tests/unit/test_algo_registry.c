@@ -182,12 +182,11 @@ static void run_row(const char *config, const char *name, const char *plugin)
                          .server_private = priv, .server_scalars = scalars, .client_sizes = client_sizes,
                          .label_counts = f.label_counts, .classes = f.classes, .views = w.model.views,
                          .n_views = w.model.n_views };
-    AlgoScratch plugin_scratch; /* the server scratch the row's sizes ask for, split as the runtime splits it */
-    fl_scratch_views(test_scratch(z->server_scratch).base, z->server_scratch, w.host_server_scratch, &sc.scratch,
-                     &plugin_scratch);
+    /* the server scratch the row's sizes ask for, as the runtime hands it */
+    sc.scratch = algo_ops_server_scratch(&w.ops, test_scratch(z->server_scratch).base);
     CHECK_OK(w.ops.server_init(&sc, global)); /* the runtime's composition (algo_ops_compose) */
     for (int round = 0; round < ROUNDS; round++) {
-        AlgoUpload u[K], plugin_u[K];
+        AlgoUpload u[K];
         for (int k = 0; k < K; k++) {
             char *r = rec + (size_t)k * l.bytes;
             CHECK_OK(fl_client_train(&w, &l, global, global + N, scalars, k, k, round, s.lr, r));
@@ -195,11 +194,9 @@ static void run_row(const char *config, const char *name, const char *plugin)
             CHECK_MSG(h->n_steps > 0 && !h->nonfinite, "%s round %d client %d", name, round, k);
             u[k] = (AlgoUpload){ k, h->n_samples, h->n_steps, h->train_loss, fl_record_scalars(r),
                                  fl_record_state(r, &l), fl_record_state(r, &l) + N };
-            plugin_u[k] = u[k];
-            plugin_u[k].scalars = fl_record_scalars(r) + w.host_upload_scalars;
         }
         sc.round = round;
-        CHECK_OK(algo_round_weights(s.method, s.plugin, fl_plugin_options(&s), plugin_scratch, &sc, u, plugin_u, K, p));
+        CHECK_OK(algo_ops_weights(&w.ops, &sc, u, K, p));
         CHECK_OK(w.ops.update(&sc, u, K, p, next));
         int finite = 1;
         for (int64_t j = 0; j < N; j++) finite &= isfinite(next[j]) != 0;
@@ -212,29 +209,44 @@ static void run_row(const char *config, const char *name, const char *plugin)
     fh_config_free(&cfg);
 }
 
-/* Every row composes alone and under every plug-in (every hook a function); a plug-in with a hook no rule joins is
- * refused */
+/* Every row composes alone and under every plug-in (every hook a function, validation and sizes included); a
+ * plug-in with a hook no rule joins is refused */
 static void test_composition(void)
 {
+    static AlgoOptionBlock host_keys, plugin_keys;
+    AlgoSetup setup = { .n_clients = K, .per_round = K, .all_clients = 1, .rounds = ROUNDS, .n_params = 100,
+                        .n_state = 100, .feature_size = 10, .classes = 4, .optimizer = "sgd", .lr = 0.1,
+                        .momentum = 0.9, .epochs = 1, .batch_size = 8, .seed = 1, .lr_decay = 1.0 };
     for (int i = 0; i < algo_count(); i++)
         for (int j = -1; j < algo_count(); j++) {
             const AlgoMethod *m = algo_at(i), *plugin = j < 0 ? NULL : algo_at(j);
             if (plugin && (!plugin->plugin || plugin == m)) continue;
+            algo_options_reset(&host_keys, m);
+            if (plugin) algo_options_reset(&plugin_keys, plugin);
+            setup.options = algo_options_view(m, &host_keys);
             AlgoOps ops;
-            CHECK_MSG(algo_ops_compose(&ops, m, plugin) == FH_OK, "%s + %s: %s", m->name, plugin ? plugin->name : "-",
-                      fh_error_message());
-            CHECK_MSG(ops.grad_term && ops.correct && ops.step && ops.report_begin && ops.report_end &&
-                      ops.plugin_report_end && ops.update && ops.server_init, "%s: a hook left NULL", m->name);
+            CHECK_MSG(algo_ops_compose(&ops, &setup, algo_options_view(plugin, &plugin_keys)) == FH_OK, "%s + %s: %s",
+                      m->name, plugin ? plugin->name : "-", fh_error_message());
+            CHECK_MSG(ops.grad_term && ops.correct && ops.step && ops.report_begin && ops.report_end && ops.update &&
+                      ops.server_init && ops.weights, "%s: a hook left NULL", m->name);
             CHECK(ops.has_weigh == (ops.weigh != NULL) && ops.has_batch_term == (ops.batch_term != NULL));
             if (plugin && !m->sample_weights && plugin->sample_weights) CHECK(ops.weigh_by_plugin);
             if (plugin && m->sample_weights) CHECK(ops.weigh == m->sample_weights->weigh && !ops.weigh_by_plugin);
+            if (plugin && plugin->weights) CHECK(ops.weights == plugin->weights && ops.plugin_uploads);
+            if (plugin) /* the plug-in's upload scalars follow the host's */
+                CHECK(ops.sizes.upload_scalars == ops.host_upload_scalars + plugin->n_upload_scalars);
+            algo_ops_free(&ops);
         }
     AlgoMethod stepping = *algo_find("flood");
     stepping.step = algo_find("fedsam")->step;
     AlgoOps ops;
     fh_error_clear();
-    CHECK(algo_ops_compose(&ops, algo_find("fedavg"), &stepping) == FH_ERR_USAGE);
+    algo_options_reset(&host_keys, algo_find("fedavg"));
+    algo_options_reset(&plugin_keys, &stepping);
+    setup.options = algo_options_view(algo_find("fedavg"), &host_keys);
+    CHECK(algo_ops_compose(&ops, &setup, algo_options_view(&stepping, &plugin_keys)) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "plug-in flood has a local step") != NULL);
+    algo_ops_free(&ops);
     fh_error_clear();
 }
 
