@@ -166,8 +166,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) $(FLAGS_STAMP)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDFLAGS) $(LDLIBS)
 
 # test_round_alloc counts every allocation the library makes: its calls are redirected to the test's counters
-# at link time (and fl_injected_kill, whose calls mark the rounds)
-ALLOC_WRAP = malloc calloc realloc aligned_alloc posix_memalign strdup strndup fl_injected_kill
+# at link time (and fl_fault_point, whose calls mark the rounds)
+ALLOC_WRAP = malloc calloc realloc aligned_alloc posix_memalign strdup strndup fl_fault_point
 $(BUILD)/tests/test_round_alloc: LDFLAGS += $(ALLOC_WRAP:%=-Wl,--wrap=%)
 
 $(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model $(BUILD)/tests/write_ycck: $(BUILD)/tests/%: tests/mpi/%.c $(LIB)

@@ -379,10 +379,10 @@ int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path)
     status = save_client_state(run, &f, fl_agree(&run->comm, status));
     if (run->comm.rank == 0) {
         if (status == FH_OK) status = write_mark(&f, run);
+        if (status == FH_OK) status = fl_fault_point(base, 0, rounds_done - 1);
         if (status == FH_OK) {
-            fl_injected_kill(base, rounds_done - 1);
             status = fh_h5_commit(&f);
-            if (status == FH_OK) fl_injected_kill(done_point, rounds_done - 1);
+            if (status == FH_OK) status = fl_fault_point(done_point, 0, rounds_done - 1);
         } else fh_h5_discard(&f);
         fh_h5_quiet_end(&quiet);
     }

@@ -220,7 +220,7 @@ void fl_eval_free(FlEval *e);
  * number of ranks. Collective. */
 int fl_evaluate(FlComm *c, FlEval *e, NnModel *m, DataPartFile *f, DataRowGroup group, FlEvalMetrics *out);
 
-/* ---- one run (src/fl/run.c) ---- */
+/* ---- one run (src/fl/run.c; its outputs: run_outputs.h) ---- */
 /* metrics.csv columns (docs/methods/metrics.md C.11), one double each; FL_METRIC_COLUMNS names them in order */
 #define FL_METRIC_COLUMNS                                                                                 \
     X(round) X(lr) X(n_selected) X(selected_hash) X(t_broadcast) X(t_train) X(t_gather) X(t_aggregate)     \
@@ -304,33 +304,9 @@ typedef struct {
     char *tensor_names;
 } FlRun;
 
-/* The clients of round `round` (ids ascending), their count; the most any round selects (src/fl/run.c) */
+/* The clients of round `round` (ids ascending), their count; the most any round selects (src/fl/select.c) */
 int fl_select_clients(const FlSettings *s, int K, int round, int32_t *ids);
-int fl_max_selected(const FlRun *run);
-
-/* ---- the run's outputs on rank 0 (src/fl/run_outputs.c) ---- */
-/* The run folder, made or reopened with its lock (mode 0: reopen for --resume, 1: make, 2: make or replace for
- * --force); a folder that is a symbolic link is refused. */
-int fl_claim_run_folder(FlRun *run, int mode);
-/* Once setup has succeeded: the folder's config.ini (a new run first loses the files of the one it replaces),
- * log.txt, and metrics.csv and clients.csv with the rows kept so far (no symbolic link is written through). */
-int fl_open_outputs(FlRun *run, const FlRunOptions *opt);
-/* After an error: a folder this run made that holds no checkpoint is removed. */
-void fl_remove_empty_run_folder(FlRun *run);
-/* metrics.csv's per-domain accuracy columns (a test set of two or more domains) and their values this round */
-int fl_domain_columns(FlRun *run);
-void fl_domain_accuracy(FlRun *run);
-/* clients.csv's columns (the method's named scalars after the fixed ones) and the rows kept for a resume */
-int fl_client_columns(FlRun *run);
-int fl_reserve_client_rows(FlRun *run);
-/* CSV rows: cells (after_cells: a comma first), the row's end (a full disk: FH_ERR_IO naming dir/name), both */
-void fl_csv_cells(FILE *f, const double *row, int n_cols, int after_cells);
-int fl_csv_end_row(FILE *f, const char *dir, const char *name);
-int fl_csv_row(FILE *f, const double *row, int n_cols, const char *dir, const char *name);
-/* the round's progress line, the line of a run stopped after round t, the memory lines */
-void fl_progress_line(const FlRun *run, const double *row, double eta);
-void fl_left_round_line(const FlRun *run, int t, int checkpointed);
-void fl_print_budget(const FlRun *run);
+int fl_max_selected(const FlSettings *s, int K);
 
 /* ---- the probe set and the Hessian columns (src/fl/hessian.c) ---- */
 typedef struct FlHessian FlHessian;
@@ -370,9 +346,9 @@ int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path);
 int fl_checkpoint_load(FlRun *run);
 uint64_t fl_layout_hash(const NnModel *m);
 
-/* Crash tests (src/fl/inject.c): with FEDHET_TEST_KILL_POINT=point (and FEDHET_TEST_KILL_ROUND=round,
- * 0-based; unset: any round), a process reaching that point raises SIGKILL. */
-void fl_injected_kill(const char *point, int round);
+/* Fault injection for the tests (src/fl/inject.c): rank `rank` passes point `point` of round `round` (0-based);
+ * a kill asked for there raises SIGKILL, a failure asked for there is returned as the error. */
+int fl_fault_point(const char *point, int rank, int round);
 
 /* ---- the model as named tensors (src/fl/model_tensors.c) ----
  * /model/<view name> in PyTorch's shapes (conv [out, in/groups, kh, kw], linear [out, in], norm [C]),

@@ -1,6 +1,7 @@
 /* One experiment: setup and the round loop (docs/architecture.md); its outputs are in run_outputs.c. The loop
  * exists once; methods act only through their hooks (src/algo). */
 #include "fl_internal.h"
+#include "run_outputs.h"
 
 #include <errno.h>
 #include <math.h>
@@ -12,13 +13,6 @@
 
 #include "fedhet/core.h"
 #include "fedhet/onnx.h"
-#include "fedhet/rng.h"
-
-#define X(name) #name,
-const char *const fl_column_names[FL_N_COLUMNS] = { FL_METRIC_COLUMNS };
-#undef X
-const char *const fl_client_column_names[FL_N_CCOLUMNS] = { "round", "client", "samples", "steps",
-                                                            "loss", "weight", "seconds" };
 
 /* ---- setup -------------------------------------------------------------------------------------------- */
 
@@ -283,41 +277,6 @@ static int assign_clients(FlRun *run)
     return FH_OK;
 }
 
-/* Selected clients of round t in ascending id (docs/methods/baselines.md §0.2), from Philox (seed, sample) with counter (t). */
-int fl_select_clients(const FlSettings *s, int K, int round, int32_t *ids)
-{
-    FhRng rng;
-    fh_rng_init(&rng, (uint64_t)s->seed, FH_RNG_SAMPLE, (uint32_t)round, 0, 0);
-    int m = 0;
-    if (!strcmp(s->selection, "all")) {
-        for (int k = 0; k < K; k++) ids[m++] = k;
-    } else if (!strcmp(s->selection, "bernoulli")) {
-        while (m == 0) /* none active: redraw (docs/methods/baselines.md §0.2) */
-            for (int k = 0; k < K; k++)
-                if (fh_rng_uniform(&rng) < s->fraction) ids[m++] = k;
-    } else {
-        m = fl_clients_per_round(s, K);
-        /* partial Fisher-Yates: the first m of a uniform permutation, then sorted */
-        for (int k = 0; k < K; k++) ids[k] = k;
-        for (int i = 0; i < m; i++) {
-            int j = i + (int)fh_rng_below(&rng, (uint64_t)(K - i));
-            int32_t t = ids[i];
-            ids[i] = ids[j];
-            ids[j] = t;
-        }
-        for (int i = 1; i < m; i++) {
-            int32_t v = ids[i];
-            int j = i - 1;
-            while (j >= 0 && ids[j] > v) {
-                ids[j + 1] = ids[j];
-                j--;
-            }
-            ids[j + 1] = v;
-        }
-    }
-    return m;
-}
-
 /* ---- the round loop ----------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -342,18 +301,10 @@ typedef struct {
     int checkpointed;             /* rounds done in the last checkpoint on disk (-1: none) */
 } FlLoop;
 
-/* The most clients a round can select: m for count and fraction, K for all and bernoulli. Upload records
- * are model-sized, so the buffers hold this many, not K. */
-int fl_max_selected(const FlRun *run)
-{
-    const int m = fl_clients_per_round(&run->s, run->n_clients);
-    return m > 0 ? m : run->n_clients;
-}
-
 static int loop_init(FlRun *run, FlLoop *L)
 {
     memset(L, 0, sizeof *L);
-    const int K = run->n_clients, m_max = fl_max_selected(run);
+    const int K = run->n_clients, m_max = fl_max_selected(&run->s, K);
     const size_t rec = run->layout.bytes;
     MPI_Type_contiguous((int)rec, MPI_BYTE, &L->record_type);
     MPI_Type_commit(&L->record_type);
@@ -396,20 +347,19 @@ static void loop_free(FlLoop *L)
     fh_free(&L->rank_seconds);
 }
 
-static int injected_failure(const FlRun *run, int round)
+/* The end of phase `point` of round t on this rank, passed to the tests' fault injection; a failure injected
+ * there is this rank's alone. */
+static int phase_end(FlRun *run, const char *point, int t)
 {
-    const char *r = getenv("FEDHET_TEST_FAIL_RANK"), *t = getenv("FEDHET_TEST_FAIL_ROUND");
-    if (r && t && atoi(r) == run->comm.rank && atoi(t) == round)
-        FH_FAIL(FH_ERR_DATA, "rank %d: failure injected for testing (FEDHET_TEST_FAIL_RANK=%s, FEDHET_TEST_FAIL_ROUND=%s)",
-                run->comm.rank, r, t);
-    return FH_OK;
+    const int status = fl_fault_point(point, run->comm.rank, t);
+    if (status != FH_OK) fl_fail_alone(&run->comm, status);
+    return status;
 }
 
 /* Client ranks: train the selected clients they own, ascending id, into records. */
 static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, double lr, int *n_mine)
 {
     *n_mine = 0;
-    FH_CHECK(injected_failure(run, round));
     char *base = run->comm.size > 1 ? L->send : L->recv;
     FlClientWork *w = &run->work;
     L->n_fresh = 0;
@@ -775,7 +725,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         if (run->z.server_scalars)
             FH_CHECK(fl_bcast(&run->comm, run->server_scalars, run->z.server_scalars * (int64_t)sizeof(double)));
         times[1] = fh_time_now();
-        fl_injected_kill("broadcast", t);
+        FH_CHECK(phase_end(run, "broadcast", t));
 
         int n_mine = 0, status = FH_OK;
         run->work.left = 0;
@@ -787,10 +737,10 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
                 return status;
             }
         }
-        fl_injected_kill("train", t);
+        FH_CHECK(phase_end(run, "train", t));
         FH_CHECK(gather_records(run, L, plan.n_selected, n_mine, t));
         times[2] = fh_time_now();
-        fl_injected_kill("gather", t);
+        FH_CHECK(phase_end(run, "gather", t));
 
         FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
         if (run->comm.rank == 0 && L->leave.decided) {
@@ -810,7 +760,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             ctl = round_control(s, t, diverged);
         }
         FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));
-        fl_injected_kill("aggregate", t);
+        FH_CHECK(phase_end(run, "aggregate", t));
         if (ctl.stop == FL_PLAN_STOP_LEFT) {
             FH_CHECK(fl_leave_finish(&L->leave));
             if (ctl.checkpoint) {
@@ -828,7 +778,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         FH_CHECK(round_measures(run, t, &ctl, row, &cost, &t_eval));
         if (run->comm.rank == 0) status = metrics_row(run, L, t, row, t_eval, &cost, &cost_mark);
         FH_CHECK(fl_agree(&run->comm, status)); /* metrics.csv written */
-        fl_injected_kill("evaluate", t);
+        FH_CHECK(phase_end(run, "evaluate", t));
         if (ctl.checkpoint) {
             FH_CHECK(fl_checkpoint_save(run, t + 1, run->checkpoint_path));
             L->checkpointed = t + 1;
@@ -968,7 +918,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     status = rank == 0 ? fl_open_outputs(run, opt) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));
     if (rank == 0) fl_print_budget(run);
-    fl_injected_kill("setup", run->start_round);
+    FH_CHECK(phase_end(run, "setup", run->start_round));
     return FH_OK;
 }
 

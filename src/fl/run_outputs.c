@@ -1,7 +1,7 @@
 /* A run's outputs on rank 0: the run folder (claimed with its lock, made, or removed when a failed setup leaves
  * nothing to resume), metrics.csv and clients.csv (their columns, rows and full-disk errors), log.txt, and the
  * progress and memory lines. The round protocol that fills them is in run.c. */
-#include "fl_internal.h"
+#include "run_outputs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +14,12 @@
 #include <unistd.h>
 
 #include "fedhet/core.h"
+
+#define X(name) #name,
+const char *const fl_column_names[FL_N_COLUMNS] = { FL_METRIC_COLUMNS };
+#undef X
+const char *const fl_client_column_names[FL_N_CCOLUMNS] = { "round", "client", "samples", "steps",
+                                                            "loss", "weight", "seconds" };
 
 static int symlink_refused(const char *path)
 {
@@ -310,7 +316,8 @@ void fl_print_budget(const FlRun *run)
         for (int k = 0; k < run->n_clients; k++) n += run->owner[k] == r;
         if (n > most_owned) most_owned = n;
     }
-    const int uploads = most_owned < fl_max_selected(run) ? most_owned : fl_max_selected(run);
+    const int max_selected = fl_max_selected(&run->s, run->n_clients);
+    const int uploads = most_owned < max_selected ? most_owned : max_selected;
     const int size = run->comm.size, client_rank = size > 1 ? 1 : 0; /* rank 1 evaluates the most batches of them */
     char client_scratch[64], server_scratch[64];
     fh_log_info("memory per client rank (at most %d client%s each): model state + gradient + optimiser + activations "
@@ -323,8 +330,8 @@ void fl_print_budget(const FlRun *run)
     /* the metrics.csv rows and every clients.csv row of the run, kept for the checkpoints */
     const double rows = ((double)run->s.rounds * FL_N_COLUMNS + (double)run->cap_client_rows * run->n_ccols) * 8 / mib;
     fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors, "
-                "evaluation %.1f MiB, metric rows %.1f MiB%s", fl_max_selected(run), (double)run->layout.bytes / mib,
-                fl_max_selected(run) * (double)run->layout.bytes / mib,
+                "evaluation %.1f MiB, metric rows %.1f MiB%s", max_selected, (double)run->layout.bytes / mib,
+                max_selected * (double)run->layout.bytes / mib,
                 3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors,
                 (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows,
                 scratch_note(server_scratch, sizeof server_scratch, run->z.server_scratch));

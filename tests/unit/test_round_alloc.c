@@ -4,7 +4,7 @@
  * What is counted: the Makefile links this test with --wrap for malloc, calloc, realloc, aligned_alloc,
  * posix_memalign, strdup and strndup, so every such call from libfedhet.a (core, nn, data, algo, fl) and from
  * this file goes through the counters below. Allocations inside libc (stdio buffers, qsort), Open MPI, HDF5
- * and OpenBLAS, which are shared libraries, are not counted. fl_injected_kill is wrapped too: the run calls
+ * and OpenBLAS, which are shared libraries, are not counted. fl_fault_point is wrapped too: the run calls
  * it at fixed points of every round (tests/mpi/test_crash.sh kills there), which split the count by round.
  * Round t is counted from its "broadcast" point to the next round's (the last round: to the final run.h5
  * write), so it holds its training, aggregation, evaluation, diagnostics and checkpoint. Round 1 may
@@ -68,7 +68,7 @@ void *__real_aligned_alloc(size_t align, size_t size);
 int __real_posix_memalign(void **p, size_t align, size_t size);
 char *__real_strdup(const char *s);
 char *__real_strndup(const char *s, size_t n);
-void __real_fl_injected_kill(const char *point, int round);
+int __real_fl_fault_point(const char *point, int rank, int round);
 void *__wrap_malloc(size_t size);
 void *__wrap_calloc(size_t count, size_t size);
 void *__wrap_realloc(void *p, size_t size);
@@ -76,7 +76,7 @@ void *__wrap_aligned_alloc(size_t align, size_t size);
 int __wrap_posix_memalign(void **p, size_t align, size_t size);
 char *__wrap_strdup(const char *s);
 char *__wrap_strndup(const char *s, size_t n);
-void __wrap_fl_injected_kill(const char *point, int round);
+int __wrap_fl_fault_point(const char *point, int rank, int round);
 
 void *__wrap_malloc(size_t size) { count_alloc(size); return __real_malloc(size); }
 void *__wrap_calloc(size_t count, size_t size) { count_alloc(count * size); return __real_calloc(count, size); }
@@ -92,12 +92,12 @@ char *__wrap_strndup(const char *s, size_t n) { count_alloc(n + 1); return __rea
 
 /* The run's round points: "broadcast" opens round `round`; "run.h5" (the final write, before its rename)
  * closes the last. */
-void __wrap_fl_injected_kill(const char *point, int round)
+int __wrap_fl_fault_point(const char *point, int rank, int round)
 {
     if (!strcmp(point, "broadcast")) round_now = round;
     else if (!strcmp(point, "run.h5")) round_now = -1;
     phase_now = point;
-    __real_fl_injected_kill(point, round);
+    return __real_fl_fault_point(point, rank, round);
 }
 
 static void counters_reset(void)
