@@ -489,6 +489,8 @@ typedef struct {
  * refuses. Release with algo_ops_free. */
 int algo_ops_compose(AlgoOps *ops, const AlgoSetup *setup, AlgoOptions plugin_options);
 void algo_ops_free(AlgoOps *ops);
+/* Why plugin cannot join host (its plugin_refuse, read when the config is: a host's keys decide some), or NULL. */
+const char *algo_ops_plugin_refusal(const AlgoMethod *host, AlgoOptions host_options, const AlgoMethod *plugin);
 /* The host's view of a client or server scratch block of ops->sizes' bytes (NULL when 0); hooks are handed it. */
 AlgoScratch algo_ops_client_scratch(const AlgoOps *ops, void *block);
 AlgoScratch algo_ops_server_scratch(const AlgoOps *ops, void *block);

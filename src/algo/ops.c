@@ -110,6 +110,11 @@ int algo_ops_compose(AlgoOps *ops, const AlgoSetup *setup, AlgoOptions plugin_op
 
 void algo_ops_free(AlgoOps *ops) { fh_free(&ops->plugin_uploads); }
 
+const char *algo_ops_plugin_refusal(const AlgoMethod *host, AlgoOptions host_options, const AlgoMethod *plugin)
+{
+    return plugin->plugin_refuse ? plugin->plugin_refuse(host, host_options) : NULL;
+}
+
 /* the part of a scratch view past its first `first` bytes (a plug-in's) */
 static AlgoScratch scratch_after(AlgoScratch whole, size_t first)
 {

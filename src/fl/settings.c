@@ -434,7 +434,7 @@ static int config_load(FhConfig **out, const char *path, const char *text, char 
         FH_CHECK(config_load_with(&host_cfg, own, n, path, text, overrides, n_overrides));
         FlSettings hs;
         int status = fl_settings_from_config(&hs, host_cfg, path);
-        const char *why = status == FH_OK ? plugin->plugin_refuse(m, algo_options_view(m, &hs.options)) : NULL;
+        const char *why = status == FH_OK ? algo_ops_plugin_refusal(m, algo_options_view(m, &hs.options), plugin) : NULL;
         fh_config_free(&host_cfg);
         FH_CHECK(status);
         if (why) FH_FAIL(FH_ERR_USAGE, "%s: [algo] plugin = %s cannot join method %s: %s", path, plugin->name, m->name, why);
