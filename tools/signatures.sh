@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The signature set: a fingerprint of what every method computes, to show a refactoring changed no result.
-# Runs each method of `fedhet methods` at its defaults, once more for every other value of each of its choice keys
-# (`one of a|b|c` in `fedhet methods NAME`), the FLOOD plug-in on four hosts, the lr schedule under the methods
+# Runs each method of `fedhet methods` at its defaults, once more for every other value of each of its choice and
+# true/false keys (`one of a|b|c`, `one of true|false` in `fedhet methods NAME`), the FLOOD plug-in on four hosts, the lr schedule under the methods
 # that read it, the oneDNN conv path, and the sharpness and Hessian probes: 2 rounds of a tiny MLP (or CNN) on 6 Dirichlet clients of a synthetic
 # set, 2 ranks. Prints one line per run: its name, then sha256 of the final global model and of metrics.csv and
 # clients.csv without their timing columns. Compare two builds with diff.
@@ -84,7 +84,7 @@ methods=$("$FEDHET" methods | awk 'NR > 1 && NF > 1 && $1 ~ /^[a-z_0-9+-]+$/ { p
 {
     for m in $methods; do
         sig "$m" algo.method="$m"
-        # every other value of each choice key: "  KEY   default D, one of a|b|c"
+        # every other value of each choice or true/false key: "  KEY   default D, one of a|b|c"
         "$FEDHET" methods "$m" | sed -n 's/^  \([a-z_0-9]*\) *default \([^,]*\), one of \(.*\)$/\1 \2 \3/p' |
             while read -r key def choices; do
                 for v in ${choices//|/ }; do

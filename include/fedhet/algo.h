@@ -61,14 +61,19 @@ struct AlgoMethod;
 #define ALGO_OPTIONS_BYTES 512  /* one run's options: the row's parts at aligned offsets (the registry test checks) */
 
 /* A method's key is a config key of [algo] (fedhet/config.h), landing in its part's struct: a number (FH_CFG_FLOAT,
- * .def.f, range) into a double, a choice (FH_CFG_CHOICE, .def.s, .choices) as its index into an int. */
+ * .def.f, range) into a double, a count (FH_CFG_INT, .def.i, range) into an int, a switch (FH_CFG_BOOL, .def.b) as 0/1
+ * into an int, a choice (FH_CFG_CHOICE, .def.s, .choices) as its index into an int. */
 typedef FhConfigKey AlgoOption;
 
-/* The first members of an AlgoOption: the key named after field `f` of struct T, which must be a double (number) or
- * an int (choice; checked at compile time). */
+/* The first members of an AlgoOption: the key named after field `f` of struct T, whose type is checked at compile
+ * time: a double (ALGO_NUMBER), an int (ALGO_INT, ALGO_BOOL) or an int-sized field (ALGO_CHOICE). */
+#define ALGO_OPTION_AT(T, f, ctype) (offsetof(T, f) + 0 * sizeof(char[_Generic(((T *)0)->f, ctype: 1, default: -1)]))
 #define ALGO_NUMBER(T, f)                                                                                             \
-    .section = "algo", .key = #f, .type = FH_CFG_FLOAT,                                                               \
-    .at = offsetof(T, f) + 0 * sizeof(char[_Generic(((T *)0)->f, double: 1, default: -1)]), .land = FH_LAND_DOUBLE
+    .section = "algo", .key = #f, .type = FH_CFG_FLOAT, .at = ALGO_OPTION_AT(T, f, double), .land = FH_LAND_DOUBLE
+#define ALGO_INT(T, f)                                                                                                \
+    .section = "algo", .key = #f, .type = FH_CFG_INT, .at = ALGO_OPTION_AT(T, f, int), .land = FH_LAND_INT
+#define ALGO_BOOL(T, f)                                                                                               \
+    .section = "algo", .key = #f, .type = FH_CFG_BOOL, .at = ALGO_OPTION_AT(T, f, int), .land = FH_LAND_INT
 #define ALGO_CHOICE(T, f) .section = "algo", .key = #f, .type = FH_CFG_CHOICE, FH_CONFIG_AT_INDEX(T, f)
 
 typedef struct AlgoOptionPart {
@@ -85,7 +90,7 @@ typedef struct AlgoOptionPart {
 /* A row's own default and help for a key of a shared part (a method whose radius or text differs). */
 typedef struct {
     const char *key;
-    double default_value; /* a number's; NAN: the part's */
+    double default_value; /* a number's or a count's (a whole number), a switch's (0 or 1); NAN: the part's */
     const char *help;     /* NULL: the part's */
 } AlgoOptionTune;
 
@@ -110,9 +115,12 @@ int algo_option_count(const struct AlgoMethod *m);
 const AlgoOption *algo_option_at(const struct AlgoMethod *m, int i);
 /* key `key` of m, NULL if m has none */
 const AlgoOption *algo_option_find(const struct AlgoMethod *m, const char *key);
-/* the key's default (a choice: its index) and help for row m (the row's tune, else the part's) */
+/* the key's default (a choice: its index; a switch: 0 or 1) and help for row m (the row's tune, else the part's) */
 double algo_option_default(const struct AlgoMethod *m, const AlgoOption *o);
 const char *algo_option_help(const struct AlgoMethod *m, const AlgoOption *o);
+/* key o as row m's config schema has it: the row's default and help, landing nowhere (the block is filled by
+ * algo_option_set) */
+FhConfigKey algo_option_config_key(const struct AlgoMethod *m, const AlgoOption *o);
 /* choice `index` of o: its text (not NUL-terminated) and length; NULL past the last */
 const char *algo_option_choice(const AlgoOption *o, int index, int *len);
 /* the index of choice `text` of o, -1 if it is none of them */
@@ -121,9 +129,10 @@ int algo_option_choice_index(const AlgoOption *o, const char *text);
 size_t algo_options_size(const struct AlgoMethod *m);
 /* every key of m at its default */
 void algo_options_reset(AlgoOptionBlock *b, const struct AlgoMethod *m);
-/* key `key` of m := value (a choice: its index); FH_ERR_USAGE for a key m does not have */
+/* key `key` of m := value (a choice: its index; a switch: 0 or 1); FH_ERR_USAGE for a key m does not have, or a value
+ * its int field cannot hold (a fraction, outside its range) */
 int algo_option_set(AlgoOptionBlock *b, const struct AlgoMethod *m, const char *key, double value);
-/* the value of key o in view (o a key of view.row; a choice: its index) */
+/* the value of key o in view (o a key of view.row; a choice: its index; a switch: 0 or 1) */
 double algo_option_value(AlgoOptions view, const AlgoOption *o);
 
 /* Scratch of a method's hooks, made once per run so that rounds allocate nothing: a method's sizes ask for it in

@@ -12,7 +12,11 @@
  * start with ';' or '#'; a ';' or '#' after whitespace starts an inline comment. Whitespace around names
  * and values is stripped. A value may be wrapped in double quotes, inside which everything is kept
  * literally (spaces, ';', '#'); double quotes elsewhere in a value and control characters are errors.
- * Indented lines do not continue the previous value. Key and section names are [A-Za-z0-9_-]. */
+ * Indented lines do not continue the previous value. Key and section names are [A-Za-z0-9_-].
+ *
+ * Values: FLOAT in decimal notation (0.05, -2, 1e-3); INT as decimal digits with an optional sign, or a whole number
+ * in FLOAT notation (3.0, 1e2: a key that once was a float reads as before), never with a fraction; BOOL true|false
+ * (or yes/no, on/off, 1/0); CHOICE one of its choices. */
 #ifndef FEDHET_CONFIG_H
 #define FEDHET_CONFIG_H
 
@@ -60,7 +64,7 @@ typedef struct {
 } FhConfigKey;
 
 /* .land and .at of a key whose value lands in field `field` of `Struct`: the field's C type picks the land (int,
- * int64_t, float, double, const char *); a field of another type does not compile. */
+ * int64_t, float, double, const char *; a BOOL lands as 0 or 1 in an int); a field of another type does not compile. */
 #define FH_CONFIG_AT(Struct, field)                                                                                  \
     .at = offsetof(Struct, field),                                                                                  \
     .land = _Generic(((Struct *)0)->field, int: FH_LAND_INT, int64_t: FH_LAND_INT64, float: FH_LAND_FLOAT,          \
@@ -118,8 +122,9 @@ int fh_config_load_args(FhConfig **out, const FhConfigKey *schema, int n, char *
 void fh_config_print_args_help(FILE *out, const FhConfigKey *schema, int n);
 
 /* Writes every key of `section` (NULL: of every section) with a land into the struct at dst (the key's .at from dst):
- * an INT key into an int or int64_t, a FLOAT into a float or double, a STRING or CHOICE as a pointer into the config
- * (valid while it lives) or a CHOICE as its index. The schema check refuses a land that does not fit its key. */
+ * an INT key into an int or int64_t, a BOOL as 0 or 1 into an int, a FLOAT into a float or double, a STRING or CHOICE
+ * as a pointer into the config (valid while it lives) or a CHOICE as its index. The schema check refuses a land that
+ * does not fit its key. */
 void fh_config_land(const FhConfig *c, const char *section, void *dst);
 /* The position of value among the '|'-joined choices, -1 if it is none of them */
 int fh_config_choice_index(const char *choices, const char *value);

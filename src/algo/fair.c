@@ -282,7 +282,7 @@ static const AlgoOption fairfed_keys[] = {
       .help = "fairness budget beta >= 0; default 0.5 [recon]; seed 001 tunes {0.1, 0.5, 1.0}. Seed 001's form ("
               "FFL4MIA; the paper's text was not available): local metric = balanced accuracy of w^t on the client's "
               "training data (eval mode, no augmentation, unlike FFL4MIA), omega clipped at 0 then normalised" },
-    { ALGO_CHOICE(FairFedOptions, ffl4mia_bug), .def.s = "false", .choices = "false|true",
+    { ALGO_BOOL(FairFedOptions, ffl4mia_bug), .def.b = 0,
       .help = "true reproduces FFL4MIA's element-wise mean accuracy (gap acc_k (1 - n_k/N)); default false: "
               "gap |acc_k - sum_j n_j/N acc_j| (Ezzeldin et al.)" },
 };
@@ -567,7 +567,7 @@ typedef struct {
     int times_samples;
 } FedLwOptions;
 static const AlgoOption fedlw_keys[] = {
-    { ALGO_CHOICE(FedLwOptions, times_samples), .def.s = "false", .choices = "false|true",
+    { ALGO_BOOL(FedLwOptions, times_samples), .def.b = 0,
       .help = "true multiplies 1/(L_k + 1e-8) by n_k; default false (a reconstruction: raw inverse loss, L_k the "
               "sample-averaged local training loss of the round)" },
 };
@@ -602,7 +602,7 @@ typedef struct {
     int persistent_optimizer;
 } NoLoWeOptions;
 static const AlgoOption nolowe_keys[] = {
-    { ALGO_CHOICE(NoLoWeOptions, persistent_optimizer), .def.s = "false", .choices = "false|true",
+    { ALGO_BOOL(NoLoWeOptions, persistent_optimizer), .def.b = 0,
       .help = "true keeps each client's SGD momentum buffer between its participations (the official fednolowe "
               "script); default false: a fresh optimiser every round like every other method ([recon])" },
 };

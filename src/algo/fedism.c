@@ -28,7 +28,8 @@ enum { ISM_PERTURB_NONE = PERTURB_GSAM + 1 }; /* perturb = none: plain optimiser
  * defaults, sam|asam|gsam|none, gsam by default), the SAGA server's q, beta and score rows */
 typedef struct {
     int saga, perturb;
-    double asam_eta, gsam_alpha, q, beta, score_rows;
+    double asam_eta, gsam_alpha, q, beta;
+    int score_rows;
 } IsmOptions;
 static const AlgoOption ism_keys[] = {
     { ALGO_CHOICE(IsmOptions, saga), .def.s = "sharpness", .choices = "sharpness|loss",
@@ -52,7 +53,7 @@ static const AlgoOption ism_keys[] = {
       .help = "SAGA moving average beta in (0, 1]: a_i <- beta wtilde_i + (1 - beta) a_i, a_i = wtilde_i at a client's "
               "first aggregation; docs/methods/sam.md §12 default 0.5; 1: no averaging. Partial participation [PROPOSED]: only the "
               "participants' a_i move, renormalised over them" },
-    { ALGO_NUMBER(IsmOptions, score_rows), .def.f = 0, .lo = 0.0, .hi = 1e9,
+    { ALGO_INT(IsmOptions, score_rows), .def.i = 0, .lo = 0, .hi = 1e9,
       .help = "rows of the client's local set the SAGA score is measured on: 0 = all (docs/methods/sam.md §12, paper and code; default); "
               "N > 0: its first N rows in file order (a random subset for iid and dirichlet partitions, which are "
               "shuffled per client) [PROPOSED cost cap: the score costs one forward-backward and one forward pass per "
@@ -75,13 +76,14 @@ static const AlgoOptionPart ismplus_rho_options =
     ALGO_OPTION_PART("fedismplus_rho", IsmPlusRhoOptions, ismplus_rho_keys);
 ALGO_OPTIONS_OF(ismplus_rho_of, IsmPlusRhoOptions, ismplus_rho_options)
 typedef struct {
-    double tau, horizon;
+    double tau;
+    int horizon;
 } IsmPlusGrowthOptions;
 static const AlgoOption ismplus_growth_keys[] = {
     { ALGO_NUMBER(IsmPlusGrowthOptions, tau), .def.f = 0.5, .lo = 0.0, .hi = 1e3, .lo_open = 1,
       .help = "growth exponent tau > 0 of rho(t) (tau < 1: fast early growth; 1: linear); docs/methods/sam.md §12 default 0.5" },
-    { ALGO_NUMBER(IsmPlusGrowthOptions, horizon), .def.f = 0, .lo = 0.0, .hi = 1e9,
-      .help = "T of rho(t) in rounds: 0 = fl.rounds (the paper); a whole number >= fl.rounds keeps the schedule "
+    { ALGO_INT(IsmPlusGrowthOptions, horizon), .def.i = 0, .lo = 0, .hi = 1e9,
+      .help = "T of rho(t) in rounds: 0 = fl.rounds (the paper); T >= fl.rounds keeps the schedule "
               "of a longer run (set it when a run is to be extended with --resume)" },
 };
 static const AlgoOptionPart ismplus_growth_options =
@@ -95,7 +97,7 @@ enum { UP_SAGA, UP_L0, UP_L1, UP_RHO, UP_PERTURB_NORM, UP_GRAD_NORM, UP_COUNT };
 /* T of the schedule: [algo] horizon, or fl.rounds when it is 0 */
 static double ism_horizon(const AlgoSetup *s, const IsmPlusGrowthOptions *g)
 {
-    return g->horizon > 0.0 ? g->horizon : (double)s->rounds;
+    return g->horizon > 0 ? (double)g->horizon : (double)s->rounds;
 }
 
 /* FedISM+ (docs/methods/sam.md §12, Eq. 12; FFL4MIA get_current_rho): rho(t) = rho_max ((t + 1)/T)^tau, t = 0 .. T-1 */
@@ -114,16 +116,13 @@ static int ism_validate(const AlgoMethod *m, const AlgoSetup *s)
     const double rho = plus ? plus->rho_max : sam_radius_of(s->options)->rho;
     if (!isfinite(rho) || rho < 0.0) return algo_refuse(m, "[algo] %s = %g must be a finite number >= 0", rho_key, rho);
     if (!isfinite(o->q) || o->q < 0.0) return algo_refuse(m, "[algo] q = %g must be a finite number >= 0", o->q);
-    if (o->score_rows != floor(o->score_rows))
-        return algo_refuse(m, "[algo] score_rows = %g must be a whole number of rows (0: all)", o->score_rows);
     if (!plus) return FH_OK;
     const IsmPlusGrowthOptions *g = ismplus_growth_of(s->options);
     if (!isfinite(g->tau) || !(g->tau > 0.0))
         return algo_refuse(m, "[algo] tau = %g must be a finite number > 0", g->tau);
-    const double T = g->horizon;
-    if (T != floor(T) || (T > 0.0 && T < (double)s->rounds))
-        return algo_refuse(m, "[algo] horizon = %g must be 0 (T = fl.rounds) or a whole number of rounds >= "
-                           "fl.rounds = %d (rho(t) would pass rho_max)", T, s->rounds);
+    if (g->horizon > 0 && g->horizon < s->rounds)
+        return algo_refuse(m, "[algo] horizon = %d must be 0 (T = fl.rounds) or at least fl.rounds = %d (rho(t) "
+                           "would pass rho_max)", g->horizon, s->rounds);
     for (int t = 0; t < s->rounds; t++) {
         const double r = algo_fedismplus_radius(s, s->options, t);
         if (!isfinite(r) || r < 0.0)

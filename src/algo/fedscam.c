@@ -77,19 +77,19 @@ static const AlgoOptionPart scam_weights_options =
     ALGO_OPTION_PART("fedscam_weights", ScamWeightsOptions, scam_weights_keys);
 
 typedef struct {
-    double kappa, probe_batches, proj_dim;
-    int proj;
+    double kappa;
+    int probe_batches, proj_dim, proj;
 } ScamSummaryOptions;
 static const AlgoOption scam_summary_keys[] = {
     { ALGO_NUMBER(ScamSummaryOptions, kappa), .def.f = 0.5, .lo = 0.0, .hi = 1e6,
       .help = "alignment credit kappa >= 0 in h_adj_i = h_i max(0, 1 - kappa c_i), c_i = cos(s_i, u_{t-1}) of the pilot "
               "direction's summary with the previous global direction's; default 0.5 [PROPOSED: not in the paper]" },
-    { ALGO_NUMBER(ScamSummaryOptions, probe_batches), .def.f = 3, .lo = 1, .hi = 1e6,
+    { ALGO_INT(ScamSummaryOptions, probe_batches), .def.i = 3, .lo = 1, .hi = 1e6,
       .help = "B, minibatches of the heterogeneity score h_i = (1/B) sum ||g(w_t; xi_b)||: the first B of an extra "
               "shuffle of the client's data (fewer if it has fewer), train mode, BatchNorm statistics frozen, not training "
               "steps [PROPOSED]; paper default 3" },
-    { ALGO_NUMBER(ScamSummaryOptions, proj_dim), .def.f = 0, .lo = 0, .hi = 1e6,
-      .help = "d, the dimension of the projected summaries (u, s_i, z_i; d doubles each way): a whole number >= 1, or 0 = "
+    { ALGO_INT(ScamSummaryOptions, proj_dim), .def.i = 0, .lo = 0, .hi = 1e6,
+      .help = "d, the dimension of the projected summaries (u, s_i, z_i; d doubles each way): d >= 1, or 0 = "
               "auto (default): 512, or 256 for models under 1M trainable parameters ([PROPOSED threshold]; the paper "
               "uses 256 for its small CNN, 512 for ResNet-18)" },
     { ALGO_CHOICE(ScamSummaryOptions, proj), .def.s = "sketch", .choices = "sketch|gaussian",
@@ -102,17 +102,17 @@ static const AlgoOptionPart scam_summary_options =
 ALGO_OPTIONS_OF(scam_summary_of, ScamSummaryOptions, scam_summary_options)
 
 typedef struct {
-    int cluster;
-    double clusters, lambda_c;
+    int cluster, clusters;
+    double lambda_c;
 } ScamClusterOptions;
 static const AlgoOption scam_cluster_keys[] = {
-    { ALGO_CHOICE(ScamClusterOptions, cluster), .def.s = "false", .choices = "false|true",
+    { ALGO_BOOL(ScamClusterOptions, cluster), .def.b = 0,
       .help = "clustered conflict damping: k-means of the unit z_i (k-means++ seeding from Philox, Lloyd until stable or "
               "50 iterations) into K_c = min(clusters, m) clusters; inside a cluster, of every pair with cos(z_i, z_j) < 0 "
               "the client with the smaller ||Delta|| (ties: the larger id) gets q_i = lambda_c, once [PROPOSED]; "
               "default false (optional in the paper)" },
-    { ALGO_NUMBER(ScamClusterOptions, clusters), .def.f = 3, .lo = 1, .hi = 1e6,
-      .help = "K_c, the number of clusters (a whole number >= 1, capped at the round's client count m); default 3 "
+    { ALGO_INT(ScamClusterOptions, clusters), .def.i = 3, .lo = 1, .hi = 1e6,
+      .help = "K_c >= 1, the number of clusters (capped at the round's client count m); default 3 "
               "[PROPOSED: not in the paper]" },
     { ALGO_NUMBER(ScamClusterOptions, lambda_c), .def.f = 0.5, .lo = 0.0, .hi = 1.0, .lo_open = 1,
       .help = "conflict down-weight factor lambda_c in (0, 1] for the flagged clients (cluster = true); default 0.5 "
@@ -136,9 +136,9 @@ static ScamSettings scam_settings(AlgoOptions o)
     const ScamClusterOptions *k = algo_options_find(o, &scam_cluster_options);
     return (ScamSettings){ .sam = r != NULL, .rho_max = r ? r->rho_max : 0.0, .alpha_rho = r ? r->alpha_rho : 0.0,
                            .gamma_h = w ? w->gamma_h : 0.0, .beta = w ? w->beta : 0.0, .kappa = y->kappa,
-                           .lambda_c = k ? k->lambda_c : 1.0, .probe = (int)y->probe_batches,
-                           .dim_key = (int)y->proj_dim, .gaussian = y->proj, .cluster = k ? k->cluster : 0,
-                           .clusters = k ? (int)k->clusters : 1 };
+                           .lambda_c = k ? k->lambda_c : 1.0, .probe = y->probe_batches,
+                           .dim_key = y->proj_dim, .gaussian = y->proj, .cluster = k ? k->cluster : 0,
+                           .clusters = k ? k->clusters : 1 };
 }
 
 /* d: proj_dim, or 0 = 512 (256 under 1M trainable parameters) */
@@ -436,22 +436,6 @@ static void scam_sizes(const AlgoSetup *s, AlgoSizes *z)
     algo_sam_diag_sizes(z);
 }
 
-/* whole numbers where the keys count things (the config reads every method key as a number) */
-static int scam_validate(const AlgoMethod *m, const AlgoSetup *s)
-{
-    const ScamSummaryOptions *y = scam_summary_of(s->options);
-    const ScamClusterOptions *k = algo_options_find(s->options, &scam_cluster_options);
-    const struct {
-        const char *key;
-        double value;
-    } whole[3] = { { "probe_batches", y->probe_batches }, { "proj_dim", y->proj_dim },
-                   { "clusters", k ? k->clusters : 1.0 } };
-    for (int i = 0; i < 3; i++)
-        if (whole[i].value != floor(whole[i].value))
-            return algo_refuse(m, "[algo] %s = %g must be a whole number", whole[i].key, whole[i].value);
-    return FH_OK;
-}
-
 static const AlgoLocalStep scam_step_part = { .step = scam_step, .round_radius = scam_round_radius,
                                               .client_radius = scam_client_radius };
 static const AlgoClientReport scam_report_part = { .begin = scam_begin, .end = scam_end };
@@ -473,7 +457,6 @@ const AlgoMethod algo_family_fedscam[] = {
         .report = &scam_report_part,
         .weights = &scam_weights_part,
         .update = &scam_update_part,
-        .validate = scam_validate,
         .sizes = scam_sizes,
         .parts = { &scam_radius_options, &scam_weights_options, &scam_summary_options, &scam_cluster_options },
     },
@@ -487,7 +470,6 @@ const AlgoMethod algo_family_fedscam[] = {
         .report = &scam_report_part,
         .weights = &scam_weights_part,
         .update = &scam_update_part,
-        .validate = scam_validate,
         .sizes = scam_sizes,
         .parts = { &scam_weights_options, &scam_summary_options, &scam_cluster_options },
     },
@@ -502,7 +484,6 @@ const AlgoMethod algo_family_fedscam[] = {
         .report = &scam_report_part,
         .weights = &algo_weights_samples,
         .update = &scam_update_part,
-        .validate = scam_validate,
         .sizes = scam_sizes,
         .parts = { &scam_radius_options, &scam_summary_options },
     },

@@ -15,9 +15,9 @@ enum { COMPAT_PAPER, COMPAT_CODE };
 #define FLOOD_MAX_CLASSES 1024
 typedef struct {
     int flood_score;
-    double flood_q, flood_a, flood_halt;
-    int flood_schedule;
-    double flood_start, flood_alpha;
+    double flood_q, flood_a;
+    int flood_halt, flood_schedule, flood_start;
+    double flood_alpha;
     int flood_compat, flood_dac_shift;
     double flood_lambda, flood_ash_percentile;
 } FloodOptions;
@@ -32,18 +32,18 @@ static const AlgoOption flood_keys[] = {
       .help = "batch quantile below which samples are pseudo-OOD (lower interpolation; 0.7: about 70 % of each batch)" },
     { ALGO_NUMBER(FloodOptions, flood_a), .def.f = 0, .lo = 0, .hi = 1e6,
       .help = "schedule amplitude a (lambda ends at 2a); 0: by compat (paper 200, code 50)" },
-    { ALGO_NUMBER(FloodOptions, flood_halt), .def.f = 1000, .lo = 1, .hi = 1e9,
+    { ALGO_INT(FloodOptions, flood_halt), .def.i = 1000, .lo = 1, .hi = 1e9,
       .help = "halt round T_h after which lambda stays 2a (paper and code 1000)" },
     { ALGO_CHOICE(FloodOptions, flood_schedule), .def.s = "auto",
       .choices = "auto|cosine|linear|quadratic|exponential|logistic|constant",
       .help = "lambda schedule; auto: by compat (paper cosine, code logistic); constant: flood_lambda every round" },
-    { ALGO_NUMBER(FloodOptions, flood_start), .def.f = 0, .lo = 0, .hi = 1e9,
+    { ALGO_INT(FloodOptions, flood_start), .def.i = 0, .lo = 0, .hi = 1e9,
       .help = "start phase: lambda = 1 up to this round (0: the code's timing)" },
     { ALGO_NUMBER(FloodOptions, flood_alpha), .def.f = 0.5, .lo = 0, .hi = 1e6,
       .help = "DAC weight of the confidence term (paper and code 0.5; 0: FedAvg weights)" },
     { ALGO_CHOICE(FloodOptions, flood_compat), .def.s = "paper", .choices = "paper|code",
       .help = "defaults of amplitude and schedule: paper (cosine, a = 200) or the released code (logistic, a = 50)" },
-    { ALGO_CHOICE(FloodOptions, flood_dac_shift), .def.s = "false", .choices = "false|true",
+    { ALGO_BOOL(FloodOptions, flood_dac_shift), .def.b = 0,
       .help = "shift the participants' phi by -min + 1e-6 before normalising (scores that can be negative)" },
     { ALGO_NUMBER(FloodOptions, flood_lambda), .def.f = 1, .lo = 0, .hi = 1e6,
       .help = "the weight of pseudo-OOD samples with flood_schedule = constant" },
@@ -230,11 +230,11 @@ double algo_flood_lambda(AlgoOptions flood, int round)
 {
     const FloodOptions *o = flood_of(flood);
     if (schedule(o) == SCHED_CONSTANT) return o->flood_lambda;
-    const int start = (int)o->flood_start;
-    if (round <= start) return 1.0;
-    double t = (double)(round - 1 - start);
-    if (t > o->flood_halt) t = o->flood_halt;
-    return schedule_value(schedule(o), amplitude(o), t, o->flood_halt);
+    if (round <= o->flood_start) return 1.0;
+    const double halt = (double)o->flood_halt;
+    double t = (double)(round - 1 - o->flood_start);
+    if (t > halt) t = halt;
+    return schedule_value(schedule(o), amplitude(o), t, halt);
 }
 
 /* ASW: samples scoring below the batch's lower-interpolated q-quantile get weight lambda_t, the others 1 */

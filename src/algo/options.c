@@ -2,6 +2,7 @@
  * lookups by part and by key over them. */
 #include "fedhet/algo.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,15 +105,29 @@ static const AlgoOptionTune *tune_of(const AlgoMethod *m, const AlgoOption *o)
 
 double algo_option_default(const AlgoMethod *m, const AlgoOption *o)
 {
-    if (o->type == FH_CFG_CHOICE) return algo_option_choice_index(o, o->def.s);
     const AlgoOptionTune *t = tune_of(m, o);
-    return t && !isnan(t->default_value) ? t->default_value : o->def.f;
+    if (o->type == FH_CFG_CHOICE) return algo_option_choice_index(o, o->def.s);
+    if (t && !isnan(t->default_value)) return t->default_value;
+    return o->type == FH_CFG_INT ? (double)o->def.i : o->type == FH_CFG_BOOL ? (double)o->def.b : o->def.f;
 }
 
 const char *algo_option_help(const AlgoMethod *m, const AlgoOption *o)
 {
     const AlgoOptionTune *t = tune_of(m, o);
     return t && t->help ? t->help : o->help;
+}
+
+FhConfigKey algo_option_config_key(const AlgoMethod *m, const AlgoOption *o)
+{
+    FhConfigKey k = *o;
+    k.help = algo_option_help(m, o);
+    const double def = algo_option_default(m, o);
+    if (o->type == FH_CFG_FLOAT) k.def.f = def;
+    else if (o->type == FH_CFG_INT) k.def.i = (int64_t)def;
+    else if (o->type == FH_CFG_BOOL) k.def.b = def != 0.0;
+    k.land = FH_LAND_NONE;
+    k.at = 0;
+    return k;
 }
 
 const char *algo_option_choice(const AlgoOption *o, int index, int *len)
@@ -132,10 +147,13 @@ int algo_option_choice_index(const AlgoOption *o, const char *text) { return fh_
 /* where key o of part p of m lies in a block */
 static size_t field_offset(const AlgoMethod *m, int p, const AlgoOption *o) { return part_offset(m, p) + o->at; }
 
+/* whether the key's field is an int (a count, a switch, a choice's index) rather than a double */
+static int int_field(const AlgoOption *o) { return o->land == FH_LAND_INT || o->land == FH_LAND_INDEX; }
+
 static void store(AlgoOptionBlock *b, const AlgoMethod *m, int p, const AlgoOption *o, double value)
 {
     void *f = b->bytes + field_offset(m, p, o);
-    if (o->land == FH_LAND_INDEX) *(int *)f = (int)value;
+    if (int_field(o)) *(int *)f = (int)value;
     else *(double *)f = value;
 }
 
@@ -159,6 +177,10 @@ int algo_option_set(AlgoOptionBlock *b, const AlgoMethod *m, const char *key, do
     int p = 0;
     const AlgoOption *o = option_named(m, key, &p);
     if (!o) FH_FAIL(FH_ERR_USAGE, "method %s has no key %s", m->name, key);
+    if (o->type == FH_CFG_BOOL && value != 0.0 && value != 1.0)
+        FH_FAIL(FH_ERR_USAGE, "method %s: [algo] %s = %g is not 0 (false) or 1 (true)", m->name, key, value);
+    if (int_field(o) && !(value == floor(value) && value >= INT_MIN && value <= INT_MAX))
+        FH_FAIL(FH_ERR_USAGE, "method %s: [algo] %s = %g is not an integer", m->name, key, value);
     store(b, m, p, o, value);
     return FH_OK;
 }
@@ -170,7 +192,7 @@ double algo_option_value(AlgoOptions view, const AlgoOption *o)
         for (int k = 0; k < part->n; k++) {
             if (&part->keys[k] != o) continue;
             const void *f = view.block->bytes + field_offset(view.row, p, o);
-            return o->land == FH_LAND_INDEX ? (double)*(const int *)f : *(const double *)f;
+            return int_field(o) ? (double)*(const int *)f : *(const double *)f;
         }
     }
     fprintf(stderr, "fedhet: key %s is not an option of method %s\n", o->key, view.row->name);

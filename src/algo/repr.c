@@ -34,7 +34,8 @@ static int work_vectors_for(int64_t floats, int64_t n_state)
 /* ==== MOON (docs/methods/baselines.md A.17) ================================================================================= */
 
 typedef struct {
-    double mu, tau, proj_dim;
+    double mu, tau;
+    int proj_dim;
 } MoonOptions;
 static const AlgoOption moon_keys[] = {
     { ALGO_NUMBER(MoonOptions, mu), .def.f = 1.0, .lo = 0.0, .hi = 1e6,
@@ -44,7 +45,7 @@ static const AlgoOption moon_keys[] = {
               "w^0 (FLOOD; official MOON: no negative in round 0)" },
     { ALGO_NUMBER(MoonOptions, tau), .def.f = 0.5, .lo = 0.0, .hi = 1e6, .lo_open = 1,
       .help = "temperature tau > 0 of the contrastive softmax; default 0.5 (MOON, FLOOD)" },
-    { ALGO_NUMBER(MoonOptions, proj_dim), .def.f = 0, .lo = 0, .hi = 65536,
+    { ALGO_INT(MoonOptions, proj_dim), .def.i = 0, .lo = 0, .hi = 65536,
       .help = "projection head width: 0 (FLOOD's form, no head; default) or > 0 (official MOON's ModelFedCon: "
               "Linear(f, f), ReLU, Linear(f, proj_dim) on the representation, the classifier on its output; MOON's "
               "code uses 256); z is the head's output, and the head is part of the model state (trained, averaged, "
@@ -127,16 +128,7 @@ static int moon_end(AlgoClientCtx *c)
 static void moon_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->aux_models = 2;
-    z->proj_dim = (int)moon_of(s->options)->proj_dim;
-}
-
-static int moon_validate(const AlgoMethod *m, const AlgoSetup *s)
-{
-    const double proj_dim = moon_of(s->options)->proj_dim;
-    if (proj_dim != floor(proj_dim))
-        return algo_refuse(m, "[algo] proj_dim = %g must be a whole number of features (0: no projection head)",
-                           proj_dim);
-    return FH_OK;
+    z->proj_dim = moon_of(s->options)->proj_dim;
 }
 
 static const AlgoBatchTerm moon_term_part = { moon_batch_term };
@@ -230,10 +222,10 @@ static const AlgoBatchTerm decorr_term_part = { decorr_batch_term };
 /* ==== FedMR (docs/methods/baselines.md A.19) ================================================================================ */
 
 typedef struct {
-    double first_stage;
+    int first_stage;
 } FedMrOptions;
 static const AlgoOption fedmr_keys[] = {
-    { ALGO_NUMBER(FedMrOptions, first_stage), .def.f = 100, .lo = 0, .hi = 1e9,
+    { ALGO_INT(FedMrOptions, first_stage), .def.i = 100, .lo = 0, .hi = 1e9,
       .help = "t_1: rounds t < t_1 reset every slot to the uniform average (uniform averaging), rounds t >= t_1 "
               "recombine every tensor with its own random permutation; default 100 (FLOOD's server; official "
               "code 0, its README 50-100 for VGG). m = clients per round (fl.selection bernoulli refused); the "
@@ -352,14 +344,14 @@ static const AlgoServerUpdate fedmr_update_part = { fedmr_update };
 
 enum { GKD_AVG, GKD_VOTE };
 typedef struct {
-    double gamma, buffer_length, temperature;
-    int variant;
+    double gamma, temperature;
+    int buffer_length, variant;
 } GkdOptions;
 static const AlgoOption gkd_keys[] = {
     { ALGO_NUMBER(GkdOptions, gamma), .def.f = 0.1, .lo = 0.0, .hi = 1e6,
       .help = "distillation weight gamma >= 0 of gamma T^2 KL(teacher || student); default 0.1 (FedGKD README, "
               "CIFAR-10 ResNet-8); gamma = 0 is FedAvg; off in round 0 (empty buffer)" },
-    { ALGO_NUMBER(GkdOptions, buffer_length), .def.f = 5, .lo = 1, .hi = 1000,
+    { ALGO_INT(GkdOptions, buffer_length), .def.i = 5, .lo = 1, .hi = 1000,
       .help = "M, the number of past global models kept (FIFO, newest w^t included); default 5 (README)" },
     { ALGO_NUMBER(GkdOptions, temperature), .def.f = 1.0, .lo = 0.0, .hi = 1000.0, .lo_open = 1,
       .help = "distillation temperature T > 0; default 1 (FedGKD code and README)" },
@@ -378,7 +370,7 @@ enum { GKD_COUNT, GKD_HEAD }; /* server scalars: models in the buffer, next slot
 static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     const GkdOptions *o = gkd_of(s->options);
-    const int M = o->buffer_length >= 1 ? (int)o->buffer_length : 1;
+    const int M = o->buffer_length >= 1 ? o->buffer_length : 1;
     if (o->variant == GKD_VOTE) {
         z->server_vectors = M;
         z->work_vectors = work_vectors_for((int64_t)s->batch_size * s->classes, s->n_state);
@@ -393,13 +385,6 @@ static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
     z->aux_models = 1;
 }
 
-static int fedgkd_validate(const AlgoMethod *m, const AlgoSetup *s)
-{
-    const double M = gkd_of(s->options)->buffer_length;
-    if (M != floor(M)) return algo_refuse(m, "[algo] buffer_length = %g must be a whole number of models", M);
-    return FH_OK;
-}
-
 /* after the average: w^{t+1} enters the FIFO (the oldest leaves); avg: teacher = uniform average of the
  * buffer, in double, in slot order */
 static int fedgkd_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
@@ -407,7 +392,7 @@ static int fedgkd_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const dou
     FH_CHECK(algo_average(s, u, m, p, global));
     const int64_t P = s->n_state;
     const GkdOptions *o = gkd_of(s->options);
-    const int M = (int)o->buffer_length, vote = o->variant == GKD_VOTE;
+    const int M = o->buffer_length, vote = o->variant == GKD_VOTE;
     float *fifo = vote ? s->server_vecs : s->server_private;
     int head = (int)s->server_scalars[GKD_HEAD], count = (int)s->server_scalars[GKD_COUNT];
     nn_vec_copy(fifo + (size_t)head * P, global, P);
@@ -743,7 +728,6 @@ const AlgoMethod algo_family_repr[] = {
         .report = &moon_report_part,
         .weights = &algo_weights_samples,
         .sizes = moon_sizes,
-        .validate = moon_validate,
         .n_client_vectors = 1,
         .parts = { &moon_options },
     },
@@ -798,7 +782,6 @@ const AlgoMethod algo_family_repr[] = {
         .report = &fedgkd_report_part,
         .weights = &algo_weights_samples,
         .update = &fedgkd_update_part,
-        .validate = fedgkd_validate,
         .sizes = fedgkd_sizes,
         .parts = { &gkd_options },
     },

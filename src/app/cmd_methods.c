@@ -52,6 +52,11 @@ static void print_keys(const AlgoMethod *m)
         const char *choice = o->type == FH_CFG_CHOICE ? algo_option_choice(o, (int)def, &len) : NULL;
         if (choice)
             printf("  %-16s default %.*s, one of %s\n", o->key, len, choice, o->choices);
+        else if (o->type == FH_CFG_BOOL)
+            printf("  %-16s default %s, one of true|false\n", o->key, def != 0.0 ? "true" : "false");
+        else if (o->type == FH_CFG_INT)
+            printf("  %-16s default %.0f, range %c%.0f, %.0f%c\n", o->key, def, o->lo_open ? '(' : '[', o->lo, o->hi,
+                   o->hi_open ? ')' : ']');
         else
             printf("  %-16s default %g, range %c%g, %g%c\n", o->key, def, o->lo_open ? '(' : '[', o->lo, o->hi,
                    o->hi_open ? ')' : ']');

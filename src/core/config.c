@@ -316,12 +316,17 @@ static int config_in_range(const FhConfigKey *k, double v)
            ((k->lo_open ? v > k->lo : v >= k->lo) && (k->hi_open ? v < k->hi : v <= k->hi));
 }
 
-/* "[0, 1]", "(0, 1000]" */
+/* "[0, 1]", "(0, 1000]"; an integer's bounds in digits, "[1, 1000000]" */
 static void config_format_range(const FhConfigKey *k, char *out, size_t cap)
 {
     char lo[32], hi[32];
-    config_format_bound(k->lo, lo, sizeof lo);
-    config_format_bound(k->hi, hi, sizeof hi);
+    if (k->type == FH_CFG_INT) {
+        snprintf(lo, sizeof lo, "%.0f", k->lo);
+        snprintf(hi, sizeof hi, "%.0f", k->hi);
+    } else {
+        config_format_bound(k->lo, lo, sizeof lo);
+        config_format_bound(k->hi, hi, sizeof hi);
+    }
     snprintf(out, cap, "%c%s, %s%c", k->lo_open ? '(' : '[', lo, hi, k->hi_open ? ')' : ']');
 }
 
@@ -418,14 +423,24 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
     char *end = NULL;
     switch (k->type) {
     case FH_CFG_INT: {
-        if (!config_decimal(text, 1))
-            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not an integer (decimal digits with an optional sign; no "
-                    "hexadecimal, fraction or exponent)", where, k->section, k->key, text);
-        errno = 0;
-        long long v = strtoll(text, &end, 10);
-        if (errno == ERANGE)
-            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: outside the 64-bit integer range", where, k->section,
-                    k->key, text);
+        long long v = 0;
+        if (config_decimal(text, 1)) {
+            errno = 0;
+            v = strtoll(text, &end, 10);
+            if (errno == ERANGE)
+                FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: outside the 64-bit integer range", where, k->section,
+                        k->key, text);
+        } else if (config_decimal(text, 0)) {
+            /* a whole number in float notation (3.0, 1e2) is that integer: a key that counts things reads as it did
+             * when it was a float; up to 2^53, where every whole double is exact */
+            const double d = strtod(text, &end);
+            if (d != floor(d) || fabs(d) > 9007199254740992.0)
+                FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not an integer (a fraction; whole numbers may be written 3, "
+                        "3.0 or 3e2, and beyond 2^53 only as digits)", where, k->section, k->key, text);
+            v = (long long)d;
+        } else
+            FH_FAIL(FH_ERR_USAGE, "%s[%s] %s = %s: not an integer (decimal digits with an optional sign, or a whole "
+                    "number such as 3.0 or 3e2; no hexadecimal)", where, k->section, k->key, text);
         if (!config_in_range(k, (double)v)) return config_range_error(k, text, where);
         e->i = (int64_t)v;
         break;
@@ -505,7 +520,9 @@ static int config_land_fits(const FhConfigKey *k)
 {
     switch (k->land) {
     case FH_LAND_NONE: return 1;
-    case FH_LAND_INT: return k->type == FH_CFG_INT && config_ranged(k) && k->lo >= INT_MIN && k->hi <= INT_MAX;
+    case FH_LAND_INT:
+        return k->type == FH_CFG_BOOL ||
+               (k->type == FH_CFG_INT && config_ranged(k) && k->lo >= INT_MIN && k->hi <= INT_MAX);
     case FH_LAND_INT64: return k->type == FH_CFG_INT;
     case FH_LAND_FLOAT:
     case FH_LAND_DOUBLE: return k->type == FH_CFG_FLOAT;
@@ -824,7 +841,7 @@ void fh_config_land(const FhConfig *c, const char *section, void *dst)
         char *at = (char *)dst + key->at;
         switch (key->land) {
         case FH_LAND_NONE: break;
-        case FH_LAND_INT: *(int *)(void *)at = (int)e->i; break;
+        case FH_LAND_INT: *(int *)(void *)at = key->type == FH_CFG_BOOL ? e->b : (int)e->i; break;
         case FH_LAND_INT64: *(int64_t *)(void *)at = e->i; break;
         case FH_LAND_FLOAT: *(float *)(void *)at = (float)e->f; break;
         case FH_LAND_DOUBLE: *(double *)(void *)at = e->f; break;

@@ -228,18 +228,6 @@ static int plugin_slot(const AlgoMethod *plugin)
     return -1;
 }
 
-/* The key of method m's option o with m's default and help; it lands through read_options, not in FlSettings. A
- * number's default is the row's tune, else the part's; a choice's is the part's. */
-static FhConfigKey option_key(const AlgoMethod *m, const AlgoOption *o)
-{
-    FhConfigKey k = *o;
-    k.help = algo_option_help(m, o);
-    if (o->type == FH_CFG_FLOAT) k.def.f = algo_option_default(m, o);
-    k.land = FH_LAND_NONE;
-    k.at = 0;
-    return k;
-}
-
 const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *plugin, int *n)
 {
     build_base();
@@ -252,9 +240,9 @@ const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *p
         if (!k) return schema;
         memcpy(k, schema, (size_t)schema_n * sizeof *k);
         int kn = schema_n;
-        for (int i = 0; i < algo_option_count(m); i++) k[kn++] = option_key(m, algo_option_at(m, i));
+        for (int i = 0; i < algo_option_count(m); i++) k[kn++] = algo_option_config_key(m, algo_option_at(m, i));
         for (int i = 0; plugin && i < algo_option_count(plugin); i++)
-            k[kn++] = option_key(plugin, algo_option_at(plugin, i));
+            k[kn++] = algo_option_config_key(plugin, algo_option_at(plugin, i));
         method_schema[mi][pi] = k;
         method_schema_n[mi][pi] = kn;
     }
@@ -443,14 +431,20 @@ static int config_load(FhConfig **out, const char *path, const char *text, char 
     return config_load_with(out, own, n, path, text, overrides, n_overrides);
 }
 
-/* A method's keys into its option block: a choice is carried as its index (the config checked both). */
+/* A method's keys into its option block: a choice is carried as its index, a switch as 0 or 1 (the config checked
+ * them all). */
 static int read_options(const FhConfig *cfg, const AlgoMethod *m, AlgoOptionBlock *b)
 {
     algo_options_reset(b, m);
     for (int i = 0; i < algo_option_count(m); i++) {
         const AlgoOption *o = algo_option_at(m, i);
-        const double v = o->type == FH_CFG_CHOICE ? algo_option_choice_index(o, fh_config_string(cfg, "algo", o->key))
-                                                       : fh_config_float(cfg, "algo", o->key);
+        double v = 0;
+        switch (o->type) {
+        case FH_CFG_CHOICE: v = algo_option_choice_index(o, fh_config_string(cfg, "algo", o->key)); break;
+        case FH_CFG_INT: v = (double)fh_config_int(cfg, "algo", o->key); break;
+        case FH_CFG_BOOL: v = fh_config_bool(cfg, "algo", o->key); break;
+        default: v = fh_config_float(cfg, "algo", o->key); break;
+        }
         FH_CHECK(algo_option_set(b, m, o->key, v));
     }
     return FH_OK;

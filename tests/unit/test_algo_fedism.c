@@ -73,8 +73,9 @@ static void test_radius_schedule(void)
     for (ri.t = 0; ri.t < 5; ri.t++) CHECK(algo_sam_radius(&ci) == 0.05);
 }
 
-/* refused: rho_max < 0 or not finite, tau <= 0, q < 0, horizon between 0 and fl.rounds or fractional; the
- * message names the key. (Ranges of the config layer: beta in (0, 1], q in [0, 100], tau in (0, 1e3].) */
+/* refused: rho_max < 0 or not finite, tau <= 0, q < 0, horizon between 0 and fl.rounds; the message names the key.
+ * (Ranges and types of the config layer: beta in (0, 1], q in [0, 100], tau in (0, 1e3], horizon and score_rows
+ * integers.) */
 static void test_validate(void)
 {
     const AlgoMethod *plus = algo_find("fedismplus"), *ism = algo_find("fedism");
@@ -86,8 +87,7 @@ static void test_validate(void)
         double value;
     } bad[] = { { plus, "rho_max", -0.1 }, { plus, "rho_max", NAN }, { plus, "rho_max", INFINITY },
                 { plus, "tau", 0.0 },      { plus, "tau", -1.0 },    { plus, "q", -0.5 },
-                { plus, "horizon", 5 },    { plus, "horizon", 7.5 }, { ism, "rho", -1 },
-                { ism, "q", -1 },          { ism, "score_rows", 2.5 } };
+                { plus, "horizon", 5 },    { ism, "rho", -1 },       { ism, "q", -1 } };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         s.options = options_default(&ob, bad[i].m);
         option_set(&ob, bad[i].m, bad[i].key, bad[i].value);
@@ -104,6 +104,10 @@ static void test_validate(void)
     CHECK_OK(plus->validate(plus, &s));
     option_set(&ob, plus, "q", 0);
     CHECK_OK(plus->validate(plus, &s));
+    /* counts: a fraction does not land, and the message names the key */
+    CHECK(algo_option_set(&ob, plus, "horizon", 7.5) == FH_ERR_USAGE && strstr(fh_error_message(), "horizon"));
+    CHECK(algo_option_set(&ob, ism, "score_rows", 2.5) == FH_ERR_USAGE && strstr(fh_error_message(), "score_rows"));
+    fh_error_clear();
     const AlgoOption *beta = algo_option_find(plus, "beta"), *tau = algo_option_find(plus, "tau");
     CHECK(beta && beta->lo == 0.0 && beta->lo_open && beta->hi == 1.0 && !beta->hi_open);
     CHECK(tau && tau->lo == 0.0 && tau->lo_open);

@@ -464,9 +464,8 @@ static void test_sizes(void)
     CHECK(algo_upload_index(&z, "rho") < 0 && algo_upload_index(&z, "perturb_norm") < 0 && z.work_vectors == 0);
     CHECK(z.n_named == 4 && !strcmp(z.named[0].name, "h") && z.named[0].at == UP_H &&
           !strcmp(z.named[3].name, "delta_norm") && z.named[3].at == UP_DNORM);
-    /* whole numbers only */
-    option_set(&ob, wa, "clusters", 2.5);
-    CHECK(wa->validate(wa, &s) == FH_ERR_USAGE);
+    /* counts: a fraction does not land */
+    CHECK(algo_option_set(&ob, wa, "clusters", 2.5) == FH_ERR_USAGE);
     CHECK(strstr(fh_error_message(), "clusters") != NULL);
     fh_error_clear();
 }

@@ -27,7 +27,7 @@ static void test_names_unique(void)
 }
 
 /* the bytes a key's field occupies in its part's struct */
-static size_t field_size(const AlgoOption *o) { return o->type == FH_CFG_CHOICE ? sizeof(int) : sizeof(double); }
+static size_t field_size(const AlgoOption *o) { return o->type == FH_CFG_FLOAT ? sizeof(double) : sizeof(int); }
 
 static void check_default(const AlgoMethod *m, const AlgoOption *o, double d)
 {
@@ -37,6 +37,11 @@ static void check_default(const AlgoMethod *m, const AlgoOption *o, double d)
                   m->name, o->key, d, o->choices);
         return;
     }
+    if (o->type == FH_CFG_BOOL) {
+        CHECK_MSG(d == 0.0 || d == 1.0, "%s.%s: default %g is not 0 (false) or 1 (true)", m->name, o->key, d);
+        return;
+    }
+    if (o->type == FH_CFG_INT) CHECK_MSG(d == floor(d), "%s.%s: default %g is not an integer", m->name, o->key, d);
     const int above = o->lo_open ? d > o->lo : d >= o->lo, below = o->hi_open ? d < o->hi : d <= o->hi;
     CHECK_MSG(above && below, "%s.%s: default %g is outside %c%g, %g%c", m->name, o->key, d, o->lo_open ? '(' : '[',
               o->lo, o->hi, o->hi_open ? ')' : ']');
@@ -102,6 +107,12 @@ static void test_methods_listing(void)
             const char *choice = algo_option_choice(o, (int)algo_option_default(m, o), &len);
             if (o->type == FH_CFG_CHOICE)
                 snprintf(want, sizeof want, "  %-16s default %.*s, one of", o->key, len, choice);
+            else if (o->type == FH_CFG_BOOL)
+                snprintf(want, sizeof want, "  %-16s default %s, one of true|false", o->key,
+                         algo_option_default(m, o) ? "true" : "false");
+            else if (o->type == FH_CFG_INT) /* in digits, the range too */
+                snprintf(want, sizeof want, "  %-16s default %.0f, range %c%.0f, %.0f%c", o->key,
+                         algo_option_default(m, o), o->lo_open ? '(' : '[', o->lo, o->hi, o->hi_open ? ')' : ']');
             else
                 snprintf(want, sizeof want, "  %-16s default %g, range", o->key, algo_option_default(m, o));
             CHECK_MSG(strstr(r->out, want) != NULL, "methods %s: no line '%s'", m->name, want);
@@ -117,6 +128,97 @@ static void test_methods_listing(void)
         snprintf(line, sizeof line, "  server weights: %s", w->rule);
         CHECK_MSG(strstr(r->out, line) != NULL, "methods %s: no line '%s'", m->name, line);
     }
+}
+
+/* Counts and switches of a method's keys through the run config: a fraction is refused naming the key, a whole number
+ * written as a float lands as that integer, a switch takes true/false and nothing else; the values land as ints */
+static void test_typed_method_keys(void)
+{
+    const char *config = tmp_path("typed.ini");
+    tmp_record(config);
+    FILE *f = fopen(config, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fprintf(f, "[data]\npath = unused.h5\n[algo]\nmethod = fedscam\n[output]\ndir = %s\n", tmp_root);
+    fclose(f);
+    const struct {
+        const char *override, *error; /* error NULL: loads */
+        const char *key;
+        double value;
+    } cases[] = {
+        { "algo.clusters=2.5", "[algo] clusters = 2.5: not an integer", NULL, 0 },
+        { "algo.proj_dim=64.5", "[algo] proj_dim = 64.5: not an integer", NULL, 0 },
+        { "algo.clusters=0", "[algo] clusters = 0: must be in [1, 1000000]", NULL, 0 },
+        { "algo.cluster=maybe", "[algo] cluster = maybe: must be true or false", NULL, 0 },
+        { "algo.clusters=4.0", NULL, "clusters", 4 },
+        { "algo.proj_dim=1e2", NULL, "proj_dim", 100 },
+        { "algo.cluster=true", NULL, "cluster", 1 },
+        { "algo.cluster=false", NULL, "cluster", 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char override[64];
+        snprintf(override, sizeof override, "%s", cases[i].override);
+        char *overrides[1] = { override };
+        FhConfig *cfg = NULL;
+        fh_error_clear();
+        const int status = fl_config_load(&cfg, config, 0, overrides, 1);
+        if (cases[i].error) {
+            CHECK_MSG(status == FH_ERR_USAGE && strstr(fh_error_message(), cases[i].error), "%s: %s", override,
+                      fh_error_message());
+            fh_config_free(&cfg);
+            continue;
+        }
+        CHECK_MSG(status == FH_OK, "%s: %s", override, fh_error_message());
+        if (!cfg) continue;
+        FlSettings s;
+        CHECK_OK(fl_settings_from_config(&s, cfg, config));
+        CHECK_MSG(option_value(fl_method_options(&s), cases[i].key) == cases[i].value, "%s", override);
+        fh_config_free(&cfg);
+    }
+    fh_error_clear();
+}
+
+/* A row's tune of a count or a switch of a shared part: its default in the block, the schema and the listing */
+typedef struct {
+    int count, on;
+    double scale;
+} TunedOptions;
+static const AlgoOption tuned_keys[] = {
+    { ALGO_INT(TunedOptions, count), .def.i = 3, .lo = 1, .hi = 100, .help = "a count of things to tune" },
+    { ALGO_BOOL(TunedOptions, on), .def.b = 0, .help = "a switch to tune, off by default" },
+    { ALGO_NUMBER(TunedOptions, scale), .def.f = 0.5, .lo = 0, .hi = 1, .help = "a number left at its default" },
+};
+static const AlgoOptionPart tuned_part = ALGO_OPTION_PART("tuned", TunedOptions, tuned_keys);
+
+static void test_tunes_of_typed_keys(void)
+{
+    const AlgoMethod plain = { .name = "plain", .parts = { &tuned_part } };
+    const AlgoMethod tuned = { .name = "tuned", .parts = { &tuned_part },
+                               .tunes = { { "count", 7, "seven things" }, { "on", 1, NULL } } };
+    AlgoOptionBlock b;
+    algo_options_reset(&b, &plain);
+    const TunedOptions *o = algo_options(algo_options_view(&plain, &b), &tuned_part);
+    CHECK(o->count == 3 && o->on == 0 && o->scale == 0.5);
+    algo_options_reset(&b, &tuned);
+    o = algo_options(algo_options_view(&tuned, &b), &tuned_part);
+    CHECK(o->count == 7 && o->on == 1 && o->scale == 0.5);
+    const FhConfigKey count = algo_option_config_key(&tuned, &tuned_keys[0]);
+    const FhConfigKey on = algo_option_config_key(&tuned, &tuned_keys[1]);
+    CHECK(count.type == FH_CFG_INT && count.def.i == 7 && !strcmp(count.help, "seven things") &&
+          count.land == FH_LAND_NONE);
+    CHECK(on.type == FH_CFG_BOOL && on.def.b == 1 && !strcmp(on.help, tuned_keys[1].help));
+    CHECK(algo_option_config_key(&plain, &tuned_keys[0]).def.i == 3);
+    /* the config reads the tuned defaults */
+    const FhConfigKey schema[] = { count, on };
+    FhConfig *cfg = NULL;
+    CHECK_OK(fh_config_load_text(&cfg, schema, 2, "[algo]\n", "tuned", NULL, 0));
+    if (cfg) CHECK(fh_config_int(cfg, "algo", "count") == 7 && fh_config_bool(cfg, "algo", "on") == 1);
+    fh_config_free(&cfg);
+    /* a count takes whole values only; a switch 0 or 1 */
+    CHECK(algo_option_set(&b, &tuned, "count", 4) == FH_OK && o->count == 4);
+    CHECK(algo_option_set(&b, &tuned, "count", 4.5) == FH_ERR_USAGE && strstr(fh_error_message(), "count = 4.5"));
+    CHECK(algo_option_set(&b, &tuned, "on", 2) == FH_ERR_USAGE && strstr(fh_error_message(), "on = 2"));
+    fh_error_clear();
 }
 
 /* ---- every row through the runtime's client loop and the server hooks ------------------------------------- */
@@ -267,6 +369,8 @@ int main(int argc, char **argv)
     RUN(test_names_unique);
     RUN(test_option_parts_declared);
     RUN(test_methods_listing);
+    RUN(test_typed_method_keys);
+    RUN(test_tunes_of_typed_keys);
     RUN(test_composition);
     RUN(test_every_row_trains);
     tmp_cleanup();

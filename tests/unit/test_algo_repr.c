@@ -395,8 +395,10 @@ static void test_fedgkd_buffer(void)
     AlgoSizes z1 = { 0 };
     fedgkd_sizes(&s1, &z1);
     CHECK(z1.server_vectors == 0 && z1.server_private == 1);
-    option_set(&b1, algo_find("fedgkd"), "buffer_length", 2.5);
-    CHECK(fedgkd_validate(algo_find("fedgkd"), &s1) == FH_ERR_USAGE);
+    /* a count: a fraction does not land */
+    CHECK(algo_option_set(&b1, algo_find("fedgkd"), "buffer_length", 2.5) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "buffer_length") != NULL);
+    fh_error_clear();
 }
 
 /* ---- FedNP-min ---------------------------------------------------------------------------------------- */
@@ -573,7 +575,7 @@ static void test_rows(void)
     }
     CHECK(algo_option_find(algo_find("moon"), "tau") && algo_option_find(algo_find("moon"), "tau")->lo_open);
     const AlgoMethod *gkd = algo_find("fedgkd");
-    CHECK(algo_option_find(gkd, "buffer_length") && algo_option_find(gkd, "buffer_length")->type == FH_CFG_FLOAT);
+    CHECK(algo_option_find(gkd, "buffer_length") && algo_option_find(gkd, "buffer_length")->type == FH_CFG_INT);
     CHECK(algo_option_find(gkd, "variant") && algo_option_find(gkd, "variant")->type == FH_CFG_CHOICE);
     CHECK(strstr(algo_find("fednp")->summary, "FedNP-min") != NULL);
 }

@@ -202,12 +202,21 @@ static void test_int_values(void)
     CHECK(fails_with("[train]\nrounds = 5x\n", NULL, 0, "cfg.ini:2: [train] rounds = 5x: not an integer", NULL));
     CHECK(fails_with("[train]\nrounds = 1.5\n", NULL, 0, "rounds = 1.5: not an integer", NULL));
     CHECK(fails_with("[train]\nrounds = 0x10\n", NULL, 0, "rounds = 0x10: not an integer", "hexadecimal", NULL));
-    CHECK(fails_with("[train]\nrounds = 1e3\n", NULL, 0, "rounds = 1e3: not an integer", NULL));
+    CHECK(fails_with("[train]\nrounds = 1e-1\n", NULL, 0, "rounds = 1e-1: not an integer", "fraction", NULL));
+    CHECK(fails_with("[train]\nrounds = 1e30\n", NULL, 0, "rounds = 1e30: not an integer", "2^53", NULL));
     CHECK(fails_with("[train]\nrounds = -\n", NULL, 0, "rounds = -: not an integer", NULL));
     CHECK(fails_with("[train]\nrounds =\n", NULL, 0, "cfg.ini:2: [train] rounds: the value is empty", NULL));
     CHECK(fails_with("[train]\nrounds = 1\nseed = 99999999999999999999\n", NULL, 0, "64-bit", NULL));
     CHECK(fails_with("[train]\nrounds = 0\n", NULL, 0, "[train] rounds = 0: must be in [1, 100000]", NULL));
     CHECK(fails_with("[train]\nrounds = 100001\n", NULL, 0, "must be in [1, 100000]", NULL));
+    /* a whole number in float notation is that integer (a key that once was a float reads as it did) */
+    FhConfig *w = NULL;
+    CHECK_OK(load(&w, "[train]\nrounds = 1e3\nseed = -4.0\n[fl]\nclients = 12.00\n", NULL, 0));
+    if (w)
+        CHECK(fh_config_int(w, "train", "rounds") == 1000 && fh_config_int(w, "train", "seed") == -4 &&
+              fh_config_int(w, "fl", "clients") == 12);
+    fh_config_free(&w);
+    CHECK(fails_with("[train]\nrounds = 1e6\n", NULL, 0, "rounds = 1e6: must be in [1, 100000]", NULL));
     FhConfig *c = NULL; /* the range is inclusive; no range (lo > hi) takes any int64 */
     CHECK_OK(load(&c, "[train]\nrounds = +100000\nseed = -9223372036854775808\n", NULL, 0));
     if (c) {
@@ -457,15 +466,23 @@ static void test_nearest_name(void)
     CHECK(fh_nearest_name("lr", names, 0) == NULL);
 }
 
+/* fh_config_print_help's text of the schema keys[n] (free() it; NULL when it cannot be written) */
+static char *help_text(const FhConfigKey *keys, int n)
+{
+    char *help = NULL;
+    size_t size = 0;
+    FILE *f = open_memstream(&help, &size);
+    if (!f) return NULL;
+    fh_config_print_help(f, keys, n);
+    fclose(f);
+    return help;
+}
+
 static void test_help(void)
 {
-    char *text = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&text, &size);
-    CHECK(f != NULL);
-    if (!f) return;
-    fh_config_print_help(f, schema, NKEYS);
-    fclose(f);
+    char *text = help_text(schema, NKEYS);
+    CHECK(text != NULL);
+    if (!text) return;
     for (int k = 0; k < NKEYS; k++) {
         char sec[32];
         snprintf(sec, sizeof sec, "[%s]\n", schema[k].section);
@@ -515,6 +532,48 @@ static void test_schema_errors(void)
 }
 
 /* typed defaults shown as the shortest decimal that reads back; open range ends; values landing in a struct */
+/* A key retyped from a float to an int, or from the choice false|true to a bool, keeps its hash (run identity) and
+ * reads the configs written before; a bool lands as 0/1 in an int; an int's range is shown in digits. */
+static void test_retyped_keys(void)
+{
+    typedef struct {
+        int proj_dim, cluster;
+    } Target;
+    const FhConfigKey before[] = {
+        {.section = "algo", .key = "proj_dim", .type = FH_CFG_FLOAT, .def.f = 0, .lo = 0, .hi = 1e9},
+        {.section = "algo", .key = "cluster", .type = FH_CFG_CHOICE, .def.s = "false", .choices = "false|true"},
+    };
+    const FhConfigKey after[] = {
+        {.section = "algo", .key = "proj_dim", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 1e9,
+         FH_CONFIG_AT(Target, proj_dim)},
+        {.section = "algo", .key = "cluster", .type = FH_CFG_BOOL, .def.b = 0, FH_CONFIG_AT(Target, cluster)},
+    };
+    const char *texts[] = {"", "[algo]\nproj_dim = 64\ncluster = true\n", "[algo]\nproj_dim = 64.0\ncluster = false\n",
+                           "[algo]\nproj_dim = 1e2\n"};
+    for (int i = 0; i < 4; i++) {
+        FhConfig *a = NULL, *b = NULL;
+        CHECK_OK(fh_config_load_text(&a, before, 2, texts[i], "old", NULL, 0));
+        CHECK_OK(fh_config_load_text(&b, after, 2, texts[i], "new", NULL, 0));
+        if (a && b) CHECK_MSG(fh_config_hash(a) == fh_config_hash(b), "hash of '%s' changed", texts[i]);
+        if (b && i == 1) {
+            Target got = {0};
+            fh_config_land(b, NULL, &got);
+            CHECK(got.proj_dim == 64 && got.cluster == 1);
+        }
+        fh_config_free(&a);
+        fh_config_free(&b);
+    }
+    FhConfig *c = NULL;
+    CHECK(fh_config_load_text(&c, after, 2, "[algo]\nproj_dim = 2.5\n", "new", NULL, 0) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "[algo] proj_dim = 2.5: not an integer") != NULL);
+    CHECK(fh_config_load_text(&c, after, 2, "[algo]\ncluster = maybe\n", "new", NULL, 0) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "[algo] cluster = maybe: must be true or false") != NULL);
+    fh_error_clear();
+    char *help = help_text(after, 2);
+    CHECK(help && strstr(help, "in [0, 1000000000]") && strstr(help, "true|false"));
+    free(help);
+}
+
 static void test_typed_schema(void)
 {
     typedef struct {
@@ -558,14 +617,8 @@ static void test_typed_schema(void)
     CHECK_OK(fh_config_to_text(c, &resolved));
     CHECK(resolved && strstr(resolved, "lr = 1e-8 ; default\n") && strstr(resolved, "scale = 1.3333333333333333 ; default"));
     free(resolved);
-    char *help = NULL;
-    size_t size = 0;
-    FILE *f = open_memstream(&help, &size);
-    if (f) {
-        fh_config_print_help(f, keys, 7);
-        fclose(f);
-        CHECK(strstr(help, "in (0, 1]") && strstr(help, "in [0, 1000)") && strstr(help, "default 1e-3"));
-    }
+    char *help = help_text(keys, 7);
+    CHECK(help && strstr(help, "in (0, 1]") && strstr(help, "in [0, 1000)") && strstr(help, "default 1e-3"));
     free(help);
     fh_config_free(&c);
     /* key=value arguments of a command: the schema's one section, no section in the key */
@@ -657,6 +710,7 @@ int main(int argc, char **argv)
     RUN(test_nearest_name);
     RUN(test_help);
     RUN(test_schema_errors);
+    RUN(test_retyped_keys);
     RUN(test_typed_schema);
     RUN(test_error_chain);
     RUN(test_ini_reader);
