@@ -129,7 +129,10 @@ for m in methods:
     for key, default in listed:
         rows = [r for r in algo if r["key"] == key and m["method"] in r["methods"]]
         if len(rows) != 1: errors.append("%s: %d rows of key %s" % (m["method"], len(rows), key)); continue
-        if float(rows[0]["default"]) != float(default) if rows[0]["type"] == "float" else rows[0]["default"] != default:
+        def same(a, b):
+            try: return float(a) == float(b)
+            except ValueError: return a == b
+        if not same(rows[0]["default"], default):
             errors.append("%s %s: default %s, methods NAME %s" % (m["method"], key, rows[0]["default"], default))
     if m["family"] in ("", "-"): errors.append("%s: no family" % m["method"])
 if errors: sys.exit("\n".join(errors[:10]))
