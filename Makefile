@@ -95,8 +95,8 @@ help:
 	@echo "make bench-compare BASE=<commit>   engine steps and the demo round of BASE's build against this tree's, side by side"
 	@echo "make deps-bench  install python3-torch for the side-by-side benchmark"
 	@echo "make fuzz        build the libFuzzer targets (build-fuzz/) and run each for FUZZ_SECONDS (default 600)"
-	@echo "make docs        regenerate docs/configuration.md and docs/methods/methods-table.md from the help texts"
-	@echo "make man         the man page fedhet(1) from the help texts -> build/man/fedhet.1"
+	@echo "make docs        regenerate docs/configuration.md and docs/methods/methods-table.md from fedhet keys"
+	@echo "make man         the man page fedhet(1) from the help texts and fedhet keys -> build/man/fedhet.1"
 	@echo "make install PREFIX=~/.local  bin/fedhet, its man page and bash completion under PREFIX (default /usr/local)"
 	@echo "make clean       remove build/, build-fuzz/ and bin/"
 
@@ -193,7 +193,7 @@ run: deps
 	@./tools/demo.sh
 
 # the generated pages (tools/gen-docs.py): the configuration reference and the methods table, from
-# bin/fedhet's own help texts; tests/system/test_docs.sh fails when they are out of date
+# bin/fedhet's own tables (fedhet keys); tests/system/test_docs.sh fails when they are out of date
 docs: bin/fedhet
 	@$(PYTHON) tools/gen-docs.py
 

@@ -1,37 +1,40 @@
-# bash completion for fedhet: subcommands, their options, config keys as section.key= (run, grid), the values of
-# a choice key (algo.method=<TAB> lists the methods), partition keys, and files. Everything is read from the
-# fedhet being completed (its --help texts), so new keys and methods appear without editing this file.
+# bash completion for fedhet: subcommands, their options, config keys as section.key= (run, grid) or key=
+# (partition, landscape), the values of a choice or bool key (algo.method=<TAB> lists the methods), method names,
+# and files. Everything is read from the tables of the fedhet being completed (`fedhet keys`: TSV with a header
+# row), so new commands, keys and methods appear without editing this file, whatever the length of their names.
 # Installed by `make install PREFIX=...` into PREFIX/share/bash-completion/completions/fedhet; by hand:
 #   source tools/fedhet-completion.bash
 
-# the subcommands of `fedhet --help`
-_fedhet_commands() { "$1" --help 2>/dev/null | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'; }
+# column NAME of the rows of `fedhet keys TABLE` (the header row names the columns)
+_fedhet_column() { "$1" keys "$2" 2>/dev/null | awk -F'\t' -v col="$3" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == col) c = i; next } c { print $c }'; }
 
-# the options (--name) a subcommand's --help mentions
-_fedhet_options() { "$1" "$2" --help 2>/dev/null | grep -o -- '--[a-z][a-z-]*' | sort -u; }
+# the subcommands
+_fedhet_commands() { _fedhet_column "$1" commands command; }
 
-# section.key of every config key, then algo.KEY of every method's keys (`fedhet run --help`)
-_fedhet_config_keys()
+# a column of one subcommand's row of `fedhet keys commands` (options: its --options, space-separated; keys: the
+# command whose config keys it takes)
+_fedhet_command_field()
 {
-    "$1" run --help 2>/dev/null | awk '
-        /^config keys/ { on = 1; next }
-        /^Method keys/ { on = 0; m = 1; next }
-        on && /^\[[a-z]+\]$/ { s = substr($0, 2, length($0) - 2); next }
-        on && /^  [a-z_0-9]+ / { print s "." $1 }
-        m && /^  [^ ]+ +[^ ]/ { sub(/^  [^ ]+ +/, ""); n = split($0, k, /, */); for (i = 1; i <= n; i++) print "algo." k[i] }' | sort -u
+    "$1" keys commands 2>/dev/null | awk -F'\t' -v cmd="$2" -v col="$3" '
+        NR == 1 { for (i = 1; i <= NF; i++) if ($i == col) c = i; next }
+        $1 == cmd && c { print $c }'
 }
 
-# the values of a choice key ("one of a|b|c" in `fedhet run --help`), or true|false
-_fedhet_config_values()
+# the keys of command $2 as section.key (run) or key (partition, landscape: given without their section)
+_fedhet_keys()
 {
-    local section=${2%%.*} key=${2#*.}
-    "$1" run --help 2>/dev/null | awk -v s="[$section]" -v k="$key" '
-        /^\[[a-z]+\]$/ { cur = $0; next }
-        cur == s && $1 == k { if (match($0, /one of [^ ]+/)) { v = substr($0, RSTART + 7, RLENGTH - 7); gsub(/\|/, " ", v); print v } exit }'
+    "$1" keys "$2" 2>/dev/null | awk -F'\t' -v cmd="$2" 'NR > 1 { print (cmd == "run" ? $2 "." $3 : $3) }' | sort -u
 }
 
-# the keys of `fedhet partition --help` as key=
-_fedhet_partition_keys() { "$1" partition --help 2>/dev/null | awk '/^keys/ { on = 1; next } on && /^  [a-z_]+ +\(/ { print $1 "=" }'; }
+# the values of key $3 of command $2 (section.key for run): a choice's choices or a bool's true|false, over every
+# row of that key (an [algo] key may have a row per method)
+_fedhet_key_values()
+{
+    "$1" keys "$2" 2>/dev/null | awk -F'\t' -v cmd="$2" -v key="$3" '
+        NR == 1 { for (i = 1; i <= NF; i++) { if ($i == "type") t = i; if ($i == "allowed") a = i } next }
+        (cmd == "run" ? $2 "." $3 : $3) == key && ($t == "choice" || $t == "bool") { n = split($a, v, "|"); for (i = 1; i <= n; i++) print v[i] }' |
+        sort -u
+}
 
 _fedhet()
 {
@@ -44,43 +47,40 @@ _fedhet()
         COMPREPLY=($(compgen -W "$(_fedhet_commands "$bin") --help" -- "$cur"))
         return
     fi
-    local prefix=""
-    case $cmd in
-    run | grid)
-        if [[ $cur == *=* ]]; then
-            local key=${cur%%=*} value=${cur#*=}
-            [[ $COMP_WORDBREAKS == *=* ]] || prefix="$key="
-            local values
-            values=$(_fedhet_config_values "$bin" "${key#grid.}")
-            [ "$key" = algo.method ] && values=$("$bin" methods 2>/dev/null | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }')
-            COMPREPLY=($(compgen -W "$values" -P "$prefix" -- "$value"))
-            [ ${#COMPREPLY[@]} -gt 0 ] || COMPREPLY=($(compgen -f -P "$prefix" -- "$value"))
-        elif [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "$(_fedhet_options "$bin" "$cmd")" -- "$cur"))
-        elif [[ $cur == *.* && ! -e $cur && $cur != */* ]]; then
-            COMPREPLY=($(compgen -W "$(_fedhet_config_keys "$bin")" -S = -- "$cur"))
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$(_fedhet_command_field "$bin" "$cmd" options) --help" -- "$cur"))
+        return
+    fi
+    local keys prefix=""
+    keys=$(_fedhet_command_field "$bin" "$cmd" keys)
+    if [ -n "$keys" ] && [[ $cur == *=* ]]; then
+        local key=${cur%%=*} value=${cur#*=}
+        [[ $COMP_WORDBREAKS == *=* ]] || prefix="$key="
+        COMPREPLY=($(compgen -W "$(_fedhet_key_values "$bin" "$keys" "${key#grid.}")" -P "$prefix" -- "$value"))
+        [ ${#COMPREPLY[@]} -gt 0 ] || COMPREPLY=($(compgen -f -P "$prefix" -- "$value"))
+        return
+    fi
+    case $keys in
+    run)
+        if [[ $cur == *.* && ! -e $cur && $cur != */* ]]; then
+            COMPREPLY=($(compgen -W "$(_fedhet_keys "$bin" run)" -S = -- "$cur"))
             [ ${#COMPREPLY[@]} -gt 0 ] && compopt -o nospace 2>/dev/null
             [ ${#COMPREPLY[@]} -gt 0 ] || COMPREPLY=($(compgen -f -- "$cur"))
         else
             # a config file or a run folder first; keys once one is given
-            COMPREPLY=($(compgen -f -- "$cur") $(compgen -W "$(_fedhet_config_keys "$bin")" -S = -- "$cur"))
+            COMPREPLY=($(compgen -f -- "$cur") $(compgen -W "$(_fedhet_keys "$bin" run)" -S = -- "$cur"))
             compopt -o nospace -o filenames 2>/dev/null
         fi
         ;;
-    partition)
-        if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "$(_fedhet_options "$bin" partition)" -- "$cur"))
-        else
-            COMPREPLY=($(compgen -W "$(_fedhet_partition_keys "$bin") fashion-mnist" -- "$cur") $(compgen -f -- "$cur"))
-            compopt -o nospace -o filenames 2>/dev/null
-        fi
-        ;;
-    methods)
-        COMPREPLY=($(compgen -W "$("$bin" methods 2>/dev/null | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }') --help" -- "$cur"))
+    partition | landscape)
+        local sources=""
+        [ "$keys" = partition ] && sources=fashion-mnist
+        COMPREPLY=($(compgen -W "$(_fedhet_keys "$bin" "$keys" | sed 's/$/=/') $sources" -- "$cur") $(compgen -f -- "$cur"))
+        compopt -o nospace -o filenames 2>/dev/null
         ;;
     *)
-        if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "$(_fedhet_options "$bin" "$cmd")" -- "$cur"))
+        if [ "$cmd" = methods ]; then
+            COMPREPLY=($(compgen -W "$(_fedhet_column "$bin" methods method)" -- "$cur"))
         else
             COMPREPLY=($(compgen -f -- "$cur"))
             compopt -o filenames 2>/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The man page fedhet(1), from the executable's own help texts with help2man: the synopsis and the commands
-# of `fedhet --help`, then a section per subcommand holding its `--help`, the environment, exit codes and
-# where the documentation is. Built by `make man` into build/man/fedhet.1 and installed by `make install`.
+# The man page fedhet(1) with help2man: the synopsis and the commands of `fedhet --help`, then a section per
+# subcommand (the list from `fedhet keys commands`) holding its `--help` verbatim, the environment, the exit
+# codes (`fedhet keys exit-codes`) and where the documentation is. Built by `make man` into build/man/fedhet.1
+# and installed by `make install`.
 # usage: tools/gen-man.sh BIN OUT.1
 set -euo pipefail
 bin=$1 out=$2
@@ -16,7 +17,10 @@ roff_text() { sed -e 's/\\/\\e/g'; }
 # non-ASCII characters (the help texts' § and ±) as groff's \[uXXXX] escapes: help2man writes them in its own
 # locale, C unless told otherwise, where each byte became "?"; escaped, the page reads the same under any locale
 ascii_escapes() { perl -CSD -pe 's/([^\x00-\x7f])/sprintf("\\[u%04X]", ord($1))/ge'; }
-commands=$("$bin" --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }')
+# a column of a `fedhet keys` table (TSV, a header row naming the columns; cells escape tabs and newlines)
+column() { "$bin" keys "$1" | awk -F'\t' -v col="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == col) c = i; next } { print $c }'; }
+commands=$(column commands command)
+[ -n "$commands" ] || { echo "error: $bin keys commands listed no command" >&2; exit 1; }
 {
     echo '[DESCRIPTION]'
     echo 'fedhet is an MPI-parallel federated-learning simulator for studying optimisation under client'
@@ -40,10 +44,9 @@ commands=$("$bin" --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { ex
 threads of OpenBLAS and oneDNN per rank (train.threads sets them for a run).
 
 EOT
-    # the exit codes of `fedhet --help`: the one table every command uses
+    # the exit codes: the one table every command uses
     printf '\n[EXIT STATUS]\n'
-    "$bin" --help | awk '/^exit codes/ { on = 1; next } on && NF == 0 { exit }
-        on { code = $1; sub(/^ *[^ ]+ +/, ""); printf ".TP\n.B %s\n%s\n", code, $0 }' | roff_text
+    "$bin" keys exit-codes | awk -F'\t' 'NR > 1 { printf ".TP\n.B %s\n%s\n", $1, $2 }' | roff_text
     cat <<'EOT'
 
 [FILES]

@@ -2,7 +2,7 @@
 # The method tables of docs/results.md from real runs: inputs/methods-table.ini once per method (3 MPI ranks), then
 # a markdown table of each run's server weights, test accuracy after rounds 10 and 20 (beside FedAvg's), seconds
 # per round and backward passes per round, into outputs/methods-table/table.md.
-# usage: tools/methods-table.sh [METHOD[:key=value,...] ...]   (default: every method of `fedhet methods`)
+# usage: tools/methods-table.sh [METHOD[:key=value,...] ...]   (default: every method of `fedhet keys methods`)
 # FEDHET=path runs another build (e.g. a copy, while the tree is rebuilt). NP: ranks (3).
 # e.g.   tools/methods-table.sh fedavg fedprox "afl:algo.variant=original,train.steps=1"
 set -euo pipefail
@@ -14,7 +14,7 @@ CONFIG=inputs/methods-table.ini
 OUT=outputs/methods-table
 mkdir -p "$OUT"
 if [ $# -eq 0 ]; then
-    set -- $("$FEDHET" methods | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }')
+    set -- $("$FEDHET" keys methods | awk -F'\t' 'NR > 1 { print $1 }')
 fi
 column() { awk -F, -v name="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == name) c = i; next } c { print $c }' "$1"; }
 for spec in "$@"; do

@@ -135,6 +135,11 @@ const char *fh_config_text(const FhConfig *c, const char *section, const char *k
  * as the same number (1e-8, 0.05, 1.3333333333333333), the choice or string itself; "" when required. */
 void fh_config_default_text(const FhConfigKey *k, char *out, size_t cap);
 
+/* "int", "float", "bool", "string" or "choice" */
+const char *fh_config_type_name(FhConfigType t);
+/* The range of an INT or FLOAT key as --help shows it ("[0, 1)", "(0, inf]"); "" for a key without one */
+void fh_config_range_text(const FhConfigKey *k, char *out, size_t cap);
+
 /* `--help` text: every key grouped by section with its type, default (or "required"), range or
  * choices, and help line. */
 void fh_config_print_help(FILE *out, const FhConfigKey *schema, int n);

@@ -39,7 +39,13 @@ const char *fh_error_message(void); /* the whole chain; "" when none */
 int fh_error_adopt(int status, const char *chain);
 void fh_error_clear(void);
 const char *fh_status_name(int status);
-/* The exit-code table, one "  N  meaning" line per code: `fedhet --help` prints it (and so the man page). */
+/* The exit-code table, one "  N  meaning" line per code: `fedhet --help` prints it, `fedhet keys exit-codes` lists it
+ * (and so the man page). */
+typedef struct {
+    const char *code; /* "1", or "10+N" for grid failures */
+    const char *meaning;
+} FhExitCode;
+const FhExitCode *fh_exit_codes(int *n);
 void fh_exit_codes_print(FILE *out);
 /* What a user reads of an error: the message (one line, its hint after "; ") without the "  at file:line"
  * frames of the chain. The whole chain is kept for internal errors, which are bugs to report (a status

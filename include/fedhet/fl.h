@@ -55,6 +55,10 @@ int fl_wait(MPI_Request *req);
 
 /* The config schema of `fedhet run`: the keys every method shares */
 const FhConfigKey *fl_config_schema(int *n);
+/* The same followed by the keys of method m and of plugin (NULL: none), with m's own defaults and help (kept for the
+ * process's lifetime) */
+struct AlgoMethod;
+const FhConfigKey *fl_config_schema_for(const struct AlgoMethod *m, const struct AlgoMethod *plugin, int *n);
 /* The same followed by every method's keys, each once and as free text (their types depend on the method) */
 const FhConfigKey *fl_config_schema_any(int *n);
 void fl_print_config_help(FILE *out);

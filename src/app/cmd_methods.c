@@ -10,14 +10,17 @@
 
 static void print_help(void)
 {
-    printf("usage: fedhet methods [NAME]\n"
+    printf("usage: fedhet methods [NAME] [--format=text|tsv|json]\n"
            "\n"
            "Without NAME: one line per method: name, components (the hooks it sets: weigh = per-sample\n"
            "  loss weights, batch = loss on logits or features, term = gradient term, corr = gradient\n"
            "  correction, step = own local step, report = client begin/end work, weights, update, init =\n"
            "  server state), state kept per client and on the server, and payload per participating client\n"
            "  and round in models (P floats) and scalars.\n"
-           "With NAME: the method's summary, family, source, and its [algo] keys with defaults, ranges and meaning.\n");
+           "With NAME: the method's summary, family, source, and its [algo] keys with defaults, ranges and meaning.\n"
+           "--format=tsv or json: every method as a table for scripts (fedhet keys --help describes the formats):\n"
+           "  method, family, plugin (usable as [algo] plugin), components, state, payload, server weights, keys\n"
+           "  (its [algo] keys in order; fedhet keys algo has their types, defaults and help), source, summary.\n");
 }
 
 static void components(const AlgoMethod *m, char *out, size_t n)
@@ -64,6 +67,39 @@ static void print_keys(const AlgoMethod *m)
     }
 }
 
+/* the rule of the server weights; a method without a weights part averages by sample counts (src/fl/run.c) */
+static const char *weights_rule(const AlgoMethod *m) { return (m->weights ? m->weights : &algo_weights_samples)->rule; }
+static const char *weights_note(const AlgoMethod *m)
+{
+    return strcmp(weights_rule(m), ALGO_WEIGHTS_BY_KEY) ? "" : " (uniform or sample counts: the weights key below)";
+}
+
+void app_methods_table(FILE *out, AppFormat format)
+{
+    static const AppColumn columns[] = {
+        {"method", APP_CELL_TEXT}, {"family", APP_CELL_TEXT}, {"plugin", APP_CELL_BOOL},
+        {"components", APP_CELL_TEXT}, {"state", APP_CELL_TEXT}, {"payload", APP_CELL_TEXT},
+        {"server_weights", APP_CELL_TEXT}, {"keys", APP_CELL_LIST}, {"source", APP_CELL_TEXT},
+        {"summary", APP_CELL_TEXT},
+    };
+    AppTable t;
+    app_table_begin(&t, out, format, columns, (int)(sizeof columns / sizeof columns[0]));
+    for (int i = 0; i < algo_count(); i++) {
+        const AlgoMethod *m = algo_at(i);
+        char parts[128], weights[256], keys[1024] = "";
+        components(m, parts, sizeof parts);
+        snprintf(weights, sizeof weights, "%s%s", weights_rule(m), weights_note(m));
+        size_t used = 0;
+        for (int h = 0; h < algo_option_count(m) && used < sizeof keys; h++)
+            used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", h ? " " : "", algo_option_at(m, h)->key);
+        const char *cells[] = { m->name, algo_family_of(m), m->plugin ? "true" : "false", parts,
+                                m->state ? m->state : "-", m->payload ? m->payload : "-", weights, keys, m->source,
+                                m->summary };
+        app_table_row(&t, cells);
+    }
+    app_table_end(&t);
+}
+
 /* no such method: the nearest name when one is near, else the list */
 static int unknown_method(const char *name)
 {
@@ -78,22 +114,34 @@ static int unknown_method(const char *name)
 
 int app_cmd_methods(int argc, char **argv)
 {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        print_help();
+    const char *name = NULL;
+    AppFormat format = APP_FORMAT_TEXT;
+    for (int i = 1; i < argc; i++) {
+        int consumed = 0;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            print_help();
+            return FH_OK;
+        }
+        FH_CHECK(app_format_take(argc, argv, &i, 1, &format, &consumed));
+        if (consumed) continue;
+        if (argv[i][0] == '-') FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet methods --help)", argv[i]);
+        if (name) FH_FAIL(FH_ERR_USAGE, "methods takes at most one method name (see fedhet methods --help)");
+        name = argv[i];
+    }
+    if (format != APP_FORMAT_TEXT) {
+        if (name) FH_FAIL(FH_ERR_USAGE, "--format lists every method; without NAME (fedhet keys algo has their keys)");
+        app_methods_table(stdout, format);
         return FH_OK;
     }
-    if (argc > 2) FH_FAIL(FH_ERR_USAGE, "methods takes at most one method name (see fedhet methods --help)");
-    if (argc == 2) {
-        const AlgoMethod *m = algo_find(argv[1]);
-        if (!m) return unknown_method(argv[1]);
+    if (name) {
+        const AlgoMethod *m = algo_find(name);
+        if (!m) return unknown_method(name);
         char parts[128];
         components(m, parts, sizeof parts);
-        /* a method without a weights part averages by sample counts (src/fl/run.c) */
-        const char *rule = (m->weights ? m->weights : &algo_weights_samples)->rule;
         printf("%s: %s\n  family: %s\n  source: %s\n  components: %s\n  state: %s\n  payload: %s\n  server weights: %s%s\n\n"
                "[algo] keys (method = %s):\n",
-               m->name, m->summary, algo_family_of(m), m->source, parts, m->state ? m->state : "-", m->payload ? m->payload : "-", rule,
-               strcmp(rule, ALGO_WEIGHTS_BY_KEY) ? "" : " (uniform or sample counts: the weights key below)", m->name);
+               m->name, m->summary, algo_family_of(m), m->source, parts, m->state ? m->state : "-", m->payload ? m->payload : "-",
+               weights_rule(m), weights_note(m), m->name);
         print_keys(m);
         return FH_OK;
     }

@@ -11,28 +11,40 @@
 #include "fedhet/config.h"
 #include "fedhet/core.h"
 
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-    int needs_mpi; /* only these start MPI: the others run as plain programs */
-    int stops_on_signal; /* SIGTERM/SIGUSR1 end these at their next safe point (checkpoint, exit 0) */
-} AppCommand;
-
 static const AppCommand commands[] = {
-    {"run", app_cmd_run, "one experiment (mpirun -np N fedhet run CONFIG.ini [key=value ...])", 1, 1},
-    {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])", 0, 0},
-    {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)", 0, 0},
-    {"methods", app_cmd_methods, "every federated method: components, state, payload (methods NAME: its keys)", 0, 0},
-    {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0, 0},
-    {"steps", app_cmd_steps, "a model's first logits and SGD steps on given data, as files (to compare with PyTorch)", 0, 0},
-    {"grid", app_cmd_grid, "many experiments in one MPI job: the lists of a [grid] section (GRID.ini [key=value ...])", 1, 1},
-    {"report", app_cmd_report, "summary tables and plots of runs and grids (DIR), or a partition file (--partition DST.h5 OUT.png)", 0, 0},
-    {"export", app_cmd_export, "a run's global model as an ONNX inference graph (RUN_DIR [--round R] FILE.onnx)", 1, 0},
-    {"landscape", app_cmd_landscape, "loss around a model along random filter-normalised directions (CHECKPOINT.h5)", 1, 0},
+    {"run", app_cmd_run, "one experiment (mpirun -np N fedhet run CONFIG.ini [key=value ...])", 1, 1,
+     "--resume --force", "run"},
+    {"partition", app_cmd_partition, "raw data set -> partitioned HDF5 file (SRC DST.h5 [key=value ...])", 0, 0,
+     "--force", "partition"},
+    {"inspect", app_cmd_inspect, "what a partition file holds (FILE.h5), or a model's layers (--model NAME)", 0, 0,
+     "--model --input --classes --norm --groups --backend --batch", NULL},
+    {"methods", app_cmd_methods, "every federated method: components, state, payload (methods NAME: its keys)", 0, 0,
+     "--format", NULL},
+    {"keys", app_cmd_keys, "every config key, command, method and exit code as a TSV or JSON table, for scripts", 0, 0,
+     "--format", NULL},
+    {"bench", app_cmd_bench, "one engine benchmark point as a CSV line", 0, 0,
+     "--model --batch --threads --mode --input --classes --norm --groups --backend --reps --seconds --header "
+     "--profile --sgemm", NULL},
+    {"steps", app_cmd_steps, "a model's first logits and SGD steps on given data, as files (to compare with PyTorch)", 0, 0,
+     "--model --input --classes --norm --groups --backend --data --labels --out --batch --steps --threads --seed --lr",
+     NULL},
+    {"grid", app_cmd_grid, "many experiments in one MPI job: the lists of a [grid] section (GRID.ini [key=value ...])", 1, 1,
+     "--list --count --member --resume --retry-failed --force --yes --verbose", "run"},
+    {"report", app_cmd_report, "summary tables and plots of runs and grids (DIR), or a partition file (--partition DST.h5 OUT.png)", 0, 0,
+     "--out --metric --x --seed-key --targets --last --no-plots --redraw --partition", NULL},
+    {"export", app_cmd_export, "a run's global model as an ONNX inference graph (RUN_DIR [--round R] FILE.onnx)", 1, 0,
+     "--round", NULL},
+    {"landscape", app_cmd_landscape, "loss around a model along random filter-normalised directions (CHECKPOINT.h5)", 1, 0,
+     "", "landscape"},
 };
 
 enum { N_COMMANDS = sizeof commands / sizeof commands[0] };
+
+const AppCommand *app_commands(int *n)
+{
+    *n = (int)N_COMMANDS;
+    return commands;
+}
 
 static void usage(FILE *out)
 {

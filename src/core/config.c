@@ -46,7 +46,7 @@ struct FhConfig {
     const char *override_source; /* where the overrides came from: "command line", or source when there is no text */
 };
 
-static const char *config_type_name(FhConfigType t)
+const char *fh_config_type_name(FhConfigType t)
 {
     switch (t) {
     case FH_CFG_INT: return "int";
@@ -330,6 +330,12 @@ static void config_format_range(const FhConfigKey *k, char *out, size_t cap)
     snprintf(out, cap, "%c%s, %s%c", k->lo_open ? '(' : '[', lo, hi, k->hi_open ? ')' : ']');
 }
 
+void fh_config_range_text(const FhConfigKey *k, char *out, size_t cap)
+{
+    if (config_ranged(k)) config_format_range(k, out, cap);
+    else snprintf(out, cap, "%s", "");
+}
+
 static int config_range_error(const FhConfigKey *k, const char *text, const char *where)
 {
     char range[80];
@@ -419,7 +425,7 @@ static int config_parse_value(const FhConfigKey *k, const char *text, const char
     }
     if (!*text && k->type != FH_CFG_STRING)
         FH_FAIL(FH_ERR_USAGE, "%s[%s] %s: the value is empty; expected %s", where, k->section, k->key,
-                config_type_name(k->type));
+                fh_config_type_name(k->type));
     char *end = NULL;
     switch (k->type) {
     case FH_CFG_INT: {
@@ -557,7 +563,7 @@ static int config_check_schema(const FhConfigKey *schema, int n)
         }
         if (!config_land_fits(key))
             FH_FAIL(FH_ERR_USAGE, "config schema: [%s] %s: its field (land %d) does not hold a %s of its range",
-                    key->section, key->key, (int)key->land, config_type_name(key->type));
+                    key->section, key->key, (int)key->land, fh_config_type_name(key->type));
         if (!key->required) {
             char text[512];
             Entry scratch = {0};
@@ -792,7 +798,7 @@ static const Entry *config_entry(const FhConfig *c, const char *section, const c
     }
     FhConfigType t = c->schema[k].type;
     if (want != FH_CFG_ANY && (int)t != want && !(want == FH_CFG_STRING && t == FH_CFG_CHOICE)) {
-        fprintf(stderr, "fedhet: %s: [%s] %s is a %s key\n", fn, section, key, config_type_name(t));
+        fprintf(stderr, "fedhet: %s: [%s] %s is a %s key\n", fn, section, key, fh_config_type_name(t));
         abort();
     }
     return &c->entries[k];
@@ -988,7 +994,7 @@ void fh_config_print_help(FILE *out, const FhConfigKey *schema, int n)
             config_default_shown(&schema[j], def, sizeof def);
             config_allowed(&schema[j], allowed, sizeof allowed);
             const char *help = schema[j].help ? schema[j].help : "";
-            fprintf(out, "  %-*s  %-6s  %-*s  %-*s  %s\n", wk, schema[j].key, config_type_name(schema[j].type),
+            fprintf(out, "  %-*s  %-6s  %-*s  %-*s  %s\n", wk, schema[j].key, fh_config_type_name(schema[j].type),
                     wd, def, wa, allowed, help);
         }
     }

@@ -59,24 +59,31 @@ void fh_error_clear(void)
 }
 
 /* The exit codes of every command (docs/usage.md, The executable). */
-static const struct {
-    int code;
-    const char *meaning;
-} exit_codes[] = {
-    { FH_OK, "ok (also a run or grid stopped by SIGTERM, SIGUSR1 or SIGINT after its checkpoint)" },
-    { FH_ERR_USAGE, "usage or config: an option, key or value; a run folder in use or a symbolic link" },
-    { FH_ERR_DATA, "input data: an input file or folder that is missing, unreadable, damaged or of the wrong kind" },
-    { FH_ERR_NUMERIC, "numerical divergence (the last good checkpoint is kept)" },
-    { FH_ERR_IO, "I/O: a write that failed (full disk, file-size limit), a damaged checkpoint or run.h5" },
-    { FH_ERR_MPI, "MPI" },
-    { FH_ERR_MEMORY, "out of memory" },
+static const FhExitCode exit_codes[] = {
+    { "0", "ok (also a run or grid stopped by SIGTERM, SIGUSR1 or SIGINT after its checkpoint)" },
+    { "1", "usage or config: an option, key or value; a run folder in use or a symbolic link" },
+    { "2", "input data: an input file or folder that is missing, unreadable, damaged or of the wrong kind" },
+    { "3", "numerical divergence (the last good checkpoint is kept)" },
+    { "4", "I/O: a write that failed (full disk, file-size limit), a damaged checkpoint or run.h5" },
+    { "5", "MPI" },
+    { "6", "out of memory" },
+    { "10+N", "fedhet grid: N members failed (N at most 100)" },
 };
+/* the table's codes are the statuses' values */
+_Static_assert(FH_OK == 0 && FH_ERR_USAGE == 1 && FH_ERR_DATA == 2 && FH_ERR_NUMERIC == 3 && FH_ERR_IO == 4 &&
+                   FH_ERR_MPI == 5 && FH_ERR_MEMORY == 6 && FH_EXIT_GRID_FAILED == 10,
+               "exit_codes[] lists the statuses by value");
+
+const FhExitCode *fh_exit_codes(int *n)
+{
+    *n = (int)(sizeof exit_codes / sizeof exit_codes[0]);
+    return exit_codes;
+}
 
 void fh_exit_codes_print(FILE *out)
 {
     for (size_t i = 0; i < sizeof exit_codes / sizeof exit_codes[0]; i++)
-        fprintf(out, "  %-6d %s\n", exit_codes[i].code, exit_codes[i].meaning);
-    fprintf(out, "  10+N   fedhet grid: N members failed (N at most 100)\n");
+        fprintf(out, "  %-6s %s\n", exit_codes[i].code, exit_codes[i].meaning);
 }
 
 static int is_grid_failure(int status) { return status > FH_EXIT_GRID_FAILED && status <= FH_EXIT_GRID_FAILED + 100; }

@@ -62,8 +62,6 @@ int fl_config_load(FhConfig **out, const char *path, int saved, char *const *ove
 /* A config text fedhet saved (config.ini, a checkpoint's /meta config) with keys renamed since under their new
  * names, into *out (free() it). */
 int fl_config_text_upgrade(const char *text, char **out);
-/* the base keys with [algo] method and `m`'s keys (kept for the process's lifetime) */
-const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *plugin, int *n);
 
 /* ---- protocol (src/fl/comm.c) ---- */
 typedef struct {

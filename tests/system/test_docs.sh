@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The documentation against the code: the generated pages are current (tools/gen-docs.py --check: a new key
-# or method must reach docs/ through `make docs`), the README shows the two commands and .ci/run calls
+# or method must reach docs/ through `make docs`), the method counts of README.md and docs/onnx.md and the family
+# table of docs/methods/README.md match the registry (`fedhet keys methods`), the README shows the two commands and .ci/run calls
 # `make test`, every relative link of README.md and docs/ resolves (anchors too: tools/check-links.py), every
 # function of src/ keeps the error rule of docs/architecture.md (tools/check-errors.py), and no source,
 # script, page or help text cites the former outside specification ("spec §13", "spec A.4",
@@ -66,11 +67,11 @@ no_outside_citations()
     [ -z "$hits" ] || { echo "$(printf '%s\n' "$hits" | wc -l) citation(s) of the former specification, e.g.:"; printf '%s\n' "$hits" | head -5; return 1; }
     [ -x bin/fedhet ] || { echo "bin/fedhet missing: run make"; return 1; }
     local c m
-    for c in "" $(bin/fedhet --help | awk '/^commands:/ { on = 1; next } on && NF == 0 { exit } on { print $1 }'); do
+    for c in "" $(bin/fedhet keys commands | awk -F'\t' 'NR > 1 { print $1 }'); do
         hits=$(bin/fedhet $c --help 2>&1 | grep -nE "$OLD_CITATION")
         [ -z "$hits" ] || { echo "fedhet $c --help: $hits" | head -3; return 1; }
     done
-    for m in $(bin/fedhet methods | awk 'NR > 1 && NF == 0 { exit } NR > 1 { print $1 }'); do
+    for m in $(bin/fedhet keys methods | awk -F'\t' 'NR > 1 { print $1 }'); do
         hits=$(bin/fedhet methods "$m" | grep -nE "$OLD_CITATION")
         [ -z "$hits" ] || { echo "fedhet methods $m: $hits" | head -3; return 1; }
     done
@@ -142,7 +143,67 @@ C
     return 0
 }
 
+# the method counts the README and docs/onnx.md write, and the family table of docs/methods/README.md, against the
+# registry (`fedhet keys methods`): a method added or removed without them, or a table row lost, fails
+methods_counted()
+{
+    [ -x bin/fedhet ] || { echo "bin/fedhet missing: run make"; return 1; }
+    local n got
+    n=$(bin/fedhet keys methods | awk 'NR > 1' | wc -l)
+    [ "$n" -gt 0 ] || { echo "fedhet keys methods listed no method"; return 1; }
+    got=$(grep -oE 'It has [0-9]+ methods' README.md | grep -oE '[0-9]+')
+    [ "$got" = "$n" ] || { echo "README.md says 'It has ${got:-no count} methods'; fedhet keys methods lists $n"; return 1; }
+    got=$(grep -oE 'every method of `fedhet methods` \([0-9]+\)' docs/onnx.md | grep -oE '[0-9]+')
+    [ "$got" = "$n" ] || { echo "docs/onnx.md counts ${got:-no} methods of fedhet methods; fedhet keys methods lists $n"; return 1; }
+}
+
+# the family table of docs/methods/README.md (its "methods (config name)" column) names every registry method once,
+# and the methods of one registry family (a file of src/algo) share a row; then a copy without a row fails the check
+FAMILY_TABLE='
+import sys
+table, registry = open(sys.argv[1]).read().split("\n"), open(sys.argv[2]).read().split("\n")[1:]
+family = dict(l.split("\t")[:2] for l in registry if l)
+head = next((i for i, l in enumerate(table) if l.startswith("| family | methods")), None)
+if head is None:
+    sys.exit("%s: no table headed | family | methods" % sys.argv[1])
+rows, seen, errors = {}, {}, []
+for l in table[head + 2:]:
+    if not l.startswith("|"):
+        break
+    cells = [c.strip() for c in l.strip().strip("|").split("|")]
+    import re
+    for m in re.findall(r"`([^`]+)`", cells[1]):
+        if m not in family:
+            errors.append("row %s names %s, which is no method of the registry" % (cells[0], m))
+        elif m in seen:
+            errors.append("%s is in rows %s and %s" % (m, seen[m], cells[0]))
+        seen[m] = cells[0]
+        rows.setdefault(family.get(m), set()).add(cells[0])
+missing = [m for m in family if m not in seen]
+if missing:
+    errors.append("no row names %s" % ", ".join(missing))
+errors += ["family %s is split over rows %s" % (f, ", ".join(sorted(r))) for f, r in rows.items() if f and len(r) > 1]
+if errors:
+    sys.exit("%s: %s" % (sys.argv[1], "; ".join(errors)))
+'
+
+families_listed()
+{
+    [ -x bin/fedhet ] || { echo "bin/fedhet missing: run make"; return 1; }
+    bin/fedhet keys methods >"$WORK/methods.tsv" || return 1
+    $PY -c "$FAMILY_TABLE" docs/methods/README.md "$WORK/methods.tsv" || return 1
+    # a row taken out of a copy fails
+    awk '/^\| family \| methods/ { t = 1 } t && /^\| averaging/ { t = 0; next } { print }' docs/methods/README.md \
+        >"$WORK/families.md"
+    if $PY -c "$FAMILY_TABLE" "$WORK/families.md" "$WORK/methods.tsv" 2>"$WORK/families.err"; then
+        echo "a family table without its averaging row passed"; return 1
+    fi
+    grep -q 'no row names fedavg, uniform' "$WORK/families.err" || { echo "not reported: $(cat "$WORK/families.err")"; return 1; }
+}
+
 check generated_current
+check methods_counted
+check families_listed
 check readme_commands
 check links_resolve
 check no_outside_citations

@@ -87,13 +87,37 @@ completion()
             printf '%s\n' "$keys" | grep -qx "algo.$k=" || { echo "method $m: algo.$k= does not complete"; return 1; }
         done
     done
-    # a method name of any length: a fedhet whose help lists one longer than the column (one space before its keys)
+    # values of a partition key, landscape keys, method names for fedhet methods, the options of any command
+    got=$(complete_line "$F partition fashion-mnist x.h5 scheme=dir")
+    [ "$got" = dirichlet ] || { echo "scheme=dir: '$got'"; return 1; }
+    complete_line "$F landscape run.h5 poi" | grep -qx 'points=' || { echo "no points="; return 1; }
+    got=$(complete_line "$F methods fedsm")
+    [ "$got" = fedsmoo ] || { echo "methods fedsm: '$got'"; return 1; }
+    complete_line "$F keys --f" | grep -qx -- '--format' || { echo "no --format for keys"; return 1; }
+    # names of any length: a fedhet whose tables hold a method (and its key) with a 25-character name
     mkdir -p "$WORK/long/bin"
-    printf '#!/bin/sh\nif [ "$1 $2" = "run --help" ]; then\n    "%s" run --help\n    echo "  a_method_with_a_long_name zeta_one, zeta_two"\nelse\n    exec "%s" "$@"\nfi\n' \
-        "$F" "$F" >"$WORK/long/bin/fedhet"
+    cat >"$WORK/long/bin/fedhet" <<EOS
+#!/bin/sh
+case "\$1 \$2" in
+"keys run")
+    "$F" keys run | sed 's/\\tfedavg|uniform/\\ta_method_with_a_long_name|fedavg|uniform/'
+    printf 'run\\talgo\\tzeta_two\\tchoice\\tup\\tup|down\\tfalse\\ta_method_with_a_long_name\\ta long method key\\n' ;;
+"keys methods")
+    "$F" keys methods
+    printf 'a_method_with_a_long_name\\tbasic\\tfalse\\t-\\t-\\t-\\tsample counts\\tzeta_two\\tdocs/x.md\\tlong\\n' ;;
+*) exec "$F" "\$@" ;;
+esac
+EOS
     chmod +x "$WORK/long/bin/fedhet"
-    got=$(complete_line "$WORK/long/bin/fedhet run x.ini algo.zeta_t")
+    local L=$WORK/long/bin/fedhet
+    got=$(complete_line "$L run x.ini algo.zeta_t")
     [ "$got" = "algo.zeta_two=" ] || { echo "the keys of a long method name do not complete: '$got'"; return 1; }
+    got=$(complete_line "$L run x.ini algo.zeta_two=d")
+    [ "$got" = down ] || { echo "the values of a long method's key: '$got'"; return 1; }
+    got=$(complete_line "$L run x.ini algo.method=a_method_w")
+    [ "$got" = a_method_with_a_long_name ] || { echo "algo.method= a long name: '$got'"; return 1; }
+    got=$(complete_line "$L methods a_meth")
+    [ "$got" = a_method_with_a_long_name ] || { echo "methods a long name: '$got'"; return 1; }
 }
 
 check installed
