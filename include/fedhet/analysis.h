@@ -30,7 +30,13 @@ typedef struct {
     int redraw;           /* 1: only the figures, again, from dir's summary.csv and curves.csv (report_redraw) */
 } ReportOptions;
 
+/* The options of fedhet report DIR (`--KEY VALUE`, a BOOL `--KEY`), with their defaults and help */
+const FhConfigKey *report_option_keys(int *n);
+/* the option named key ("last", "x", ...), NULL for none */
+const FhConfigKey *report_option(const char *key);
 void report_options_default(ReportOptions *o);
+/* --targets: comma-separated numbers into o->targets */
+int report_parse_targets(const char *text, ReportOptions *o);
 /* Writes summary.csv, summary.md, curves.csv and the figures, and prints the summary table on stdout; with
  * o->redraw, report_redraw instead. */
 int report_runs(const ReportOptions *o);

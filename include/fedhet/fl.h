@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "fedhet/config.h"
+#include "fedhet/data.h"
 #include "fedhet/nn.h"
 
 typedef struct {
@@ -41,6 +42,24 @@ int fl_checkpoint_read_config(const char *path, char **text);
  * are checked first; a file written by another model is FH_ERR_USAGE naming the file, even one of the same
  * size. state: [m->n_state]; rounds_done (optional): the rounds the file holds. */
 int fl_checkpoint_read_global(const char *path, const NnModel *m, float *state, int64_t *rounds_done);
+
+/* A saved run's model, built as the run built it (src/fl/run_model.c): from the config text a checkpoint or run
+ * file holds (fl_checkpoint_read_config), read with the run's schema, so with the run's defaults and renamed keys. */
+typedef struct FlRunModel FlRunModel;
+/* source names the text in messages (the file it came from); a config the run would refuse is refused */
+int fl_run_model_open(FlRunModel **out, const char *config_text, const char *source);
+/* [data] path: the run's partition file */
+const char *fl_run_model_data_path(const FlRunModel *r);
+/* The partition file at path (NULL: the run's [data] path) as the run read it: its inputs normalised as [data]
+ * normalise says */
+int fl_run_model_data_open(const FlRunModel *r, const char *path, DataPartFile *f);
+/* the model's name: the zoo's, or "onnx" for a [model] onnx graph */
+const char *fl_run_model_name(const FlRunModel *r);
+/* The run's model for the partition file f's shape, classes and clients: the zoo model with the [model] keys and
+ * [train] backend, or the [model] onnx graph, with what the method adds (MOON's projection head); parameters not
+ * initialised; max_batch as nn_zoo_build's. Free the model before closing r. */
+int fl_run_model_build(const FlRunModel *r, const DataPartFile *f, int max_batch, NnModel *m);
+void fl_run_model_close(FlRunModel **r);
 
 /* Checks a config as fl_run would before its run folder exists, without writing anything or starting work (no
  * MPI needed): the file, the overrides, every key and method rule; that [data] path exists or [data] source can

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "fedhet/config.h"
+
 #define GRID_MAX_AXES 32
 #define GRID_PATH 4096
 #define GRID_MEMBERS_ASK 1000     /* more members than this need --yes */
@@ -69,6 +71,8 @@ void grid_strings_free(char **v, int n);
 /* A `section.key` or a bare key that names one config key (a base key or a key of some method) ->
  * "section.key"; FH_ERR_USAGE with the nearest key otherwise. `where` prefixes the message. */
 int grid_resolve_key(const char *given, const char *where, char *out, size_t size);
+/* The [grid] settings (ranks_per_member, zip): every other [grid] key lists the values of a run key */
+const FhConfigKey *grid_setting_keys(int *n);
 
 /* ---- member states (grid/status/<member>.ini; src/grid/spec.c) ---- */
 typedef enum { GRID_PENDING = 0, GRID_RUNNING, GRID_DONE, GRID_FAILED, GRID_STOPPED } GridState;

@@ -27,7 +27,6 @@
 #include "fedhet/fl.h"
 #include "fedhet/h5io.h"
 #include "fedhet/nn.h"
-#include "fedhet/onnx.h"
 #include "fedhet/rng.h"
 
 #define LS_FORMAT "fedhet-landscape"
@@ -41,9 +40,9 @@ typedef struct {
     char *config;        /* the checkpoint's config text */
     int64_t rounds_done, n_state;
     float *center;       /* [n_state] the checkpoint's global state */
-    char data_path[4096], model[64], norm[16], backend[16], onnx[4096], features[256];
-    int groups, proj_dim;
-    OnnxNet *net;        /* the run's [model] onnx graph, or NULL */
+    char data_path[4096];
+    FlRunModel *run;     /* the run's model, as the run built it */
+    const char *model;   /* its name */
     DataPartFile f;
     int f_open;
     NnModel m;
@@ -59,50 +58,18 @@ typedef struct {
     double *loss, *acc;  /* [n_total] */
 } Landscape;
 
-/* every rank: model and data settings from the config text */
-static int settings_from_config(Landscape *L)
-{
-    FhIni ini;
-    FH_CHECK(fh_ini_parse(&ini, L->config, L->o.checkpoint));
-    const char *v = fh_ini_get(&ini, "model", "name");
-    snprintf(L->model, sizeof L->model, "%s", v ? v : "cnn");
-    v = fh_ini_get(&ini, "model", "norm");
-    snprintf(L->norm, sizeof L->norm, "%s", v ? v : "bn");
-    v = fh_ini_get(&ini, "model", "groups");
-    L->groups = v ? atoi(v) : 2;
-    v = fh_ini_get(&ini, "model", "onnx");
-    snprintf(L->onnx, sizeof L->onnx, "%s", v ? v : "");
-    v = fh_ini_get(&ini, "model", "features");
-    snprintf(L->features, sizeof L->features, "%s", v ? v : "");
-    v = fh_ini_get(&ini, "train", "backend"); /* the run's: a checkpoint written before the key trained on blas */
-    snprintf(L->backend, sizeof L->backend, "%s", v ? v : "blas");
-    v = fh_ini_get(&ini, "algo", "method"); /* MOON's projection head is part of the model */
-    const char *proj = v && !strcmp(v, "moon") ? fh_ini_get(&ini, "algo", "proj_dim") : NULL;
-    L->proj_dim = proj ? atoi(proj) : 0;
-    v = fh_ini_get(&ini, "data", "path");
-    snprintf(L->data_path, sizeof L->data_path, "%s", *L->o.data ? L->o.data : v ? v : "");
-    fh_ini_free(&ini);
-    if (!L->data_path[0])
-        FH_FAIL(FH_ERR_USAGE, "%s: its config names no [data] path; give data=PARTITION.h5", L->o.checkpoint);
-    return FH_OK;
-}
-
+/* every rank: the run's model from the config text, on the run's partition file (or data=) read as the run read it */
 static int setup_model(Landscape *L)
 {
-    FH_CHECK(data_partfile_open(&L->f, L->data_path));
+    FH_CHECK(fl_run_model_open(&L->run, L->config, L->o.checkpoint));
+    L->model = fl_run_model_name(L->run);
+    snprintf(L->data_path, sizeof L->data_path, "%s", *L->o.data ? L->o.data : fl_run_model_data_path(L->run));
+    FH_CHECK(fl_run_model_data_open(L->run, L->data_path, &L->f));
     L->f_open = 1;
     if (L->f.n_test == 0) FH_FAIL(FH_ERR_DATA, "%s has no test set: the landscape needs test rows", L->data_path);
-    NnZooOptions zoo = { .norm = L->norm, .gn_groups = L->groups, .proj_dim = L->proj_dim, .backend = L->backend };
-    if (L->onnx[0]) { /* an imported model: its graph again */
-        FH_CHECK(fh_check_readable(L->onnx));
-        FH_CHECK(onnx_net_read(&L->net, L->onnx));
-        onnx_net_set_features(L->net, L->features);
-        zoo = onnx_zoo_options(L->net, &zoo);
-        snprintf(L->model, sizeof L->model, "onnx");
-    }
     nn_set_threads(L->o.threads); /* before the build: oneDNN's primitives keep the thread count they were made with */
-    FH_CHECK(nn_zoo_build(&L->m, L->model, (NnShape){ L->f.c, L->f.h, L->f.w }, L->f.classes, L->o.batch, &zoo));
-    L->m_built = 1;
+    L->m_built = 1;               /* nn_zoo_build leaves the model freeable even when it fails */
+    FH_CHECK(fl_run_model_build(L->run, &L->f, L->o.batch, &L->m));
     L->n_state = L->m.n_state;
     nn_model_set_training(&L->m, 0);
     return FH_OK;
@@ -361,7 +328,7 @@ static void landscape_free(Landscape *L)
     free(L->config);
     fh_free(&L->center);
     if (L->m_built) nn_model_free(&L->m);
-    onnx_net_free(L->net);
+    fl_run_model_close(&L->run);
     if (L->f_open) data_partfile_close(&L->f);
     fh_free(&L->dir[0]);
     fh_free(&L->dir[1]);
@@ -425,8 +392,7 @@ static int run(Landscape *L, int rank, int size)
     }
     FH_CHECK(agree(L->comm, status));
     MPI_Bcast(L->config, (int)config_len, MPI_CHAR, 0, L->comm);
-    status = settings_from_config(L);
-    if (status == FH_OK) status = setup_model(L);
+    status = setup_model(L);
     if (status == FH_OK) status = fh_alloc_aligned(&L->center, (size_t)L->n_state * sizeof(float), "model state");
     FH_CHECK(agree(L->comm, status));
     /* rank 0 reads the state; everyone gets it */

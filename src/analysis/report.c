@@ -30,17 +30,71 @@
 #define REPORT_PARTITION_STATS 5
 #define PATHN REPORT_PATHN
 
+/* The options of fedhet report DIR, as `--KEY VALUE` (a BOOL: `--KEY` alone), with their defaults */
+static const FhConfigKey options[] = {
+    { .section = "report", .key = "out", .type = FH_CFG_STRING,
+      .help = "the folder to write into (its last part a plain name); default: DIR" },
+    { .section = "report", .key = "last", .type = FH_CFG_INT, .def.i = 10, .lo = 1, .hi = 1e9,
+      .help = "window K of the last-K mean" },
+    { .section = "report", .key = "targets", .type = FH_CFG_STRING, .def.s = "0.5,0.6,0.7,0.8",
+      .help = "comma-separated accuracies for rounds-to-target" },
+    { .section = "report", .key = "metric", .type = FH_CFG_STRING, .def.s = "test_accuracy",
+      .help = "the metrics.csv column (e.g. test_balanced_accuracy, test_loss)" },
+    { .section = "report", .key = "seed-key", .type = FH_CFG_STRING, .def.s = "fl.seed",
+      .help = "the key whose values are repetitions" },
+    { .section = "report", .key = "x", .type = FH_CFG_CHOICE, .def.s = "round", .choices = "round|passes|bytes|seconds",
+      .help = "the curves' x axis: passes = cumulative per-sample backward passes of local training summed over the "
+              "clients (metrics.csv cum_train_backward; a SAM step counts two), bytes = cumulative bytes sent down and "
+              "up (cum_bytes_down + cum_bytes_up), seconds = cumulative wall seconds (cum_seconds); a configuration's "
+              "x is the mean over its runs. The figure is METRIC-AXIS.png (e.g. accuracy-passes.png). summary.csv "
+              "gives passes and bytes to each target beside the rounds (passes_to_T_mean, bytes_to_T_mean) whatever "
+              "the axis. Runs made before metrics.csv had these columns: round only (others exit 2 naming the "
+              "column)" },
+    { .section = "report", .key = "no-plots", .type = FH_CFG_BOOL, .help = "tables only" },
+    { .section = "report", .key = "redraw", .type = FH_CFG_BOOL,
+      .help = "only the figures, drawn again from DIR's own summary.csv and curves.csv (name and metric from its "
+              "summary.md), without the runs: a committed report's figures after a change of their drawing. A report "
+              "made before curves.csv existed gets its sensitivity figures only" },
+};
+
+const FhConfigKey *report_option_keys(int *n)
+{
+    *n = (int)(sizeof options / sizeof options[0]);
+    return options;
+}
+
+const FhConfigKey *report_option(const char *key)
+{
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+        if (!strcmp(options[i].key, key)) return &options[i];
+    return NULL;
+}
+
+int report_parse_targets(const char *text, ReportOptions *o)
+{
+    o->n_targets = 0;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->n_targets == REPORT_MAX_TARGETS) FH_FAIL(FH_ERR_USAGE, "--targets: at most %d values", REPORT_MAX_TARGETS);
+        char *end;
+        errno = 0;
+        const double t = strtod(tok, &end);
+        if (end == tok || *end || errno || !isfinite(t)) FH_FAIL(FH_ERR_USAGE, "--targets: '%s' is not a number", tok);
+        o->targets[o->n_targets++] = t;
+    }
+    return FH_OK;
+}
+
 void report_options_default(ReportOptions *o)
 {
     memset(o, 0, sizeof *o);
-    o->metric = "test_accuracy";
-    o->seed_key = "fl.seed";
-    o->x = "round";
-    o->last_k = 10;
-    const double t[] = { 0.5, 0.6, 0.7, 0.8 };
-    for (int i = 0; i < 4; i++) o->targets[i] = t[i];
-    o->n_targets = 4;
-    o->plots = 1;
+    o->metric = report_option("metric")->def.s;
+    o->seed_key = report_option("seed-key")->def.s;
+    o->x = report_option("x")->def.s;
+    o->last_k = (int)report_option("last")->def.i;
+    report_parse_targets(report_option("targets")->def.s, o);
+    o->plots = !report_option("no-plots")->def.b;
 }
 
 /* ---- statistics ---------------------------------------------------------------------------------------- */

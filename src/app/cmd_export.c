@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "app.h"
-#include "fedhet/config.h"
 #include "fedhet/core.h"
 #include "fedhet/data.h"
 #include "fedhet/fl.h"
@@ -25,37 +24,19 @@ static void print_help(void)
            "The model is built from the run's config with its partition file's shape and classes ([data] path).\n");
 }
 
-/* the run's model: built from the config text of `path` */
-static int build_model(const char *path, NnModel *m, OnnxNet **net)
+/* the run's model, as the run built it from the config text `path` holds (nothing to free in m on failure) */
+static int build_model(const char *path, NnModel *m, FlRunModel **run)
 {
     char *text = NULL;
     FH_CHECK(fl_checkpoint_read_config(path, &text));
-    FhIni ini;
-    int status = fh_ini_parse(&ini, text, path);
+    int status = fl_run_model_open(run, text, path);
     free(text);
     FH_CHECK(status);
-    const char *name = fh_ini_get(&ini, "model", "name"), *norm = fh_ini_get(&ini, "model", "norm");
-    const char *groups = fh_ini_get(&ini, "model", "groups"), *onnx = fh_ini_get(&ini, "model", "onnx");
-    const char *features = fh_ini_get(&ini, "model", "features"), *data = fh_ini_get(&ini, "data", "path");
-    const char *method = fh_ini_get(&ini, "algo", "method");
-    const char *proj = method && !strcmp(method, "moon") ? fh_ini_get(&ini, "algo", "proj_dim") : NULL;
-    NnZooOptions zoo = { .norm = norm, .gn_groups = groups ? atoi(groups) : 2, .proj_dim = proj ? atoi(proj) : 0 };
     DataPartFile f;
-    int opened = 0;
-    if (!data || !*data) status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%s: its config names no [data] path", path);
-    if (status == FH_OK && (status = data_partfile_open(&f, data)) == FH_OK) opened = 1;
-    if (status == FH_OK && onnx && *onnx) {
-        status = fh_check_readable(onnx);
-        if (status == FH_OK) status = onnx_net_read(net, onnx);
-        if (status == FH_OK) {
-            onnx_net_set_features(*net, features);
-            zoo = onnx_zoo_options(*net, &zoo);
-        }
-    }
-    if (status == FH_OK)
-        status = nn_zoo_build(m, onnx && *onnx ? "onnx" : name ? name : "cnn", (NnShape){ f.c, f.h, f.w }, f.classes, 1, &zoo);
-    if (opened) data_partfile_close(&f);
-    fh_ini_free(&ini);
+    FH_CHECK(fl_run_model_data_open(*run, NULL, &f));
+    status = fl_run_model_build(*run, &f, 1, m);
+    data_partfile_close(&f);
+    if (status != FH_OK) nn_model_free(m); /* nn_zoo_build leaves it freeable */
     return status;
 }
 
@@ -84,15 +65,18 @@ int app_cmd_export(int argc, char **argv)
     char path[FH_PATH_MAX], held[256] = "";
     int status = FH_ERR_USAGE, found = 0;
     NnModel m;
-    OnnxNet *net = NULL;
+    FlRunModel *run = NULL;
     float *state = NULL;
     for (int k = 0; k < 2 && !found; k++) {
         if (!fh_path_exists(dir, files[k])) continue;
         FH_CHECK(fh_path_join(path, sizeof path, dir, files[k]));
-        onnx_net_free(net);
-        net = NULL;
-        FH_CHECK(build_model(path, &m, &net));
+        fl_run_model_close(&run);
         int64_t rounds = 0;
+        status = build_model(path, &m, &run);
+        if (status != FH_OK) {
+            fl_run_model_close(&run);
+            return status;
+        }
         status = fh_alloc_aligned(&state, (size_t)m.n_state * sizeof *state, "model state");
         if (status == FH_OK) status = fl_checkpoint_read_global(path, &m, state, &rounds);
         if (status == FH_OK && (round < 0 || rounds == round)) found = 1;
@@ -104,12 +88,12 @@ int app_cmd_export(int argc, char **argv)
         } else {
             nn_model_free(&m);
             fh_free(&state);
-            onnx_net_free(net);
+            fl_run_model_close(&run);
             return status;
         }
     }
     if (!found) {
-        onnx_net_free(net);
+        fl_run_model_close(&run);
         if (!fh_path_exists(dir, NULL)) FH_FAIL(FH_ERR_DATA, "%s: no such folder", dir);
         if (!*held) FH_FAIL(FH_ERR_DATA, "%s is not a run folder (no run.h5 or checkpoint.h5)", dir);
         FH_FAIL(FH_ERR_USAGE, "%s: no model after round %d is kept (%s)", dir, round, held);
@@ -118,6 +102,6 @@ int app_cmd_export(int argc, char **argv)
     if (status == FH_OK) printf("%s: %s (%d layers, %lld parameters)\n", out, path, m.n_layers, (long long)m.n_params);
     nn_model_free(&m);
     fh_free(&state);
-    onnx_net_free(net);
+    fl_run_model_close(&run);
     return status;
 }

@@ -13,6 +13,8 @@
 
 static void print_help(void)
 {
+    int n;
+    const FhConfigKey *settings = grid_setting_keys(&n);
     printf("usage: mpirun -np N fedhet grid GRID.ini [section.key=value ...] [grid.KEY=LIST ...] [--force] [--yes]\n"
            "       mpirun -np N fedhet grid --resume outputs/GRID [--retry-failed]\n"
            "       fedhet grid GRID.ini --list | --count\n"
@@ -24,8 +26,10 @@ static void print_help(void)
            "      zip = train.lr, train.epochs     ; keys that vary together (lists of one length), one line per group\n"
            "      algo.rho = -, 0.05                ; -: this member leaves the key unset (zip it with algo.method to\n"
            "                                        ; give each method only its own keys)\n"
-           "      ranks_per_member = 2             ; ranks per federation (default: all ranks, one member at a time)\n"
-           "  Members are the Cartesian product of the lists (the last key varies fastest). The N ranks are split\n"
+           "      ranks_per_member = 2             ; ranks per federation\n"
+           "  [grid] settings (default); every other [grid] key is a list:\n");
+    fh_config_print_args_help(stdout, settings, n);
+    printf("  Members are the Cartesian product of the lists (the last key varies fastest). The N ranks are split\n"
            "  into N / ranks_per_member groups; each group runs one member at a time, as `fedhet run` would on that\n"
            "  many ranks (bit-identical results), until none is left.\n"
            "  Outputs: <[output] dir>/<grid name>/<member>/ (a run folder each, with its log.txt), members.csv, and\n"

@@ -8,8 +8,9 @@
 #include <string.h>
 
 #include "app.h"
-#include "fedhet/core.h"
 #include "fedhet/analysis.h"
+#include "fedhet/config.h"
+#include "fedhet/core.h"
 
 static int report_partition(const char *path, const char *out_path)
 {
@@ -41,22 +42,16 @@ static void print_help(void)
            "               the runs of each file's partition_entropy_nats_mean, partition_effective_classes_mean,\n"
            "               partition_tv_mean, partition_emd_mean (client means) and partition_size_gini (see fedhet\n"
            "               inspect --help); an unreadable file leaves them empty, with a warning.\n"
-           "  --last K     window of the last-K mean (default 10)\n"
-           "  --targets    accuracies for rounds-to-target (default 0.5,0.6,0.7,0.8)\n"
-           "  --metric     the metrics.csv column (default test_accuracy; e.g. test_balanced_accuracy, test_loss)\n"
-           "  --seed-key   the key whose values are repetitions (default fl.seed)\n"
-           "  --x AXIS     the curves' x axis (default round): passes = cumulative per-sample backward passes of\n"
-           "               local training summed over the clients (metrics.csv cum_train_backward; a SAM step counts\n"
-           "               two), bytes = cumulative bytes sent down and up (cum_bytes_down + cum_bytes_up), seconds =\n"
-           "               cumulative wall seconds (cum_seconds); a configuration's x is the mean over its runs.\n"
-           "               The figure is METRIC-AXIS.png (e.g. accuracy-passes.png). summary.csv gives passes and\n"
-           "               bytes to each target beside the rounds (passes_to_T_mean, bytes_to_T_mean) whatever the axis.\n"
-           "               Runs made before metrics.csv had these columns: --x round only (others exit 2 naming the column).\n"
-           "  --no-plots   tables only\n"
-           "  --redraw     only the figures, drawn again from DIR's own summary.csv and curves.csv (name and metric from\n"
-           "               its summary.md), without the runs: a committed report's figures after a change of their\n"
-           "               drawing. A report made before curves.csv existed gets its sensitivity figures only.\n"
-           "  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with three panels,\n"
+           "  options (default):\n");
+    int n;
+    const FhConfigKey *keys = report_option_keys(&n);
+    for (int k = 0; k < n; k++) {
+        char def[256];
+        fh_config_default_text(&keys[k], def, sizeof def);
+        printf("  --%-12s (%s) %s%s%s%s\n", keys[k].key, keys[k].type == FH_CFG_BOOL ? "off" : def[0] ? def : "-",
+               keys[k].help, keys[k].choices ? " (" : "", keys[k].choices ? keys[k].choices : "", keys[k].choices ? ")" : "");
+    }
+    printf("  --partition DST.h5  a partition file written by `fedhet partition`: draws OUT.png with three panels,\n"
            "                      a heat map of the client x label counts (x: client, y: label, colour: samples;\n"
            "                      white: none), bars of the samples per client, corrupted clients in red, and the\n"
            "                      label heterogeneity per client: entropy in nats (bars) and the total-variation\n"
@@ -65,19 +60,6 @@ static void print_help(void)
            "  Figures are drawn by gnuplot (Debian package gnuplot-nox; `make deps` installs it), found on PATH,\n"
            "  with its pngcairo terminal when present, else png. An image appears only once it is complete.\n"
            "  Exit codes: 1 usage, 2 a missing or bad input file, 4 gnuplot missing or failing, outputs unwritable.\n");
-}
-
-static int parse_targets(const char *text, ReportOptions *o)
-{
-    o->n_targets = 0;
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", text);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (o->n_targets == REPORT_MAX_TARGETS) FH_FAIL(FH_ERR_USAGE, "--targets: at most %d values", REPORT_MAX_TARGETS);
-        FH_CHECK(app_parse_float(tok, "--targets", -1e300, 1e300, &o->targets[o->n_targets]));
-        o->n_targets++;
-    }
-    return FH_OK;
 }
 
 int app_cmd_report(int argc, char **argv)
@@ -98,17 +80,17 @@ int app_cmd_report(int argc, char **argv)
         else if (!strcmp(argv[i], "--seed-key")) FH_CHECK(app_option_value(argc, argv, &i, &ro.seed_key));
         else if (!strcmp(argv[i], "--x")) {
             FH_CHECK(app_option_value(argc, argv, &i, &ro.x));
-            if (strcmp(ro.x, "round") && strcmp(ro.x, "passes") && strcmp(ro.x, "bytes") && strcmp(ro.x, "seconds"))
-                FH_FAIL(FH_ERR_USAGE, "--x %s: expected round, passes, bytes or seconds", ro.x);
+            if (fh_config_choice_index(report_option("x")->choices, ro.x) < 0)
+                FH_FAIL(FH_ERR_USAGE, "--x %s: expected one of %s", ro.x, report_option("x")->choices);
         }
         else if (!strcmp(argv[i], "--no-plots")) ro.plots = 0;
         else if (!strcmp(argv[i], "--redraw")) ro.redraw = 1;
         else if (!strcmp(argv[i], "--last")) {
             FH_CHECK(app_option_value(argc, argv, &i, &v));
-            FH_CHECK(app_parse_int(v, "--last", 1, 1000000000, &ro.last_k));
+            FH_CHECK(app_parse_int(v, "--last", (long)report_option("last")->lo, (long)report_option("last")->hi, &ro.last_k));
         } else if (!strcmp(argv[i], "--targets")) {
             FH_CHECK(app_option_value(argc, argv, &i, &v));
-            FH_CHECK(parse_targets(v, &ro));
+            FH_CHECK(report_parse_targets(v, &ro));
         } else if (argv[i][0] == '-' && argv[i][1])
             FH_FAIL(FH_ERR_USAGE, "unknown option '%s' (see fedhet report --help)", argv[i]);
         else if (!out) out = argv[i];

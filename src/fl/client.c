@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "fedhet/core.h"
-#include "fedhet/onnx.h"
 
 /* The services hooks call (AlgoClientServices), defined with the local loop below */
 static void grad_terms(AlgoClientCtx *c, float *grad, double *loss);
@@ -46,17 +45,6 @@ void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, i
                       .batch_size = s->batch_size, .seed = s->seed, .lr_decay = s->lr_decay };
 }
 
-NnZooOptions fl_zoo_options(const FlSettings *s, int n_clients, int classes)
-{
-    /* the method may add to the architecture (MOON's projection head): its sizes before the model exists */
-    AlgoSetup setup;
-    AlgoSizes arch;
-    fl_algo_setup(&setup, s, NULL, n_clients, classes);
-    algo_sizes(s->method, &setup, &arch);
-    const NnZooOptions zoo = { .norm = s->norm, .gn_groups = s->groups, .proj_dim = arch.proj_dim, .backend = s->backend };
-    return s->net ? onnx_zoo_options(s->net, &zoo) : zoo;
-}
-
 int fl_init_kind(const FlSettings *s)
 {
     if (!strcmp(s->init, "random")) return FL_INIT_RANDOM;
@@ -71,16 +59,15 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     w->data = f;
     w->n_owned = n_owned;
     const AlgoMethod *m = s->method;
-    const NnZooOptions zoo = fl_zoo_options(s, f->n_clients, f->classes);
     const NnShape shape = { f->c, f->h, f->w };
-    FH_CHECK(nn_zoo_build(&w->model, s->model, shape, f->classes, s->batch_size, &zoo));
+    FH_CHECK(fl_model_build(&w->model, s, shape, f->classes, f->n_clients, s->batch_size));
     fl_algo_setup(&w->setup, s, &w->model, f->n_clients, f->classes);
     FH_CHECK(algo_ops_compose(&w->ops, &w->setup, fl_plugin_options(s)));
     w->z = w->ops.sizes;
     if (w->z.aux_models > ALGO_MAX_AUX)
         FH_FAIL(FH_ERR_USAGE, "method %s asks for %d extra models (at most %d)", m->name, w->z.aux_models, ALGO_MAX_AUX);
     for (int a = 0; a < w->z.aux_models; a++)
-        FH_CHECK(nn_zoo_build(&w->aux[a], s->model, shape, f->classes, s->batch_size, &zoo));
+        FH_CHECK(fl_model_build(&w->aux[a], s, shape, f->classes, f->n_clients, s->batch_size));
     /* settings made in code rather than from a config leave these unset: automatic, torchvision's crop */
     const char *augment = s->augment ? s->augment : "auto";
     FH_CHECK(data_loader_init(&w->loader, f, owned, n_owned, !strcmp(augment, "on") ? 1 : !strcmp(augment, "off") ? 0 : -1));

@@ -59,6 +59,8 @@ static inline AlgoOptions fl_plugin_options(const FlSettings *s) { return algo_o
 /* Loads a run config: [algo] method first, then the method's own keys (others' keys are an error). saved: the
  * config fedhet wrote into a run folder, whose renamed keys are read under their new names. */
 int fl_config_load(FhConfig **out, const char *path, int saved, char *const *overrides, int n_overrides);
+/* The same from the text of a saved config (config.ini, a checkpoint's /meta config); source names it in messages */
+int fl_config_load_saved(FhConfig **out, const char *text, const char *source, char *const *overrides, int n_overrides);
 /* A config text fedhet saved (config.ini, a checkpoint's /meta config) with keys renamed since under their new
  * names, into *out (free() it). */
 int fl_config_text_upgrade(const char *text, char **out);
@@ -177,8 +179,9 @@ typedef struct {
 int fl_clients_per_round(const FlSettings *s, int K);
 /* What the method sees of the config; m may be NULL before the model exists (sizes then 0). */
 void fl_algo_setup(AlgoSetup *a, const FlSettings *s, const NnModel *m, int K, int classes);
-/* The zoo options of the run's model, the method's additions (MOON's projection head) included. */
-NnZooOptions fl_zoo_options(const FlSettings *s, int n_clients, int classes);
+/* The run's model for data of that shape, classes and clients (src/fl/run_model.c): its [model] keys, [train] backend
+ * and what the method adds (MOON's projection head); max_batch as nn_zoo_build's. */
+int fl_model_build(NnModel *m, const FlSettings *s, NnShape shape, int classes, int n_clients, int max_batch);
 /* where the first global model comes from: fedhet's initialisation, an HDF5 file ([model] init) or the ONNX
  * file's initializers */
 enum { FL_INIT_RANDOM = 0, FL_INIT_FILE, FL_INIT_ONNX };

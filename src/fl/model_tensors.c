@@ -285,8 +285,7 @@ int fl_model_tensors_read(const char *path, const FlSettings *s, NnShape shape, 
 {
     *state_out = NULL;
     NnModel m;
-    const NnZooOptions zoo = fl_zoo_options(s, n_clients, classes);
-    FH_CHECK(nn_zoo_build(&m, s->model, shape, classes, 1, &zoo));
+    FH_CHECK(fl_model_build(&m, s, shape, classes, n_clients, 1));
     char what[160];
     snprintf(what, sizeof what, "model %s on %dx%dx%d with %d classes", s->model, shape.c, shape.h, shape.w, classes);
     float *state = NULL;

@@ -134,8 +134,7 @@ static int read_init(FlRun *run)
     data_partfile_close(&f);
     if (fl_init_kind(&run->s) == FL_INIT_ONNX) { /* the file's initializers over fedhet's initialisation (a head) */
         NnModel m;
-        const NnZooOptions zoo = fl_zoo_options(&run->s, n_clients, classes);
-        FH_CHECK(nn_zoo_build(&m, run->s.model, shape, classes, 1, &zoo));
+        FH_CHECK(fl_model_build(&m, &run->s, shape, classes, n_clients, 1));
         nn_model_init_params(&m, (uint64_t)run->s.seed);
         int status = fh_alloc_aligned(&run->init_state, (size_t)m.n_state * sizeof(float), "initial state");
         if (status == FH_OK) {

@@ -369,16 +369,21 @@ static int config_load(FhConfig **out, const char *path, const char *text, char 
 int fl_config_load(FhConfig **out, const char *path, int saved, char *const *overrides, int n_overrides)
 {
     *out = NULL;
-    char *text = NULL;
-    if (saved) {
-        char *raw = NULL;
-        FH_CHECK(fh_read_file(path, &raw, FH_ERR_DATA));
-        const int status = fl_config_text_upgrade(raw, &text);
-        free(raw);
-        FH_CHECK(status);
-    }
-    const int status = config_load(out, path, text, overrides, n_overrides);
-    free(text);
+    if (!saved) return config_load(out, path, NULL, overrides, n_overrides);
+    char *raw = NULL;
+    FH_CHECK(fh_read_file(path, &raw, FH_ERR_DATA));
+    const int status = fl_config_load_saved(out, raw, path, overrides, n_overrides);
+    free(raw);
+    return status;
+}
+
+int fl_config_load_saved(FhConfig **out, const char *text, const char *source, char *const *overrides, int n_overrides)
+{
+    *out = NULL;
+    char *upgraded = NULL;
+    FH_CHECK(fl_config_text_upgrade(text, &upgraded));
+    const int status = config_load(out, source, upgraded, overrides, n_overrides);
+    free(upgraded);
     return status;
 }
 

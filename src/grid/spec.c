@@ -14,6 +14,23 @@
 #include "fedhet/fl.h"
 #include "fedhet/config.h"
 
+/* ---- [grid] settings ------------------------------------------------------------------------------------ */
+
+/* The [grid] keys that are settings of the grid, not lists of a run key (grid.KEY=VALUE on the command line) */
+static const FhConfigKey settings[] = {
+    { .section = "grid", .key = "ranks_per_member", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 1e6,
+      .help = "ranks per federation: the N ranks run N / ranks_per_member members at a time; 0: all ranks, one member "
+              "at a time" },
+    { .section = "grid", .key = "zip", .type = FH_CFG_STRING,
+      .help = "comma-separated keys whose lists (of one length) vary together, one line per group" },
+};
+
+const FhConfigKey *grid_setting_keys(int *n)
+{
+    *n = (int)(sizeof settings / sizeof settings[0]);
+    return settings;
+}
+
 /* ---- config keys --------------------------------------------------------------------------------------- */
 
 /* every "section.key" a run config may hold: the run schema's keys, every method's once */
@@ -208,11 +225,13 @@ static int set_axis(GridSpec *g, const char *given, const char *raw, int line)
 
 static int set_ranks(GridSpec *g, const char *v, const char *where)
 {
+    const FhConfigKey *k = &settings[0];
     char *end;
     errno = 0;
     long r = strtol(v, &end, 10);
-    if (errno || end == v || *end || r < 1 || r > 1000000)
-        FH_FAIL(FH_ERR_USAGE, "%sranks_per_member = '%s': expected an integer >= 1", where, v);
+    if (errno || end == v || *end || r < k->lo || r > k->hi)
+        FH_FAIL(FH_ERR_USAGE, "%s%s = '%s': expected an integer from %.0f to %.0f (0: all ranks)", where, k->key, v, k->lo,
+                k->hi);
     g->ranks_per_member = (int)r;
     return FH_OK;
 }
@@ -444,8 +463,8 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
         if (strcmp(e->section, "grid")) continue;
         char where[GRID_PATH + 64];
         snprintf(where, sizeof where, "%s:%d: [grid] ", path, e->line);
-        if (!strcmp(e->key, "ranks_per_member")) status = set_ranks(g, e->value, where);
-        else if (!strcmp(e->key, "zip")) {
+        if (!strcmp(e->key, settings[0].key)) status = set_ranks(g, e->value, where);
+        else if (!strcmp(e->key, settings[1].key)) {
             if (n_zips == GRID_MAX_AXES) status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "%stoo many zip lines", where);
             else {
                 snprintf(zips[n_zips].text, sizeof zips[n_zips].text, "%s", e->value);
@@ -466,8 +485,8 @@ int grid_spec_load(GridSpec *g, const char *path, char *const *args, int n_args)
         if (!strncmp(args[i], "grid.", 5)) {
             char key[256];
             snprintf(key, sizeof key, "%.*s", (int)(eq - args[i] - 5), args[i] + 5);
-            if (!strcmp(key, "ranks_per_member")) FH_CHECK(set_ranks(g, eq + 1, "command line: grid."));
-            else if (!strcmp(key, "zip")) {
+            if (!strcmp(key, settings[0].key)) FH_CHECK(set_ranks(g, eq + 1, "command line: grid."));
+            else if (!strcmp(key, settings[1].key)) {
                 if (!cmd_zip) n_zips = 0; /* the command line's zip lines replace the file's */
                 cmd_zip = 1;
                 if (n_zips == GRID_MAX_AXES) FH_FAIL(FH_ERR_USAGE, "command line: too many grid.zip");

@@ -138,6 +138,9 @@ column()
         { print $c }' "$1"
 }
 
+# close A B TOL: |A - B| <= TOL
+close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t) }'; }
+
 # same_csv A B WHAT: identical apart from timing columns
 same_csv()
 {

@@ -4,7 +4,7 @@
 # leaves no folder (a retry needs no --force), and one killed then is restarted by --resume; symbolic
 # links in place of metrics.csv, clients.csv or log.txt are refused, not written through; the SIGTERM
 # resume line is one shell command whatever the folder's name; the memory line adds up per client rank; a
-# checkpoint names the build that wrote it.
+# checkpoint names the build that wrote it; export and landscape rebuild a saved run's model as the run built it.
 # usage: tests/mpi/test_outputs.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 source "$(dirname "$0")/lib.sh"
 
@@ -185,6 +185,38 @@ test_memory_line()
         fail "memory line: persistent vectors are not 6 x 1 x P or upload records not 3 x one record: $line"
 }
 
+# 7. fedhet export and fedhet landscape build a saved run's model as the run did, from its config with the run's
+#    schema: a zoo model with non-default [model] keys (resnet8 with GroupNorm of 4 groups), MOON's projection
+#    head (proj_dim), and the inputs as the run normalised them ([data] normalise). The landscape's centre is the
+#    run's final test loss; the exported graph, imported as a run's model and trained with a learning rate of
+#    1e-12, has that test loss too.
+test_saved_run_model()
+{
+    local tag args data centre want again
+    for tag in gn moon raw; do
+        data=()
+        case $tag in
+        gn) args=(model.name=resnet8 model.norm=gn model.groups=4 train.steps=1) ;;
+        moon) args=(algo.method=moon algo.proj_dim=8) ;;
+        raw) args=() data=(data.normalise=none) ;;
+        esac
+        fh 1 "run_$tag" "$WORK/base.ini" output.name="sm_$tag" fl.rounds=1 "${args[@]}" "${data[@]}"
+        expect_rc "$tag: the run" 0 || continue
+        want=$(column "$WORK/out/sm_$tag/metrics.csv" test_loss | tail -1)
+        fx "ls_$tag" landscape "$WORK/out/sm_$tag/run.h5" dims=1 points=3 out="$WORK/ls_$tag"
+        expect_rc "$tag: landscape" 0 || continue
+        centre=$(h5dump -d "/loss[1;;1]" "$WORK/ls_$tag/landscape.h5" 2>/dev/null | sed -n 's/^ *(1): *\([-0-9.e+]*\).*/\1/p')
+        close "$centre" "$want" 2e-5 || fail "$tag: the landscape's centre loss '$centre' is not the run's final test loss $want"
+        fx "ex_$tag" export "$WORK/out/sm_$tag" "$WORK/sm_$tag.onnx"
+        expect_rc "$tag: export" 0 || continue
+        fh 1 "rt_$tag" "$WORK/base.ini" output.name="rt_$tag" fl.rounds=1 train.steps=1 train.lr=1e-12 train.momentum=0 \
+            model.onnx="$WORK/sm_$tag.onnx" model.init=onnx "${data[@]}"
+        expect_rc "$tag: a run of the exported model" 0 || continue
+        again=$(column "$WORK/out/rt_$tag/metrics.csv" test_loss | tail -1)
+        close "$again" "$want" 2e-5 || fail "$tag: the exported model's test loss $again is not the run's $want"
+    done
+}
+
 TESTS=(folder_names setup_failures_leave_nothing resume_without_checkpoint symlinks_refused resume_line_quoted
-       memory_line code_version)
+       memory_line code_version saved_run_model)
 run_tests "$@"

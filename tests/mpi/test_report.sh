@@ -34,9 +34,6 @@ csv_cell()
         index($1, m) && c { print $c; exit }' "$1"
 }
 
-# close A B TOL: |A - B| <= TOL
-close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t) }'; }
-
 setup()
 {
     setup_tiny || return 1

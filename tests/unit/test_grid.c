@@ -209,7 +209,11 @@ static void test_bad_grids(void)
     expect_error(BASE "[grid]\ntrain.lr = 0.1\ntrain.lr = 0.2\n", NULL, 0, "listed twice", "lines");
     expect_error(BASE "[grid]\nseed = 3..1\n", NULL, 0, "empty", "A <= B");
     expect_error(BASE "[grid]\noutput.name = a, b\n", NULL, 0, "cannot be swept", NULL);
-    expect_error(BASE "[grid]\nranks_per_member = 0\nseed = 0, 1\n", NULL, 0, "ranks_per_member", NULL);
+    expect_error(BASE "[grid]\nranks_per_member = -1\nseed = 0, 1\n", NULL, 0, "ranks_per_member", "0: all ranks");
+    GridSpec g; /* 0 is the default said aloud: all ranks */
+    CHECK_OK(load(&g, BASE "[grid]\nranks_per_member = 0\nseed = 0, 1\n", NULL, 0));
+    CHECK(g.ranks_per_member == 0);
+    grid_spec_free(&g);
     expect_error(BASE "[grid]\nseed = 0, 1\n[grid]\nseed = 2\n", NULL, 0, "2 times", NULL);
     expect_error(BASE "[grid]\ndata.path = \"a b\", a/b\n", NULL, 0, "share the folder name", NULL);
     expect_error(BASE "[grid]\nseed = 0..9\ntrain.lr = 0..9\ntrain.epochs = 1..10\ntrain.batch_size = 1..10\n"
