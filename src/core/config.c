@@ -7,6 +7,7 @@
  * Values are kept as text as given and parsed once, after the file and the overrides, so a bad value in
  * the file that an override replaces is no error. */
 #include "fedhet/config.h"
+#include "fedhet/buf.h"
 #include "fedhet/core.h"
 
 #include <ctype.h>
@@ -14,7 +15,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,52 +62,6 @@ static int config_strndup(char **out, const char *s, size_t n, const char *what)
 {
     FH_CHECK(fh_calloc(out, n + 1, 1, what));
     memcpy(*out, s, n);
-    return FH_OK;
-}
-
-/* ---- growable text ---- */
-
-typedef struct {
-    char *s;
-    size_t len, cap;
-} Buf;
-
-static int buf_add(Buf *b, const char *fmt, ...) FH_PRINTF(2, 3);
-static int buf_add(Buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) FH_FAIL(FH_ERR_IO, "formatting config text failed");
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) FH_FAIL(FH_ERR_MEMORY, "out of memory building config text (%zu bytes)", cap);
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-    return FH_OK;
-}
-
-static int buf_append(Buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *t = realloc(b->s, cap);
-        if (!t) FH_FAIL(FH_ERR_MEMORY, "out of memory reading config text (%zu bytes)", cap);
-        b->s = t;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
     return FH_OK;
 }
 
@@ -722,19 +676,19 @@ int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const 
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) FH_FAIL(FH_ERR_DATA, "%s: cannot open config: %s", path, strerror(errno));
-    Buf b = {0};
+    FhText b = {0};
     char chunk[8192];
     size_t got;
     int status = FH_OK;
     while (status == FH_OK && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        status = buf_append(&b, chunk, got);
+        status = fh_text_append(&b, chunk, got);
     int read_errno = errno;
     if (status == FH_OK && ferror(f)) {
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot read config: %s", path,
                                 strerror(read_errno));
     }
     fclose(f);
-    if (status == FH_OK) status = buf_append(&b, "", 0); /* an empty file still gets a string */
+    if (status == FH_OK) status = fh_text_append(&b, "", 0); /* an empty file still gets a string */
     if (status == FH_OK && b.len != strlen(b.s)) {
         int line = 1;
         for (const char *p = b.s; *p; p++) line += *p == '\n';
@@ -846,33 +800,33 @@ const char *fh_config_text(const FhConfig *c, const char *section, const char *k
 
 /* ---- text, diff, help, hash ---- */
 
-static int buf_add_value(Buf *b, const char *v)
+static int buf_add_value(FhText *b, const char *v)
 {
-    return config_needs_quotes(v) ? buf_add(b, "\"%s\"", v) : buf_add(b, "%s", v);
+    return config_needs_quotes(v) ? fh_text_add(b, "\"%s\"", v) : fh_text_add(b, "%s", v);
 }
 
-static int config_text_build(const FhConfig *c, Buf *b)
+static int config_text_build(const FhConfig *c, FhText *b)
 {
     int first = 1;
     for (int k = 0; k < c->n; k++) {
         if (!config_section_first(c->schema, k)) continue;
         const char *sec = c->schema[k].section;
-        FH_CHECK(buf_add(b, "%s[%s]\n", first ? "" : "\n", sec));
+        FH_CHECK(fh_text_add(b, "%s[%s]\n", first ? "" : "\n", sec));
         first = 0;
         for (int j = k; j < c->n; j++) {
             if (strcmp(c->schema[j].section, sec) != 0) continue;
-            FH_CHECK(buf_add(b, "%s = ", c->schema[j].key));
+            FH_CHECK(fh_text_add(b, "%s = ", c->schema[j].key));
             FH_CHECK(buf_add_value(b, config_text_of(c, j)));
-            FH_CHECK(buf_add(b, "%s\n", c->entries[j].equals_default ? " ; default" : ""));
+            FH_CHECK(fh_text_add(b, "%s\n", c->entries[j].equals_default ? " ; default" : ""));
         }
     }
-    return buf_add(b, "%s", ""); /* a string even for an empty schema */
+    return fh_text_add(b, "%s", ""); /* a string even for an empty schema */
 }
 
 int fh_config_to_text(const FhConfig *c, char **text)
 {
     *text = NULL;
-    Buf b = {0};
+    FhText b = {0};
     int status = config_text_build(c, &b);
     if (status != FH_OK) {
         free(b.s);
@@ -891,16 +845,16 @@ static int config_ignored(const FhConfigKey *k, const char *const *ignore)
     return 0;
 }
 
-static int config_diff_build(const FhConfig *a, const FhConfig *b, const char *const *ignore, Buf *out)
+static int config_diff_build(const FhConfig *a, const FhConfig *b, const char *const *ignore, FhText *out)
 {
     for (int k = 0; k < a->n; k++) {
         const FhConfigKey *key = &a->schema[k];
         const char *ta = config_text_of(a, k), *tb = config_text_of(b, k);
         if (config_ignored(key, ignore) || config_values_equal(key->type, &a->entries[k], ta, &b->entries[k], tb))
             continue;
-        FH_CHECK(buf_add(out, "%s%s.%s: ", out->len ? "; " : "", key->section, key->key));
+        FH_CHECK(fh_text_add(out, "%s%s.%s: ", out->len ? "; " : "", key->section, key->key));
         FH_CHECK(buf_add_value(out, ta));
-        FH_CHECK(buf_add(out, " -> "));
+        FH_CHECK(fh_text_add(out, " -> "));
         FH_CHECK(buf_add_value(out, tb));
     }
     return FH_OK;
@@ -911,7 +865,7 @@ int fh_config_diff(const FhConfig *a, const FhConfig *b, const char *const *igno
     *diff = NULL;
     if (a->schema != b->schema || a->n != b->n)
         FH_FAIL(FH_ERR_USAGE, "config diff: %s and %s were loaded with different schemas", a->source, b->source);
-    Buf out = {0};
+    FhText out = {0};
     int status = config_diff_build(a, b, ignore, &out);
     if (status != FH_OK) {
         free(out.s);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fedhet/buf.h"
 #include "fedhet/core.h"
 #include "fedhet/rng.h"
 #include "kernels.h"
@@ -26,20 +27,6 @@ int nn_build_fail(NnModel *m, const char *fmt, ...)
         m->status = fh_error_raise(FH_ERR_USAGE, __FILE__, __LINE__, "model %s: %s", m->arch, msg);
     }
     return -1;
-}
-
-static int grow(void *array_ptr, int *cap, int need, size_t elem)
-{
-    if (need <= *cap) return FH_OK;
-    int new_cap = *cap ? *cap * 2 : 16;
-    while (new_cap < need) new_cap *= 2;
-    void **arr = (void **)array_ptr;
-    void *p = realloc(*arr, (size_t)new_cap * elem);
-    if (!p) FH_FAIL(FH_ERR_MEMORY, "out of memory growing the model graph");
-    memset((char *)p + (size_t)*cap * elem, 0, (size_t)(new_cap - *cap) * elem);
-    *arr = p;
-    *cap = new_cap;
-    return FH_OK;
 }
 
 int64_t nn_dims_size(const NnDims *d)
@@ -66,7 +53,7 @@ int nn_add_tensor(NnModel *m, const NnDims *dims_in, int alias_of)
 {
     /* a copy first: callers often pass another tensor's dims, which growing the array may move */
     const NnDims dims_copy = *dims_in, *dims = &dims_copy;
-    if (grow(&m->tensors, &m->cap_tensors, m->n_tensors + 1, sizeof(NnTensor))) {
+    if (fh_grow(&m->tensors, &m->cap_tensors, m->n_tensors + 1, sizeof(NnTensor), "the model's tensors")) {
         m->status = FH_ERR_MEMORY;
         return -1;
     }
@@ -150,7 +137,7 @@ NnLayer *nn_add_layer(NnModel *m, NnOpType type, int in, NnAct act)
                       "rank %d with the batch at dim %d", m->n_layers, op_prefix(type), d->ndim, d->batch);
         return NULL;
     }
-    if (grow(&m->layers, &m->cap_layers, m->n_layers + 1, sizeof(NnLayer))) {
+    if (fh_grow(&m->layers, &m->cap_layers, m->n_layers + 1, sizeof(NnLayer), "the model's layers")) {
         m->status = FH_ERR_MEMORY;
         return NULL;
     }
@@ -173,7 +160,7 @@ NnLayer *nn_add_layer(NnModel *m, NnOpType type, int in, NnAct act)
  * trainables in finalize, so the state vector is [parameters | buffers]. */
 int64_t nn_add_view(NnModel *m, int layer, const char *suffix, NnParamRole role, int ndim, const int *dims)
 {
-    if (grow(&m->views, &m->cap_views, m->n_views + 1, sizeof(NnParamView))) {
+    if (fh_grow(&m->views, &m->cap_views, m->n_views + 1, sizeof(NnParamView), "the model's parameter views")) {
         m->status = FH_ERR_MEMORY;
         return -1;
     }
