@@ -45,7 +45,7 @@ typedef struct {
     double eta_g;
 } ServerStepOptions;
 static const AlgoOption server_step_keys[] = {
-    { ALGO_NUMBER(ServerStepOptions, eta_g), .def.f = 1.0, .lo = 0.0, .hi = 1000.0, .lo_open = 1,
+    { ALGO_NUMBER(ServerStepOptions, eta_g), .def.f = 1.0, .lo = 0.0, .hi = 1000.0, .lo_open = 1, .was = "eta_s",
       .help = "global (server) step size eta_g > 0 along the method's server direction; default 1" },
 };
 const AlgoOptionPart algo_server_step_options = ALGO_OPTION_PART("server step", ServerStepOptions, server_step_keys);

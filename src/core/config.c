@@ -502,6 +502,10 @@ static int config_check_schema(const FhConfigKey *schema, int n)
             FH_CHECK(config_parse_value(key, text, "config schema: default of ", &scratch));
         }
     }
+    for (int k = 0; k < n; k++) /* a former name names one key of its section, and no key now */
+        if (schema[k].was && (!config_name_ok(schema[k].was) || config_find(schema, n, schema[k].section, schema[k].was) >= 0))
+            FH_FAIL(FH_ERR_USAGE, "config schema: [%s] %s: former name '%s' must be a name no key of [%s] has",
+                    schema[k].section, schema[k].key, schema[k].was, schema[k].section);
     return FH_OK;
 }
 
@@ -710,6 +714,65 @@ void fh_config_free(FhConfig **cfg)
     fh_free(&c->entries);
     fh_free(&c->source);
     fh_free(cfg);
+}
+
+/* ---- former names ---- */
+
+/* The key of `section` whose former name begins the line at p (followed by '=' or a blank), NULL if none;
+ * *was_len: the former name's length */
+static const FhConfigKey *config_renamed(const FhConfigKey *schema, int n, const char *section, const char *p,
+                                         size_t *was_len)
+{
+    for (int k = 0; k < n; k++) {
+        const FhConfigKey *key = &schema[k];
+        if (!key->was || strcmp(key->section, section)) continue;
+        const size_t len = strlen(key->was);
+        if (!strncmp(p, key->was, len) && (p[len] == '=' || p[len] == ' ' || p[len] == '\t')) {
+            *was_len = len;
+            return key;
+        }
+    }
+    return NULL;
+}
+
+static int config_upgrade_build(const FhConfigKey *schema, int n, const char *text, FhText *o)
+{
+    FH_CHECK(fh_text_append(o, "", 0)); /* a string even for an empty text */
+    char section[64] = "";
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        const char *p = line + strspn(line, " \t");
+        if (*p == '[') {
+            const size_t k = strcspn(p + 1, "]\n");
+            snprintf(section, sizeof section, "%.*s", (int)(k < sizeof section ? k : sizeof section - 1), p + 1);
+        }
+        size_t was_len = 0;
+        const FhConfigKey *key = config_renamed(schema, n, section, p, &was_len);
+        if (key) {
+            const size_t lead = (size_t)(p - line);
+            FH_CHECK(fh_text_append(o, line, lead));
+            FH_CHECK(fh_text_add(o, "%s", key->key));
+            FH_CHECK(fh_text_append(o, p + was_len, len - lead - was_len));
+        } else {
+            FH_CHECK(fh_text_append(o, line, len));
+        }
+        line += len;
+    }
+    return FH_OK;
+}
+
+int fh_config_text_upgrade(const FhConfigKey *schema, int n, const char *text, char **out)
+{
+    *out = NULL;
+    FhText o = {0};
+    const int status = config_upgrade_build(schema, n, text, &o);
+    if (status != FH_OK) {
+        free(o.s);
+        return fh_error_trace(status, __FILE__, __LINE__, "config_upgrade_build(schema, n, text, &o)");
+    }
+    *out = o.s;
+    return FH_OK;
 }
 
 /* ---- access ---- */

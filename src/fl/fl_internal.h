@@ -59,8 +59,8 @@ static inline AlgoOptions fl_plugin_options(const FlSettings *s) { return algo_o
 /* Loads a run config: [algo] method first, then the method's own keys (others' keys are an error). saved: the
  * config fedhet wrote into a run folder, whose renamed keys are read under their new names. */
 int fl_config_load(FhConfig **out, const char *path, int saved, char *const *overrides, int n_overrides);
-/* A config text fedhet saved (config.ini, a checkpoint's /meta config) with keys renamed since under their new
- * names, into *out (free() it). */
+/* A config text fedhet saved (config.ini, a checkpoint's /meta config) with keys renamed since (a key's .was) under
+ * their new names, into *out (free() it). */
 int fl_config_text_upgrade(const char *text, char **out);
 /* the base keys with [algo] method and `m`'s keys (kept for the process's lifetime) */
 const FhConfigKey *fl_config_schema_for(const AlgoMethod *m, const AlgoMethod *plugin, int *n);
