@@ -58,7 +58,8 @@ typedef struct {
     int lo_open, hi_open;     /* 1: that end is excluded, (lo, hi] */
     const char *choices;      /* CHOICE: "|"-separated, e.g. "sgd|adam|adamw" */
     const char *help;         /* one line */
-    const char *was;          /* a former name: an unknown key of that name gets "did you mean" this key */
+    const char *was;          /* a former name: a config given by a user with it gets "did you mean" this key; a saved
+                               * one is read as if it named this key (fh_config_text_upgrade) */
     FhConfigLand land;        /* FH_LAND_NONE: read with the getters only */
     size_t at;                /* offset of the field in the struct fh_config_land fills */
 } FhConfigKey;
@@ -88,6 +89,11 @@ int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const 
 int fh_config_load_text(FhConfig **out, const FhConfigKey *schema, int n, const char *text,
                         const char *source_name, char *const *overrides, int n_overrides);
 void fh_config_free(FhConfig **cfg);
+
+/* The text of a config saved by an earlier version as this version names its keys: a line that gives a key by its
+ * former name (.was) in that key's section gives it by its name, the rest of the line as it was; every other line
+ * as it was. A config a user writes is not upgraded: its former names get "did you mean". free() *out. */
+int fh_config_text_upgrade(const FhConfigKey *schema, int n, const char *text, char **out);
 
 /* Typed getters. The key must be in the schema with that type (fh_config_string: STRING or CHOICE);
  * anything else is a programming error and aborts with a message. */

@@ -148,6 +148,12 @@ int algo_fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double
  * value in view o. */
 extern const AlgoOptionPart algo_server_step_options;
 double algo_server_step(AlgoOptions o);
+/* w^{t+1} = w^t + eta_g (avg - w^t), written as avg + (eta_g - 1)(avg - w^t): algebraically the same, and eta_g = 1
+ * gives the average bit for bit (the neutral setting of every method that takes the step). */
+static inline float algo_server_step_to(double avg, double current, double eta_g)
+{
+    return (float)(avg + (eta_g - 1.0) * (avg - current));
+}
 int upload_train_loss(AlgoClientCtx *c);              /* fair.c: upload scalar 0 = L_k */
 /* fair.c: FedLW's p_k ~ 1/(L_k + 1e-8), times n_k when times_samples (upload scalar 0 = L_k) */
 void algo_fedlw_weights(const AlgoUpload *u, int m, double *p, int times_samples);

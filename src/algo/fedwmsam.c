@@ -208,9 +208,9 @@ static int wmsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
     const double scale = K > 0.0 ? s->setup->lr_decay / (K * s->lr) : 0.0;
     const double eta = algo_server_step(s->options);
     for (int64_t j = 0; j < P; j++) {
-        const double avg = global[j], d = avg - (double)x[j];
-        mom[j] = (float)(-d * scale);
-        global[j] = (float)(avg + (eta - 1.0) * d); /* as SCAFFOLD: eta_g = 1 keeps the average bit for bit */
+        const double avg = global[j];
+        mom[j] = (float)(-(avg - (double)x[j]) * scale);
+        global[j] = algo_server_step_to(avg, x[j], eta);
     }
     return FH_OK;
 }

@@ -6,7 +6,7 @@
  *
  * Server steps of the form w^{t+1} = w^t - eta (w^t - avg) are written as avg + (1 - eta)(w^t - avg) + ...,
  * algebraically the same, so that the neutral settings (FedAvgM beta = 0, SCAFFOLD/FedCM eta_g = 1, FedNova
- * with equal step counts) give the plain average bit for bit.
+ * with equal step counts) give the plain average bit for bit; the plain step is algo_server_step_to.
  *
  * algo_scaffold_correct, feddyn_end, feddyn_update, algo_fedcm_blend and algo_fedcm_update are shared with the
  * SAM family (algo_internal.h; FedGAMMA, FedWMSAM, FedSpeed/FedSMOO, MoFedSAM), which passes its own settings. */
@@ -45,7 +45,7 @@ typedef struct {
     double eta_g;
 } ServerStepOptions;
 static const AlgoOption server_step_keys[] = {
-    { ALGO_NUMBER(ServerStepOptions, eta_g), .def.f = 1.0, .lo = 0.0, .hi = 1000.0, .lo_open = 1,
+    { ALGO_NUMBER(ServerStepOptions, eta_g), .def.f = 1.0, .lo = 0.0, .hi = 1000.0, .lo_open = 1, .was = "eta_s",
       .help = "global (server) step size eta_g > 0 along the method's server direction; default 1" },
 };
 const AlgoOptionPart algo_server_step_options = ALGO_OPTION_PART("server step", ServerStepOptions, server_step_keys);
@@ -277,10 +277,7 @@ static int scaffold_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const d
     const ScaffoldOptions *o = scaffold_of(s->options);
     const double eta = algo_server_step(s->options);
     const int64_t P = s->n_params;
-    for (int64_t j = 0; j < P; j++) {
-        const double avg = global[j];
-        global[j] = (float)(avg + (eta - 1.0) * (avg - (double)s->current[j]));
-    }
+    for (int64_t j = 0; j < P; j++) global[j] = algo_server_step_to(global[j], s->current[j], eta);
     double acc[ALGO_BLOCK];
     for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
         const int64_t n = algo_block_len(lo, P);
@@ -477,9 +474,9 @@ int algo_fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double
     const double scale = k_loc > 0.0 ? 1.0 / (k_loc * s->lr) : 0.0;
     float *D = s->server_vecs;
     for (int64_t j = 0; j < s->n_params; j++) {
-        const double avg = global[j], g = (double)s->current[j] - avg;
-        D[j] = (float)(g * scale);
-        global[j] = (float)(avg + (1.0 - eta) * g);
+        const double avg = global[j];
+        D[j] = (float)(((double)s->current[j] - avg) * scale);
+        global[j] = algo_server_step_to(avg, s->current[j], eta);
     }
     return FH_OK;
 }

@@ -7,6 +7,7 @@
  * Values are kept as text as given and parsed once, after the file and the overrides, so a bad value in
  * the file that an override replaces is no error. */
 #include "fedhet/config.h"
+#include "fedhet/buf.h"
 #include "fedhet/core.h"
 
 #include <ctype.h>
@@ -14,7 +15,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,52 +62,6 @@ static int config_strndup(char **out, const char *s, size_t n, const char *what)
 {
     FH_CHECK(fh_calloc(out, n + 1, 1, what));
     memcpy(*out, s, n);
-    return FH_OK;
-}
-
-/* ---- growable text ---- */
-
-typedef struct {
-    char *s;
-    size_t len, cap;
-} Buf;
-
-static int buf_add(Buf *b, const char *fmt, ...) FH_PRINTF(2, 3);
-static int buf_add(Buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) FH_FAIL(FH_ERR_IO, "formatting config text failed");
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + (size_t)n + 1) cap *= 2;
-        char *s = realloc(b->s, cap);
-        if (!s) FH_FAIL(FH_ERR_MEMORY, "out of memory building config text (%zu bytes)", cap);
-        b->s = s;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-    return FH_OK;
-}
-
-static int buf_append(Buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *t = realloc(b->s, cap);
-        if (!t) FH_FAIL(FH_ERR_MEMORY, "out of memory reading config text (%zu bytes)", cap);
-        b->s = t;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
     return FH_OK;
 }
 
@@ -571,6 +525,10 @@ static int config_check_schema(const FhConfigKey *schema, int n)
             FH_CHECK(config_parse_value(key, text, "config schema: default of ", &scratch));
         }
     }
+    for (int k = 0; k < n; k++) /* a former name names one key of its section, and no key now */
+        if (schema[k].was && (!config_name_ok(schema[k].was) || config_find(schema, n, schema[k].section, schema[k].was) >= 0))
+            FH_FAIL(FH_ERR_USAGE, "config schema: [%s] %s: former name '%s' must be a name no key of [%s] has",
+                    schema[k].section, schema[k].key, schema[k].was, schema[k].section);
     return FH_OK;
 }
 
@@ -745,19 +703,19 @@ int fh_config_load_file(FhConfig **out, const FhConfigKey *schema, int n, const 
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) FH_FAIL(FH_ERR_DATA, "%s: cannot open config: %s", path, strerror(errno));
-    Buf b = {0};
+    FhText b = {0};
     char chunk[8192];
     size_t got;
     int status = FH_OK;
     while (status == FH_OK && (got = fread(chunk, 1, sizeof chunk, f)) > 0)
-        status = buf_append(&b, chunk, got);
+        status = fh_text_append(&b, chunk, got);
     int read_errno = errno;
     if (status == FH_OK && ferror(f)) {
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: cannot read config: %s", path,
                                 strerror(read_errno));
     }
     fclose(f);
-    if (status == FH_OK) status = buf_append(&b, "", 0); /* an empty file still gets a string */
+    if (status == FH_OK) status = fh_text_append(&b, "", 0); /* an empty file still gets a string */
     if (status == FH_OK && b.len != strlen(b.s)) {
         int line = 1;
         for (const char *p = b.s; *p; p++) line += *p == '\n';
@@ -779,6 +737,65 @@ void fh_config_free(FhConfig **cfg)
     fh_free(&c->entries);
     fh_free(&c->source);
     fh_free(cfg);
+}
+
+/* ---- former names ---- */
+
+/* The key of `section` whose former name begins the line at p (followed by '=' or a blank), NULL if none;
+ * *was_len: the former name's length */
+static const FhConfigKey *config_renamed(const FhConfigKey *schema, int n, const char *section, const char *p,
+                                         size_t *was_len)
+{
+    for (int k = 0; k < n; k++) {
+        const FhConfigKey *key = &schema[k];
+        if (!key->was || strcmp(key->section, section)) continue;
+        const size_t len = strlen(key->was);
+        if (!strncmp(p, key->was, len) && (p[len] == '=' || p[len] == ' ' || p[len] == '\t')) {
+            *was_len = len;
+            return key;
+        }
+    }
+    return NULL;
+}
+
+static int config_upgrade_build(const FhConfigKey *schema, int n, const char *text, FhText *o)
+{
+    FH_CHECK(fh_text_append(o, "", 0)); /* a string even for an empty text */
+    char section[64] = "";
+    for (const char *line = text; *line;) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) + 1 : strlen(line);
+        const char *p = line + strspn(line, " \t");
+        if (*p == '[') {
+            const size_t k = strcspn(p + 1, "]\n");
+            snprintf(section, sizeof section, "%.*s", (int)(k < sizeof section ? k : sizeof section - 1), p + 1);
+        }
+        size_t was_len = 0;
+        const FhConfigKey *key = config_renamed(schema, n, section, p, &was_len);
+        if (key) {
+            const size_t lead = (size_t)(p - line);
+            FH_CHECK(fh_text_append(o, line, lead));
+            FH_CHECK(fh_text_add(o, "%s", key->key));
+            FH_CHECK(fh_text_append(o, p + was_len, len - lead - was_len));
+        } else {
+            FH_CHECK(fh_text_append(o, line, len));
+        }
+        line += len;
+    }
+    return FH_OK;
+}
+
+int fh_config_text_upgrade(const FhConfigKey *schema, int n, const char *text, char **out)
+{
+    *out = NULL;
+    FhText o = {0};
+    const int status = config_upgrade_build(schema, n, text, &o);
+    if (status != FH_OK) {
+        free(o.s);
+        return fh_error_trace(status, __FILE__, __LINE__, "config_upgrade_build(schema, n, text, &o)");
+    }
+    *out = o.s;
+    return FH_OK;
 }
 
 /* ---- access ---- */
@@ -869,33 +886,33 @@ const char *fh_config_text(const FhConfig *c, const char *section, const char *k
 
 /* ---- text, diff, help, hash ---- */
 
-static int buf_add_value(Buf *b, const char *v)
+static int buf_add_value(FhText *b, const char *v)
 {
-    return config_needs_quotes(v) ? buf_add(b, "\"%s\"", v) : buf_add(b, "%s", v);
+    return config_needs_quotes(v) ? fh_text_add(b, "\"%s\"", v) : fh_text_add(b, "%s", v);
 }
 
-static int config_text_build(const FhConfig *c, Buf *b)
+static int config_text_build(const FhConfig *c, FhText *b)
 {
     int first = 1;
     for (int k = 0; k < c->n; k++) {
         if (!config_section_first(c->schema, k)) continue;
         const char *sec = c->schema[k].section;
-        FH_CHECK(buf_add(b, "%s[%s]\n", first ? "" : "\n", sec));
+        FH_CHECK(fh_text_add(b, "%s[%s]\n", first ? "" : "\n", sec));
         first = 0;
         for (int j = k; j < c->n; j++) {
             if (strcmp(c->schema[j].section, sec) != 0) continue;
-            FH_CHECK(buf_add(b, "%s = ", c->schema[j].key));
+            FH_CHECK(fh_text_add(b, "%s = ", c->schema[j].key));
             FH_CHECK(buf_add_value(b, config_text_of(c, j)));
-            FH_CHECK(buf_add(b, "%s\n", c->entries[j].equals_default ? " ; default" : ""));
+            FH_CHECK(fh_text_add(b, "%s\n", c->entries[j].equals_default ? " ; default" : ""));
         }
     }
-    return buf_add(b, "%s", ""); /* a string even for an empty schema */
+    return fh_text_add(b, "%s", ""); /* a string even for an empty schema */
 }
 
 int fh_config_to_text(const FhConfig *c, char **text)
 {
     *text = NULL;
-    Buf b = {0};
+    FhText b = {0};
     int status = config_text_build(c, &b);
     if (status != FH_OK) {
         free(b.s);
@@ -914,16 +931,16 @@ static int config_ignored(const FhConfigKey *k, const char *const *ignore)
     return 0;
 }
 
-static int config_diff_build(const FhConfig *a, const FhConfig *b, const char *const *ignore, Buf *out)
+static int config_diff_build(const FhConfig *a, const FhConfig *b, const char *const *ignore, FhText *out)
 {
     for (int k = 0; k < a->n; k++) {
         const FhConfigKey *key = &a->schema[k];
         const char *ta = config_text_of(a, k), *tb = config_text_of(b, k);
         if (config_ignored(key, ignore) || config_values_equal(key->type, &a->entries[k], ta, &b->entries[k], tb))
             continue;
-        FH_CHECK(buf_add(out, "%s%s.%s: ", out->len ? "; " : "", key->section, key->key));
+        FH_CHECK(fh_text_add(out, "%s%s.%s: ", out->len ? "; " : "", key->section, key->key));
         FH_CHECK(buf_add_value(out, ta));
-        FH_CHECK(buf_add(out, " -> "));
+        FH_CHECK(fh_text_add(out, " -> "));
         FH_CHECK(buf_add_value(out, tb));
     }
     return FH_OK;
@@ -934,7 +951,7 @@ int fh_config_diff(const FhConfig *a, const FhConfig *b, const char *const *igno
     *diff = NULL;
     if (a->schema != b->schema || a->n != b->n)
         FH_FAIL(FH_ERR_USAGE, "config diff: %s and %s were loaded with different schemas", a->source, b->source);
-    Buf out = {0};
+    FhText out = {0};
     int status = config_diff_build(a, b, ignore, &out);
     if (status != FH_OK) {
         free(out.s);

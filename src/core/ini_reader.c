@@ -9,6 +9,7 @@
  * previous key) and keeping long values whole (its line buffer is 200 bytes). So libinih sees "name=" and
  * blank lines and finds the syntax errors; the line being handled waits in the Reader. */
 #define _POSIX_C_SOURCE 200809L
+#include "fedhet/buf.h"
 #include "fedhet/config.h"
 #include "fedhet/core.h"
 
@@ -217,13 +218,7 @@ static int ini_keep(void *user, const FhIniLine *l)
 {
     FhIni *ini = user;
     if (!l->key) return FH_OK;
-    if (ini->n == ini->cap) {
-        int cap = ini->cap ? 2 * ini->cap : 32;
-        FhIniEntry *grown = realloc(ini->entries, (size_t)cap * sizeof *grown);
-        if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory reading INI text");
-        ini->entries = grown;
-        ini->cap = cap;
-    }
+    FH_CHECK(fh_grow(&ini->entries, &ini->cap, ini->n + 1, sizeof *ini->entries, "the INI text's entries"));
     FhIniEntry *e = &ini->entries[ini->n++];
     e->section = dup_text(l->section);
     e->key = dup_text(l->key);

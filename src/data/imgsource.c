@@ -3,6 +3,7 @@
  * and NumPy .npy pairs or .npz archives. Opening one reads its metadata only (paths, labels, groups,
  * splits); images are decoded one at a time through the sets' fetch, in whatever order the writer asks. */
 #include "imgsrc_internal.h"
+#include "fedhet/buf.h"
 #include "fedhet/core.h"
 #include "fedhet/rng.h"
 
@@ -126,12 +127,7 @@ static int list_dir(const char *dir, int want_dirs, char ***names, int *n)
             break;
         }
         if (!found || (want_dirs ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))) continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 64;
-            char **grown = realloc(*names, (size_t)cap * sizeof *grown);
-            if (!grown) status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory listing %s", dir);
-            else *names = grown;
-        }
+        status = fh_grow(names, &cap, *n + 1, sizeof **names, "a folder's entries");
         if (status == FH_OK && !((*names)[*n] = strdup(e->d_name)))
             status = fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory listing %s", dir);
         else if (status == FH_OK) (*n)++;
@@ -194,13 +190,7 @@ static int names_add(Names *t, const char *name, int *index)
 {
     *index = names_find(t, name);
     if (*index >= 0) return FH_OK;
-    if (t->n == t->cap) {
-        const int cap = t->cap ? 2 * t->cap : 32;
-        char **grown = realloc(t->v, (size_t)cap * sizeof *grown);
-        if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory for the name '%s'", name);
-        t->v = grown;
-        t->cap = cap;
-    }
+    FH_CHECK(fh_grow(&t->v, &t->cap, t->n + 1, sizeof *t->v, "the names"));
     if (!t->slot || 2u * (uint32_t)(t->n + 1) > t->mask) FH_CHECK(names_reindex(t));
     if (!(t->v[t->n] = strdup(name))) FH_FAIL(FH_ERR_MEMORY, "out of memory for the name '%s'", name);
     *index = t->n++;

@@ -61,8 +61,8 @@ static inline AlgoOptions fl_plugin_options(const FlSettings *s) { return algo_o
 int fl_config_load(FhConfig **out, const char *path, int saved, char *const *overrides, int n_overrides);
 /* The same from the text of a saved config (config.ini, a checkpoint's /meta config); source names it in messages */
 int fl_config_load_saved(FhConfig **out, const char *text, const char *source, char *const *overrides, int n_overrides);
-/* A config text fedhet saved (config.ini, a checkpoint's /meta config) with keys renamed since under their new
- * names, into *out (free() it). */
+/* A config text fedhet saved (config.ini, a checkpoint's /meta config) with keys renamed since (a key's .was) under
+ * their new names, into *out (free() it). */
 int fl_config_text_upgrade(const char *text, char **out);
 
 /* ---- protocol (src/fl/comm.c) ---- */

@@ -11,10 +11,10 @@
 #include "fl_internal.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fedhet/buf.h"
 #include "fedhet/core.h"
 #include "fedhet/h5io.h"
 
@@ -35,37 +35,13 @@ static int layer_views(const NnModel *m, int li, const NnParamView **out)
     return n;
 }
 
-typedef struct {
-    char *text;
-    size_t len, cap;
-} TextBuf;
-
-static void text_add(TextBuf *b, const char *fmt, ...) FH_PRINTF(2, 3);
-static void text_add(TextBuf *b, const char *fmt, ...)
+/* The texts of messages below ignore fh_text_add's status: memory running out only shortens them, and the error they
+ * are part of is raised after them. */
+static void text_dims(FhText *b, int ndim, const hsize_t *dims)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = (b->len + (size_t)n + 1) * 2;
-        char *t = realloc(b->text, cap);
-        if (!t) return; /* the message is only shorter */
-        b->text = t;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->text + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-static void text_dims(TextBuf *b, int ndim, const hsize_t *dims)
-{
-    text_add(b, "[");
-    for (int i = 0; i < ndim; i++) text_add(b, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
-    text_add(b, "]");
+    fh_text_add(b, "[");
+    for (int i = 0; i < ndim; i++) fh_text_add(b, "%s%llu", i ? ", " : "", (unsigned long long)dims[i]);
+    fh_text_add(b, "]");
 }
 
 static void view_dims(const NnParamView *pv, hsize_t *dims)
@@ -93,13 +69,12 @@ static int each_tensor(const NnModel *m, int (*fn)(void *env, const char *name, 
 
 static int add_name(void *env, const char *name, const NnParamView *pv)
 {
-    TextBuf *names = env;
-    text_add(names, "%s%s", names->len ? "," : "", name);
-    return FH_OK;
+    FhText *names = env;
+    return fh_text_add(names, "%s%s", names->len ? "," : "", name);
 }
 
 typedef struct {
-    TextBuf text;
+    FhText text;
     int n;
 } SourceList;
 
@@ -107,16 +82,20 @@ typedef struct {
 static int add_source(void *env, const char *name, const NnParamView *pv)
 {
     SourceList *list = env;
-    text_add(&list->text, "%s%s", list->n++ ? "," : "", pv ? pv->source : "");
-    return FH_OK;
+    return fh_text_add(&list->text, "%s%s", list->n++ ? "," : "", pv ? pv->source : "");
 }
 
 int fl_model_tensor_names(const NnModel *m, char **names_out)
 {
-    TextBuf names = { 0 };
-    each_tensor(m, add_name, &names);
-    if (!names.text) FH_CHECK(fh_calloc(&names.text, 1, 1, "tensor names")); /* a model without tensors */
-    *names_out = names.text;
+    *names_out = NULL;
+    FhText names = { 0 };
+    int status = each_tensor(m, add_name, &names);
+    if (status == FH_OK) status = fh_text_append(&names, "", 0); /* a string for a model without tensors too */
+    if (status != FH_OK) {
+        free(names.s);
+        return fh_error_trace(status, __FILE__, __LINE__, "each_tensor(m, add_name, &names)");
+    }
+    *names_out = names.s;
     return FH_OK;
 }
 
@@ -162,10 +141,9 @@ int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings
     for (int v = 0; v < m->n_views; v++) any_source |= m->views[v].source[0] != 0;
     if (status == FH_OK && any_source) { /* an imported model: its tensors' initializer names, aligned with tensors */
         SourceList sources = { { 0 }, 0 };
-        each_tensor(m, add_source, &sources);
-        status = sources.text.text ? fh_h5_attr_write_string(f, g, "sources", sources.text.text)
-                                   : fh_error_raise(FH_ERR_MEMORY, __FILE__, __LINE__, "out of memory");
-        free(sources.text.text);
+        status = each_tensor(m, add_source, &sources);
+        if (status == FH_OK) status = fh_h5_attr_write_string(f, g, "sources", sources.text.s ? sources.text.s : "");
+        free(sources.text.s);
     }
     H5Gclose(g);
     return status;
@@ -175,7 +153,7 @@ int fl_model_tensors_write(const FhH5File *f, const NnModel *m, const FlSettings
 
 typedef struct {
     const NnModel *m;
-    TextBuf extra;
+    FhText extra;
     int n_extra;
 } ExtraScan;
 
@@ -196,14 +174,14 @@ static herr_t scan_extra(hid_t group, const char *name, const H5L_info_t *info, 
 {
     ExtraScan *x = data;
     if (!is_known_name(x->m, name)) {
-        text_add(&x->extra, "\n  extra      %s", name);
+        fh_text_add(&x->extra, "\n  extra      %s", name);
         x->n_extra++;
     }
     return 0;
 }
 
 /* Reads view pv from the file into dst; a missing, misshapen or non-finite tensor goes to `problems`. */
-static int read_view(const FhH5File *f, const NnParamView *pv, float *dst, TextBuf *problems, int *n_problems)
+static int read_view(const FhH5File *f, const NnParamView *pv, float *dst, FhText *problems, int *n_problems)
 {
     char path[128];
     snprintf(path, sizeof path, "/model/%s", pv->name);
@@ -212,7 +190,7 @@ static int read_view(const FhH5File *f, const NnParamView *pv, float *dst, TextB
     int exists = 0;
     FH_CHECK(fh_h5_exists(f, path, &exists));
     if (!exists) {
-        text_add(problems, "\n  missing    %s ", pv->name);
+        fh_text_add(problems, "\n  missing    %s ", pv->name);
         text_dims(problems, pv->ndim, want);
         ++*n_problems;
         return FH_OK;
@@ -230,11 +208,11 @@ static int read_view(const FhH5File *f, const NnParamView *pv, float *dst, TextB
     int same = is_float && ndim == pv->ndim;
     for (int i = 0; same && i < ndim; i++) same = have[i] == want[i];
     if (!same) {
-        text_add(problems, "\n  misshapen  %s: ", pv->name);
-        if (!is_float) text_add(problems, "not floating point");
-        else if (ndim < 0 || ndim > 8) text_add(problems, "unreadable shape");
+        fh_text_add(problems, "\n  misshapen  %s: ", pv->name);
+        if (!is_float) fh_text_add(problems, "not floating point");
+        else if (ndim < 0 || ndim > 8) fh_text_add(problems, "unreadable shape");
         else text_dims(problems, ndim, have);
-        text_add(problems, ", the model has ");
+        fh_text_add(problems, ", the model has ");
         text_dims(problems, pv->ndim, want);
         ++*n_problems;
         return FH_OK;
@@ -243,7 +221,7 @@ static int read_view(const FhH5File *f, const NnParamView *pv, float *dst, TextB
     int64_t nonfinite = 0;
     for (int64_t i = 0; i < pv->count; i++) nonfinite += !isfinite(dst[i]);
     if (nonfinite) {
-        text_add(problems, "\n  nonfinite  %s: %lld of %lld values are NaN or infinite", pv->name, (long long)nonfinite,
+        fh_text_add(problems, "\n  nonfinite  %s: %lld of %lld values are NaN or infinite", pv->name, (long long)nonfinite,
                  (long long)pv->count);
         ++*n_problems;
     }
@@ -257,7 +235,7 @@ static int read_tensors(const FhH5File *f, const NnModel *m, const char *what, f
     if (!exists)
         FH_FAIL(FH_ERR_DATA, "[model] init = %s: no /model group of named tensors (write one with tools/fedhet-torch, or use a "
                 "run.h5 or checkpoint.h5 of fedhet)", f->path);
-    TextBuf problems = { 0 };
+    FhText problems = { 0 };
     int n_problems = 0, status = FH_OK;
     for (int v = 0; v < m->n_views && status == FH_OK; v++)
         status = read_view(f, &m->views[v], state + m->views[v].offset, &problems, &n_problems);
@@ -273,10 +251,10 @@ static int read_tensors(const FhH5File *f, const NnModel *m, const char *what, f
     if (status == FH_OK && n_problems + scan.n_extra > 0)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__,
                                 "[model] init = %s: /model does not fit %s (%d missing, misshapen or non-finite, %d extra tensors):%s%s", f->path,
-                                what, n_problems, scan.n_extra, problems.text ? problems.text : "",
-                                scan.extra.text ? scan.extra.text : "");
-    free(problems.text);
-    free(scan.extra.text);
+                                what, n_problems, scan.n_extra, problems.s ? problems.s : "",
+                                scan.extra.s ? scan.extra.s : "");
+    free(problems.s);
+    free(scan.extra.s);
     return status;
 }
 

@@ -274,7 +274,7 @@ const FhConfigKey *fl_config_schema_any(int *n)
                 for (int j = schema_n; j < kn; j++) seen |= !strcmp(k[j].key, key);
                 if (!seen)
                     k[kn++] = (FhConfigKey){ .section = "algo", .key = key, .type = FH_CFG_STRING,
-                                             .help = "method key" };
+                                             .was = algo_option_at(algo_at(i), h)->was, .help = "method key" };
             }
     }
     *n = kn;
@@ -302,56 +302,11 @@ void fl_print_config_help(FILE *out)
     }
 }
 
-/* Keys renamed since configs that run folders and checkpoints still hold: a saved config is read with the new
- * names; a config a user writes gets the loader's "did you mean" for the old one. */
-static const struct {
-    const char *section, *was, *now;
-} renamed_keys[] = { { "algo", "eta_s", "eta_g" } };
-
 int fl_config_text_upgrade(const char *text, char **out)
 {
-    const size_t len = strlen(text);
-    size_t grow = 0; /* a renamed key may be longer */
-    for (size_t r = 0; r < sizeof renamed_keys / sizeof renamed_keys[0]; r++)
-        for (const char *p = text; (p = strstr(p, renamed_keys[r].was)); p++)
-            grow += strlen(renamed_keys[r].now);
-    char *o = NULL;
-    FH_CHECK(fh_calloc(&o, len + grow + 1, 1, "the upgraded config"));
-    char section[64] = "";
-    size_t w = 0;
-    for (const char *line = text; *line;) {
-        const char *end = strchr(line, '\n');
-        const size_t n = end ? (size_t)(end - line) + 1 : strlen(line);
-        const char *p = line + strspn(line, " \t");
-        if (*p == '[') {
-            const size_t k = strcspn(p + 1, "]\n");
-            snprintf(section, sizeof section, "%.*s", (int)(k < sizeof section ? k : sizeof section - 1), p + 1);
-        }
-        const char *now = NULL;
-        size_t was_len = 0;
-        for (size_t r = 0; r < sizeof renamed_keys / sizeof renamed_keys[0] && !now; r++) {
-            was_len = strlen(renamed_keys[r].was);
-            if (!strcmp(section, renamed_keys[r].section) && !strncmp(p, renamed_keys[r].was, was_len) &&
-                (p[was_len] == '=' || p[was_len] == ' ' || p[was_len] == '\t'))
-                now = renamed_keys[r].now;
-        }
-        if (now) {
-            const size_t lead = (size_t)(p - line);
-            memcpy(o + w, line, lead);
-            w += lead;
-            memcpy(o + w, now, strlen(now));
-            w += strlen(now);
-            memcpy(o + w, p + was_len, n - lead - was_len);
-            w += n - lead - was_len;
-        } else {
-            memcpy(o + w, line, n);
-            w += n;
-        }
-        line += n;
-    }
-    o[w] = '\0';
-    *out = o;
-    return FH_OK;
+    int n;
+    const FhConfigKey *any = fl_config_schema_any(&n);
+    return fh_config_text_upgrade(any, n, text, out);
 }
 
 /* the config at path (a saved one upgraded) against schema */

@@ -1,10 +1,11 @@
-/* The model graph's building blocks, shared by model.c (the graph, its memory plan, the NCHW layers) and
- * layers_nd.c (the layers on tensors of any rank). Private to src/nn. */
+/* The model graph's building blocks, shared by model.c (the graph, the NCHW layers), model_plan.c (finalising: its
+ * memory plan and layouts) and layers_nd.c (the layers on tensors of any rank). Private to src/nn. */
 #ifndef FEDHET_NN_MODEL_INTERNAL_H
 #define FEDHET_NN_MODEL_INTERNAL_H
 
 #include "fedhet/core.h"
 #include "fedhet/nn.h"
+#include "kernels.h"
 
 /* a build error (sticky in m->status), naming the model; returns -1 */
 int nn_build_fail(NnModel *m, const char *fmt, ...) FH_PRINTF(2, 3);
@@ -32,6 +33,15 @@ void nn_dims_at(const NnDims *d, int batch, int64_t *n);
 int64_t nn_dims_size(const NnDims *d);
 /* the dims of a batch-first tensor of per-sample shape s and rank 2 to 4 */
 NnDims nn_dims_nchw(NnShape s, int rank);
+
+/* a conv layer's shape for `batch` samples */
+NnConvShape nn_layer_conv_shape(const NnModel *m, const NnLayer *l, int batch);
+/* a pool the general kernel computes (the square kernels compute the others) */
+int nn_pool_general(const NnModel *m, const NnLayer *l);
+/* ADD, MUL: operand in2 broadcast over in's H x W */
+int nn_layer_broadcasts(const NnModel *m, const NnLayer *l);
+/* a standalone activation beyond ReLU / ReLU6, computed from the layer's input */
+int nn_layer_own_act(const NnLayer *l);
 
 static inline float *nn_param_at(const NnModel *m, int64_t off) { return off >= 0 ? m->state + off : NULL; }
 static inline float *nn_pgrad_at(const NnModel *m, int64_t off) { return off >= 0 ? m->grad + off : NULL; }

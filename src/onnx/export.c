@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fedhet/buf.h"
 #include "fedhet/core.h"
 #include "fedhet/onnx.h"
 #include "onnx.pb-c.h"
@@ -28,15 +29,9 @@ typedef struct {
 static void *ex_alloc(Ex *e, size_t bytes)
 {
     if (e->oom) return NULL;
-    if (e->n_own == e->cap_own) {
-        int cap = e->cap_own ? 2 * e->cap_own : 256;
-        void **grown = realloc(e->own, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            e->oom = 1;
-            return NULL;
-        }
-        e->own = grown;
-        e->cap_own = cap;
+    if (fh_grow(&e->own, &e->cap_own, e->n_own + 1, sizeof *e->own, "the ONNX message") != FH_OK) {
+        e->oom = 1;
+        return NULL;
     }
     void *p = calloc(1, bytes ? bytes : 1);
     if (!p) e->oom = 1;
@@ -54,15 +49,9 @@ static char *ex_str(Ex *e, const char *s)
 static int push(Ex *e, void ***arr, int *n, int *cap, void *item)
 {
     if (!item) return 0;
-    if (*n == *cap) {
-        int c = *cap ? 2 * *cap : 64;
-        void **grown = realloc(*arr, (size_t)c * sizeof *grown);
-        if (!grown) {
-            e->oom = 1;
-            return 0;
-        }
-        *arr = grown;
-        *cap = c;
+    if (fh_grow(arr, cap, *n + 1, sizeof **arr, "the ONNX message") != FH_OK) {
+        e->oom = 1;
+        return 0;
     }
     (*arr)[(*n)++] = item;
     return 1;

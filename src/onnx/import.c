@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fedhet/buf.h"
 #include "import_internal.h"
 
 static const char *supported[] = {
@@ -40,13 +41,8 @@ int onnx_is_path(const char *name)
 
 void *imp_alloc(Bld *b, size_t bytes)
 {
-    if (b->n_arena == b->cap_arena) {
-        int cap = b->cap_arena ? 2 * b->cap_arena : 64;
-        void **grown = realloc(b->arena, (size_t)cap * sizeof *grown);
-        if (!grown) return NULL;
-        b->arena = grown;
-        b->cap_arena = cap;
-    }
+    if (fh_grow(&b->arena, &b->cap_arena, b->n_arena + 1, sizeof *b->arena, "the import's allocations") != FH_OK)
+        return NULL;
     void *p = calloc(1, bytes ? bytes : 1);
     if (p) b->arena[b->n_arena++] = p;
     return p;
@@ -286,13 +282,7 @@ Val *imp_find(Bld *b, const char *name)
 /* every value is an allocation of its own, so that pointers to values stay valid while others are added */
 Val *imp_put(Bld *b, const char *name, int kind)
 {
-    if (b->n_vals == b->cap_vals) {
-        int cap = b->cap_vals ? 2 * b->cap_vals : 256;
-        Val **grown = realloc(b->vals, (size_t)cap * sizeof *grown);
-        if (!grown) return NULL;
-        b->vals = grown;
-        b->cap_vals = cap;
-    }
+    if (fh_grow(&b->vals, &b->cap_vals, b->n_vals + 1, sizeof *b->vals, "the import's values") != FH_OK) return NULL;
     Val *v = imp_alloc(b, sizeof *v);
     if (!v) return NULL;
     b->vals[b->n_vals++] = v;
@@ -456,13 +446,7 @@ int imp_record_weight(Bld *b, int layer, int role, const Const *c, int transpose
         }
         *u = (InitUse){ layer, role, transpose_rows, scale, -1 };
     }
-    if (net->n_weights == net->cap_weights) {
-        int cap = net->cap_weights ? 2 * net->cap_weights : 64;
-        OnnxWeight *grown = realloc(net->weights, (size_t)cap * sizeof *grown);
-        if (!grown) FH_FAIL(FH_ERR_MEMORY, "out of memory");
-        net->weights = grown;
-        net->cap_weights = cap;
-    }
+    FH_CHECK(fh_grow(&net->weights, &net->cap_weights, net->n_weights + 1, sizeof *net->weights, "the ONNX weights"));
     /* constants made at import live as long as the build; the map keeps the initializers' own floats, or a copy */
     const float *src = c->f;
     if (c->init < 0) {

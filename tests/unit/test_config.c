@@ -528,10 +528,32 @@ static void test_schema_errors(void)
     CHECK(strstr(fh_error_message(), "config schema: [a] k: its field") != NULL);
     const FhConfigKey text[] = {{.section = "a", .key = "k", .type = FH_CFG_STRING, FH_CONFIG_AT(Target, number)}};
     CHECK(fh_config_load_text(&c, text, 1, "", NULL, NULL, 0) == FH_ERR_USAGE);
+    /* a former name that a key of its section has now would read two ways */
+    const FhConfigKey was_taken[] = {{.section = "a", .key = "k", .type = FH_CFG_INT, .was = "j"},
+                                     {.section = "a", .key = "j", .type = FH_CFG_INT}};
+    CHECK(fh_config_load_text(&c, was_taken, 2, "", NULL, NULL, 0) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "config schema: [a] k: former name 'j'") != NULL);
     CHECK(c == NULL);
 }
 
-/* typed defaults shown as the shortest decimal that reads back; open range ends; values landing in a struct */
+/* a former name (.was): a saved text reads it as the key's name, in the key's section only; a user's text is told
+ * the new name */
+static void test_former_names(void)
+{
+    const FhConfigKey schema[] = {{.section = "a", .key = "new_name", .type = FH_CFG_INT, .was = "old"},
+                                  {.section = "b", .key = "old", .type = FH_CFG_INT}};
+    char *text = NULL;
+    CHECK_OK(fh_config_text_upgrade(schema, 2, "[b]\nold = 1\n[a]\n  old = 2 ; x\nold_x = 3\nold=4", &text));
+    CHECK(text && !strcmp(text, "[b]\nold = 1\n[a]\n  new_name = 2 ; x\nold_x = 3\nnew_name=4"));
+    free(text);
+    CHECK_OK(fh_config_text_upgrade(schema, 2, "", &text));
+    CHECK(text && !strcmp(text, ""));
+    free(text);
+    FhConfig *c = NULL;
+    CHECK(fh_config_load_text(&c, schema, 2, "[a]\nold = 2\n", "cfg.ini", NULL, 0) == FH_ERR_USAGE);
+    CHECK(strstr(fh_error_message(), "unknown key 'old' in [a]; did you mean 'new_name'?") != NULL);
+}
+
 /* A key retyped from a float to an int, or from the choice false|true to a bool, keeps its hash (run identity) and
  * reads the configs written before; a bool lands as 0/1 in an int; an int's range is shown in digits. */
 static void test_retyped_keys(void)
@@ -574,6 +596,7 @@ static void test_retyped_keys(void)
     free(help);
 }
 
+/* typed defaults shown as the shortest decimal that reads back; open range ends; values landing in a struct */
 static void test_typed_schema(void)
 {
     typedef struct {
@@ -711,6 +734,7 @@ int main(int argc, char **argv)
     RUN(test_help);
     RUN(test_schema_errors);
     RUN(test_retyped_keys);
+    RUN(test_former_names);
     RUN(test_typed_schema);
     RUN(test_error_chain);
     RUN(test_ini_reader);
