@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The signature set: a fingerprint of what every method computes, to show a refactoring changed no result.
 # Runs each method of `fedhet methods` at its defaults, once more for every other value of each of its choice and
-# true/false keys (`one of a|b|c`, `one of true|false` in `fedhet methods NAME`), the FLOOD plug-in on four hosts, the lr schedule under the methods
+# true/false keys (`fedhet keys algo`), the FLOOD plug-in on four hosts, the lr schedule under the methods
 # that read it, the oneDNN conv path, and the sharpness and Hessian probes: 2 rounds of a tiny MLP (or CNN) on 6 Dirichlet clients of a synthetic
 # set, 2 ranks. Prints one line per run: its name, then sha256 of the final global model and of metrics.csv and
 # clients.csv without their timing columns. Compare two builds with diff.
@@ -80,17 +80,25 @@ sig()
 }
 
 [ -z "${1:-}" ] || exec >"$1"
-methods=$("$FEDHET" methods | awk 'NR > 1 && NF > 1 && $1 ~ /^[a-z_0-9+-]+$/ { print $1 }')
+# the methods and each one's choice and true/false keys, from `fedhet keys` (columns: see fedhet keys --help)
+methods=$("$FEDHET" keys methods | awk -F'\t' 'NR > 1 { print $1 }')
+keys_of=$("$FEDHET" keys methods | awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "keys") k = i; next }
+    { print $1 "\t" $k }')
+choice_keys=$("$FEDHET" keys algo | awk -F'\t' 'NR > 1 && ($4 == "choice" || $4 == "bool") { print $3 "\t" $5 "\t" $6 "\t" $8 }')
 {
     for m in $methods; do
         sig "$m" algo.method="$m"
-        # every other value of each choice or true/false key: "  KEY   default D, one of a|b|c"
-        "$FEDHET" methods "$m" | sed -n 's/^  \([a-z_0-9]*\) *default \([^,]*\), one of \(.*\)$/\1 \2 \3/p' |
-            while read -r key def choices; do
-                for v in ${choices//|/ }; do
-                    [ "$v" = "$def" ] || sig "$m.$key=$v" algo.method="$m" "algo.$key=$v"
-                done
+        # every other value of each choice or true/false key of the method, in the method's key order; a key's row is
+        # the one naming the method, else the one for every method
+        for key in $(awk -F'\t' -v m="$m" '$1 == m { print $2 }' <<<"$keys_of"); do
+            row=$(awk -F'\t' -v k="$key" -v m="$m" '$1 == k && (" " $4 " ") ~ (" " m " ") { print; exit }' <<<"$choice_keys")
+            [ -n "$row" ] || row=$(awk -F'\t' -v k="$key" '$1 == k && $4 == "" { print; exit }' <<<"$choice_keys")
+            [ -n "$row" ] || continue
+            IFS=$'\t' read -r _ def choices _ <<<"$row"
+            for v in ${choices//|/ }; do
+                [ "$v" = "$def" ] || sig "$m.$key=$v" algo.method="$m" "algo.$key=$v"
             done
+        done
     done
     for host in fedavg fedprox scaffold fedsam; do sig "$host+flood" algo.method=$host algo.plugin=flood; done
     for m in fedavg fedsam fedwmsam fedismplus; do sig "$m.lr_decay" algo.method=$m train.lr_decay=0.9; done

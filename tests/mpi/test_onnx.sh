@@ -197,7 +197,7 @@ test_transformer_runs()
     # from its run.h5, and its weights into the PyTorch module (tools/fedhet-torch to-torch)
     $PY "$OT" tiny_vit "$WORK/tiny_vit.onnx" >"$WORK/tvit.log" 2>&1 || { fail "cannot export the tiny ViT: $(tail -1 "$WORK/tvit.log")"; return; }
     local vit=model.onnx=$WORK/tiny_vit.onnx m n=0
-    for m in $("$FEDHET" methods 2>/dev/null | awk 'NR > 1 && NF > 1 && $1 ~ /^[a-z_0-9+-]+$/ { print $1 }'); do
+    for m in $("$FEDHET" keys methods 2>/dev/null | awk -F'\t' 'NR > 1 { print $1 }'); do
         n=$((n + 1))
         fh 1 "v_$m" "$WORK/base.ini" "$vit" algo.method=$m fl.rounds=1 fl.checkpoint_every=0 output.name="v_$m"
         expect_rc "$m on the tiny ViT" 0
@@ -374,7 +374,7 @@ test_methods()
 test_every_method()
 {
     local m n=0
-    for m in $("$FEDHET" methods 2>/dev/null | awk 'NR > 1 && NF > 1 && $1 ~ /^[a-z_0-9+-]+$/ { print $1 }'); do
+    for m in $("$FEDHET" keys methods 2>/dev/null | awk -F'\t' 'NR > 1 { print $1 }'); do
         n=$((n + 1))
         fh 1 "e_$m" "$WORK/base.ini" algo.method=$m fl.rounds=1 fl.checkpoint_every=0 output.name="e_$m"
         expect_rc "$m on the imported CNN" 0 || continue
