@@ -63,7 +63,8 @@ def doc_links(text, page_dir):
 def usage(fedhet, command):
     """the prose of `fedhet COMMAND --help` before its list of keys (the first line naming them), as a code block"""
     lines = run(fedhet, command, "--help").split("\n")
-    start = next((i for i, l in enumerate(lines) if re.match(r"^ *(config )?keys\b", l)), len(lines))
+    start = next((i for i, l in enumerate(lines) if re.match(r"^ *((config )?keys\b|\[grid\] settings|options \(default\))", l)),
+                 len(lines))
     examples = [l for l in lines[start:] if l.startswith("example:")]
     return "```\n" + "\n".join(lines[:start]).rstrip() + "\n```\n", examples
 
@@ -83,10 +84,12 @@ def allowed_shown(k):
 
 
 KEY_TABLE = "| key | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n"
+OPTION_TABLE = KEY_TABLE.replace("| key |", "| option |", 1)
 
 
 def key_line(k, page_dir):
-    return "| `%s` | %s | `%s` | %s | %s |\n" % (k["key"], k["type"], default_shown(k), cell(allowed_shown(k)),
+    name = "--" + k["key"] if k["command"] == "report" else k["key"]
+    return "| `%s` | %s | `%s` | %s | %s |\n" % (name, k["type"], default_shown(k), cell(allowed_shown(k)),
                                                 cell(doc_links(k["help"], page_dir)))
 
 
@@ -103,7 +106,8 @@ def sections(keys):
 def configuration(fedhet, keys, methods):
     out = [HEADER, "# Configuration reference\n\n",
            "Every key of a `fedhet run` config (`[section] key`, overridden on the command line as\n",
-           "`section.key=value`), of `fedhet partition` and of `fedhet landscape` (`key=value`), with its type,\n",
+           "`section.key=value`), of `fedhet partition` and of `fedhet landscape` (`key=value`), the `[grid]`\n",
+           "settings of `fedhet grid` and the options of `fedhet report`, with its type,\n",
            "default and allowed values, as `fedhet keys` lists them (`fedhet keys --help`: the same as TSV or JSON\n",
            "for scripts). A method's own keys live in `[algo]` and are listed per method in\n",
            "[methods/methods-table.md](methods/methods-table.md).\n\n",
@@ -121,7 +125,7 @@ def configuration(fedhet, keys, methods):
         if m["keys"]:
             out.append("| [`%s`](methods/methods-table.md#%s) | %s |\n" % (m["method"], anchor(m["method"]),
                                                                           ", ".join(m["keys"])))
-    for command in ("partition", "landscape"):
+    for command in ("partition", "landscape", "grid", "report"):
         out.append("\n## `fedhet %s`\n\n" % command)
         text, examples = usage(fedhet, command)
         out.append(text)
@@ -129,7 +133,7 @@ def configuration(fedhet, keys, methods):
         for i, (section, ks) in enumerate(groups.items()):
             if i:
                 out.append("\n### Keys of `[%s]`\n" % section if section != "source" else "\n### Image source keys\n")
-            out.append("\n" + KEY_TABLE)
+            out.append("\n" + (OPTION_TABLE if command == "report" else KEY_TABLE))
             out.extend(key_line(k, "docs") for k in ks)
         if examples:
             out.append("\n```\n" + "\n".join(examples) + "\n```\n")

@@ -1,4 +1,4 @@
-/* fedhet keys: every config key (of run, partition and landscape, every method's [algo] keys with the methods that
+/* fedhet keys: every config key (of run, partition, landscape, grid and report, every method's [algo] keys with the methods that
  * take them), the commands and the methods as TSV or JSON tables (app.h), read from the schema tables and the
  * registry themselves: what the bash completion, tools/gen-docs.py and tools/gen-man.sh read. */
 #include <stdio.h>
@@ -12,19 +12,22 @@
 #include "fedhet/core.h"
 #include "fedhet/data.h"
 #include "fedhet/fl.h"
+#include "fedhet/grid.h"
 
 static void print_help(void)
 {
     printf("usage: fedhet keys [--format=tsv|json] [TABLE]\n"
            "\n"
            "Tables for scripts, read from the key tables and the method registry (not from help texts).\n"
-           "TABLE: all (default): every config key of every command; run, partition or landscape: that command's\n"
+           "TABLE: all (default): every config key of every command; run, partition, landscape, grid (its [grid]\n"
+           "  settings; its other keys are run's) or report (its options, given as --KEY VALUE): that command's\n"
            "  keys; a section (data, model, train, fl, algo, output, source, ...): the keys of that section;\n"
            "  commands: the subcommands; methods: the methods (as fedhet methods --format); exit-codes: the exit\n"
            "  codes of every command (code, meaning).\n"
            "Columns of a key table:\n"
-           "  command   run, partition or landscape (grid takes run's keys)\n"
-           "  section   [section] in a config file; a partition's or landscape's key is given without it\n"
+           "  command   run, partition, landscape, grid or report\n"
+           "  section   [section] in a config file; a partition's or landscape's key is given without it, a\n"
+           "            report's as --KEY\n"
            "  key       the key's name\n"
            "  type      int, float, bool, string or choice\n"
            "  default   the default as a config would give it (empty when required)\n"
@@ -132,6 +135,10 @@ static int all_key_rows(KeyFilter *f)
     key_rows(f, "partition", keys, n);
     keys = landscape_keys(&n);
     key_rows(f, "landscape", keys, n);
+    keys = grid_setting_keys(&n);
+    key_rows(f, "grid", keys, n);
+    keys = report_option_keys(&n);
+    key_rows(f, "report", keys, n);
     return FH_OK;
 }
 
@@ -140,8 +147,8 @@ static int key_table(const char *what, AppFormat format)
     KeyFilter f = { .what = what, .count_only = 1 };
     FH_CHECK(all_key_rows(&f));
     if (!f.matched)
-        FH_FAIL(FH_ERR_USAGE, "no table '%s': all, commands, methods, exit-codes, run, partition, landscape, or a section with keys "
-                              "such as algo (see fedhet keys --help)", what);
+        FH_FAIL(FH_ERR_USAGE, "no table '%s': all, commands, methods, exit-codes, run, partition, landscape, grid, "
+                              "report, or a section with keys such as algo (see fedhet keys --help)", what);
     f.count_only = 0;
     app_table_begin(&f.table, stdout, format, key_columns, N_KEY_COLUMNS);
     FH_CHECK(all_key_rows(&f));

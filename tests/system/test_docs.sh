@@ -5,7 +5,8 @@
 # `make test`, every relative link of README.md and docs/ resolves (anchors too: tools/check-links.py), every
 # function of src/ keeps the error rule of docs/architecture.md (tools/check-errors.py), and no source,
 # script, page or help text cites the former outside specification ("spec §13", "spec A.4",
-# "spec/algorithms-sam.md", ...) instead of the pages under docs/methods/.
+# "spec/algorithms-sam.md", ...) instead of the pages under docs/methods/, and no file keeps a merge's conflict
+# markers.
 # usage: tests/system/test_docs.sh [NAME]      (last line: "N passed, N failed, N skipped")
 cd "$(dirname "$0")/../.." || exit 1
 PY=/usr/bin/python3
@@ -201,7 +202,19 @@ families_listed()
     grep -q 'no row names fedavg, uniform' "$WORK/families.err" || { echo "not reported: $(cat "$WORK/families.err")"; return 1; }
 }
 
+# lines a merge left unresolved ("<<<<<<< ours", ">>>>>>> theirs") in the sources, tests, tools and pages
+conflict_lines() { grep -rnE '^(<{7}|>{7})( |$)' "$@" 2>/dev/null; }
+no_conflict_markers()
+{
+    local hits
+    hits=$(conflict_lines src include tests tools docs README.md Makefile .ci)
+    [ -z "$hits" ] || { echo "unresolved merge: $(echo "$hits" | head -3)"; return 1; }
+    printf 'text\n<<<<<<< HEAD\nours\n=======\ntheirs\n>>>>>>> branch\n' >"$WORK/merged.md"
+    [ -n "$(conflict_lines "$WORK/merged.md")" ] || { echo "a file with conflict markers passed"; return 1; }
+}
+
 check generated_current
+check no_conflict_markers
 check methods_counted
 check families_listed
 check readme_commands

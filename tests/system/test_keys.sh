@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `fedhet keys` and `fedhet methods --format`: the tables scripts read (the bash completion, tools/gen-docs.py,
 # tools/gen-man.sh). JSON that parses and says what the TSV says (escapes undone), a TSV row as many cells as its
-# header, every key `fedhet run --help`, `partition --help` and `landscape --help` list, with its type, every
-# method's keys, the commands' options as the commands take them, and errors for a bad table or format.
+# header, every key `fedhet run --help`, `partition --help`, `landscape --help`, `grid --help` and `report --help`
+# list, with its type, every method's keys, the commands' options as the commands take them, and errors for a bad
+# table or format.
 # usage: tests/system/test_keys.sh [NAME]      (last line: "N passed, N failed, N skipped")
 cd "$(dirname "$0")/../.." || exit 1
 PY=/usr/bin/python3
@@ -15,7 +16,7 @@ check() { if [ -n "${SELECT:-}" ] && [ "$SELECT" != "$1" ]; then return; fi
     if "$1" >"$WORK/$1.out" 2>&1; then passed=$((passed + 1)); echo "  $1 ok"
     else failed=$((failed + 1)); echo "  $1 FAILED: $(tail -5 "$WORK/$1.out")"; fi; }
 SELECT=${1:-}
-TABLES="all run partition landscape algo data source commands methods exit-codes"
+TABLES="all run partition landscape grid report algo data source commands methods exit-codes"
 
 # every table as JSON parses (json.tool), and as TSV has one header and rows of its width; the two say the same
 # once the TSV escapes are undone (lists space-separated, bools true/false)
@@ -63,6 +64,7 @@ help_keys_listed()
     "$F" keys --format=json all >"$WORK/all.json" || return 1
     "$F" run --help >"$WORK/run.help" && "$F" partition --help >"$WORK/partition.help" || return 1
     "$F" landscape --help >"$WORK/landscape.help" || return 1
+    "$F" grid --help >"$WORK/grid.help" && "$F" report --help >"$WORK/report.help" || return 1
     $PY - "$WORK" <<'EOF'
 import json, re, sys
 w = sys.argv[1]
@@ -92,9 +94,11 @@ for l in open(w + "/run.help").read().split("\n")[1:]:
         r = run.get((section, m.group(1)))
         if not r: errors.append("run --help: [%s] %s is no row of fedhet keys run" % (section, m.group(1)))
         elif r["type"] != m.group(2): errors.append("[%s] %s: --help %s, keys %s" % (section, m.group(1), m.group(2), r["type"]))
-for command in ("partition", "landscape"):
+# a key line: "  KEY   (default) help"; report's options are "  --KEY   (default) help"
+for command, key_re in (("partition", r"^  (\w+) +\("), ("landscape", r"^  (\w+) +\("), ("grid", r"^  (\w+)  +\("),
+                        ("report", r"^  --([\w-]+) +\(")):
     names = {r["key"] for r in rows if r["command"] == command}
-    listed = [k for k in re.findall(r"^  (\w+) +\(", open("%s/%s.help" % (w, command)).read(), re.M) if k != "keys"]
+    listed = [k for k in re.findall(key_re, open("%s/%s.help" % (w, command)).read(), re.M) if k != "keys"]
     if not listed: errors.append("%s --help: no keys found" % command)
     errors += ["%s --help: %s is no row of fedhet keys %s" % (command, k, command) for k in listed if k not in names]
 want = {("run", "fl", "rounds"): "int", ("run", "train", "lr"): "float", ("run", "algo", "method"): "choice",
