@@ -4,17 +4,21 @@
 # job in one Python run (decode, convert to RGB, bilinear resize, centre crop, CHW uint8 rows written in
 # blocks to a chunked HDF5 dataset), each without compression (deflate 0) and with gzip level 4 (fedhet's
 # default). Reports images per CPU second (user + system, from /usr/bin/time: steadier than wall time on a
-# shared machine) and per wall second, and the ratio of CPU seconds (target >= 2x).
+# shared machine), the two alternating BENCH_ALTERNATIONS times per row: medians with [min-max] ranges, and the
+# ratio of the median CPU seconds (target >= 2x); the CSV adds the median wall seconds.
 # Not run by the tests. Knobs: N (default 2000), SIZES (default "224 160 112"), DEFLATES (default "0 4"),
-# FEDHET (default bin/fedhet), BENCH_OUT (default outputs/bench), CORE (the core both run on, default 0).
+# BENCH_ALTERNATIONS (default 5), FEDHET (default bin/fedhet), BENCH_OUT (default outputs/bench), CORE (the core
+# both run on, default 0).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. tests/bench/common.sh
 fedhet=${FEDHET:-bin/fedhet}
 out=${BENCH_OUT:-outputs/bench}
 n=${N:-2000}
 sizes=${SIZES:-224 160 112}
 deflates=${DEFLATES:-0 4}
 core=${CORE:-0}
+alternations=${BENCH_ALTERNATIONS:-5}
 py=/usr/bin/python3
 mkdir -p "$out"
 tmp=$(mktemp -d)
@@ -69,24 +73,35 @@ $py "$tmp/make.py" "$tmp/tree" "$n"
 kib=$(du -sk "$tmp/tree" | cut -f1)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 csv=$out/images.csv
-echo "size,deflate,images,fedhet_cpu_s,fedhet_wall_s,pil_h5py_cpu_s,pil_h5py_wall_s,cpu_ratio,cpu" >"$csv"
-echo "$n JPEGs 224x224 ($((kib / 1024)) MiB) on one core ($cpu); fedhet partition vs PIL + h5py (target >= 2x)"
+echo "size,deflate,images,alternations,fedhet_cpu_s,fedhet_cpu_s_min,fedhet_cpu_s_max,fedhet_wall_s,pil_h5py_cpu_s,pil_h5py_cpu_s_min,pil_h5py_cpu_s_max,pil_h5py_wall_s,cpu_ratio,cpu" >"$csv"
+echo "$n JPEGs 224x224 ($((kib / 1024)) MiB) on one core ($cpu); fedhet partition vs PIL + h5py (target >= 2x);"
+echo "$alternations alternations per row: images per CPU second, median [min-max]; ratio of the median CPU seconds"
+# images per CPU second of "CPU_SECONDS" lines on stdin: "median [min-max]" (the fastest run is the max)
+rate_text() { awk -v n="$n" '{ printf "%.0f\n", n / $1 }' | stats 0 | { read -r t; stats_text "$t"; }; }
 for deflate in $deflates; do
     for size in $sizes; do
-        cat "$tmp"/tree/*/* >/dev/null # both read from the page cache
-        /usr/bin/time -f "%U %S %e" -o "$tmp/t1" taskset -c "$core" "$fedhet" partition "$tmp/tree" "$tmp/fedhet.h5" \
-            scheme=iid clients=1 test_fraction=0 size="$size" resize=shorter crop=center channels=3 deflate="$deflate" \
-            --force >"$tmp/fedhet.log"
-        /usr/bin/time -f "%U %S %e" -o "$tmp/t2" taskset -c "$core" $py "$tmp/pil.py" "$tmp/tree" "$tmp/pil.h5" "$size" \
-            "$deflate"
-        read -r u1 s1 w1 <"$tmp/t1"
-        read -r u2 s2 w2 <"$tmp/t2"
-        awk -v n="$n" -v z="$size" -v d="$deflate" -v u1="$u1" -v s1="$s1" -v w1="$w1" -v u2="$u2" -v s2="$s2" \
-            -v w2="$w2" -v cpu="$cpu" -v csv="$csv" 'BEGIN {
-            c1 = u1 + s1; c2 = u2 + s2
-            printf "size %3d deflate %d: fedhet %5.0f images/CPU s (%5.0f /wall s)   PIL + h5py %5.0f images/CPU s (%5.0f /wall s)   ratio %.2fx\n",
-                   z, d, n / c1, n / w1, n / c2, n / w2, c2 / c1
-            printf "%d,%d,%d,%.2f,%.2f,%.2f,%.2f,%.2f,\"%s\"\n", z, d, n, c1, w1, c2, w2, c2 / c1, cpu >> csv }'
+        : >"$tmp/c1"
+        : >"$tmp/c2"
+        : >"$tmp/w1"
+        : >"$tmp/w2"
+        for ((a = 0; a < alternations; a++)); do
+            cat "$tmp"/tree/*/* >/dev/null # both read from the page cache
+            /usr/bin/time -f "%U %S %e" -o "$tmp/t1" taskset -c "$core" "$fedhet" partition "$tmp/tree" "$tmp/fedhet.h5" \
+                scheme=iid clients=1 test_fraction=0 size="$size" resize=shorter crop=center channels=3 deflate="$deflate" \
+                --force >"$tmp/fedhet.log"
+            /usr/bin/time -f "%U %S %e" -o "$tmp/t2" taskset -c "$core" $py "$tmp/pil.py" "$tmp/tree" "$tmp/pil.h5" "$size" \
+                "$deflate"
+            awk '{ print $1 + $2 }' "$tmp/t1" >>"$tmp/c1"
+            awk '{ print $1 + $2 }' "$tmp/t2" >>"$tmp/c2"
+            awk '{ print $3 }' "$tmp/t1" >>"$tmp/w1"
+            awk '{ print $3 }' "$tmp/t2" >>"$tmp/w2"
+        done
+        c1=$(stats 2 <"$tmp/c1") c2=$(stats 2 <"$tmp/c2")
+        w1=$(median <"$tmp/w1") w2=$(median <"$tmp/w2")
+        ratio=$(awk -v a="$(field 1 "$c1")" -v b="$(field 1 "$c2")" 'BEGIN { printf "%.2f", b / a }')
+        printf "size %3d deflate %d: fedhet %s images/CPU s   PIL + h5py %s images/CPU s   ratio %sx\n" "$size" "$deflate" \
+            "$(rate_text <"$tmp/c1")" "$(rate_text <"$tmp/c2")" "$ratio"
+        echo "$size,$deflate,$n,$alternations,$c1,$w1,$c2,$w2,$ratio,\"$cpu\"" >>"$csv"
     done
 done
 echo "wrote $csv"
