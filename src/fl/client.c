@@ -63,10 +63,10 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     FH_CHECK(fl_model_build(&w->model, s, shape, f->classes, f->n_clients, s->batch_size));
     fl_algo_setup(&w->setup, s, &w->model, f->n_clients, f->classes);
     FH_CHECK(algo_ops_compose(&w->ops, &w->setup, fl_plugin_options(s)));
-    w->z = w->ops.sizes;
-    if (w->z.aux_models > ALGO_MAX_AUX)
-        FH_FAIL(FH_ERR_USAGE, "method %s asks for %d extra models (at most %d)", m->name, w->z.aux_models, ALGO_MAX_AUX);
-    for (int a = 0; a < w->z.aux_models; a++)
+    const AlgoSizes *z = &w->ops.sizes;
+    if (z->aux_models > ALGO_MAX_AUX)
+        FH_FAIL(FH_ERR_USAGE, "method %s asks for %d extra models (at most %d)", m->name, z->aux_models, ALGO_MAX_AUX);
+    for (int a = 0; a < z->aux_models; a++)
         FH_CHECK(fl_model_build(&w->aux[a], s, shape, f->classes, f->n_clients, s->batch_size));
     /* settings made in code rather than from a config leave these unset: automatic, torchvision's crop */
     const char *augment = s->augment ? s->augment : "auto";
@@ -93,10 +93,10 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     w->svc = (AlgoClientServices){ .optimizer_step = w->sgd_on ? sgd_step : adam_step, .grad_terms = grad_terms,
                                    .eval_local = eval_local, .for_each_local_batch = for_each_local_batch,
                                    .probe_grad = probe_grad };
-    if (w->z.work_vectors > 0)
-        FH_CHECK(fh_alloc_aligned(&w->work, (size_t)w->z.work_vectors * n_state * sizeof(float), "method scratch vectors"));
-    if (w->z.client_scratch > 0) FH_CHECK(fh_alloc_aligned(&w->scratch, w->z.client_scratch, "method scratch"));
-    w->block = (int64_t)w->z.client_vectors * n_state + w->z.client_floats + 1;
+    if (z->work_vectors > 0)
+        FH_CHECK(fh_alloc_aligned(&w->work, (size_t)z->work_vectors * n_state * sizeof(float), "method scratch vectors"));
+    if (z->client_scratch > 0) FH_CHECK(fh_alloc_aligned(&w->scratch, z->client_scratch, "method scratch"));
+    w->block = (int64_t)z->client_vectors * n_state + z->client_floats + 1;
     if (n_owned > 0) {
         FH_CHECK(fh_alloc_aligned(&w->client_state, (size_t)n_owned * w->block * sizeof(float), "persistent client state"));
         memset(w->client_state, 0, (size_t)n_owned * w->block * sizeof(float));
@@ -137,7 +137,7 @@ static void count_passes(const FlClientWork *w, int64_t *forward, int64_t *backw
 {
     *forward = w->model.forward_samples;
     *backward = w->model.backward_samples;
-    for (int a = 0; a < w->z.aux_models; a++) {
+    for (int a = 0; a < w->ops.sizes.aux_models; a++) {
         *forward += w->aux[a].forward_samples;
         *backward += w->aux[a].backward_samples;
     }
@@ -356,21 +356,22 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     const int64_t steps = s->steps > 0 ? s->steps : (int64_t)s->epochs * ((n + s->batch_size - 1) / s->batch_size);
     w->round = (AlgoClientRound){
         .client = client, .t = round, .slot = slot_in_round, .lr = lr, .n_samples = n, .n_params = m->n_params,
-        .n_state = m->n_state, .has_state = block[w->block - 1] != 0.0f, .setup = &w->setup, .sizes = &w->z,
+        .n_state = m->n_state, .has_state = block[w->block - 1] != 0.0f, .setup = &w->setup, .sizes = &w->ops.sizes,
         .options = fl_method_options(s), .method = meth, .global = global, .server_vecs = server_vecs,
         .server_scalars = server_scalars, .label_counts = w->data->label_counts + (size_t)client * w->data->classes,
     };
     AlgoClientCtx *c = &w->ctx;
-    const int64_t state_floats = (int64_t)w->z.client_vectors * m->n_state;
+    const AlgoSizes *z = &w->ops.sizes;
+    const int64_t state_floats = (int64_t)z->client_vectors * m->n_state;
     *c = (AlgoClientCtx){
         .model = m, .round = &w->round, .svc = &w->svc, .runtime = w,
-        .state = { .client_vecs = w->z.client_vectors ? block : NULL,
-                   .client_floats = w->z.client_floats ? block + state_floats : NULL,
+        .state = { .client_vecs = z->client_vectors ? block : NULL,
+                   .client_floats = z->client_floats ? block + state_floats : NULL,
                    .upload_vecs = l->n_vectors ? fl_record_state(record, l) + m->n_state : NULL,
                    .upload_scalars = fl_record_scalars(record), .work = w->work, .scratch = algo_ops_client_scratch(&w->ops, w->scratch),
                    .momentum_buf = w->sgd_on ? w->sgd.buf : NULL, .n_steps = n > 0 ? steps : 0 },
     };
-    for (int a = 0; a < w->z.aux_models; a++) c->state.aux[a] = &w->aux[a];
+    for (int a = 0; a < z->aux_models; a++) c->state.aux[a] = &w->aux[a];
     w->weighed_step = -1;
     int64_t forward0, backward0, forward1, backward1, forward2, backward2, forward3, backward3;
     count_passes(w, &forward0, &backward0);

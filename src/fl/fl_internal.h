@@ -139,7 +139,6 @@ typedef struct {
     const FlSettings *s;
     AlgoSetup setup;
     AlgoOps ops;     /* the method composed with its plug-in (algo_ops_compose): all the loops call */
-    AlgoSizes z;     /* ops.sizes: the method's, with the plug-in's upload scalars and scratch added */
     NnModel model;
     NnModel aux[ALGO_MAX_AUX];
     DataLoader loader;

@@ -862,7 +862,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     run->n_state = m->n_state;
     run->n_params = m->n_params;
     run->layout_hash = fl_layout_hash(m);
-    run->z = run->work.z;
+    run->z = run->work.ops.sizes;
     fl_record_layout(&run->layout, &run->z, run->n_state);
     if (run->data.n_test > 0)
         FH_CHECK(fl_agree(&run->comm, fl_eval_init(&run->eval, &run->comm, &run->data, s->eval_batch)));

@@ -264,7 +264,7 @@ static void run_row(const char *config, const char *name, const char *plugin)
         fh_config_free(&cfg);
         return;
     }
-    const AlgoSizes *z = &w.z;
+    const AlgoSizes *z = &w.ops.sizes;
     const int64_t N = w.model.n_state;
     FlRecordLayout l;
     fl_record_layout(&l, z, N);

@@ -545,7 +545,7 @@ static void test_logit_adjust_in_local_training(void)
         FlClientWork w;
         CHECK_OK(fl_client_init(&w, &s, &f, &client, 1));
         FlRecordLayout l;
-        fl_record_layout(&l, &w.z, w.model.n_state);
+        fl_record_layout(&l, &w.ops.sizes, w.model.n_state);
         void *rec = calloc(1, l.bytes);
         const int64_t P = w.model.n_state;
         float *global = malloc((size_t)P * sizeof(float));

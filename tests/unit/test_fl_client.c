@@ -41,7 +41,7 @@ static void test_one_client_fedavg_equals_centralised(void)
     CHECK_OK(fl_client_init(&w, &s, &f, &client, 1));
     const int64_t P = w.model.n_state;
     FlRecordLayout l;
-    fl_record_layout(&l, &w.z, P);
+    fl_record_layout(&l, &w.ops.sizes, P);
     void *rec = calloc(1, l.bytes);
     float *global = malloc((size_t)P * sizeof(float)), *next = malloc((size_t)P * sizeof(float));
     nn_model_init_params(&w.model, (uint64_t)s.seed);
