@@ -154,8 +154,9 @@ $(LIB): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-# The element-wise kernels' math (GELU's exp and erf, softmax, layer norm) vectorises only where a comparison or a
-# square root may run speculatively: neither flag changes a result bit (no reassociation, IEEE sqrt either way)
+# The element-wise kernels' math (GELU's exp and erf, softmax, layer norm, the exact sums' window check) vectorises
+# only where a comparison or a square root may run speculatively: neither flag changes a result bit (no
+# reassociation, IEEE sqrt either way)
 $(BUILD)/src/nn/kernels_elementwise.o $(BUILD)/src/nn/kernels_nd.o $(BUILD)/src/nn/kernels_isa.o: CFLAGS += -fno-trapping-math -fno-math-errno
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)

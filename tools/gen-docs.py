@@ -163,24 +163,27 @@ def methods_table(keys, methods):
            "Every method of the registry (`src/algo/registry.c`), as `fedhet methods` and `fedhet methods NAME`\n",
            "print it. Family: the file in `src/algo/` that holds its row. State: what the method keeps per client\n",
            "(on the client's rank) and on the server, in model-sized vectors (P floats), K = clients, m = clients\n",
-           "per round; payload: models (P floats) and scalars per participating client and round. The equations\n",
-           "and the papers are on the family pages of [docs/methods/](README.md).\n\n",
-           "| method | family | summary | state per client | server state | payload | server weights | keys (default) |\n",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |\n"]
+           "per round; payload: models (P floats) and scalars per participating client and round. Aggregation:\n",
+           "folded, the client ranks send rank 0 partial sums (its memory does not grow with the clients per round);\n",
+           "gathered, rank 0 receives every upload, and why ([architecture](../architecture.md#aggregation)). The\n",
+           "equations and the papers are on the family pages of [docs/methods/](README.md).\n\n",
+           "| method | family | summary | state per client | server state | payload | server weights | aggregation | keys (default) |\n",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"]
     details = [(m, method_keys(m, keys)) for m in methods]
     for m, ks in details:
         client, _, server = m["state"].partition(" | ")
         listed = ", ".join("`%s=%s`" % (k["key"], k["default"]) for k in ks)
-        out.append("| [`%s`](#%s) | %s | %s | %s | %s | %s | %s | %s |\n" % (
+        out.append("| [`%s`](#%s) | %s | %s | %s | %s | %s | %s | %s | %s |\n" % (
             m["method"], anchor(m["method"]), m["family"], cell(m["summary"]), cell(client), cell(server),
-            cell(m["payload"]), cell(m["server_weights"]), listed or "–"))
+            cell(m["payload"]), cell(m["server_weights"]), cell(m["aggregation"]), listed or "–"))
     plugins = [m["method"] for m in methods if m["plugin"]]
     if plugins:
         out.append("\nPlug-ins (added to any method with [algo] plugin = NAME): %s\n" % ", ".join(plugins))
     for m, ks in details:
         out.append("\n## %s\n\n%s\n\n- family: `%s`; source: %s\n- state: %s; payload: %s\n- server weights: %s\n"
+                   "- aggregation: %s\n"
                    % (m["method"], m["summary"], m["family"], doc_links(m["source"], "docs/methods"), m["state"],
-                      m["payload"], m["server_weights"]))
+                      m["payload"], m["server_weights"], m["aggregation"]))
         if ks:
             out.append("\n| key | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n")
             out.extend(key_line(k, "docs/methods") for k in ks)

@@ -379,16 +379,65 @@ typedef struct {
     /* p[i] for uploads in ascending client id; they need not sum to 1 (the update normalises) */
     int (*weights)(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);
     const char *rule; /* what the weights are, for `fedhet methods` and the README's tables */
+    int reads_models; /* the weights read the uploaded states or vectors: the round gathers every upload */
 } AlgoServerWeights;
 /* the rule of weights chosen by the method's `weights` key (uniform or sample counts) */
 #define ALGO_WEIGHTS_BY_KEY "algo.weights"
 
 
+/* The server step. Without `update` it is the weighted average, sum_i p_i state_i / sum p (algo_average), then the
+ * method's sums over the round's uploads (AlgoSum) and its `finish`: the client ranks fold all of them into
+ * partial sums, so that rank 0 never holds the uploads (docs/architecture.md "Aggregation"); `observe` adds
+ * server state from the uploads' scalars. A method with its own `update` needs every upload's models at rank 0:
+ * the round gathers them. */
+#define ALGO_MAX_SUMS 3
+typedef enum {
+    ALGO_SUM_STATE,  /* the upload's state w_i */
+    ALGO_SUM_DELTA,  /* its change w_i - w^t (each term formed in double before it is weighted) */
+    ALGO_SUM_VECTOR, /* its upload vector `vector` */
+} AlgoSumSource;
+typedef enum {
+    ALGO_COEF_AVERAGE, /* p_i / sum p, the average's */
+    ALGO_COEF_ONE,     /* 1 */
+    ALGO_COEF_OWN,     /* the method's `coefficients` */
+} AlgoSumCoef;
 typedef struct {
-    /* new global state from the uploads and weights (default: sum p_i state_i / sum p_i, in double,
-     * ascending client id) */
+    AlgoSumSource source;
+    int vector;
+    AlgoSumCoef coef;
+} AlgoSum;
+
+typedef struct {
+    /* new global state from every gathered upload and the weights */
     int (*update)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global);
+    /* without update, all optional: before the average, server state from the uploads' headers and scalars (their
+     * state and vecs are NULL) and the weights */
+    int (*observe)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p);
+    /* sums[k] = sum_i coef_i x_i over n_state elements (exact sums, as the average) */
+    int n_sums;
+    AlgoSum sums[ALGO_MAX_SUMS];
+    /* sum k's coefficients (ALGO_COEF_OWN) of uploads i in ascending id, from their scalars (models NULL) */
+    int (*coefficients)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int k, double *coef);
+    /* after the average (global holds it); sums [n_sums * n_state] */
+    int (*finish)(AlgoServerCtx *s, const float *sums, float *global);
 } AlgoServerUpdate;
+/* The coefficients of the average (row 0: p_i / sum p) and of up's sums (row 1 + k) of uploads i in ascending id:
+ * coef [(1 + up->n_sums) * m]; rank 0 computes them, in the gathered step and to broadcast them to the folding
+ * ranks. up NULL: the average's alone. */
+int algo_sum_coefficients(const AlgoServerUpdate *up, AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p,
+                          double *coef);
+/* acc += coef x over elements [lo, lo + n) of a sum's source: state, vecs (its upload vectors) and current (w^t) */
+void algo_sum_add(double *acc, const AlgoSum *sum, double coef, const float *state, const float *vecs,
+                  const float *current, int64_t n_state, int64_t lo, int64_t n);
+/* The server step over gathered uploads: up's update; or observe, the weighted average, the sums (into sums
+ * [up->n_sums * n_state]) and finish, with coef [(1 + n_sums) * m] as scratch. The folded round computes the same
+ * bits. up NULL: the average. */
+int algo_server_update(const AlgoServerUpdate *up, AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p,
+                       float *global, float *sums, double *coef);
+/* Why a server step of this update and weights needs every upload's models at rank 0 (the round gathers them),
+ * or NULL: the client ranks fold it (AlgoOps.folds). NULL parts: the defaults. */
+const char *algo_gathers_why(const AlgoServerUpdate *update, const AlgoServerWeights *weights);
+
 
 typedef struct AlgoMethod {
     const char *name;
@@ -461,6 +510,8 @@ void algo_sizes(const AlgoMethod *m, const AlgoSetup *setup, AlgoSizes *z);
  * - batch term: the host's; else none (has_batch_term 0: no feature gradients);
  * - local term, correction, step, report begin, update, server init: the host's, else the default (no term, no
  *   correction, the configured optimiser's step, nothing, the weighted average, nothing);
+ * - folds: the update is the host's observe/average/sums/finish (no own update) and the server weights read no
+ *   uploaded model: the client ranks fold the round's sums;
  * - report end: the host's, then the plug-in's (with its view);
  * - server weights: the plug-in's replace the host's (with its view of the uploads: its own scalars); else the
  *   host's, by default the sample counts; a host whose aggregation is the method itself (aggregation_is_method)
@@ -479,7 +530,8 @@ typedef struct {
     void (*correct)(AlgoClientCtx *c, float *grad);
     int (*step)(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss);
     int (*report_begin)(AlgoClientCtx *c);
-    int (*update)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global);
+    AlgoServerUpdate update;             /* the host's (all NULL: the weighted average) */
+    int folds;                           /* the server step folds: no own update, weights from scalars alone */
     int (*server_init)(AlgoServerCtx *s, float *global);
     /* what the functions below switch between views with (ops.c's own) */
     int host_upload_scalars;                         /* the plug-in's upload scalars start here */
@@ -515,9 +567,11 @@ extern const AlgoServerWeights algo_weights_samples;
 extern const AlgoServerWeights algo_weights_uniform;
 int algo_average(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global);
 /* out[j] = sum_i p_i/sum p * x_i[j] for j in [from, to), x_i = u[i].state (vec < 0) or u[i].vecs + vec*n_state;
- * double accumulation in ascending client id. For rules that treat parameters and buffers apart. */
+ * an exact sum (nn_sum_add). For rules that treat parameters and buffers apart. */
 int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int vec, int64_t from,
                        int64_t to, float *out);
+/* *total = sum_i p_i, refused when not positive or when m exceeds an exact sum's terms */
+int algo_average_total(const AlgoServerCtx *s, const double *p, int m, double *total);
 
 /* SAM family diagnostics (src/algo/sam_diag.c) */
 /* Floats of scratch algo_sam_sharpness needs for model m. */

@@ -420,6 +420,24 @@ double nn_vec_dist_f64(const float *x, const float *y, int64_t n);
 double nn_vec_dot_ordered(const float *x, const float *y, int64_t n);
 double nn_vec_dist2_ordered(const float *x, const float *y, int64_t n);
 
+/* ---- exact sums of weighted vectors (the server's aggregation; docs/architecture.md "Aggregation") ------------
+ * sum_i a_i x_i[j] with every term a_i x_i[j] rounded once to double, then split without error over
+ * NN_SUM_BINS fixed bins (multiples of 1, 2^-32, 2^-64 and 2^-96): each bin's additions are exact, so the sum is
+ * the same whatever the order of the terms and however they are split over partial sums (ranks) whose bins are
+ * added (MPI_SUM). A term's part below 2^-97 is dropped; a term of magnitude 2^32 or more, an infinity or a NaN
+ * makes that element's sum NaN (the run reports a divergence). At most NN_SUM_MAX_TERMS terms per sum.
+ * An accumulator of n elements is NN_SUM_BINS * n doubles in blocks of NN_SUM_BLOCK elements, bin-major within
+ * a block (bin k of element j at NN_SUM_BINS * b + k * len + j - b, b = the block's first element, len = its
+ * length): the part from an element that is a multiple of NN_SUM_BLOCK on is an accumulator of its own. */
+#define NN_SUM_BINS 4
+#define NN_SUM_BLOCK 512
+#define NN_SUM_MAX_TERMS (1 << 21)
+void nn_sum_zero(double *acc, int64_t n);
+void nn_sum_add(double *acc, double a, const float *x, int64_t n);      /* acc += a x */
+void nn_sum_add_diff(double *acc, double a, const float *x, const float *y, int64_t n); /* acc += a (x - y) */
+void nn_sum_merge(double *acc, const double *other, int64_t n);         /* acc += other (both exact) */
+void nn_sum_result(const double *acc, int64_t n, float *out);           /* out = the sums, rounded to float */
+
 /* ---- model zoo (docs/methods/models.md) --------------------------------------------------------------------- */
 typedef struct {
     const char *norm;  /* "bn" (default) or "gn", for resnet18 */

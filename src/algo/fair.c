@@ -141,8 +141,8 @@ static int qffl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
 }
 
 static const AlgoClientReport qffl_report = { qffl_begin, qffl_end };
-static const AlgoServerWeights qffl_weights_part = { qffl_weights, "q-FedAvg's (loss powers)" };
-static const AlgoServerUpdate qffl_update_part = { qffl_update };
+static const AlgoServerWeights qffl_weights_part = { .weights = qffl_weights, .rule = "q-FedAvg's (loss powers)" };
+static const AlgoServerUpdate qffl_update_part = { .update = qffl_update };
 
 /* ==== AFL (docs/methods/baselines.md A.10) =================================================================================== */
 
@@ -268,8 +268,8 @@ static int afl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double
 }
 
 static const AlgoClientReport afl_report = { afl_begin, NULL };
-static const AlgoServerWeights afl_weights_part = { afl_weights, "AFL's (the worst client, or minimax lambda)" };
-static const AlgoServerUpdate afl_update_part = { afl_update };
+static const AlgoServerWeights afl_weights_part = { .weights = afl_weights, .rule = "AFL's (the worst client, or minimax lambda)" };
+static const AlgoServerUpdate afl_update_part = { .update = afl_update };
 
 /* ==== FairFed (docs/methods/baselines.md A.11) =============================================================================== */
 
@@ -351,7 +351,7 @@ static int fairfed_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
 }
 
 static const AlgoClientReport fairfed_report = { fairfed_begin, NULL };
-static const AlgoServerWeights fairfed_weights_part = { fairfed_weights, "FairFed's (balanced-accuracy gaps)" };
+static const AlgoServerWeights fairfed_weights_part = { .weights = fairfed_weights, .rule = "FairFed's (balanced-accuracy gaps)" };
 
 /* ==== FedCE (docs/methods/baselines.md A.12) ================================================================================= */
 
@@ -481,7 +481,7 @@ static int fedce_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
 }
 
 static const AlgoClientReport fedce_report = { fedce_begin, fedce_end };
-static const AlgoServerWeights fedce_weights_part = { fedce_weights, "FedCE's (contributions)" };
+static const AlgoServerWeights fedce_weights_part = { .weights = fedce_weights, .rule = "FedCE's (contributions)", .reads_models = 1 };
 
 /* ==== FedGA (docs/methods/baselines.md A.13, seed-001 form) ================================================================== */
 
@@ -559,7 +559,7 @@ static int fedga_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
 }
 
 static const AlgoClientReport fedga_report = { fedga_begin, fedga_end };
-static const AlgoServerWeights fedga_weights_part = { fedga_weights, "FedGA's (generalisation gaps)" };
+static const AlgoServerWeights fedga_weights_part = { .weights = fedga_weights, .rule = "FedGA's (generalisation gaps)" };
 
 /* ==== FedLW (docs/methods/baselines.md A.14, reconstructed) ================================================================== */
 
@@ -594,7 +594,7 @@ static int fedlw_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, dou
 }
 
 static const AlgoClientReport fedlw_report = { NULL, upload_train_loss };
-static const AlgoServerWeights fedlw_weights_part = { fedlw_weights, "FedLW's (1 / training loss)" };
+static const AlgoServerWeights fedlw_weights_part = { .weights = fedlw_weights, .rule = "FedLW's (1 / training loss)" };
 
 /* ==== FedNoLoWe (docs/methods/baselines.md A.15) ============================================================================= */
 
@@ -656,7 +656,7 @@ int fednolowe_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, double
 }
 
 static const AlgoClientReport fednolowe_report = { fednolowe_begin, fednolowe_end };
-static const AlgoServerWeights fednolowe_weights_part = { fednolowe_weights, "FedNoLoWe's (normalised losses)" };
+static const AlgoServerWeights fednolowe_weights_part = { .weights = fednolowe_weights, .rule = "FedNoLoWe's (normalised losses)" };
 
 /* ==== FedDisco (docs/methods/baselines.md A.16) ============================================================================== */
 
@@ -710,7 +710,7 @@ static int feddisco_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, 
     return FH_OK;
 }
 
-static const AlgoServerWeights feddisco_weights_part = { feddisco_weights, "FedDisco's (sample counts and label discrepancy)" };
+static const AlgoServerWeights feddisco_weights_part = { .weights = feddisco_weights, .rule = "FedDisco's (sample counts and label discrepancy)" };
 
 /* ==== the rows ========================================================================================== */
 

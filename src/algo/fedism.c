@@ -198,9 +198,9 @@ static int saga_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doub
     return FH_OK;
 }
 
-/* keeps the participants' moving averages, then w^{t+1} = sum p_i w_i / sum p_i over the whole state
- * (BatchNorm statistics included, as the code's FedAvg) */
-static int saga_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* keeps the participants' moving averages; w^{t+1} is then the weighted average sum p_i w_i / sum p_i over the whole
+ * state (BatchNorm statistics included, as the code's FedAvg) */
+static int saga_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p)
 {
     AlgoScratch scratch = s->scratch;
     double *a = algo_scratch_take(&scratch, (size_t)m, sizeof *a, "SAGA's moving averages");
@@ -209,8 +209,11 @@ static int saga_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
         s->server_scalars[u[i].client] = a[i];
         s->server_scalars[s->n_clients + u[i].client] = 1.0;
     }
-    return algo_average(s, u, m, p, global);
+    return FH_OK;
 }
+
+static const AlgoServerWeights saga_weights_part = { .weights = saga_weights, .rule = "SAGA (sharpness, algo.q)" };
+static const AlgoServerUpdate saga_update_part = { .observe = saga_observe };
 
 /* ---- parts and sizes ------------------------------------------------------------------------------- */
 
@@ -228,7 +231,7 @@ static void ism_sizes(const AlgoSetup *s, AlgoSizes *z)
     z->server_scalars = 2 * (int64_t)s->n_clients;
     z->work_vectors = ism_of(s->options)->perturb == PERTURB_GSAM ? 2 : 1;
     z->client_scratch = algo_local_sharpness_scratch(s);
-    z->server_scratch = algo_scratch_bytes((size_t)algo_max_selected(s), sizeof(double)); /* saga_update's a */
+    z->server_scratch = algo_scratch_bytes((size_t)algo_max_selected(s), sizeof(double)); /* saga_observe's a */
 }
 
 /* SALT's step, or with perturb = none the runtime's plain step: SAGA alone (the paper's Table I ablation) */
@@ -248,8 +251,6 @@ static const AlgoLocalStep ism_step_part = { .step = ism_step, .norm_eps = ISM_N
 static const AlgoLocalStep ismplus_step_part = { .step = ism_step, .round_radius = algo_fedismplus_radius,
                                                  .norm_eps = ISM_NORM_EPS };
 static const AlgoClientReport ism_report_part = { .begin = ism_begin };
-static const AlgoServerWeights saga_weights_part = { .weights = saga_weights, .rule = "SAGA (sharpness, algo.q)" };
-static const AlgoServerUpdate saga_update_part = { .update = saga_update };
 
 const AlgoMethod algo_family_fedism[] = {
     {

@@ -330,7 +330,7 @@ static const char *flood_refuse(const AlgoMethod *host, AlgoOptions host_options
 
 static const AlgoSampleWeights flood_asw = { flood_weigh };
 static const AlgoClientReport flood_report = { NULL, flood_end };
-static const AlgoServerWeights flood_dac = { flood_weights, "FLOOD's DAC (confidence)" };
+static const AlgoServerWeights flood_dac = { .weights = flood_weights, .rule = "FLOOD's DAC (confidence)" };
 
 const AlgoMethod algo_family_flood[] = {
     {

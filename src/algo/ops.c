@@ -69,7 +69,7 @@ static void compose_hooks(AlgoOps *ops, const AlgoMethod *m, const AlgoMethod *p
     ops->report_begin = m->report && m->report->begin ? m->report->begin : nothing;
     ops->report_end = m->report && m->report->end ? m->report->end : nothing;
     ops->plugin_report_end = plugin && plugin->report && plugin->report->end ? plugin->report->end : NULL;
-    ops->update = m->update && m->update->update ? m->update->update : algo_average;
+    if (m->update) ops->update = *m->update;
     ops->server_init = m->server_init ? m->server_init : no_server_init;
     ops->weights = m->weights ? m->weights : &algo_weights_samples;
     if (plugin && plugin->weights) {
@@ -81,6 +81,14 @@ static void compose_hooks(AlgoOps *ops, const AlgoMethod *m, const AlgoMethod *p
         ops->round_scalar = plugin->round_scalar;
         ops->round_scalar_by_plugin = 1;
     }
+    ops->folds = !algo_gathers_why(&ops->update, ops->weights);
+}
+
+const char *algo_gathers_why(const AlgoServerUpdate *update, const AlgoServerWeights *weights)
+{
+    if (update && update->update) return "its server update reads every uploaded model";
+    if (weights && weights->reads_models) return "its server weights read every uploaded model";
+    return NULL;
 }
 
 int algo_ops_compose(AlgoOps *ops, const AlgoSetup *setup, AlgoOptions plugin_options)

@@ -338,7 +338,7 @@ static int fedmr_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
 }
 
 static const AlgoClientReport fedmr_report_part = { fedmr_begin, NULL };
-static const AlgoServerUpdate fedmr_update_part = { fedmr_update };
+static const AlgoServerUpdate fedmr_update_part = { .update = fedmr_update };
 
 /* ==== FedGKD (docs/methods/baselines.md A.21) =============================================================================== */
 
@@ -455,7 +455,7 @@ static double fedgkd_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlo
 
 static const AlgoBatchTerm fedgkd_term_part = { fedgkd_batch_term };
 static const AlgoClientReport fedgkd_report_part = { fedgkd_begin, NULL };
-static const AlgoServerUpdate fedgkd_update_part = { fedgkd_update };
+static const AlgoServerUpdate fedgkd_update_part = { .update = fedgkd_update };
 
 /* ==== FedNP-min (docs/methods/baselines.md A.20) ============================================================================ */
 
@@ -713,7 +713,7 @@ static int fednp_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
 
 static const AlgoLocalTerm fednp_term_part = { fednp_term };
 static const AlgoClientReport fednp_report_part = { fednp_begin, fednp_end };
-static const AlgoServerUpdate fednp_update_part = { fednp_update };
+static const AlgoServerUpdate fednp_update_part = { .update = fednp_update };
 
 /* ==== registry rows ===================================================================================== */
 

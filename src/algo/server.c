@@ -25,18 +25,6 @@ static int weights_choice(const AlgoServerCtx *s, const AlgoUpload *u, int m, do
     return (uniform ? &algo_weights_uniform : &algo_weights_samples)->weights(s, u, m, p);
 }
 
-/* acc[j] = sum_i x_i[lo + j] over the uploads' vector `vec` (vec < 0: the states), j in [0, n), in double,
- * ascending client id. */
-static void sum_uploads(double *acc, const AlgoUpload *u, int m, int vec, int64_t n_state, int64_t lo, int64_t n)
-{
-    memset(acc, 0, (size_t)n * sizeof *acc);
-    for (int i = 0; i < m; i++) {
-        const float *x = (vec < 0 ? u[i].state : u[i].vecs + (size_t)vec * n_state) + lo;
-#pragma omp simd
-        for (int64_t j = 0; j < n; j++) acc[j] += (double)x[j];
-    }
-}
-
 /* ---- the server step (FedAvgM, SCAFFOLD, FedCM, FedWMSAM) ----------------------------------------------------------- */
 
 /* One key for the global step size of every method whose server moves w^t along its own direction: each row's tune
@@ -269,25 +257,19 @@ static int scaffold_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, 
     return weights_choice(s, u, m, p, scaffold_of(s->options)->weights == SCAF_UNIFORM);
 }
 
-/* w <- w^t + eta_g avg(y_k - w^t); option II: c <- c + (1/K) sum_k delta c_k (K = all clients);
- * flood: c <- mean of the selected clients' new c_k */
-static int scaffold_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* after the average: w <- w^t + eta_g (avg - w^t); option II: c <- c + (1/K) sum_k delta c_k (K = all clients);
+ * flood: c <- mean of the selected clients' new c_k (sums: the uploaded delta c_k or c_k, summed) */
+static int scaffold_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
     const ScaffoldOptions *o = scaffold_of(s->options);
     const double eta = algo_server_step(s->options);
     const int64_t P = s->n_params;
     for (int64_t j = 0; j < P; j++) global[j] = algo_server_step_to(global[j], s->current[j], eta);
-    double acc[ALGO_BLOCK];
-    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
-        const int64_t n = algo_block_len(lo, P);
-        sum_uploads(acc, u, m, 0, s->n_state, lo, n);
-        float *c = s->server_vecs + lo;
-        if (o->variant == SCAF_FLOOD)
-            for (int64_t j = 0; j < n; j++) c[j] = (float)(acc[j] / m);
-        else
-            for (int64_t j = 0; j < n; j++) c[j] = (float)((double)c[j] + acc[j] / s->n_clients);
-    }
+    float *c = s->server_vecs;
+    if (o->variant == SCAF_FLOOD)
+        for (int64_t j = 0; j < P; j++) c[j] = (float)((double)sums[j] / s->n_selected);
+    else
+        for (int64_t j = 0; j < P; j++) c[j] = (float)((double)c[j] + (double)sums[j] / s->n_clients);
     return FH_OK;
 }
 
@@ -308,7 +290,9 @@ static const AlgoGradCorrection scaffold_correct_part = { .correct = scaffold_co
 static const AlgoLocalStep scaffold_step_part = { .step = scaffold_step };
 static const AlgoClientReport scaffold_report_part = { .begin = scaffold_begin, .end = scaffold_end };
 static const AlgoServerWeights scaffold_weights_part = { .weights = scaffold_weights, .rule = ALGO_WEIGHTS_BY_KEY };
-static const AlgoServerUpdate scaffold_update_part = { .update = scaffold_update };
+static const AlgoServerUpdate scaffold_update_part = {
+    .n_sums = 1, .sums = { { .source = ALGO_SUM_VECTOR, .vector = 0, .coef = ALGO_COEF_ONE } }, .finish = scaffold_finish
+};
 
 /* ---- FedDyn (docs/methods/baselines.md A.6, FL-Simulator form) ------------------------------------------------------------- */
 

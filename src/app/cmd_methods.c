@@ -19,7 +19,9 @@ static void print_help(void)
            "  and round in models (P floats) and scalars.\n"
            "With NAME: the method's summary, family, source, and its [algo] keys with defaults, ranges and meaning.\n"
            "--format=tsv or json: every method as a table for scripts (fedhet keys --help describes the formats):\n"
-           "  method, family, plugin (usable as [algo] plugin), components, state, payload, server weights, keys\n"
+           "  method, family, plugin (usable as [algo] plugin), components, state, payload, server weights,\n"
+           "  aggregation (folded: the client ranks send rank 0 partial sums; gathered: rank 0 receives every\n"
+           "  upload, and why), keys\n"
            "  (its [algo] keys in order; fedhet keys algo has their types, defaults and help), source, summary.\n");
 }
 
@@ -40,6 +42,14 @@ static void components(const AlgoMethod *m, char *out, size_t n)
     PART(m->server_init, "init")
 #undef PART
     if (!used) snprintf(out, n, "-");
+}
+
+/* how the round aggregates the method (docs/architecture.md "Aggregation") */
+static void aggregation(const AlgoMethod *m, char *out, size_t n)
+{
+    const char *why = algo_gathers_why(m->update, m->weights);
+    if (why) snprintf(out, n, "gathered: %s", why);
+    else snprintf(out, n, "folded");
 }
 
 static void print_keys(const AlgoMethod *m)
@@ -79,21 +89,22 @@ void app_methods_table(FILE *out, AppFormat format)
     static const AppColumn columns[] = {
         {"method", APP_CELL_TEXT}, {"family", APP_CELL_TEXT}, {"plugin", APP_CELL_BOOL},
         {"components", APP_CELL_TEXT}, {"state", APP_CELL_TEXT}, {"payload", APP_CELL_TEXT},
-        {"server_weights", APP_CELL_TEXT}, {"keys", APP_CELL_LIST}, {"source", APP_CELL_TEXT},
+        {"server_weights", APP_CELL_TEXT}, {"aggregation", APP_CELL_TEXT}, {"keys", APP_CELL_LIST}, {"source", APP_CELL_TEXT},
         {"summary", APP_CELL_TEXT},
     };
     AppTable t;
     app_table_begin(&t, out, format, columns, (int)(sizeof columns / sizeof columns[0]));
     for (int i = 0; i < algo_count(); i++) {
         const AlgoMethod *m = algo_at(i);
-        char parts[128], weights[256], keys[1024] = "";
+        char parts[128], weights[256], agg[128], keys[1024] = "";
         components(m, parts, sizeof parts);
+        aggregation(m, agg, sizeof agg);
         snprintf(weights, sizeof weights, "%s%s", weights_rule(m), weights_note(m));
         size_t used = 0;
         for (int h = 0; h < algo_option_count(m) && used < sizeof keys; h++)
             used += (size_t)snprintf(keys + used, sizeof keys - used, "%s%s", h ? " " : "", algo_option_at(m, h)->key);
         const char *cells[] = { m->name, algo_family_of(m), m->plugin ? "true" : "false", parts,
-                                m->state ? m->state : "-", m->payload ? m->payload : "-", weights, keys, m->source,
+                                m->state ? m->state : "-", m->payload ? m->payload : "-", weights, agg, keys, m->source,
                                 m->summary };
         app_table_row(&t, cells);
     }
@@ -136,12 +147,13 @@ int app_cmd_methods(int argc, char **argv)
     if (name) {
         const AlgoMethod *m = algo_find(name);
         if (!m) return unknown_method(name);
-        char parts[128];
+        char parts[128], agg[128];
         components(m, parts, sizeof parts);
-        printf("%s: %s\n  family: %s\n  source: %s\n  components: %s\n  state: %s\n  payload: %s\n  server weights: %s%s\n\n"
-               "[algo] keys (method = %s):\n",
+        aggregation(m, agg, sizeof agg);
+        printf("%s: %s\n  family: %s\n  source: %s\n  components: %s\n  state: %s\n  payload: %s\n  server weights: %s%s\n"
+               "  aggregation: %s\n\n[algo] keys (method = %s):\n",
                m->name, m->summary, algo_family_of(m), m->source, parts, m->state ? m->state : "-", m->payload ? m->payload : "-",
-               weights_rule(m), weights_note(m), m->name);
+               weights_rule(m), weights_note(m), agg, m->name);
         print_keys(m);
         return FH_OK;
     }

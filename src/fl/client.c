@@ -421,5 +421,8 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     h->train_loss = c->state.step > 0 ? loss_sum / (double)c->state.step : 0.0;
     nn_vec_copy(fl_record_state(record, l), m->state, m->n_state);
     h->seconds = fh_time_now() - t0;
+    /* metrics.csv drift (docs/methods/metrics.md C.7), measured where the state is: a folded round sends rank 0 no state */
+    h->drift2_params = nn_vec_dist2_ordered(m->state, global, m->n_params);
+    h->drift2_buffers = nn_vec_dist2_ordered(m->state + m->n_params, global + m->n_params, m->n_state - m->n_params);
     return FH_OK;
 }

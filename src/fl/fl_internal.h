@@ -113,6 +113,12 @@ typedef struct {
     double lr;
 } FlPlanHeader;
 
+/* Folding (docs/architecture.md "Aggregation"): elements of the state (or of a summed vector) folded and reduced at
+ * once; a rank holds the partial sums of two such chunks, one reduced while the next is folded. */
+#define FL_FOLD_CHUNK ((int64_t)1 << 17)
+#define FL_FOLD_BYTES (2 * NN_SUM_BINS * (int64_t)sizeof(double) * FL_FOLD_CHUNK)
+#define FL_FOLD_CACHED (8 * NN_SUM_BLOCK) /* elements whose bins (128 KiB) stay in cache while every record adds */
+
 /* ---- upload records: {header, scalars, vectors}, fixed size per method ---- */
 typedef struct {
     int64_t client, n_samples, n_steps, nonfinite;
@@ -120,6 +126,7 @@ typedef struct {
     /* per-sample passes of the round, counted by the model instances: the local steps (train_*), and the
      * client's scoring and probe passes outside them (score_*: whole-set passes, probe gradients, hooks) */
     int64_t train_forward, train_backward, score_forward, score_backward;
+    double drift2_params, drift2_buffers; /* ||w_k - w^t||^2 over the parameters and over the buffers */
 } FlRecordHeader;
 
 typedef struct {

@@ -284,8 +284,17 @@ typedef struct {
 } FlControl;
 
 typedef struct {
-    MPI_Datatype record_type;
-    char *send, *recv;            /* records */
+    MPI_Datatype record_type, head_type, head_in_record; /* a record; its header and scalars; those a record apart */
+    char *send, *recv;            /* records (folding: rank 0 receives the headers only) */
+    size_t stride;                /* rank 0: bytes between gathered records */
+    int folds;                    /* the server step folds (AlgoOps.folds): client ranks send partial sums */
+    int *record_slot;             /* [records]: the selection slot of each record a rank trains */
+    int *slot_of_client;          /* rank 0, folding: [K] the selection slot of each selected client */
+    double *coef;                 /* rank 0: [(1 + n_sums) * m_max] the average's and the sums' coefficients by upload */
+    double *slot_coef;            /* folding: the same by selection slot, row after row, then 1 (fold) or 0 (not) */
+    double *fold_acc;             /* folding: 2 x NN_SUM_BINS x FL_FOLD_CHUNK partial sums */
+    float *sums;                  /* rank 0: [n_sums * n_state] the server step's sums (AlgoServerUpdate) */
+    double *divergence;           /* [m_max] ||w_k - w^{t+1}||^2: by record, then at rank 0 by ascending id */
     int32_t *selected;
     int *counts, *displs;
     int *order;                   /* recv index sorted by client id */
@@ -305,8 +314,24 @@ static int loop_init(FlRun *run, FlLoop *L)
     memset(L, 0, sizeof *L);
     const int K = run->n_clients, m_max = fl_max_selected(&run->s, K);
     const size_t rec = run->layout.bytes;
+    L->folds = run->work.ops.folds;
+    /* a single rank holds its records where rank 0 reads them; folding, rank 0 of several gets their headers */
+    L->stride = L->folds && run->comm.size > 1 ? run->layout.header_bytes : rec;
     MPI_Type_contiguous((int)rec, MPI_BYTE, &L->record_type);
     MPI_Type_commit(&L->record_type);
+    MPI_Type_contiguous((int)run->layout.header_bytes, MPI_BYTE, &L->head_type);
+    MPI_Type_commit(&L->head_type);
+    MPI_Type_create_resized(L->head_type, 0, (MPI_Aint)rec, &L->head_in_record);
+    MPI_Type_commit(&L->head_in_record);
+    const int n_records = run->comm.size > 1 ? (run->n_owned < m_max ? run->n_owned : m_max) : m_max;
+    FH_CHECK(fh_calloc(&L->record_slot, (size_t)(n_records > 0 ? n_records : 1), sizeof *L->record_slot, "record slots"));
+    FH_CHECK(fh_calloc(&L->divergence, (size_t)m_max, sizeof *L->divergence, "divergences"));
+    const int rows = 1 + run->work.ops.update.n_sums;
+    if (L->folds) {
+        FH_CHECK(fh_calloc(&L->slot_coef, (size_t)rows * m_max + 1, sizeof *L->slot_coef, "aggregation coefficients"));
+        FH_CHECK(fh_alloc_aligned(&L->fold_acc, (size_t)FL_FOLD_BYTES, "partial sums"));
+        FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
+    }
     FH_CHECK(fh_calloc(&L->selected, (size_t)K, sizeof *L->selected, "selected clients"));
     FH_CHECK(fl_leave_init(&L->leave, &run->comm, run->s.term_grace));
     FH_CHECK(fh_calloc(&L->fresh, (size_t)(run->n_owned > 0 ? run->n_owned : 1), sizeof *L->fresh, "fresh clients"));
@@ -314,16 +339,19 @@ static int loop_init(FlRun *run, FlLoop *L)
     run->work.leave_poll = fl_leave_poll;
     run->work.leave_arg = &L->leave;
     if (run->comm.size > 1 && run->n_owned > 0)
-        FH_CHECK(fh_alloc_aligned(&L->send, (size_t)(run->n_owned < m_max ? run->n_owned : m_max) * rec,
-                                  "upload records"));
+        FH_CHECK(fh_alloc_aligned(&L->send, (size_t)n_records * rec, "upload records"));
     if (run->comm.rank == 0) {
-        FH_CHECK(fh_alloc_aligned(&L->recv, (size_t)m_max * rec, "gathered upload records"));
+        FH_CHECK(fh_alloc_aligned(&L->recv, (size_t)m_max * L->stride, "gathered upload records"));
+        if (L->folds) FH_CHECK(fh_calloc(&L->slot_of_client, (size_t)K, sizeof *L->slot_of_client, "selection slots"));
+        FH_CHECK(fh_calloc(&L->coef, (size_t)rows * m_max, sizeof *L->coef, "aggregation coefficients"));
+        if (rows > 1)
+            FH_CHECK(fh_alloc_aligned(&L->sums, (size_t)(rows - 1) * run->n_state * sizeof(float), "the server step's sums"));
         FH_CHECK(fh_calloc(&L->counts, (size_t)run->comm.size, sizeof *L->counts, "gather counts"));
         FH_CHECK(fh_calloc(&L->displs, (size_t)run->comm.size, sizeof *L->displs, "gather offsets"));
         FH_CHECK(fh_calloc(&L->order, (size_t)K, sizeof *L->order, "upload order"));
         FH_CHECK(fh_calloc(&L->uploads, (size_t)K, sizeof *L->uploads, "uploads"));
         FH_CHECK(fh_calloc(&L->weights, (size_t)K, sizeof *L->weights, "weights"));
-        FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
+        if (!L->next) FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
         FH_CHECK(fh_calloc(&L->rank_seconds, (size_t)run->comm.size, sizeof *L->rank_seconds, "training seconds"));
     }
     return FH_OK;
@@ -332,6 +360,15 @@ static int loop_init(FlRun *run, FlLoop *L)
 static void loop_free(FlLoop *L)
 {
     if (L->record_type) MPI_Type_free(&L->record_type);
+    if (L->head_type) MPI_Type_free(&L->head_type);
+    if (L->head_in_record) MPI_Type_free(&L->head_in_record);
+    fh_free(&L->record_slot);
+    fh_free(&L->slot_of_client);
+    fh_free(&L->coef);
+    fh_free(&L->slot_coef);
+    fh_free(&L->fold_acc);
+    fh_free(&L->sums);
+    fh_free(&L->divergence);
     fh_free(&L->send);
     fh_free(&L->recv);
     fh_free(&L->selected);
@@ -371,13 +408,15 @@ static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, doub
             FH_CHECK(fl_client_train(w, &run->layout, run->global, run->server_vecs, run->server_scalars, k, i,
                                      round, lr, base + (size_t)(*n_mine) * run->layout.bytes));
         }
-        (*n_mine)++;
+        L->record_slot[(*n_mine)++] = i;
     }
     if (w->left) /* the checkpoint of the round before says these clients have not trained yet */
         for (int j = 0; j < L->n_fresh; j++) fl_client_block(w, L->fresh[j])[w->block - 1] = 0.0f;
     return FH_OK;
 }
 
+/* Rank 0 receives every record, or folding their headers and scalars alone (the head of each record, which the
+ * gather picks out with a stride: the records lie back to back in L->send) */
 static int gather_records(FlRun *run, FlLoop *L, int n_selected, int n_mine, int round)
 {
     if (run->comm.size == 1) return FH_OK;
@@ -390,8 +429,8 @@ static int gather_records(FlRun *run, FlLoop *L, int n_selected, int n_mine, int
         }
     }
     MPI_Request req;
-    if (MPI_Igatherv(L->send, n_mine, L->record_type, L->recv, L->counts, L->displs, L->record_type, 0,
-                     run->comm.comm, &req) != MPI_SUCCESS)
+    if (MPI_Igatherv(L->send, n_mine, L->folds ? L->head_in_record : L->record_type, L->recv, L->counts, L->displs,
+                     L->folds ? L->head_type : L->record_type, 0, run->comm.comm, &req) != MPI_SUCCESS)
         FH_FAIL(FH_ERR_MPI, "gathering the upload records failed");
     return run->comm.rank == 0 ? fl_leave_wait_gather(&L->leave, &req, round) : fl_wait(&req);
 }
@@ -413,7 +452,7 @@ static AlgoServerCtx server_ctx(FlRun *run, int round, double lr, const int32_t 
 /* Rank 0: gathered record `slot` (records arrive grouped by rank) */
 static char *gathered_record(const FlRun *run, const FlLoop *L, int slot)
 {
-    return L->recv + (size_t)slot * run->layout.bytes;
+    return L->recv + (size_t)slot * L->stride;
 }
 
 /* Rank 0: the round's uploads in ascending client id; 1 when a client's training loss is not finite (diverged) */
@@ -432,9 +471,9 @@ static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
     for (int i = 0; i < n_selected; i++) {
         char *rec = gathered_record(run, L, L->order[i]);
         const FlRecordHeader *h = fl_record_header(rec);
+        const float *state = L->folds ? NULL : fl_record_state(rec, &run->layout);
         L->uploads[i] = (AlgoUpload){ (int)h->client, h->n_samples, h->n_steps, h->train_loss, fl_record_scalars(rec),
-                                      fl_record_state(rec, &run->layout),
-                                      fl_record_state(rec, &run->layout) + run->n_state };
+                                      state, state ? state + run->n_state : NULL };
         if (h->nonfinite || !isfinite(h->train_loss)) {
             if (!diverged)
                 fh_log_error("round %d: client %lld's training loss is %g (diverged)", round + 1,
@@ -445,10 +484,15 @@ static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
     return diverged;
 }
 
-/* Rank 0: the method's update (default: the weighted average) into L->next; *diverged when it is not finite */
-static int update_global(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int round, int *diverged)
+/* Rank 0: the server step into L->next: over gathered uploads the method's own update, or the average with its
+ * observe, sums and finish (algo_server_update); folding, the sums came reduced and finish is left. *diverged when
+ * the new state is not finite. */
+static int server_step(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int round, int *diverged)
 {
-    FH_CHECK(run->work.ops.update(sctx, L->uploads, n_selected, L->weights, L->next));
+    const AlgoServerUpdate *up = &run->work.ops.update;
+    if (!L->folds)
+        FH_CHECK(algo_server_update(up, sctx, L->uploads, n_selected, L->weights, L->next, L->sums, L->coef));
+    else if (up->finish) FH_CHECK(up->finish(sctx, L->sums, L->next));
     for (int64_t j = 0; j < run->n_state; j++)
         if (!isfinite(L->next[j])) {
             fh_log_error("round %d: the aggregated state holds %g at index %lld (diverged)", round + 1, L->next[j],
@@ -459,8 +503,110 @@ static int update_global(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selec
     return FH_OK;
 }
 
+/* Rank 0: the uploads in ascending client id, their weights and the method's scalar, before the server step;
+ * folding, also the method's observe and each selection slot's coefficients (algo_sum_coefficients: those the
+ * gathered step would use). *diverged when a client's loss is not finite. */
+static int aggregate_begin(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int round, double *row,
+                           int *diverged)
+{
+    *diverged = order_uploads(run, L, n_selected, round);
+    if (*diverged) return FH_OK;
+    FH_CHECK(algo_ops_weights(&run->work.ops, sctx, L->uploads, n_selected, L->weights));
+    row[FL_COL_method_scalar] = algo_ops_method_scalar(&run->work.ops, run->server_scalars, round);
+    if (!L->folds) return FH_OK;
+    const AlgoServerUpdate *up = &run->work.ops.update;
+    if (up->observe) FH_CHECK(up->observe(sctx, L->uploads, n_selected, L->weights));
+    FH_CHECK(algo_sum_coefficients(up, sctx, L->uploads, n_selected, L->weights, L->coef));
+    for (int i = 0; i < n_selected; i++) L->slot_of_client[L->selected[i]] = i;
+    for (int r = 0; r <= up->n_sums; r++)
+        for (int i = 0; i < n_selected; i++)
+            L->slot_coef[(size_t)r * n_selected + L->slot_of_client[L->uploads[i].client]] =
+                L->coef[(size_t)r * n_selected + i];
+    return FH_OK;
+}
+
+/* ||w_k - w^{t+1}||^2 over the parameters (metrics.csv divergence) of n records, into L->divergence by record */
+static void record_divergence(const FlRun *run, FlLoop *L, const char *records, int n)
+{
+    for (int r = 0; r < n; r++)
+        L->divergence[r] = nn_vec_dist2_ordered(fl_record_state((void *)(records + (size_t)r * run->layout.bytes),
+                                                                &run->layout), L->next, run->n_params);
+}
+
+/* Every rank, folding: each rank's records summed into partial sums a chunk at a time, which MPI_SUM adds at
+ * rank 0 while the next chunk is folded: L->next = the average, L->sums = the method's sums (exact sums: the same
+ * bits on any number of ranks, and as the gathered step) */
+static int fold_sums(FlRun *run, FlLoop *L, const char *own, int n_own, int n_selected)
+{
+    const int root = run->comm.rank == 0, several = run->comm.size > 1;
+    const int64_t S = run->n_state;
+    const AlgoServerUpdate *up = &run->work.ops.update;
+    const AlgoSum average = { .source = ALGO_SUM_STATE };
+    MPI_Request req = MPI_REQUEST_NULL;
+    double *pending = NULL;
+    float *pending_out = NULL;
+    int64_t pending_n = 0;
+    int which = 0;
+    for (int seg = 0; seg <= up->n_sums; seg++)
+        for (int64_t lo = 0; lo < S; lo += FL_FOLD_CHUNK) {
+            const int64_t n = S - lo < FL_FOLD_CHUNK ? S - lo : FL_FOLD_CHUNK;
+            double *acc = L->fold_acc + (size_t)which * NN_SUM_BINS * FL_FOLD_CHUNK;
+            nn_sum_zero(acc, n);
+            for (int64_t sub = 0; sub < n; sub += FL_FOLD_CACHED) /* every record's terms while the bins are cached */
+                for (int r = 0; r < n_own; r++) {
+                    const float *state = fl_record_state((void *)(own + (size_t)r * run->layout.bytes), &run->layout);
+                    algo_sum_add(acc + NN_SUM_BINS * sub, seg ? &up->sums[seg - 1] : &average,
+                                 L->slot_coef[(size_t)seg * n_selected + L->record_slot[r]], state, state + S,
+                                 run->global, S, lo + sub, n - sub < FL_FOLD_CACHED ? n - sub : FL_FOLD_CACHED);
+                }
+            if (pending) {
+                FH_CHECK(fl_wait(&req));
+                if (root) nn_sum_result(pending, pending_n, pending_out);
+            }
+            if (several && MPI_Ireduce(root ? MPI_IN_PLACE : acc, acc, (int)(NN_SUM_BINS * n), MPI_DOUBLE, MPI_SUM, 0,
+                                       run->comm.comm, &req) != MPI_SUCCESS)
+                FH_FAIL(FH_ERR_MPI, "reducing the partial sums failed");
+            pending = acc;
+            pending_n = n;
+            pending_out = root ? (seg == 0 ? L->next : L->sums + (size_t)(seg - 1) * S) + lo : NULL;
+            which ^= 1;
+        }
+    if (pending) FH_CHECK(fl_wait(&req));
+    if (pending && root) nn_sum_result(pending, pending_n, pending_out);
+    return FH_OK;
+}
+
+/* Every rank, folding, after aggregate_begin: rank 0 broadcasts the coefficients, or that the round is not
+ * folded (left, diverged); the partial sums reduce to rank 0, which finishes the server step; the new parameters
+ * go back to the training ranks for each record's divergence, which rank 0 gathers (in the records' order). */
+static int fold_round(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int n_mine, int round,
+                      int *diverged)
+{
+    const int root = run->comm.rank == 0, several = run->comm.size > 1;
+    const int64_t n_coef = (int64_t)(1 + run->work.ops.update.n_sums) * n_selected;
+    if (root) L->slot_coef[n_coef] = !L->leave.decided && !*diverged;
+    FH_CHECK(fl_bcast(&run->comm, L->slot_coef, (n_coef + 1) * (int64_t)sizeof(double)));
+    if (L->slot_coef[n_coef] == 0.0) return FH_OK;
+    const char *own = several ? L->send : L->recv;
+    const int n_own = root && several ? 0 : n_mine;
+    FH_CHECK(fold_sums(run, L, own, n_own, n_selected));
+    const int status = root ? server_step(run, L, sctx, n_selected, round, diverged) : FH_OK;
+    if (status != FH_OK) {
+        fl_fail_alone(&run->comm, status);
+        return status;
+    }
+    FH_CHECK(fl_bcast(&run->comm, L->next, run->n_params * (int64_t)sizeof(float)));
+    record_divergence(run, L, own, n_own);
+    if (!several) return FH_OK;
+    MPI_Request req;
+    if (MPI_Igatherv(root ? MPI_IN_PLACE : L->divergence, n_own, MPI_DOUBLE, L->divergence, L->counts, L->displs,
+                     MPI_DOUBLE, 0, run->comm.comm, &req) != MPI_SUCCESS)
+        FH_FAIL(FH_ERR_MPI, "gathering the divergences failed");
+    return fl_wait(&req);
+}
+
 /* Rank 0, while run->global is still w^t: the round's metrics.csv columns from the uploads (docs/methods/metrics.md C.7: drift
- * against w^t, divergence against w^{t+1} = L->next), the train loss, the clients' times and the SAM family's
+ * against w^t from the headers, divergence against w^{t+1} = L->next by gathered record), the train loss, the clients' times and the SAM family's
  * diagnostics */
 static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, double *row)
 {
@@ -475,12 +621,10 @@ static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, do
     }
     double drift = 0, drift_full = 0, divergence = 0;
     for (int i = 0; i < n_selected; i++) {
-        const float *w = L->uploads[i].state;
-        double d_params = nn_vec_dist2_ordered(w, run->global, run->n_params);
-        drift += sqrt(d_params);
-        drift_full += sqrt(d_params + nn_vec_dist2_ordered(w + run->n_params, run->global + run->n_params,
-                                                           run->n_state - run->n_params));
-        divergence += nn_vec_dist2_ordered(w, L->next, run->n_params);
+        const FlRecordHeader *h = fl_record_header(gathered_record(run, L, L->order[i]));
+        drift += sqrt(h->drift2_params);
+        drift_full += sqrt(h->drift2_params + h->drift2_buffers);
+        divergence += L->divergence[L->order[i]];
     }
     row[FL_COL_drift] = drift / n_selected;
     row[FL_COL_drift_full] = drift_full / n_selected;
@@ -522,19 +666,11 @@ static int client_rows(FlRun *run, const FlLoop *L, int n_selected, int round)
     return FH_OK;
 }
 
-/* Rank 0: the round's aggregation: the uploads in order, their weights, the update, the round's metrics.csv
- * columns and clients.csv rows; *diverged when a loss or the new state is not finite (the global state is then
- * left as it was). */
-static int aggregate(FlRun *run, FlLoop *L, int n_selected, int round, double lr, double *row, int *diverged)
+/* Rank 0, after the server step: each upload's divergence (gathered; folding, the ranks sent them), the round's
+ * metrics.csv columns and clients.csv rows, and w^{t+1} as the global state. */
+static int aggregate_end(FlRun *run, FlLoop *L, int n_selected, int round, double *row)
 {
-    *diverged = order_uploads(run, L, n_selected, round);
-    if (*diverged) return FH_OK;
-    AlgoServerCtx sctx = server_ctx(run, round, lr, L->selected, n_selected);
-    FH_CHECK(algo_ops_weights(&run->work.ops, &sctx, L->uploads, n_selected, L->weights));
-    /* the method's scalar as the round used it, before the update */
-    row[FL_COL_method_scalar] = algo_ops_method_scalar(&run->work.ops, run->server_scalars, round);
-    FH_CHECK(update_global(run, L, &sctx, n_selected, round, diverged));
-    if (*diverged) return FH_OK;
+    if (!L->folds) record_divergence(run, L, L->recv, n_selected);
     upload_columns(run, L, n_selected, row);
     nn_vec_copy(run->global, L->next, run->n_state);
     return client_rows(run, L, n_selected, round);
@@ -741,21 +877,33 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         times[2] = fh_time_now();
         FH_CHECK(phase_end(run, "gather", t));
 
+        /* the server step: rank 0 alone over gathered uploads, or folded by every rank; a left round has none */
         FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
+        int diverged = 0;
+        AlgoServerCtx sctx = server_ctx(run, t, plan.lr, L->selected, plan.n_selected);
+        if (run->comm.rank == 0 && !L->leave.decided) {
+            status = aggregate_begin(run, L, &sctx, plan.n_selected, t, row, &diverged);
+            if (status == FH_OK && !diverged && !L->folds)
+                status = server_step(run, L, &sctx, plan.n_selected, t, &diverged);
+            if (status != FH_OK) {
+                fl_fail_alone(&run->comm, status);
+                return status;
+            }
+        }
+        if (L->folds) FH_CHECK(fold_round(run, L, &sctx, plan.n_selected, n_mine, t, &diverged));
         if (run->comm.rank == 0 && L->leave.decided) {
             /* the round before is all there is: a checkpoint of it unless clients' own state moved on */
             ctl.stop = FL_PLAN_STOP_LEFT;
             ctl.checkpoint = run->z.client_vectors == 0 && run->z.client_floats == 0 && L->checkpointed != t;
         } else if (run->comm.rank == 0) {
-            int diverged = 0;
-            status = aggregate(run, L, plan.n_selected, t, plan.lr, row, &diverged);
+            status = diverged ? FH_OK : aggregate_end(run, L, plan.n_selected, t, row);
             if (status != FH_OK) {
                 fl_fail_alone(&run->comm, status);
                 return status;
             }
             times[3] = fh_time_now();
             round_columns(run, L, &plan, times, diverged, bcast_bytes, row);
-            fl_cost_add_records(&cost, L->recv, plan.n_selected, run->layout.bytes);
+            fl_cost_add_records(&cost, L->recv, plan.n_selected, L->stride);
             ctl = round_control(s, t, diverged);
         }
         FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));

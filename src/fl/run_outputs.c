@@ -329,10 +329,16 @@ void fl_print_budget(const FlRun *run)
                 scratch_note(client_scratch, sizeof client_scratch, run->z.client_scratch));
     /* the metrics.csv rows and every clients.csv row of the run, kept for the checkpoints */
     const double rows = ((double)run->s.rounds * FL_N_COLUMNS + (double)run->cap_client_rows * run->n_ccols) * 8 / mib;
-    fh_log_info("memory on rank 0: gathered uploads up to %d x %.1f MiB = %.1f MiB, plus %d model-sized vectors, "
-                "evaluation %.1f MiB, metric rows %.1f MiB%s", max_selected, (double)run->layout.bytes / mib,
-                max_selected * (double)run->layout.bytes / mib,
-                3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors,
+    char uploads_note[160];
+    if (run->work.ops.folds)
+        snprintf(uploads_note, sizeof uploads_note, "folded uploads: %d headers x %.1f KiB + partial sums %.1f MiB",
+                 max_selected, (double)run->layout.header_bytes / 1024.0, (double)FL_FOLD_BYTES / mib);
+    else
+        snprintf(uploads_note, sizeof uploads_note, "gathered uploads up to %d x %.1f MiB = %.1f MiB", max_selected,
+                 (double)run->layout.bytes / mib, max_selected * (double)run->layout.bytes / mib);
+    fh_log_info("memory on rank 0: %s, plus %d model-sized vectors, evaluation %.1f MiB, metric rows %.1f MiB%s",
+                uploads_note, 3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors +
+                run->work.ops.update.n_sums,
                 (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows,
                 scratch_note(server_scratch, sizeof server_scratch, run->z.server_scratch));
     if (m->quality_shift && !run->data.has_test_corrupted)

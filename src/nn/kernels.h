@@ -307,5 +307,10 @@ void nn_isa_dwconv_backward_weights(float *dw, float *db, const float *dy, const
 /* softmax along rows of len values, forward and backward (dx += y (dy - sum(dy y))) */
 void nn_isa_softmax_rows_forward(float *y, const float *x, int64_t rows, int64_t len);
 void nn_isa_softmax_rows_backward(float *dx, const float *dy, const float *y, int64_t rows, int64_t len);
+/* The exact sums' terms (src/nn/vec_sum.c) of one block of len elements into its bins (NN_SUM_BINS rows of len):
+ * a x[j], or a (x[j] - y[j]) when y is not NULL; each split over the bins by the extractors (1.5 * 2^e); a term of
+ * magnitude top or more, or not finite, makes the element NaN. */
+void nn_isa_sum_block_add(double *bins, int64_t len, double a, const float *x, const float *y, const double *extractor,
+                          double top);
 
 #endif

@@ -128,6 +128,12 @@ void nn_isa_softmax_rows_backward(float *dx, const float *dy, const float *y, in
     DISPATCH(softmax_rows_backward, (dx, dy, y, rows, len));
 }
 
+void nn_isa_sum_block_add(double *bins, int64_t len, double a, const float *x, const float *y, const double *extractor,
+                          double top)
+{
+    DISPATCH(sum_block_add, (bins, len, a, x, y, extractor, top));
+}
+
 int nn_isa_dwconv_fits(const NnConvShape *shape)
 {
     const NnConvShape full = nn_conv_shape_full(shape), *s = &full;

@@ -317,7 +317,7 @@ static void test_saga_q0_is_uniform(void)
             CHECK_OK(v.m->weights->weights(&s, u, 3, p));
             CHECK_MSG(p[0] == 1.0 && p[1] == 1.0 && p[2] == 1.0, "beta %g round %d: p = %.17g %.17g %.17g", betas[b], r,
                       p[0], p[1], p[2]);
-            CHECK_OK(v.m->update->update(&s, u, 3, p, next));
+            CHECK_OK(algo_server_update(v.m->update, &s, u, 3, p, next, NULL, NULL));
             CHECK_OK(algo_weights_uniform.weights(&s, u, 3, pu));
             CHECK_OK(algo_average(&s, u, 3, pu, ref));
             CHECK(memcmp(next, ref, sizeof next) == 0);
@@ -347,7 +347,7 @@ static void test_saga_hand_example(void)
         const double sum1 = p[0] + p[1] + p[2];
         for (int i = 0; i < 3; i++) CHECK_NEAR(p[i] / sum1, w1[i], tol);
         CHECK(p[2] == 1.0); /* scaled by the largest */
-        CHECK_OK(v.m->update->update(&s, u1, 3, p, next));
+        CHECK_OK(algo_server_update(v.m->update, &s, u1, 3, p, next, NULL, NULL));
         for (int i = 0; i < 3; i++) {
             CHECK_NEAR(v.scalars[i], w1[i], tol);
             CHECK(v.scalars[4 + i] == 1.0);
@@ -366,7 +366,7 @@ static void test_saga_hand_example(void)
         const double a[3] = { 0.5 / 6 + 0.5 * w1[1], 0.5 / 6 + 0.5 * w1[2], 4.0 / 6 }, asum = a[0] + a[1] + a[2];
         const double sum2 = p[0] + p[1] + p[2];
         for (int i = 0; i < 3; i++) CHECK_NEAR(p[i] / sum2, a[i] / asum, tol);
-        CHECK_OK(v.m->update->update(&s, u2, 3, p, next));
+        CHECK_OK(algo_server_update(v.m->update, &s, u2, 3, p, next, NULL, NULL));
         CHECK(v.scalars[0] == a0);
         for (int i = 0; i < 3; i++) {
             CHECK_NEAR(v.scalars[1 + i], a[i], tol);

@@ -272,6 +272,8 @@ static void run_row(const char *config, const char *name, const char *plugin)
     float *global = calloc((size_t)(1 + z->server_vectors) * N, sizeof(float)), *next = calloc((size_t)N,
                                                                                                sizeof(float));
     float *priv = calloc((size_t)(z->server_private + 1) * N, sizeof(float));
+    float *sums = calloc((size_t)ALGO_MAX_SUMS * N, sizeof(float)); /* the server step's sums and coefficients */
+    double coef[(1 + ALGO_MAX_SUMS) * K];
     double *scalars = calloc((size_t)(z->server_scalars + 1), sizeof(double)), p[K];
     int64_t client_sizes[K];
     for (int k = 0; k < K; k++) client_sizes[k] = data_loader_client_rows(&w.loader, k);
@@ -299,13 +301,13 @@ static void run_row(const char *config, const char *name, const char *plugin)
         }
         sc.round = round;
         CHECK_OK(algo_ops_weights(&w.ops, &sc, u, K, p));
-        CHECK_OK(w.ops.update(&sc, u, K, p, next));
+        CHECK_OK(algo_server_update(&w.ops.update, &sc, u, K, p, next, sums, coef));
         int finite = 1;
         for (int64_t j = 0; j < N; j++) finite &= isfinite(next[j]) != 0;
         CHECK_MSG(finite, "%s round %d: the aggregate is not finite", name, round);
         memcpy(global, next, (size_t)N * sizeof(float));
     }
-    free(rec), free(global), free(next), free(priv), free(scalars);
+    free(rec), free(global), free(next), free(priv), free(sums), free(scalars);
     fl_client_free(&w);
     data_partfile_close(&f);
     fh_config_free(&cfg);
@@ -329,7 +331,7 @@ static void test_composition(void)
             AlgoOps ops;
             CHECK_MSG(algo_ops_compose(&ops, &setup, algo_options_view(plugin, &plugin_keys)) == FH_OK, "%s + %s: %s",
                       m->name, plugin ? plugin->name : "-", fh_error_message());
-            CHECK_MSG(ops.grad_term && ops.correct && ops.step && ops.report_begin && ops.report_end && ops.update &&
+            CHECK_MSG(ops.grad_term && ops.correct && ops.step && ops.report_begin && ops.report_end &&
                       ops.server_init && ops.weights, "%s: a hook left NULL", m->name);
             CHECK(ops.has_weigh == (ops.weigh != NULL) && ops.has_batch_term == (ops.batch_term != NULL));
             if (plugin && !m->sample_weights && plugin->sample_weights) CHECK(ops.weigh_by_plugin);

@@ -28,8 +28,11 @@ static AlgoServerCtx server(const AlgoMethod *m, AlgoOptions o, const float *cur
 static void aggregate(const AlgoMethod *m, AlgoServerCtx *s, const AlgoUpload *u, int n, float *out)
 {
     double p[8];
+    float sums[ALGO_MAX_SUMS * S];
+    double coef[(1 + ALGO_MAX_SUMS) * 8];
+    s->n_selected = n; /* as the runtime's context says */
     CHECK_OK(m->weights->weights(s, u, n, p));
-    CHECK_OK(m->update->update(s, u, n, p, out));
+    CHECK_OK(algo_server_update(m->update, s, u, n, p, out, sums, coef));
 }
 
 static void test_fedavgm_variants_by_hand(void)
@@ -97,6 +100,36 @@ static void test_fedavgm_variants_by_hand(void)
     CHECK_OK(algo_weights_samples.weights(&s, u, 2, ref_p));
     CHECK_OK(algo_average(&s, u, 2, ref_p, ref));
     CHECK(memcmp(out, ref, sizeof out) == 0);
+}
+
+/* The weighted average over gathered uploads (algo_average) has the bits of the folded round: the uploads'
+ * terms p_i / sum p x_i summed on several ranks (partial sums, merged in another order) */
+static void test_average_is_the_fold(void)
+{
+    enum { M = 7 };
+    const AlgoMethod *m = algo_find("fedavg");
+    AlgoOptionBlock ob;
+    AlgoSizes z;
+    float w0[S] = { 0 }, states[M][S], gathered[S], folded[S];
+    AlgoServerCtx s = server(m, options_default(&ob, m), w0, NULL, NULL, M, &z);
+    AlgoUpload u[M];
+    FhRng rng;
+    fh_rng_init(&rng, 9, FH_RNG_TEST, 0, 0, 0);
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < S; j++) states[i][j] = (float)((fh_rng_uniform(&rng) - 0.5) * pow(10.0, 6.0 * (i % 3) - 4.0));
+        u[i] = (AlgoUpload){ i, 1 + (int64_t)(fh_rng_uniform(&rng) * 100), 3, 0, NULL, states[i], NULL };
+    }
+    double p[M], total;
+    CHECK_OK(m->weights->weights(&s, u, M, p));
+    CHECK_OK(algo_server_update(m->update, &s, u, M, p, gathered, NULL, NULL));
+    CHECK_OK(algo_average_total(&s, p, M, &total));
+    double rank[3][NN_SUM_BINS * S];
+    for (int r = 0; r < 3; r++) nn_sum_zero(rank[r], S);
+    for (int i = M - 1; i >= 0; i--) nn_sum_add(rank[i % 3], p[i] / total, states[i], S); /* ranks own every third */
+    nn_sum_merge(rank[1], rank[2], S);
+    nn_sum_merge(rank[1], rank[0], S);
+    nn_sum_result(rank[1], S, folded);
+    CHECK(memcmp(gathered, folded, sizeof folded) == 0);
 }
 
 static void test_fedprox_term(void)
@@ -351,6 +384,7 @@ int main(int argc, char **argv)
 {
     TEST_MAIN_BEGIN(argc, argv);
     RUN(test_fedavgm_variants_by_hand);
+    RUN(test_average_is_the_fold);
     RUN(test_fedprox_term);
     RUN(test_scaffold_client_by_hand);
     RUN(test_scaffold_server_by_hand);

@@ -1,5 +1,7 @@
 /* The optimisers (src/nn): SGD (momentum, Nesterov, weight decay), Adam and AdamW against PyTorch's update
- * rules in double precision, their reset, gradient-norm clipping, and the whole-vector passes of a SAM step.
+ * rules in double precision, their reset, gradient-norm clipping, the whole-vector passes of a SAM step, and the
+ * exact sums of the server's aggregation (nn_sum_*: order-independent, exact against integer arithmetic, NaN
+ * beyond their window).
  * Run: make build/tests/test_layers_optim && build/tests/test_layers_optim [test_name] */
 #include "test.h"
 
@@ -198,6 +200,114 @@ static void test_vector_passes(void)
     CHECK(memcmp(s1, s2, sizeof s1) == 0);
 }
 
+/* ============================== exact sums (nn_sum_*) ============================== */
+
+enum { SUM_N = 700, SUM_TERMS = 23 };
+
+/* terms of every size, some cancelling: weights a_i, vectors x_i */
+static void sum_terms(double *a, float *x)
+{
+    FhRng rng = rng_for("exact sums", 0);
+    for (int i = 0; i < SUM_TERMS; i++) {
+        a[i] = (0.5 + fh_rng_uniform(&rng)) / SUM_TERMS;
+        const double scale = ldexp(1.0, (int)(fh_rng_u32(&rng) % 60) - 40);
+        fill_normal(&rng, x + (size_t)i * SUM_N, SUM_N, scale);
+    }
+    for (int j = 0; j < SUM_N; j += 7) { /* a large term and its negation around small ones */
+        x[j] = 3.0e6f;
+        x[(size_t)(SUM_TERMS - 1) * SUM_N + j] = -3.0e6f;
+        a[SUM_TERMS - 1] = a[0];
+    }
+}
+
+/* The same bits in any order of the terms and however they are split into partial sums that are then merged
+ * (the ranks' partials reduced by MPI_SUM in whatever order), unlike a double accumulation. */
+static void test_exact_sum_any_order(void)
+{
+    static double a[SUM_TERMS], whole[NN_SUM_BINS * SUM_N], part[3][NN_SUM_BINS * SUM_N];
+    static float x[SUM_TERMS * SUM_N], forward[SUM_N], backward[SUM_N], merged[SUM_N];
+    sum_terms(a, x);
+    nn_sum_zero(whole, SUM_N);
+    for (int i = 0; i < SUM_TERMS; i++) nn_sum_add(whole, a[i], x + (size_t)i * SUM_N, SUM_N);
+    nn_sum_result(whole, SUM_N, forward);
+    nn_sum_zero(whole, SUM_N);
+    for (int i = SUM_TERMS - 1; i >= 0; i--) nn_sum_add(whole, a[i], x + (size_t)i * SUM_N, SUM_N);
+    nn_sum_result(whole, SUM_N, backward);
+    CHECK(memcmp(forward, backward, sizeof forward) == 0);
+    for (int p = 0; p < 3; p++) nn_sum_zero(part[p], SUM_N);
+    for (int i = 0; i < SUM_TERMS; i++) nn_sum_add(part[(i * 7) % 3], a[i], x + (size_t)i * SUM_N, SUM_N);
+    nn_sum_merge(part[2], part[0], SUM_N);
+    nn_sum_merge(part[2], part[1], SUM_N);
+    nn_sum_result(part[2], SUM_N, merged);
+    CHECK(memcmp(forward, merged, sizeof forward) == 0);
+    /* close to the double sum, and exactly the small part that a double accumulation loses next to 2^30 */
+    int near = 1;
+    for (int j = 0; j < SUM_N; j++) {
+        double d = 0.0, mag = 0.0;
+        for (int i = 0; i < SUM_TERMS; i++) d += a[i] * x[(size_t)i * SUM_N + j], mag += fabs(a[i] * x[(size_t)i * SUM_N + j]);
+        near &= fabs(forward[j] - d) <= 1e-7 * fabs(d) + 1e-15 * mag;
+    }
+    CHECK_MSG(near, "the exact sums are far from the double sums");
+    const float big = 0x1p30f, small = 0x1p-40f, terms[3] = { big, small, -big };
+    double acc[NN_SUM_BINS];
+    float got;
+    nn_sum_zero(acc, 1);
+    for (int i = 0; i < 3; i++) nn_sum_add(acc, 1.0, &terms[i], 1);
+    nn_sum_result(acc, 1, &got);
+    CHECK_MSG(got == small && (double)big + (double)small - (double)big == 0.0, "2^30 + 2^-40 - 2^30 = %a", got);
+}
+
+/* Exact: the bins hold the sum of the terms as integers of 2^-96 (terms that are such integers and fit 128 bits),
+ * checked against __int128 arithmetic. */
+static void test_exact_sum_is_exact(void)
+{
+    enum { N = 64, TERMS = 40 };
+    static float x[TERMS * N];
+    static double acc[NN_SUM_BINS * N];
+    double a[TERMS];
+    __int128 want[N] = { 0 };
+    FhRng rng = rng_for("exact sums, integers", 0);
+    nn_sum_zero(acc, N);
+    for (int i = 0; i < TERMS; i++) {
+        a[i] = ldexp(1.0, (int)(fh_rng_u32(&rng) % 9) - 4); /* a power of two: a x is exact */
+        for (int j = 0; j < N; j++) {
+            const int e = (int)(fh_rng_u32(&rng) % 70) - 60; /* terms from 2^-64 to 2^14: multiples of 2^-96 */
+            const int32_t mant = (int32_t)(fh_rng_u32(&rng) % (1u << 24)) * (fh_rng_u32(&rng) % 2 ? 1 : -1);
+            x[(size_t)i * N + j] = (float)ldexp((double)mant, e - 24);
+            want[j] += (__int128)mant << (e - 24 + 96 + ilogb(a[i]));
+        }
+        nn_sum_add(acc, a[i], x + (size_t)i * N, N);
+    }
+    int exact = 1;
+    for (int j = 0; j < N; j++) {
+        __int128 got = 0;
+        for (int k = 0; k < NN_SUM_BINS; k++) got += (__int128)ldexp(acc[k * N + j], 96);
+        exact &= got == want[j];
+    }
+    CHECK_MSG(exact, "the bins do not hold the exact sum");
+}
+
+/* The window: terms of magnitude 2^32 or more, infinities and NaNs make the element's sum NaN; a term's part
+ * below 2^-97 is dropped, 2^-96 and above kept. */
+static void test_exact_sum_window(void)
+{
+    const float terms[6] = { 0x1p32f, INFINITY, NAN, 0x1.fffffep31f, 0x1p-96f, 0x1p-100f };
+    double acc[NN_SUM_BINS];
+    float got[6];
+    for (int i = 0; i < 6; i++) {
+        nn_sum_zero(acc, 1);
+        nn_sum_add(acc, 1.0, &terms[i], 1);
+        nn_sum_add(acc, 1.0, &(float){ 0.0f }, 1);
+        nn_sum_result(acc, 1, &got[i]);
+    }
+    CHECK(isnan(got[0]) && isnan(got[1]) && isnan(got[2]));
+    CHECK(got[3] == terms[3] && got[4] == terms[4] && got[5] == 0.0f);
+    nn_sum_zero(acc, 1);
+    nn_sum_add(acc, -2.0, &(float){ 0x1p31f }, 1); /* -2^32 */
+    nn_sum_result(acc, 1, &got[0]);
+    CHECK(isnan(got[0]));
+}
+
 /* ============================== main ============================== */
 
 int main(int argc, char **argv)
@@ -209,5 +319,8 @@ int main(int argc, char **argv)
     RUN(test_adam_adamw);
     RUN(test_clip_grad_norm);
     RUN(test_vector_passes);
+    RUN(test_exact_sum_any_order);
+    RUN(test_exact_sum_is_exact);
+    RUN(test_exact_sum_window);
     return test_summary();
 }
