@@ -66,7 +66,7 @@ LIB     = $(BUILD)/libfedhet.a
 UNIT_SRC  = $(wildcard tests/unit/test_*.c)
 UNIT_BIN  = $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce docs man install bench bench-partition bench-round bench-methods bench-sam bench-norm bench-onnx bench-compare clean help check-tools
+.PHONY: FORCE prune-stale-tests fuzz fuzz-build check-clang test-sanitizers all deps deps-bench test test-unit run sensitivity quick-results reproduce docs man install bench bench-partition bench-round bench-methods bench-scale bench-sam bench-norm bench-onnx bench-compare clean help check-tools
 
 # test helpers that are not tests themselves (tests/run.sh runs build/tests/test_* only)
 TEST_HELPERS = $(BUILD)/tests/model_logits $(BUILD)/tests/onnx_model $(BUILD)/tests/write_ycck
@@ -90,6 +90,7 @@ help:
 	@echo "make bench       engine, partition and round benchmarks -> outputs/bench/*.csv (PyTorch beside them if installed)"
 	@echo "make bench-partition / bench-round / bench-methods   one of them (methods: hook overhead over FedAvg)"
 	@echo "make bench-sam   SAM-family step cost over the SGD step (targets 2.1x, single-backprop 1.15x)"
+	@echo "make bench-scale rank 0 and client ranks' memory, round time outside training, 10 to 10,000 clients"
 	@echo "make bench-norm  batch norm and max pooling on the blocked layout: fedhet's kernels against oneDNN's primitives"
 	@echo "make bench-onnx  torchvision models as ONNX: fedhet bench against PyTorch, 1 thread -> outputs/bench/onnx.csv"
 	@echo "make bench-compare BASE=<commit>   engine steps and the demo round of BASE's build against this tree's, side by side"
@@ -262,6 +263,10 @@ bench-round: all
 
 bench-methods: all
 	@./tests/bench/methods.sh
+
+# rank 0's and the client ranks' memory and the round's non-training time as the clients grow (10,000 clients)
+bench-scale: all
+	@./tests/bench/scale.sh
 
 # ---- fuzzing: clang + libFuzzer + ASan/UBSan over a separately compiled copy of the library -----------
 # (mpicc with OMPI_CC=clang: the library includes mpi.h and hdf5.h). tests/fuzz/test_fuzz.sh runs each

@@ -380,6 +380,8 @@ typedef struct {
     int (*weights)(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p);
     const char *rule; /* what the weights are, for `fedhet methods` and the README's tables */
     int reads_models; /* the weights read the uploaded states or vectors: the round gathers every upload */
+    int from_plan;    /* the weights read each upload's client id and n_samples alone (the client's size): every
+                       * rank can compute them from the round's plan, before the clients train */
 } AlgoServerWeights;
 /* the rule of weights chosen by the method's `weights` key (uniform or sample counts) */
 #define ALGO_WEIGHTS_BY_KEY "algo.weights"

@@ -237,7 +237,7 @@ static void wmsam_sizes(const AlgoSetup *s, AlgoSizes *z)
 static const AlgoGradCorrection wmsam_correct_part = { .correct = wmsam_correct };
 static const AlgoLocalStep wmsam_step_part = { .step = wmsam_step };
 static const AlgoClientReport wmsam_report_part = { .begin = wmsam_begin, .end = wmsam_end };
-static const AlgoServerWeights wmsam_weights_part = { .weights = algo_sam_weights, .rule = ALGO_WEIGHTS_BY_KEY };
+static const AlgoServerWeights wmsam_weights_part = { .weights = algo_sam_weights, .rule = ALGO_WEIGHTS_BY_KEY, .from_plan = 1 };
 static const AlgoServerUpdate wmsam_update_part = { .update = wmsam_update };
 static const AlgoLocalStep afedsam_step_part = { .step = algo_sam_step };
 

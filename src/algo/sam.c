@@ -176,7 +176,7 @@ static int sam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doubl
     return (samples ? &algo_weights_samples : &algo_weights_uniform)->weights(s, u, m, p);
 }
 
-static const AlgoServerWeights sam_weights_part = { .weights = sam_weights, .rule = ALGO_WEIGHTS_BY_KEY };
+static const AlgoServerWeights sam_weights_part = { .weights = sam_weights, .rule = ALGO_WEIGHTS_BY_KEY, .from_plan = 1 };
 
 /* ---- the two-pass step: SAM, ASAM, GSAM (docs/methods/sam.md §1, 2), FedSpeed's merge (6), FedSMOO's dual (7) --------- */
 

@@ -137,7 +137,7 @@ static int fedprox_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
 }
 
 static const AlgoLocalTerm fedprox_term_part = { .grad_term = fedprox_term };
-static const AlgoServerWeights fedprox_weights_part = { .weights = fedprox_weights, .rule = ALGO_WEIGHTS_BY_KEY };
+static const AlgoServerWeights fedprox_weights_part = { .weights = fedprox_weights, .rule = ALGO_WEIGHTS_BY_KEY, .from_plan = 1 };
 
 /* ---- SCAFFOLD (docs/methods/baselines.md A.5) ------------------------------------------------------------------------------ */
 
@@ -289,7 +289,7 @@ static void scaffold_sizes(const AlgoSetup *s, AlgoSizes *z)
 static const AlgoGradCorrection scaffold_correct_part = { .correct = scaffold_correct };
 static const AlgoLocalStep scaffold_step_part = { .step = scaffold_step };
 static const AlgoClientReport scaffold_report_part = { .begin = scaffold_begin, .end = scaffold_end };
-static const AlgoServerWeights scaffold_weights_part = { .weights = scaffold_weights, .rule = ALGO_WEIGHTS_BY_KEY };
+static const AlgoServerWeights scaffold_weights_part = { .weights = scaffold_weights, .rule = ALGO_WEIGHTS_BY_KEY, .from_plan = 1 };
 static const AlgoServerUpdate scaffold_update_part = {
     .n_sums = 1, .sums = { { .source = ALGO_SUM_VECTOR, .vector = 0, .coef = ALGO_COEF_ONE } }, .finish = scaffold_finish
 };

@@ -19,8 +19,8 @@ static int weights_uniform(const AlgoServerCtx *s, const AlgoUpload *u, int m, d
     return FH_OK;
 }
 
-const AlgoServerWeights algo_weights_samples = { .weights = weights_samples, .rule = "sample counts" };
-const AlgoServerWeights algo_weights_uniform = { .weights = weights_uniform, .rule = "uniform" };
+const AlgoServerWeights algo_weights_samples = { .weights = weights_samples, .rule = "sample counts", .from_plan = 1 };
+const AlgoServerWeights algo_weights_uniform = { .weights = weights_uniform, .rule = "uniform", .from_plan = 1 };
 
 int algo_average_range(const AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int vec, int64_t from,
                        int64_t to, float *out)

@@ -177,12 +177,12 @@ static int save_client_state(FlRun *run, FhH5File *f, int status)
         const float *src = run->comm.rank == owner ? fl_client_block(&run->work, k) : NULL;
         if (owner != 0 && run->comm.rank == owner) {
             MPI_Request req;
-            MPI_Isend(src, (int)block, MPI_FLOAT, 0, k, run->comm.comm, &req);
+            MPI_Isend(src, (int)block, MPI_FLOAT, 0, FL_TAG_CLIENT_STATE, run->comm.comm, &req);
             status = fl_wait(&req);
         } else if (run->comm.rank == 0) {
             if (owner != 0) {
                 MPI_Request req;
-                MPI_Irecv(buf, (int)block, MPI_FLOAT, owner, k, run->comm.comm, &req);
+                MPI_Irecv(buf, (int)block, MPI_FLOAT, owner, FL_TAG_CLIENT_STATE, run->comm.comm, &req);
                 status = fl_wait(&req);
                 src = buf;
             }
@@ -660,12 +660,12 @@ int fl_checkpoint_load(FlRun *run)
             if (owner == 0 && status == FH_OK) memcpy(dst, buf, (size_t)block * sizeof(float));
             else if (status == FH_OK) {
                 MPI_Request req;
-                MPI_Isend(buf, (int)block, MPI_FLOAT, owner, k, run->comm.comm, &req);
+                MPI_Isend(buf, (int)block, MPI_FLOAT, owner, FL_TAG_CLIENT_STATE, run->comm.comm, &req);
                 status = fl_wait(&req);
             }
         } else if (run->comm.rank == owner) {
             MPI_Request req;
-            MPI_Irecv(dst, (int)block, MPI_FLOAT, 0, k, run->comm.comm, &req);
+            MPI_Irecv(dst, (int)block, MPI_FLOAT, 0, FL_TAG_CLIENT_STATE, run->comm.comm, &req);
             status = fl_wait(&req);
         }
         /* a read failure on rank 0 would leave an owner waiting: agree after every client */

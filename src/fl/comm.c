@@ -11,9 +11,7 @@
 #include "fedhet/core.h"
 
 #define FL_CHUNK ((int64_t)1 << 30) /* MPI counts are int: large buffers go in pieces */
-#define FL_TAG_ERROR 7701              /* a client rank's error note to rank 0 (fl_fail_alone) */
 #define FL_ALONE_GRACE_S 5.0           /* how long a failing client rank waits for rank 0 to end the job */
-#define FL_TAG_LEAVE 7702              /* rank 0 to a client rank: leave this round */
 
 typedef struct {
     int32_t status, rank;

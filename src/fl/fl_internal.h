@@ -106,6 +106,11 @@ int fl_leave_wait_gather(FlLeave *l, MPI_Request *req, int round);
 /* after the control broadcast said the round is left: client ranks read their note if they have not */
 int fl_leave_finish(FlLeave *l);
 
+/* The protocol's point-to-point tags: a client rank's error note to rank 0 (fl_fail_alone), rank 0's request to
+ * leave the round, and the client state blocks of a checkpoint, sent one client at a time (in order, so one tag
+ * serves every client) */
+enum { FL_TAG_ERROR = 7701, FL_TAG_LEAVE = 7702, FL_TAG_CLIENT_STATE = 7703 };
+
 /* ---- round plan ---- */
 enum { FL_PLAN_RUN = 0, FL_PLAN_STOP_SIGNAL = 1, FL_PLAN_STOP_DIVERGED = 2, FL_PLAN_STOP_LEFT = 3 };
 typedef struct {
@@ -118,6 +123,7 @@ typedef struct {
 #define FL_FOLD_CHUNK ((int64_t)1 << 17)
 #define FL_FOLD_BYTES (2 * NN_SUM_BINS * (int64_t)sizeof(double) * FL_FOLD_CHUNK)
 #define FL_FOLD_CACHED (8 * NN_SUM_BLOCK) /* elements whose bins (128 KiB) stay in cache while every record adds */
+
 
 /* ---- upload records: {header, scalars, vectors}, fixed size per method ---- */
 typedef struct {
@@ -310,6 +316,35 @@ typedef struct {
     float *ckpt_block;
     char *tensor_names;
 } FlRun;
+
+/* The folded server step (src/fl/fold.c): segments average, the method's sums, D = sum_i (w_i - w^t) */
+typedef struct {
+    int early;                /* coefficients from the plan: records folded as they are made, none kept */
+    int n_sums, n_segments;   /* the method's sums; 2 + n_sums */
+    int64_t offset[ALGO_MAX_SUMS + 2], total; /* each segment's first element in the whole-length sums */
+    double *coef;             /* [(1 + n_sums) * m_max + 1]: each slot's coefficients, segment after segment; then
+                               * the round's go (1: fold, 0: left or diverged) */
+    double *chunks;           /* two chunks of partial sums being reduced (FL_FOLD_BYTES) */
+    double *acc;              /* early, on a training rank: the round's whole-length partial sums */
+    AlgoUpload *plan;         /* early: the selected clients as the plan knows them (id, size) */
+    double *plan_weights;
+} FlFold;
+int fl_fold_init(FlFold *f, const FlRun *run, int m_max, int held_records);
+void fl_fold_free(FlFold *f);
+/* every rank, after the plan: early, the round's coefficients from the plan, and the partial sums emptied */
+int fl_fold_plan(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const int32_t *selected, int n_selected);
+/* a training rank, early: a client's record (selection slot `slot`) into the partial sums */
+void fl_fold_record(FlFold *f, const FlRun *run, const void *record, int slot, int n_selected);
+/* rank 0, after the weights: the coefficients to broadcast (held), or a check that the uploads match the plan's */
+int fl_fold_coefficients(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const AlgoUpload *u, int m, const double *p);
+/* every rank: the round's sums reduced at rank 0 into out[segment] (held: from the n_records records at
+ * `records`, record r of selection slot record_slot[r]) */
+int fl_fold_reduce(FlFold *f, FlRun *run, const char *records, const int *record_slot, int n_records, int n_selected,
+                   float *const *out);
+/* rank 0, gathered uploads: D into out [n_params], the bits the fold gives */
+void fl_fold_delta_gathered(const FlRun *run, const AlgoUpload *u, int m, float *out);
+/* sum_i ||w_i - w^{t+1}||^2 over the parameters from sum_i ||w_i - w^t||^2, D and w^{t+1} (run->global: w^t) */
+double fl_divergence_sum(const FlRun *run, double drift2_sum, int m, const float *delta_sum, const float *next);
 
 /* The clients of round `round` (ids ascending), their count; the most any round selects (src/fl/select.c) */
 int fl_select_clients(const FlSettings *s, int K, int round, int32_t *ids);

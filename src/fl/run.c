@@ -285,16 +285,16 @@ typedef struct {
 
 typedef struct {
     MPI_Datatype record_type, head_type, head_in_record; /* a record; its header and scalars; those a record apart */
-    char *send, *recv;            /* records (folding: rank 0 receives the headers only) */
+    char *send, *recv;            /* records (folding: rank 0 receives the headers only; early: a rank keeps only
+                                   * the headers, and trains into `record`) */
+    char *record;                 /* early folding: the one record a rank trains into */
     size_t stride;                /* rank 0: bytes between gathered records */
     int folds;                    /* the server step folds (AlgoOps.folds): client ranks send partial sums */
+    FlFold fold;
     int *record_slot;             /* [records]: the selection slot of each record a rank trains */
-    int *slot_of_client;          /* rank 0, folding: [K] the selection slot of each selected client */
-    double *coef;                 /* rank 0: [(1 + n_sums) * m_max] the average's and the sums' coefficients by upload */
-    double *slot_coef;            /* folding: the same by selection slot, row after row, then 1 (fold) or 0 (not) */
-    double *fold_acc;             /* folding: 2 x NN_SUM_BINS x FL_FOLD_CHUNK partial sums */
+    double *coef;                 /* rank 0, gathered: [(1 + n_sums) * m_max] scratch of algo_server_update */
     float *sums;                  /* rank 0: [n_sums * n_state] the server step's sums (AlgoServerUpdate) */
-    double *divergence;           /* [m_max] ||w_k - w^{t+1}||^2: by record, then at rank 0 by ascending id */
+    float *delta;                 /* rank 0: [n_params] D = sum_i (w_i - w^t), for metrics.csv divergence */
     int32_t *selected;
     int *counts, *displs;
     int *order;                   /* recv index sorted by client id */
@@ -325,12 +325,25 @@ static int loop_init(FlRun *run, FlLoop *L)
     MPI_Type_commit(&L->head_in_record);
     const int n_records = run->comm.size > 1 ? (run->n_owned < m_max ? run->n_owned : m_max) : m_max;
     FH_CHECK(fh_calloc(&L->record_slot, (size_t)(n_records > 0 ? n_records : 1), sizeof *L->record_slot, "record slots"));
-    FH_CHECK(fh_calloc(&L->divergence, (size_t)m_max, sizeof *L->divergence, "divergences"));
     const int rows = 1 + run->work.ops.update.n_sums;
-    if (L->folds) {
-        FH_CHECK(fh_calloc(&L->slot_coef, (size_t)rows * m_max + 1, sizeof *L->slot_coef, "aggregation coefficients"));
-        FH_CHECK(fh_alloc_aligned(&L->fold_acc, (size_t)FL_FOLD_BYTES, "partial sums"));
-        FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
+    if (L->folds) { /* every rank takes the same way: the busiest rank's records decide */
+        int *owned = NULL, busiest = 0;
+        FH_CHECK(fh_calloc(&owned, (size_t)run->comm.size, sizeof *owned, "clients per rank"));
+        for (int k = 0; k < K; k++) owned[run->owner[k]]++;
+        for (int r = 0; r < run->comm.size; r++) busiest = owned[r] > busiest ? owned[r] : busiest;
+        fh_free(&owned);
+        FH_CHECK(fl_fold_init(&L->fold, run, m_max, busiest < m_max ? busiest : m_max));
+    }
+    if (run->comm.rank == 0 && !L->folds)
+        fh_log_info("aggregation: gathered (rank 0 receives every upload: %s)",
+                    algo_gathers_why(&run->work.ops.update, run->work.ops.weights));
+    else if (run->comm.rank == 0)
+        fh_log_info("aggregation: folded %s", L->fold.early ? "as each client finishes (each training rank keeps "
+                    "the round's partial sums, not its records)" : "once the round's weights are known (each "
+                    "training rank keeps its records until then)");
+    if (L->fold.early) { /* one record to train into; the headers alone are kept */
+        FH_CHECK(fh_alloc_aligned(&L->record, rec, "upload record"));
+        if (run->comm.size == 1) L->stride = run->layout.header_bytes;
     }
     FH_CHECK(fh_calloc(&L->selected, (size_t)K, sizeof *L->selected, "selected clients"));
     FH_CHECK(fl_leave_init(&L->leave, &run->comm, run->s.term_grace));
@@ -339,19 +352,20 @@ static int loop_init(FlRun *run, FlLoop *L)
     run->work.leave_poll = fl_leave_poll;
     run->work.leave_arg = &L->leave;
     if (run->comm.size > 1 && run->n_owned > 0)
-        FH_CHECK(fh_alloc_aligned(&L->send, (size_t)n_records * rec, "upload records"));
+        FH_CHECK(fh_alloc_aligned(&L->send, (size_t)n_records * (L->fold.early ? run->layout.header_bytes : rec),
+                                  "upload records"));
     if (run->comm.rank == 0) {
         FH_CHECK(fh_alloc_aligned(&L->recv, (size_t)m_max * L->stride, "gathered upload records"));
-        if (L->folds) FH_CHECK(fh_calloc(&L->slot_of_client, (size_t)K, sizeof *L->slot_of_client, "selection slots"));
         FH_CHECK(fh_calloc(&L->coef, (size_t)rows * m_max, sizeof *L->coef, "aggregation coefficients"));
         if (rows > 1)
             FH_CHECK(fh_alloc_aligned(&L->sums, (size_t)(rows - 1) * run->n_state * sizeof(float), "the server step's sums"));
+        FH_CHECK(fh_alloc_aligned(&L->delta, (size_t)run->n_params * sizeof(float), "the clients' summed change"));
         FH_CHECK(fh_calloc(&L->counts, (size_t)run->comm.size, sizeof *L->counts, "gather counts"));
         FH_CHECK(fh_calloc(&L->displs, (size_t)run->comm.size, sizeof *L->displs, "gather offsets"));
         FH_CHECK(fh_calloc(&L->order, (size_t)K, sizeof *L->order, "upload order"));
         FH_CHECK(fh_calloc(&L->uploads, (size_t)K, sizeof *L->uploads, "uploads"));
         FH_CHECK(fh_calloc(&L->weights, (size_t)K, sizeof *L->weights, "weights"));
-        if (!L->next) FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
+        FH_CHECK(fh_alloc_aligned(&L->next, (size_t)run->n_state * sizeof(float), "next global state"));
         FH_CHECK(fh_calloc(&L->rank_seconds, (size_t)run->comm.size, sizeof *L->rank_seconds, "training seconds"));
     }
     return FH_OK;
@@ -363,12 +377,11 @@ static void loop_free(FlLoop *L)
     if (L->head_type) MPI_Type_free(&L->head_type);
     if (L->head_in_record) MPI_Type_free(&L->head_in_record);
     fh_free(&L->record_slot);
-    fh_free(&L->slot_of_client);
+    fl_fold_free(&L->fold);
+    fh_free(&L->record);
     fh_free(&L->coef);
-    fh_free(&L->slot_coef);
-    fh_free(&L->fold_acc);
     fh_free(&L->sums);
-    fh_free(&L->divergence);
+    fh_free(&L->delta);
     fh_free(&L->send);
     fh_free(&L->recv);
     fh_free(&L->selected);
@@ -397,6 +410,7 @@ static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, doub
 {
     *n_mine = 0;
     char *base = run->comm.size > 1 ? L->send : L->recv;
+    const size_t kept = L->fold.early ? run->layout.header_bytes : run->layout.bytes; /* bytes kept per record */
     FlClientWork *w = &run->work;
     L->n_fresh = 0;
     for (int i = 0; i < n_selected; i++) {
@@ -405,8 +419,13 @@ static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, doub
         /* a left round still sends its count of records (the gather's shape), unused */
         if (!w->left) {
             if (fl_client_block(w, k)[w->block - 1] == 0.0f) L->fresh[L->n_fresh++] = k;
+            char *record = L->fold.early ? L->record : base + (size_t)(*n_mine) * kept;
             FH_CHECK(fl_client_train(w, &run->layout, run->global, run->server_vecs, run->server_scalars, k, i,
-                                     round, lr, base + (size_t)(*n_mine) * run->layout.bytes));
+                                     round, lr, record));
+            if (L->fold.early) { /* folded now: only its header stays */
+                fl_fold_record(&L->fold, run, record, i, n_selected);
+                memcpy(base + (size_t)(*n_mine) * kept, record, kept);
+            }
         }
         L->record_slot[(*n_mine)++] = i;
     }
@@ -429,8 +448,9 @@ static int gather_records(FlRun *run, FlLoop *L, int n_selected, int n_mine, int
         }
     }
     MPI_Request req;
-    if (MPI_Igatherv(L->send, n_mine, L->folds ? L->head_in_record : L->record_type, L->recv, L->counts, L->displs,
-                     L->folds ? L->head_type : L->record_type, 0, run->comm.comm, &req) != MPI_SUCCESS)
+    const MPI_Datatype sent = !L->folds ? L->record_type : L->fold.early ? L->head_type : L->head_in_record;
+    if (MPI_Igatherv(L->send, n_mine, sent, L->recv, L->counts, L->displs, L->folds ? L->head_type : L->record_type, 0,
+                     run->comm.comm, &req) != MPI_SUCCESS)
         FH_FAIL(FH_ERR_MPI, "gathering the upload records failed");
     return run->comm.rank == 0 ? fl_leave_wait_gather(&L->leave, &req, round) : fl_wait(&req);
 }
@@ -504,8 +524,8 @@ static int server_step(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selecte
 }
 
 /* Rank 0: the uploads in ascending client id, their weights and the method's scalar, before the server step;
- * folding, also the method's observe and each selection slot's coefficients (algo_sum_coefficients: those the
- * gathered step would use). *diverged when a client's loss is not finite. */
+ * folding, also the method's observe and the coefficients (fl_fold_coefficients). *diverged when a client's
+ * loss is not finite. */
 static int aggregate_begin(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int round, double *row,
                            int *diverged)
 {
@@ -516,97 +536,35 @@ static int aggregate_begin(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_sel
     if (!L->folds) return FH_OK;
     const AlgoServerUpdate *up = &run->work.ops.update;
     if (up->observe) FH_CHECK(up->observe(sctx, L->uploads, n_selected, L->weights));
-    FH_CHECK(algo_sum_coefficients(up, sctx, L->uploads, n_selected, L->weights, L->coef));
-    for (int i = 0; i < n_selected; i++) L->slot_of_client[L->selected[i]] = i;
-    for (int r = 0; r <= up->n_sums; r++)
-        for (int i = 0; i < n_selected; i++)
-            L->slot_coef[(size_t)r * n_selected + L->slot_of_client[L->uploads[i].client]] =
-                L->coef[(size_t)r * n_selected + i];
-    return FH_OK;
+    return fl_fold_coefficients(&L->fold, run, sctx, L->uploads, n_selected, L->weights);
 }
 
-/* ||w_k - w^{t+1}||^2 over the parameters (metrics.csv divergence) of n records, into L->divergence by record */
-static void record_divergence(const FlRun *run, FlLoop *L, const char *records, int n)
-{
-    for (int r = 0; r < n; r++)
-        L->divergence[r] = nn_vec_dist2_ordered(fl_record_state((void *)(records + (size_t)r * run->layout.bytes),
-                                                                &run->layout), L->next, run->n_params);
-}
-
-/* Every rank, folding: each rank's records summed into partial sums a chunk at a time, which MPI_SUM adds at
- * rank 0 while the next chunk is folded: L->next = the average, L->sums = the method's sums (exact sums: the same
- * bits on any number of ranks, and as the gathered step) */
-static int fold_sums(FlRun *run, FlLoop *L, const char *own, int n_own, int n_selected)
-{
-    const int root = run->comm.rank == 0, several = run->comm.size > 1;
-    const int64_t S = run->n_state;
-    const AlgoServerUpdate *up = &run->work.ops.update;
-    const AlgoSum average = { .source = ALGO_SUM_STATE };
-    MPI_Request req = MPI_REQUEST_NULL;
-    double *pending = NULL;
-    float *pending_out = NULL;
-    int64_t pending_n = 0;
-    int which = 0;
-    for (int seg = 0; seg <= up->n_sums; seg++)
-        for (int64_t lo = 0; lo < S; lo += FL_FOLD_CHUNK) {
-            const int64_t n = S - lo < FL_FOLD_CHUNK ? S - lo : FL_FOLD_CHUNK;
-            double *acc = L->fold_acc + (size_t)which * NN_SUM_BINS * FL_FOLD_CHUNK;
-            nn_sum_zero(acc, n);
-            for (int64_t sub = 0; sub < n; sub += FL_FOLD_CACHED) /* every record's terms while the bins are cached */
-                for (int r = 0; r < n_own; r++) {
-                    const float *state = fl_record_state((void *)(own + (size_t)r * run->layout.bytes), &run->layout);
-                    algo_sum_add(acc + NN_SUM_BINS * sub, seg ? &up->sums[seg - 1] : &average,
-                                 L->slot_coef[(size_t)seg * n_selected + L->record_slot[r]], state, state + S,
-                                 run->global, S, lo + sub, n - sub < FL_FOLD_CACHED ? n - sub : FL_FOLD_CACHED);
-                }
-            if (pending) {
-                FH_CHECK(fl_wait(&req));
-                if (root) nn_sum_result(pending, pending_n, pending_out);
-            }
-            if (several && MPI_Ireduce(root ? MPI_IN_PLACE : acc, acc, (int)(NN_SUM_BINS * n), MPI_DOUBLE, MPI_SUM, 0,
-                                       run->comm.comm, &req) != MPI_SUCCESS)
-                FH_FAIL(FH_ERR_MPI, "reducing the partial sums failed");
-            pending = acc;
-            pending_n = n;
-            pending_out = root ? (seg == 0 ? L->next : L->sums + (size_t)(seg - 1) * S) + lo : NULL;
-            which ^= 1;
-        }
-    if (pending) FH_CHECK(fl_wait(&req));
-    if (pending && root) nn_sum_result(pending, pending_n, pending_out);
-    return FH_OK;
-}
-
-/* Every rank, folding, after aggregate_begin: rank 0 broadcasts the coefficients, or that the round is not
- * folded (left, diverged); the partial sums reduce to rank 0, which finishes the server step; the new parameters
- * go back to the training ranks for each record's divergence, which rank 0 gathers (in the records' order). */
+/* Every rank, folding, after aggregate_begin: rank 0 broadcasts the coefficients (held records; early: only
+ * whether to fold), or that the round is not folded (left, diverged); the partial sums reduce to rank 0, which
+ * finishes the server step. */
 static int fold_round(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int n_mine, int round,
                       int *diverged)
 {
     const int root = run->comm.rank == 0, several = run->comm.size > 1;
-    const int64_t n_coef = (int64_t)(1 + run->work.ops.update.n_sums) * n_selected;
-    if (root) L->slot_coef[n_coef] = !L->leave.decided && !*diverged;
-    FH_CHECK(fl_bcast(&run->comm, L->slot_coef, (n_coef + 1) * (int64_t)sizeof(double)));
-    if (L->slot_coef[n_coef] == 0.0) return FH_OK;
-    const char *own = several ? L->send : L->recv;
+    FlFold *f = &L->fold;
+    const int64_t go = (int64_t)(1 + f->n_sums) * n_selected; /* the flag follows the round's coefficients */
+    if (root) f->coef[go] = !L->leave.decided && !*diverged;
+    if (f->early) FH_CHECK(fl_bcast(&run->comm, f->coef + go, (int64_t)sizeof(double)));
+    else FH_CHECK(fl_bcast(&run->comm, f->coef, (go + 1) * (int64_t)sizeof(double)));
+    if (f->coef[go] == 0.0) return FH_OK;
+    float *out[ALGO_MAX_SUMS + 2];
+    out[0] = L->next;
+    for (int k = 0; k < f->n_sums; k++) out[1 + k] = L->sums ? L->sums + (size_t)k * run->n_state : NULL;
+    out[1 + f->n_sums] = L->delta;
     const int n_own = root && several ? 0 : n_mine;
-    FH_CHECK(fold_sums(run, L, own, n_own, n_selected));
+    FH_CHECK(fl_fold_reduce(f, run, several ? L->send : L->recv, L->record_slot, f->early ? 0 : n_own, n_selected, out));
     const int status = root ? server_step(run, L, sctx, n_selected, round, diverged) : FH_OK;
-    if (status != FH_OK) {
-        fl_fail_alone(&run->comm, status);
-        return status;
-    }
-    FH_CHECK(fl_bcast(&run->comm, L->next, run->n_params * (int64_t)sizeof(float)));
-    record_divergence(run, L, own, n_own);
-    if (!several) return FH_OK;
-    MPI_Request req;
-    if (MPI_Igatherv(root ? MPI_IN_PLACE : L->divergence, n_own, MPI_DOUBLE, L->divergence, L->counts, L->displs,
-                     MPI_DOUBLE, 0, run->comm.comm, &req) != MPI_SUCCESS)
-        FH_FAIL(FH_ERR_MPI, "gathering the divergences failed");
-    return fl_wait(&req);
+    if (status != FH_OK) fl_fail_alone(&run->comm, status);
+    return status;
 }
 
 /* Rank 0, while run->global is still w^t: the round's metrics.csv columns from the uploads (docs/methods/metrics.md C.7: drift
- * against w^t from the headers, divergence against w^{t+1} = L->next by gathered record), the train loss, the clients' times and the SAM family's
+ * against w^t from the headers, divergence against w^{t+1} = L->next from them, D and L->next), the train loss, the clients' times and the SAM family's
  * diagnostics */
 static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, double *row)
 {
@@ -619,13 +577,14 @@ static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, do
         loss_sum += h->train_loss * (double)h->n_samples;
         samples += h->n_samples;
     }
-    double drift = 0, drift_full = 0, divergence = 0;
+    double drift = 0, drift_full = 0, drift2 = 0;
     for (int i = 0; i < n_selected; i++) {
         const FlRecordHeader *h = fl_record_header(gathered_record(run, L, L->order[i]));
         drift += sqrt(h->drift2_params);
         drift_full += sqrt(h->drift2_params + h->drift2_buffers);
-        divergence += L->divergence[L->order[i]];
+        drift2 += h->drift2_params;
     }
+    const double divergence = fl_divergence_sum(run, drift2, n_selected, L->delta, L->next);
     row[FL_COL_drift] = drift / n_selected;
     row[FL_COL_drift_full] = drift_full / n_selected;
     row[FL_COL_divergence] = divergence / n_selected;
@@ -666,11 +625,11 @@ static int client_rows(FlRun *run, const FlLoop *L, int n_selected, int round)
     return FH_OK;
 }
 
-/* Rank 0, after the server step: each upload's divergence (gathered; folding, the ranks sent them), the round's
- * metrics.csv columns and clients.csv rows, and w^{t+1} as the global state. */
+/* Rank 0, after the server step: D over gathered uploads (folding, it came reduced), the round's metrics.csv columns
+ * and clients.csv rows, and w^{t+1} as the global state. */
 static int aggregate_end(FlRun *run, FlLoop *L, int n_selected, int round, double *row)
 {
-    if (!L->folds) record_divergence(run, L, L->recv, n_selected);
+    if (!L->folds) fl_fold_delta_gathered(run, L->uploads, n_selected, L->delta);
     upload_columns(run, L, n_selected, row);
     nn_vec_copy(run->global, L->next, run->n_state);
     return client_rows(run, L, n_selected, round);
@@ -855,6 +814,8 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         if (run->comm.rank == 0) plan.n_selected = fl_select_clients(s, run->n_clients, t, L->selected);
         FH_CHECK(fl_bcast(&run->comm, &plan, sizeof plan));
         FH_CHECK(fl_bcast(&run->comm, L->selected, (int64_t)plan.n_selected * (int64_t)sizeof *L->selected));
+        AlgoServerCtx sctx = server_ctx(run, t, plan.lr, L->selected, plan.n_selected);
+        if (L->fold.early) FH_CHECK(fl_agree(&run->comm, fl_fold_plan(&L->fold, run, &sctx, L->selected, plan.n_selected)));
         times[0] = fh_time_now();
         FH_CHECK(fl_bcast(&run->comm, run->global, bcast_floats * (int64_t)sizeof(float)));
         if (run->z.server_scalars)
@@ -880,7 +841,6 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         /* the server step: rank 0 alone over gathered uploads, or folded by every rank; a left round has none */
         FlControl ctl = { 0, 0, FL_PLAN_RUN, 0 };
         int diverged = 0;
-        AlgoServerCtx sctx = server_ctx(run, t, plan.lr, L->selected, plan.n_selected);
         if (run->comm.rank == 0 && !L->leave.decided) {
             status = aggregate_begin(run, L, &sctx, plan.n_selected, t, row, &diverged);
             if (status == FH_OK && !diverged && !L->folds)
@@ -1107,6 +1067,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
                         last[FL_COL_test_accuracy], run.dir);
         }
     }
+    if (status == FH_OK) status = fl_peak_memory_line(&run);
     if (status != FH_OK && run.comm.rank == 0 && run.log) {
         /* the error also belongs in the run's log */
         fprintf(run.log, "error: %s\n", fh_error_message());

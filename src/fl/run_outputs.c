@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -295,6 +296,25 @@ static const char *scratch_note(char *buf, size_t size, size_t bytes)
     if (!bytes) return "";
     snprintf(buf, size, ", method scratch %.1f KiB", (double)bytes / 1024);
     return buf;
+}
+
+/* Every rank: the peak resident memory of each rank, logged by rank 0 (rank 0's own and the largest client
+ * rank's): what a job needs per rank, measured (`make bench-scale` reads it) */
+int fl_peak_memory_line(const FlRun *run)
+{
+    struct rusage usage;
+    double mine[2] = { 0.0, (double)run->comm.rank }, top[2] = { 0.0, 0.0 };
+    if (getrusage(RUSAGE_SELF, &usage) == 0) mine[0] = (double)usage.ru_maxrss / 1024.0; /* KiB on Linux */
+    const double rank0 = mine[0];
+    if (run->comm.rank == 0 && run->comm.size > 1) mine[0] = -1.0; /* the client ranks' largest */
+    if (MPI_Reduce(mine, top, 1, MPI_2DOUBLE_PRECISION, MPI_MAXLOC, 0, run->comm.comm) != MPI_SUCCESS)
+        FH_FAIL(FH_ERR_MPI, "reducing the ranks' peak memory failed");
+    if (run->comm.rank != 0) return FH_OK;
+    if (run->comm.size == 1) fh_log_info("peak resident memory: %.1f MiB (one rank)", rank0);
+    else
+        fh_log_info("peak resident memory: rank 0 %.1f MiB, client ranks up to %.1f MiB (rank %d)", rank0, top[0],
+                    (int)top[1]);
+    return FH_OK;
 }
 
 void fl_print_budget(const FlRun *run)

@@ -29,5 +29,7 @@ int fl_csv_row(FILE *f, const double *row, int n_cols, const char *dir, const ch
 void fl_progress_line(const FlRun *run, const double *row, double eta);
 void fl_left_round_line(const FlRun *run, int t, int checkpointed);
 void fl_print_budget(const FlRun *run);
+/* every rank (collective): rank 0 logs the ranks' peak resident memory */
+int fl_peak_memory_line(const FlRun *run);
 
 #endif

@@ -72,6 +72,71 @@ test_determinism_ranks_onednn()
     cmp -s "$WORK/dnn1.bin" "$WORK/dnnblas.bin" && fail "train.backend = blas gives onednn's bits: was oneDNN used?"
 }
 
+# 1d. The folded server step (docs/architecture.md "Aggregation"): FedAvg, SCAFFOLD (a summed upload vector and a
+#     server step), FedISM+ (SAGA's server state from the scalars) and the FLOOD plug-in (weights from the
+#     scalars): rank 0 receives headers and partial sums only (the log says so), and the final model, metrics.csv
+#     and clients.csv are bit-identical on 1, 2, 3 and 5 ranks; a run killed after the aggregation of its second
+#     round (SIGKILL at that point) resumes on another rank count to the straight run's bits.
+test_fold_ranks_resume()
+{
+    local spec name args np
+    for spec in "fedavg:algo.method=fedavg" "scaffold:algo.method=scaffold" \
+                "fedismplus:algo.method=fedismplus" "flood:algo.method=fedavg algo.plugin=flood"; do
+        name=${spec%%:*}
+        read -r -a args <<<"${spec#*:}"
+        for np in 1 2 3 5; do
+            fh "$np" "fold-$name-$np" "$WORK/base.ini" output.name="fold-$name-$np" fl.rounds=4 "${args[@]}"
+            expect_rc "$name, np $np" 0 || continue 2
+        done
+        grep -q "folded uploads" "$WORK/out/fold-$name-3/log.txt" ||
+            fail "$name: the log does not say that the uploads are folded: $(grep 'memory on rank 0' "$WORK/out/fold-$name-3/log.txt")"
+        for np in 2 3 5; do
+            same_global "$WORK/out/fold-$name-1/run.h5" "$WORK/out/fold-$name-$np/run.h5" "$name, np 1 vs $np"
+            same_csv "$WORK/out/fold-$name-1/metrics.csv" "$WORK/out/fold-$name-$np/metrics.csv" "$name, np 1 vs $np"
+            same_csv "$WORK/out/fold-$name-1/clients.csv" "$WORK/out/fold-$name-$np/clients.csv" "$name, np 1 vs $np"
+        done
+        MPI_X=(-x FEDHET_TEST_KILL_POINT=aggregate -x FEDHET_TEST_KILL_ROUND=1)
+        fh 3 "fold-$name-killed" "$WORK/base.ini" output.name="fold-$name-kill" fl.rounds=4 "${args[@]}"
+        MPI_X=()
+        [ "$RC" -ne 0 ] || { fail "$name: the run with a kill in round 2 exited 0"; continue; }
+        fh 2 "fold-$name-resumed" --resume "$WORK/out/fold-$name-kill"
+        if expect_rc "$name: --resume after the kill (np 2)" 0; then
+            same_global "$WORK/out/fold-$name-1/run.h5" "$WORK/out/fold-$name-kill/run.h5" "$name, straight vs killed + resumed"
+            same_csv "$WORK/out/fold-$name-1/metrics.csv" "$WORK/out/fold-$name-kill/metrics.csv" "$name, straight vs killed + resumed"
+        fi
+    done
+}
+
+# 1e. Ten thousand clients (2 rows each, the mlp): 40 of them per round fold as each finishes (40 held records
+#     would outweigh the whole-length partial sums), bit-identical on 1, 2 and 5 ranks (and to the held records'
+#     way, by the exact sums: tests/unit/test_layers_optim.c), clients.csv holds the selected clients' rows only,
+#     and rank 0's peak memory stays small.
+test_many_clients()
+{
+    python3 "$HERE/make_idx.py" "$WORK/idx10k" 20000 200 8 4 || { fail "cannot make the data"; return; }
+    "$FEDHET" partition "$WORK/idx10k" "$WORK/p10k.h5" scheme=iid clients=10000 partition_seed=1 classes=4 \
+        >"$WORK/p10k.out" 2>&1 || { fail "partition into 10000 clients: $(tail -1 "$WORK/p10k.out")"; return; }
+    local np
+    for np in 1 2 5; do
+        fh "$np" "k10k-$np" "$WORK/base.ini" output.name="k10k-$np" data.path="$WORK/p10k.h5" train.batch_size=2 \
+            fl.selection=count fl.count=40 fl.checkpoint_every=0
+        expect_rc "10000 clients, np $np" 0 || return
+    done
+    grep -q "aggregation: folded as each client finishes" "$WORK/out/k10k-5/log.txt" ||
+        fail "10000 clients: not folded as each client finishes: $(grep 'aggregation' "$WORK/out/k10k-5/log.txt")"
+    for np in 2 5; do
+        same_global "$WORK/out/k10k-1/run.h5" "$WORK/out/k10k-$np/run.h5" "10000 clients, np 1 vs $np"
+        same_csv "$WORK/out/k10k-1/metrics.csv" "$WORK/out/k10k-$np/metrics.csv" "10000 clients, np 1 vs $np"
+        same_csv "$WORK/out/k10k-1/clients.csv" "$WORK/out/k10k-$np/clients.csv" "10000 clients, np 1 vs $np"
+    done
+    [ "$(data_rows "$WORK/out/k10k-5/clients.csv")" = 120 ] ||
+        fail "clients.csv has $(data_rows "$WORK/out/k10k-5/clients.csv") rows, expected 3 rounds x 40"
+    local peak
+    peak=$(sed -n 's/.*peak resident memory: rank 0 \([0-9.]*\) MiB.*/\1/p' "$WORK/out/k10k-5/log.txt")
+    awk -v p="$peak" 'BEGIN { exit !(p != "" && p < 200) }' || fail "rank 0's peak memory is '$peak' MiB (expected < 200)"
+    note "rank 0 peak $peak MiB"
+}
+
 # 1c. train.threads = 2 on a rank bound to one core: the run warns, naming the binding and how to lift it;
 #     unbound it does not (this machine has 2 cores and the OpenMP build of OpenBLAS).
 test_threads_binding()
@@ -524,7 +589,7 @@ test_quality_metrics()
         [ ! -f "$WORK/out/det1/metrics.csv" ] || fail "client_auc_std is set for a run without a corrupted test set"
 }
 
-TESTS=(determinism_ranks determinism_ranks_onednn threads_binding resume_bit_identical resume_after_extend one_client sigterm sigkill
+TESTS=(determinism_ranks determinism_ranks_onednn fold_ranks_resume many_clients threads_binding resume_bit_identical resume_after_extend one_client sigterm sigkill
        rank_failure divergence divergence_messages bad_configs no_leftover_folder damaged_checkpoint
        checkpoint_chunks help quality_metrics)
 
