@@ -140,10 +140,22 @@ void afedsam_sizes(const AlgoSetup *s, AlgoSizes *z);
 void algo_scaffold_correct(AlgoClientCtx *c, float *grad); /* server.c: grad += c - c_k (option II; server vector 0,
                                                             * client vector 0) */
 int feddyn_end(AlgoClientCtx *c);                     /* server.c: H_k += w_k - w^t (client vector 0) */
-int feddyn_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global); /* avg + sum H/K */
+/* FedDyn's server step (server.c): the sum of the round's changes sum_k (w_k - w^t), FEDDYN_SUM, as sums[0]; its
+ * finish S += that sum, w = avg + S/K (server-only vector 0: S); the part that is both */
+#define FEDDYN_SUM { .source = ALGO_SUM_DELTA, .coef = ALGO_COEF_ONE }
+int feddyn_finish(AlgoServerCtx *s, const float *sums, float *global);
+extern const AlgoServerUpdate feddyn_update_part;
 void algo_fedcm_blend(AlgoClientCtx *c, float *grad, double alpha); /* server.c: alpha g + (1 - alpha) D */
-/* server.c: the average, then D (server vector 0) and the step eta_g */
-int algo_fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global, double eta_g);
+/* FedCM's server step (server.c): observe keeps 1/(K_loc lr), K_loc the round's mean steps (algo_server_keep);
+ * after the average, D (server vector 0) = (w^t - avg) scale and the step eta_g */
+int algo_fedcm_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p);
+void algo_fedcm_direction(AlgoServerCtx *s, float *global, double scale, double eta_g);
+/* A number observe hands to finish within a round (server.c): algo_server_keep (observe) returns its place, zeroed
+ * (what: for the message when the scratch is too small), algo_server_kept (finish) its value; it lives in the server
+ * scratch, the same block for both, for which the method's sizes call algo_server_keep_sizes. */
+double *algo_server_keep(AlgoServerCtx *s, const char *what);
+double algo_server_kept(const AlgoServerCtx *s);
+void algo_server_keep_sizes(AlgoSizes *z);
 /* The server step's option part (key eta_g, every method whose server moves w^t along its own direction) and its
  * value in view o. */
 extern const AlgoOptionPart algo_server_step_options;

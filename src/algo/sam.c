@@ -392,7 +392,43 @@ static void cv_end(AlgoClientCtx *c, int k_norm)
 }
 
 /* Server: c <- c + (1/N) sum_i (c_i_new - c_i), with c_i_new - c_i = -c - Delta_i/(K_i eta) derived from
- * the uploaded model (so only w_i travels up; docs/methods/sam.md §5 payload); N = all clients. */
+ * the uploaded model (so only w_i travels up; docs/methods/sam.md §5 payload); N = all clients. cv_inverse: client
+ * i's 1/(K_i eta), 0 when its c_i did not change (no step). */
+static double cv_inverse(const AlgoServerCtx *s, const AlgoUpload *u, int k_norm)
+{
+    const double K = k_norm == K_NORM_CODE ? s->server_scalars[SC_K_BAR] : (double)u->n_steps;
+    return !(K > 0.0) || u->n_steps == 0 ? 0.0 : 1.0 / (K * s->lr);
+}
+
+/* Folded (FedGAMMA, FedLESAM-S): c <- c - (n c + sum_i Delta_i/(K_i eta)) / N, n the clients that stepped (observe
+ * counts them from the headers and keeps n for finish), the sum a change sum (CV_SUM) with coefficients 1/(K_i eta) */
+#define CV_SUM { .source = ALGO_SUM_DELTA, .coef = ALGO_COEF_OWN }
+static int cv_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p)
+{
+    const int k_norm = k_norm_of(s->options)->k_norm;
+    double n = 0.0;
+    for (int i = 0; i < m; i++) n += cv_inverse(s, &u[i], k_norm) != 0.0;
+    *algo_server_keep(s, "the control variates' count of clients") = n;
+    return FH_OK;
+}
+
+static int cv_coefficients(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int k, double *coef)
+{
+    const int k_norm = k_norm_of(s->options)->k_norm;
+    for (int i = 0; i < m; i++) coef[i] = cv_inverse(s, &u[i], k_norm);
+    return FH_OK;
+}
+
+/* sum: CV_SUM's */
+static void cv_finish(AlgoServerCtx *s, const float *sum)
+{
+    const double n = algo_server_kept(s);
+    float *cv = s->server_vecs;
+    for (int64_t j = 0; j < s->n_params; j++)
+        cv[j] = (float)((double)cv[j] - (n * (double)cv[j] + (double)sum[j]) / s->n_clients);
+}
+
+/* The same over gathered uploads, accumulated in double in ascending client id (FedWMSAM's server step) */
 static int cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm)
 {
     const int64_t P = s->n_params;
@@ -402,9 +438,8 @@ static int cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm)
         float *cv = s->server_vecs + lo;
         memset(acc, 0, (size_t)n * sizeof *acc);
         for (int i = 0; i < m; i++) {
-            const double K = k_norm == K_NORM_CODE ? s->server_scalars[SC_K_BAR] : (double)u[i].n_steps;
-            if (!(K > 0.0) || u[i].n_steps == 0) continue;
-            const double inv = 1.0 / (K * s->lr);
+            const double inv = cv_inverse(s, &u[i], k_norm);
+            if (inv == 0.0) continue;
             const float *y = u[i].state + lo, *wt = s->current + lo;
             for (int64_t j = 0; j < n; j++) acc[j] += -(double)cv[j] - ((double)y[j] - (double)wt[j]) * inv;
         }
@@ -427,14 +462,23 @@ static int gamma_end(AlgoClientCtx *c)
     return FH_OK;
 }
 
-static int gamma_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+static int gamma_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
-    return cv_update(s, u, m, k_norm_of(s->options)->k_norm);
+    cv_finish(s, sums);
+    return FH_OK;
+}
+
+/* the scratch of a row whose observe keeps a number for finish (algo_server_keep) */
+static void sam_keep_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    sam_pick_sizes(s, z);
+    algo_server_keep_sizes(z);
 }
 
 static const AlgoClientReport gamma_report_part = { .end = gamma_end };
-static const AlgoServerUpdate gamma_update_part = { .update = gamma_update };
+static const AlgoServerUpdate gamma_update_part = {
+    .observe = cv_observe, .n_sums = 1, .sums = { CV_SUM }, .coefficients = cv_coefficients, .finish = gamma_finish
+};
 
 /* ---- FedSMOO server and report (docs/methods/sam.md §7) --------------------------------------------------------------- */
 
@@ -448,13 +492,13 @@ static int smoo_end(AlgoClientCtx *c)
     return FH_OK;
 }
 
-/* FedDyn's update (H += sum Delta_i; w = avg + H/N), then s = rho mu_bar/(||mu_bar|| + 1e-7), mu_bar the
- * weighted mean of the uploaded mu_i (uniform by default: (1/m) sum, as the code) */
-static int smoo_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* FedDyn's step (H += sum Delta_i; w = avg + H/N), then s = rho mu_bar/(||mu_bar|| + 1e-7), mu_bar the
+ * weighted mean of the uploaded mu_i (sums[1]; uniform by default: (1/m) sum, as the code) */
+static int smoo_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(feddyn_update(s, u, m, p, global));
+    FH_CHECK(feddyn_finish(s, sums, global));
     float *sv = s->server_vecs;
-    FH_CHECK(algo_average_range(s, u, m, p, 0, 0, s->n_params, sv));
+    nn_vec_copy(sv, sums + s->n_state, s->n_params);
     const double rho = sam_radius_of(s->options)->rho;
     const float scale = (float)(rho / (nn_vec_norm_f64(sv, s->n_params) + SAM_NORM_EPS));
     nn_vec_scale(sv, scale, s->n_params);
@@ -462,9 +506,11 @@ static int smoo_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
 }
 
 static const AlgoClientReport smoo_report_part = { .end = smoo_end };
-static const AlgoServerUpdate smoo_update_part = { .update = smoo_update };
+static const AlgoServerUpdate smoo_update_part = {
+    .n_sums = 2, .sums = { FEDDYN_SUM, { .source = ALGO_SUM_VECTOR, .vector = 0, .coef = ALGO_COEF_AVERAGE } },
+    .finish = smoo_finish
+};
 static const AlgoClientReport dyn_report_part = { .end = feddyn_end };
-static const AlgoServerUpdate dyn_update_part = { .update = feddyn_update };
 
 /* ---- MoFedSAM (docs/methods/sam.md §4): FedCM's correction and server direction --------------------------------------- */
 
@@ -487,19 +533,23 @@ static void mofedsam_correct(AlgoClientCtx *c, float *grad)
 }
 
 /* w^{t+1} = w^t + mean Delta; mom = -Delta_bar/(K eta_t), K = K_bar (code) or the mean steps of the round
- * (actual: FedCM's update itself) */
-static int mofedsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+ * (actual: FedCM's observe keeps it) */
+static int mofedsam_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p)
 {
-    if (k_norm_of(s->options)->k_norm == K_NORM_ACTUAL) return algo_fedcm_update(s, u, m, p, global, 1.0);
-    FH_CHECK(algo_average(s, u, m, p, global));
-    const double scale = 1.0 / (k_bar(s->setup, s->client_sizes) * s->lr);
-    float *D = s->server_vecs;
-    for (int64_t j = 0; j < s->n_params; j++) D[j] = (float)(((double)s->current[j] - (double)global[j]) * scale);
+    return k_norm_of(s->options)->k_norm == K_NORM_ACTUAL ? algo_fedcm_observe(s, u, m, p) : FH_OK;
+}
+
+static int mofedsam_finish(AlgoServerCtx *s, const float *sums, float *global)
+{
+    const double scale = k_norm_of(s->options)->k_norm == K_NORM_ACTUAL
+                             ? algo_server_kept(s)
+                             : 1.0 / (k_bar(s->setup, s->client_sizes) * s->lr);
+    algo_fedcm_direction(s, global, scale, 1.0);
     return FH_OK;
 }
 
 static const AlgoGradCorrection mofedsam_correct_part = { .correct = mofedsam_correct };
-static const AlgoServerUpdate mofedsam_update_part = { .update = mofedsam_update };
+static const AlgoServerUpdate mofedsam_update_part = { .observe = mofedsam_observe, .finish = mofedsam_finish };
 
 /* ---- FedGAMMA's correction: SCAFFOLD's option II (c - c_i before the clip) ---------------------------- */
 
@@ -652,9 +702,8 @@ static void lesam_global_step(AlgoServerCtx *s, const float *global)
     for (int64_t j = 0; j < s->n_params; j++) gu[j] = global[j] - s->current[j];
 }
 
-static int lesam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+static int lesam_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
     lesam_global_step(s, global);
     return FH_OK;
 }
@@ -674,10 +723,9 @@ static int lesam_s_end(AlgoClientCtx *c)
     return lesam_end(c);
 }
 
-static int lesam_s_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+static int lesam_s_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
-    FH_CHECK(cv_update(s, u, m, k_norm_of(s->options)->k_norm));
+    cv_finish(s, sums);
     lesam_global_step(s, global);
     return FH_OK;
 }
@@ -688,9 +736,9 @@ static int lesam_d_end(AlgoClientCtx *c)
     return lesam_end(c);
 }
 
-static int lesam_d_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+static int lesam_d_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(feddyn_update(s, u, m, p, global));
+    FH_CHECK(feddyn_finish(s, sums, global));
     lesam_global_step(s, global);
     return FH_OK;
 }
@@ -704,15 +752,23 @@ static void lesam_mode_sizes(const AlgoSetup *s, AlgoSizes *z)
     diag_sizes(z);
 }
 
+static void lesam_s_sizes(const AlgoSetup *s, AlgoSizes *z)
+{
+    lesam_mode_sizes(s, z);
+    algo_server_keep_sizes(z); /* cv_observe's count */
+}
+
 static const AlgoLocalStep lesam_step_part = { .step = lesam_step };
 static const AlgoLocalStep lesam_d_step_part = { .step = lesam_d_step };
 static const AlgoClientReport lesam_report_part = { .begin = lesam_begin, .end = lesam_end };
 static const AlgoClientReport lesam_s_report_part = { .begin = lesam_begin, .end = lesam_s_end };
 static const AlgoClientReport lesam_d_report_part = { .begin = lesam_begin, .end = lesam_d_end };
 static const AlgoGradCorrection lesam_s_correct_part = { .correct = lesam_s_correct };
-static const AlgoServerUpdate lesam_update_part = { .update = lesam_update };
-static const AlgoServerUpdate lesam_s_update_part = { .update = lesam_s_update };
-static const AlgoServerUpdate lesam_d_update_part = { .update = lesam_d_update };
+static const AlgoServerUpdate lesam_update_part = { .finish = lesam_finish };
+static const AlgoServerUpdate lesam_s_update_part = {
+    .observe = cv_observe, .n_sums = 1, .sums = { CV_SUM }, .coefficients = cv_coefficients, .finish = lesam_s_finish
+};
+static const AlgoServerUpdate lesam_d_update_part = { .n_sums = 1, .sums = { FEDDYN_SUM }, .finish = lesam_d_finish };
 
 /* ---- FedLWSAM (docs/methods/sam.md §11): FedSAM with FedLW / FedNoLoWe weights ---------------------------------------- */
 
@@ -789,7 +845,7 @@ const AlgoMethod algo_family_sam[] = {
         .weights = &sam_weights_part,
         .update = &mofedsam_update_part,
         .validate = sam_validate,
-        .sizes = sam_pick_sizes,
+        .sizes = sam_keep_sizes,
         .n_server_vectors = 1,
         .parts = { SAM_STEP_PARTS, &mofedsam_options, &algo_k_norm_options },
     },
@@ -806,7 +862,7 @@ const AlgoMethod algo_family_sam[] = {
         .update = &gamma_update_part,
         .server_init = k_bar_init,
         .validate = sam_validate,
-        .sizes = sam_pick_sizes,
+        .sizes = sam_keep_sizes,
         .n_client_vectors = 1,
         .n_server_vectors = 1,
         .n_server_scalars = 1,
@@ -827,7 +883,7 @@ const AlgoMethod algo_family_sam[] = {
         .step = &speed_step_part,
         .report = &dyn_report_part,
         .weights = &sam_weights_part,
-        .update = &dyn_update_part,
+        .update = &feddyn_update_part,
         .validate = sam_validate,
         .sizes = speed_sizes,
         .n_client_vectors = 1,
@@ -894,7 +950,7 @@ const AlgoMethod algo_family_sam[] = {
         .update = &lesam_s_update_part,
         .server_init = k_bar_init,
         .validate = sam_validate,
-        .sizes = lesam_mode_sizes,
+        .sizes = lesam_s_sizes,
         .n_client_vectors = 1,
         .n_server_vectors = 1,
         .n_server_scalars = 1,

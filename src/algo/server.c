@@ -1,14 +1,16 @@
 /* Method family 'server' (docs/methods/baselines.md A.3-A.8): FedAvgM, FedProx, SCAFFOLD, FedDyn, FedNova, FedCM.
  *
  * Every rule here acts on the trainable parameters [0, n_params) only; buffers [n_params, n_state) (BN
- * running statistics) are averaged with the method's aggregation weights (docs/methods/sam.md §0.3). Aggregates are
- * accumulated in double in ascending client id (the uploads arrive sorted).
+ * running statistics) are averaged with the method's aggregation weights (docs/methods/sam.md §0.3). Every server
+ * step folds (AlgoServerUpdate): sums over the uploads are AlgoSums (exact sums, whole or folded by the client
+ * ranks), and what a step needs of the uploads' headers goes from observe to finish in the server scratch
+ * (algo_server_keep).
  *
  * Server steps of the form w^{t+1} = w^t - eta (w^t - avg) are written as avg + (1 - eta)(w^t - avg) + ...,
  * algebraically the same, so that the neutral settings (FedAvgM beta = 0, SCAFFOLD/FedCM eta_g = 1, FedNova
  * with equal step counts) give the plain average bit for bit; the plain step is algo_server_step_to.
  *
- * algo_scaffold_correct, feddyn_end, feddyn_update, algo_fedcm_blend and algo_fedcm_update are shared with the
+ * algo_scaffold_correct, feddyn_end, feddyn_finish, algo_fedcm_blend and FedCM's server step are shared with the
  * SAM family (algo_internal.h; FedGAMMA, FedWMSAM, FedSpeed/FedSMOO, MoFedSAM), which passes its own settings. */
 #include "algo_internal.h"
 
@@ -23,6 +25,22 @@
 static int weights_choice(const AlgoServerCtx *s, const AlgoUpload *u, int m, double *p, int uniform)
 {
     return (uniform ? &algo_weights_uniform : &algo_weights_samples)->weights(s, u, m, p);
+}
+
+/* A number observe hands to finish within the round: the first double of the server scratch, which is the same
+ * block for both (AlgoServerCtx.scratch); the method's sizes ask for it (algo_server_keep_sizes). */
+double *algo_server_keep(AlgoServerCtx *s, const char *what)
+{
+    AlgoScratch scratch = s->scratch;
+    return algo_scratch_take(&scratch, 1, sizeof(double), what);
+}
+
+double algo_server_kept(const AlgoServerCtx *s) { return *(const double *)s->scratch.base; }
+
+void algo_server_keep_sizes(AlgoSizes *z)
+{
+    const size_t bytes = algo_scratch_bytes(1, sizeof(double));
+    if (z->server_scratch < bytes) z->server_scratch = bytes;
 }
 
 /* ---- the server step (FedAvgM, SCAFFOLD, FedCM, FedWMSAM) ----------------------------------------------------------- */
@@ -67,10 +85,9 @@ ALGO_OPTIONS_OF(avgm_of, AvgmOptions, avgm_options)
  *   flood      v <- beta v + (avg - w^t);  w <- w^t + eta_g v      (client deltas: v is -v of canonical)
  *   ema        v <- beta v + (1 - beta) g; w <- w^t - eta_g v
  *   nesterov   v <- beta v + g;            w <- w^t - eta_g (g + beta v)
- * Written as w = avg + (1 - eta_g A) g - eta_g B v_old with the step = A g + B v_old. */
-static int fedavgm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+ * Written as w = avg + (1 - eta_g A) g - eta_g B v_old with the step = A g + B v_old (global holds avg). */
+static int fedavgm_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
     const AvgmOptions *o = avgm_of(s->options);
     const double beta = o->beta, eta = algo_server_step(s->options);
     const int variant = o->variant;
@@ -96,7 +113,7 @@ static int fedavgm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const do
     return FH_OK;
 }
 
-static const AlgoServerUpdate fedavgm_update_part = { .update = fedavgm_update };
+static const AlgoServerUpdate fedavgm_update_part = { .finish = fedavgm_finish };
 
 /* ---- FedProx (docs/methods/baselines.md A.4) ------------------------------------------------------------------------------- */
 
@@ -339,32 +356,20 @@ int feddyn_end(AlgoClientCtx *c)
     return FH_OK;
 }
 
-/* S += sum_{k in S_t} (w_k - w^t); w^{t+1} = mean_{S_t} w_k + S / K */
-int feddyn_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* S += sum_{k in S_t} (w_k - w^t) (sums[0]: FEDDYN_SUM); w^{t+1} = mean_{S_t} w_k + S / K (global holds the mean) */
+int feddyn_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
-    const int64_t P = s->n_params;
-    double acc[ALGO_BLOCK];
-    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
-        const int64_t n = algo_block_len(lo, P);
-        memset(acc, 0, (size_t)n * sizeof *acc);
-        for (int i = 0; i < m; i++) {
-            const float *y = u[i].state + lo, *g = s->current + lo;
-#pragma omp simd
-            for (int64_t j = 0; j < n; j++) acc[j] += (double)(y[j] - g[j]);
-        }
-        float *S = s->server_private + lo, *w = global + lo;
-        for (int64_t j = 0; j < n; j++) {
-            S[j] = (float)((double)S[j] + acc[j]);
-            w[j] = (float)((double)w[j] + (double)S[j] / s->n_clients);
-        }
+    float *S = s->server_private;
+    for (int64_t j = 0; j < s->n_params; j++) {
+        S[j] = (float)((double)S[j] + (double)sums[j]);
+        global[j] = (float)((double)global[j] + (double)S[j] / s->n_clients);
     }
     return FH_OK;
 }
 
 static const AlgoLocalTerm feddyn_term_part = { .grad_term = feddyn_term };
 static const AlgoClientReport feddyn_report_part = { .end = feddyn_end };
-static const AlgoServerUpdate feddyn_update_part = { .update = feddyn_update };
+const AlgoServerUpdate feddyn_update_part = { .n_sums = 1, .sums = { FEDDYN_SUM }, .finish = feddyn_finish };
 
 /* ---- FedNova (docs/methods/baselines.md A.7) ------------------------------------------------------------------------------- */
 
@@ -384,30 +389,25 @@ static int fednova_end(AlgoClientCtx *c)
 
 /* w^{t+1} = w^t - tau_eff sum_k p_k d_k, d_k = (w^t - w_k)/a_k, tau_eff = sum_k p_k a_k; written as
  * avg + sum_k p_k (1 - tau_eff/a_k)(w^t - w_k), tau_eff = a_0 + sum_k p_k (a_k - a_0) (exactly a_0 when all
- * a_k are equal, and then the state is the sample-weighted average: FedAvg) */
-static int fednova_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+ * a_k are equal, and then the state is the sample-weighted average: FedAvg). The sum is over the changes
+ * w_k - w^t, so its coefficients are -p_k (1 - tau_eff/a_k) (p normalised), 0 for a client that took no step. */
+static int fednova_coefficients(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int k, double *coef)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
-    double total = 0.0, tau_eff = 0.0;
-    for (int i = 0; i < m; i++) total += p[i];
+    double total, tau_eff = 0.0;
+    FH_CHECK(algo_average_total(s, p, m, &total));
     const double a0 = u[0].scalars[0];
     for (int i = 0; i < m; i++) tau_eff += p[i] / total * (u[i].scalars[0] - a0);
     tau_eff += a0;
-    const int64_t P = s->n_params;
-    double acc[ALGO_BLOCK];
-    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
-        const int64_t n = algo_block_len(lo, P);
-        memset(acc, 0, (size_t)n * sizeof *acc);
-        for (int i = 0; i < m; i++) {
-            const double a = u[i].scalars[0];
-            const double coef = a > 0.0 ? p[i] / total * (1.0 - tau_eff / a) : 0.0; /* no step: w_k = w^t */
-            if (coef == 0.0) continue;
-            const float *y = u[i].state + lo, *g = s->current + lo;
-#pragma omp simd
-            for (int64_t j = 0; j < n; j++) acc[j] += coef * ((double)g[j] - (double)y[j]);
-        }
-        for (int64_t j = 0; j < n; j++) global[lo + j] = (float)((double)global[lo + j] + acc[j]);
+    for (int i = 0; i < m; i++) {
+        const double a = u[i].scalars[0];
+        coef[i] = a > 0.0 ? -(p[i] / total * (1.0 - tau_eff / a)) : 0.0; /* no step: w_k = w^t */
     }
+    return FH_OK;
+}
+
+static int fednova_finish(AlgoServerCtx *s, const float *sums, float *global)
+{
+    for (int64_t j = 0; j < s->n_params; j++) global[j] = (float)((double)global[j] + (double)sums[j]);
     return FH_OK;
 }
 
@@ -420,7 +420,10 @@ static int fednova_validate(const AlgoMethod *m, const AlgoSetup *s)
 }
 
 static const AlgoClientReport fednova_report_part = { .end = fednova_end };
-static const AlgoServerUpdate fednova_update_part = { .update = fednova_update };
+static const AlgoServerUpdate fednova_update_part = {
+    .n_sums = 1, .sums = { { .source = ALGO_SUM_DELTA, .coef = ALGO_COEF_OWN } }, .coefficients = fednova_coefficients,
+    .finish = fednova_finish
+};
 
 /* ---- FedCM (docs/methods/baselines.md A.8) --------------------------------------------------------------------------------- */
 
@@ -446,35 +449,41 @@ void algo_fedcm_blend(AlgoClientCtx *c, float *grad, double alpha)
     for (int64_t j = 0; j < c->round->n_params; j++) grad[j] = a * grad[j] + b * D[j];
 }
 
-/* w^{t+1} = w^t + eta_g mean(w_k - w^t); D = (w^t - mean w_k) / (K_loc lr), K_loc = mean steps of this
- * round's clients, lr = this round's lr (the "previous round" of the next round that uses D) */
-int algo_fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global, double eta_g)
+/* K_loc = mean steps of this round's clients, from the headers: 1/(K_loc lr) (0 when none stepped), lr = this
+ * round's lr (the "previous round" of the next round that uses D), kept for finish (algo_server_keep) */
+int algo_fedcm_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
-    const double eta = eta_g;
     double k_loc = 0.0;
     for (int i = 0; i < m; i++) k_loc += (double)u[i].n_steps;
     k_loc /= m;
-    const double scale = k_loc > 0.0 ? 1.0 / (k_loc * s->lr) : 0.0;
+    *algo_server_keep(s, "FedCM's 1/(K_loc lr)") = k_loc > 0.0 ? 1.0 / (k_loc * s->lr) : 0.0;
+    return FH_OK;
+}
+
+/* global holds mean w_k: D = (w^t - mean w_k) scale; w^{t+1} = w^t + eta_g mean(w_k - w^t) */
+void algo_fedcm_direction(AlgoServerCtx *s, float *global, double scale, double eta_g)
+{
     float *D = s->server_vecs;
     for (int64_t j = 0; j < s->n_params; j++) {
         const double avg = global[j];
         D[j] = (float)(((double)s->current[j] - avg) * scale);
-        global[j] = algo_server_step_to(avg, s->current[j], eta);
+        global[j] = algo_server_step_to(avg, s->current[j], eta_g);
     }
-    return FH_OK;
 }
 
 static void fedcm_correct(AlgoClientCtx *c, float *grad) { algo_fedcm_blend(c, grad,
                                                                             fedcm_of(c->round->options)->alpha); }
 
-static int fedcm_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+static int fedcm_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    return algo_fedcm_update(s, u, m, p, global, algo_server_step(s->options));
+    algo_fedcm_direction(s, global, algo_server_kept(s), algo_server_step(s->options));
+    return FH_OK;
 }
 
+static void fedcm_sizes(const AlgoSetup *s, AlgoSizes *z) { algo_server_keep_sizes(z); }
+
 static const AlgoGradCorrection fedcm_correct_part = { .correct = fedcm_correct };
-static const AlgoServerUpdate fedcm_update_part = { .update = fedcm_update };
+static const AlgoServerUpdate fedcm_update_part = { .observe = algo_fedcm_observe, .finish = fedcm_finish };
 
 /* ---- the registry rows -------------------------------------------------------------------------------- */
 
@@ -557,6 +566,7 @@ const AlgoMethod algo_family_server[] = {
         .correction = &fedcm_correct_part,
         .weights = &algo_weights_uniform,
         .update = &fedcm_update_part,
+        .sizes = fedcm_sizes,
         .n_server_vectors = 1,
         .parts = { &fedcm_options, &algo_server_step_options },
         .tunes = { { "eta_g", NAN, "global step size eta_g: w += eta_g mean(w_k - w^t); default 1" } },

@@ -333,6 +333,30 @@ bad_key()
     return 0
 }
 
+# folded_on_ranks "METHOD [OVERRIDES...]"...: each method's server step folds (the aggregation column of fedhet
+# methods), and 2 rounds of it on 1 and on 3 ranks end with the same model, metrics.csv and clients.csv (the sums
+# are exact: docs/architecture.md "Aggregation")
+folded_on_ranks()
+{
+    local spec method tag agg np
+    "$FEDHET" methods --format=tsv >"$WORK/methods.tsv" 2>&1 || { fail "fedhet methods --format=tsv failed"; return 1; }
+    for spec in "$@"; do
+        method=${spec%% *}
+        agg=$(awk -F'\t' -v m="$method" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "aggregation") c = i; next }
+                                         $1 == m { print $c }' "$WORK/methods.tsv")
+        [ "$agg" = folded ] || fail "$method: fedhet methods says its aggregation is '$agg', not folded"
+        tag=fold$(echo "$spec" | tr -c 'a-zA-Z0-9' _)
+        for np in 1 3; do
+            # shellcheck disable=SC2086
+            fh "$np" "$tag$np" "$WORK/base.ini" output.name=$tag$np fl.rounds=2 algo.method=$spec
+            expect_rc "$spec on $np ranks" 0 || continue 2
+        done
+        same_global "$WORK/out/${tag}1/run.h5" "$WORK/out/${tag}3/run.h5" "$spec: 1 vs 3 ranks" &&
+            same_csv "$WORK/out/${tag}1/metrics.csv" "$WORK/out/${tag}3/metrics.csv" "$spec: 1 vs 3 ranks" &&
+            same_csv "$WORK/out/${tag}1/clients.csv" "$WORK/out/${tag}3/clients.csv" "$spec: 1 vs 3 ranks"
+    done
+}
+
 # metric_values RUN COLUMN: one column of a run's metrics.csv
 metric_values() { column "$WORK/out/$1/metrics.csv" "$2"; }
 

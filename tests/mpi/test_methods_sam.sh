@@ -3,7 +3,8 @@
 # fedspeed, fedsmoo, fedlesam, fedlesam-s, fedlesam-d, fedlwsam) under mpirun with 3 ranks on the tiny
 # synthetic set of tests/mpi/lib.sh: each method's reduction to a baseline, identities of the persistent
 # state read from the run's HDF5 file, bit-identical resume of every stateful method, the switches that must
-# (and must not) change results, the diagnostics columns, bad keys.
+# (and must not) change results, the diagnostics columns, the same bits on 1 and 3 ranks (folded server steps),
+# bad keys.
 # usage: tests/mpi/test_methods_sam.sh [test_name]      (last line: "N passed, N failed")
 source "$(dirname "$0")/lib.sh"
 
@@ -159,6 +160,16 @@ test_resume()
     resume_identical "fedlesam-d" algo.method=fedlesam-d
 }
 
+# ---- folded aggregation --------------------------------------------------------------------------------
+
+# every server step of the family folds: the same bits on 1 and 3 ranks (the control variates' and MoFedSAM's
+# step counts from the headers, FedSMOO's mean mu_i, FedLESAM's global step in code mode)
+test_folded_on_ranks()
+{
+    folded_on_ranks mofedsam "mofedsam algo.k_norm=actual" "fedgamma algo.k_norm=actual" fedspeed fedsmoo \
+        "fedlesam algo.mode=code" "fedlesam-s algo.mode=code" fedlesam-d
+}
+
 # ---- bad input --------------------------------------------------------------------------------------
 
 test_bad_keys()
@@ -176,5 +187,5 @@ test_bad_keys()
 }
 
 TESTS=(fedsam_rho0_is_fedavg gsam_alpha0_is_sam gsam_rho_schedule diagnostics_columns fedlesam_round0_is_fedavg fedlesam_modes
-       compat_official reductions state_identities resume bad_keys)
+       compat_official reductions state_identities resume folded_on_ranks bad_keys)
 run_tests "$@"

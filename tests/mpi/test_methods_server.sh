@@ -2,7 +2,8 @@
 # End-to-end tests of the 'server' method family (docs/methods/baselines.md A.3-A.8: fedavgm, fedprox, scaffold, feddyn, fednova,
 # fedcm) under mpirun with 3 ranks on the tiny synthetic set of tests/mpi/lib.sh: each method's paper
 # property against FedAvg / uniform averaging, identities of the persistent state read from the run's HDF5
-# file, bit-identical resume of every stateful method, variants that must change something, bad keys.
+# file, bit-identical resume of every stateful method, variants that must change something, the same bits on 1
+# and 3 ranks (folded server steps), bad keys.
 # usage: tests/mpi/test_methods_server.sh [test_name]      (last line: "N passed, N failed")
 source "$(dirname "$0")/lib.sh"
 
@@ -163,6 +164,15 @@ test_resume_stateful()
     resume_identical "fedcm resume" algo.method=fedcm
 }
 
+# ---- folded aggregation --------------------------------------------------------------------------------
+
+# every stateful server step folds: the same bits on 1 and 3 ranks (FedNova with its unequal steps, FedCM's K_loc
+# from the headers)
+test_folded_on_ranks()
+{
+    folded_on_ranks fedavgm "fedavgm algo.variant=nesterov" feddyn fednova fedcm
+}
+
 # ---- bad input -----------------------------------------------------------------------------------------
 
 test_bad_keys()
@@ -183,5 +193,5 @@ test_bad_keys()
 
 TESTS=(fedavgm_beta0_is_fedavg fedavgm_variants fedavgm_eta_s_renamed fedprox_mu0_is_fedavg scaffold_round0_is_uniform
        scaffold_server_variate_is_mean scaffold_flood_variant feddyn_alpha0_and_server_sum
-       fednova_equal_steps_is_fedavg fedcm_alpha1_is_uniform resume_stateful bad_keys)
+       fednova_equal_steps_is_fedavg fedcm_alpha1_is_uniform resume_stateful folded_on_ranks bad_keys)
 run_tests "$@"

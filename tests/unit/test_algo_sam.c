@@ -283,6 +283,20 @@ static int quad_grad(void *env, double *loss)
     return FH_OK;
 }
 
+/* the row's server step over gathered uploads, as the runtime runs it (algo_server_update), with the server scratch
+ * its sizes ask for */
+static void server_update(const AlgoMethod *meth, AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p,
+                          float *next)
+{
+    enum { N = 4 }; /* state elements and uploads at most */
+    float sums[ALGO_MAX_SUMS * N];
+    double coef[(1 + ALGO_MAX_SUMS) * N];
+    max_align_t block[8];
+    CHECK(s->n_state <= N && m <= N && s->sizes->server_scratch <= sizeof block);
+    s->scratch = (AlgoScratch){ block, s->sizes->server_scratch };
+    CHECK_OK(algo_server_update(meth->update, s, u, m, p, next, sums, coef));
+}
+
 static void test_fedsmoo_two_params(void)
 {
     float w[2] = { 1.0f, 2.0f }, gbuf[2];
@@ -323,7 +337,7 @@ static void test_fedsmoo_two_params(void)
     double p[2];
     CHECK_OK(f.round.method->weights->weights(&s, u, 2, p));
     CHECK(p[0] == p[1]); /* uniform by default */
-    CHECK_OK(f.round.method->update->update(&s, u, 2, p, next));
+    server_update(f.round.method, &s, u, 2, p, next);
     const double H0 = (w0 - 1.0) + (0.5 - 1.0), H1 = (w1 - 2.0) + (3.0 - 2.0);
     CHECK_NEAR(sum_h[0], H0, 1e-6);
     CHECK_NEAR(sum_h[1], H1, 1e-6);
@@ -364,7 +378,7 @@ static void test_mofedsam_first_rounds(void)
                         .server_vecs = f.server_vecs, .client_sizes = sizes };
     double p[2];
     CHECK_OK(f.round.method->weights->weights(&s, u, 2, p));
-    CHECK_OK(f.round.method->update->update(&s, u, 2, p, next));
+    server_update(f.round.method, &s, u, 2, p, next);
     const double d0 = ((w0 - 1.0) + (0.5 - 1.0)) / 2, d1 = ((w1 - 2.0) + (3.0 - 2.0)) / 2;
     CHECK_NEAR(next[0], 1.0 + d0, 1e-6);
     CHECK_NEAR(next[1], 2.0 + d1, 1e-6);
@@ -413,7 +427,7 @@ static void test_fedspeed_two_params(void)
                         .setup = &f.setup,
                         .sizes = &f.z, .lr = 0.1, .current = cur, .server_private = sum_h };
     double p[2] = { 1, 1 };
-    CHECK_OK(f.round.method->update->update(&s, u, 2, p, next));
+    server_update(f.round.method, &s, u, 2, p, next);
     const double H0 = 0.5 + (w0 - 1.0) + (0.0 - 1.0), H1 = -1.0 + (w1 - 2.0) + (1.0 - 2.0);
     CHECK_NEAR(sum_h[0], H0, 1e-6);
     CHECK_NEAR(sum_h[1], H1, 1e-6);
@@ -468,7 +482,7 @@ static void test_fedgamma_control_variates(void)
         }
         s.round = r;
         double p[2] = { 1, 1 };
-        CHECK_OK(meth->update->update(&s, u, 2, p, next));
+        server_update(meth, &s, u, 2, p, next);
         for (int j = 0; j < 2; j++) {
             CHECK_NEAR(cv[j], (ci[0][j] + ci[1][j] + ci[2][j]) / 3.0, 1e-5); /* c = mean of all c_i */
             CHECK_NEAR(next[j], (states[0][j] + states[1][j]) / 2.0, 1e-6);

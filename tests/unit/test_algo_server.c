@@ -19,9 +19,12 @@ static AlgoServerCtx server(const AlgoMethod *m, AlgoOptions o, const float *cur
     static AlgoSetup setup;
     setup = (AlgoSetup){ .options = o, .n_clients = K, .n_params = P, .n_state = S, .optimizer = "sgd", .lr = 0.1,
                          .batch_size = 4 };
+    static max_align_t scratch[8];
     algo_sizes(m, &setup, z);
+    CHECK(z->server_scratch <= sizeof scratch);
     return (AlgoServerCtx){ .n_clients = K, .n_params = P, .n_state = S, .options = o, .setup = &setup, .sizes = z,
-                            .lr = 0.1, .current = current, .server_vecs = vecs, .server_private = priv };
+                            .lr = 0.1, .current = current, .server_vecs = vecs, .server_private = priv,
+                            .scratch = { scratch, z->server_scratch } };
 }
 
 /* the method's weights, then its update */
