@@ -563,9 +563,9 @@ static int fold_round(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected
     return status;
 }
 
-/* Rank 0, while run->global is still w^t: the round's metrics.csv columns from the uploads (docs/methods/metrics.md C.7: drift
- * against w^t from the headers, divergence against w^{t+1} = L->next from them, D and L->next), the train loss, the clients' times and the SAM family's
- * diagnostics */
+/* Rank 0, while run->global is still w^t: the round's metrics.csv columns from the uploads (docs/methods/metrics.md
+ * C.7: drift against w^t from the headers, divergence against w^{t+1} = L->next from them, D and L->next), the train
+ * loss, the clients' times and the SAM family's diagnostics */
 static void upload_columns(const FlRun *run, const FlLoop *L, int n_selected, double *row)
 {
     double t_client_sum = 0.0, t_client_max = 0.0, loss_sum = 0.0;
@@ -815,7 +815,8 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         FH_CHECK(fl_bcast(&run->comm, &plan, sizeof plan));
         FH_CHECK(fl_bcast(&run->comm, L->selected, (int64_t)plan.n_selected * (int64_t)sizeof *L->selected));
         AlgoServerCtx sctx = server_ctx(run, t, plan.lr, L->selected, plan.n_selected);
-        if (L->fold.early) FH_CHECK(fl_agree(&run->comm, fl_fold_plan(&L->fold, run, &sctx, L->selected, plan.n_selected)));
+        if (L->fold.early)
+            FH_CHECK(fl_agree(&run->comm, fl_fold_plan(&L->fold, run, &sctx, L->selected, plan.n_selected)));
         times[0] = fh_time_now();
         FH_CHECK(fl_bcast(&run->comm, run->global, bcast_floats * (int64_t)sizeof(float)));
         if (run->z.server_scalars)
