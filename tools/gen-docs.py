@@ -165,7 +165,7 @@ def methods_table(keys, methods):
            "(on the client's rank) and on the server, in model-sized vectors (P floats), K = clients, m = clients\n",
            "per round; payload: models (P floats) and scalars per participating client and round. Aggregation:\n",
            "folded, the client ranks send rank 0 partial sums (its memory does not grow with the clients per round);\n",
-           "gathered, rank 0 receives every upload, and why ([architecture](../architecture.md#architecture)). The\n",
+           "gathered, rank 0 receives every upload, and why ([architecture](../architecture.md#aggregation)). The\n",
            "equations and the papers are on the family pages of [docs/methods/](README.md).\n\n",
            "| method | family | summary | state per client | server state | payload | server weights | aggregation | keys (default) |\n",
            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"]

@@ -422,6 +422,7 @@ typedef struct {
     int (*coefficients)(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int k, double *coef);
     /* after the average (global holds it); sums [n_sums * n_state] */
     int (*finish)(AlgoServerCtx *s, const float *sums, float *global);
+    const char *gathered_because; /* with update: what of every model it needs (`fedhet methods`); NULL: generic */
 } AlgoServerUpdate;
 /* The coefficients of the average (row 0: p_i / sum p) and of up's sums (row 1 + k) of uploads i in ascending id:
  * coef [(1 + up->n_sums) * m]; rank 0 computes them, in the gathered step and to broadcast them to the folding

@@ -79,10 +79,10 @@ int afedsam_init(AlgoServerCtx *s, float *global)
     return FH_OK;
 }
 
-/* FedSAM's weighted average; mu_{t+1}; teacher = ema: tbar <- (1 - lambda) tbar + lambda w^{t+1} (whole state) */
-static int afedsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* after FedSAM's weighted average (global holds it): mu_{t+1}; teacher = ema: tbar <- (1 - lambda) tbar +
+ * lambda w^{t+1} (whole state) */
+static int afedsam_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
     const AfedsamOptions *o = afedsam_of(s->options);
     const double lambda = o->lambda;
     s->server_scalars[AF_SC_MU] = afedsam_next_mu(s->server_scalars[AF_SC_MU], lambda, o->mu_max);
@@ -111,4 +111,4 @@ void afedsam_sizes(const AlgoSetup *s, AlgoSizes *z)
 
 const AlgoBatchTerm afedsam_term_part = { .batch_term = afedsam_batch_term };
 const AlgoClientReport afedsam_report_part = { .begin = afedsam_begin };
-const AlgoServerUpdate afedsam_update_part = { .update = afedsam_update };
+const AlgoServerUpdate afedsam_update_part = { .finish = afedsam_finish };

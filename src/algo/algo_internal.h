@@ -124,7 +124,10 @@ void algo_sam_diag_add(AlgoClientCtx *c, double eps_norm, double grad_norm);
 double algo_sam_k_bar(const AlgoSetup *s, const int64_t *client_sizes);
 int algo_sam_k_bar_init(AlgoServerCtx *s, float *global);
 void algo_sam_cv_end(AlgoClientCtx *c, int k_norm);
-int algo_sam_cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm);
+/* a client's 1/(K eta) in the control variates' change (K = k_bar (code) or its steps (actual); 0: no step), and
+ * c <- c - (n c + sum)/N with sum the change sum of the Delta_i/(K_i eta), n the clients that stepped */
+double algo_sam_cv_rate(int k_norm, double k_bar, int64_t n_steps, double lr);
+void algo_sam_cv_apply(float *c, const float *sum, double n, int64_t n_params, int n_clients);
 void algo_lesam_official(const NnModel *m, float *d, double rho, float *first);
 /* A-FedSAM's parts (afedsam.c, docs/methods/sam.md §15), for its row in fedwmsam.c's family table */
 extern const AlgoOptionPart afedsam_options;

@@ -76,8 +76,7 @@ static void qffl_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     const int original = qffl_of(s->options)->variant == QF_ORIGINAL;
     z->upload_scalars = original ? 2 : 1; /* F_k (, h_k) */
-    if (original && s->n_state > s->n_params) /* the buffers' weights n_k */
-        z->server_scratch = algo_scratch_bytes((size_t)algo_max_selected(s), sizeof(double));
+    if (original) algo_server_keep_sizes(z); /* the round's step s, observe to finish */
 }
 
 /* F_k = loss of the broadcast w^t on the client's whole training set */
@@ -114,10 +113,12 @@ static int qffl_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doub
 /* original: w^{t+1} = w^t - sum_k D_k / sum_k h_k with D_k = p_k L (w^t - w_k). Written as
  * (1 - s) w^t + s avg_p(w_k), s = sum_k p_k L / sum_k h_k, avg_p the p-weighted average: the same step
  * (sum_k D_k = L P (w^t - avg_p), P = sum p_k), and with q = 0 (p_k = 1, h_k = L) s is exactly 1 and the
- * result is exactly uniform averaging (docs/methods/baselines.md A.9 unit test). Buffers: sample-weighted average (docs/methods/baselines.md §0.3). */
-static int qffl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+ * result is exactly uniform averaging (docs/methods/baselines.md A.9 unit test). Buffers: sample-weighted average
+ * (docs/methods/baselines.md §0.3), the update's sum. The step s from the uploads' h_k, before the sums, kept for the
+ * finish (algo_server_keep). */
+static int qffl_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p)
 {
-    if (qffl_of(s->options)->variant != QF_ORIGINAL) return algo_average(s, u, m, p, global);
+    if (qffl_of(s->options)->variant != QF_ORIGINAL) return FH_OK;
     const double L = 1.0 / s->lr;
     double num = 0.0, h = 0.0;
     for (int i = 0; i < m; i++) {
@@ -127,22 +128,38 @@ static int qffl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doubl
     if (!(h > 0.0) || !isfinite(h) || !isfinite(num))
         FH_FAIL(FH_ERR_NUMERIC, "round %d: q-FedAvg step: sum of h_k = %g, sum of L (F_k + 1e-10)^q = %g", s->round + 1,
                 h, num);
-    const double step = num / h;
-    FH_CHECK(algo_average_range(s, u, m, p, -1, 0, s->n_params, global));
+    *algo_server_keep(s, "q-FedAvg's step") = num / h;
+    return FH_OK;
+}
+
+/* the buffers' weights n_k / sum n (original) */
+static int qffl_coefficients(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int k, double *coef)
+{
+    double total = 0.0;
+    for (int i = 0; i < m; i++) total += (double)u[i].n_samples;
+    for (int i = 0; i < m; i++) coef[i] = (double)u[i].n_samples / total;
+    return FH_OK;
+}
+
+/* original, after the p-weighted average (global holds it): the parameters' step, the buffers' sample-weighted
+ * average */
+static int qffl_finish(AlgoServerCtx *s, const float *sums, float *global)
+{
+    if (qffl_of(s->options)->variant != QF_ORIGINAL) return FH_OK;
+    const double step = algo_server_kept(s);
     for (int64_t j = 0; j < s->n_params; j++)
         global[j] = (float)((1.0 - step) * (double)s->current[j] + step * (double)global[j]);
-    if (s->n_state > s->n_params) {
-        AlgoScratch scratch = s->scratch;
-        double *ns = algo_scratch_take(&scratch, (size_t)m, sizeof *ns, "q-FedAvg buffer weights");
-        for (int i = 0; i < m; i++) ns[i] = (double)u[i].n_samples;
-        FH_CHECK(algo_average_range(s, u, m, ns, -1, s->n_params, s->n_state, global));
-    }
+    memcpy(global + s->n_params, sums + s->n_params, (size_t)(s->n_state - s->n_params) * sizeof *global);
     return FH_OK;
 }
 
 static const AlgoClientReport qffl_report = { qffl_begin, qffl_end };
 static const AlgoServerWeights qffl_weights_part = { .weights = qffl_weights, .rule = "q-FedAvg's (loss powers)" };
-static const AlgoServerUpdate qffl_update_part = { .update = qffl_update };
+static const AlgoServerUpdate qffl_update_part = {
+    .observe = qffl_observe,
+    .n_sums = 1, .sums = { { .source = ALGO_SUM_STATE, .coef = ALGO_COEF_OWN } }, .coefficients = qffl_coefficients,
+    .finish = qffl_finish
+};
 
 /* ==== AFL (docs/methods/baselines.md A.10) =================================================================================== */
 
@@ -249,18 +266,24 @@ static void simplex_project(double *y, int n, double *sorted)
     for (int k = 0; k < n; k++) y[k] = y[k] + theta > 0.0 ? y[k] + theta : 0.0;
 }
 
-/* original: w^{t+1} = sum_k lambda_k w_k = w^t - lr sum_k lambda_k g_k (each w_k is one SGD step);
- * lambda <- Proj(lambda + eta_lambda l), l_k the minibatch loss at w^t; running average
- * wbar^{t+1} = (t wbar^t + w^{t+1}) / (t + 1), the evaluated model. */
-static int afl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* original: w^{t+1} = sum_k lambda_k w_k = w^t - lr sum_k lambda_k g_k (each w_k is one SGD step, the average);
+ * lambda <- Proj(lambda + eta_lambda l), l_k the minibatch loss at w^t (the weights of this round were taken
+ * before) */
+static int afl_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
     if (afl_of(s->options)->variant != AFL_ORIGINAL) return FH_OK;
     double *lambda = s->server_scalars;
     AlgoScratch scratch = s->scratch;
     double *sorted = algo_scratch_take(&scratch, (size_t)s->n_clients, sizeof *sorted, "AFL's projection");
     for (int i = 0; i < m; i++) lambda[u[i].client] += afl_of(s->options)->eta_lambda * u[i].train_loss;
     simplex_project(lambda, s->n_clients, sorted);
+    return FH_OK;
+}
+
+/* original, after the average: running average wbar^{t+1} = (t wbar^t + w^{t+1}) / (t + 1), the evaluated model */
+static int afl_finish(AlgoServerCtx *s, const float *sums, float *global)
+{
+    if (afl_of(s->options)->variant != AFL_ORIGINAL) return FH_OK;
     const double t = s->round;
     float *avg = s->server_private;
     for (int64_t j = 0; j < s->n_state; j++) avg[j] = (float)((t * (double)avg[j] + (double)global[j]) / (t + 1.0));
@@ -269,7 +292,7 @@ static int afl_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double
 
 static const AlgoClientReport afl_report = { afl_begin, NULL };
 static const AlgoServerWeights afl_weights_part = { .weights = afl_weights, .rule = "AFL's (the worst client, or minimax lambda)" };
-static const AlgoServerUpdate afl_update_part = { .update = afl_update };
+static const AlgoServerUpdate afl_update_part = { .observe = afl_observe, .finish = afl_finish };
 
 /* ==== FairFed (docs/methods/baselines.md A.11) =============================================================================== */
 

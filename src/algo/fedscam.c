@@ -407,10 +407,10 @@ static int scam_weights(const AlgoServerCtx *s, const AlgoUpload *u, int m, doub
     return FH_OK;
 }
 
-/* weighted average (buffers with the same weights), then u_t = Proj_d(Normalize(w_{t+1} - w_t)) */
-static int scam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* after the weighted average (buffers with the same weights; global holds it): u_t = Proj_d(Normalize(w_{t+1} -
+ * w_t)) */
+static int scam_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
     const ScamSettings h = scam_settings(s->options);
     const int64_t P = s->n_params;
     const double norm = nn_vec_dist_f64(global, s->current, P);
@@ -440,7 +440,7 @@ static const AlgoLocalStep scam_step_part = { .step = scam_step, .round_radius =
                                               .client_radius = scam_client_radius };
 static const AlgoClientReport scam_report_part = { .begin = scam_begin, .end = scam_end };
 static const AlgoServerWeights scam_weights_part = { .weights = scam_weights, .rule = "FedSCAM's (heterogeneity and alignment)" };
-static const AlgoServerUpdate scam_update_part = { .update = scam_update };
+static const AlgoServerUpdate scam_update_part = { .finish = scam_finish };
 
 /* ---- the registry rows ---------------------------------------------------------------------------------- */
 

@@ -9,7 +9,9 @@
  * Layout: client vector 0 c_k; server vectors 0 c, 1 mom_r (broadcast: the client forms mom_k itself, docs/methods/sam.md §9
  * payload with client-held c_k); server scalars 0 K_bar (sam.c's k_bar_init and control variates read it
  * there), 1 alpha_r (metrics.csv method_scalar); work vectors 0 mom_k, 1 target_b, 2 eps, 3 the saved weights
- * (and the official perturbation's per-tensor scratch). Upload scalars: the diagnostics (mean ||eps||, mean ||g||).
+ * (and the official perturbation's per-tensor scratch). Upload scalars: the diagnostics (mean ||eps||, mean ||g||),
+ * then dot(Delta_k, mom_r) and ||Delta_k||^2, from which the server's alpha follows without the clients' models
+ * (the round folds, docs/architecture.md "Aggregation").
  * The step order is the FL-Simulator one (docs/methods/sam.md §0.2): the pure minibatch gradient at x_b + eps (c->state.grad_pure),
  * exact restore, the blend (correction hook), clip (train.clip), weight decay and the SGD step (optimiser).
  * Parameters-only rules cover [0, n_params); buffers are averaged with the method's weights (docs/methods/baselines.md §0.3). */
@@ -52,6 +54,7 @@ ALGO_OPTIONS_OF(wmsam_of, WmsamOptions, wmsam_options)
 /* The layout above by name, in one place: what a client sees (the broadcast c, mom_r, alpha_r and its own work
  * vectors) and what the server updates. */
 enum { WM_SCALAR_K_BAR, WM_SCALAR_ALPHA }; /* K_bar where sam.c's k_bar_init and control variates read it */
+static const char *const WM_UP_DOT = "mom_dot", *const WM_UP_DELTA_SQ = "delta_sq"; /* upload scalars by name */
 enum { WM_N_WORK = 4 };
 typedef struct {
     const float *c, *mom;
@@ -62,6 +65,11 @@ typedef struct {
     float *c, *mom;
     double *k_bar, *alpha;
 } WmsamServer;
+/* What observe hands to finish within a round, in the server scratch (the same block for both, as
+ * algo_server_keep's one number): the round's mean steps and the number of clients whose c_k changed */
+typedef struct {
+    double steps, cv_clients;
+} WmsamKept;
 
 static WmsamClient wmsam_client(const AlgoClientCtx *c)
 {
@@ -84,6 +92,19 @@ static double wmsam_next_alpha(double alpha, double lambda, double mean_s)
 {
     const double clipped = mean_s < 0.1 ? 0.1 : mean_s > 0.9 ? 0.9 : mean_s;
     return (1.0 - lambda) * alpha + lambda * clipped;
+}
+
+/* dot(Delta, mom_r) and ||Delta||^2, Delta = y - x_r, over the parameters in double in index order */
+static void wmsam_alignment(const float *y, const float *x, const float *mom, int64_t P, double *dot, double *dd)
+{
+    double sd = 0.0, sq = 0.0;
+    for (int64_t j = 0; j < P; j++) {
+        const double d = (double)y[j] - (double)x[j];
+        sd += d * (double)mom[j];
+        sq += d * d;
+    }
+    *dot = sd;
+    *dd = sq;
 }
 
 /* ---- client ------------------------------------------------------------------------------------------- */
@@ -161,9 +182,14 @@ static int wmsam_step(AlgoClientCtx *c, AlgoGradFn grad, void *env, double *loss
     return FH_OK;
 }
 
-/* c_k <- c_k - c - Delta_k/(K eta_r), K = K_bar (k_norm = code) or the steps taken (FedGAMMA's, docs/methods/sam.md §5) */
+/* uploads dot(Delta_k, mom_r) and ||Delta_k||^2 (the server's s_k); c_k <- c_k - c - Delta_k/(K eta_r), K = K_bar
+ * (k_norm = code) or the steps taken (FedGAMMA's, docs/methods/sam.md §5) */
 static int wmsam_end(AlgoClientCtx *c)
 {
+    const AlgoSizes *z = c->round->sizes;
+    double *up = c->state.upload_scalars;
+    wmsam_alignment(c->model->state, c->round->global, wmsam_client(c).mom, c->round->n_params,
+                    &up[algo_upload_index(z, WM_UP_DOT)], &up[algo_upload_index(z, WM_UP_DELTA_SQ)]);
     algo_sam_cv_end(c, wmsam_of(c->round->options)->k_norm);
     return FH_OK;
 }
@@ -177,41 +203,61 @@ static int wmsam_init(AlgoServerCtx *s, float *global)
     return FH_OK;
 }
 
-/* After the round (docs/methods/sam.md §9, clients in ascending id): s_k = 1 + cos(Delta_k, mom_r) with the mom_r broadcast this
- * round (0 when a norm is 0); alpha_{r+1}; c += (1/N) sum dc_k; x_{r+1} = x_r + eta_g Delta_bar (weighted mean,
- * uniform by default); mom_{r+1} = -Delta_bar/(K eta_r) gamma, K = K_bar (code) or the round's mean steps (actual),
- * gamma = train.lr_decay (the code's extra factor). */
-static int wmsam_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* 1/(K eta_r) of a client's dc_k = -c - Delta_k/(K eta_r), K = K_bar (code) or its steps (actual); 0: c_k kept
+ * (no step taken; sam.c's control variates) */
+static double wmsam_cv_rate(const AlgoServerCtx *s, int k_norm, int64_t n_steps)
 {
-    const int64_t P = s->n_params;
+    return algo_sam_cv_rate(k_norm, s->server_scalars[WM_SCALAR_K_BAR], n_steps, s->lr);
+}
+
+/* Before the sums (docs/methods/sam.md §9, clients in ascending id): s_k = 1 + cos(Delta_k, mom_r) from the
+ * uploaded dot and ||Delta_k||^2 with the mom_r broadcast this round (0 when a norm is 0); alpha_{r+1}; the round's
+ * mean steps and the number of clients whose c_k changed, for the finish. */
+static int wmsam_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p)
+{
     const WmsamOptions *o = wmsam_of(s->options);
     const WmsamServer v = wmsam_server(s);
-    float *mom = v.mom;
-    const float *x = s->current;
-    const double mom_norm = nn_vec_norm_f64(mom, P);
+    const int dot_at = algo_upload_index(s->sizes, WM_UP_DOT), dd_at = algo_upload_index(s->sizes, WM_UP_DELTA_SQ);
+    const double mom_norm = nn_vec_norm_f64(v.mom, s->n_params);
     double s_sum = 0.0, k_mean = 0.0;
+    int cv_clients = 0;
     for (int i = 0; i < m; i++) {
-        const float *y = u[i].state;
-        double dot = 0.0, dd = 0.0;
-        for (int64_t j = 0; j < P; j++) {
-            const double d = (double)y[j] - (double)x[j];
-            dot += d * (double)mom[j];
-            dd += d * d;
-        }
+        const double dot = u[i].scalars[dot_at], dd = u[i].scalars[dd_at];
         s_sum += mom_norm > 0.0 && dd > 0.0 ? 1.0 + dot / (sqrt(dd) * mom_norm) : 0.0;
         k_mean += (double)u[i].n_steps / m;
+        cv_clients += wmsam_cv_rate(s, o->k_norm, u[i].n_steps) > 0.0;
     }
     *v.alpha = wmsam_next_alpha(*v.alpha, o->alpha_lambda, s_sum / m);
-    FH_CHECK(algo_sam_cv_update(s, u, m, o->k_norm));
-    FH_CHECK(algo_average(s, u, m, p, global));
-    const double K = o->k_norm == K_NORM_CODE ? *v.k_bar : k_mean;
-    const double scale = K > 0.0 ? s->setup->lr_decay / (K * s->lr) : 0.0;
-    const double eta = algo_server_step(s->options);
-    for (int64_t j = 0; j < P; j++) {
-        const double avg = global[j];
-        mom[j] = (float)(-(avg - (double)x[j]) * scale);
-        global[j] = algo_server_step_to(avg, x[j], eta);
-    }
+    AlgoScratch scratch = s->scratch;
+    WmsamKept *kept = algo_scratch_take(&scratch, 1, sizeof *kept, "FedWMSAM's round counts");
+    kept->steps = k_mean;
+    kept->cv_clients = cv_clients;
+    return FH_OK;
+}
+
+/* the sum of the Delta_k / (K eta_r) that change c */
+static int wmsam_coefficients(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, int k, double *coef)
+{
+    const int k_norm = wmsam_of(s->options)->k_norm;
+    for (int i = 0; i < m; i++) coef[i] = wmsam_cv_rate(s, k_norm, u[i].n_steps);
+    return FH_OK;
+}
+
+/* After the average Delta_bar (weighted, uniform by default; global holds x_r + Delta_bar): c += (1/N) sum dc_k,
+ * i.e. c - (n c + sum_k Delta_k/(K eta_r))/N (N = all clients, n those whose c_k changed); x_{r+1} = x_r + eta_g
+ * Delta_bar; mom_{r+1} = -Delta_bar/(K eta_r) gamma, K = K_bar (code) or the round's mean steps (actual), gamma =
+ * train.lr_decay (the code's extra factor). */
+static int wmsam_finish(AlgoServerCtx *s, const float *sums, float *global)
+{
+    const WmsamOptions *o = wmsam_of(s->options);
+    const WmsamServer v = wmsam_server(s);
+    const WmsamKept *kept = s->scratch.base;
+    algo_sam_cv_apply(v.c, sums, kept->cv_clients, s->n_params, s->n_clients);
+    const double K = o->k_norm == K_NORM_CODE ? *v.k_bar : kept->steps;
+    AlgoServerCtx at_mom = *s; /* FedCM's direction D = (x_r - avg) scale, into mom (server vector 1) */
+    at_mom.server_vecs = v.mom;
+    algo_fedcm_direction(&at_mom, global, K > 0.0 ? s->setup->lr_decay / (K * s->lr) : 0.0,
+                         algo_server_step(s->options));
     return FH_OK;
 }
 
@@ -231,6 +277,10 @@ static void wmsam_sizes(const AlgoSetup *s, AlgoSizes *z)
 {
     z->work_vectors = WM_N_WORK;
     algo_sam_diag_sizes(z);
+    algo_upload_add(z, WM_UP_DOT, 0);
+    algo_upload_add(z, WM_UP_DELTA_SQ, 0);
+    const size_t kept = algo_scratch_bytes(1, sizeof(WmsamKept));
+    if (z->server_scratch < kept) z->server_scratch = kept;
     z->shown_server_scalar = WM_SCALAR_ALPHA;
 }
 
@@ -238,7 +288,11 @@ static const AlgoGradCorrection wmsam_correct_part = { .correct = wmsam_correct 
 static const AlgoLocalStep wmsam_step_part = { .step = wmsam_step };
 static const AlgoClientReport wmsam_report_part = { .begin = wmsam_begin, .end = wmsam_end };
 static const AlgoServerWeights wmsam_weights_part = { .weights = algo_sam_weights, .rule = ALGO_WEIGHTS_BY_KEY, .from_plan = 1 };
-static const AlgoServerUpdate wmsam_update_part = { .update = wmsam_update };
+static const AlgoServerUpdate wmsam_update_part = {
+    .observe = wmsam_observe,
+    .n_sums = 1, .sums = { { .source = ALGO_SUM_DELTA, .coef = ALGO_COEF_OWN } }, .coefficients = wmsam_coefficients,
+    .finish = wmsam_finish
+};
 static const AlgoLocalStep afedsam_step_part = { .step = algo_sam_step };
 
 /* ---- the registry rows -------------------------------------------------------------------------------- */
@@ -250,7 +304,7 @@ const AlgoMethod algo_family_wmsam[] = {
                    "perturbation, cosine-adaptive alpha (metrics.csv method_scalar = alpha_r)",
         .source = "docs/methods/sam.md §9",
         .state = "c_k (P) | c, mom (P each), K_bar, alpha",
-        .payload = "down 3 + alpha, up 1",
+        .payload = "down 3 + alpha, up 1 + dot(Delta_k, mom), ||Delta_k||^2",
         .correction = &wmsam_correct_part,
         .step = &wmsam_step_part,
         .report = &wmsam_report_part,

@@ -86,7 +86,8 @@ static void compose_hooks(AlgoOps *ops, const AlgoMethod *m, const AlgoMethod *p
 
 const char *algo_gathers_why(const AlgoServerUpdate *update, const AlgoServerWeights *weights)
 {
-    if (update && update->update) return "its server update reads every uploaded model";
+    if (update && update->update)
+        return update->gathered_because ? update->gathered_because : "its server update reads every uploaded model";
     if (weights && weights->reads_models) return "its server weights read every uploaded model";
     return NULL;
 }

@@ -338,7 +338,9 @@ static int fedmr_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
 }
 
 static const AlgoClientReport fedmr_report_part = { fedmr_begin, NULL };
-static const AlgoServerUpdate fedmr_update_part = { .update = fedmr_update };
+static const AlgoServerUpdate fedmr_update_part = {
+    .update = fedmr_update, .gathered_because = "FedMR recombines the layers of every client's model"
+};
 
 /* ==== FedGKD (docs/methods/baselines.md A.21) =============================================================================== */
 
@@ -377,7 +379,7 @@ static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
     } else {
         z->server_private = M;
         z->server_vectors = M > 1;
-        /* fedgkd_update's view of the buffer as uploads, and their weights */
+        /* fedgkd_finish's view of the buffer as uploads, and their weights */
         if (M > 1) z->server_scratch = algo_scratch_bytes((size_t)M, sizeof(AlgoUpload)) +
                                        algo_scratch_bytes((size_t)M, sizeof(double));
     }
@@ -386,10 +388,9 @@ static void fedgkd_sizes(const AlgoSetup *s, AlgoSizes *z)
 }
 
 /* after the average: w^{t+1} enters the FIFO (the oldest leaves); avg: teacher = uniform average of the
- * buffer, in double, in slot order */
-static int fedgkd_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+ * buffer, in slot order */
+static int fedgkd_finish(AlgoServerCtx *s, const float *sums, float *global)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
     const int64_t P = s->n_state;
     const GkdOptions *o = gkd_of(s->options);
     const int M = o->buffer_length, vote = o->variant == GKD_VOTE;
@@ -455,7 +456,7 @@ static double fedgkd_batch_term(AlgoClientCtx *c, const AlgoBatch *b, float *dlo
 
 static const AlgoBatchTerm fedgkd_term_part = { fedgkd_batch_term };
 static const AlgoClientReport fedgkd_report_part = { fedgkd_begin, NULL };
-static const AlgoServerUpdate fedgkd_update_part = { .update = fedgkd_update };
+static const AlgoServerUpdate fedgkd_update_part = { .finish = fedgkd_finish };
 
 /* ==== FedNP-min (docs/methods/baselines.md A.20) ============================================================================ */
 
@@ -702,10 +703,9 @@ static int fednp_end(AlgoClientCtx *c)
     return FH_OK;
 }
 
-/* FedAvg of the models; the uploaded sites replace the senders' (precision merge at the next cavity) */
-static int fednp_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p, float *global)
+/* the uploaded sites replace the senders' (precision merge at the next cavity); the models: FedAvg */
+static int fednp_observe(AlgoServerCtx *s, const AlgoUpload *u, int m, const double *p)
 {
-    FH_CHECK(algo_average(s, u, m, p, global));
     for (int i = 0; i < m; i++)
         memcpy(s->server_scalars + (int64_t)u[i].client * NP_SITE, u[i].scalars, NP_SITE * sizeof(double));
     return FH_OK;
@@ -713,7 +713,7 @@ static int fednp_update(AlgoServerCtx *s, const AlgoUpload *u, int m, const doub
 
 static const AlgoLocalTerm fednp_term_part = { fednp_term };
 static const AlgoClientReport fednp_report_part = { fednp_begin, fednp_end };
-static const AlgoServerUpdate fednp_update_part = { .update = fednp_update };
+static const AlgoServerUpdate fednp_update_part = { .observe = fednp_observe };
 
 /* ==== registry rows ===================================================================================== */
 

@@ -394,10 +394,21 @@ static void cv_end(AlgoClientCtx *c, int k_norm)
 /* Server: c <- c + (1/N) sum_i (c_i_new - c_i), with c_i_new - c_i = -c - Delta_i/(K_i eta) derived from
  * the uploaded model (so only w_i travels up; docs/methods/sam.md §5 payload); N = all clients. cv_inverse: client
  * i's 1/(K_i eta), 0 when its c_i did not change (no step). */
+double algo_sam_cv_rate(int k_norm, double k_bar, int64_t n_steps, double lr)
+{
+    const double K = k_norm == K_NORM_CODE ? k_bar : (double)n_steps;
+    return !(K > 0.0) || n_steps == 0 ? 0.0 : 1.0 / (K * lr);
+}
+
 static double cv_inverse(const AlgoServerCtx *s, const AlgoUpload *u, int k_norm)
 {
-    const double K = k_norm == K_NORM_CODE ? s->server_scalars[SC_K_BAR] : (double)u->n_steps;
-    return !(K > 0.0) || u->n_steps == 0 ? 0.0 : 1.0 / (K * s->lr);
+    return algo_sam_cv_rate(k_norm, s->server_scalars[SC_K_BAR], u->n_steps, s->lr);
+}
+
+void algo_sam_cv_apply(float *c, const float *sum, double n, int64_t n_params, int n_clients)
+{
+    for (int64_t j = 0; j < n_params; j++)
+        c[j] = (float)((double)c[j] - (n * (double)c[j] + (double)sum[j]) / n_clients);
 }
 
 /* Folded (FedGAMMA, FedLESAM-S): c <- c - (n c + sum_i Delta_i/(K_i eta)) / N, n the clients that stepped (observe
@@ -422,30 +433,7 @@ static int cv_coefficients(AlgoServerCtx *s, const AlgoUpload *u, int m, const d
 /* sum: CV_SUM's */
 static void cv_finish(AlgoServerCtx *s, const float *sum)
 {
-    const double n = algo_server_kept(s);
-    float *cv = s->server_vecs;
-    for (int64_t j = 0; j < s->n_params; j++)
-        cv[j] = (float)((double)cv[j] - (n * (double)cv[j] + (double)sum[j]) / s->n_clients);
-}
-
-/* The same over gathered uploads, accumulated in double in ascending client id (FedWMSAM's server step) */
-static int cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm)
-{
-    const int64_t P = s->n_params;
-    double acc[ALGO_BLOCK];
-    for (int64_t lo = 0; lo < P; lo += ALGO_BLOCK) {
-        const int64_t n = algo_block_len(lo, P);
-        float *cv = s->server_vecs + lo;
-        memset(acc, 0, (size_t)n * sizeof *acc);
-        for (int i = 0; i < m; i++) {
-            const double inv = cv_inverse(s, &u[i], k_norm);
-            if (inv == 0.0) continue;
-            const float *y = u[i].state + lo, *wt = s->current + lo;
-            for (int64_t j = 0; j < n; j++) acc[j] += -(double)cv[j] - ((double)y[j] - (double)wt[j]) * inv;
-        }
-        for (int64_t j = 0; j < n; j++) cv[j] = (float)((double)cv[j] + acc[j] / s->n_clients);
-    }
-    return FH_OK;
+    algo_sam_cv_apply(s->server_vecs, sum, algo_server_kept(s), s->n_params, s->n_clients);
 }
 
 static int k_bar_init(AlgoServerCtx *s, float *global)
@@ -1021,4 +1009,3 @@ void algo_sam_diag_add(AlgoClientCtx *c, double eps_norm, double grad_norm) { di
 double algo_sam_k_bar(const AlgoSetup *s, const int64_t *client_sizes) { return k_bar(s, client_sizes); }
 int algo_sam_k_bar_init(AlgoServerCtx *s, float *global) { return k_bar_init(s, global); }
 void algo_sam_cv_end(AlgoClientCtx *c, int k_norm) { cv_end(c, k_norm); }
-int algo_sam_cv_update(AlgoServerCtx *s, const AlgoUpload *u, int m, int k_norm) { return cv_update(s, u, m, k_norm); }

@@ -57,6 +57,15 @@ test_afl_worst_picks_one_client()
         fail "afl worst: expected one weight 1 per round (3 rounds) and 0 elsewhere; got $ones ones, $zeros zeros of $rows"
 }
 
+# ---- folded rounds --------------------------------------------------------------------------------------
+
+# q-FedAvg's step (from the uploaded h_k) and AFL's lambda and running average (from the losses) need only the
+# uploads' scalars and weighted sums: the client ranks fold them, the same bits on 1 and 3 ranks
+test_folded_on_ranks()
+{
+    folded_on_ranks qfedavg "afl algo.variant=original fl.selection=all train.steps=1 train.momentum=0"
+}
+
 # ---- state: resume bit-identical -------------------------------------------------------------------------
 
 test_resume_afl_original() { resume_identical "afl original" $AFL_ORIG; }
@@ -130,5 +139,5 @@ test_bad_keys()
 
 TESTS=(qfedavg_q0_equals_uniform feddisco_ab0_equals_fedavg afl_worst_picks_one_client
        resume_afl_original resume_fairfed resume_fedce resume_fedga resume_fednolowe_persistent
-       variants_differ refuses_partial_participation bad_keys)
+       variants_differ refuses_partial_participation folded_on_ranks bad_keys)
 run_tests "$@"

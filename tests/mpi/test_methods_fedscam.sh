@@ -102,6 +102,13 @@ test_rank_invariance()
     same_csv "$WORK/out/rk2/clients.csv" "$WORK/out/rk4/clients.csv" "fedscam 2 vs 4 ranks"
 }
 
+# u follows the average (its projection after the sums): the client ranks fold every row's round, the same bits
+# on 1 and 3 ranks
+test_folded_on_ranks()
+{
+    folded_on_ranks fedscam fedscam_wa fedscam_sam
+}
+
 # u (server scalars) and the clustering resume bit for bit; clients.csv keeps its method columns on resume
 test_resume()
 {
@@ -140,5 +147,5 @@ test_bad_keys()
     bad_key "sam has no weights" gamma_h algo.method=fedscam_sam algo.gamma_h=1
 }
 
-TESTS=(zeros_is_fedsam wa_zeros_is_fedavg diagnostics rank_invariance resume switches bad_keys)
+TESTS=(zeros_is_fedsam wa_zeros_is_fedavg diagnostics rank_invariance folded_on_ranks resume switches bad_keys)
 run_tests "$@"

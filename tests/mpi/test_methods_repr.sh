@@ -142,6 +142,15 @@ test_fednp_lambda0_is_fedavg()
 
 test_fednp_resume() { resume_identical "fednp" algo.method=fednp algo.lambda=1; }
 
+# ---- folded rounds (FedMR gathers: it recombines every client's model) ---------------------------------
+
+# FedGKD's buffer follows the average, FedNP's sites are the uploads' scalars: the client ranks fold the round,
+# the same bits on 1 and 3 ranks
+test_folded_on_ranks()
+{
+    folded_on_ranks fedgkd "fednp algo.lambda=1"
+}
+
 # ---- logit adjustment (A.22) ---------------------------------------------------------------------------
 
 test_logit_adjust()
@@ -171,5 +180,5 @@ test_bad_keys()
 }
 
 TESTS=(moon_mu0_is_fedavg moon_resume moon_projection_head feddecorr_beta0_is_fedavg fedmr_off_is_uniform fedmr_resume
-       fedgkd_gamma0_is_fedavg fedgkd_resume fednp_lambda0_is_fedavg fednp_resume logit_adjust bad_keys)
+       fedgkd_gamma0_is_fedavg fedgkd_resume fednp_lambda0_is_fedavg fednp_resume logit_adjust folded_on_ranks bad_keys)
 run_tests "$@"

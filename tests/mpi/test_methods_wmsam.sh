@@ -50,9 +50,10 @@ close_state()
 # (the momentum has weight 0), c_k <- c_k - c - Delta_k/(K_k eta) with K_k the steps taken (k_norm = actual, as the
 # scaffold row), c += (1/N) sum dc_k, x += Delta_bar (uniform weights and eta_g = 1 on both sides).
 # Round 1 (c = c_k = 0) is bit-identical. Later rounds are only algebraically equal: SCAFFOLD uploads dc_k = c_k_new -
-# c_k rounded to float and sums those, FedWMSAM uploads only the model (docs/methods/sam.md §9 payload) and the server derives dc_k =
-# -c - Delta_k/(K_k eta) in double, so c differs by float rounding from round 2 on and the models by what that
-# rounding propagates to: compared within 1e-5 of their magnitude (the c_k of each client are the same formula).
+# c_k rounded to float and sums those, FedWMSAM uploads only the model (and two scalars, docs/methods/sam.md §9) and
+# the server sums -Delta_k/(K_k eta), each formed in double, then takes c once per such client, so c differs by
+# float rounding from round 2 on and the models by what that rounding propagates to: compared within 1e-5 of
+# their magnitude (the c_k of each client are the same formula).
 test_scaffold_limit()
 {
     local wm="algo.method=fedwmsam algo.alpha_0=1 algo.alpha_lambda=0 algo.rho=0 algo.k_norm=actual"
@@ -147,6 +148,16 @@ test_afedsam_reductions()
               fail "mu_t: $(column "$WORK/out/mu/metrics.csv" method_scalar | tr '\n' ' '), expected 0 1 1.5"; }
 }
 
+# ---- folded rounds ---------------------------------------------------------------------------------------
+
+# FedWMSAM's alpha from the uploaded dot(Delta_k, mom) and ||Delta_k||^2, c's change as an exact sum of the
+# Delta_k; A-FedSAM's mu_t and teacher after the average: the client ranks fold the round, the same bits on 1
+# and 3 ranks
+test_folded_on_ranks()
+{
+    folded_on_ranks fedwmsam "afedsam algo.teacher=ema"
+}
+
 # ---- resume and bad input -------------------------------------------------------------------------------
 
 test_resume()
@@ -176,5 +187,5 @@ test_bad_keys()
     bad_key "temperature of afedsam on fedwmsam" temperature algo.method=fedwmsam algo.temperature=4
 }
 
-TESTS=(scaffold_limit alpha_column control_variates compat_official afedsam_reductions resume bad_keys)
+TESTS=(scaffold_limit alpha_column control_variates compat_official afedsam_reductions folded_on_ranks resume bad_keys)
 run_tests "$@"

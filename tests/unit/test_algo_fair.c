@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "fedhet/algo.h"
+#include "server_step.h"
 #include "test_options.h"
 
 enum { MAXK = 8 };
@@ -106,7 +107,7 @@ static void test_qfedavg_q0_is_uniform_and_q1_the_step(void)
         double p[3];
         float got[6], want[6];
         CHECK_OK(m->weights->weights(&s, u, 3, p));
-        CHECK_OK(m->update->update(&s, u, 3, p, got));
+        CHECK_OK(server_step(m, &s, u, 3, p, got));
         if (qi == 0) {
             CHECK_NEAR(up[0][1], 1.0 / lr, 0); /* h_k = L */
             double pu[3];
@@ -163,7 +164,7 @@ static void test_qfedavg_buffers_sample_weighted(void)
     double p[2];
     float got[4];
     CHECK_OK(m->weights->weights(&s, u, 2, p));
-    CHECK_OK(m->update->update(&s, u, 2, p, got));
+    CHECK_OK(server_step(m, &s, u, 2, p, got));
     CHECK_NEAR(got[0], 1.0, 1e-7); /* uniform on parameters */
     CHECK_NEAR(got[1], 1.0, 1e-7);
     CHECK_NEAR(got[2], (30 * 1.0 + 10 * 3.0) / 40, 1e-6); /* n_k-weighted on buffers */
@@ -210,7 +211,7 @@ static void test_afl_simplex_projection(void)
         s.server_private = avg;
         CHECK(z.server_scalars == K && z.server_private == 1 && z.eval_private == 0);
         CHECK_OK(m->weights->weights(&s, u, K, p));
-        CHECK_OK(m->update->update(&s, u, K, p, got));
+        CHECK_OK(server_step(m, &s, u, K, p, got));
         double sum = 0.0;
         for (int k = 0; k < K; k++) {
             CHECK_MSG(fabs(lambda[k] - cases[t].want[k]) < 1e-12, "case %zu: lambda_%d = %.15g, want %.15g", t, k,
@@ -241,7 +242,7 @@ static void test_afl_average_and_worst(void)
     CHECK_NEAR(avg[0], 4.0, 0);
     AlgoUpload u[2] = { { 0, 10, 1, 1.0, NULL, a, NULL }, { 1, 10, 1, 0.2, NULL, b, NULL } };
     CHECK_OK(m->weights->weights(&s, u, K, p));
-    CHECK_OK(m->update->update(&s, u, K, p, got));
+    CHECK_OK(server_step(m, &s, u, K, p, got));
     CHECK_NEAR(got[0], 5.0, 1e-6);     /* 0.5 * 2 + 0.5 * 8 */
     CHECK_NEAR(avg[0], 5.0, 1e-6);     /* round 0: wbar^1 = w^1 */
     CHECK_NEAR(lambda[0], 0.7, 1e-12); /* Proj((0.5, 0.5) + 0.5 (1.0, 0.2)) = (0.7, 0.3) */
@@ -250,7 +251,7 @@ static void test_afl_average_and_worst(void)
     s.current = got;
     float next[1];
     CHECK_OK(m->weights->weights(&s, u, K, p));
-    CHECK_OK(m->update->update(&s, u, K, p, next));
+    CHECK_OK(server_step(m, &s, u, K, p, next));
     CHECK_NEAR(next[0], 0.7 * 2 + 0.3 * 8, 1e-6);
     CHECK_NEAR(avg[0], (1 * 5.0 + next[0]) / 2, 1e-6);
 
@@ -263,7 +264,7 @@ static void test_afl_average_and_worst(void)
     double q[3];
     CHECK_OK(m->weights->weights(&s, v, 3, q));
     CHECK(q[0] == 0 && q[1] == 1 && q[2] == 0); /* ties: the lowest id */
-    CHECK_OK(m->update->update(&s, v, 3, q, got));
+    CHECK_OK(server_step(m, &s, v, 3, q, got));
     CHECK(got[0] == 8.0f);
 }
 

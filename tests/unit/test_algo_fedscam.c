@@ -11,6 +11,7 @@
 #include "../../src/algo/algo_internal.h"
 #include "../../src/algo/fedscam.h"
 #include "fedhet/rng.h"
+#include "server_step.h"
 #include "test_options.h"
 
 enum { UP_RHO, UP_H, UP_C, UP_HADJ, UP_DNORM, UP_Z }; /* fedscam.c's upload layout */
@@ -412,7 +413,7 @@ static void test_conflict_damping(void)
     CHECK(p[0] == 30.0 && p[3] == 40.0);
 }
 
-/* update: the weighted average, then u = Proj(w_{t+1} - w_t)/||w_{t+1} - w_t|| */
+/* the server step: the weighted average, then u = Proj(w_{t+1} - w_t)/||w_{t+1} - w_t|| */
 static void test_server_update(void)
 {
     const char *rows[3] = { "fedscam", "fedscam_wa", "fedscam_sam" };
@@ -422,7 +423,7 @@ static void test_server_update(void)
         server_init(&v, m, 3);
         const double p[3] = { 1.0, 2.0, 3.0 };
         float got[P], diff[P];
-        CHECK_OK(m->update->update(&v.s, v.up, 3, p, got));
+        CHECK_OK(server_step(m, &v.s, v.up, 3, p, got));
         double sq = 0.0;
         for (int j = 0; j < P; j++) {
             const double want = (1.0 * v.w[0][j] + 2.0 * v.w[1][j] + 3.0 * v.w[2][j]) / 6.0;
@@ -435,7 +436,7 @@ static void test_server_update(void)
         for (int j = 0; j < D; j++) CHECK_NEAR(v.u[j], u[j], 1e-6); /* the test's difference is rounded to float */
         /* no move: u = 0 */
         for (int i = 0; i < 3; i++) memcpy(v.w[i], v.current, sizeof v.current);
-        CHECK_OK(m->update->update(&v.s, v.up, 3, p, got));
+        CHECK_OK(server_step(m, &v.s, v.up, 3, p, got));
         for (int j = 0; j < D; j++) CHECK(v.u[j] == 0.0);
     }
 }

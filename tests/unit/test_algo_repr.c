@@ -13,6 +13,7 @@
 
 #include "../../src/algo/repr.c"
 #include "../../src/fl/fl_internal.h"
+#include "server_step.h"
 #include "test_options.h"
 
 static void fill(float *x, int64_t n, double lo, double hi, uint32_t stream)
@@ -379,7 +380,7 @@ static void test_fedgkd_buffer(void)
         for (int t = 0; t < 3; t++) {
             AlgoUpload u = { 0, 5, 1, 0, NULL, g[t], NULL };
             s.round = t;
-            CHECK_OK(fedgkd_update(&s, &u, 1, &one, global));
+            CHECK_OK(server_step(algo_find("fedgkd"), &s, &u, 1, &one, global));
             CHECK(memcmp(global, g[t], sizeof global) == 0);
             CHECK(sc[0] == (t + 1 < 2 ? t + 1 : 2));
         }
@@ -453,7 +454,7 @@ static void test_fednp_npn_gradient(void)
     s.n_state = 1, s.n_params = 1;
     u.state = st;
     double one = 1.0;
-    CHECK_OK(fednp_update(&s, &u, 1, &one, gl));
+    CHECK_OK(server_step(algo_find("fednp"), &s, &u, 1, &one, gl));
     fednp_cavity(cav, sites, K, 0);
     const double l1 = 1.0 / (1.0 + NP_EPS), l3 = 1.0 / (0.5 + NP_EPS), sig = 1.0 / (3 * l1 + l3 + NP_EPS);
     CHECK_NEAR(cav[NP_DIM], sig, 1e-6);
@@ -572,6 +573,9 @@ static void test_rows(void)
     for (int i = 0; i < 5; i++) {
         const AlgoMethod *m = algo_find(names[i]);
         CHECK_MSG(m && m->state && m->payload && m->summary, "%s", names[i]);
+        /* the round folds every row but FedMR, which says why it needs every model (fedhet methods) */
+        const char *why = m ? algo_gathers_why(m->update, m->weights) : NULL;
+        CHECK_MSG(i == 2 ? why && strstr(why, "recombines the layers") : !why, "%s: %s", names[i], why ? why : "folded");
     }
     CHECK(algo_option_find(algo_find("moon"), "tau") && algo_option_find(algo_find("moon"), "tau")->lo_open);
     const AlgoMethod *gkd = algo_find("fedgkd");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "fake_client.h"
+#include "server_step.h"
 
 /* linear 3 -> 2 -> 2: tensors of 6, 2, 4, 2 parameters (J = 4), no buffers */
 static void two_layer_model(NnModel *m)
@@ -24,7 +25,8 @@ static void two_layer_model(NnModel *m)
 /* ---- FedWMSAM: the server round (docs/methods/sam.md §9) --------------------------------------------------------------- */
 
 /* N = 3 clients, 2 selected; K_bar = E n_0/B = 8/4 = 2, eta_r = 0.5, gamma = 0.998.
- * mom_r = (1, 0); Delta_0 = (-1, 0): cos = -1, s_0 = 0; Delta_2 = (0, 2): cos = 0, s_2 = 1; mean 0.5:
+ * mom_r = (1, 0); Delta_0 = (-1, 0): cos = -1, s_0 = 0; Delta_2 = (0, 2): cos = 0, s_2 = 1; mean 0.5 (from the
+ * uploaded dot(Delta_k, mom_r) and ||Delta_k||^2):
  *   alpha = 0.99 0.2 + 0.01 0.5 = 0.203
  * c = (0.1, -0.2): dc_k = -c - Delta_k/(K eta) = -c - Delta_k:  dc_0 = (0.9, 0.2), dc_2 = (-0.1, -1.8);
  *   c += (dc_0 + dc_2)/3 = (0.1 + 0.8/3, -0.2 - 1.6/3)
@@ -41,6 +43,7 @@ static void test_wmsam_server_round(void)
     CHECK(f.z.client_vectors == 1 && f.z.server_vectors == 2 && f.z.server_scalars == 2 && f.z.work_vectors == 4);
     CHECK(f.z.shown_server_scalar == 1 && algo_upload_index(&f.z, "perturb_norm") == 0 &&
           algo_upload_index(&f.z, "grad_norm") == 1);
+    CHECK(f.z.upload_scalars == 4 && algo_upload_index(&f.z, "mom_dot") == 2 && algo_upload_index(&f.z, "delta_sq") == 3);
     fake_set(&f, "eta_g", 2.0);
     int64_t sizes[3] = { 8, 20, 12 };
     float sv[4] = { 0 }, next[2];
@@ -48,7 +51,7 @@ static void test_wmsam_server_round(void)
     AlgoServerCtx s = { .n_clients = 3, .n_params = 2, .n_state = 2, .options = f.round.options, .setup = &f.setup,
                         .sizes = &f.z,
                         .lr = 0.5, .current = cur, .server_vecs = sv, .server_scalars = f.server_scalars,
-                        .client_sizes = sizes };
+                        .client_sizes = sizes, .scratch = test_scratch(f.z.server_scratch) };
     CHECK_OK(meth->server_init(&s, next));
     CHECK_NEAR(f.server_scalars[0], 2.0, 1e-15);
     CHECK(f.server_scalars[1] == 0.1); /* alpha_0 */
@@ -56,11 +59,12 @@ static void test_wmsam_server_round(void)
     sv[0] = 0.1f, sv[1] = -0.2f; /* c */
     sv[2] = 1.0f, sv[3] = 0.0f;  /* mom_r */
     const float y0[2] = { 0.0f, 1.0f }, y2[2] = { 1.0f, 3.0f };
-    AlgoUpload u[2] = { { 0, 8, 3, 0, NULL, y0, NULL }, { 2, 12, 5, 0, NULL, y2, NULL } };
+    double a0[4] = { 0, 0, -1.0, 1.0 }, a2[4] = { 0, 0, 0.0, 4.0 }; /* dot(Delta_k, mom_r), ||Delta_k||^2 */
+    AlgoUpload u[2] = { { 0, 8, 3, 0, a0, y0, NULL }, { 2, 12, 5, 0, a2, y2, NULL } };
     double p[2];
     CHECK_OK(meth->weights->weights(&s, u, 2, p));
     CHECK(p[0] == p[1]); /* uniform by default */
-    CHECK_OK(meth->update->update(&s, u, 2, p, next));
+    CHECK_OK(server_step(meth, &s, u, 2, p, next));
     CHECK_NEAR(f.server_scalars[1], 0.99 * 0.2 + 0.01 * 0.5, 1e-15);
     CHECK_NEAR(sv[0], 0.1 + 0.8 / 3, 1e-6);
     CHECK_NEAR(sv[1], -0.2 - 1.6 / 3, 1e-6);
@@ -73,26 +77,27 @@ static void test_wmsam_server_round(void)
     /* k_norm = actual: mom with the round's mean steps (3 + 5)/2 = 4 (c_k with each client's own, FedGAMMA's) */
     fake_set(&f, "k_norm", 1);
     sv[2] = 1.0f, sv[3] = 0.0f;
-    CHECK_OK(meth->update->update(&s, u, 2, p, next));
+    CHECK_OK(server_step(meth, &s, u, 2, p, next));
     CHECK_NEAR(sv[2], 0.5 / (4 * 0.5) * 0.998, 1e-7);
     fake_set(&f, "k_norm", 0);
 
     /* mom_r = 0 (round 0): every s_k = 0, clipped to 0.1; alpha_0 = 0.1 stays 0.1 */
     f.server_scalars[1] = 0.1;
     sv[2] = sv[3] = 0.0f;
-    CHECK_OK(meth->update->update(&s, u, 2, p, next));
+    CHECK_OK(server_step(meth, &s, u, 2, p, next));
     CHECK_NEAR(f.server_scalars[1], 0.1, 1e-16);
     /* every client along mom: s_k = 2, clipped to 0.9 */
     const float ya[2] = { 2.0f, 1.0f }, yb[2] = { 4.0f, 1.0f };
-    AlgoUpload along[2] = { { 0, 8, 3, 0, NULL, ya, NULL }, { 2, 12, 5, 0, NULL, yb, NULL } };
+    double aa[4] = { 0, 0, 3.0, 1.0 }, ab[4] = { 0, 0, 9.0, 9.0 };
+    AlgoUpload along[2] = { { 0, 8, 3, 0, aa, ya, NULL }, { 2, 12, 5, 0, ab, yb, NULL } };
     sv[2] = 3.0f, sv[3] = 0.0f;
     f.server_scalars[1] = 0.5;
-    CHECK_OK(meth->update->update(&s, along, 2, p, next));
+    CHECK_OK(server_step(meth, &s, along, 2, p, next));
     CHECK_NEAR(f.server_scalars[1], 0.99 * 0.5 + 0.01 * 0.9, 1e-15);
     /* alpha_lambda = 0 freezes alpha, exactly */
     fake_set(&f, "alpha_lambda", 0.0);
     f.server_scalars[1] = 1.0;
-    CHECK_OK(meth->update->update(&s, u, 2, p, next));
+    CHECK_OK(server_step(meth, &s, u, 2, p, next));
     CHECK(f.server_scalars[1] == 1.0);
     fake_free(&f);
 }
@@ -138,6 +143,9 @@ static void test_wmsam_personalised_momentum(void)
     CHECK_OK(meth->report->end(&f.c));
     CHECK_NEAR(f.client_vecs[0], 0.0 - 1.0 - (0.1 - 0.3) / 2.0, 1e-6);
     CHECK_NEAR(f.client_vecs[1], 1.0 - 2.0 - (0.8 - 0.4) / 2.0, 1e-6);
+    /* and uploads Delta_k = (-0.2, 0.4)'s dot with mom_r = (0.5, -0.5) and its squared norm, for the server's s_k */
+    const double d0 = (double)0.1f - (double)0.3f, d1 = (double)0.8f - (double)0.4f;
+    CHECK(f.up[2] == d0 * 0.5 + d1 * -0.5 && f.up[3] == d0 * d0 + d1 * d1);
     fake_free(&f);
 }
 
@@ -264,7 +272,7 @@ static void test_afedsam_schedule(void)
     AlgoUpload u = { 0, 8, 2, 0, NULL, y, NULL };
     double p = 1.0;
     for (int t = 1; t <= 30; t++) {
-        CHECK_OK(meth->update->update(&s, &u, 1, &p, next));
+        CHECK_OK(server_step(meth, &s, &u, 1, &p, next));
         CHECK_NEAR(f.server_scalars[0], 2.0 * (1.0 - pow(0.9, t)), 1e-12);
     }
     CHECK(next[0] == 3.0f && next[1] == 1.0f);
