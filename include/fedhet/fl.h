@@ -69,7 +69,8 @@ int fl_config_validate(const char *config_path, char *const *overrides, int n_ov
 
 /* Waits for req politely: MPI_Test with short sleeps between polls (src/fl/comm.c has the backoff), so
  * that waiting ranks leave the cores to ranks that compute (more ranks than cores is the usual case on a
- * workstation). Every wait of fl and of the grid goes through it. */
+ * workstation). Every wait of fl and of the grid goes through it, but the fold's reductions, which every rank is in
+ * (fl_wait_busy). */
 int fl_wait(MPI_Request *req);
 
 /* The config schema of `fedhet run`: the keys every method shares */

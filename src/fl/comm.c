@@ -94,6 +94,17 @@ static int wait_polite(MPI_Request *req, int (*on_poll)(void *arg), void *arg)
 
 int fl_wait(MPI_Request *req) { return wait_polite(req, NULL, NULL); }
 
+/* rank 0 still reads a failing rank's note */
+int fl_wait_busy(MPI_Request *req)
+{
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) FH_FAIL(FH_ERR_MPI, "MPI_Test failed");
+        if (done) return FH_OK;
+        if (error_watch) check_error_notes(error_watch);
+    }
+}
+
 int fl_bcast(FlComm *c, void *buf, int64_t bytes)
 {
     for (int64_t off = 0; off < bytes; off += FL_CHUNK) {

@@ -75,6 +75,9 @@ typedef struct {
 int fl_comm_init(FlComm *c, MPI_Comm comm);
 /* fn(arg) runs once in this process just before fl's MPI_Abort (NULL: nothing) */
 void fl_before_abort(void (*fn)(void *arg), void *arg);
+/* fl_wait without sleeping, for a collective every rank is in (the fold's reductions): a nonblocking collective
+ * advances only inside MPI calls */
+int fl_wait_busy(MPI_Request *req);
 /* A broadcast from rank 0 that waits politely (fl_wait) */
 int fl_bcast(FlComm *c, void *buf, int64_t bytes);
 /* Every rank's status -> the largest (same on all ranks); on failure rank 0 also gets the message of the

@@ -138,7 +138,7 @@ int fl_fold_reduce(FlFold *f, FlRun *run, const char *records, const int *record
                                    n - sub < FL_FOLD_CACHED ? n - sub : FL_FOLD_CACHED);
             }
             if (pending) {
-                FH_CHECK(fl_wait(&req));
+                FH_CHECK(fl_wait_busy(&req));
                 if (root) nn_sum_result(pending, pending_n, pending_out);
             }
             if (several) {
@@ -152,7 +152,7 @@ int fl_fold_reduce(FlFold *f, FlRun *run, const char *records, const int *record
             pending_out = root ? out[s] + lo : NULL;
             which ^= 1;
         }
-    if (pending && several) FH_CHECK(fl_wait(&req));
+    if (pending && several) FH_CHECK(fl_wait_busy(&req));
     if (pending && root) nn_sum_result(pending, pending_n, pending_out);
     return FH_OK;
 }

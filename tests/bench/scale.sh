@@ -81,7 +81,7 @@ row() { # NAME NP CLIENTS PER METHOD: a table line and a CSV line
     local st r tr share
     st=$(printf '%s' "${rnd[$1]}" | stats 3)
     r=$(field 1 "$st") tr=$(printf '%s' "${trn[$1]}" | median)
-    share=$(awk -v r="$r" -v t="$tr" 'BEGIN { printf "%.1f", r > 0 ? 100 * (r - t) / r : 0 }')
+    share=$(awk -v r="$r" -v t="$tr" 'BEGIN { printf "%.1f", (r > 0 ? 100 * (r - t) / r : 0) }')
     echo "$1,$2,$3,$4,$5,${mem0[$1]},${memc[$1]},$r,$(field 2 "$st"),$(field 3 "$st"),$tr,$share" >>"$csv"
     printf "%-9s %5s %8s %9s %-9s %10s %12s %-22s %9.3f %9s\n" "$1" "$2" "$3" "$4" "$5" "${mem0[$1]}" "${memc[$1]}" \
         "$(stats_text "$st")" "$tr" "$share"
