@@ -303,17 +303,20 @@ static const char *scratch_note(char *buf, size_t size, size_t bytes)
 int fl_peak_memory_line(const FlRun *run)
 {
     struct rusage usage;
-    double mine[2] = { 0.0, (double)run->comm.rank }, top[2] = { 0.0, 0.0 };
-    if (getrusage(RUSAGE_SELF, &usage) == 0) mine[0] = (double)usage.ru_maxrss / 1024.0; /* KiB on Linux */
-    const double rank0 = mine[0];
-    if (run->comm.rank == 0 && run->comm.size > 1) mine[0] = -1.0; /* the client ranks' largest */
-    if (MPI_Reduce(mine, top, 1, MPI_2DOUBLE_PRECISION, MPI_MAXLOC, 0, run->comm.comm) != MPI_SUCCESS)
+    struct {
+        double mib;
+        int rank;
+    } mine = { 0.0, run->comm.rank }, top = { 0.0, 0 }; /* MPI_DOUBLE_INT's layout */
+    if (getrusage(RUSAGE_SELF, &usage) == 0) mine.mib = (double)usage.ru_maxrss / 1024.0; /* KiB on Linux */
+    const double rank0 = mine.mib;
+    if (run->comm.rank == 0 && run->comm.size > 1) mine.mib = -1.0; /* the client ranks' largest */
+    if (MPI_Reduce(&mine, &top, 1, MPI_DOUBLE_INT, MPI_MAXLOC, 0, run->comm.comm) != MPI_SUCCESS)
         FH_FAIL(FH_ERR_MPI, "reducing the ranks' peak memory failed");
     if (run->comm.rank != 0) return FH_OK;
     if (run->comm.size == 1) fh_log_info("peak resident memory: %.1f MiB (one rank)", rank0);
     else
-        fh_log_info("peak resident memory: rank 0 %.1f MiB, client ranks up to %.1f MiB (rank %d)", rank0, top[0],
-                    (int)top[1]);
+        fh_log_info("peak resident memory: rank 0 %.1f MiB, client ranks up to %.1f MiB (rank %d)", rank0, top.mib,
+                    top.rank);
     return FH_OK;
 }
 

@@ -274,7 +274,7 @@ static void test_exact_sum_is_exact(void)
             const int e = (int)(fh_rng_u32(&rng) % 70) - 60; /* terms from 2^-64 to 2^14: multiples of 2^-96 */
             const int32_t mant = (int32_t)(fh_rng_u32(&rng) % (1u << 24)) * (fh_rng_u32(&rng) % 2 ? 1 : -1);
             x[(size_t)i * N + j] = (float)ldexp((double)mant, e - 24);
-            want[j] += (__int128)mant << (e - 24 + 96 + ilogb(a[i]));
+            want[j] += (__int128)mant * ((__int128)1 << (e - 24 + 96 + ilogb(a[i])));
         }
         nn_sum_add(acc, a[i], x + (size_t)i * N, N);
     }
