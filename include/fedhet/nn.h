@@ -437,6 +437,7 @@ void nn_sum_add(double *acc, double a, const float *x, int64_t n);      /* acc +
 void nn_sum_add_diff(double *acc, double a, const float *x, const float *y, int64_t n); /* acc += a (x - y) */
 void nn_sum_merge(double *acc, const double *other, int64_t n);         /* acc += other (both exact) */
 void nn_sum_result(const double *acc, int64_t n, float *out);           /* out = the sums, rounded to float */
+void nn_sum_result_f64(const double *acc, int64_t n, double *out);     /* the same, rounded to double */
 
 /* ---- model zoo (docs/methods/models.md) --------------------------------------------------------------------- */
 typedef struct {

@@ -340,14 +340,14 @@ int fl_fold_plan(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const int32_t *sele
 void fl_fold_record(FlFold *f, const FlRun *run, const void *record, int slot, int n_selected);
 /* rank 0, after the weights: the coefficients to broadcast (held), or a check that the uploads match the plan's */
 int fl_fold_coefficients(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const AlgoUpload *u, int m, const double *p);
-/* every rank: the round's sums reduced at rank 0 into out[segment] (held: from the n_records records at
- * `records`, record r of selection slot record_slot[r]) */
+/* every rank: the round's sums reduced at rank 0 into out[segment] and D into delta [n_params], in double (held:
+ * from the n_records records at `records`, record r of selection slot record_slot[r]) */
 int fl_fold_reduce(FlFold *f, FlRun *run, const char *records, const int *record_slot, int n_records, int n_selected,
-                   float *const *out);
-/* rank 0, gathered uploads: D into out [n_params], the bits the fold gives */
-void fl_fold_delta_gathered(const FlRun *run, const AlgoUpload *u, int m, float *out);
+                   float *const *out, double *delta);
+/* rank 0, gathered uploads: D into out [n_params] in double, the bits the fold gives */
+void fl_fold_delta_gathered(const FlRun *run, const AlgoUpload *u, int m, double *out);
 /* sum_i ||w_i - w^{t+1}||^2 over the parameters from sum_i ||w_i - w^t||^2, D and w^{t+1} (run->global: w^t) */
-double fl_divergence_sum(const FlRun *run, double drift2_sum, int m, const float *delta_sum, const float *next);
+double fl_divergence_sum(const FlRun *run, double drift2_sum, int m, const double *delta_sum, const float *next);
 
 /* The clients of round `round` (ids ascending), their count; the most any round selects (src/fl/select.c) */
 int fl_select_clients(const FlSettings *s, int K, int round, int32_t *ids);

@@ -114,12 +114,13 @@ int fl_fold_coefficients(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const AlgoU
 }
 
 int fl_fold_reduce(FlFold *f, FlRun *run, const char *records, const int *record_slot, int n_records, int n_selected,
-                   float *const *out)
+                   float *const *out, double *delta)
 {
     const int root = run->comm.rank == 0, several = run->comm.size > 1;
     MPI_Request req = MPI_REQUEST_NULL;
     double *pending = NULL;
     float *pending_out = NULL;
+    double *pending_delta = NULL; /* D's segment is kept in double: one client's divergence is then exactly 0 */
     int64_t pending_n = 0;
     int which = 0;
     for (int s = 0; s < f->n_segments; s++)
@@ -139,7 +140,8 @@ int fl_fold_reduce(FlFold *f, FlRun *run, const char *records, const int *record
             }
             if (pending) {
                 FH_CHECK(fl_wait_busy(&req));
-                if (root) nn_sum_result(pending, pending_n, pending_out);
+                if (root && pending_out) nn_sum_result(pending, pending_n, pending_out);
+                if (root && pending_delta) nn_sum_result_f64(pending, pending_n, pending_delta);
             }
             if (several) {
                 if (root) nn_sum_zero(acc, n); /* rank 0 trains none of a federation of several */
@@ -149,15 +151,17 @@ int fl_fold_reduce(FlFold *f, FlRun *run, const char *records, const int *record
             }
             pending = root && several ? acc : (double *)mine;
             pending_n = n;
-            pending_out = root ? out[s] + lo : NULL;
+            pending_out = root && s <= f->n_sums ? out[s] + lo : NULL;
+            pending_delta = root && s > f->n_sums ? delta + lo : NULL;
             which ^= 1;
         }
     if (pending && several) FH_CHECK(fl_wait_busy(&req));
-    if (pending && root) nn_sum_result(pending, pending_n, pending_out);
+    if (pending && root && pending_out) nn_sum_result(pending, pending_n, pending_out);
+    if (pending && root && pending_delta) nn_sum_result_f64(pending, pending_n, pending_delta);
     return FH_OK;
 }
 
-void fl_fold_delta_gathered(const FlRun *run, const AlgoUpload *u, int m, float *out)
+void fl_fold_delta_gathered(const FlRun *run, const AlgoUpload *u, int m, double *out)
 {
     double acc[NN_SUM_BINS * NN_SUM_BLOCK];
     for (int64_t lo = 0; lo < run->n_params; lo += NN_SUM_BLOCK) {
@@ -165,16 +169,16 @@ void fl_fold_delta_gathered(const FlRun *run, const AlgoUpload *u, int m, float 
         nn_sum_zero(acc, n);
         for (int i = 0; i < m; i++)
             algo_sum_add(acc, &delta_sum, 1.0, u[i].state, u[i].vecs, run->global, run->n_state, lo, n);
-        nn_sum_result(acc, n, out + lo);
+        nn_sum_result_f64(acc, n, out + lo);
     }
 }
 
-double fl_divergence_sum(const FlRun *run, double drift2_sum, int m, const float *delta_sum, const float *next)
+double fl_divergence_sum(const FlRun *run, double drift2_sum, int m, const double *delta_sum, const float *next)
 {
     double cross = 0.0, d2 = 0.0;
     for (int64_t j = 0; j < run->n_params; j++) {
         const double d = (double)next[j] - (double)run->global[j];
-        cross += (double)delta_sum[j] * d;
+        cross += delta_sum[j] * d;
         d2 += d * d;
     }
     return drift2_sum - 2.0 * cross + (double)m * d2;

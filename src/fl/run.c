@@ -294,7 +294,7 @@ typedef struct {
     int *record_slot;             /* [records]: the selection slot of each record a rank trains */
     double *coef;                 /* rank 0, gathered: [(1 + n_sums) * m_max] scratch of algo_server_update */
     float *sums;                  /* rank 0: [n_sums * n_state] the server step's sums (AlgoServerUpdate) */
-    float *delta;                 /* rank 0: [n_params] D = sum_i (w_i - w^t), for metrics.csv divergence */
+    double *delta;                /* rank 0: [n_params] D = sum_i (w_i - w^t), for metrics.csv divergence */
     int32_t *selected;
     int *counts, *displs;
     int *order;                   /* recv index sorted by client id */
@@ -359,7 +359,7 @@ static int loop_init(FlRun *run, FlLoop *L)
         FH_CHECK(fh_calloc(&L->coef, (size_t)rows * m_max, sizeof *L->coef, "aggregation coefficients"));
         if (rows > 1)
             FH_CHECK(fh_alloc_aligned(&L->sums, (size_t)(rows - 1) * run->n_state * sizeof(float), "the server step's sums"));
-        FH_CHECK(fh_alloc_aligned(&L->delta, (size_t)run->n_params * sizeof(float), "the clients' summed change"));
+        FH_CHECK(fh_alloc_aligned(&L->delta, (size_t)run->n_params * sizeof(double), "the clients' summed change"));
         FH_CHECK(fh_calloc(&L->counts, (size_t)run->comm.size, sizeof *L->counts, "gather counts"));
         FH_CHECK(fh_calloc(&L->displs, (size_t)run->comm.size, sizeof *L->displs, "gather offsets"));
         FH_CHECK(fh_calloc(&L->order, (size_t)K, sizeof *L->order, "upload order"));
@@ -552,12 +552,12 @@ static int fold_round(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected
     if (f->early) FH_CHECK(fl_bcast(&run->comm, f->coef + go, (int64_t)sizeof(double)));
     else FH_CHECK(fl_bcast(&run->comm, f->coef, (go + 1) * (int64_t)sizeof(double)));
     if (f->coef[go] == 0.0) return FH_OK;
-    float *out[ALGO_MAX_SUMS + 2];
+    float *out[ALGO_MAX_SUMS + 1];
     out[0] = L->next;
     for (int k = 0; k < f->n_sums; k++) out[1 + k] = L->sums ? L->sums + (size_t)k * run->n_state : NULL;
-    out[1 + f->n_sums] = L->delta;
     const int n_own = root && several ? 0 : n_mine;
-    FH_CHECK(fl_fold_reduce(f, run, several ? L->send : L->recv, L->record_slot, f->early ? 0 : n_own, n_selected, out));
+    FH_CHECK(fl_fold_reduce(f, run, several ? L->send : L->recv, L->record_slot, f->early ? 0 : n_own, n_selected, out,
+                            L->delta));
     const int status = root ? server_step(run, L, sctx, n_selected, round, diverged) : FH_OK;
     if (status != FH_OK) fl_fail_alone(&run->comm, status);
     return status;

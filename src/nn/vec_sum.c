@@ -46,6 +46,15 @@ void nn_sum_merge(double *restrict acc, const double *restrict other, int64_t n)
     for (int64_t j = 0; j < NN_SUM_BINS * n; j++) acc[j] += other[j];
 }
 
+void nn_sum_result_f64(const double *acc, int64_t n, double *out)
+{
+    for (int64_t base = 0; base < n; base += NN_SUM_BLOCK) {
+        const int64_t len = block_len(base, n);
+        const double *b = acc + NN_SUM_BINS * base;
+        for (int64_t j = 0; j < len; j++) out[base + j] = b[j] + (b[len + j] + (b[2 * len + j] + b[3 * len + j]));
+    }
+}
+
 void nn_sum_result(const double *acc, int64_t n, float *out)
 {
     for (int64_t base = 0; base < n; base += NN_SUM_BLOCK) {
