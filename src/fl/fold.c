@@ -143,8 +143,7 @@ int fl_fold_reduce(FlFold *f, FlRun *run, const char *records, const int *record
                 if (root && pending_out) nn_sum_result(pending, pending_n, pending_out);
                 if (root && pending_delta) nn_sum_result_f64(pending, pending_n, pending_delta);
             }
-            if (several) {
-                if (root) nn_sum_zero(acc, n); /* rank 0 trains none of a federation of several */
+            if (several) { /* rank 0, training none, adds the zeros the branch above left in acc */
                 if (MPI_Ireduce(root ? MPI_IN_PLACE : mine, root ? acc : NULL, (int)(NN_SUM_BINS * n), MPI_DOUBLE,
                                 MPI_SUM, 0, run->comm.comm, &req) != MPI_SUCCESS)
                     FH_FAIL(FH_ERR_MPI, "reducing the partial sums failed");
