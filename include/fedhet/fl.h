@@ -38,6 +38,11 @@ int fl_checkpoint_verify(const char *path);
 /* Reading a checkpoint or run file (checkpoint.h5, run.h5) outside a run, e.g. for fedhet landscape: */
 /* the resolved config text it was written with (free() it); FH_ERR_IO for a file that is no checkpoint */
 int fl_checkpoint_read_config(const char *path, char **text);
+/* Prints what the file holds (rounds, model size, clients and their persistent state); with client_state_out, also
+ * writes every client's persistent state there (HDF5: /clients/vector_<i> [K, n_state], /clients/floats [K, F],
+ * /clients/has_state [K, 1]; zeros for a client that has not trained), read from the client-state.bin beside path.
+ * FH_ERR_DATA for a file that is no checkpoint, or a store that is missing or does not match it. */
+int fl_checkpoint_inspect(const char *path, const char *client_state_out);
 /* Its global state, for model m (built from that config): the format, the version and the model layout
  * are checked first; a file written by another model is FH_ERR_USAGE naming the file, even one of the same
  * size. state: [m->n_state]; rounds_done (optional): the rounds the file holds. */

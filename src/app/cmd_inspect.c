@@ -8,6 +8,7 @@
 #include "app.h"
 #include "fedhet/core.h"
 #include "fedhet/data.h"
+#include "fedhet/fl.h"
 #include "fedhet/h5io.h"
 
 static const char *op_name(NnOpType t)
@@ -93,6 +94,7 @@ static void layer_op(const NnModel *m, const NnLayer *l, char *op, size_t size)
 static void print_help(void)
 {
     printf("usage: fedhet inspect FILE.h5\n"
+           "       fedhet inspect RUN/checkpoint.h5|RUN/run.h5 [--client-state OUT.h5]\n"
            "       fedhet inspect --model NAME|FILE.onnx [--input CxHxW] [--classes K] [--norm bn|gn] [--groups G]\n"
            "                      [--backend onednn|blas|auto] [--batch B]\n"
            "\n"
@@ -105,6 +107,13 @@ static void print_help(void)
            "  distance and earth mover's distance (ground distance |i - j| on the label index) of the client's\n"
            "  label distribution to the pooled training labels, and the Gini coefficient of the client sizes.\n"
            "  They are read from the file's /stats, or computed from /clients/label_counts when it has none.\n"
+           "\n"
+           "RUN/checkpoint.h5 or RUN/run.h5: a run's checkpoint. Prints the rounds done, the model's size, the\n"
+           "  clients and how many have trained, and the persistent state the method keeps per client, which\n"
+           "  lies in RUN/client-state.bin (the checkpoint records where; docs/architecture.md).\n"
+           "  --client-state OUT.h5  writes every client's persistent state to OUT.h5: /clients/vector_<i>\n"
+           "             [K, n_state] (e.g. SCAFFOLD's c_k), /clients/floats [K, F], /clients/has_state [K, 1]\n"
+           "             (0: the client has not trained; its rows are zeros)\n"
            "\n"
            "--model NAME: prints the model's layers (output shape, parameters, forward FLOPs), its trainable\n"
            "  and buffer counts, forward FLOPs per sample and memory per client.\n"
@@ -319,6 +328,8 @@ static int inspect_partition(const char *path)
 
 /* ---- which kind of file ---- */
 
+#define CHECKPOINT_KIND "checkpoint" /* a file with /meta: checkpoint.h5 or run.h5 */
+
 typedef struct {
     const char *format; /* value of the root attribute `format` */
     int (*inspect)(const char *path);
@@ -336,12 +347,14 @@ static void file_format(const char *path, char *buf, size_t size)
     FhH5Quiet quiet;
     fh_h5_quiet_begin(&quiet);
     FhH5File h;
-    int exists = 0;
+    int exists = 0, meta = 0;
     char *format = NULL;
     if (fh_h5_open(&h, path, FH_ERR_DATA) == FH_OK) {
         if (fh_h5_attr_exists(&h, h.id, "format", &exists) == FH_OK && exists &&
             fh_h5_attr_read_string(&h, h.id, "format", &format) == FH_OK)
             snprintf(buf, size, "%s", format);
+        else if (fh_h5_exists(&h, "/meta", &meta) == FH_OK && meta) /* a checkpoint keeps its format in /meta */
+            snprintf(buf, size, "%s", CHECKPOINT_KIND);
         free(format);
         fh_h5_close(&h);
     }
@@ -349,10 +362,13 @@ static void file_format(const char *path, char *buf, size_t size)
     fh_error_clear();
 }
 
-static int inspect_file(const char *path)
+static int inspect_file(const char *path, const char *client_state_out)
 {
     char format[128];
     file_format(path, format, sizeof format);
+    if (!strcmp(format, CHECKPOINT_KIND)) return fl_checkpoint_inspect(path, client_state_out);
+    if (client_state_out)
+        FH_FAIL(FH_ERR_USAGE, "--client-state: %s is no checkpoint (checkpoint.h5 or run.h5 of a run folder)", path);
     for (size_t i = 0; i < sizeof file_kinds / sizeof file_kinds[0]; i++)
         if (!strcmp(format, file_kinds[i].format)) return file_kinds[i].inspect(path);
     /* unknown, missing or unreadable: the partition reader's error names the file and the problem */
@@ -363,7 +379,7 @@ int app_cmd_inspect(int argc, char **argv)
 {
     AppModelArgs a;
     app_model_args_default(&a);
-    const char *file = NULL, *model_option = NULL, *value = NULL;
+    const char *file = NULL, *model_option = NULL, *value = NULL, *client_state_out = NULL;
     int batch = 64;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -380,6 +396,10 @@ int app_cmd_inspect(int argc, char **argv)
         int consumed = 0;
         const char *option = argv[i];
         FH_CHECK(app_model_args_take(&a, argc, argv, &i, &consumed));
+        if (!strcmp(option, "--client-state")) {
+            FH_CHECK(app_option_value(argc, argv, &i, &client_state_out));
+            continue;
+        }
         if (!consumed && !strcmp(option, "--batch")) {
             FH_CHECK(app_option_value(argc, argv, &i, &value));
             FH_CHECK(app_parse_int(value, "--batch", 1, 1 << 16, &batch));
@@ -391,7 +411,8 @@ int app_cmd_inspect(int argc, char **argv)
     if (file && model_option)
         FH_FAIL(FH_ERR_USAGE, "%s and %s: give FILE.h5 or the model options, not both (see fedhet inspect --help)",
                 file, model_option);
-    if (file) return inspect_file(file);
+    if (client_state_out && !file) FH_FAIL(FH_ERR_USAGE, "--client-state needs a checkpoint FILE.h5 to read");
+    if (file) return inspect_file(file, client_state_out);
     if (!a.model)
         FH_FAIL(FH_ERR_USAGE, "--model NAME is required, or a FILE.h5 to inspect (models: %s)", nn_zoo_names());
     return inspect_model(&a, batch);

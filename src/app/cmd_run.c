@@ -12,7 +12,8 @@ static void print_help(void)
     printf("usage: mpirun -np N fedhet run CONFIG.ini [section.key=value ...] [--force]\n"
            "       mpirun -np N fedhet run --resume outputs/NAME [section.key=value ...]\n"
            "  Rank 0 is the server, ranks 1..N-1 train the clients (N = 1: one process does both).\n"
-           "  Writes outputs/NAME/: config.ini (resolved), metrics.csv, clients.csv, run.h5, checkpoint.h5, log.txt.\n"
+           "  Writes outputs/NAME/: config.ini (resolved), metrics.csv, clients.csv, run.h5, checkpoint.h5, log.txt,\n"
+           "  and client-state.bin for a method that keeps state per client (SCAFFOLD's c_k, ...; checkpoints refer to it).\n"
            "  --force    replace an existing run folder (never one that is a symbolic link)\n"
            "  --resume   continue a run from its checkpoint (only fl.rounds and fl.term_grace may change); a\n"
            "             finished run whose run.h5 is missing, damaged or older than its checkpoint gets it written; a\n"
@@ -24,7 +25,7 @@ static void print_help(void)
            "  SIGINT (Ctrl-C; mpirun itself then exits 1, the ranks 0) finishes the round, checkpoints and exits 0\n"
            "  with the line to resume. A round still running\n"
            "  fl.term_grace seconds (default 60) after the signal is left between local steps instead: the run\n"
-           "  stops with the checkpoint of the round before (kept as it was for methods with per-client state).\n"
+           "  stops with the checkpoint of the round before.\n"
            "  SIGTERM to mpirun itself kills the ranks 1 s later (Open MPI): no checkpoint, exit nonzero.\n\n"
            "config keys ([section] key, type, default, allowed values):\n");
     fl_print_config_help(stdout);

@@ -98,8 +98,8 @@ int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const 
     if (z->client_scratch > 0) FH_CHECK(fh_alloc_aligned(&w->scratch, z->client_scratch, "method scratch"));
     w->block = (int64_t)z->client_vectors * n_state + z->client_floats + 1;
     if (n_owned > 0) {
-        FH_CHECK(fh_alloc_aligned(&w->client_state, (size_t)n_owned * w->block * sizeof(float), "persistent client state"));
-        memset(w->client_state, 0, (size_t)n_owned * w->block * sizeof(float));
+        FH_CHECK(fh_alloc_aligned(&w->client_state, (size_t)w->block * sizeof(float), "persistent client state"));
+        memset(w->client_state, 0, (size_t)w->block * sizeof(float));
     }
     return FH_OK;
 }
@@ -122,13 +122,6 @@ void fl_client_free(FlClientWork *w)
     fh_free(&w->client_state);
     nn_sgd_free(&w->sgd);
     nn_adam_free(&w->adam);
-}
-
-float *fl_client_block(FlClientWork *w, int client)
-{
-    for (int slot = 0; slot < w->n_owned; slot++)
-        if (w->loader.clients[slot] == client) return w->client_state + (size_t)slot * w->block;
-    return NULL;
 }
 
 /* Per-sample passes so far of every model instance the client trains with (the model and the method's
@@ -342,7 +335,7 @@ int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *globa
     NnModel *m = &w->model;
     const int64_t n = data_loader_client_rows(&w->loader, client);
     if (n < 0) FH_FAIL(FH_ERR_USAGE, "client %d is not held by this rank", client);
-    float *block = fl_client_block(w, client);
+    float *block = w->client_state; /* fl_store_load filled it */
 
     nn_vec_copy(m->state, global, m->n_state);
     nn_model_set_training(m, 1);

@@ -110,8 +110,8 @@ int fl_leave_wait_gather(FlLeave *l, MPI_Request *req, int round);
 int fl_leave_finish(FlLeave *l);
 
 /* The protocol's point-to-point tags: a client rank's error note to rank 0 (fl_fail_alone), rank 0's request to
- * leave the round, and the client state blocks of a checkpoint, sent one client at a time (in order, so one tag
- * serves every client) */
+ * leave the round, and the client state blocks of a version-3 checkpoint on their way into the store, sent one
+ * client at a time (in order, so one tag serves every client) */
 enum { FL_TAG_ERROR = 7701, FL_TAG_LEAVE = 7702, FL_TAG_CLIENT_STATE = 7703 };
 
 /* ---- round plan ---- */
@@ -179,7 +179,7 @@ typedef struct {
     AlgoClientRound round;  /* the client being trained: its round view */
     AlgoClientCtx ctx;
     int n_owned;
-    /* persistent state of each owned client, one block each: z.client_vectors * n_state floats, then
+    /* the persistent state of the client being trained (fl_store_load): z.client_vectors * n_state floats, then
      * z.client_floats, then a has-state flag (1.0 once the client has trained) */
     float *client_state;
     int64_t block;
@@ -189,6 +189,54 @@ typedef struct {
     void *leave_arg;
     int left;
 } FlClientWork;
+
+/* ---- per-client state out of core (src/fl/store.c): the run folder's client-state.bin ---- */
+typedef struct {
+    int64_t slot;   /* -1: the client has no state yet */
+    int64_t round;  /* the round (from 0) that wrote it */
+} FlStoreEntry;
+typedef struct {
+    int32_t client;
+    FlStoreEntry before; /* the client's entry before this round */
+} FlStoreJournal;
+typedef struct {
+    int fd;                   /* -1: no file (a method without per-client floats keeps the table only) */
+    char path[4200];
+    int n_clients;
+    int64_t slot_floats, slot_bytes;
+    uint64_t layout_hash;
+    FlStoreEntry *now, *saved; /* [K]: every rank's copy of the table, and the table of the last checkpoint */
+    int32_t *moved;            /* clients whose entry differs from the checkpoint's */
+    int n_moved;
+    FlStoreJournal *journal;  /* [m_max]: this round's clients by selection slot */
+    int n_journal;
+    uint64_t *used;           /* bitmap of the slots in use */
+    int64_t n_words, hint;
+    int dirty;                /* written since the last sync */
+} FlStore;
+/* Collective. fresh: a new run (the file is made anew); else the file is opened (made if missing: a checkpoint of
+ * an older format) and its header checked. slot_floats = 0: no file. */
+int fl_store_open(FlStore *st, FlComm *c, const char *dir, int n_clients, int64_t slot_floats, uint64_t layout_hash,
+                  int m_max, int fresh);
+void fl_store_close(FlStore *st);
+/* every rank, after the plan: each selected client gets a new slot; round_end frees what nothing refers to any more,
+ * round_undo (a left round) returns the table to where it was */
+void fl_store_round(FlStore *st, const int32_t *selected, int n, int round);
+void fl_store_round_end(FlStore *st);
+void fl_store_round_undo(FlStore *st);
+/* the owner: the persistent block (slot_floats, then the has-state flag) of the client of selection slot i as the
+ * round found it; a client's state into the slot its entry names now (after fl_store_round: its new one) */
+int fl_store_load(FlStore *st, int slot_in_round, float *block);
+int fl_store_put(FlStore *st, int client, const float *block);
+/* checkpoints: what a rank wrote reaches the disk before a checkpoint refers to it; once committed, the slots it
+ * superseded are free */
+int fl_store_sync(FlStore *st);
+void fl_store_committed(FlStore *st);
+/* a checkpoint's table: checked against the file (rank 0), installed (every rank) */
+int fl_store_check_table(const FlStore *st, const FlStoreEntry *table, int n_clients, const char *source);
+void fl_store_set_table(FlStore *st, const FlStoreEntry *table);
+/* fl_checkpoint_inspect's file: every client's state in [K, n] datasets, from the store beside the checkpoint */
+int fl_store_export(const char *ckpt_path, const char *out_path);
 
 /* clients per round when fixed by the selection rule; -1 for bernoulli */
 int fl_clients_per_round(const FlSettings *s, int K);
@@ -203,8 +251,6 @@ enum { FL_INIT_RANDOM = 0, FL_INIT_FILE, FL_INIT_ONNX };
 int fl_init_kind(const FlSettings *s);
 int fl_client_init(FlClientWork *w, const FlSettings *s, DataPartFile *f, const int *owned, int n_owned);
 void fl_client_free(FlClientWork *w);
-/* the persistent block of owned client `client` */
-float *fl_client_block(FlClientWork *w, int client);
 /* Trains `client` from global for the round; writes the record (header, scalars, final state).
  * slot_in_round: the client's position in the round's selection. */
 int fl_client_train(FlClientWork *w, const FlRecordLayout *l, const float *global, const float *server_vecs,
@@ -273,6 +319,7 @@ typedef struct {
     int *owned;               /* this rank's clients, ascending */
     int n_owned;
     FlClientWork work;
+    FlStore store;            /* the clients' persistent state (every rank: the table; owners: their slots) */
     FlRecordLayout layout;
     int64_t n_state, n_params;
     uint64_t layout_hash;
@@ -314,10 +361,7 @@ typedef struct {
     float *init_state;        /* rank 0, [n_state]: [model] init, read before the run folder exists */
     struct FlHessian *hessian;   /* fl.hessian_every: its buffers */
     FlEval eval;              /* a data file with a test set */
-    /* rank 0, for the checkpoints: one client's persistent block on its way to or from a file, and the
-     * /model tensor names */
-    float *ckpt_block;
-    char *tensor_names;
+    char *tensor_names;       /* rank 0, for the checkpoints: the /model tensor names */
 } FlRun;
 
 /* The folded server step (src/fl/fold.c): segments average, the method's sums, D = sum_i (w_i - w^t) */
@@ -379,12 +423,13 @@ int fl_cost_reduce_passes(FlComm *comm, const NnModel *m, int64_t forward0, int6
 void fl_cost_row(double *row, const double *prev, const FlRoundCost *cost);
 
 /* ---- checkpoints (src/fl/checkpoint.c): collective over the run's communicator ---- */
-/* Rank 0 at setup (the model and the client blocks' size known): the buffers of fl_checkpoint_save and
- * fl_checkpoint_load, so that writing a checkpoint allocates nothing; fl_checkpoint_free releases them. */
+/* Rank 0 at setup (the model known): what fl_checkpoint_save needs, so that writing a checkpoint allocates nothing;
+ * fl_checkpoint_free releases it. */
 int fl_checkpoint_init(FlRun *run);
 void fl_checkpoint_free(FlRun *run);
-/* Writes PATH atomically: rounds done, lr, global state, server vectors and scalars, every client's
- * persistent vectors (sent to rank 0 one client at a time), metrics rows, config text, layout hash. */
+/* Writes PATH atomically: rounds done, lr, global state, server vectors and scalars, where each client's persistent
+ * state lies in the store (synced first on every rank), metrics rows, config text, layout hash; then frees the slots
+ * only the previous checkpoint referred to. */
 int fl_checkpoint_save(FlRun *run, int rounds_done, const char *path);
 /* Reads the checkpoint of run->dir into run (rank 0 reads; state is broadcast or sent to owners).
  * A damaged file is FH_ERR_IO and nothing is changed on disk. */

@@ -305,7 +305,6 @@ typedef struct {
     double round_seconds_sum;
     int rounds_timed;
     FlLeave leave;                /* leaving a round after a stop request */
-    int *fresh, n_fresh;          /* owned clients that first trained in this round (their has-state flag) */
     int checkpointed;             /* rounds done in the last checkpoint on disk (-1: none) */
 } FlLoop;
 
@@ -347,7 +346,6 @@ static int loop_init(FlRun *run, FlLoop *L)
     }
     FH_CHECK(fh_calloc(&L->selected, (size_t)K, sizeof *L->selected, "selected clients"));
     FH_CHECK(fl_leave_init(&L->leave, &run->comm, run->s.term_grace));
-    FH_CHECK(fh_calloc(&L->fresh, (size_t)(run->n_owned > 0 ? run->n_owned : 1), sizeof *L->fresh, "fresh clients"));
     L->checkpointed = run->start_round > 0 ? run->start_round : -1;
     run->work.leave_poll = fl_leave_poll;
     run->work.leave_arg = &L->leave;
@@ -386,7 +384,6 @@ static void loop_free(FlLoop *L)
     fh_free(&L->recv);
     fh_free(&L->selected);
     fl_leave_free(&L->leave);
-    fh_free(&L->fresh);
     fh_free(&L->counts);
     fh_free(&L->displs);
     fh_free(&L->order);
@@ -412,25 +409,23 @@ static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, doub
     char *base = run->comm.size > 1 ? L->send : L->recv;
     const size_t kept = L->fold.early ? run->layout.header_bytes : run->layout.bytes; /* bytes kept per record */
     FlClientWork *w = &run->work;
-    L->n_fresh = 0;
     for (int i = 0; i < n_selected; i++) {
         int k = L->selected[i];
         if (run->owner[k] != run->comm.rank) continue;
         /* a left round still sends its count of records (the gather's shape), unused */
         if (!w->left) {
-            if (fl_client_block(w, k)[w->block - 1] == 0.0f) L->fresh[L->n_fresh++] = k;
             char *record = L->fold.early ? L->record : base + (size_t)(*n_mine) * kept;
+            FH_CHECK(fl_store_load(&run->store, i, w->client_state));
             FH_CHECK(fl_client_train(w, &run->layout, run->global, run->server_vecs, run->server_scalars, k, i,
                                      round, lr, record));
-            if (L->fold.early) { /* folded now: only its header stays */
+            if (!w->left) FH_CHECK(fl_store_put(&run->store, k, w->client_state));
+            if (L->fold.early && !w->left) { /* folded now: only its header stays */
                 fl_fold_record(&L->fold, run, record, i, n_selected);
                 memcpy(base + (size_t)(*n_mine) * kept, record, kept);
             }
         }
         L->record_slot[(*n_mine)++] = i;
     }
-    if (w->left) /* the checkpoint of the round before says these clients have not trained yet */
-        for (int j = 0; j < L->n_fresh; j++) fl_client_block(w, L->fresh[j])[w->block - 1] = 0.0f;
     return FH_OK;
 }
 
@@ -475,19 +470,23 @@ static char *gathered_record(const FlRun *run, const FlLoop *L, int slot)
     return L->recv + (size_t)slot * L->stride;
 }
 
-/* Rank 0: the round's uploads in ascending client id; 1 when a client's training loss is not finite (diverged) */
-static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
+/* Rank 0: the round's uploads in ascending client id; *diverged when a client's training loss is not finite */
+static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round, int *diverged)
 {
-    for (int i = 0; i < n_selected; i++) { /* insertion sort by client id: a few records */
+    for (int i = 0; i < n_selected; i++) { /* by client id: each record's place in the (ascending) selection */
         const int64_t client = fl_record_header(gathered_record(run, L, i))->client;
-        int j = i - 1;
-        while (j >= 0 && fl_record_header(gathered_record(run, L, L->order[j]))->client > client) {
-            L->order[j + 1] = L->order[j];
-            j--;
+        int lo = 0, hi = n_selected - 1;
+        while (lo < hi) {
+            const int mid = lo + (hi - lo) / 2;
+            if (L->selected[mid] < client) lo = mid + 1;
+            else hi = mid;
         }
-        L->order[j + 1] = i;
+        if (L->selected[lo] != client)
+            FH_FAIL(FH_ERR_MPI, "round %d: a record of client %lld, which the round did not select", round + 1,
+                    (long long)client);
+        L->order[lo] = i;
     }
-    int diverged = 0;
+    *diverged = 0;
     for (int i = 0; i < n_selected; i++) {
         char *rec = gathered_record(run, L, L->order[i]);
         const FlRecordHeader *h = fl_record_header(rec);
@@ -495,13 +494,13 @@ static int order_uploads(FlRun *run, FlLoop *L, int n_selected, int round)
         L->uploads[i] = (AlgoUpload){ (int)h->client, h->n_samples, h->n_steps, h->train_loss, fl_record_scalars(rec),
                                       state, state ? state + run->n_state : NULL };
         if (h->nonfinite || !isfinite(h->train_loss)) {
-            if (!diverged)
+            if (!*diverged)
                 fh_log_error("round %d: client %lld's training loss is %g (diverged)", round + 1,
                              (long long)h->client, h->train_loss);
-            diverged = 1;
+            *diverged = 1;
         }
     }
-    return diverged;
+    return FH_OK;
 }
 
 /* Rank 0: the server step into L->next: over gathered uploads the method's own update, or the average with its
@@ -529,7 +528,7 @@ static int server_step(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selecte
 static int aggregate_begin(FlRun *run, FlLoop *L, AlgoServerCtx *sctx, int n_selected, int round, double *row,
                            int *diverged)
 {
-    *diverged = order_uploads(run, L, n_selected, round);
+    FH_CHECK(order_uploads(run, L, n_selected, round, diverged));
     if (*diverged) return FH_OK;
     FH_CHECK(algo_ops_weights(&run->work.ops, sctx, L->uploads, n_selected, L->weights));
     row[FL_COL_method_scalar] = algo_ops_method_scalar(&run->work.ops, run->server_scalars, round);
@@ -814,6 +813,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         if (run->comm.rank == 0) plan.n_selected = fl_select_clients(s, run->n_clients, t, L->selected);
         FH_CHECK(fl_bcast(&run->comm, &plan, sizeof plan));
         FH_CHECK(fl_bcast(&run->comm, L->selected, (int64_t)plan.n_selected * (int64_t)sizeof *L->selected));
+        fl_store_round(&run->store, L->selected, plan.n_selected, t);
         AlgoServerCtx sctx = server_ctx(run, t, plan.lr, L->selected, plan.n_selected);
         if (L->fold.early)
             FH_CHECK(fl_agree(&run->comm, fl_fold_plan(&L->fold, run, &sctx, L->selected, plan.n_selected)));
@@ -853,9 +853,9 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         }
         if (L->folds) FH_CHECK(fold_round(run, L, &sctx, plan.n_selected, n_mine, t, &diverged));
         if (run->comm.rank == 0 && L->leave.decided) {
-            /* the round before is all there is: a checkpoint of it unless clients' own state moved on */
+            /* the round before is all there is: a checkpoint of it (the clients' slots of then are all kept) */
             ctl.stop = FL_PLAN_STOP_LEFT;
-            ctl.checkpoint = run->z.client_vectors == 0 && run->z.client_floats == 0 && L->checkpointed != t;
+            ctl.checkpoint = L->checkpointed != t;
         } else if (run->comm.rank == 0) {
             status = diverged ? FH_OK : aggregate_end(run, L, plan.n_selected, t, row);
             if (status != FH_OK) {
@@ -870,6 +870,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
         FH_CHECK(fl_bcast(&run->comm, &ctl, sizeof ctl));
         FH_CHECK(phase_end(run, "aggregate", t));
         if (ctl.stop == FL_PLAN_STOP_LEFT) {
+            fl_store_round_undo(&run->store);
             FH_CHECK(fl_leave_finish(&L->leave));
             if (ctl.checkpoint) {
                 FH_CHECK(fl_checkpoint_save(run, t, run->checkpoint_path));
@@ -880,6 +881,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
             return FH_OK;
         }
         if (ctl.stop == FL_PLAN_STOP_DIVERGED) return diverged_error(run, t);
+        fl_store_round_end(&run->store);
         run->lr = nn_lr_next(plan.lr, s->lr_decay);
 
         double t_eval = 0.0;
@@ -908,6 +910,7 @@ static int run_rounds(FlRun *run, FlLoop *L, int *stopped_by_signal)
 
 static void run_free(FlRun *run)
 {
+    fl_store_close(&run->store);
     fl_client_free(&run->work);
     data_partfile_close(&run->data);
     fh_config_free(&run->cfg);
@@ -940,6 +943,13 @@ static void run_free(FlRun *run)
     fh_lock_release(&run->lock); /* last: every file of the run is closed */
     memset(run, 0, sizeof *run);
     run->lock.fd = -1;
+}
+
+/* the clients' persistent state (src/fl/store.c); fresh: a new or restarted run */
+static int store_open(FlRun *run, int fresh)
+{
+    return fl_store_open(&run->store, &run->comm, run->dir, run->n_clients, run->work.block - 1, run->layout_hash,
+                         fl_max_selected(&run->s, run->n_clients), fresh);
 }
 
 static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_path)
@@ -995,7 +1005,9 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     FH_CHECK(fl_agree(&run->comm, rank == 0 ? fl_checkpoint_init(run) : FH_OK));
     run->lr = s->lr;
     run->write_final = 1;
-    if (opt->resume_dir && !run->restart) {
+    const int resuming = opt->resume_dir && !run->restart;
+    if (resuming) {
+        FH_CHECK(store_open(run, 0));
         FH_CHECK(fl_checkpoint_load(run));
         if (rank == 0 && run->start_round >= s->rounds) {
             /* a kill after the last checkpoint but before run.h5 was renamed into place */
@@ -1025,6 +1037,7 @@ static int run_setup(FlRun *run, const FlRunOptions *opt, const char *config_pat
     FH_CHECK(fl_agree(&run->comm, status));
     status = rank == 0 ? fl_open_outputs(run, opt) : FH_OK;
     FH_CHECK(fl_agree(&run->comm, status));
+    if (!resuming) FH_CHECK(store_open(run, 1)); /* the run folder exists from here */
     if (rank == 0) fl_print_budget(run);
     FH_CHECK(phase_end(run, "setup", run->start_round));
     return FH_OK;
@@ -1037,6 +1050,7 @@ int fl_run(const FlRunOptions *opt, MPI_Comm comm)
     FlRun run;
     memset(&run, 0, sizeof run);
     run.lock.fd = -1;
+    run.store.fd = -1;
     int status = fl_comm_init(&run.comm, comm);
     if (status != FH_OK) return status;
     if (run.comm.rank == 0) fl_before_abort(remove_empty_run_folder_cb, &run);

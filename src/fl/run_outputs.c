@@ -236,9 +236,9 @@ void fl_remove_empty_run_folder(FlRun *run)
     if (!run->made_folder || run->lock.fd < 0 || stat(run->checkpoint_path, &st) == 0) return;
     if (run->metrics_csv) fclose(run->metrics_csv), run->metrics_csv = NULL;
     if (run->clients_csv) fclose(run->clients_csv), run->clients_csv = NULL;
-    const char *files[] = { "config.ini", "log.txt", "metrics.csv", "clients.csv" };
+    const char *files[] = { "config.ini", "log.txt", "metrics.csv", "clients.csv", "client-state.bin" };
     char path[4300];
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         snprintf(path, sizeof path, "%s/%s", run->dir, files[i]);
         unlink(path);
     }
@@ -279,15 +279,10 @@ void fl_left_round_line(const FlRun *run, int t, int checkpointed)
         fh_log_info("stopped by %s after round %d of %d: round %d was left between local steps after "
                     "fl.term_grace = %g s; checkpoint written. Resume with: fedhet run --resume %s",
                     fh_stop_signal_name(), t, s->rounds, t + 1, s->term_grace, run->dir);
-    else if (checkpointed > 0)
-        fh_log_info("stopped by %s during round %d of %d (left between local steps after fl.term_grace = %g s); "
-                    "%s keeps per-client state that the round had changed, so the checkpoint stays at round %d. "
-                    "Resume with: fedhet run --resume %s", fh_stop_signal_name(), t + 1, s->rounds, s->term_grace, s->method->name,
-                    checkpointed, run->dir);
-    else
-        fh_log_info("stopped by %s during round %d of %d (left between local steps after fl.term_grace = %g s) "
-                    "before any checkpoint was written (%s keeps per-client state): start it again with --force",
-                    fh_stop_signal_name(), t + 1, s->rounds, s->term_grace, s->method->name);
+    else /* the checkpoint of the round before could not be written */
+        fh_log_info("stopped by %s during round %d of %d (left between local steps after fl.term_grace = %g s); the "
+                    "checkpoint stays at round %d. Resume with: fedhet run --resume %s", fh_stop_signal_name(), t + 1,
+                    s->rounds, s->term_grace, checkpointed, run->dir);
 }
 
 /* ", method scratch N KiB" for a method's scratch of `bytes` (usually kilobytes), "" without any */
@@ -343,13 +338,18 @@ void fl_print_budget(const FlRun *run)
     const int uploads = most_owned < max_selected ? most_owned : max_selected;
     const int size = run->comm.size, client_rank = size > 1 ? 1 : 0; /* rank 1 evaluates the most batches of them */
     char client_scratch[64], server_scratch[64];
+    const double block = (double)run->work.block * 4 / mib;
     fh_log_info("memory per client rank (at most %d client%s each): model state + gradient + optimiser + activations "
-                "%.1f MiB, its clients' data, persistent vectors %d x %d x %.1f MiB = %.1f MiB, upload records %d x "
-                "%.1f MiB = %.1f MiB, evaluation %.1f MiB%s", most_owned, most_owned == 1 ? "" : "s", model_work,
-                most_owned, run->z.client_vectors, state, most_owned * run->z.client_vectors * state, uploads,
-                (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib,
+                "%.1f MiB, its clients' data, the persistent state of the client it trains %.1f MiB, upload records "
+                "%d x %.1f MiB = %.1f MiB, evaluation %.1f MiB%s", most_owned, most_owned == 1 ? "" : "s", model_work,
+                block, uploads, (double)run->layout.bytes / mib, uploads * (double)run->layout.bytes / mib,
                 (double)fl_eval_bytes(&run->data, run->s.eval_batch, client_rank, size) / mib,
                 scratch_note(client_scratch, sizeof client_scratch, run->z.client_scratch));
+    if (run->store.slot_floats > 0)
+        fh_log_info("per-client state on disk: %s, %.1f MiB per client that has trained, plus one per client trained "
+                    "since the last checkpoint (%d clients: up to %.1f GiB)", run->store.path,
+                    (double)run->store.slot_bytes / mib, run->n_clients,
+                    (2.0 * run->n_clients + max_selected) * (double)run->store.slot_bytes / (1024.0 * mib));
     /* the metrics.csv rows and every clients.csv row of the run, kept for the checkpoints */
     const double rows = ((double)run->s.rounds * FL_N_COLUMNS + (double)run->cap_client_rows * run->n_ccols) * 8 / mib;
     char uploads_note[160];
@@ -360,8 +360,7 @@ void fl_print_budget(const FlRun *run)
         snprintf(uploads_note, sizeof uploads_note, "gathered uploads up to %d x %.1f MiB = %.1f MiB", max_selected,
                  (double)run->layout.bytes / mib, max_selected * (double)run->layout.bytes / mib);
     fh_log_info("memory on rank 0: %s, plus %d model-sized vectors, evaluation %.1f MiB, metric rows %.1f MiB%s",
-                uploads_note, 3 + run->z.server_vectors + run->z.server_private + run->z.client_vectors +
-                run->work.ops.update.n_sums,
+                uploads_note, 3 + run->z.server_vectors + run->z.server_private + run->work.ops.update.n_sums,
                 (double)fl_eval_bytes(&run->data, run->s.eval_batch, 0, size) / mib, rows,
                 scratch_note(server_scratch, sizeof server_scratch, run->z.server_scratch));
     if (m->quality_shift && !run->data.has_test_corrupted)

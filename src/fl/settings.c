@@ -117,9 +117,7 @@ static const FhConfigKey base[] = {
     { .section = "fl", .key = "term_grace", .type = FH_CFG_FLOAT, .def.f = 60, .lo = 0, .hi = 1e7,
       .help = "seconds a round may still run after SIGTERM (or SIGUSR1); one still running then is left "
               "between local "
-              "steps and the run stops with the checkpoint of the round before (written unless the method "
-              "keeps per-client "
-              "state, whose checkpoint stays as it was)", AT(term_grace) },
+              "steps and the run stops with the checkpoint of the round before", AT(term_grace) },
     { .section = "fl", .key = "sharpness_every", .type = FH_CFG_INT, .def.i = 0, .lo = 0, .hi = 1e8,
       .help = "metrics.csv sharpness S(rho) = L(rho) - L and perturbed loss L(rho) of the global model on a "
               "fixed probe set "

@@ -215,11 +215,24 @@ EOF
     sed -e "s#^path = .*#path = $WORK/p1.h5#" -e 's#^selection = .*#selection = all#' "$WORK/base.ini" >"$WORK/one.ini"
 }
 
-# dump_dataset FILE.h5 NAME OUT.bin: a dataset's raw little-endian bytes
+# client_state FILE.h5: the path of an HDF5 file with FILE's clients' persistent state as [K, n] datasets
+# (/clients/vector_<i>, /clients/floats, /clients/has_state), written by fedhet inspect --client-state from the
+# run folder's client-state.bin
+client_state()
+{
+    local out=$WORK/cs.$(echo "$1" | cksum | cut -d' ' -f1).h5
+    "$FEDHET" inspect "$1" --client-state "$out" >"$out.log" 2>&1 || { cat "$out.log" >&2; return 1; }
+    echo "$out"
+}
+
+# dump_dataset FILE.h5 NAME OUT.bin: a dataset's raw little-endian bytes; a client's persistent state
+# (/clients/vector_<i>, /clients/floats, /clients/has_state) comes from the run folder's store
 dump_dataset()
 {
+    local f=$1
     rm -f "$3"
-    h5dump -d "$2" -b LE -o "$3" "$1" >/dev/null 2>&1 && [ -s "$3" ]
+    case $2 in /clients/vector_* | /clients/floats | /clients/has_state) f=$(client_state "$1") || return 1 ;; esac
+    h5dump -d "$2" -b LE -o "$3" "$f" >/dev/null 2>&1 && [ -s "$3" ]
 }
 
 # state_mean FILE.h5 DATASET ROW SCALE WHAT: DATASET[ROW] == SCALE * sum_k /clients/vector_0[k] (within
@@ -254,11 +267,12 @@ EOF
     return 0
 }
 
-# same_state A.h5 B.h5 WHAT: bit-identical /server/* and /clients/* datasets (whichever A has)
+# same_state A.h5 B.h5 WHAT: bit-identical /server/* datasets and clients' persistent state (whichever A has)
 same_state()
 {
-    local d a=$WORK/sa.$$.bin b=$WORK/sb.$$.bin
-    for d in $(h5ls -r "$1" 2>/dev/null | awk '$2 == "Dataset" && ($1 ~ /^\/server\// || $1 ~ /^\/clients\/(vector|floats|has_state)/) { print $1 }'); do
+    local d a=$WORK/sa.$$.bin b=$WORK/sb.$$.bin cs
+    cs=$(client_state "$1") || { fail "$3: cannot read the client state of $1"; return 1; }
+    for d in $( (h5ls -r "$1"; h5ls -r "$cs") 2>/dev/null | awk '$2 == "Dataset" && ($1 ~ /^\/server\// || $1 ~ /^\/clients\/(vector|floats|has_state)/) { print $1 }'); do
         if ! dump_dataset "$1" "$d" "$a"; then fail "$3: cannot read $d of $1"; return 1; fi
         if ! dump_dataset "$2" "$d" "$b"; then fail "$3: $2 has no readable $d"; return 1; fi
         if ! cmp -s "$a" "$b"; then fail "$3: $d differs ($(cmp "$a" "$b" 2>&1 | head -1))"; return 1; fi

@@ -2,7 +2,8 @@
 # End-to-end tests of the 'server' method family (docs/methods/baselines.md A.3-A.8: fedavgm, fedprox, scaffold, feddyn, fednova,
 # fedcm) under mpirun with 3 ranks on the tiny synthetic set of tests/mpi/lib.sh: each method's paper
 # property against FedAvg / uniform averaging, identities of the persistent state read from the run's HDF5
-# file, bit-identical resume of every stateful method, variants that must change something, the same bits on 1
+# file, bit-identical resume of every stateful method, the clients' state in client-state.bin (its size, a format-3
+# checkpoint moved into it, a damaged one refused), variants that must change something, the same bits on 1
 # and 3 ranks (folded server steps), bad keys.
 # usage: tests/mpi/test_methods_server.sh [test_name]      (last line: "N passed, N failed")
 source "$(dirname "$0")/lib.sh"
@@ -164,6 +165,77 @@ test_resume_stateful()
     resume_identical "fedcm resume" algo.method=fedcm
 }
 
+# ---- the clients' state out of core (docs/architecture.md#client-state) ----------------------------------------
+
+# SCAFFOLD's c_k live in the run folder's client-state.bin: run.h5 holds where they are (/clients/slots), not the
+# vectors; fedhet inspect shows them; with a checkpoint every round the file never holds more than K + m slots
+test_client_state_store()
+{
+    fh 3 stA "$WORK/base.ini" output.name=stA algo.method=scaffold fl.rounds=6
+    expect_rc "scaffold, 6 rounds" 0 || return
+    local d=$WORK/out/stA
+    [ -s "$d/client-state.bin" ] || { fail "scaffold: no client-state.bin"; return; }
+    h5ls -r "$d/run.h5" | grep -q "^/clients/vector" && fail "run.h5 still holds the client vectors"
+    h5ls -r "$d/run.h5" | grep -q "^/clients/slots" || fail "run.h5 has no /clients/slots"
+    "$FEDHET" inspect "$d/run.h5" >"$WORK/insp.out" 2>&1 || { fail "inspect run.h5: $(cat "$WORK/insp.out")"; return; }
+    grep -q "^clients  *6, [1-6] of them trained" "$WORK/insp.out" && grep -q "in client-state.bin" "$WORK/insp.out" ||
+        fail "inspect run.h5: $(cat "$WORK/insp.out")"
+    # 6 clients, 3 per round (fraction 0.5), a checkpoint every round: at most 9 slots after the 4 KiB header
+    python3 - "$d/client-state.bin" 9 >"$WORK/size.out" <<'EOF' || fail "client-state.bin: $(cat "$WORK/size.out")"
+import os, struct, sys
+slot_bytes = struct.unpack("<q", open(sys.argv[1], "rb").read(56)[48:56])[0]
+slots = (os.path.getsize(sys.argv[1]) - 4096) / slot_bytes
+print("%.2f slots of %d bytes" % (slots, slot_bytes))
+sys.exit(0 if 0 < slots <= int(sys.argv[2]) else 1)
+EOF
+    note "client-state.bin after 6 rounds: $(cat "$WORK/size.out")"
+}
+
+# a checkpoint of format 3 held the c_k itself: resuming one moves them into the store, and the run ends as the
+# straight one; a store that does not belong to the checkpoint (truncated, another run's) is refused naming it
+test_client_state_older_and_damaged()
+{
+    fh 3 odA "$WORK/base.ini" output.name=odA algo.method=scaffold fl.rounds=4
+    expect_rc "scaffold, 4 rounds" 0 || return
+    fh 3 odB "$WORK/base.ini" output.name=odB algo.method=scaffold fl.rounds=2
+    expect_rc "scaffold, 2 rounds" 0 || return
+    local cs
+    cs=$(client_state "$WORK/out/odB/checkpoint.h5") || { fail "cannot export the client state"; return; }
+    /usr/bin/python3 - "$WORK/out/odB/checkpoint.h5" "$cs" <<'EOF' || { fail "cannot write a format-3 checkpoint"; return; }
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[2], "r") as c, h5py.File(sys.argv[1], "r+") as f:
+    del f["/clients/slots"]
+    for name in c["/clients"]:
+        f.create_dataset("/clients/" + name, data=c["/clients/" + name][...], chunks=True, fletcher32=True)
+    f["/meta"].attrs["format_version"] = np.array([3], dtype="<i8")
+    if "complete" in f["/meta"].attrs:
+        del f["/meta"].attrs["complete"]
+EOF
+    rm -f "$WORK/out/odB/client-state.bin"
+    fh 2 odC --resume "$WORK/out/odB" fl.rounds=4
+    expect_rc "resume of a format-3 checkpoint" 0 || return
+    same_state "$WORK/out/odA/run.h5" "$WORK/out/odB/run.h5" "format 3 resumed vs straight" || return
+    same_csv "$WORK/out/odA/metrics.csv" "$WORK/out/odB/metrics.csv" "format 3 resumed vs straight" || return
+
+    # run odA on to 6 rounds with its store cut short, then with the store of a run of 3 rounds (which has no slot
+    # of round 4, where odA's table has some)
+    cp "$WORK/out/odA/client-state.bin" "$WORK/odA.bin"
+    truncate -s 8192 "$WORK/out/odA/client-state.bin"
+    fh 3 odD --resume "$WORK/out/odA" fl.rounds=6
+    expect_rc "resume with a truncated client-state.bin" 4 &&
+        { grep -qE "client-state.bin, which the file \([0-9]+ bytes\) does not hold" "$WORK/odD.err" ||
+              fail "truncated store: $(errline odD)"; }
+    fh 3 odX "$WORK/base.ini" output.name=odX algo.method=scaffold fl.rounds=3
+    expect_rc "scaffold, 3 rounds" 0 || return
+    cp "$WORK/out/odX/client-state.bin" "$WORK/out/odA/client-state.bin"
+    fh 3 odE --resume "$WORK/out/odA" fl.rounds=6
+    expect_rc "resume with another run's client-state.bin" 4 &&
+        { grep -q "client-state.bin, which holds" "$WORK/odE.err" || fail "another run's store: $(errline odE)"; }
+    cp "$WORK/odA.bin" "$WORK/out/odA/client-state.bin"
+    fh 3 odF --resume "$WORK/out/odA" fl.rounds=6
+    expect_rc "resume with its own client-state.bin again" 0
+}
+
 # ---- folded aggregation --------------------------------------------------------------------------------
 
 # every stateful server step folds: the same bits on 1 and 3 ranks (FedNova with its unequal steps, FedCM's K_loc
@@ -193,5 +265,6 @@ test_bad_keys()
 
 TESTS=(fedavgm_beta0_is_fedavg fedavgm_variants fedavgm_eta_s_renamed fedprox_mu0_is_fedavg scaffold_round0_is_uniform
        scaffold_server_variate_is_mean scaffold_flood_variant feddyn_alpha0_and_server_sum
-       fednova_equal_steps_is_fedavg fedcm_alpha1_is_uniform resume_stateful folded_on_ranks bad_keys)
+       fednova_equal_steps_is_fedavg fedcm_alpha1_is_uniform resume_stateful client_state_store
+       client_state_older_and_damaged folded_on_ranks bad_keys)
 run_tests "$@"

@@ -101,14 +101,17 @@ test_control_variates()
 {
     fh 3 cv "$WORK/base.ini" output.name=cv algo.method=fedwmsam
     expect_rc "fedwmsam" 0 || return
-    python3 - "$WORK/out/cv/run.h5" >"$WORK/cv.txt" 2>&1 <<'EOF' || fail "c is not the mean of the c_k: $(cat "$WORK/cv.txt")"
+    local cs
+    cs=$(client_state "$WORK/out/cv/run.h5") || { fail "cannot read the client state of cv"; return; }
+    python3 - "$WORK/out/cv/run.h5" "$cs" >"$WORK/cv.txt" 2>&1 <<'EOF' || fail "c is not the mean of the c_k: $(cat "$WORK/cv.txt")"
 import subprocess, struct, sys
-def floats(name):
-    out = sys.argv[1] + name.replace("/", "_") + ".bin"
-    subprocess.run(["h5dump", "-d", name, "-b", "LE", "-o", out, sys.argv[1]], check=True, capture_output=True)
+def floats(name, path):
+    out = path + name.replace("/", "_") + ".bin"
+    subprocess.run(["h5dump", "-d", name, "-b", "LE", "-o", out, path], check=True, capture_output=True)
     b = open(out, "rb").read()
     return struct.unpack("<%df" % (len(b) // 4), b)
-srv, cli, has = floats("/server/vectors"), floats("/clients/vector_0"), floats("/clients/has_state")
+srv = floats("/server/vectors", sys.argv[1])
+cli, has = floats("/clients/vector_0", sys.argv[2]), floats("/clients/has_state", sys.argv[2])
 K = len(has); P = len(cli) // K
 c = srv[:P]   # server vector 0: c (vector 1: mom)
 ref = [sum(cli[k * P + j] for k in range(K)) / K for j in range(P)]

@@ -162,27 +162,36 @@ test_code_version()
     [ "$c" = "$v" ] || fail "the checkpoint's code_version '$c' is not fedhet --version's '$v'"
 }
 
-# 6. The memory line gives totals for the busiest client rank: 6 clients on the one client rank of -np 2,
-#    each with SCAFFOLD's one persistent vector, and 3 of them selected per round (fraction 0.5): 3 upload
-#    records.
+# 6. The memory line gives totals for the busiest client rank: 6 clients on the one client rank of -np 2, 3 of them
+#    selected per round (fraction 0.5): 3 upload records; SCAFFOLD's persistent vector is held for the one client
+#    being trained, and the line after it says what client-state.bin takes on disk.
 test_memory_line()
 {
     fh 2 mem "$WORK/base.ini" output.name=mem fl.rounds=1 algo.method=scaffold
     expect_rc "one round" 0 || return
-    local line
+    local line disk
     line=$(grep -m1 "memory per client rank" "$WORK/out/mem/log.txt")
+    disk=$(grep -m1 "per-client state on disk" "$WORK/out/mem/log.txt")
     echo "$line" | grep -q "at most 6 clients each" || fail "memory line: not 6 clients per rank: $line"
-    # "N x [V x] M MiB = T MiB" with T = N [x V] x M, within the rounding of M to 0.1
+    echo "$line" | grep -q "the persistent state of the client it trains [0-9.]* MiB" ||
+        fail "memory line: no persistent state of the client being trained: $line"
+    echo "$disk" | grep -q "client-state.bin, [0-9.]* MiB per client that has trained.*(6 clients: up to" ||
+        fail "no line for client-state.bin: $disk"
+    # "N x M MiB = T MiB" with T = N x M, within the rounding of M to 0.1
     echo "$line" | awk '
-        function product(pat, n_factors,   w, n) {
+        function product(pat,   w, n) {
             if (!match($0, pat)) exit 1
             n = split(substr($0, RSTART, RLENGTH), w, " ")
-            p = w[3] * (n_factors == 3 ? w[5] * w[7] : w[5])
+            p = w[3] * w[5]
             t = w[n - 1]; count = w[3]
             return (p - t <= 0.05 * count + 0.05 && t - p <= 0.05 * count + 0.05) }
-        { if (!product("persistent vectors [0-9]+ x 1 x [0-9.]+ MiB = [0-9.]+ MiB", 3) || count != 6) exit 1
-          if (!product("upload records [0-9]+ x [0-9.]+ MiB = [0-9.]+ MiB", 2) || count != 3) exit 1 }' ||
-        fail "memory line: persistent vectors are not 6 x 1 x P or upload records not 3 x one record: $line"
+        { if (!product("upload records [0-9]+ x [0-9.]+ MiB = [0-9.]+ MiB") || count != 3) exit 1 }' ||
+        fail "memory line: upload records not 3 x one record: $line"
+    fh 2 memavg "$WORK/base.ini" output.name=memavg fl.rounds=1
+    expect_rc "fedavg, one round" 0 || return
+    grep -q "per-client state on disk" "$WORK/out/memavg/log.txt" && fail "fedavg has a line for per-client state"
+    [ -e "$WORK/out/memavg/client-state.bin" ] && fail "fedavg wrote a client-state.bin"
+    return 0
 }
 
 # 7. fedhet export and fedhet landscape build a saved run's model as the run did, from its config with the run's

@@ -72,6 +72,8 @@ static int fake_init(Fake *f, const char *dir)
     FH_CHECK(fh_calloc(&r->client_rows, 2, FL_N_CCOLUMNS * sizeof(double), "client rows"));
     r->n_client_rows = 2;
     r->cap_client_rows = 2;
+    /* a method without per-client floats: the store is the table alone, no file */
+    FH_CHECK(fl_store_open(&r->store, &r->comm, dir, 1, 0, r->layout_hash, 1, 1));
     return fl_checkpoint_init(r);
 }
 
@@ -101,6 +103,7 @@ static void fake_free(Fake *f)
     fh_free(&f->run.global);
     fh_free(&f->run.rows);
     free(f->run.client_rows);
+    fl_store_close(&f->run.store);
     fl_checkpoint_free(&f->run);
 }
 
