@@ -139,6 +139,60 @@ static void part_cumsum(double *cum, const double *p, int64_t n)
     }
 }
 
+/* ============================== B.4 / B.6 redraw loops ============================== */
+
+/* A draw's short clients (below min_size) are a sum of K nearly independent events, so their count is about
+ * Poisson (its variance matches its mean in practice) and a draw leaves none short with probability about
+ * exp(-mean). After PART_REACH_DRAWS draws the mean is estimated; taken three standard errors low, if it puts
+ * the chance that any of the remaining draws succeeds below PART_REACH_CHANCE, the loop says so at once
+ * instead of spinning through max_attempts. A partition found within the first draws is never affected. */
+#define PART_REACH_DRAWS 16
+#define PART_REACH_CHANCE 1e-3
+/* a long loop reports its progress every so many seconds */
+#define PART_NOTE_SECONDS 5.0
+
+typedef struct {
+    const PartCtx *ctx;
+    double start, next_note;
+    double short_sum;     /* short clients summed over the draws so far */
+    int64_t fewest_short; /* the fewest short clients of one draw so far (-1: no draw yet) */
+} PartRedraws;
+
+static void redraws_begin(PartRedraws *r, const PartCtx *ctx)
+{
+    *r = (PartRedraws){ .ctx = ctx, .start = fh_time_now(), .fewest_short = -1 };
+    r->next_note = r->start + PART_NOTE_SECONDS;
+}
+
+/* After draw `attempt` (0-based) left n_short clients below min_size: FH_ERR_USAGE once min_size is out of
+ * reach (see PART_REACH_*), else FH_OK, with a progress line when the loop runs long. */
+static int redraws_rejected(PartRedraws *r, int attempt, int64_t n_short)
+{
+    const PartCtx *ctx = r->ctx;
+    r->short_sum += (double)n_short;
+    if (r->fewest_short < 0 || n_short < r->fewest_short) r->fewest_short = n_short;
+    if (attempt + 1 == PART_REACH_DRAWS && ctx->max_attempts > PART_REACH_DRAWS) {
+        const double mean = r->short_sum / PART_REACH_DRAWS, low = mean - 3.0 * sqrt(mean / PART_REACH_DRAWS);
+        if ((double)(ctx->max_attempts - PART_REACH_DRAWS) * exp(-low) < PART_REACH_CHANCE)
+            FH_FAIL(FH_ERR_USAGE,
+                    "%s: min_size=%d is out of reach (alpha=%g, K=%d, N=%lld): the first %d draws left %.1f clients "
+                    "below min_size on average (the fewest: %lld), so a draw leaves none with a chance of about "
+                    "exp(-%.1f), too small for max_attempts=%d; raise alpha or lower min_size or K",
+                    ctx->name, ctx->min_size, ctx->alpha, ctx->n_clients, (long long)ctx->n, PART_REACH_DRAWS, mean,
+                    (long long)r->fewest_short, mean, ctx->max_attempts);
+    }
+    const double now = fh_time_now();
+    if (now >= r->next_note) {
+        const double per_draw = (now - r->start) / (attempt + 1);
+        fh_log_info("%s: draw %d of at most %d rejected after %.0f s (the fewest clients below min_size=%d in one "
+                    "draw: %lld); all %d draws would take %.0f s more",
+                    ctx->name, attempt + 1, ctx->max_attempts, now - r->start, ctx->min_size,
+                    (long long)r->fewest_short, ctx->max_attempts, per_draw * (ctx->max_attempts - attempt - 1));
+        r->next_note = now + PART_NOTE_SECONDS;
+    }
+    return FH_OK;
+}
+
 /* ============================== B.3 IID ============================== */
 
 /* B.3 fedhet default (NIID-Bench "homo", FFL4MIA iid_sampling): one permutation of the N rows cut into K
@@ -295,12 +349,17 @@ static int part_dirichlet_niid_bench(DataPartition *out, const PartCtx *ctx)
     PART_TRY(fh_calloc(&w.class_buf, (size_t)max_class, sizeof *w.class_buf, "dirichlet class indices"));
 
     int accepted = -1;
+    PartRedraws redraws;
+    redraws_begin(&redraws, ctx);
     for (int attempt = 0; attempt < ctx->max_attempts && accepted < 0; attempt++) {
-        if (!dir_attempt(ctx, (uint32_t)attempt, &w, NULL)) continue;
-        int64_t min_size = w.sizes[0];
-        for (int j = 1; j < n_clients; j++)
-            if (w.sizes[j] < min_size) min_size = w.sizes[j];
-        if (min_size >= ctx->min_size) accepted = attempt; /* step 2: while min_size < min_require_size */
+        /* a draw whose p could not be drawn counts as K short clients */
+        int64_t n_short = n_clients;
+        if (dir_attempt(ctx, (uint32_t)attempt, &w, NULL)) {
+            n_short = 0;
+            for (int j = 0; j < n_clients; j++) n_short += w.sizes[j] < ctx->min_size;
+        }
+        if (n_short == 0) accepted = attempt; /* step 2: while min_size < min_require_size */
+        else PART_TRY(redraws_rejected(&redraws, attempt, n_short));
     }
     if (accepted < 0)
         PART_FAIL(FH_ERR_USAGE,
@@ -611,28 +670,32 @@ static int part_quantity(DataPartition *out, const PartCtx *ctx)
     PART_TRY(fh_calloc(&q, (size_t)n_clients, sizeof *q, "quantity proportions"));
     PART_TRY(fh_calloc(&cuts, (size_t)n_clients + 1, sizeof *cuts, "quantity cut points"));
     int accepted = -1;
+    PartRedraws redraws;
+    redraws_begin(&redraws, ctx);
     for (int attempt = 0; attempt < ctx->max_attempts && accepted < 0; attempt++) {
         FhRng rng;
         part_rng(&rng, ctx, PART_TAG_QUANTITY_Q, (uint32_t)attempt, 0);
         fh_rng_dirichlet(&rng, q, NULL, ctx->alpha, n_clients);
-        double sum = 0.0, min_share = INFINITY;
+        double sum = 0.0;
+        int64_t n_short = 0;
         for (int j = 0; j < n_clients; j++) sum += q[j];
         for (int j = 0; j < n_clients; j++) {
             q[j] /= sum;
-            if (q[j] * (double)n < min_share) min_share = q[j] * (double)n;
+            n_short += q[j] * (double)n < (double)ctx->min_size;
         }
-        if (min_share < (double)ctx->min_size) continue;
-        double cum = 0.0;
-        int ok = 1;
-        cuts[0] = 0;
-        cuts[n_clients] = n;
-        for (int j = 0; j < n_clients - 1; j++) {
-            cum += q[j];
-            int64_t cp = (int64_t)(cum * (double)n);
-            cuts[j + 1] = cp < n ? cp : n;
+        if (n_short == 0) {
+            double cum = 0.0;
+            cuts[0] = 0;
+            cuts[n_clients] = n;
+            for (int j = 0; j < n_clients - 1; j++) {
+                cum += q[j];
+                int64_t cp = (int64_t)(cum * (double)n);
+                cuts[j + 1] = cp < n ? cp : n;
+            }
+            for (int j = 0; j < n_clients; j++) n_short += cuts[j + 1] - cuts[j] < ctx->min_size;
         }
-        for (int j = 0; j < n_clients; j++) ok &= cuts[j + 1] - cuts[j] >= ctx->min_size;
-        if (ok) accepted = attempt;
+        if (n_short == 0) accepted = attempt;
+        else PART_TRY(redraws_rejected(&redraws, attempt, n_short));
     }
     if (accepted < 0)
         PART_FAIL(FH_ERR_USAGE,

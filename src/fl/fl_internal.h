@@ -396,6 +396,7 @@ double fl_divergence_sum(const FlRun *run, double drift2_sum, int m, const doubl
 /* The clients of round `round` (ids ascending), their count; the most any round selects (src/fl/select.c) */
 int fl_select_clients(const FlSettings *s, int K, int round, int32_t *ids);
 int fl_max_selected(const FlSettings *s, int K);
+int64_t fl_select_room(const FlSettings *s, int K); /* entries of fl_select_clients' ids buffer */
 
 /* ---- the probe set and the Hessian columns (src/fl/hessian.c) ---- */
 typedef struct FlHessian FlHessian;

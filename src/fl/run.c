@@ -235,44 +235,68 @@ static int prepare_rank0(FlRun *run, const FlRunOptions *opt, const char *config
     return fl_claim_run_folder(run, opt->force ? 2 : 1);
 }
 
+typedef struct {
+    int64_t size;
+    int id;
+} ClientSize;
+
+static int larger_then_lower_id(const void *a, const void *b)
+{
+    const ClientSize *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* rank a before rank b: less loaded, or as loaded and lower */
+static int lighter(const int64_t *load, int a, int b) { return load[a] < load[b] || (load[a] == load[b] && a < b); }
+
+/* Moves heap[at] down the min-heap of client ranks ordered by (load, rank) to where it belongs. */
+static void lightest_first(int *heap, int n, const int64_t *load, int at)
+{
+    for (int child; (child = 2 * at + 1) < n; at = child) {
+        if (child + 1 < n && lighter(load, heap[child + 1], heap[child])) child++;
+        if (lighter(load, heap[at], heap[child])) return;
+        const int t = heap[at];
+        heap[at] = heap[child];
+        heap[child] = t;
+    }
+}
+
 /* Longest-processing-time first: clients by size (largest first, then id) go to the least-loaded client
- * rank (lowest rank on ties). Depends only on the data and the rank count. */
+ * rank (lowest rank on ties). Depends only on the data and the rank count. O(K log K): a sort, and a heap of
+ * the ranks by (load, rank) whose root takes each client. */
 static int assign_clients(FlRun *run)
 {
     const int K = run->n_clients, R = run->comm.n_client_ranks, first_rank = run->comm.size > 1 ? 1 : 0;
-    int *order = NULL;
+    ClientSize *order = NULL;
     int64_t *load = NULL;
+    int *heap = NULL;
     FH_CHECK(fh_calloc(&run->owner, (size_t)K, sizeof *run->owner, "client owners"));
     FH_CHECK(fh_calloc(&run->owned, (size_t)K, sizeof *run->owned, "owned clients"));
-    FH_CHECK(fh_calloc(&order, (size_t)K, sizeof *order, "client order"));
-    int status = fh_calloc(&load, (size_t)R, sizeof *load, "rank loads");
+    int status = fh_calloc(&order, (size_t)K, sizeof *order, "client order");
+    if (status == FH_OK) status = fh_calloc(&load, (size_t)R, sizeof *load, "rank loads");
+    if (status == FH_OK) status = fh_calloc(&heap, (size_t)R, sizeof *heap, "ranks by load");
     if (status != FH_OK) {
         fh_free(&order);
+        fh_free(&load);
         return status;
     }
     const int64_t *off = run->data.offsets;
-    for (int k = 0; k < K; k++) order[k] = k;
-    for (int i = 1; i < K; i++) { /* insertion sort: stable, K is small */
-        int k = order[i], j = i - 1;
-        int64_t nk = off[k + 1] - off[k];
-        while (j >= 0 && off[order[j] + 1] - off[order[j]] < nk) {
-            order[j + 1] = order[j];
-            j--;
-        }
-        order[j + 1] = k;
-    }
+    for (int k = 0; k < K; k++) order[k] = (ClientSize){ off[k + 1] - off[k], k };
+    qsort(order, (size_t)K, sizeof *order, larger_then_lower_id); /* a total order: the result is unique */
+    for (int r = 0; r < R; r++) heap[r] = r; /* every load 0: ascending ranks are a heap */
     for (int i = 0; i < K; i++) {
-        int best = 0;
-        for (int r = 1; r < R; r++)
-            if (load[r] < load[best]) best = r;
-        run->owner[order[i]] = first_rank + best;
-        load[best] += off[order[i] + 1] - off[order[i]];
+        const int best = heap[0];
+        run->owner[order[i].id] = first_rank + best;
+        load[best] += order[i].size;
+        lightest_first(heap, R, load, 0);
     }
     run->n_owned = 0;
     for (int k = 0; k < K; k++)
         if (run->owner[k] == run->comm.rank) run->owned[run->n_owned++] = k;
     fh_free(&order);
     fh_free(&load);
+    fh_free(&heap);
     return FH_OK;
 }
 
@@ -344,7 +368,7 @@ static int loop_init(FlRun *run, FlLoop *L)
         FH_CHECK(fh_alloc_aligned(&L->record, rec, "upload record"));
         if (run->comm.size == 1) L->stride = run->layout.header_bytes;
     }
-    FH_CHECK(fh_calloc(&L->selected, (size_t)K, sizeof *L->selected, "selected clients"));
+    FH_CHECK(fh_calloc(&L->selected, (size_t)fl_select_room(&run->s, K), sizeof *L->selected, "selected clients"));
     FH_CHECK(fl_leave_init(&L->leave, &run->comm, run->s.term_grace));
     L->checkpointed = run->start_round > 0 ? run->start_round : -1;
     run->work.leave_poll = fl_leave_poll;

@@ -242,6 +242,23 @@ static void test_partition_garbage_source(void)
     CHECK(count_entries(folder, "") == 0);
 }
 
+/* A min_size no partition can meet is refused at once, naming the keys: more than N rows in all, or so many
+ * clients below it in every draw that max_attempts draws would not find one. */
+static void test_partition_min_size_out_of_reach(void)
+{
+    const char *dst = tmp_path("min_size.h5");
+    tmp_record(dst);
+    EXPECT(run_fedhet("partition '%s' '%s' scheme=dirichlet clients=50 min_size=5 classes=4", src_dir, dst), 1,
+           "min_size=5", "K=50", "lower min_size or K");
+    const time_t t0 = time(NULL);
+    EXPECT(run_fedhet("partition '%s' '%s' scheme=dirichlet alpha=0.01 clients=100 min_size=1 max_attempts=100000000 "
+                      "classes=4", src_dir, dst), 1, "min_size=1 is out of reach", "alpha=0.01", "max_attempts=100000000");
+    EXPECT(run_fedhet("partition '%s' '%s' scheme=quantity alpha=0.01 clients=100 min_size=1 classes=4", src_dir, dst),
+           1, "quantity niid-bench: min_size=1 is out of reach");
+    CHECK_MSG(time(NULL) - t0 < 10, "took %lld s to refuse", (long long)(time(NULL) - t0));
+    CHECK_MSG(!file_exists(dst), "%s was written although min_size is out of reach", dst);
+}
+
 /* 1 when the two files hold equal tables and rows (read through data_partfile_open), else 0; prints
  * what differs */
 static int same_contents(const char *a, const char *b)
@@ -644,6 +661,7 @@ int main(int argc, char **argv)
     RUN(test_partition_unknown_key);
     RUN(test_partition_refuses_existing_dst);
     RUN(test_partition_garbage_source);
+    RUN(test_partition_min_size_out_of_reach);
     RUN(test_partition_reproducible);
     RUN(test_inspect_partition);
     RUN(test_inspect_without_stored_stats);

@@ -551,11 +551,19 @@ static void test_dirichlet_infeasible_fails_loudly(void)
     DataPartitionSpec s = spec_of("dirichlet", NULL, 200);
     s.alpha = 1e-3;
     s.min_size = 10;
-    s.max_attempts = 50;
+    s.max_attempts = 10; /* fewer than the draws that judge the reach: every draw is made */
     CHECK(fails_with(FH_ERR_USAGE, "alpha", "min_size", y, N_SYN, C_SYN, &s));
-    CHECK(fails_with(FH_ERR_USAGE, "after 50 draws", "K=200", y, N_SYN, C_SYN, &s));
+    CHECK(fails_with(FH_ERR_USAGE, "after 10 draws", "K=200", y, N_SYN, C_SYN, &s));
     s.scheme = "quantity";
     CHECK(fails_with(FH_ERR_USAGE, "alpha", "min_size", y, N_SYN, C_SYN, &s));
+    /* with more draws allowed, the first ones show that min_size is out of reach: said then, not after all */
+    s.scheme = "dirichlet";
+    s.max_attempts = 100000000;
+    double t0 = fh_time_now();
+    CHECK(fails_with(FH_ERR_USAGE, "min_size=10 is out of reach", "max_attempts=100000000", y, N_SYN, C_SYN, &s));
+    s.scheme = "quantity";
+    CHECK(fails_with(FH_ERR_USAGE, "min_size=10 is out of reach", "K=200", y, N_SYN, C_SYN, &s));
+    CHECK_MSG(fh_time_now() - t0 < 5.0, "took %.1f s to say so", fh_time_now() - t0);
     /* K * min_size > N cannot work at any alpha: said at once */
     s.scheme = "dirichlet";
     s.alpha = 100.0;
@@ -660,6 +668,41 @@ static void test_empty_class(void)
     free(y);
 }
 
+/* ---- many clients ---- */
+
+/* 10,000 clients of 60,000 rows (6 each on average, as Fashion-MNIST gives): iid and Dirichlet cover every row
+ * once in about a second; a min_size that no draw reaches is reported after the first draws, not after
+ * max_attempts of them. */
+static void test_ten_thousand_clients(void)
+{
+    enum { K = 10000, N = 60000 };
+    int32_t *y = labels_random(N, C_SYN, 12);
+    DataPartitionSpec s = spec_of("iid", NULL, K);
+    DataPartition p;
+    double t0 = fh_time_now();
+    CHECK_OK(data_partition(&p, y, N, C_SYN, &s));
+    if (p.offsets) {
+        check_exact_cover(&p, K, N);
+        CHECK(min_client_size(&p) == N / K);
+    }
+    data_partition_free(&p);
+    s = spec_of("dirichlet", NULL, K);
+    s.alpha = 3.0;
+    s.min_size = 1;
+    CHECK_OK(data_partition(&p, y, N, C_SYN, &s));
+    if (p.offsets) {
+        check_exact_cover(&p, K, N);
+        CHECK(min_client_size(&p) >= 1);
+    }
+    data_partition_free(&p);
+    s.alpha = 0.5;
+    s.min_size = 2;
+    CHECK(fails_with(FH_ERR_USAGE, "min_size=2 is out of reach", "K=10000", y, N, C_SYN, &s));
+    const double seconds = fh_time_now() - t0;
+    CHECK_MSG(seconds < 10.0, "took %.1f s", seconds);
+    free(y);
+}
+
 /* ---- real labels ---- */
 
 static void test_fashion_mnist_dirichlet_0_1_k100(void)
@@ -723,6 +766,7 @@ int main(int argc, char **argv)
     RUN(test_labels_out_of_range_fail);
     RUN(test_invalid_specs_fail);
     RUN(test_empty_class);
+    RUN(test_ten_thousand_clients);
     RUN(test_fashion_mnist_dirichlet_0_1_k100);
     return test_summary();
 }
