@@ -126,6 +126,7 @@ typedef struct {
 #define FL_FOLD_CHUNK ((int64_t)1 << 17)
 #define FL_FOLD_BYTES (2 * NN_SUM_BINS * (int64_t)sizeof(double) * FL_FOLD_CHUNK)
 #define FL_FOLD_CACHED (8 * NN_SUM_BLOCK) /* elements whose bins (128 KiB) stay in cache while every record adds */
+#define FL_FOLD_BATCH_MAX 16              /* early folding: records folded together, at most */
 
 
 /* ---- upload records: {header, scalars, vectors}, fixed size per method ---- */
@@ -373,6 +374,10 @@ typedef struct {
                                * the round's go (1: fold, 0: left or diverged) */
     double *chunks;           /* two chunks of partial sums being reduced (FL_FOLD_BYTES) */
     double *acc;              /* early, on a training rank: the round's whole-length partial sums */
+    char *batch;              /* early, on a training rank: records trained but not yet folded, folded together a
+                               * cache block at a time so that acc streams through memory once per batch */
+    int *batch_slot;          /* their selection slots */
+    int batch_n, batch_cap;
     AlgoUpload *plan;         /* early: the selected clients as the plan knows them (id, size) */
     double *plan_weights;
 } FlFold;
@@ -380,8 +385,11 @@ int fl_fold_init(FlFold *f, const FlRun *run, int m_max, int held_records);
 void fl_fold_free(FlFold *f);
 /* every rank, after the plan: early, the round's coefficients from the plan, and the partial sums emptied */
 int fl_fold_plan(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const int32_t *selected, int n_selected);
-/* a training rank, early: a client's record (selection slot `slot`) into the partial sums */
-void fl_fold_record(FlFold *f, const FlRun *run, const void *record, int slot, int n_selected);
+/* a training rank, early: where the next client's record is trained; then fl_fold_record takes it (selection slot
+ * `slot`) into the batch, which is folded into the partial sums when full and by fl_fold_flush */
+void *fl_fold_next_record(const FlFold *f, const FlRun *run);
+void fl_fold_record(FlFold *f, const FlRun *run, int slot, int n_selected);
+void fl_fold_flush(FlFold *f, const FlRun *run, int n_selected);
 /* rank 0, after the weights: the coefficients to broadcast (held), or a check that the uploads match the plan's */
 int fl_fold_coefficients(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const AlgoUpload *u, int m, const double *p);
 /* every rank: the round's sums reduced at rank 0 into out[segment] and D into delta [n_params], in double (held:

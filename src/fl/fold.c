@@ -46,8 +46,15 @@ int fl_fold_init(FlFold *f, const FlRun *run, int m_max, int held_records)
     f->early = run->work.ops.folds && plan_coefficients && held_bytes > sums_bytes;
     FH_CHECK(fh_calloc(&f->coef, (size_t)(1 + up->n_sums) * m_max + 1, sizeof *f->coef, "aggregation coefficients"));
     FH_CHECK(fh_alloc_aligned(&f->chunks, (size_t)FL_FOLD_BYTES, "partial sums"));
-    if (f->early && trains)
+    if (f->early && trains) {
         FH_CHECK(fh_alloc_aligned(&f->acc, (size_t)sums_bytes, "the round's partial sums"));
+        /* up to half the partial sums' size in records, which then pass through memory once per batch */
+        const double fit = sums_bytes / (2.0 * (double)run->layout.bytes);
+        f->batch_cap = fit < 1 ? 1 : fit > FL_FOLD_BATCH_MAX ? FL_FOLD_BATCH_MAX : (int)fit;
+        if (f->batch_cap > held_records) f->batch_cap = held_records > 0 ? held_records : 1;
+        FH_CHECK(fh_alloc_aligned(&f->batch, (size_t)f->batch_cap * run->layout.bytes, "records being folded"));
+        FH_CHECK(fh_calloc(&f->batch_slot, (size_t)f->batch_cap, sizeof *f->batch_slot, "records being folded"));
+    }
     if (f->early) {
         FH_CHECK(fh_calloc(&f->plan, (size_t)m_max, sizeof *f->plan, "the plan's uploads"));
         FH_CHECK(fh_calloc(&f->plan_weights, (size_t)m_max, sizeof *f->plan_weights, "the plan's weights"));
@@ -60,6 +67,8 @@ void fl_fold_free(FlFold *f)
     fh_free(&f->coef);
     fh_free(&f->chunks);
     fh_free(&f->acc);
+    fh_free(&f->batch);
+    fh_free(&f->batch_slot);
     fh_free(&f->plan);
     fh_free(&f->plan_weights);
 }
@@ -72,6 +81,7 @@ int fl_fold_plan(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const int32_t *sele
     FH_CHECK(algo_ops_weights(&run->work.ops, sctx, f->plan, n_selected, f->plan_weights));
     FH_CHECK(algo_sum_coefficients(&run->work.ops.update, sctx, f->plan, n_selected, f->plan_weights, f->coef));
     if (f->acc) nn_sum_zero(f->acc, f->total);
+    f->batch_n = 0;
     return FH_OK;
 }
 
@@ -87,13 +97,28 @@ static void add_record(const FlFold *f, const FlRun *run, double *acc, int s, co
     algo_sum_add(acc, segment_sum(f, run, s), coef, state, state + run->n_state, run->global, run->n_state, lo, n);
 }
 
-void fl_fold_record(FlFold *f, const FlRun *run, const void *record, int slot, int n_selected)
+void *fl_fold_next_record(const FlFold *f, const FlRun *run)
 {
-    if (!f->early) return;
-    const float *state = fl_record_state((void *)record, &run->layout);
-    for (int s = 0; s < f->n_segments; s++)
-        add_record(f, run, f->acc + NN_SUM_BINS * f->offset[s], s, state, slot_coef(f, s, slot, n_selected), 0,
-                   segment_len(f, run, s));
+    return f->batch + (size_t)f->batch_n * run->layout.bytes;
+}
+
+void fl_fold_record(FlFold *f, const FlRun *run, int slot, int n_selected)
+{
+    f->batch_slot[f->batch_n++] = slot;
+    if (f->batch_n == f->batch_cap) fl_fold_flush(f, run, n_selected);
+}
+
+void fl_fold_flush(FlFold *f, const FlRun *run, int n_selected)
+{
+    for (int s = 0; s < f->n_segments && f->batch_n > 0; s++)
+        for (int64_t lo = 0, len = segment_len(f, run, s); lo < len; lo += FL_FOLD_CACHED) {
+            const int64_t n = len - lo < FL_FOLD_CACHED ? len - lo : FL_FOLD_CACHED;
+            for (int r = 0; r < f->batch_n; r++) /* every record while the bins are cached */
+                add_record(f, run, f->acc + NN_SUM_BINS * (f->offset[s] + lo), s,
+                           fl_record_state(f->batch + (size_t)r * run->layout.bytes, &run->layout),
+                           slot_coef(f, s, f->batch_slot[r], n_selected), lo, n);
+        }
+    f->batch_n = 0;
 }
 
 int fl_fold_coefficients(FlFold *f, FlRun *run, AlgoServerCtx *sctx, const AlgoUpload *u, int m, const double *p)

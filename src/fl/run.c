@@ -310,8 +310,7 @@ typedef struct {
 typedef struct {
     MPI_Datatype record_type, head_type, head_in_record; /* a record; its header and scalars; those a record apart */
     char *send, *recv;            /* records (folding: rank 0 receives the headers only; early: a rank keeps only
-                                   * the headers, and trains into `record`) */
-    char *record;                 /* early folding: the one record a rank trains into */
+                                   * the headers, and trains into the fold's batch) */
     size_t stride;                /* rank 0: bytes between gathered records */
     int folds;                    /* the server step folds (AlgoOps.folds): client ranks send partial sums */
     FlFold fold;
@@ -364,10 +363,7 @@ static int loop_init(FlRun *run, FlLoop *L)
         fh_log_info("aggregation: folded %s", L->fold.early ? "as each client finishes (each training rank keeps "
                     "the round's partial sums, not its records)" : "once the round's weights are known (each "
                     "training rank keeps its records until then)");
-    if (L->fold.early) { /* one record to train into; the headers alone are kept */
-        FH_CHECK(fh_alloc_aligned(&L->record, rec, "upload record"));
-        if (run->comm.size == 1) L->stride = run->layout.header_bytes;
-    }
+    if (L->fold.early && run->comm.size == 1) L->stride = run->layout.header_bytes; /* the headers alone are kept */
     FH_CHECK(fh_calloc(&L->selected, (size_t)fl_select_room(&run->s, K), sizeof *L->selected, "selected clients"));
     FH_CHECK(fl_leave_init(&L->leave, &run->comm, run->s.term_grace));
     L->checkpointed = run->start_round > 0 ? run->start_round : -1;
@@ -400,7 +396,6 @@ static void loop_free(FlLoop *L)
     if (L->head_in_record) MPI_Type_free(&L->head_in_record);
     fh_free(&L->record_slot);
     fl_fold_free(&L->fold);
-    fh_free(&L->record);
     fh_free(&L->coef);
     fh_free(&L->sums);
     fh_free(&L->delta);
@@ -438,18 +433,19 @@ static int train_selected(FlRun *run, FlLoop *L, int n_selected, int round, doub
         if (run->owner[k] != run->comm.rank) continue;
         /* a left round still sends its count of records (the gather's shape), unused */
         if (!w->left) {
-            char *record = L->fold.early ? L->record : base + (size_t)(*n_mine) * kept;
+            char *record = L->fold.early ? fl_fold_next_record(&L->fold, run) : base + (size_t)(*n_mine) * kept;
             FH_CHECK(fl_store_load(&run->store, i, w->client_state));
             FH_CHECK(fl_client_train(w, &run->layout, run->global, run->server_vecs, run->server_scalars, k, i,
                                      round, lr, record));
             if (!w->left) FH_CHECK(fl_store_put(&run->store, k, w->client_state));
-            if (L->fold.early && !w->left) { /* folded now: only its header stays */
-                fl_fold_record(&L->fold, run, record, i, n_selected);
+            if (L->fold.early && !w->left) { /* folded soon: only its header stays */
                 memcpy(base + (size_t)(*n_mine) * kept, record, kept);
+                fl_fold_record(&L->fold, run, i, n_selected);
             }
         }
         L->record_slot[(*n_mine)++] = i;
     }
+    if (L->fold.early) fl_fold_flush(&L->fold, run, n_selected); /* a left round's sums go unused */
     return FH_OK;
 }
 
