@@ -259,7 +259,8 @@ int fl_store_check_table(const FlStore *st, const FlStoreEntry *table, int n_cli
 {
     struct stat sb;
     if (st->fd >= 0 && fstat(st->fd, &sb) != 0) FH_FAIL(FH_ERR_IO, "%s: cannot stat: %s", st->path, strerror(errno));
-    const int64_t max_slot = (int64_t)2 * st->n_clients + 64;
+    /* the slots a run can use (the bitmap's); a store read outside a run has none and checks the file alone */
+    const int64_t max_slot = st->n_words > 0 ? st->n_words * 64 : INT64_MAX / 2 / (st->slot_bytes > 0 ? st->slot_bytes : 1);
     for (int k = 0; k < n_clients; k++) {
         const FlStoreEntry e = table[k];
         if (e.slot < -1 || e.slot >= max_slot || (e.slot >= 0 && e.round < 0))
