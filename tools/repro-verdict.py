@@ -34,6 +34,19 @@ A follow-up that adds seeds to a finished comparison declares, beside its own ve
   (the statistic must be the same; the operator may differ: a re-operationalisation). NEW_ID's own row, the
   new seeds alone, is marked role=replication; the pooled row role=pooled.
 
+Comparisons listed with their claim but left out of its tally are declared as such (before the runs, or with
+the reason and date when added later):
+
+    ; diagnostic: ID [ID ...] -- reason     an arm that asks why, not whether the paper's claim holds
+    ; sensitivity: ID [ID ...] -- reason    another model or schedule than the claim's setting
+    ; superseded: ID [ID ...] -- reason     a coding a later follow-up replaces (its pooled rows count)
+
+  the role column of verdicts.csv carries the role. A run that fails because its method's computation
+  diverged is an outcome, not a missing run, where the grid says what it counts as:
+
+    ; failed-run: STATISTIC VALUE -- reason  every failed member counts at VALUE for STATISTIC (e.g.
+                                            last5:test_accuracy 0.10, chance on 10 classes)
+
 A ~D comparison whose 2 SE is at least D cannot be reproduced whatever d is: its note says "untestable at n"
 with the seeds a side the observed spread would need. verdicts.csv also carries df, the Welch-Satterthwaite
 degrees of freedom of d / SE, for the Holm-adjusted verdicts of tools/repro-summary.py.
@@ -67,12 +80,7 @@ def fail(msg):
 
 
 def comment_lines(grid_path, tag):
-    """(line number, text) of every '; TAG: text' comment line of a grid file"""
-    with open(grid_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            m = re.match(rf"\s*;\s*{tag}:\s*(.*)$", line)
-            if m:
-                yield lineno, m.group(1).strip()
+    return st.comment_lines(grid_path, tag)
 
 
 def parse_declarations(grid_path):
@@ -170,7 +178,9 @@ def run_statistic(metrics_path, stat):
     return x, flag
 
 
-def group_values(grid_dir, members, sel, stat, where):
+def group_values(grid_dir, members, sel, stat, where, failed_value=None):
+    """a group's run statistics; a failed member counts at failed_value when the grid declares one for stat
+    ('; failed-run:'), else not at all"""
     xs, flags = [], 0
     chosen = []
     for m in members:
@@ -182,6 +192,9 @@ def group_values(grid_dir, members, sel, stat, where):
     if not chosen:
         fail(f"{where}: no member matches {sel}")
     for m in chosen:
+        if m["state"] == "failed" and failed_value is not None:
+            xs.append(failed_value)
+            continue
         if m["state"] != "done":
             continue
         x, flag = run_statistic(os.path.join(grid_dir, m["member"], "metrics.csv"), stat)
@@ -197,21 +210,18 @@ def mean_sd(xs):
     return m, sd
 
 
-def verdict(op, d, se):
-    if op == ">":
-        return "reproduced" if d > 2 * se else "contradicted" if d < -2 * se else "inconclusive"
-    if op == "<":
-        return "reproduced" if d < -2 * se else "contradicted" if d > 2 * se else "inconclusive"
-    margin = float(op[1:])
-    if abs(d) + 2 * se <= margin:
-        return "reproduced"
-    if abs(d) - 2 * se > margin:
-        return "contradicted"
-    return "inconclusive"
-
-
 def check(grid_path, fedhet):
     """members from `fedhet grid GRID --list`: index, member, one value per swept key, then INVALID: ..."""
+    decls = parse_declarations(grid_path)
+    pooled = parse_pooled(grid_path, decls)
+    known = {x["id"] for x in decls} | {p[0] for p in pooled}
+    for ident, role in st.declared_roles(grid_path).items():
+        if ident not in known:
+            fail(f"{grid_path}: '; {role}:' names {ident}, which is not a comparison of this file")
+    try:
+        st.failed_run_values(grid_path)
+    except ValueError as e:
+        fail(str(e))
     out = subprocess.run([fedhet, "grid", grid_path, "--list"], capture_output=True, text=True)
     if out.returncode != 0:
         fail(f"{fedhet} grid {grid_path} --list exited {out.returncode}: {out.stderr.strip()}")
@@ -242,8 +252,7 @@ def check(grid_path, fedhet):
                 n += ok
             if n < MIN_RUNS:
                 fail(f"{grid_path}: verdict {d['id']}: {sel} selects {n} member(s), fewer than {MIN_RUNS}")
-    decls = parse_declarations(grid_path)
-    for pid, new_id, grid, ident in parse_pooled(grid_path, decls):
+    for pid, new_id, grid, ident in pooled:
         original_row(REPRO_DIR, grid, ident, next(x for x in decls if x["id"] == new_id), f"{grid_path}: pooled {pid}")
     print(f"{grid_path}: {len(members)} members valid, {len(decls)} verdicts declared")
     return 0
@@ -279,7 +288,7 @@ def judge(d, L, R):
         diff = lm - f * rm
         se = math.sqrt(L["var"] + f * f * R["var"])
         df = st.welch_df(L["parts"] + [(f * f * v, n) for v, n in R["parts"]])
-        v = verdict(d["op"], diff, se)
+        v = st.rule_verdict(d["op"], diff, se)
         # an agreement margin that 2 SE cannot fit under: "reproduced" is out of reach at these seeds
         needed = st.untestable(d["op"], se, min(L["n"], R["n"]))
     note = ", ".join(s for s in (f"{lflags} left run(s) never reached" if lflags else "",
@@ -355,6 +364,11 @@ def main(argv):
     decls = parse_declarations(grid_path)
     pooled = parse_pooled(grid_path, decls)
     replicated = {p[1] for p in pooled}
+    roles = st.declared_roles(grid_path)
+    try:
+        failed_values = st.failed_run_values(grid_path)
+    except ValueError as e:
+        fail(str(e))
     members = read_members(grid_dir)
     out_rows = []
     for d in decls:
@@ -363,7 +377,7 @@ def main(argv):
         for side in (d["left"], d["right"]):
             mean, var, n_done, n_all, flags, parts = 0.0, 0.0, [], [], 0, []
             for sign, sel in side:
-                xs, fl, n = group_values(grid_dir, members, sel, d["stat"], where)
+                xs, fl, n = group_values(grid_dir, members, sel, d["stat"], where, failed_values.get(d["stat"]))
                 m, sd = mean_sd(xs)
                 mean += sign * m
                 var += sd * sd / len(xs) if len(xs) > 1 else float("nan")
@@ -375,7 +389,7 @@ def main(argv):
                               sd=math.sqrt(var * min(n_done)) if len(side) == 1 and min(n_done) > 1 else float("nan")))
         L, R = sides
         row = judge(d, L, R)
-        row["role"] = "replication" if d["id"] in replicated else ""
+        row["role"] = "replication" if d["id"] in replicated else roles.get(d["id"], "")
         out_rows.append(row)
     for pid, new_id, orig_grid, orig_id in pooled:
         new = next(r for r in out_rows if r["id"] == new_id)
@@ -387,7 +401,7 @@ def main(argv):
             L = pool(new, orig, "left")
             R = pool(new, orig, "right")
         row = judge(dict(d, id=pid, text=d["text"] + f" (with {orig_grid}'s {orig_id})"), L, R)
-        row["role"] = "pooled"
+        row["role"] = roles.get(pid, "pooled")
         row["note"] = ", ".join(x for x in (f"seeds of {orig_grid}'s {orig_id} and {new_id}", row["note"]) if x)
         out_rows.append(row)
     print("| id | statistic | comparison | left: mean ± std (n) | right: mean ± std (n) | d | SE | verdict |")

@@ -1,15 +1,27 @@
 """Statistics of the reproduction study's rule (docs/reproduction.md, "The verdict rule"), shared by
-tools/repro-verdict.py and tools/repro-summary.py: Student's t tail (no SciPy on the machines), the
-Welch-Satterthwaite degrees of freedom of d / SE, one-sided p-values of a comparison in the paper's and in
-the opposite direction, Holm's step-down, and the false-positive rate of the 2-SE rule at n seeds.
+tools/repro-verdict.py and tools/repro-summary.py: Student's t tail and quantile (no SciPy on the machines),
+the Welch-Satterthwaite degrees of freedom of d / SE and d's confidence interval, one-sided p-values of a
+comparison in the paper's and in the opposite direction, Holm's step-down, the false-positive rate of the
+2-SE rule at n seeds, the exact permutation floor and the exact Mann-Whitney test (rounds to a target), and
+the declarations of a grid file that say how its comparisons count (diagnostic, sensitivity, superseded,
+the value of a failed run).
 """
+import itertools
 import math
 import random
+import re
 
 # the family-wise level of the Holm-adjusted verdicts, per direction: the 2-SE rule's own one-sided level when
 # d / SE is taken as normal, 1 - Phi(2) = 0.02275, so that a claim of one comparison keeps its raw verdict and
 # the adjustment shows the multiplicity alone (the rule's real level at n = 3 is false_positive_rate's)
 HOLM_ALPHA = 0.5 * math.erfc(2.0 / math.sqrt(2.0))
+# the calibrated reading's family-wise level per direction (docs/reproduction.md, "The calibrated reading"):
+# 5 % two-sided, so that "reproduced" or "contradicted" means d's 95 % confidence interval excludes 0 (or the
+# margin), Holm over the counted comparisons of one paper
+ALPHA = 0.025
+# how a grid file may declare that some of its comparisons do not count in their claim's tally (listed, not
+# counted): '; ROLE: ID [ID ...] -- reason'
+LISTED_ROLES = ("diagnostic", "sensitivity", "superseded")
 # a verdict "within 2-2.5 SE" of the rule's threshold is marginal (docs/reproduction.md, follow-ups)
 MARGINAL = (2.0, 2.5)
 
@@ -62,6 +74,20 @@ def t_sf(t, df):
         return 0.5 * math.erfc(t / math.sqrt(2.0))
     tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
     return tail if t > 0 else 1.0 - tail
+
+
+def rule_verdict(op, d, se):
+    """the verdict rule, fixed before any result: d beyond 2 SE (docs/reproduction.md, "The verdict rule")"""
+    if op == ">":
+        return "reproduced" if d > 2 * se else "contradicted" if d < -2 * se else "inconclusive"
+    if op == "<":
+        return "reproduced" if d < -2 * se else "contradicted" if d > 2 * se else "inconclusive"
+    margin = float(op[1:])
+    if abs(d) + 2 * se <= margin:
+        return "reproduced"
+    if abs(d) - 2 * se > margin:
+        return "contradicted"
+    return "inconclusive"
 
 
 def welch_df(parts):
@@ -139,3 +165,108 @@ def false_positive_rate(n=3, sd_ratio=1.0, draws=200000, seed=1):
         vb = sum((x - mb) ** 2 for x in b) / (n - 1)
         hits += (ma - mb) > 2.0 * math.sqrt(va / n + vb / n)
     return hits / draws
+
+
+def t_ppf(q, df):
+    """the q-quantile of Student's t with df degrees of freedom (0 < q < 1), by bisection on t_sf"""
+    if math.isnan(df) or not 0.0 < q < 1.0:
+        return float("nan")
+    lo, hi = -1e6, 1e6
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if 1.0 - t_sf(mid, df) < q:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def confidence_interval(d, se, df, level=0.95):
+    """d's two-sided confidence interval, d / SE read as Student's t with df (Welch) degrees of freedom"""
+    if any(math.isnan(x) for x in (d, se, df)):
+        return float("nan"), float("nan")
+    half = t_ppf(0.5 + level / 2.0, df) * se
+    return d - half, d + half
+
+
+def permutation_floor(n1, n2):
+    """the smallest one-sided p-value an exact permutation (rank) test of n1 against n2 runs can give: the
+    observed split is one of C(n1 + n2, n1) equally likely ones"""
+    return 1.0 / math.comb(n1 + n2, n1)
+
+
+def _midranks(values):
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2.0 + 1.0
+        i = j + 1
+    return ranks
+
+
+def mann_whitney(xs, ys):
+    """exact one-sided p-values of Mann-Whitney's rank-sum test (ties at mid-ranks, every split of the pooled
+    runs equally likely): (P(xs's rank sum <= observed), P(>= observed)), i.e. xs smaller / xs larger"""
+    pooled = list(xs) + list(ys)
+    ranks = _midranks(pooled)
+    observed = sum(ranks[:len(xs)])
+    sums = [sum(ranks[i] for i in c) for c in itertools.combinations(range(len(pooled)), len(xs))]
+    eps = 1e-9
+    return (sum(s <= observed + eps for s in sums) / len(sums), sum(s >= observed - eps for s in sums) / len(sums))
+
+
+def integer_runs(mean, sd, n, low, high):
+    """the n integers in [low, high] whose mean and sample std are mean and sd (as a verdicts.csv keeps them, to
+    6 digits): how a group of rounds-to-target runs is read back; None unless exactly one multiset fits"""
+    fits = [c for c in itertools.combinations_with_replacement(range(low, high + 1), n)
+            if abs(sum(c) / n - mean) < 1e-5 and
+            abs(math.sqrt(sum((x - sum(c) / n) ** 2 for x in c) / (n - 1)) - sd) < 1e-5]
+    return list(fits[0]) if len(fits) == 1 else None
+
+
+def with_runs(mean, sd, n, values):
+    """a group's mean, sample std and n once runs of the given values join it"""
+    total, squares = mean * n, (sd * sd * (n - 1) if n > 1 else 0.0) + n * mean * mean
+    total += sum(values)
+    squares += sum(v * v for v in values)
+    n += len(values)
+    m = total / n
+    return m, math.sqrt(max(squares - n * m * m, 0.0) / (n - 1)) if n > 1 else float("nan"), n
+
+
+def comment_lines(grid_path, tag):
+    """(line number, text) of every '; TAG: text' comment line of a grid file"""
+    with open(grid_path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            m = re.match(rf"\s*;\s*{tag}:\s*(.*)$", line)
+            if m:
+                yield lineno, m.group(1).strip()
+
+
+def declared_roles(grid_path):
+    """{comparison id: role} of a grid file's '; diagnostic:', '; sensitivity:' and '; superseded:' lines (ids
+    up to a '--' that starts the reason)"""
+    roles = {}
+    for role in LISTED_ROLES:
+        for _, text in comment_lines(grid_path, role):
+            for ident in text.split("--", 1)[0].split():
+                roles[ident] = role
+    return roles
+
+
+def failed_run_values(grid_path):
+    """{statistic: value} of a grid file's '; failed-run: STATISTIC VALUE -- reason' lines: a member that ended
+    in failure (its method's computation diverged) is an outcome, counted at that value"""
+    values = {}
+    for lineno, text in comment_lines(grid_path, "failed-run"):
+        parts = text.split("--", 1)[0].split()
+        try:
+            values[parts[0]] = float(parts[1])
+        except (IndexError, ValueError):
+            raise ValueError(f"{grid_path}:{lineno}: expected 'STATISTIC VALUE -- reason', got: {text}")
+    return values

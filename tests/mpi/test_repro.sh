@@ -188,18 +188,20 @@ test_summary_table()
         { fail "repro-summary.py failed: $(head -3 "$WORK/summary.err")"; return; }
     grep -q '^| 000 FedSCAM |.*| 0 | 0 | 1 (T1) | 8 (' "$WORK/summary.md" || fail "T1 not inconclusive: $(grep 000 "$WORK/summary.md")"
     grep -q '^| 002 FLOOD |.*| 1 (T7) | 0 | 1 (S6) | 2 (' "$WORK/summary.md" || fail "T7 not reproduced: $(grep 002 "$WORK/summary.md")"
-    grep -q '^| 003 A-FedSAM |.*| 2 (T12, S1) | 1 (S3) | 0 | 1 (S7) | 2 / 1 / 0 / 1 |' "$WORK/summary.md" ||
-        fail "A-FedSAM row wrong (S3 alone stays contradicted after Holm): $(grep 003 "$WORK/summary.md")"
-    grep -q '^| 004 FedWMSAM |.*| 0 | 1 (T13) | 0 | 2 (T14, S8) | 0 / 0 / 1 / 2 (T13 inconclusive) |' "$WORK/summary.md" ||
+    # the calibrated reading leads (S3 at d / SE = -2.1 with 4 df: p 0.051, inconclusive), the normal ones follow
+    grep -q '^| 003 A-FedSAM |.*| 2 (T12, S1) | 0 | 0 | 2 (S3, S7) | 2 / 1 / 0 / 1 | 2 / 1 / 0 / 1 |' "$WORK/summary.md" ||
+        fail "A-FedSAM row wrong (S3 contradicted only in the normal readings): $(grep 003 "$WORK/summary.md")"
+    grep -q '^| 004 FedWMSAM |.*| 0 | 0 | 1 (T13) | 2 (T14, S8) | 0 / 1 / 0 / 2 | 0 / 0 / 1 / 2 |' "$WORK/summary.md" ||
         fail "FedWMSAM row: T13 not inconclusive after Holm: $(grep 004 "$WORK/summary.md")"
-    grep -q '^| T13 | 5 | contradicted (1 of 5) | inconclusive | — |' "$WORK/summary.md" ||
+    grep -q '^| T13 | 5 | inconclusive | T13a: -0.0210 \[-0.0488, +0.0068\] | contradicted (1) / inconclusive | — |' "$WORK/summary.md" ||
         fail "T13's claim row wrong: $(grep '^| T13 ' "$WORK/summary.md")"
-    grep -q '^| S6 | 1 | inconclusive | inconclusive | S6-flat (12) |' "$WORK/summary.md" ||
+    grep -q '^| S6 | 1 | inconclusive | .* | inconclusive / inconclusive | S6-flat (12) |' "$WORK/summary.md" ||
         fail "S6-flat not untestable at n (12 seeds): $(grep '^| S6 ' "$WORK/summary.md")"
-    grep -q '^| S5 | 1 | inconclusive | inconclusive | S5-f1 (' "$WORK/summary.md" ||
+    grep -q '^| S5 | 1 | inconclusive | .* | S5-f1 (' "$WORK/summary.md" ||
         fail "the pooled S5-f1 not untestable at n: $(grep '^| S5 ' "$WORK/summary.md")"
-    grep -q '^| T7 |.* 25 of 2000 rounds (1.25 %);.*| \*reduced horizon\*: ' "$WORK/summary.md" ||
-        fail "T7's coverage or category missing: $(grep '^| T7 ' "$WORK/summary.md")"
+    grep -q '^| T7 |.* 25 of 2000 rounds (1.25 %);.*| \*model/data\*, \*reduced horizon\*: ' "$WORK/summary.md" ||
+        fail "T7's coverage or categories missing: $(grep '^| T7 ' "$WORK/summary.md")"
+    grep -q '^Paired by seed: not computable' "$WORK/summary.md" || fail "the summary does not say the paired reading is not computable"
     # every file given gets the summary; the marginal and false-positive blocks where a file has them
     printf 'before\n<!-- summary -->\nold table\n<!-- /summary -->\n<!-- marginal -->\nx\n<!-- /marginal -->\n<!-- fpr -->\ny\n<!-- /fpr -->\nafter\n' >"$WORK/doc.md"
     printf 'readme\n<!-- summary -->\nold\n<!-- /summary -->\nend\n' >"$WORK/readme.md"
@@ -222,9 +224,13 @@ test_summary_table()
     grep -v '^S8,' "$ROOT/docs/repro/claims.csv" >"$WORK/repro/claims.csv"
     "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >/dev/null 2>"$WORK/claims.err" && fail "a claim without a claims.csv row was accepted"
     grep -q "no row for claim(s) S8" "$WORK/claims.err" || fail "no message naming S8: $(cat "$WORK/claims.err")"
-    sed 's/,reduced horizon,/,short run,/' "$ROOT/docs/repro/claims.csv" >"$WORK/repro/claims.csv"
+    sed 's/; reduced horizon,/; short run,/' "$ROOT/docs/repro/claims.csv" >"$WORK/repro/claims.csv"
     "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >/dev/null 2>"$WORK/claims.err" && fail "an unknown category was accepted"
     grep -q "category 'short run' is not one of" "$WORK/claims.err" || fail "no message naming the category: $(cat "$WORK/claims.err")"
+    # every claim on another model or data than its paper's carries model/data
+    sed 's/,model\/data; reduced horizon,/,reduced horizon,/' "$ROOT/docs/repro/claims.csv" >"$WORK/repro/claims.csv"
+    "$PY" "$ROOT/tools/repro-summary.py" "$WORK/repro" >/dev/null 2>"$WORK/claims.err" && fail "a claim without model/data was accepted"
+    grep -q "must include model/data" "$WORK/claims.err" || fail "no model/data message: $(cat "$WORK/claims.err")"
 }
 
 # the statistics behind the adjusted verdicts: Student's t tail, Holm's step-down, the simulated rate
@@ -249,8 +255,80 @@ assert s.holm([0.01, float("nan")]) == [True, False]
 assert s.untestable("~0.01", 0.004, 3) is None and s.untestable("~0.01", 0.01, 3) == 12
 assert s.untestable(">", 1.0, 3) is None
 near(s.false_positive_rate(3, 1.0, 20000, seed=1), 0.058, 0.006)
+# Welch on a hand example, checked against an independent computation: a = 1, 2, 3 and b = 3, 4, 5 have equal
+# variances (1), so df = 4 and t4's closed form F(t) = 1/2 + (3/4) x (1 - x^2 / 3), x = t / sqrt(t^2 + 4)
+import itertools, math, statistics
+a, b = [1.0, 2.0, 3.0], [3.0, 4.0, 5.0]
+d = statistics.mean(a) - statistics.mean(b)
+se = math.sqrt(statistics.variance(a) / 3 + statistics.variance(b) / 3)
+df = s.welch_df([(statistics.variance(a) / 3, 3), (statistics.variance(b) / 3, 3)])
+near(df, 4.0)
+t = d / se
+x = t / math.sqrt(t * t + 4)
+near(s.p_values(">", d, se, df)[0], 1 - (0.5 + 0.75 * x * (1 - x * x / 3)))   # P(T > t), t = -2.449
+near(s.p_values("<", d, se, df)[0], 0.5 + 0.75 * x * (1 - x * x / 3))
+lo, hi = s.confidence_interval(d, se, df)
+near(lo, -2 - 2.776445 * se, 1e-5); near(hi, -2 + 2.776445 * se, 1e-5)           # t4's 97.5 % point from tables
+# unequal variances: df by hand, (1/3 + 4/3)^2 / ((1/3)^2 / 2 + (4/3)^2 / 2) = 50 / 17
+near(s.welch_df([(1 / 3, 3), (4 / 3, 3)]), 50 / 17)
+# 3 against 3 runs: 20 splits, so no exact permutation test goes below 1/20
+near(s.permutation_floor(3, 3), 0.05); near(s.permutation_floor(6, 6), 1 / 924)
+near(s.mann_whitney([10, 11, 16], [6, 7, 7])[1], 0.05)      # fully separated: 1 split of 20
+near(s.mann_whitney([5, 5, 5], [5, 5, 5])[0], 1.0)
+# a tie across the groups: mid-ranks 1, 2, 3.5 | 3.5, 5, 6; xs's rank sum 6.5 is the smallest, reached by
+# the 2 splits {1, 2, either 3.5}: p = 2 / 20
+splits = [sum(c) for c in itertools.combinations([1, 2, 3.5, 3.5, 5, 6], 3)]
+near(s.mann_whitney([1, 2, 3], [3, 4, 5])[0], sum(x <= 6.5 for x in splits) / 20)
+near(s.mann_whitney([1, 2, 3], [3, 4, 5])[0], 0.1)
+# rounds to a target read back from mean and std: 10, 11 and 16 (never, 15 rounds + 1)
+assert s.integer_runs(12.333333, 3.21455, 3, 1, 16) == [10, 11, 16]
+assert s.integer_runs(6.333333, 0.816497, 6, 1, 16) is None          # six runs: more than one multiset fits
+m, sd, n = s.with_runs(0.5, 0.141421, 2, [0.1])
+near(m, statistics.mean([0.4, 0.6, 0.1])); near(sd, statistics.stdev([0.4, 0.6, 0.1]), 1e-5); assert n == 3
 EOF
 }
+
+# the calibrated reading: a comparison declared diagnostic is listed but left out of its claim's tally;
+# rounds to a target are judged by the exact Mann-Whitney test, which at 3 against 3 runs cannot go below
+# p = 0.05; a failed run counts at the grid's declared value
+test_calibrated_reading()
+{
+    mkdir -p "$WORK/cal/T13" "$WORK/cal/T14" "$WORK/cal/T7-f1" "$WORK/grids"
+    cp "$ROOT/docs/repro/claims.csv" "$WORK/cal/"
+    { echo "$VHEAD"; vrow T13a '>' -0.05 0.01 contradicted; vrow T13b '>' 0.005 0.01 inconclusive; } >"$WORK/cal/T13/verdicts.csv"
+    printf '; verdict: T13a final:test_accuracy method=a > method=b\n; diagnostic: T13a -- an arm outside the table\n' \
+        >"$WORK/grids/T13.ini"
+    # MoFedSAM 10, 11, never (16) against FedAvg 4, 5, 6: d / SE = 3.8, but the best of 20 splits: p = 0.05
+    { echo "$VHEAD"; echo "T14-x,reach0.6:test_accuracy,method=mofedsam < method=fedavg,12.333333,3.21455,3,5.0,1.0,3,7.333333,1.943651,2.4,contradicted,1 left run(s) never reached"; } \
+        >"$WORK/cal/T14/verdicts.csv"
+    printf 'config,algo.method,runs,rounds\n"method=fedavg",fedavg,3,15\n' >"$WORK/cal/T14/summary.csv"
+    # a failed run (2 of 3 done) counted at 0.1: left 0.2, 0.3 and 0.1
+    { echo "$VHEAD"; echo "T7a-f1,last5:test_accuracy,method=flood > method=fedavg,0.25,0.070711,2,0.7,0.01,3,nan,nan,nan,incomplete (2 and 3 runs done of 3 and 3),"; } \
+        >"$WORK/cal/T7-f1/verdicts.csv"
+    printf '; verdict: T7a-f1 last5:test_accuracy method=flood > method=fedavg\n; failed-run: last5:test_accuracy 0.1 -- diverged\n; sensitivity: T7a-f1 -- another model\n' \
+        >"$WORK/grids/T7-f1.ini"
+    "$PY" "$ROOT/tools/repro-summary.py" --grids "$WORK/grids" "$WORK/cal" >"$WORK/cal.md" 2>"$WORK/cal.err" ||
+        { fail "repro-summary --grids failed: $(head -3 "$WORK/cal.err")"; return; }
+    grep -q '^| T13 | 1 (1) | inconclusive |' "$WORK/cal.md" || fail "the diagnostic T13a was counted: $(grep '^| T13 ' "$WORK/cal.md")"
+    grep -q 'T13a (diagnostic): contradicted, normal contradicted' "$WORK/cal.md" || fail "the diagnostic T13a is not listed"
+    grep -q '^| T14 | 1 | inconclusive | T14-x: +7.3333 .*Mann-Whitney p 1 / 0.05 | contradicted (1) / contradicted |' "$WORK/cal.md" ||
+        fail "T14's rank reading wrong: $(grep '^| T14 ' "$WORK/cal.md")"
+    grep -q 'T7a-f1 (sensitivity, 1 failed run(s) counted at 0.1): contradicted, normal contradicted' "$WORK/cal.md" ||
+        fail "the failed run was not counted: $(grep 'T7a-f1' "$WORK/cal.md")"
+    grep -q '^| T7 | 0 (1) | pending |' "$WORK/cal.md" || fail "the sensitivity row counted with T7: $(grep '^| T7 ' "$WORK/cal.md")"
+    # repro-verdict: a failed member counts at the declared value, and the role is written
+    fake_grid
+    printf '; verdict: partial final:test_accuracy method=d > method=b\n; failed-run: final:test_accuracy 0.1 -- diverged\n; diagnostic: partial -- why\n' \
+        >"$WORK/failed.ini"
+    "$PY" "$VERDICT" "$WORK/failed.ini" "$WORK/grid" --csv "$WORK/failed.csv" >/dev/null 2>"$WORK/failed.err" ||
+        { fail "repro-verdict with a failed-run line: $(cat "$WORK/failed.err")"; return; }
+    grep -q '^partial,final:test_accuracy,.*,0.566667,0.404145,3,0.71,0.01,3,.*,inconclusive,,diagnostic' "$WORK/failed.csv" ||
+        fail "failed run not counted at 0.1 or role missing: $(grep '^partial' "$WORK/failed.csv")"
+    printf '; verdict: up final:test_accuracy method=a > method=b\n; diagnostic: nosuch\n' >"$WORK/badrole.ini"
+    "$PY" "$VERDICT" --check "$WORK/badrole.ini" "$FEDHET" >/dev/null 2>"$WORK/badrole.err" && fail "a role naming no comparison was accepted"
+    grep -q "names nosuch, which is not a comparison" "$WORK/badrole.err" || fail "no role message: $(cat "$WORK/badrole.err")"
+}
+
 
 # a follow-up with more seeds: its pooled comparison joins its own groups with the original's (mean, std, n
 # from the original's verdicts.csv); its own row, the new seeds alone, is a replication
@@ -285,7 +363,7 @@ test_pooled_followup()
     { echo "$VHEAD,role"; echo "S8-f2,s,method=a > method=b,0.5,0.01,3,0.6,0.01,3,-0.1,0.01,4.0,contradicted,,replication"
       echo "S8-f2p,s,method=a > method=b,0.5,0.01,6,0.5,0.01,6,0.0,0.01,10.0,inconclusive,,pooled"; } >"$WORK/prepro/A/verdicts.csv"
     "$PY" "$ROOT/tools/repro-summary.py" "$WORK/prepro" >"$WORK/psum.md" 2>&1 || fail "summary with a replication row: $(tail -2 "$WORK/psum.md")"
-    grep -q '^| S8 | 1 | inconclusive | inconclusive |' "$WORK/psum.md" || fail "the replication row was counted: $(grep '^| S8 ' "$WORK/psum.md")"
+    grep -q '^| S8 | 1 | inconclusive | S8-f2p: ' "$WORK/psum.md" || fail "the replication row was counted: $(grep '^| S8 ' "$WORK/psum.md")"
     "$PY" "$ROOT/tools/repro-summary.py" --comparisons "$WORK/pcomp.md" "$WORK/prepro" || fail "--comparisons failed"
     grep -q '^| S8 | S8-f2 |.*not counted' "$WORK/pcomp.md" || fail "the comparisons page does not show the replication"
 }
@@ -303,5 +381,5 @@ test_stopped_grid_unfinished()
     grep -q -- '--finished' "$ROOT/tools/reproduce.sh" || fail "tools/reproduce.sh does not check that the grid finished"
 }
 
-TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table repro_stats pooled_followup stopped_grid_unfinished)
+TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table repro_stats calibrated_reading pooled_followup stopped_grid_unfinished)
 run_tests "$@"
