@@ -38,20 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import lockstep_official as ls  # noqa: E402
 
 LR, LR_DECAY, WD, RHO = 0.05, 0.998, 1e-3, 0.1
-CONFIG = """[data]
-path = {part}
-[model]
-name = cnn
-init = {init}
-[train]
-optimizer = sgd
-lr = {lr}
-weight_decay = {wd}
-clip = 10
-batch_size = {rows}
-steps = {steps}
-lr_decay = {lr_decay}
-[fl]
+CONFIG = ls.TRAIN_CONFIG + """[fl]
 selection = all
 eval_every = 1
 checkpoint_every = 1
@@ -71,33 +58,11 @@ def fedhet_state(o, part, compat, rounds):
         return f["/server/global"][...]
 
 
-def intended_first_step(self, g_update):
-    """docs/methods/sam.md §8, intended: eps = -rho gu/(||gu|| + 1e-7) on the whole flat vector; none without gu"""
-    for group in self.param_groups:
-        if g_update is None:
-            continue
-        scale = group["rho"] / (float(g_update.norm()) + 1e-7)
-        offset = 0
-        for p in group["params"]:
-            n = p.numel()
-            e_w = -g_update[offset:offset + n].reshape(p.shape).to(p) * scale
-            offset += n
-            with torch.no_grad():
-                p.add_(e_w)
-            self.state[p]["e_w"] = e_w
-
-
 def official_run(o, part, compat, rounds, nudge=False):
     """The official server and clients on the same clients; the global model after each round."""
     server_mod, optimizer_mod, utils = ls.import_official(o.official, ["server.FedLESAM", "optimizer.LESAM", "utils"])
-    lesam = optimizer_mod.LESAM
-    if not hasattr(lesam, "official_first_step"):
-        lesam.official_first_step = lesam.first_step
-    first_step = intended_first_step if compat == "intended" else lesam.official_first_step
-    if o.plant == "sign":  # the planted error: the broadcast direction negated, so eps points the other way
-        lesam.first_step = lambda self, g: first_step(self, None if g is None else -g)
-    else:
-        lesam.first_step = first_step
+    # docs/methods/sam.md §8: eps = -rho gu/||gu||
+    ls.install_first_step(optimizer_mod.LESAM, compat, -1.0, o.plant)
     data = ls.client_data(part)
     k = len(data.client_x)
     args = types.SimpleNamespace(method="FedLESAM", dataset="mnist", total_client=k, comm_rounds=rounds,
@@ -120,25 +85,11 @@ def official_run(o, part, compat, rounds, nudge=False):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--official", default=os.environ.get("FEDLESAM_OFFICIAL"),
-                    help="checkout of MediaBrain-SJTU/FedLESAM (default: $FEDLESAM_OFFICIAL)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--clients", type=int, default=6)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--compat", choices=("official", "intended", "both"), default="both")
-    ap.add_argument("--plant", choices=("rho", "sign"), help="a planted error on the official side")
-    ap.add_argument("--workdir", default="outputs/lockstep-fedlesam")
-    ap.add_argument("--fedhet", default=os.path.join(ls.HERE, "..", "bin", "fedhet"))
+    ls.add_arguments(ap, "MediaBrain-SJTU/FedLESAM", "FEDLESAM_OFFICIAL", "outputs/lockstep-fedlesam")
     o = ap.parse_args()
-    if not o.official or not os.path.isfile(os.path.join(o.official, "optimizer", "LESAM.py")):
-        sys.exit("lockstep-fedlesam: %s: not a checkout of the official FedLESAM code (no optimizer/LESAM.py); "
-                 "give --official DIR or FEDLESAM_OFFICIAL" % o.official)
-    o.official = os.path.abspath(o.official)
-    o.workdir, o.fedhet = os.path.abspath(o.workdir), os.path.abspath(o.fedhet)
-    os.makedirs(o.workdir, exist_ok=True)
-    part = ls.prepare(o.workdir, o.fedhet, o.clients)
+    part = ls.setup(o, "lockstep-fedlesam", os.path.join("optimizer", "LESAM.py"), "FEDLESAM_OFFICIAL")
     bound = ls.Bound()
-    for compat in ("official", "intended") if o.compat == "both" else (o.compat,):
+    for compat in ls.compats(o):
         theirs, w0 = official_run(o, part, compat, o.rounds)
         ref = official_run(o, part, compat, o.rounds, nudge=True)[0]
         print("compat %s%s: round  |official step|  |w fedhet - official|  |official - official(w0 + 1 ulp)|" % (

@@ -28,6 +28,21 @@ ROWS = 32  # rows per client = the batch: full-batch steps
 # BOUND x the official quantity when that is larger; a planted error lands 1e-2 of a step or more away.
 BOUND = 1e-3
 ULP_FACTOR = 10
+# both sides' training: lr 0.05 x 0.998 a round, weight decay 1e-3, clip 10 (the codes' hard-wired max_norm)
+TRAIN_CONFIG = """[data]
+path = {part}
+[model]
+name = cnn
+init = {init}
+[train]
+optimizer = sgd
+lr = {lr}
+weight_decay = {wd}
+clip = 10
+batch_size = {rows}
+steps = {steps}
+lr_decay = {lr_decay}
+"""
 
 
 def idx(name, offset):
@@ -126,6 +141,62 @@ def quiet(fn):
     finally:
         sys.stdout = stdout
         devnull.close()
+
+
+def intended_first_step(sign):
+    """a first_step for the official LESAM/WMSAM optimizers with docs/methods/sam.md's intended perturbation:
+    eps = sign rho d/(||d|| + 1e-7) over the whole flat direction d (none without one)"""
+    def first_step(self, g_update):
+        for group in self.param_groups:
+            if g_update is None:
+                continue
+            scale = sign * group["rho"] / (float(g_update.norm()) + 1e-7)
+            offset = 0
+            for p in group["params"]:
+                n = p.numel()
+                e_w = g_update[offset:offset + n].reshape(p.shape).to(p) * scale
+                offset += n
+                with torch.no_grad():
+                    p.add_(e_w)
+                self.state[p]["e_w"] = e_w
+    return first_step
+
+
+def install_first_step(optimizer, compat, intended_sign, plant):
+    """optimizer.first_step: the official one or the intended one; plant sign: the direction negated"""
+    if not hasattr(optimizer, "official_first_step"):
+        optimizer.official_first_step = optimizer.first_step
+    first_step = intended_first_step(intended_sign) if compat == "intended" else optimizer.official_first_step
+    if plant == "sign":
+        optimizer.first_step = lambda self, g: first_step(self, None if g is None else -g)
+    else:
+        optimizer.first_step = first_step
+
+
+def add_arguments(ap, checkout, env, workdir):
+    """the options both tools share"""
+    ap.add_argument("--official", default=os.environ.get(env), help="checkout of %s (default: $%s)" % (checkout, env))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--compat", choices=("official", "intended", "both"), default="both")
+    ap.add_argument("--plant", choices=("rho", "sign"), help="a planted error on the official side")
+    ap.add_argument("--workdir", default=workdir)
+    ap.add_argument("--fedhet", default=os.path.join(HERE, "..", "bin", "fedhet"))
+
+
+def setup(o, tool, marker, env):
+    """checks the checkout, makes the paths absolute and prepares the data and w^0; the partition's path"""
+    if not o.official or not os.path.isfile(os.path.join(o.official, marker)):
+        sys.exit("%s: %s: not a checkout of the official code (no %s); give --official DIR or %s"
+                 % (tool, o.official, marker, env))
+    o.official, o.workdir, o.fedhet = (os.path.abspath(p) for p in (o.official, o.workdir, o.fedhet))
+    os.makedirs(o.workdir, exist_ok=True)
+    return prepare(o.workdir, o.fedhet, o.clients)
+
+
+def compats(o):
+    return ("official", "intended") if o.compat == "both" else (o.compat,)
 
 
 def dist(a, b):
