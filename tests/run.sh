@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs every unit test program in build/tests, then every MPI test script tests/mpi/test_*.sh and the
-# SLURM job tests tests/slurm/test_*.sh (on a one-node SLURM that tools/test-slurm.sh starts) and the fuzz
-# targets (tests/fuzz/test_fuzz.sh: their seeds and kept crash inputs, a few seconds of fuzzing each), and
-# adds up their "N passed, N failed[, N skipped]" lines (and prints each program's seconds). Skipped tests are
+# Runs every unit test program in build/tests, then every MPI test script tests/mpi/test_*.sh, the twins in
+# lockstep (tests/twins/test_*.sh), the SLURM job tests tests/slurm/test_*.sh (on a one-node SLURM that
+# tools/test-slurm.sh starts) and the fuzz targets (tests/fuzz/test_fuzz.sh: their seeds and kept crash
+# inputs, a few seconds of fuzzing each), and adds up their "N passed, N failed[, N skipped]" lines (and prints each program's seconds). Skipped tests are
 # counted apart, never as passed.
 # One program alone: build/tests/test_layers_conv [test_name]; one script: tests/mpi/test_run.sh [test_name];
 # some of them, added up: tests/run.sh build/tests/test_* tests/mpi/test_run.sh
@@ -18,7 +18,7 @@ if [ -n "$coretype" ]; then
     echo "OpenBLAS would run its Prescott kernels on this CPU: OPENBLAS_CORETYPE=$coretype"
 fi
 passed=0 failed=0 skipped=0 broken=()
-if [ $# -gt 0 ]; then all=("$@"); else all=(build/tests/test_* tests/system/test_*.sh tests/mpi/test_*.sh tests/slurm/test_*.sh tests/fuzz/test_*.sh); fi
+if [ $# -gt 0 ]; then all=("$@"); else all=(build/tests/test_* tests/system/test_*.sh tests/mpi/test_*.sh tests/twins/test_*.sh tests/slurm/test_*.sh tests/fuzz/test_*.sh); fi
 for t in "${all[@]}"; do
     case "$t" in *.d) continue ;; esac
     [ -x "$t" ] || continue

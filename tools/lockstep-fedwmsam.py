@@ -1,23 +1,32 @@
 #!/usr/bin/python3
-"""lockstep-fedwmsam: fedhet's FedWMSAM against the official FedWMSAM code, in lockstep.
+"""lockstep-fedwmsam: fedhet's FedWMSAM against the official FedWMSAM code, in lockstep; exits 1 beyond the bound.
 
 usage:
-  tools/lockstep-fedwmsam.py --official DIR [--rounds R] [--show 1,2,3] [--clients K] [--count M]
-                             [--steps S] [--step-sweep] [--calibrate] [--workdir DIR] [--fedhet BIN]
+  tools/lockstep-fedwmsam.py --official DIR [--rounds R] [--show 1,2,3] [--clients K] [--count M] [--steps S]
+                             [--compat official|intended|both] [--plant rho|sign] [--step-sweep]
+                             [--workdir DIR] [--fedhet BIN]
 
-DIR is a checkout of the paper's code (github Huang-Yongzhi/NeurlPS_FedWMSAM, commit a922a1d); nothing of it
-is copied. Both sides start from one w^0 (a PyTorch initialisation of tests/bench's cnn twin, handed to
-fedhet through `[model] init`), see the same clients (K clients of 32 Fashion-MNIST rows, normalised as
-fedhet normalises them) and take full-batch steps (batch 32 = the client's rows, so no shuffle can make the
-batches differ), with the clients fedhet selects (`fl.selection = count` when --count is given, else all)
-imposed on the official server. Settings: lr 0.05 x 0.998 per round, weight decay 1e-3, clip 10 (the code's
-hard-wired max_norm), rho 0.1, alpha_0 0.1, K = S steps (local_epochs = S in the code, n_0/B = 1),
-fedhet with `compat = official`.
+DIR (or the environment's FEDWMSAM_OFFICIAL) is a checkout of the paper's code (github
+Huang-Yongzhi/NeurlPS_FedWMSAM, commit a922a1d); nothing of it is copied. Both sides start from one w^0 (a
+PyTorch initialisation of tests/bench's cnn twin, handed to fedhet through `[model] init`), see the same
+clients (K clients of 32 Fashion-MNIST rows, normalised as fedhet normalises them) and take full-batch steps
+(batch 32 = the client's rows, so no shuffle can make the batches differ), with the clients fedhet selects
+(`fl.selection = count` when --count is given, else all) imposed on the official server. Settings: lr 0.05 x
+0.998 per round, weight decay 1e-3, clip 10 (the code's hard-wired max_norm), rho 0.1, alpha_0 0.1, K = S steps
+(local_epochs = S in the code, n_0/B = 1).
+
+compat official: fedhet's `compat = official` against the code as it is. compat intended: fedhet's default
+against the same code with WMSAM.first_step replaced by docs/methods/sam.md §9's intended perturbation,
+eps = +rho delta/(||delta|| + 1e-7) over the whole flat vector delta = target - x (written here; the momentum,
+control variates, alpha, clip and server stay the official code's).
 
 After each round it prints the distance between the two global models, server momenta, global and client
-control variates, and both alphas. --calibrate also runs the official code against itself with w^0 moved by
-one float ulp: the distance rounding alone opens, which a faithful implementation matches. --step-sweep
-compares round 1 after 1..S local steps, tensor by tensor.
+control variates, and both alphas, and the same distances between the official code and itself with w^0
+moved by one float ulp (what rounding alone opens). The bound: each distance at most 10x its ulp distance,
+or 1e-3 of the official quantity's norm (the model: of the official round's step; alpha: 1e-6) when that is
+larger. Exit 0 within the bound, 1 beyond it. --plant changes the official side (rho: its radius x10; sign:
+its perturbation negated): the tool must then exit 1. --step-sweep compares round 1 after 1..S local steps,
+tensor by tensor (printed, not asserted).
 
 Needs /usr/bin/python3 with python3-torch, python3-h5py and the Fashion-MNIST IDX files
 (dataset-fashion-mnist). The official code imports scipy without using it here; a stand-in module is
@@ -25,7 +34,6 @@ put in its place when scipy is missing.
 """
 import argparse
 import csv
-import gzip
 import os
 import subprocess
 import sys
@@ -35,27 +43,11 @@ import h5py
 import numpy as np
 import torch
 
-HERE = os.path.dirname(os.path.realpath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "bench"))
-import torch_bench  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import lockstep_official as ls  # noqa: E402
 
-FMNIST = "/usr/share/datasets/fashion-mnist/"
-ROWS = 32  # rows per client = the batch: full-batch steps
 LR, LR_DECAY, WD, RHO, ALPHA0 = 0.05, 0.998, 1e-3, 0.1, 0.1
-CONFIG = """[data]
-path = {part}
-[model]
-name = cnn
-init = {init}
-[train]
-optimizer = sgd
-lr = {lr}
-weight_decay = {wd}
-clip = 10
-batch_size = {rows}
-steps = {steps}
-lr_decay = {lr_decay}
-[fl]
+CONFIG = ls.TRAIN_CONFIG + """[fl]
 selection = {selection}
 count = {count}
 eval_every = 1
@@ -64,172 +56,115 @@ checkpoint_every = 1
 method = fedwmsam
 rho = {rho}
 alpha_0 = {alpha0}
-compat = official
+compat = {compat}
 """
 
 
-def idx(name, offset):
-    return np.frombuffer(gzip.open(FMNIST + name).read(), np.uint8, offset=offset)
-
-
-def prepare(work, fedhet, clients):
-    """The source set, fedhet's partition of it (iid: ROWS rows a client) and w^0 for both sides."""
-    src, part = os.path.join(work, "src.h5"), os.path.join(work, "part.h5")
-    x = idx("train-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
-    y = idx("train-labels-idx1-ubyte.gz", 8)
-    xt = idx("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 1, 28, 28)
-    yt = idx("t10k-labels-idx1-ubyte.gz", 8)
-    n = clients * ROWS
-    with h5py.File(src, "w") as f:
-        f["/train/images"], f["/train/labels"] = x[:n], y[:n].astype(np.int32)
-        f["/test/images"], f["/test/labels"] = xt[:200], yt[:200].astype(np.int32)
-    subprocess.run([fedhet, "partition", src, part, "scheme=iid", "clients=%d" % clients, "--force"],
-                   check=True, capture_output=True)
-    torch.manual_seed(0)
-    torch.save(torch_bench.build("cnn", 1, 28, 28, 10).state_dict(), os.path.join(work, "init.pt"))
-    subprocess.run([sys.executable, os.path.join(HERE, "fedhet-torch"), "from-torch", os.path.join(work, "init.pt"),
-                    os.path.join(work, "init.h5"), "--arch", "cnn", "--input", "1x28x28", "--classes", "10"],
-                   check=True, capture_output=True)
-    return part
-
-
-def fedhet_run(o, part, rounds, steps, name):
+def fedhet_run(o, part, compat, rounds, steps, name):
     """fedhet for `rounds` rounds; its checkpoint's server and client state and the clients it selected."""
-    cfg = os.path.join(o.workdir, "lockstep.ini")
-    with open(cfg, "w") as f:
-        f.write(CONFIG.format(part=part, init=os.path.join(o.workdir, "init.h5"), lr=LR, wd=WD, rows=ROWS,
-                              steps=steps, lr_decay=LR_DECAY, rho=RHO, alpha0=ALPHA0,
-                              selection="count" if o.count else "all", count=o.count or 1))
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
-    subprocess.run([o.fedhet, "run", cfg, "fl.rounds=%d" % rounds, "output.dir=" + os.path.join(o.workdir, "out"),
-                    "output.name=" + name, "--force"], check=True, capture_output=True, env=env, cwd=o.workdir)
-    run = os.path.join(o.workdir, "out", name)
-    with h5py.File(os.path.join(run, "checkpoint.h5"), "r") as f:
+    run = ls.fedhet_run(o, CONFIG.format(part=part, init=os.path.join(o.workdir, "init.h5"), lr=LR, wd=WD,
+                                         rows=ls.ROWS, steps=steps, lr_decay=LR_DECAY, rho=RHO, alpha0=ALPHA0,
+                                         selection="count" if o.count else "all", count=o.count or 1,
+                                         compat=compat), rounds, name)
+    # the clients' c_k live in the run's client-state.bin: `fedhet inspect --client-state` writes them as [K, P]
+    cs = os.path.join(run, "client-state.h5")
+    subprocess.run([o.fedhet, "inspect", os.path.join(run, "run.h5"), "--client-state", cs], check=True,
+                   capture_output=True)
+    with h5py.File(os.path.join(run, "checkpoint.h5"), "r") as f, h5py.File(cs, "r") as g:
         state = dict(w=f["/server/global"][...], c=f["/server/vectors"][0], mom=f["/server/vectors"][1],
-                     ci=f["/clients/vector_0"][...], alpha=float(f["/server/scalars"][1]),
+                     ci=g["/clients/vector_0"][...], alpha=float(f["/server/scalars"][1]),
                      model={k: f["/model/" + k][...] for k in f["/model"]})
     rows = list(csv.DictReader(open(os.path.join(run, "clients.csv"))))
     selected = [np.array(sorted(int(r["client"]) for r in rows if int(r["round"]) == t)) for t in range(rounds)]
     return state, selected
 
 
-def official_run(o, part, rounds, steps, selected, nudge=False):
-    """The official server and clients, unmodified, on the same clients and selection; the state after each round."""
-    if o.official not in sys.path:
-        sys.path.insert(0, o.official)
-    try:
-        import scipy.io  # noqa: F401
-        import scipy.stats  # noqa: F401
-    except ImportError:
-        stand_in = types.ModuleType("scipy")
-        stand_in.io, stand_in.stats = types.ModuleType("scipy.io"), types.ModuleType("scipy.stats")
-        sys.modules.update({"scipy": stand_in, "scipy.io": stand_in.io, "scipy.stats": stand_in.stats})
-    import server as official_server
-    from utils import get_mdl_params
-
-    with h5py.File(part, "r") as f:
-        mean = np.float32(np.array(f.attrs["mean"]).ravel()[0])
-        std = np.float32(np.array(f.attrs["std"]).ravel()[0])
-        norm = lambda a: (a.astype(np.float32) / np.float32(255) - mean) / std  # noqa: E731
-        x, y, off = norm(f["/clients/images"][...]), f["/clients/labels"][...], f["/clients/offsets"][...]
-        xt, yt = norm(f["/test/images"][...]), f["/test/labels"][...]
-    k = len(off) - 1
-    # dataset 'mnist': the code's Dataset hands the float rows over as they are (no augmentation)
-    data = types.SimpleNamespace(client_x=[x[off[i]:off[i + 1]] for i in range(k)],
-                                 client_y=[y[off[i]:off[i + 1]] for i in range(k)], test_x=xt, test_y=yt)
-    args = types.SimpleNamespace(method="FedWMSAM", dataset="mnist", total_client=k, comm_rounds=rounds,
-                                 local_epochs=steps, batchsize=ROWS, weight_decay=WD, local_learning_rate=LR,
-                                 global_learning_rate=1.0, lr_decay=LR_DECAY, seed=0, active_ratio=1.0, use_RI=False,
-                                 alpha=ALPHA0, beta=0.1, rho=RHO, mode="normal", out_file="", non_iid=False)
-    model_func = lambda: torch_bench.build("cnn", 1, 28, 28, 10)  # noqa: E731
-    init = model_func()
-    init.load_state_dict(torch.load(os.path.join(o.workdir, "init.pt")))
-    w0 = get_mdl_params(init)
+def official_run(o, part, compat, rounds, steps, selected, nudge=False):
+    """The official server and clients on the same clients and selection; the state after each round."""
+    server_mod, optimizer_mod, utils = ls.import_official(o.official, ["server.FedWMSAM", "optimizer.WMSAM", "utils"])
+    # docs/methods/sam.md §9: eps = +rho delta/||delta||, towards the target
+    ls.install_first_step(optimizer_mod.WMSAM, compat, 1.0, o.plant)
+    data = ls.client_data(part)
+    args = types.SimpleNamespace(method="FedWMSAM", dataset="mnist", total_client=len(data.client_x),
+                                 comm_rounds=rounds, local_epochs=steps, batchsize=ls.ROWS, weight_decay=WD,
+                                 local_learning_rate=LR, global_learning_rate=1.0, lr_decay=LR_DECAY, seed=0,
+                                 active_ratio=1.0, use_RI=False, alpha=ALPHA0, beta=0.1,
+                                 rho=RHO * (10 if o.plant == "rho" else 1), mode="normal", out_file="", non_iid=False)
+    init = ls.init_model(o.workdir)
+    w0 = utils.get_mdl_params(init)
     if nudge:
         w0 = torch.from_numpy(np.nextafter(w0.numpy(), np.float32(np.inf)))
-    devnull = open(os.devnull, "w")
-    stdout, sys.stdout = sys.stdout, devnull  # the code prints its setup and every client's progress
-    try:
-        srv = official_server.FedWMSAM("cpu", model_func, init, w0.clone(), data, "FedWMSAM", args)
-    finally:
-        sys.stdout = stdout
+    srv = ls.quiet(lambda: server_mod.FedWMSAM("cpu", ls.model_func, init, w0.clone(), data, "FedWMSAM", args))
     states = []
     srv._activate_clients_ = lambda t: selected[t]
     srv._test_ = lambda t, sel: states.append(dict(w=srv.server_model_params_list.clone().numpy(),
                                                    mom=srv.momentum.clone().numpy(), c=srv.c_params_list.clone().numpy(),
                                                    ci=srv.c_i_params_list.clone().numpy(), alpha=args.alpha))
     srv._save_results_ = srv._summary_ = lambda: None
-    stdout, sys.stdout = sys.stdout, devnull
-    try:
-        srv.train()
-    finally:
-        sys.stdout = stdout
+    ls.quiet(srv.train)
     return states, w0.numpy()
 
 
-def dist(a, b):
-    return float(np.linalg.norm(np.asarray(a, np.float64) - np.asarray(b, np.float64)))
+def step_sweep(o, part, compat):
+    print("compat %s, round 1 after s steps, tensor by tensor: |fedhet - official| (|official's step|)" % compat)
+    for s in range(1, o.steps + 1):
+        mine, selected = fedhet_run(o, part, compat, 1, s, "%s-sweep%d" % (compat, s))
+        theirs, w0 = official_run(o, part, compat, 1, s, selected)
+        offset, parts = 0, []
+        for name in ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight", "fc1.bias",
+                     "fc2.weight", "fc2.bias"):
+            n = mine["model"][name].size
+            a, b = mine["w"][offset:offset + n], theirs[0]["w"][offset:offset + n]
+            parts.append("%s %.2g (%.2g)" % (name, ls.dist(a, b), ls.dist(b, w0[offset:offset + n])))
+            offset += n
+        print("s=%d: %s" % (s, ", ".join(parts)))
+
+
+def lockstep(o, part, compat, show, bound):
+    """every round of `show`: fedhet against the official code and the official code against itself + 1 ulp"""
+    last = max(show)
+    _, selected = fedhet_run(o, part, compat, last, o.steps, "%s-r%d" % (compat, last))
+    theirs, w0 = official_run(o, part, compat, last, o.steps, selected)
+    ref, _ = official_run(o, part, compat, last, o.steps, selected, nudge=True)
+    print("compat %s%s: round  |step|  |w diff|  |mom diff|  |c diff|  max|c_k diff|  alpha fedhet / official"
+          "   official vs official + 1 ulp: the same" % (compat, " (planted: %s)" % o.plant if o.plant else ""))
+    for r in show:
+        mine = fedhet_run(o, part, compat, r, o.steps, "%s-r%d" % (compat, r))[0]
+        t, u = theirs[r - 1], ref[r - 1]
+        p = t["w"].size
+        prev = theirs[r - 2]["w"] if r > 1 else w0
+        step = ls.dist(t["w"], prev)
+        ck = lambda a: max(ls.dist(a["ci"][i, :p] if a is mine else a["ci"][i], t["ci"][i])  # noqa: E731
+                           for i in range(len(t["ci"])))
+        figures = dict(w=(ls.dist(mine["w"][:p], t["w"]), ls.dist(u["w"], t["w"]), step),
+                       mom=(ls.dist(mine["mom"][:p], t["mom"]), ls.dist(u["mom"], t["mom"]), ls.norm(t["mom"])),
+                       c=(ls.dist(mine["c"][:p], t["c"]), ls.dist(u["c"], t["c"]), ls.norm(t["c"])),
+                       c_k=(ck(mine), ck(u), max(ls.norm(c) for c in t["ci"])),
+                       alpha=(abs(mine["alpha"] - t["alpha"]), abs(u["alpha"] - t["alpha"]), 1e-3))
+        print("  %5d  %.4g  %s  %.8f / %.8f   %s" % (
+            r, step, "  ".join("%.3g" % f[0] for k, f in figures.items() if k != "alpha"), mine["alpha"], t["alpha"],
+            "  ".join("%.3g" % f[1] for f in figures.values())), flush=True)
+        for k, (diff, ulp, scale) in figures.items():
+            bound.check("compat %s round %d %s" % (compat, r, k), diff, scale, ulp)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--official", required=True, help="checkout of Huang-Yongzhi/NeurlPS_FedWMSAM")
-    ap.add_argument("--rounds", type=int, default=3)
+    ls.add_arguments(ap, "Huang-Yongzhi/NeurlPS_FedWMSAM", "FEDWMSAM_OFFICIAL", "outputs/lockstep-fedwmsam")
     ap.add_argument("--show", default="", help="rounds to compare (default: every round)")
-    ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--count", type=int, default=0, help="clients a round (default: all)")
-    ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--step-sweep", action="store_true")
-    ap.add_argument("--calibrate", action="store_true")
-    ap.add_argument("--workdir", default="outputs/lockstep-fedwmsam")
-    ap.add_argument("--fedhet", default=os.path.join(HERE, "..", "bin", "fedhet"))
     o = ap.parse_args()
-    if not os.path.isfile(os.path.join(o.official, "server", "FedWMSAM.py")):
-        sys.exit("lockstep-fedwmsam: %s: not a checkout of the official FedWMSAM code (no server/FedWMSAM.py)"
-                 % o.official)
-    o.workdir, o.fedhet = os.path.abspath(o.workdir), os.path.abspath(o.fedhet)
-    os.makedirs(o.workdir, exist_ok=True)
-    part = prepare(o.workdir, o.fedhet, o.clients)
+    part = ls.setup(o, "lockstep-fedwmsam", os.path.join("server", "FedWMSAM.py"), "FEDWMSAM_OFFICIAL")
     show = [int(s) for s in o.show.split(",")] if o.show else list(range(1, o.rounds + 1))
-
-    if o.step_sweep:
-        print("round 1 after s steps, tensor by tensor: |fedhet - official| (|official's step|)")
-        for s in range(1, o.steps + 1):
-            mine, selected = fedhet_run(o, part, 1, s, "sweep%d" % s)
-            theirs, w0 = official_run(o, part, 1, s, selected)
-            offset, parts = 0, []
-            for name in ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight", "fc1.bias",
-                         "fc2.weight", "fc2.bias"):
-                n = mine["model"][name].size
-                a, b = mine["w"][offset:offset + n], theirs[0]["w"][offset:offset + n]
-                parts.append("%s %.2g (%.2g)" % (name, dist(a, b), dist(b, w0[offset:offset + n])))
-                offset += n
-            print("s=%d: %s" % (s, ", ".join(parts)))
-        return
-
-    ref = None
-    print("round  |step|     |w diff|  |mom diff|  |c diff|  max|c_k diff|  alpha fedhet / official")
-    theirs, w0 = None, None
-    for r in show:
-        mine, selected = fedhet_run(o, part, r, o.steps, "r%d" % r)
-        if theirs is None:
-            _, selected_all = fedhet_run(o, part, max(show), o.steps, "r%d" % max(show))
-            theirs, w0 = official_run(o, part, max(show), o.steps, selected_all)
-            if o.calibrate:
-                ref, _ = official_run(o, part, max(show), o.steps, selected_all, nudge=True)
-        t = theirs[r - 1]
-        p = t["w"].size
-        prev = theirs[r - 2]["w"] if r > 1 else w0
-        line = "%5d  %.4g  %.3g  %.3g  %.3g  %.3g  %.8f / %.8f" % (
-            r, dist(t["w"], prev), dist(mine["w"][:p], t["w"]), dist(mine["mom"][:p], t["mom"]),
-            dist(mine["c"][:p], t["c"]), max(dist(mine["ci"][i, :p], t["ci"][i]) for i in range(len(t["ci"]))),
-            mine["alpha"], t["alpha"])
-        if ref is not None:
-            line += "   official vs official + 1 ulp: |w diff| %.3g  |mom diff| %.3g" % (
-                dist(ref[r - 1]["w"], t["w"]), dist(ref[r - 1]["mom"], t["mom"]))
-        print(line, flush=True)
+    bound = ls.Bound()
+    for compat in ls.compats(o):
+        if o.step_sweep:
+            step_sweep(o, part, compat)
+        else:
+            lockstep(o, part, compat, show, bound)
+    return 0 if o.step_sweep else bound.verdict("lockstep-fedwmsam")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,13 +2,16 @@
 # Independent twins in lockstep (tests/twins/twins.py, PyTorch, written from the methods' equations, not from
 # fedhet's code): FedAvgM (server momentum 0.9) and FedSCAM full, WA and SAM run from the same initial weights
 # ([model] init from a PyTorch initialisation) on the same data, 3 clients all taking part, full-batch local
-# steps (so no batch order is involved); after every round fedhet's global model and each client's h, h_adj,
-# radius, weight and ||Delta|| equal the twin's to float rounding (1e-4 of the round's step), and a
-# deliberately wrong twin is far off. FedSCAM runs once with kappa = beta = 0 (nothing depends on its sketched
-# alignment c_i: the twin is wholly independent) and once with kappa 0.5, beta 2 and fedhet's c_i given to the
-# twin (everything downstream of the sketch checked). TWIN_ROUNDS (default 3) lengthens the lockstep.
-# usage: tests/mpi/test_twins.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
-. "$(dirname "$0")/lib.sh"
+# steps (so no batch order is involved); after every round fedhet's global model and each client's h, c, h_adj,
+# radius, weight and ||Delta|| equal the twin's to float rounding (1e-4 of the round's step; c to 1e-4), and a
+# deliberately wrong twin is far off. FedSCAM at kappa 0.5, beta 2: the twin computes the pilot step and the
+# sketched alignment c_i itself (its own Philox sign sketch, keyed by fl.seed). Two planted errors in the twin
+# (--mutate: the pilot radius x10, the pilot's ascent flipped) must each make the lockstep fail.
+# TWIN_ROUNDS (default 3) lengthens the lockstep. fl.seed keys the sketch (and the shuffles, moot here); seed 7
+# would put a SAM step of client 0 on a ReLU boundary, where float32 and float64 take different sides (its
+# ||Delta|| 2e-4 apart, the model 4e-3 of a step): a twin at float rounding is only as good as its setting.
+# usage: tests/twins/test_twins.sh [test_name]    (last line: "N passed, N failed"; exit 1 when any failed)
+. "$(dirname "$0")/../mpi/lib.sh"
 
 PY=/usr/bin/python3
 TWINS=$ROOT/tests/twins/twins.py
@@ -46,6 +49,7 @@ steps = $STEPS
 
 [fl]
 selection = all
+seed = 5
 checkpoint_every = 1
 [output]
 dir = $WORK/out
@@ -56,11 +60,11 @@ EOF
         cat <<EOF
 
 [grid]
-algo.method   = fedavgm, fedscam, fedscam, fedscam_wa, fedscam_sam
-algo.beta     = 0.9,     0,       2,       2,          -
-algo.kappa    = -,       0,       -,       -,          -
-algo.rho_max  = -,       0.5,     0.5,     -,          0.5
-algo.proj_dim = -,       16,      16,      16,         16
+algo.method   = fedavgm, fedscam, fedscam_wa, fedscam_sam
+algo.beta     = 0.9,     2,       2,          -
+algo.kappa    = -,       0.5,     0.5,        0.5
+algo.rho_max  = -,       0.5,     -,          0.5
+algo.proj_dim = -,       16,      16,         16
 zip = algo.method, algo.beta, algo.kappa, algo.rho_max, algo.proj_dim
 fl.rounds = $(seq -s, 1 "$ROUNDS")
 ranks_per_member = 1
@@ -73,14 +77,14 @@ EOF
     first=$(awk -F, 'NR == 2 { print $2 }' "$WORK/out/twins/members.csv")
     "$LOGITS" "$WORK/out/twins/$first/run.h5" "$WORK/p3.h5" "$WORK/data.h5" >"$WORK/logits.out" 2>&1 ||
         { cat "$WORK/logits.out"; return 1; }
-    # NAME METHOD BETA KAPPA TWIN_KEYS: $WORK/NAME/rR -> the grid member of that method, beta and kappa after R rounds
-    local name method beta kappa keys r m cmd=()
-    while read -r name method beta kappa keys; do
+    # NAME METHOD TWIN_KEYS: $WORK/NAME/rR -> the grid member of that method after R rounds
+    local name method keys r m cmd=()
+    while read -r name method keys; do
         mkdir -p "$WORK/$name"
         for r in $(seq 1 "$ROUNDS"); do
-            m=$(awk -F, -v me="$method" -v b="$beta" -v k="$kappa" -v r="$r" '
+            m=$(awk -F, -v me="$method" -v r="$r" '
                 NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
-                $col["algo.method"] == me && $col["algo.beta"] == b && $col["algo.kappa"] == k && $col["fl.rounds"] == r {
+                $col["algo.method"] == me && $col["fl.rounds"] == r {
                     print $col["member"] }' "$WORK/out/twins/members.csv")
             [ -n "$m" ] || { echo "no member for $name round $r in members.csv"; return 1; }
             ln -sfn "$WORK/out/twins/$m" "$WORK/$name/r$r"
@@ -90,11 +94,12 @@ EOF
         cmd+=(lockstep "$name" "$method" "$WORK/data.h5" "$WORK/p3.h5" "$WORK/init.pt" "$WORK/$name" "$ROUNDS" "$LR"
               "$STEPS" ${keys//,/ })
     done <<'LIST'
-fedavgm fedavgm 0.9 - beta=0.9
-scam0 fedscam 0 0 rho_max=0.5,kappa=0,beta=0
-scam fedscam 2 - rho_max=0.5,beta=2,c=fedhet
-wa fedscam_wa 2 - beta=2,c=fedhet
-sam fedscam_sam - - rho_max=0.5,c=fedhet
+fedavgm fedavgm beta=0.9
+scam fedscam rho_max=0.5,beta=2,kappa=0.5,proj_dim=16,seed=5
+scam_pilot_radius fedscam rho_max=0.5,beta=2,kappa=0.5,proj_dim=16,seed=5,--mutate,pilot_radius
+scam_pilot_sign fedscam rho_max=0.5,beta=2,kappa=0.5,proj_dim=16,seed=5,--mutate,pilot_sign
+wa fedscam_wa beta=2,kappa=0.5,proj_dim=16,seed=5
+sam fedscam_sam rho_max=0.5,kappa=0.5,proj_dim=16,seed=5
 LIST
     $PY "$TWINS" "${cmd[@]}" >"$WORK/twins.out" 2>&1
     return 0
@@ -110,11 +115,21 @@ expect_agree()
         fail "$1: $(grep -m1 "^$1: " "$WORK/twins.out" || grep -m1 -i 'error' "$WORK/twins.out" || tail -1 "$WORK/twins.out")"
 }
 
+# expect_caught NAME: a twin with a planted error must disagree ("NAME: first difference: ...")
+expect_caught()
+{
+    local line
+    while IFS= read -r line; do note "$line"; done < <(grep "^$1[ :]" "$WORK/twins.out")
+    grep -q "^$1: first difference: " "$WORK/twins.out" ||
+        fail "$1: the planted error was not caught: $(grep -m1 "^$1: " "$WORK/twins.out" || tail -1 "$WORK/twins.out")"
+}
+
 test_fedavgm() { expect_agree fedavgm; }
-test_fedscam_independent() { expect_agree scam0; }
 test_fedscam() { expect_agree scam; }
 test_fedscam_wa() { expect_agree wa; }
 test_fedscam_sam() { expect_agree sam; }
+test_fedscam_pilot_radius_caught() { expect_caught scam_pilot_radius; }
+test_fedscam_pilot_sign_caught() { expect_caught scam_pilot_sign; }
 
-TESTS=(fedavgm fedscam_independent fedscam fedscam_wa fedscam_sam)
+TESTS=(fedavgm fedscam fedscam_wa fedscam_sam fedscam_pilot_radius_caught fedscam_pilot_sign_caught)
 run_tests "$@"
