@@ -1,6 +1,6 @@
 /* A small FlRun on MPI_COMM_SELF with every kind of checkpointed state (server vectors, private
- * vectors, scalars, two clients' persistent vectors and floats, metric rows), for writing seed
- * checkpoints with fl_checkpoint_save and reading fuzzed ones with fl_checkpoint_load. */
+ * vectors, scalars, two clients' persistent vectors and floats in a client-state.bin, metric rows), for
+ * writing seed checkpoints with fl_checkpoint_save and reading fuzzed ones with fl_checkpoint_load. */
 #ifndef FEDHET_FUZZ_FAKE_RUN_H
 #define FEDHET_FUZZ_FAKE_RUN_H
 
@@ -22,8 +22,10 @@ static inline void *fake_zalloc(size_t n)
     return p;
 }
 
-/* MPI must be initialised. The state values are a fixed pattern, so a saved file is always the same. */
-static inline void fake_run_init(FlRun *run)
+/* MPI must be initialised. The state values are a fixed pattern, so a saved file is always the same; the two
+ * clients' states go to store_dir/client-state.bin, made anew, in slots 0 and 1 of round 0 (so a checkpoint
+ * saved by one fake run loads into another whose store is elsewhere). */
+static inline void fake_run_init(FlRun *run, const char *store_dir)
 {
     memset(run, 0, sizeof *run);
     if (fl_comm_init(&run->comm, MPI_COMM_SELF) != FH_OK) abort();
@@ -64,6 +66,13 @@ static inline void fake_run_init(FlRun *run)
     run->server_scalars[0] = 1.5;
     run->server_scalars[1] = -2.0;
     for (int64_t i = 0; i < FAKE_CLIENTS * run->work.block; i++) run->work.client_state[i] = 0.5f * (float)i;
+    if (fl_store_open(&run->store, &run->comm, store_dir, FAKE_CLIENTS, run->work.block - 1, run->layout_hash,
+                      FAKE_CLIENTS, 1) != FH_OK)
+        abort();
+    fl_store_round(&run->store, fake_clients, FAKE_CLIENTS, 0);
+    for (int k = 0; k < FAKE_CLIENTS; k++)
+        if (fl_store_put(&run->store, k, run->work.client_state + (size_t)k * run->work.block) != FH_OK) abort();
+    fl_store_round_end(&run->store);
     if (fl_checkpoint_init(run) != FH_OK) abort();
 }
 
@@ -89,6 +98,7 @@ static inline void fake_run_free(FlRun *run)
     free(run->rows);
     free(run->client_rows);
     free(run->work.client_state);
+    fl_store_close(&run->store);
     fl_checkpoint_free(run);
     memset(run, 0, sizeof *run);
 }

@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     FlRun *run = calloc(1, sizeof *run); /* ~30 KiB of paths and names */
     if (!run) abort();
-    fake_run_init(run);
+    fake_run_init(run, fuzz_tmp_dir());
     fuzz_path(run->checkpoint_path, sizeof run->checkpoint_path, "checkpoint.h5");
     fuzz_write(run->checkpoint_path, data, size);
     char *text = NULL;

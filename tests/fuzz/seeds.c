@@ -148,7 +148,7 @@ static void checkpoint_seed(const char *name, int rounds_done)
 {
     FlRun *run = calloc(1, sizeof *run);
     if (!run) abort();
-    fake_run_init(run);
+    fake_run_init(run, fuzz_tmp_dir()); /* the store outside the corpus */
     fake_run_set_rounds(run, rounds_done);
     char path[1100];
     seed_path(path, sizeof path, "checkpoint", name);
