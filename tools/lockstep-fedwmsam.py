@@ -117,10 +117,7 @@ def official_run(o, part, compat, rounds, steps, selected, nudge=False, row_orde
                                  local_learning_rate=LR, global_learning_rate=1.0, lr_decay=LR_DECAY, seed=0,
                                  active_ratio=1.0, use_RI=False, alpha=ALPHA0, beta=0.1,
                                  rho=RHO * (10 if o.plant == "rho" else 1), mode="normal", out_file="", non_iid=False)
-    init = ls.init_model(o.workdir)
-    w0 = utils.get_mdl_params(init)
-    if nudge:
-        w0 = torch.from_numpy(np.nextafter(w0.numpy(), np.float32(np.inf)))
+    init, w0 = ls.initial_params(o.workdir, utils, nudge)
     srv = ls.quiet(lambda: server_mod.FedWMSAM("cpu", ls.model_func, init, w0.clone(), data, "FedWMSAM", args))
     states = []
     srv._activate_clients_ = lambda t: selected[t]

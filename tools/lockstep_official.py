@@ -80,6 +80,16 @@ def init_model(work):
     return m
 
 
+def initial_params(work, utils, nudge):
+    """fedhet's initial model and the official code's flat w0 of it (utils: the official utils module); nudge moves
+    every entry of w0 one float up, for the rounding reference"""
+    init = init_model(work)
+    w0 = utils.get_mdl_params(init)
+    if nudge:
+        w0 = torch.from_numpy(np.nextafter(w0.numpy(), np.float32(np.inf)))
+    return init, w0
+
+
 def client_data(part):
     """The partition's clients and test rows as the official code's data object ('mnist': no augmentation)."""
     with h5py.File(part, "r") as f:
