@@ -432,7 +432,7 @@ int fl_checkpoint_inspect(const char *path, const char *client_state_out)
     CkptMeta meta;
     FlStoreEntry *table = NULL;
     hsize_t dims[2] = { 0, 0 };
-    int64_t slot_floats = 0, with_state = 0, last_round = -1;
+    int64_t slot_floats = 0, vectors = 0, with_state = 0, last_round = -1;
     int status = fh_h5_open(&f, path, FH_ERR_DATA);
     if (status == FH_OK) status = read_meta(&f, &meta);
     if (status == FH_OK && meta.version < CKPT_FIRST_STORE_VERSION)
@@ -448,16 +448,19 @@ int fl_checkpoint_inspect(const char *path, const char *client_state_out)
     if (status == FH_OK) status = fh_h5_read_all(&f, "/clients/slots", H5T_NATIVE_INT64, table);
     hid_t g = status == FH_OK ? H5Gopen2(f.id, "/clients", H5P_DEFAULT) : H5I_INVALID_HID;
     if (status == FH_OK) status = fh_h5_attr_read_int64s(&f, g, "slot_floats", &slot_floats, 1);
+    if (status == FH_OK) status = fh_h5_attr_read_int64s(&f, g, "vectors", &vectors, 1);
     if (g >= 0) H5Gclose(g);
     for (hsize_t k = 0; status == FH_OK && k < dims[0]; k++)
         if (table[k].slot >= 0) {
             with_state++;
             if (table[k].round > last_round) last_round = table[k].round;
         }
-    fh_free(&table);
     fh_h5_close(&f);
     fh_h5_quiet_end(&quiet);
-    FH_CHECK(status);
+    if (status != FH_OK) {
+        fh_free(&table);
+        return status;
+    }
     printf("%s: fedhet checkpoint, format version %lld\n", path, (long long)meta.version);
     printf("rounds done     %lld (next lr %g)\n", (long long)meta.rounds_done, meta.lr);
     printf("model state     %lld floats\n", (long long)meta.n_state);
@@ -467,8 +470,10 @@ int fl_checkpoint_inspect(const char *path, const char *client_state_out)
         printf("client state    %lld floats per client, in client-state.bin beside the file (%.1f MiB in use)\n",
                (long long)slot_floats, (double)with_state * (double)slot_floats * 4.0 / 1048576.0);
     else printf("client state    none (the method keeps no per-client vectors)\n");
-    if (!client_state_out) return FH_OK;
-    FH_CHECK(fl_store_export(path, client_state_out));
+    if (client_state_out)
+        status = fl_store_export(path, table, (int)dims[0], slot_floats, vectors, meta.n_state, client_state_out);
+    fh_free(&table);
+    if (!client_state_out || status != FH_OK) return status;
     printf("wrote %s: /clients/vector_<i> [K, n_state], /clients/floats [K, F], /clients/has_state [K, 1]\n",
            client_state_out);
     return FH_OK;

@@ -236,8 +236,10 @@ void fl_store_committed(FlStore *st);
 /* a checkpoint's table: checked against the file (rank 0), installed (every rank) */
 int fl_store_check_table(const FlStore *st, const FlStoreEntry *table, int n_clients, const char *source);
 void fl_store_set_table(FlStore *st, const FlStoreEntry *table);
-/* fl_checkpoint_inspect's file: every client's state in [K, n] datasets, from the store beside the checkpoint */
-int fl_store_export(const char *ckpt_path, const char *out_path);
+/* fl_checkpoint_inspect's file: every client's state in [K, n] datasets (vectors of n_state, then the rest of
+ * slot_floats, then has_state), read by the checkpoint's table from the store beside it */
+int fl_store_export(const char *ckpt_path, const FlStoreEntry *table, int K, int64_t slot_floats, int64_t vectors,
+                    int64_t n_state, const char *out_path);
 
 /* clients per round when fixed by the selection rule; -1 for bernoulli */
 int fl_clients_per_round(const FlSettings *s, int K);

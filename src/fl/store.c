@@ -91,6 +91,13 @@ static void slots_rebuild(FlStore *st)
 
 /* ---- setup ---- */
 
+static int write_header(const FlStore *st, const StoreHeader *h)
+{
+    char page[STORE_HEADER_BYTES] = { 0 };
+    memcpy(page, h, sizeof *h);
+    return io_all(1, st->fd, page, sizeof page, 0, st->path, "the header");
+}
+
 static int open_file(FlStore *st, int rank, int fresh)
 {
     StoreHeader h = { .version = STORE_VERSION, .n_clients = st->n_clients, .slot_floats = st->slot_floats,
@@ -99,20 +106,14 @@ static int open_file(FlStore *st, int rank, int fresh)
     if (rank == 0 && fresh) { /* a new or restarted run: no checkpoint refers to an earlier file */
         st->fd = open(st->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (st->fd < 0) FH_FAIL(FH_ERR_IO, "%s: cannot create: %s", st->path, strerror(errno));
-        char page[STORE_HEADER_BYTES] = { 0 };
-        memcpy(page, &h, sizeof h);
-        FH_CHECK(io_all(1, st->fd, page, sizeof page, 0, st->path, "the header"));
+        FH_CHECK(write_header(st, &h));
         if (fdatasync(st->fd) != 0) FH_FAIL(FH_ERR_IO, "%s: cannot sync: %s", st->path, strerror(errno));
         return FH_OK;
     }
     st->fd = open(st->path, O_RDWR | O_CLOEXEC);
     if (st->fd < 0 && errno == ENOENT && rank == 0) { /* a checkpoint of an older format holds the state itself */
         st->fd = open(st->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-        if (st->fd >= 0) {
-            char page[STORE_HEADER_BYTES] = { 0 };
-            memcpy(page, &h, sizeof h);
-            return io_all(1, st->fd, page, sizeof page, 0, st->path, "the header");
-        }
+        if (st->fd >= 0) return write_header(st, &h);
     }
     if (st->fd < 0) FH_FAIL(FH_ERR_IO, "%s: cannot open: %s", st->path, strerror(errno));
     StoreHeader got;
@@ -163,6 +164,12 @@ void fl_store_close(FlStore *st)
     st->fd = -1;
 }
 
+/* the slot holds client k's state of round `round` */
+static int slot_holds(const FlStore *st, const SlotHeader *h, int k, int64_t round)
+{
+    return h->magic == SLOT_MAGIC && h->client == k && h->round == round && h->slot_floats == st->slot_floats;
+}
+
 /* ---- a round ---- */
 
 void fl_store_round(FlStore *st, const int32_t *selected, int n, int round)
@@ -206,7 +213,7 @@ int fl_store_load(FlStore *st, int slot_in_round, float *block)
     }
     SlotHeader h;
     FH_CHECK(io_all(0, st->fd, &h, sizeof h, slot_offset(st, e.slot), st->path, "a slot header"));
-    if (h.magic != SLOT_MAGIC || h.client != k || h.round != e.round || h.slot_floats != st->slot_floats)
+    if (!slot_holds(st, &h, k, e.round))
         FH_FAIL(FH_ERR_IO, "%s: slot %lld should hold client %d of round %lld but holds %s", st->path,
                 (long long)e.slot, k, (long long)e.round + 1, h.magic == SLOT_MAGIC ? "another client's state" : "no state");
     return io_all(0, st->fd, block, (size_t)st->slot_floats * sizeof *block, slot_offset(st, e.slot) + SLOT_HEADER_BYTES,
@@ -273,7 +280,7 @@ int fl_store_check_table(const FlStore *st, const FlStoreEntry *table, int n_cli
             FH_FAIL(FH_ERR_IO, "%s refers to client %d's state in slot %lld of %s, which the file (%lld bytes) does not "
                     "hold: a missing, truncated or replaced file", source, k, (long long)e.slot, st->path,
                     (long long)sb.st_size);
-        if (h.magic != SLOT_MAGIC || h.client != k || h.round != e.round || h.slot_floats != st->slot_floats)
+        if (!slot_holds(st, &h, k, e.round))
             FH_FAIL(FH_ERR_IO, "%s refers to client %d's state of round %lld in slot %lld of %s, which holds %s", source,
                     k, (long long)e.round + 1, (long long)e.slot, st->path,
                     h.magic == SLOT_MAGIC ? "another client's or another round's state" : "no state");
@@ -283,38 +290,23 @@ int fl_store_check_table(const FlStore *st, const FlStoreEntry *table, int n_cli
 
 /* ---- reading a run's client state without running it (fedhet inspect) ---- */
 
-int fl_store_export(const char *ckpt_path, const char *out_path)
+int fl_store_export(const char *ckpt_path, const FlStoreEntry *table, int K, int64_t slot_floats, int64_t vectors,
+                    int64_t n_state, const char *out_path)
 {
-    FhH5File f = { .id = H5I_INVALID_HID }, out = { .id = H5I_INVALID_HID };
-    FlStoreEntry *table = NULL;
+    FhH5File out = { .id = H5I_INVALID_HID };
     float *row = NULL;
-    int64_t meta[2] = { 0, 0 }, n_state = 0; /* slot_floats, vectors */
-    hsize_t dims[2] = { 0, 0 };
-    hid_t d = H5I_INVALID_HID;
+    const int64_t meta[2] = { slot_floats, vectors };
+    hid_t g = H5I_INVALID_HID;
     FlStore st = { .fd = -1 };
-    int status = fh_h5_open(&f, ckpt_path, FH_ERR_DATA);
-    if (status == FH_OK) status = fh_h5_open_checked(&f, "/clients/slots", H5T_INTEGER, 8, 2, dims, &d);
-    if (d >= 0) H5Dclose(d);
-    if (status == FH_OK && dims[1] != 2) status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: /clients/slots is "
-                                                                 "not K x 2", ckpt_path);
-    hid_t g = status == FH_OK ? H5Gopen2(f.id, "/clients", H5P_DEFAULT) : H5I_INVALID_HID;
-    if (status == FH_OK) status = fh_h5_attr_read_int64s(&f, g, "slot_floats", &meta[0], 1);
-    if (status == FH_OK) status = fh_h5_attr_read_int64s(&f, g, "vectors", &meta[1], 1);
-    if (g >= 0) H5Gclose(g);
-    g = status == FH_OK ? H5Gopen2(f.id, "/meta", H5P_DEFAULT) : H5I_INVALID_HID;
-    if (status == FH_OK) status = fh_h5_attr_read_int64s(&f, g, "n_state", &n_state, 1);
-    if (g >= 0) H5Gclose(g);
-    const int K = (int)dims[0];
-    if (status == FH_OK && (meta[0] < 0 || meta[1] < 0 || n_state <= 0 || meta[1] * n_state > meta[0]))
+    int status = FH_OK;
+    if (slot_floats < 0 || vectors < 0 || n_state <= 0 || vectors * n_state > slot_floats)
         status = fh_error_raise(FH_ERR_DATA, __FILE__, __LINE__, "%s: /clients has %lld vectors of %lld in %lld floats",
-                                ckpt_path, (long long)meta[1], (long long)n_state, (long long)meta[0]);
-    if (status == FH_OK) status = fh_calloc(&table, (size_t)K, sizeof *table, "client state table");
-    if (status == FH_OK) status = fh_h5_read_all(&f, "/clients/slots", H5T_NATIVE_INT64, table);
-    if (status == FH_OK && meta[0] > 0) { /* the store beside the checkpoint */
+                                ckpt_path, (long long)vectors, (long long)n_state, (long long)slot_floats);
+    if (status == FH_OK && slot_floats > 0) { /* the store beside the checkpoint */
         char dir[4096];
         const char *slash = strrchr(ckpt_path, '/');
         snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - ckpt_path) : 1, slash ? ckpt_path : ".");
-        st = (FlStore){ .fd = -1, .n_clients = K, .slot_floats = meta[0], .slot_bytes = slot_bytes_for(meta[0]) };
+        st = (FlStore){ .fd = -1, .n_clients = K, .slot_floats = slot_floats, .slot_bytes = slot_bytes_for(slot_floats) };
         snprintf(st.path, sizeof st.path, "%s/client-state.bin", dir);
         st.fd = open(st.path, O_RDONLY | O_CLOEXEC);
         if (st.fd < 0)
@@ -362,7 +354,5 @@ int fl_store_export(const char *ckpt_path, const char *out_path)
     }
     if (st.fd >= 0) close(st.fd);
     fh_free(&row);
-    fh_free(&table);
-    fh_h5_close(&f);
     return status;
 }
