@@ -121,6 +121,7 @@ typedef struct {
     int grad_from_start; /* its gradient is zeroed when backward starts (logits, features, tensors nothing reads) */
     int block;        /* layout of data and grad: 0 NCHW; 8 or 16 channels blocked (nChw8c / nChw16c), set at
                        * finalize under onednn where every reader takes it (src/nn/model.c, plan_layouts) */
+    int folded_from;  /* -1, or the folded layer (NnLayer.folded) that makes it: its reader sees it through strides */
 } NnTensor;
 
 #define NN_MAX_BLOCK 16 /* the widest channel block of a blocked layout */
@@ -145,6 +146,9 @@ typedef struct {
     unsigned char trans_b; /* MATMUL: b is [..., N, K] */
     unsigned char tied; /* a parameter of this layer is another's too (nn_tie_param): its backward adds */
     float alpha;        /* MATMUL: the product's scale */
+    unsigned char folded; /* a copy (transpose, slice, scale) that a batched product does through strides instead:
+                           * no pass, no buffer of its own (src/nn/layers_nd.c, nn_nd_fold_products) */
+    int y_via;          /* MATMUL: the folded transpose whose output holds the product, -1 */
     int rows;           /* LINEAR: rows per sample it maps (the flattened sample: 1) */
     unsigned char per_row; /* LINEAR: on the last dim of every row (nn_linear_rows), not the flattened sample */
     float *values;      /* CONST: its floats */
@@ -223,6 +227,8 @@ typedef struct NnModel {
     int64_t grad_pool_floats, data_pool_floats; /* per sample */
     int no_activation_reuse; /* set before finalize: every activation and gradient in a buffer of its own (tests
                               * check that the planned model computes the same bits) */
+    int no_product_folding;  /* set before finalize: every transpose, slice and scale around a batched product runs as
+                              * its own layer (tests; NnLayer.folded) */
     NnBackend backend;       /* set before finalize (nn_zoo_build: NnZooOptions.backend) */
     struct NnOnednn *onednn; /* oneDNN's engine, stream and staging buffers; NULL under blas */
     float *workspace;        /* im2col columns and gemm staging (blas) */

@@ -248,11 +248,13 @@ void nn_reduce_mean_forward(float *y, const float *x, const NnNdLoop *L, int64_t
 void nn_reduce_mean_backward(float *dx, const float *dy, const NnNdLoop *L, int64_t count);
 /* y = x with its dims n[0..nd) permuted (y dim k is x dim perm[k]); add: y += */
 void nn_transpose_run(float *y, const float *x, int nd, const int64_t *n, const int *perm, int add);
-/* `count` products y [m, n_cols] = alpha a [m, k] b [k, n_cols] (trans_b: b [n_cols, k]); product i's offsets are
- * sums over its leading index (n[0..nd)) of the strides sa, sb, sy (0: broadcast) */
+/* `count` products y [m, n_cols] = alpha op(a) [m, k] op(b) [k, n_cols], op(x) = x, or x^T stored (trans_a, trans_b);
+ * rows lda, ldb, ldy floats apart (y's columns adjacent); product i's offsets are sums over its leading index
+ * (n[0..nd)) of the strides sa, sb, sy (0: broadcast) */
 typedef struct {
-    int m, k, n_cols, trans_b, nd, onednn;
+    int m, k, n_cols, trans_a, trans_b, nd, onednn;
     float alpha;
+    int64_t lda, ldb, ldy;
     int64_t count;
     int64_t n[NN_MAX_DIMS], sa[NN_MAX_DIMS], sb[NN_MAX_DIMS], sy[NN_MAX_DIMS];
 } NnMatmulShape;

@@ -341,30 +341,30 @@ static void mm_offsets(const NnMatmulShape *s, int64_t i, int64_t *ao, int64_t *
 
 void nn_matmul_forward(float *y, const float *a, const float *b, const NnMatmulShape *s)
 {
-    const int M = s->m, K = s->k, N = s->n_cols;
     for (int64_t i = 0; i < s->count; i++) {
         int64_t ao, bo, yo;
         mm_offsets(s, i, &ao, &bo, &yo);
-        nn_gemm(s->onednn, 0, s->trans_b, M, N, K, s->alpha, a + ao, K, b + bo, s->trans_b ? K : N, 0.0f, y + yo, N);
+        nn_gemm(s->onednn, s->trans_a, s->trans_b, s->m, s->n_cols, s->k, s->alpha, a + ao, (int)s->lda, b + bo, (int)s->ldb, 0.0f,
+                y + yo, (int)s->ldy);
     }
 }
 
-/* da += alpha dy b^T, db += alpha a^T dy (per product, summed where b or a is broadcast); either may be NULL */
+/* da += alpha dy op(b)^T, db += alpha op(a)^T dy, each in its own storage order (per product, summed where b or a is
+ * broadcast); either may be NULL */
 void nn_matmul_backward(float *da, float *db, const float *dy, const float *a, const float *b, const NnMatmulShape *s)
 {
     const int M = s->m, K = s->k, N = s->n_cols;
     for (int64_t i = 0; i < s->count; i++) {
         int64_t ao, bo, yo;
         mm_offsets(s, i, &ao, &bo, &yo);
-        if (da) /* dA [M, K] = dY [M, N] B^T [N, K] (trans_b: B is [N, K] already) */
-            nn_gemm(s->onednn, 0, !s->trans_b, M, K, N, s->alpha, dy + yo, N, b + bo, s->trans_b ? K : N, 1.0f,
-                    da + ao, K);
-        if (db) {
-            if (s->trans_b) /* dB [N, K] = dY^T [N, M] A [M, K] */
-                nn_gemm(s->onednn, 1, 0, N, K, M, s->alpha, dy + yo, N, a + ao, K, 1.0f, db + bo, K);
-            else /* dB [K, N] = A^T [K, M] dY [M, N] */
-                nn_gemm(s->onednn, 1, 0, K, N, M, s->alpha, a + ao, K, dy + yo, N, 1.0f, db + bo, N);
-        }
+        if (da && !s->trans_a) /* dA [M, K] = dY [M, N] op(B)^T */
+            nn_gemm(s->onednn, 0, !s->trans_b, M, K, N, s->alpha, dy + yo, (int)s->ldy, b + bo, (int)s->ldb, 1.0f, da + ao, (int)s->lda);
+        else if (da) /* A stored [K, M]: dA = op(B) dY^T */
+            nn_gemm(s->onednn, s->trans_b, 1, K, M, N, s->alpha, b + bo, (int)s->ldb, dy + yo, (int)s->ldy, 1.0f, da + ao, (int)s->lda);
+        if (db && !s->trans_b) /* dB [K, N] = op(A)^T dY */
+            nn_gemm(s->onednn, !s->trans_a, 0, K, N, M, s->alpha, a + ao, (int)s->lda, dy + yo, (int)s->ldy, 1.0f, db + bo, (int)s->ldb);
+        else if (db) /* B stored [N, K]: dB = dY^T op(A) */
+            nn_gemm(s->onednn, 1, s->trans_a, N, K, M, s->alpha, dy + yo, (int)s->ldy, a + ao, (int)s->lda, 1.0f, db + bo, (int)s->ldb);
     }
 }
 

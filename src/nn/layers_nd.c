@@ -364,33 +364,258 @@ static void loop_over(const NnModel *m, NnNdLoop *L, int over, int op0, int op1,
     nn_nd_loop_init(L, nd, ny, op1 >= 0 ? 2 : 1, ops);
 }
 
-static void matmul_shape(const NnModel *m, const NnLayer *l, int batch, NnMatmulShape *s)
+/* ============================== products through strides ============================== */
+
+/* A tensor as strided floats of its root buffer: element (i0, i1, ...) at off + sum i_k s[k], times scale. */
+typedef struct {
+    int nd;
+    int64_t n[NN_MAX_DIMS], s[NN_MAX_DIMS], off;
+    float scale;
+} NdView;
+
+static void view_dense(const NnModel *m, int t, int batch, NdView *v)
 {
-    int64_t na[NN_MAX_DIMS], nb[NN_MAX_DIMS], ny[NN_MAX_DIMS];
-    const NnDims *dy = tdims(m, l->out);
-    const int nd = dy->ndim;
-    nn_dims_at(tdims(m, l->in), batch, na);
-    nn_dims_at(tdims(m, l->in2), batch, nb);
-    nn_dims_at(dy, batch, ny);
-    s->m = (int)na[nd - 2];
-    s->k = (int)na[nd - 1];
-    s->n_cols = (int)ny[nd - 1];
-    s->trans_b = l->trans_b;
-    s->alpha = l->alpha;
+    v->nd = tdims(m, t)->ndim;
+    nn_dims_at(tdims(m, t), batch, v->n);
+    int64_t s = 1;
+    for (int k = v->nd - 1; k >= 0; k--) {
+        v->s[k] = s;
+        s *= v->n[k];
+    }
+    v->off = 0;
+    v->scale = 1.0f;
+}
+
+/* v viewed with dims n[0..nd) (the same values in the same order): 0 when its strides cannot express that. Runs of
+ * dims with equal products are matched; the old dims of a run must lie evenly in memory to be split anew. */
+static int view_reshape(NdView *v, int nd, const int64_t *n)
+{
+    int64_t on[NN_MAX_DIMS], os[NN_MAX_DIMS], s[NN_MAX_DIMS];
+    int ond = 0;
+    for (int k = 0; k < v->nd; k++) /* dims of 1 carry no stride */
+        if (v->n[k] != 1) {
+            on[ond] = v->n[k];
+            os[ond++] = v->s[k];
+        }
+    int oi = 0, ni = 0;
+    while (ni < nd && n[ni] == 1) s[ni++] = 0;
+    while (oi < ond && ni < nd) {
+        int oj = oi + 1, nj = ni + 1;
+        int64_t op = on[oi], np = n[ni];
+        while (op != np) {
+            if (np < op) {
+                if (nj >= nd) return 0;
+                np *= n[nj++];
+            } else {
+                if (oj >= ond) return 0;
+                op *= on[oj++];
+            }
+        }
+        for (int k = oi; k < oj - 1; k++)
+            if (os[k] != on[k + 1] * os[k + 1]) return 0;
+        s[nj - 1] = os[oj - 1];
+        for (int k = nj - 1; k > ni; k--) s[k - 1] = n[k] == 1 ? s[k] : s[k] * n[k];
+        oi = oj;
+        ni = nj;
+        while (ni < nd && n[ni] == 1) s[ni++] = 0;
+    }
+    if (oi != ond || ni != nd) return 0;
+    v->nd = nd;
+    memcpy(v->n, n, sizeof(int64_t) * (size_t)nd);
+    memcpy(v->s, s, sizeof(int64_t) * (size_t)nd);
+    return 1;
+}
+
+/* tensor t as strides of the buffer it is read from: through the folded layers that make it; 0: not expressible */
+static int view_of(const NnModel *m, int t, int batch, NdView *v)
+{
+    const int p = m->tensors[t].folded_from;
+    if (p < 0) {
+        view_dense(m, t, batch, v);
+        return 1;
+    }
+    const NnLayer *l = &m->layers[p];
+    if (!view_of(m, l->in, batch, v)) return 0;
+    switch (l->type) {
+    case NN_OP_RESHAPE: {
+        int64_t n[NN_MAX_DIMS];
+        nn_dims_at(tdims(m, l->out), batch, n);
+        return view_reshape(v, tdims(m, l->out)->ndim, n);
+    }
+    case NN_OP_TRANSPOSE: {
+        const NdView in = *v;
+        for (int k = 0; k < in.nd; k++) {
+            v->n[k] = in.n[l->perm[k]];
+            v->s[k] = in.s[l->perm[k]];
+        }
+        return 1;
+    }
+    case NN_OP_SLICE:
+        v->off += l->start * v->s[l->axis];
+        v->n[l->axis] = l->end - l->start;
+        return 1;
+    case NN_OP_ACT: v->scale *= l->act_a; return 1;
+    default: return 0;
+    }
+}
+
+/* a matrix of rows x cols at strides (sr, sc) as a gemm operand: stored as is (trans 0) or transposed, ld apart */
+static int mat_layout(int64_t rows, int64_t cols, int64_t sr, int64_t sc, int *trans, int64_t *ld)
+{
+    if ((cols == 1 || sc == 1) && (rows == 1 || sr >= cols)) {
+        *trans = 0;
+        *ld = rows == 1 ? cols : sr;
+    } else if ((rows == 1 || sr == 1) && (cols == 1 || sc >= rows)) {
+        *trans = 1;
+        *ld = cols == 1 ? rows : sc;
+    } else {
+        return 0;
+    }
+    return *ld <= INT32_MAX;
+}
+
+/* the products of layer l at this batch, and where its operands and output start in their buffers: 0 when the
+ * folded layers around it cannot be read through strides */
+static int matmul_shape(const NnModel *m, const NnLayer *l, int batch, NnMatmulShape *s, int64_t off[3])
+{
+    NdView va, vb, vy;
+    if (!view_of(m, l->in, batch, &va) || !view_of(m, l->in2, batch, &vb)) return 0;
+    if (l->y_via >= 0) { /* y's dims k are the transpose output's dims perm^-1 (k) */
+        const NnLayer *t = &m->layers[l->y_via];
+        NdView dense;
+        view_dense(m, t->out, batch, &dense);
+        vy = dense;
+        for (int k = 0; k < dense.nd; k++) {
+            vy.n[t->perm[k]] = dense.n[k];
+            vy.s[t->perm[k]] = dense.s[k];
+        }
+    } else {
+        view_dense(m, l->out, batch, &vy);
+    }
+    const int nd = vy.nd;
+    int b_stored_t, y_t;
+    s->m = (int)va.n[nd - 2];
+    s->k = (int)va.n[nd - 1];
+    s->n_cols = (int)vy.n[nd - 1];
+    if (!mat_layout(va.n[nd - 2], va.n[nd - 1], va.s[nd - 2], va.s[nd - 1], &s->trans_a, &s->lda) ||
+        !mat_layout(vb.n[nd - 2], vb.n[nd - 1], vb.s[nd - 2], vb.s[nd - 1], &b_stored_t, &s->ldb) ||
+        !mat_layout(vy.n[nd - 2], vy.n[nd - 1], vy.s[nd - 2], vy.s[nd - 1], &y_t, &s->ldy) || y_t)
+        return 0;
+    s->trans_b = l->trans_b ^ b_stored_t;
+    s->alpha = l->alpha * va.scale * vb.scale;
     s->onednn = m->onednn != NULL;
     s->nd = nd - 2;
-    int64_t ra = na[nd - 2] * na[nd - 1], rb = nb[nd - 2] * nb[nd - 1], ry = ny[nd - 2] * ny[nd - 1];
     s->count = 1;
-    for (int k = nd - 3; k >= 0; k--) {
-        s->n[k] = ny[k];
-        s->sa[k] = na[k] == 1 ? 0 : ra;
-        s->sb[k] = nb[k] == 1 ? 0 : rb;
-        s->sy[k] = ry;
-        ra *= na[k];
-        rb *= nb[k];
-        ry *= ny[k];
-        s->count *= ny[k];
+    for (int k = 0; k < nd - 2; k++) {
+        s->n[k] = vy.n[k];
+        s->sa[k] = va.n[k] == 1 ? 0 : va.s[k];
+        s->sb[k] = vb.n[k] == 1 ? 0 : vb.s[k];
+        s->sy[k] = vy.s[k];
+        s->count *= vy.n[k];
     }
+    off[0] = va.off;
+    off[1] = vb.off;
+    off[2] = vy.off;
+    return 1;
+}
+
+/* A layer that only moves floats for one batched product (a transpose, a slice or a reshape of what it multiplies,
+ * a scale by a constant; a transpose of its output) costs a pass over memory and a buffer: the product can read and
+ * write through strides instead (attention's heads split from one projection and merged again). Such layers are
+ * folded when the tensors between them have no other reader and every batch size gives strides a gemm takes. */
+static int foldable_link(const NnModel *m, const NnLayer *l)
+{
+    if (l->folded) return 0;
+    switch (l->type) {
+    case NN_OP_RESHAPE:
+    case NN_OP_TRANSPOSE:
+    case NN_OP_SLICE: return 1;
+    case NN_OP_ACT: return l->act == NN_ACT_AFFINE && l->act_b == 0.0f && m->tensors[l->in].block == 0;
+    default: return 0;
+    }
+}
+
+/* where a folded chain may start: buffers in plain row-major order whatever the backend */
+static int plain_root(const NnModel *m, int producer)
+{
+    if (producer < 0) return 0;
+    switch (m->layers[producer].type) {
+    case NN_OP_LINEAR:
+    case NN_OP_MATMUL:
+    case NN_OP_SOFTMAX:
+    case NN_OP_LAYERNORM:
+    case NN_OP_BINARY: return !m->layers[producer].folded;
+    default: return 0;
+    }
+}
+
+static int fold_valid(const NnModel *m, const NnLayer *l)
+{
+    const int batches[3] = { 1, 2, m->max_batch };
+    for (int k = 0; k < 3; k++) {
+        NnMatmulShape s;
+        int64_t off[3];
+        if (!matmul_shape(m, l, batches[k], &s, off)) return 0;
+    }
+    return 1;
+}
+
+static void fold_mark(NnModel *m, int layer, int on)
+{
+    NnLayer *l = &m->layers[layer];
+    l->folded = (unsigned char)on;
+    m->tensors[l->out].folded_from = on ? layer : -1;
+    if (l->type != NN_OP_RESHAPE) m->tensors[l->out].alias_of = on ? l->in : -1;
+}
+
+void nn_nd_fold_products(NnModel *m)
+{
+    if (m->no_product_folding) return;
+    const int n_t = m->n_tensors;
+    int *readers = calloc((size_t)n_t, sizeof *readers), *producer = malloc(sizeof(int) * (size_t)n_t);
+    if (!readers || !producer) goto done; /* folding is an optimisation: without memory, none */
+    for (int t = 0; t < n_t; t++) producer[t] = -1;
+    for (int i = 0; i < m->n_layers; i++) {
+        const NnLayer *l = &m->layers[i];
+        for (int k = 0; k < nn_layer_inputs(l); k++) readers[nn_layer_input(l, k)]++;
+        producer[l->out] = i;
+    }
+    for (int i = 0; i < m->n_layers; i++) {
+        NnLayer *l = &m->layers[i];
+        if (l->type != NN_OP_MATMUL) continue;
+        for (int side = 0; side < 2; side++) {
+            int chain[16], n = 0, t = side ? l->in2 : l->in, copies = 0;
+            while (n < 16 && producer[t] >= 0 && readers[t] == 1 && t != m->logits && t != m->features &&
+                   foldable_link(m, &m->layers[producer[t]])) {
+                copies += m->layers[producer[t]].type != NN_OP_RESHAPE;
+                chain[n++] = producer[t];
+                t = m->layers[producer[t]].in;
+            }
+            if (!copies || !plain_root(m, producer[t])) continue;
+            for (int k = 0; k < n; k++) fold_mark(m, chain[k], 1);
+            if (!fold_valid(m, l))
+                for (int k = 0; k < n; k++) fold_mark(m, chain[k], 0);
+        }
+        const int y = l->out;
+        if (readers[y] != 1 || y == m->logits || y == m->features) continue;
+        for (int j = i + 1; j < m->n_layers; j++) {
+            NnLayer *r = &m->layers[j];
+            if (r->in != y && r->in2 != y) continue;
+            if (r->type != NN_OP_TRANSPOSE || r->folded) break;
+            l->y_via = j;
+            r->folded = 1;
+            m->tensors[y].alias_of = r->out;
+            if (!fold_valid(m, l)) {
+                l->y_via = -1;
+                r->folded = 0;
+                m->tensors[y].alias_of = -1;
+            }
+            break;
+        }
+    }
+done:
+    free(readers);
+    free(producer);
 }
 
 static void drop_path_mask(NnModel *m, NnLayer *l, int batch)
@@ -418,8 +643,9 @@ void nn_nd_forward(NnModel *m, NnLayer *l, int batch)
     }
     case NN_OP_MATMUL: {
         NnMatmulShape s;
-        matmul_shape(m, l, batch, &s);
-        nn_matmul_forward(y, x, nn_tdata(m, l->in2), &s);
+        int64_t off[3];
+        matmul_shape(m, l, batch, &s, off); /* nn_nd_fold_products checked that it can */
+        nn_matmul_forward(y + off[2], x + off[0], nn_tdata(m, l->in2) + off[1], &s);
         break;
     }
     case NN_OP_LAYERNORM: {
@@ -497,8 +723,10 @@ void nn_nd_backward(NnModel *m, NnLayer *l, int batch)
     }
     case NN_OP_MATMUL: {
         NnMatmulShape s;
-        matmul_shape(m, l, batch, &s);
-        nn_matmul_backward(dx, dx2, dy, x, nn_tdata(m, l->in2), &s);
+        int64_t off[3];
+        matmul_shape(m, l, batch, &s, off);
+        nn_matmul_backward(dx ? dx + off[0] : NULL, dx2 ? dx2 + off[1] : NULL, dy + off[2], x + off[0],
+                           nn_tdata(m, l->in2) + off[1], &s);
         break;
     }
     case NN_OP_LAYERNORM: {

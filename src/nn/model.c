@@ -66,6 +66,7 @@ int nn_add_tensor(NnModel *m, const NnDims *dims_in, int alias_of)
     else if (d->batch == 0 && d->ndim == 3) t->shape = (NnShape){d->d[1], d->d[2], 1};
     else t->shape = (NnShape){(int)(t->size <= INT32_MAX ? t->size : 0), 1, 1};
     t->alias_of = alias_of;
+    t->folded_from = -1;
     return m->n_tensors++;
 }
 
@@ -148,7 +149,7 @@ NnLayer *nn_add_layer(NnModel *m, NnOpType type, int in, NnAct act)
     l->type = type;
     l->act = act;
     l->in = in;
-    l->in2 = -1;
+    l->in2 = l->y_via = -1;
     l->out = -1;
     l->w_off = l->b_off = l->rm_off = l->rv_off = -1;
     l->groups = 1;
@@ -558,7 +559,7 @@ int nn_layer_inputs(const NnLayer *l)
     return l->ins ? l->n_ins : 1 + (l->in2 >= 0);
 }
 int nn_layer_input(const NnLayer *l, int k) { return l->ins ? l->ins[k] : k ? l->in2 : l->in; }
-int nn_layer_is_view(const NnLayer *l) { return l->type == NN_OP_FLATTEN || l->type == NN_OP_RESHAPE; }
+int nn_layer_is_view(const NnLayer *l) { return l->type == NN_OP_FLATTEN || l->type == NN_OP_RESHAPE || l->folded; }
 
 
 int nn_flatten(NnModel *m, int in)
@@ -686,23 +687,17 @@ void nn_model_init_params(NnModel *m, uint64_t seed)
 
 /* ============================== running ============================== */
 
-float *nn_tdata(const NnModel *m, int t)
+int nn_tensor_root(const NnModel *m, int t)
 {
     while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
-    return m->tensors[t].data;
+    return t;
 }
 
-float *nn_tgrad(const NnModel *m, int t)
-{
-    while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
-    return m->tensors[t].grad;
-}
+float *nn_tdata(const NnModel *m, int t) { return m->tensors[nn_tensor_root(m, t)].data; }
 
-int nn_is_input_tensor(const NnModel *m, int t)
-{
-    while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
-    return t == m->input;
-}
+float *nn_tgrad(const NnModel *m, int t) { return m->tensors[nn_tensor_root(m, t)].grad; }
+
+int nn_is_input_tensor(const NnModel *m, int t) { return nn_tensor_root(m, t) == m->input; }
 
 void nn_model_set_training(NnModel *m, int training) { m->training = training; }
 
@@ -820,6 +815,7 @@ int nn_model_forward(NnModel *m, const float *input, int batch)
     m->tensors[m->input].data = (float *)input;
     for (int i = 0; i < m->n_layers; i++) {
         NnLayer *l = &m->layers[i];
+        if (l->folded) continue; /* its reader's pass does its work */
         double t0 = m->profile ? fh_time_now() : 0.0;
         const float *x = nn_tdata(m, l->in);
         float *y = nn_tdata(m, l->out);
@@ -1008,9 +1004,12 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
     for (int i = m->n_layers - 1; i >= 0; i--) {
         NnLayer *l = &m->layers[i];
         double t0 = m->profile ? fh_time_now() : 0.0;
+        if (l->folded) continue; /* its reader's pass did its work */
+        /* the whole buffer: a folded input is a part of it */
         if (l->zero_in && !writes_whole_dx(m, l))
-            memset(nn_tgrad(m, l->in), 0, sizeof(float) * (size_t)nn_tensor_floats(m, l->in, batch));
-        if (l->zero_in2) memset(nn_tgrad(m, l->in2), 0, sizeof(float) * (size_t)nn_tensor_floats(m, l->in2, batch));
+            memset(nn_tgrad(m, l->in), 0, sizeof(float) * (size_t)nn_tensor_floats(m, nn_tensor_root(m, l->in), batch));
+        if (l->zero_in2)
+            memset(nn_tgrad(m, l->in2), 0, sizeof(float) * (size_t)nn_tensor_floats(m, nn_tensor_root(m, l->in2), batch));
         const float *x = nn_tdata(m, l->in), *y = nn_tdata(m, l->out);
         float *dy = nn_tgrad(m, l->out);
         float *dx = (nn_is_input_tensor(m, l->in) && !m->need_input_grad) ? NULL : nn_tgrad(m, l->in);

@@ -23,6 +23,8 @@ int nn_layer_input(const NnLayer *l, int k);
 /* a view of its input's buffers (flatten, reshape): no work, no buffers of its own */
 int nn_layer_is_view(const NnLayer *l);
 
+/* the tensor whose buffers t's are (t itself unless t is a view) */
+int nn_tensor_root(const NnModel *m, int t);
 float *nn_tdata(const NnModel *m, int t);
 float *nn_tgrad(const NnModel *m, int t);
 int nn_is_input_tensor(const NnModel *m, int t);
@@ -51,6 +53,8 @@ static inline float *nn_pgrad_at(const NnModel *m, int64_t off) { return off >= 
 int nn_nd_reads(const NnModel *m, const NnLayer *l, int k);
 /* scratch sized for max_batch, at finalize */
 int nn_nd_finalize_layer(NnModel *m, NnLayer *l);
+/* folds the copies around batched products into their strides (NnLayer.folded); before the memory plan */
+void nn_nd_fold_products(NnModel *m);
 void nn_nd_forward(NnModel *m, NnLayer *l, int batch);
 void nn_nd_backward(NnModel *m, NnLayer *l, int batch);
 /* forward FLOPs per sample */

@@ -16,11 +16,6 @@ static int view_by_offset(const void *a, const void *b)
 
 static int model_finalize(NnModel *m, int logits, int features, int classes);
 
-static int root_of(const NnModel *m, int t)
-{
-    while (m->tensors[t].alias_of >= 0) t = m->tensors[t].alias_of;
-    return t;
-}
 
 /* Packs buffers of per-sample sizes size[t] that are live over steps [first[t], last[t]] into one pool: buffers whose
  * spans do not overlap share a slot. The n_ids tensors ids[] are taken in order of first step (stable), each
@@ -70,20 +65,20 @@ done:
  * an input of the layers whose backward needs x; the logits and features are read by callers after forward. */
 static int data_read_by_backward(const NnModel *m, int t)
 {
-    if (t == root_of(m, m->logits) || t == root_of(m, m->features)) return 1;
+    if (t == nn_tensor_root(m, m->logits) || t == nn_tensor_root(m, m->features)) return 1;
     for (int i = 0; i < m->n_layers; i++) {
         const NnLayer *l = &m->layers[i];
         if (nn_layer_is_view(l)) continue;
-        if (root_of(m, l->out) == t && l->act != NN_ACT_NONE && !nn_layer_own_act(l)) return 1;
+        if (nn_tensor_root(m, l->out) == t && l->act != NN_ACT_NONE && !nn_layer_own_act(l)) return 1;
         if (nn_nd_is_op(l->type)) {
-            if (root_of(m, l->out) == t && nn_nd_reads(m, l, -1)) return 1;
+            if (nn_tensor_root(m, l->out) == t && nn_nd_reads(m, l, -1)) return 1;
             for (int k = 0; k < nn_layer_inputs(l); k++)
-                if (root_of(m, nn_layer_input(l, k)) == t && nn_nd_reads(m, l, k)) return 1;
+                if (nn_tensor_root(m, nn_layer_input(l, k)) == t && nn_nd_reads(m, l, k)) return 1;
             continue;
         }
         const int needs_x = l->type == NN_OP_LINEAR || l->type == NN_OP_CONV2D || l->type == NN_OP_BATCHNORM ||
                             l->type == NN_OP_GROUPNORM || l->type == NN_OP_MUL || nn_layer_own_act(l);
-        if (needs_x && (root_of(m, l->in) == t || (l->in2 >= 0 && root_of(m, l->in2) == t))) return 1;
+        if (needs_x && (nn_tensor_root(m, l->in) == t || (l->in2 >= 0 && nn_tensor_root(m, l->in2) == t))) return 1;
     }
     return 0;
 }
@@ -111,13 +106,13 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
         l->zero_in = l->zero_in2 = 0;
         if (l->zero_ins) memset(l->zero_ins, 0, (size_t)l->n_ins);
         if (nn_layer_is_view(l)) continue; /* a view: its gradient is its input's */
-        last[root_of(m, l->out)] = L - 1 - i;
+        last[nn_tensor_root(m, l->out)] = L - 1 - i;
         for (int k = 0; k < nn_layer_inputs(l); k++) {
-            const int r = root_of(m, nn_layer_input(l, k));
+            const int r = nn_tensor_root(m, nn_layer_input(l, k));
             if (L - 1 - i < first[r]) first[r] = L - 1 - i;
         }
     }
-    first[root_of(m, m->logits)] = first[root_of(m, m->features)] = -1;
+    first[nn_tensor_root(m, m->logits)] = first[nn_tensor_root(m, m->features)] = -1;
     int n_ids = 0;
     for (int t = 0; t < n; t++) {
         m->tensors[t].grad_from_start = 0;
@@ -131,8 +126,8 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
         if (first[t] >= 0) {
             NnLayer *w = &m->layers[L - 1 - first[t]];
             if (w->ins) {
-                for (int k = 0; k < w->n_ins; k++) w->zero_ins[k] |= root_of(m, w->ins[k]) == t;
-            } else if (root_of(m, w->in) == t) {
+                for (int k = 0; k < w->n_ins; k++) w->zero_ins[k] |= nn_tensor_root(m, w->ins[k]) == t;
+            } else if (nn_tensor_root(m, w->in) == t) {
                 w->zero_in = 1;
             } else {
                 w->zero_in2 = 1;
@@ -147,9 +142,9 @@ static int plan_activations(NnModel *m, int64_t *grad_offset, int64_t *data_offs
     for (int t = 0; t < n; t++) first[t] = last[t] = -1;
     for (int i = 0; i < L; i++) {
         const NnLayer *l = &m->layers[i];
-        if (!nn_layer_is_view(l)) first[root_of(m, l->out)] = last[root_of(m, l->out)] = i;
+        if (!nn_layer_is_view(l)) first[nn_tensor_root(m, l->out)] = last[nn_tensor_root(m, l->out)] = i;
         for (int k = 0; k < nn_layer_inputs(l); k++)
-            if (i > last[root_of(m, nn_layer_input(l, k))]) last[root_of(m, nn_layer_input(l, k))] = i;
+            if (i > last[nn_tensor_root(m, nn_layer_input(l, k))]) last[nn_tensor_root(m, nn_layer_input(l, k))] = i;
     }
     n_ids = 0;
     for (int t = 0; t < n; t++) {
@@ -230,7 +225,7 @@ static void plan_layouts(NnModel *m)
         else if (keeps_layout(m, l, block))
             out->block = layout_inputs_blocked(m, l) ? block : 0;
     }
-    m->tensors[root_of(m, m->logits)].block = m->tensors[root_of(m, m->features)].block = 0;
+    m->tensors[nn_tensor_root(m, m->logits)].block = m->tensors[nn_tensor_root(m, m->features)].block = 0;
     /* back to NCHW where a reader needs it, and on both sides of a layout-keeping layer that has NCHW on one,
      * until nothing changes */
     for (int changed = 1; changed;) {
@@ -395,6 +390,7 @@ static int model_finalize(NnModel *m, int logits, int features, int classes)
     size_t B = (size_t)m->max_batch;
     int64_t *grad_offset = calloc((size_t)m->n_tensors, sizeof *grad_offset);
     int64_t *data_offset = calloc((size_t)m->n_tensors, sizeof *data_offset);
+    nn_nd_fold_products(m);
     int status = grad_offset && data_offset ? plan_activations(m, grad_offset, data_offset) : FH_ERR_MEMORY;
     if (status == FH_OK)
         status = fh_alloc_aligned(&m->grad_pool, sizeof(float) * B * (size_t)(m->grad_pool_floats + 1),

@@ -194,53 +194,121 @@ static void test_transpose_matches_ref(void)
 
 static void test_matmul_matches_ref(void)
 {
-    /* [2, 3, M, K] x [1, 3, K, N] (the first dim broadcast), both orientations of b */
+    /* [2, 3, M, K] x [1, 3, K, N] (the first dim broadcast), each operand stored either way round (a with trans_a, b
+     * with trans_b) and rows padded apart (lda, ldb, ldy beyond the row), as products read through strides */
     const int M = 5, K = 4, N = 6;
-    for (int tb = 0; tb < 2; tb++) {
-        NnMatmulShape s = {.m = M, .k = K, .n_cols = N, .trans_b = tb, .nd = 2, .alpha = 0.5f, .count = 6,
-                           .n = {2, 3}, .sa = {3 * M * K, M * K}, .sb = {0, K * N}, .sy = {3 * M * N, M * N}};
-        for (int dn = 0; dn < 2; dn++) {
-            s.onednn = dn;
-            float *a = falloc(6 * M * K), *b = falloc(3 * K * N), *y = falloc(6 * M * N), *dy = falloc(6 * M * N);
-            float *da = falloc(6 * M * K), *db = falloc(3 * K * N);
-            FhRng rng = rng_for("matmul", (uint32_t)(2 * tb + dn));
-            fill_normal(&rng, a, 6 * M * K, 1.0);
-            fill_normal(&rng, b, 3 * K * N, 1.0);
-            fill_normal(&rng, dy, 6 * M * N, 1.0);
-            nn_matmul_forward(y, a, b, &s);
-            nn_matmul_backward(da, db, dy, a, b, &s);
-            double err = 0, gerr_a = 0, gerr_b = 0;
-            for (int i0 = 0; i0 < 2; i0++)
-                for (int i1 = 0; i1 < 3; i1++) {
-                    const float *A = a + (i0 * 3 + i1) * M * K, *B = b + i1 * K * N, *Y = y + (i0 * 3 + i1) * M * N,
-                                *G = dy + (i0 * 3 + i1) * M * N;
-                    for (int r = 0; r < M; r++)
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int dn = 0; dn < 2; dn++) {
+                const int lda = (ta ? M : K) + ta + dn, ldb = (tb ? K : N) + 2 * tb, ldy = N + ta;
+                const int ma = (ta ? K : M) * lda, kb = (tb ? N : K) * ldb, my = M * ldy;
+                NnMatmulShape s = {.m = M, .k = K, .n_cols = N, .trans_a = ta, .trans_b = tb, .nd = 2, .onednn = dn,
+                                   .alpha = 0.5f, .lda = lda, .ldb = ldb, .ldy = ldy, .count = 6, .n = {2, 3},
+                                   .sa = {3 * ma, ma}, .sb = {0, kb}, .sy = {3 * my, my}};
+                float *a = falloc(6 * ma), *b = falloc(3 * kb), *y = falloc(6 * my), *dy = falloc(6 * my);
+                float *da = falloc(6 * ma), *db = falloc(3 * kb);
+                FhRng rng = rng_for("matmul", (uint32_t)(4 * ta + 2 * tb + dn));
+                fill_normal(&rng, a, 6 * ma, 1.0);
+                fill_normal(&rng, b, 3 * kb, 1.0);
+                fill_normal(&rng, dy, 6 * my, 1.0);
+                nn_matmul_forward(y, a, b, &s);
+                nn_matmul_backward(da, db, dy, a, b, &s);
+#define A_AT(p, r, k) (p)[ta ? (k) * lda + (r) : (r) * lda + (k)]
+#define B_AT(p, k, c) (p)[tb ? (c) * ldb + (k) : (k) * ldb + (c)]
+                double err = 0, gerr_a = 0, gerr_b = 0;
+                for (int i0 = 0; i0 < 2; i0++)
+                    for (int i1 = 0; i1 < 3; i1++) {
+                        const float *A = a + (i0 * 3 + i1) * ma, *B = b + i1 * kb, *Y = y + (i0 * 3 + i1) * my,
+                                    *G = dy + (i0 * 3 + i1) * my;
+                        for (int r = 0; r < M; r++)
+                            for (int c = 0; c < N; c++) {
+                                double v = 0;
+                                for (int k = 0; k < K; k++) v += (double)A_AT(A, r, k) * B_AT(B, k, c);
+                                err = fmax(err, fabs(0.5 * v - Y[r * ldy + c]));
+                            }
+                        for (int r = 0; r < M; r++) /* dA = alpha dY B^T */
+                            for (int k = 0; k < K; k++) {
+                                double v = 0;
+                                for (int c = 0; c < N; c++) v += (double)G[r * ldy + c] * B_AT(B, k, c);
+                                gerr_a = fmax(gerr_a, fabs(0.5 * v - A_AT(da + (i0 * 3 + i1) * ma, r, k)));
+                            }
+                    }
+                for (int i1 = 0; i1 < 3; i1++) /* dB summed over the broadcast first dim */
+                    for (int k = 0; k < K; k++)
                         for (int c = 0; c < N; c++) {
                             double v = 0;
-                            for (int k = 0; k < K; k++) v += (double)A[r * K + k] * (tb ? B[c * K + k] : B[k * N + c]);
-                            err = fmax(err, fabs(0.5 * v - Y[r * N + c]));
+                            for (int i0 = 0; i0 < 2; i0++)
+                                for (int r = 0; r < M; r++)
+                                    v += (double)A_AT(a + (i0 * 3 + i1) * ma, r, k) * dy[(i0 * 3 + i1) * my + r * ldy + c];
+                            gerr_b = fmax(gerr_b, fabs(0.5 * v - B_AT(db + i1 * kb, k, c)));
                         }
-                    for (int r = 0; r < M; r++) /* dA = alpha dY B^T */
-                        for (int k = 0; k < K; k++) {
-                            double v = 0;
-                            for (int c = 0; c < N; c++) v += (double)G[r * N + c] * (tb ? B[c * K + k] : B[k * N + c]);
-                            gerr_a = fmax(gerr_a, fabs(0.5 * v - da[(i0 * 3 + i1) * M * K + r * K + k]));
-                        }
-                }
-            for (int i1 = 0; i1 < 3; i1++) /* dB summed over the broadcast first dim */
-                for (int k = 0; k < K; k++)
-                    for (int c = 0; c < N; c++) {
-                        double v = 0;
-                        for (int i0 = 0; i0 < 2; i0++)
-                            for (int r = 0; r < M; r++)
-                                v += (double)a[(i0 * 3 + i1) * M * K + r * K + k] * dy[(i0 * 3 + i1) * M * N + r * N + c];
-                        const float got = tb ? db[i1 * K * N + c * K + k] : db[i1 * K * N + k * N + c];
-                        gerr_b = fmax(gerr_b, fabs(0.5 * v - got));
-                    }
-            CHECK_MSG(err < 1e-5 && gerr_a < 1e-5 && gerr_b < 1e-5, "trans_b %d onednn %d: forward %g, da %g, db %g",
-                      tb, dn, err, gerr_a, gerr_b);
-            FREE_ALL(a, b, y, dy, da, db);
+#undef A_AT
+#undef B_AT
+                CHECK_MSG(err < 1e-5 && gerr_a < 1e-5 && gerr_b < 1e-5,
+                          "trans_a %d trans_b %d onednn %d: forward %g, da %g, db %g", ta, tb, dn, err, gerr_a, gerr_b);
+                FREE_ALL(a, b, y, dy, da, db);
+            }
+}
+
+/* the largest difference of a from b, relative to b's largest value */
+static double max_rel_diff(const float *a, const float *b, int64_t n)
+{
+    double diff = 0, top = 1e-30;
+    for (int64_t i = 0; i < n; i++) {
+        diff = fmax(diff, fabs((double)a[i] - b[i]));
+        top = fmax(top, fabs((double)b[i]));
+    }
+    return diff / top;
+}
+
+/* attention's head split (slices of one projection, reshapes, transposes), its scale and its head merge are folded
+ * into the strides of the two batched products: the same logits and gradients as with every copy run (to float
+ * rounding: the scale moves into the product), at batch sizes 1 and 3, with less activation memory */
+static void test_attention_folds(void)
+{
+    for (int trans = 0; trans < 2; trans++) {
+        NnModel ms[2];
+        int ok = 1, folded[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(nn_model_init(&ms[k], "attention", (NnShape){5, 2, 2}, 3));
+            ms[k].no_product_folding = k;
+            int out = build_attention(&ms[k], ms[k].input, &trans);
+            int logits = out >= 0 ? nn_flatten(&ms[k], out) : -1;
+            ok &= logits >= 0 && nn_model_finalize(&ms[k], logits, logits, (int)ms[k].tensors[logits].size) == FH_OK;
+            CHECK(ok);
+            if (!ok) break;
+            nn_model_init_params(&ms[k], SEED);
+            for (int i = 0; i < ms[k].n_layers; i++) folded[k] += ms[k].layers[i].folded;
         }
+        if (ok) {
+            /* 3 slices, 3 reshapes, 3 transposes, the scale and the merging transpose; k's own transpose (trans 0) */
+            CHECK_MSG(folded[0] == 11 + !trans && folded[1] == 0, "trans %d: %d and %d layers folded", trans, folded[0],
+                      folded[1]);
+            CHECK(nn_model_activation_bytes(&ms[0], 3) < nn_model_activation_bytes(&ms[1], 3));
+            const int classes = ms[0].classes;
+            for (int batch = 1; batch <= 3; batch += 2) {
+                FhRng rng = rng_for("attention_folds", (uint32_t)(2 * trans + batch));
+                float *x = falloc(batch * 20), *dl = falloc(batch * classes);
+                fill_normal(&rng, x, batch * 20, 1.0);
+                fill_normal(&rng, dl, batch * classes, 1.0);
+                for (int k = 0; k < 2; k++) {
+                    ms[k].need_input_grad = 1;
+                    nn_model_zero_grad(&ms[k]);
+                    CHECK_OK(nn_model_forward(&ms[k], x, batch));
+                    nn_model_backward(&ms[k], dl, NULL);
+                }
+                const double e_logits = max_rel_diff(nn_model_logits(&ms[0]), nn_model_logits(&ms[1]), batch * classes);
+                const double e_grad = max_rel_diff(ms[0].grad, ms[1].grad, ms[0].n_params);
+                const double e_input = max_rel_diff(ms[0].tensors[ms[0].input].grad, ms[1].tensors[ms[1].input].grad,
+                                                    batch * 20);
+                CHECK_MSG(e_logits < 1e-5 && e_grad < 1e-5 && e_input < 1e-5,
+                          "trans %d batch %d: logits %g, parameter gradient %g, input gradient %g", trans, batch,
+                          e_logits, e_grad, e_input);
+                FREE_ALL(x, dl);
+            }
+        }
+        nn_model_free(&ms[0]);
+        nn_model_free(&ms[1]);
     }
 }
 
@@ -469,6 +537,7 @@ int main(int argc, char **argv)
     RUN(test_grad_graphs);
     RUN(test_transpose_matches_ref);
     RUN(test_matmul_matches_ref);
+    RUN(test_attention_folds);
     RUN(test_layernorm_softmax_match_ref);
     RUN(test_acts_match_ref);
     RUN(test_threads_same_bits);
