@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One claim of the reproduction study (docs/reproduction.md): runs inputs/repro/CLAIM.ini as a `fedhet grid`
 # (continuing it with --resume when outputs/repro-CLAIM exists), then writes docs/repro/CLAIM/: the grid's
-# report (summary.md, summary.csv, accuracy.png, sensitivity plots) and verdicts.md / verdicts.csv, the
-# comparisons the grid file declared before its runs, judged by tools/repro-verdict.py; then the summary
+# report (summary.md, summary.csv, accuracy.png, sensitivity plots), every member's per-round outputs
+# (runs.csv.gz, clients.csv.gz: tools/repro-runs.py) and verdicts.md / verdicts.csv, the comparisons the grid
+# file declared before its runs, judged by tools/repro-verdict.py; then the summary
 # tables of docs/reproduction.md (and README.md's copy) and docs/repro/comparisons.md, by tools/repro-summary.py.
 # usage: tools/reproduce.sh CLAIM          (make reproduce CLAIM=T7)
 #        NP=ranks (default: the grid file's '; reproduce: np N' line, else 2)   FEDHET=path: another build
@@ -50,6 +51,7 @@ if ! /usr/bin/python3 tools/repro-verdict.py --finished "$out" >&2; then
 fi
 mkdir -p "docs/repro/$claim"
 "$FEDHET" report "$out" --out "docs/repro/$claim"
+/usr/bin/python3 tools/repro-runs.py "$out" "docs/repro/$claim"
 /usr/bin/python3 tools/repro-verdict.py "$grid" "$out" --csv "docs/repro/$claim/verdicts.csv" >"docs/repro/$claim/verdicts.md"
 /usr/bin/python3 tools/repro-summary.py --update docs/reproduction.md docs/results.md docs/repro
 /usr/bin/python3 tools/repro-summary.py --comparisons docs/repro/comparisons.md docs/repro

@@ -6,7 +6,8 @@
 # least 3 members, an agreement margin narrower than 2 SE is marked untestable at n;
 # tools/repro-summary.py's tables (raw and Holm-adjusted verdicts, the coverage and category kept per claim,
 # the marginal comparisons, the false-positive rate) and tools/repro_stats.py's t tail and Holm step-down;
-# tools/reproduce.sh (make reproduce) lists the claims when the claim is unknown.
+# tools/reproduce.sh (make reproduce) lists the claims when the claim is unknown; tools/repro-runs.py keeps every
+# member's per-round outputs.
 # usage: tests/mpi/test_repro.sh [test_name]      (last line: "N passed, N failed"; exit 1 when any failed)
 . "$(dirname "$0")/lib.sh"
 
@@ -381,5 +382,30 @@ test_stopped_grid_unfinished()
     grep -q -- '--finished' "$ROOT/tools/reproduce.sh" || fail "tools/reproduce.sh does not check that the grid finished"
 }
 
-TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table repro_stats calibrated_reading pooled_followup stopped_grid_unfinished)
+# every member's per-round rows kept, compressed, with its grid keys; the same runs give the same bytes; a member
+# of another build (other columns) is refused naming its file
+test_runs_kept()
+{
+    fake_grid
+    printf 'round,client,samples,weight\n0,3,10,0.5\n0,4,10,0.5\n' >"$WORK/grid/method-a_seed-0/clients.csv"
+    "$PY" "$ROOT/tools/repro-runs.py" "$WORK/grid" "$WORK/kept" >"$WORK/kept.out" 2>&1 ||
+        { fail "repro-runs exited $?: $(cat "$WORK/kept.out")"; return; }
+    grep -q "33 member rounds of 12 members" "$WORK/kept.out" || fail "wrong counts: $(cat "$WORK/kept.out")"
+    zcat "$WORK/kept/runs.csv.gz" >"$WORK/runs.csv"
+    [ "$(head -1 "$WORK/runs.csv")" = "member,algo.method,fl.seed,round,lr,test_accuracy" ] ||
+        fail "runs header: $(head -1 "$WORK/runs.csv")"
+    grep -qx 'method-c_seed-2,c,2,2,0.01,0.83' "$WORK/runs.csv" || fail "member c seed 2's last round is missing"
+    [ "$(zcat "$WORK/kept/clients.csv.gz" | sed -n 3p)" = "method-a_seed-0,a,0,0,4,10,0.5" ] ||
+        fail "clients rows: $(zcat "$WORK/kept/clients.csv.gz")"
+    local first
+    first=$(md5sum <"$WORK/kept/runs.csv.gz")
+    "$PY" "$ROOT/tools/repro-runs.py" "$WORK/grid" "$WORK/kept" >/dev/null 2>&1
+    [ "$(md5sum <"$WORK/kept/runs.csv.gz")" = "$first" ] || fail "the same runs gave other bytes"
+    printf 'round,test_accuracy\n0,0.5\n' >"$WORK/grid/method-b_seed-1/metrics.csv"
+    "$PY" "$ROOT/tools/repro-runs.py" "$WORK/grid" "$WORK/kept" >"$WORK/bad.out" 2>&1 && fail "mismatched columns accepted"
+    grep -q "method-b_seed-1/metrics.csv: its columns differ" "$WORK/bad.out" || fail "no file named: $(cat "$WORK/bad.out")"
+    grep -q 'repro-runs.py' "$ROOT/tools/reproduce.sh" || fail "tools/reproduce.sh does not keep the runs"
+}
+
+TESTS=(verdict_rule bad_declarations study_grids_valid reproduce_unknown_claim summary_table repro_stats calibrated_reading pooled_followup stopped_grid_unfinished runs_kept)
 run_tests "$@"
