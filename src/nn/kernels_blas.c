@@ -27,19 +27,38 @@ void nn_gemm(int onednn, int trans_a, int trans_b, int m, int n, int k, float al
 
 /* ============================== linear ============================== */
 
+/* Rows of a linear layer's output taken at a time where there are many (transformers: batch x tokens): each block's
+ * bias is added, or its gradient summed, while the gemm has just left it in cache, not in a pass over all of them.
+ * Rows are summed in the same order either way, so the bits do not depend on the blocking. */
+static int linear_row_block(int rows, int n_out)
+{
+    const int block = (1 << 17) / (n_out > 0 ? n_out : 1) / 16 * 16; /* about 512 KiB of output */
+    return rows > 2 * block && block >= 64 ? block : rows;
+}
+
 void nn_linear_forward_ex(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out,
                           int onednn)
 {
-    nn_gemm(onednn, 0, 1, batch, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, y, n_out);
-    if (b) nn_isa_rows_add_bias(y, b, batch, n_out);
+    const int block = b ? linear_row_block(batch, n_out) : batch;
+    for (int r = 0; r < batch; r += block) {
+        const int rows = batch - r < block ? batch - r : block;
+        float *yr = y + (size_t)r * n_out;
+        nn_gemm(onednn, 0, 1, rows, n_out, n_in, 1.0f, x + (size_t)r * n_in, n_in, w, n_in, 0.0f, yr, n_out);
+        if (b) nn_isa_rows_add_bias(yr, b, rows, n_out);
+    }
 }
 
 void nn_linear_backward_ex(float *dx, float *dw, float *db, const float *dy, const float *x, const float *w, int batch,
                            int n_in, int n_out, int onednn)
 {
     nn_gemm(onednn, 1, 0, n_out, n_in, batch, 1.0f, dy, n_out, x, n_in, 1.0f, dw, n_in);
-    if (db) nn_isa_rows_sum(db, dy, batch, n_out);
-    if (dx) nn_gemm(onednn, 0, 0, batch, n_in, n_out, 1.0f, dy, n_out, w, n_in, 1.0f, dx, n_in);
+    const int block = db && dx ? linear_row_block(batch, n_out) : batch;
+    for (int r = 0; r < batch; r += block) {
+        const int rows = batch - r < block ? batch - r : block;
+        const float *dyr = dy + (size_t)r * n_out;
+        if (dx) nn_gemm(onednn, 0, 0, rows, n_in, n_out, 1.0f, dyr, n_out, w, n_in, 1.0f, dx + (size_t)r * n_in, n_in);
+        if (db) nn_isa_rows_sum(db, dyr, rows, n_out);
+    }
 }
 
 void nn_linear_forward(float *y, const float *x, const float *w, const float *b, int batch, int n_in, int n_out)

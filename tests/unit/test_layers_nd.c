@@ -250,6 +250,45 @@ static void test_matmul_matches_ref(void)
             }
 }
 
+/* a linear layer over many rows (batch x tokens) adds its bias and sums its bias gradient in blocks of rows: the
+ * bits of one gemm over all rows followed by a pass over them, on both gemm backends */
+static void test_linear_row_blocks(void)
+{
+    const int rows = 1000, n_in = 8, n_out = 600; /* blocks of 208 rows */
+    for (int dn = 0; dn < 2; dn++) {
+        FhRng rng = rng_for("linear_rows", (uint32_t)dn);
+        float *x = falloc(rows * n_in), *w = falloc(n_out * n_in), *b = falloc(n_out), *dy = falloc(rows * n_out);
+        float *y = falloc(rows * n_out), *y_ref = falloc(rows * n_out), *dx = falloc(rows * n_in);
+        float *dx_ref = falloc(rows * n_in), *dw = falloc(n_out * n_in), *dw_ref = falloc(n_out * n_in);
+        float *db = falloc(n_out), *db_ref = falloc(n_out);
+        fill_normal(&rng, x, rows * n_in, 1.0);
+        fill_normal(&rng, w, n_out * n_in, 1.0);
+        fill_normal(&rng, b, n_out, 1.0);
+        fill_normal(&rng, dy, rows * n_out, 1.0);
+        nn_linear_forward_ex(y, x, w, b, rows, n_in, n_out, dn);
+        nn_linear_backward_ex(dx, dw, db, dy, x, w, rows, n_in, n_out, dn);
+        nn_gemm(dn, 0, 1, rows, n_out, n_in, 1.0f, x, n_in, w, n_in, 0.0f, y_ref, n_out);
+        nn_isa_rows_add_bias(y_ref, b, rows, n_out);
+        nn_gemm(dn, 1, 0, n_out, n_in, rows, 1.0f, dy, n_out, x, n_in, 1.0f, dw_ref, n_in);
+        nn_isa_rows_sum(db_ref, dy, rows, n_out);
+        nn_gemm(dn, 0, 0, rows, n_in, n_out, 1.0f, dy, n_out, w, n_in, 1.0f, dx_ref, n_in);
+        CHECK_MSG(memcmp(y, y_ref, sizeof(float) * (size_t)(rows * n_out)) == 0 &&
+                      memcmp(db, db_ref, sizeof(float) * (size_t)n_out) == 0 &&
+                      memcmp(dw, dw_ref, sizeof(float) * (size_t)(n_out * n_in)) == 0,
+                  "onednn %d: the blocked pass changed y, db or dw", dn);
+        double err = 0, top = 0; /* dx against double: its gemms run per block */
+        for (int r = 0; r < rows; r++)
+            for (int i = 0; i < n_in; i++) {
+                double v = 0;
+                for (int o = 0; o < n_out; o++) v += (double)dy[r * n_out + o] * w[o * n_in + i];
+                err = fmax(err, fabs(v - dx[r * n_in + i]));
+                top = fmax(top, fabs(v));
+            }
+        CHECK_MSG(err < 1e-5 * top, "onednn %d: dx off by %g of %g", dn, err, top);
+        FREE_ALL(x, w, b, dy, y, y_ref, dx, dx_ref, dw, dw_ref, db, db_ref);
+    }
+}
+
 /* the largest difference of a from b, relative to b's largest value */
 static double max_rel_diff(const float *a, const float *b, int64_t n)
 {
@@ -538,6 +577,7 @@ int main(int argc, char **argv)
     RUN(test_transpose_matches_ref);
     RUN(test_matmul_matches_ref);
     RUN(test_attention_folds);
+    RUN(test_linear_row_blocks);
     RUN(test_layernorm_softmax_match_ref);
     RUN(test_acts_match_ref);
     RUN(test_threads_same_bits);
