@@ -249,13 +249,16 @@ test_transformers()
 {
     # torchvision's VisionTransformer in a CIFAR configuration at opsets 13 (LayerNorm decomposed) and 17; ConvNeXt-T
     # (depthwise convs, LayerNorm over channels between permutes, layer scale, GELU); an MLP-Mixer written by hand
-    # (token mixing on the transposed tokens, a mean over tokens): logits and 10 SGD steps against PyTorch, then each
-    # exported back (onnx.checker's full check) and imported to the same logits bit for bit. ViT-B/16 at 224 x 224
-    # joins with FEDHET_ONNX_ALL=1. Then a DeiT-style network written by hand (timm's attention: one qkv projection
+    # (token mixing on the transposed tokens, a mean over tokens); a small torchvision SwinTransformer at opsets 13 and
+    # 17 (maps padded to its windows, the cyclic shift as slices and concats, the shifted windows' attention mask folded
+    # from constants, the relative-position table read through a Gather): logits and 10 SGD steps against PyTorch, then
+    # each exported back (onnx.checker's full check) and imported to the same logits bit for bit. ViT-B/16 at 224 x 224
+    # and swin_t at 32 x 32 join with FEDHET_ONNX_ALL=1. Then a DeiT-style network written by hand (timm's attention: one qkv projection
     # permuted into heads, a distillation token, layer scale, GELU's tanh form) through the user's command,
     # tools/fedhet-torch compare.
-    local jobs=("convnext_tiny train 32 17" "vit_small train 32 13" "vit_small train 32 17" "mixer train 32 13") i n d
-    [ "${FEDHET_ONNX_ALL:-0}" = 1 ] && jobs=("vit_b_16 train 224 17" "${jobs[@]}")
+    local jobs=("convnext_tiny train 32 17" "vit_small train 32 13" "vit_small train 32 17" "mixer train 32 13"
+        "swin_small train 32 13" "swin_small train 32 17") i n d
+    [ "${FEDHET_ONNX_ALL:-0}" = 1 ] && jobs=("vit_b_16 train 224 17" "swin_t train 32 17" "${jobs[@]}")
     for ((i = 0; i < ${#jobs[@]}; i++)); do
         [ "$i" -ge 2 ] && wait -n
         OMP_NUM_THREADS=1 produce ${jobs[i]} &
