@@ -103,7 +103,7 @@ typedef enum {
     NN_OP_CONST,     /* a constant tensor without batch */
     NN_OP_EXPAND,    /* broadcast to larger dims */
     NN_OP_REDUCE_MEAN, /* mean over the dims in reduce_mask, kept as 1 */
-    NN_OP_GATHER,    /* entries index[] of dim `axis` */
+    NN_OP_GATHER,    /* entries index[] of dim `axis`, -1 a zero entry */
     NN_OP_DROP_PATH  /* stochastic depth: a whole sample kept (x scale) or dropped */
 } NnOpType;
 
@@ -152,7 +152,7 @@ typedef struct {
     int rows;           /* LINEAR: rows per sample it maps (the flattened sample: 1) */
     unsigned char per_row; /* LINEAR: on the last dim of every row (nn_linear_rows), not the flattened sample */
     float *values;      /* CONST: its floats */
-    int32_t *index;     /* GATHER: the entries taken */
+    int32_t *index;     /* GATHER: the entries taken, -1 zeros */
     int n_index;
     int *ins, n_ins;    /* CONCAT: its inputs (in = ins[0]) */
     unsigned char *zero_ins; /* CONCAT: as zero_in, per input */
@@ -298,7 +298,7 @@ int nn_constant(NnModel *m, const NnDims *dims, const float *values);
 int nn_expand(NnModel *m, int in, const NnDims *dims);
 /* the mean over the dims whose bit is set in mask (never the batch's), kept as dims of 1 */
 int nn_reduce_mean(NnModel *m, int in, unsigned mask);
-/* entries index[0..n) of dim axis (each in range) */
+/* entries index[0..n) of dim axis (each in range, or -1 for an entry of zeros: a constant zero pad) */
 int nn_gather(NnModel *m, int in, int axis, const int32_t *index, int n);
 /* inputs of equal dims but along `axis` */
 int nn_concat_axis(NnModel *m, const int *ins, int n, int axis);

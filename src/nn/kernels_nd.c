@@ -429,13 +429,17 @@ void nn_softmax_backward(float *dx, const float *dy, const float *y, int64_t out
 
 /* ============================== gather ============================== */
 
-/* y [outer, n, inner] = x [outer, len, inner] at index[0..n) along the middle; backward adds back */
+/* y [outer, n, inner] = x [outer, len, inner] at index[0..n) along the middle, zeros where an index is -1 (a pad);
+ * backward adds back */
 void nn_gather_forward(float *y, const float *x, const int32_t *index, int n, int64_t outer, int64_t len,
                        int64_t inner)
 {
     for (int64_t o = 0; o < outer; o++)
-        for (int k = 0; k < n; k++)
-            memcpy(y + (o * n + k) * inner, x + (o * len + index[k]) * inner, sizeof(float) * (size_t)inner);
+        for (int k = 0; k < n; k++) {
+            float *row = y + (o * n + k) * inner;
+            if (index[k] < 0) memset(row, 0, sizeof(float) * (size_t)inner);
+            else memcpy(row, x + (o * len + index[k]) * inner, sizeof(float) * (size_t)inner);
+        }
 }
 
 void nn_gather_backward(float *dx, const float *dy, const int32_t *index, int n, int64_t outer, int64_t len,
@@ -443,6 +447,7 @@ void nn_gather_backward(float *dx, const float *dy, const int32_t *index, int n,
 {
     for (int64_t o = 0; o < outer; o++)
         for (int k = 0; k < n; k++) {
+            if (index[k] < 0) continue;
             float *g = dx + (o * len + index[k]) * inner;
             const float *h = dy + (o * n + k) * inner;
             for (int64_t i = 0; i < inner; i++) g[i] += h[i];

@@ -275,7 +275,7 @@ int nn_gather(NnModel *m, int in, int axis, const int32_t *index, int n)
         return nn_build_fail(m, "%s: axis %d is not a dim of the rank-%d input other than the batch's", l->name, axis,
                              d->ndim);
     for (int k = 0; k < n; k++)
-        if (index[k] < 0 || index[k] >= d->d[axis])
+        if (index[k] < -1 || index[k] >= d->d[axis])
             return nn_build_fail(m, "%s: index %d is outside the %d entries of dim %d", l->name, index[k], d->d[axis],
                                  axis);
     if (fh_calloc(&l->index, (size_t)n, sizeof *l->index, "gather indices")) {

@@ -623,10 +623,24 @@ static int export_layer(Ex *e, const NnModel *m, const float *state, int li)
         break;
     }
     case NN_OP_GATHER: {
-        int64_t *idx = ex_alloc(e, sizeof *idx * (size_t)l->n_index);
+        /* zero entries (-1): Gather from the input padded with one zero entry at the end of the axis */
+        const NnDims *d = &m->tensors[l->in].dims;
+        int64_t *idx = ex_alloc(e, sizeof *idx * (size_t)l->n_index), pads[2 * NN_MAX_DIMS] = { 0 };
         if (!idx) return FH_ERR_MEMORY;
-        for (int k = 0; k < l->n_index; k++) idx[k] = l->index[k];
-        n = ex_node(e, "Gather", l->name, 2, (const char *[]){ in, ints_of(e, l, "indices", l->n_index, idx) }, y);
+        int zeros = 0;
+        for (int k = 0; k < l->n_index; k++) {
+            zeros |= l->index[k] < 0;
+            idx[k] = l->index[k] < 0 ? d->d[l->axis] : l->index[k];
+        }
+        char padded[80];
+        snprintf(padded, sizeof padded, "%s_padded", l->name);
+        if (zeros) {
+            pads[d->ndim + l->axis] = 1;
+            if (!ex_node(e, "Pad", padded, 2, (const char *[]){ in, ints_of(e, l, "pads", 2 * d->ndim, pads) }, padded))
+                return FH_ERR_MEMORY;
+        }
+        n = ex_node(e, "Gather", l->name, 2,
+                    (const char *[]){ zeros ? padded : in, ints_of(e, l, "indices", l->n_index, idx) }, y);
         attr_int(e, n, "axis", l->axis);
         break;
     }

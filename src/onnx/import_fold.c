@@ -35,7 +35,15 @@ static int const_sym(Bld *b, Const *c)
 }
 
 double imp_cval(const Const *c, int64_t k) { return c->is_int ? (double)c->i[k] : (double)c->f[k]; }
+int64_t imp_cint(const Const *c, int64_t k) { return c->is_int ? c->i[k] : (int64_t)c->f[k]; }
 static int64_t cb(const Const *c, int64_t k) { return c->ib ? c->ib[k] : 0; }
+
+static int holds_batch(const Const *c)
+{
+    for (int64_t k = 0; c->ib && k < c->n; k++)
+        if (c->ib[k]) return 1;
+    return 0;
+}
 
 int imp_const_plain(Bld *b, const Const *c, int64_t k, int64_t *v, const char *what)
 {
@@ -333,6 +341,134 @@ static int fold_dims(Bld *b, const Onnx__NodeProto *n, const char *op, const Con
     return FH_OK;
 }
 
+/* element k of a tensor of dims `dims` (rank nd) as its coordinates */
+static void unravel(int64_t k, int nd, const int64_t *dims, int64_t *pos)
+{
+    for (int d = nd - 1; d >= 0; d--) {
+        pos[d] = dims[d] ? k % dims[d] : 0;
+        k = dims[d] ? k / dims[d] : 0;
+    }
+}
+
+static int64_t ravel(int nd, const int64_t *dims, const int64_t *pos)
+{
+    int64_t k = 0;
+    for (int d = 0; d < nd; d++) k = k * dims[d] + pos[d];
+    return k;
+}
+
+static int fold_concat(Bld *b, const Onnx__NodeProto *n, Const *out)
+{
+    const Const *c0 = imp_in_const(b, 0);
+    const int64_t axis = imp_norm_axis(imp_attr_i(n, "axis", 0), c0->ndim);
+    if (axis < 0 || axis >= c0->ndim) NODE_FAIL(b, FH_ERR_USAGE, "axis %lld is out of range", (long long)axis);
+    int64_t dims[8];
+    memcpy(dims, c0->dims, sizeof dims);
+    dims[axis] = 0;
+    int is_int = 1, sym = 0;
+    for (size_t k = 0; k < n->n_input; k++) {
+        const Const *c = imp_in_const(b, (int)k);
+        int same = c->ndim == c0->ndim;
+        for (int d = 0; d < c0->ndim && same; d++) same = d == axis || c->dims[d] == c0->dims[d];
+        if (!same) NODE_FAIL(b, FH_ERR_USAGE, "constant inputs differ beyond axis %lld", (long long)axis);
+        dims[axis] += c->dims[axis];
+        is_int &= c->is_int;
+        sym |= c->ib != NULL;
+    }
+    FH_CHECK(imp_const_new(b, out, c0->ndim, dims, is_int));
+    if (sym) FH_CHECK(const_sym(b, out));
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= dims[d];
+    for (int d = (int)axis + 1; d < c0->ndim; d++) inner *= dims[d];
+    for (int64_t o = 0, k = 0; o < outer; o++)
+        for (size_t j = 0; j < n->n_input; j++) {
+            const Const *c = imp_in_const(b, (int)j);
+            const int64_t run = c->dims[axis] * inner;
+            for (int64_t e = 0; e < run; e++, k++) copy_elem(out, k, c, o * run + e);
+        }
+    return FH_OK;
+}
+
+void imp_slice_range(int64_t dim, int64_t s, int64_t e, int64_t step, int64_t *start, int64_t *count)
+{
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    if (step > 0) {
+        s = s < 0 ? 0 : s > dim ? dim : s;
+        e = e < 0 ? 0 : e > dim ? dim : e;
+    } else {
+        s = s < 0 ? -1 : s > dim - 1 ? dim - 1 : s;
+        e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
+    }
+    const int64_t len = step > 0 ? (e - s + step - 1) / step : (s - e - step - 1) / -step;
+    *start = s;
+    *count = len > 0 ? len : 0;
+}
+
+/* Slice of a constant of any rank: any axes, negative and large steps (the bounds plain numbers) */
+static int fold_slice(Bld *b, const Const *x, Const *out)
+{
+    const Const *st = imp_in_const(b, 1), *en = imp_in_const(b, 2), *ax = imp_in_const(b, 3), *sp = imp_in_const(b, 4);
+    const Onnx__NodeProto *n = imp_cur(b);
+    if ((n->n_input > 3 && *n->input[3] && !ax) || (n->n_input > 4 && *n->input[4] && !sp) || st->n != en->n ||
+        (ax && ax->n != st->n) || (sp && sp->n != st->n) || x->ndim < 1)
+        NODE_FAIL(b, FH_ERR_USAGE, "starts, ends, axes and steps must be constants of one length");
+    int64_t start[8], step[8], dims[8];
+    for (int d = 0; d < x->ndim; d++) start[d] = 0, step[d] = 1, dims[d] = x->dims[d];
+    for (int64_t k = 0; k < st->n; k++) {
+        int64_t axis = k, s = 0, e = 0, stp = 1;
+        if (ax) FH_CHECK(imp_const_plain(b, ax, k, &axis, "a slice's axis"));
+        axis = imp_norm_axis(axis, x->ndim);
+        if (sp) FH_CHECK(imp_const_plain(b, sp, k, &stp, "a slice's step"));
+        FH_CHECK(imp_const_plain(b, st, k, &s, "a slice's start"));
+        FH_CHECK(imp_const_plain(b, en, k, &e, "a slice's end"));
+        if (axis < 0 || axis >= x->ndim || stp == 0) NODE_FAIL(b, FH_ERR_USAGE, "axis or step out of range");
+        imp_slice_range(x->dims[axis], s, e, stp, &start[axis], &dims[axis]);
+        step[axis] = stp;
+    }
+    FH_CHECK(imp_const_new(b, out, x->ndim, dims, x->is_int));
+    if (x->ib) FH_CHECK(const_sym(b, out));
+    int64_t pos[8];
+    for (int64_t k = 0; k < out->n; k++) {
+        unravel(k, x->ndim, dims, pos);
+        for (int d = 0; d < x->ndim; d++) pos[d] = start[d] + pos[d] * step[d];
+        copy_elem(out, k, x, ravel(x->ndim, x->dims, pos));
+    }
+    return FH_OK;
+}
+
+/* ScatterND on constants (PyTorch's index assignment, x[a:b, c:d] = v, builds Swin's attention mask this way) */
+static int fold_scatter_nd(Bld *b, const Onnx__NodeProto *n, const Const *x, const Const *idx, const Const *upd,
+                           Const *out)
+{
+    FH_CHECK(imp_check_attrs(b, (const char *[]){ "reduction", NULL }));
+    const Onnx__AttributeProto *red = imp_attr(n, "reduction");
+    if (red && red->has_s && !(red->s.len == 4 && !memcmp(red->s.data, "none", 4)))
+        NODE_FAIL(b, FH_ERR_USAGE, "a ScatterND reduction other than none is not supported");
+    if (!idx->is_int || idx->ndim < 1) NODE_FAIL(b, FH_ERR_USAGE, "indices must be integers");
+    const int depth = (int)idx->dims[idx->ndim - 1];
+    if (depth < 1 || depth > x->ndim) NODE_FAIL(b, FH_ERR_USAGE, "indices of depth %d for rank-%d data", depth, x->ndim);
+    int64_t slab = 1, points = idx->n / depth;
+    for (int d = depth; d < x->ndim; d++) slab *= x->dims[d];
+    if (upd->n != points * slab) NODE_FAIL(b, FH_ERR_USAGE, "updates of %lld values for %lld positions of %lld",
+                                          (long long)upd->n, (long long)points, (long long)slab);
+    FH_CHECK(imp_const_new(b, out, x->ndim, x->dims, x->is_int));
+    if (x->ib || upd->ib) FH_CHECK(const_sym(b, out));
+    for (int64_t k = 0; k < x->n; k++) copy_elem(out, k, x, k);
+    for (int64_t p = 0; p < points; p++) {
+        int64_t at = 0;
+        for (int d = 0; d < depth; d++) {
+            int64_t v = 0;
+            FH_CHECK(imp_const_plain(b, idx, p * depth + d, &v, "an index"));
+            if (v < 0) v += x->dims[d];
+            if (v < 0 || v >= x->dims[d]) NODE_FAIL(b, FH_ERR_USAGE, "index %lld is out of range", (long long)v);
+            at = at * x->dims[d] + v;
+        }
+        for (int64_t e = 0; e < slab; e++) copy_elem(out, at * slab + e, upd, p * slab + e);
+    }
+    return FH_OK;
+}
+
 /* Folds the current node when every input is a constant: *done 1 when done, 0 when the tensor ops decide */
 int imp_fold(Bld *b, int *done)
 {
@@ -364,7 +500,8 @@ int imp_fold(Bld *b, int *done)
                 const int want_int = to != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT &&
                                      to != ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE;
                 if (want_int != x->is_int) {
-                    if (x->ib) NODE_FAIL(b, FH_ERR_USAGE, "the batch size is used as a float, which is not supported");
+                    if (holds_batch(x))
+                        NODE_FAIL(b, FH_ERR_USAGE, "the batch size is used as a float, which is not supported");
                     FH_CHECK(imp_const_new(b, &out, x->ndim, x->dims, want_int));
                     for (int64_t k = 0; k < x->n; k++) {
                         if (want_int) out.i[k] = (int64_t)x->f[k];
@@ -395,9 +532,7 @@ int imp_fold(Bld *b, int *done)
         } else if (!strcmp(op, "ConstantOfShape")) {
             int64_t dims[8];
             int nd;
-            if (x->ib)
-                for (int64_t k = 0; k < x->n; k++)
-                    if (x->ib[k]) return FH_OK; /* shaped by the batch: a tensor op's (stochastic depth) */
+            if (holds_batch(x)) return FH_OK; /* shaped by the batch: a tensor op's (stochastic depth) */
             FH_CHECK(plain_shape(b, x, dims, &nd, "the shape"));
             const Onnx__AttributeProto *a = imp_attr(n, "value");
             Const v;
@@ -431,44 +566,16 @@ int imp_fold(Bld *b, int *done)
                    !strcmp(op, "Flatten")) {
             FH_CHECK(fold_dims(b, n, op, x, &out));
         } else if (!strcmp(op, "Concat")) {
-            int64_t total = 0;
-            int is_int = 1, sym = 0;
-            for (size_t k = 0; k < n->n_input; k++) {
-                const Const *c = imp_in_const(b, (int)k);
-                if (c->ndim > 1) NODE_FAIL(b, FH_ERR_USAGE, "constant Concat is folded on 1-D data only");
-                total += c->n;
-                is_int &= c->is_int;
-                sym |= c->ib != NULL;
-            }
-            FH_CHECK(imp_const_new(b, &out, 1, &total, is_int));
-            if (sym) FH_CHECK(const_sym(b, &out));
-            int64_t o = 0;
-            for (size_t k = 0; k < n->n_input; k++) {
-                const Const *c = imp_in_const(b, (int)k);
-                for (int64_t j = 0; j < c->n; j++, o++) copy_elem(&out, o, c, j);
-            }
-        } else if (!strcmp(op, "Slice")) { /* 1-D constants (shape arithmetic) */
-            const Const *st = imp_in_const(b, 1), *en = imp_in_const(b, 2), *sp = imp_in_const(b, 4);
-            if (x->ndim != 1 || st->n != 1 || en->n != 1 || (sp && imp_cval(sp, 0) != 1))
-                NODE_FAIL(b, FH_ERR_USAGE, "constant Slice is folded on 1-D data with step 1 only");
-            int64_t a0, e0;
-            FH_CHECK(imp_const_plain(b, st, 0, &a0, "a slice's start"));
-            FH_CHECK(imp_const_plain(b, en, 0, &e0, "a slice's end"));
-            if (e0 > x->n) e0 = x->n;
-            if (a0 < 0) a0 += x->n;
-            if (e0 < 0) e0 += x->n;
-            if (a0 < 0) a0 = 0;
-            int64_t len = e0 > a0 ? e0 - a0 : 0;
-            FH_CHECK(imp_const_new(b, &out, 1, &len, x->is_int));
-            if (x->ib) FH_CHECK(const_sym(b, &out));
-            for (int64_t k = 0; k < len; k++) copy_elem(&out, k, x, a0 + k);
+            FH_CHECK(fold_concat(b, n, &out));
+        } else if (!strcmp(op, "Slice")) {
+            FH_CHECK(fold_slice(b, x, &out));
+        } else if (!strcmp(op, "ScatterND")) {
+            FH_CHECK(fold_scatter_nd(b, n, x, imp_in_const(b, 1), imp_in_const(b, 2), &out));
         } else if (!strcmp(op, "Expand")) {
             int64_t dims[8], shape[8];
             int nd;
             const Const *s = imp_in_const(b, 1);
-            if (s->ib)
-                for (int64_t k = 0; k < s->n; k++)
-                    if (s->ib[k]) return FH_OK; /* to the batch: the tensor op's */
+            if (holds_batch(s)) return FH_OK; /* to the batch: the tensor op's */
             FH_CHECK(plain_shape(b, s, shape, &nd, "the shape"));
             Const target = { .ndim = nd };
             memcpy(target.dims, shape, sizeof(int64_t) * (size_t)nd);

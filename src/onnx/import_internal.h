@@ -144,9 +144,12 @@ int imp_act_node_ex(Bld *b, NnActSpec spec, const char *out);
 /* ---- import_fold.c ---- */
 int imp_const_new(Bld *b, Const *c, int ndim, const int64_t *dims, int is_int);
 double imp_cval(const Const *c, int64_t k);
+int64_t imp_cint(const Const *c, int64_t k); /* exact for integers (a double loses INT64_MAX) */
 /* the integer at k, failing when it depends on the batch size */
 int imp_const_plain(Bld *b, const Const *c, int64_t k, int64_t *v, const char *what);
 int64_t imp_norm_axis(int64_t a, int ndim);
+/* ONNX Slice's clamping of one axis of size dim (step not 0): the first index and how many (0: empty) */
+void imp_slice_range(int64_t dim, int64_t s, int64_t e, int64_t step, int64_t *start, int64_t *count);
 /* folds the current node when its inputs are constants: *done 1 when it did */
 int imp_fold(Bld *b, int *done);
 
@@ -189,6 +192,8 @@ int imp_op_concat(Bld *b);
 int imp_op_slice(Bld *b);
 int imp_op_split(Bld *b);
 int imp_op_gather(Bld *b);
+/* x padded with zeros: pads[k] entries before axis k and pads[rank + k] after it */
+int imp_pad_nd(Bld *b, Val *x, const int64_t *pads);
 int imp_op_expand(Bld *b);
 int imp_op_reduce_mean(Bld *b);
 int imp_op_softmax(Bld *b);

@@ -413,7 +413,8 @@ int imp_nchw_split(Bld *b, int *done)
     return FH_OK;
 }
 
-/* Pad, constant mode with value 0, on H and W only: kept for the Conv or AveragePool that reads it */
+/* Pad, constant mode with value 0: on H and W of N x C x H x W kept for the Conv or AveragePool that reads it, on
+ * other axes (Swin pads its N x H x W x C maps to a multiple of the window) zero entries of the tensor ops */
 int imp_op_pad(Bld *b)
 {
     FH_CHECK(imp_check_attrs(b, (const char *[]){ "mode", "pads", "value", NULL }));
@@ -423,19 +424,30 @@ int imp_op_pad(Bld *b)
         NODE_FAIL(b, FH_ERR_USAGE, "attribute mode = %.*s is not supported (constant is)", (int)mode->s.len, (const char *)mode->s.data);
     Val *x;
     FH_CHECK(imp_in_tensor(b, 0, &x));
-    FH_CHECK(imp_need_rank4(b, x));
-    int64_t p[8] = { 0 };
+    int64_t p[16] = { 0 };
     const int64_t *pa;
     int c = imp_attr_ints(n, "pads", &pa);
     const Const *pc = imp_in_const(b, 1), *vc = imp_in_const(b, 2);
     if (n->n_input > 1 && *n->input[1] && !pc) NODE_FAIL(b, FH_ERR_USAGE, "pads must be a constant");
     if (pc) c = (int)pc->n;
-    if (c != 8) NODE_FAIL(b, FH_ERR_USAGE, "pads of %d values: 8 (N C H W begins, then ends) are supported", c);
-    for (int k = 0; k < 8; k++) p[k] = pc ? (int64_t)imp_cval(pc, k) : pa[k];
+    const int rank = x->od.rank;
+    if (c != 2 * rank) NODE_FAIL(b, FH_ERR_USAGE, "pads of %d values for a rank-%d input (begins, then ends)", c, rank);
+    int any = 0;
+    for (int k = 0; k < c; k++) {
+        p[k] = pc ? imp_cint(pc, k) : pa[k];
+        if (p[k] < 0) NODE_FAIL(b, FH_ERR_USAGE, "a negative pad (a crop) is not supported");
+        any |= p[k] != 0;
+    }
     double value = vc ? imp_cval(vc, 0) : imp_attr_f(n, "value", 0.0f);
     if (value != 0.0) NODE_FAIL(b, FH_ERR_USAGE, "a pad value of %g is not supported (0 is)", value);
-    if (p[0] || p[1] || p[4] || p[5] || p[2] < 0 || p[3] < 0 || p[6] < 0 || p[7] < 0)
-        NODE_FAIL(b, FH_ERR_USAGE, "pads on the batch or channel axes, or negative pads, are not supported");
+    if (!any) return imp_put_alias(b, n->output[0], x);
+    int pooled = 1; /* read only by convs and average pools: their own pads */
+    for (size_t k = (size_t)b->node + 1; k < b->g->n_node; k++)
+        for (size_t j = 0; j < b->g->node[k]->n_input; j++)
+            if (!strcmp(b->g->node[k]->input[j], n->output[0]))
+                pooled &= !strcmp(b->g->node[k]->op_type, "Conv") || !strcmp(b->g->node[k]->op_type, "AveragePool");
+    if (!pooled || !is_plain(x, 4) || p[0] || p[1] || p[4] || p[5]) return imp_pad_nd(b, x, p);
+    FH_CHECK(imp_need_rank4(b, x));
     Val *v = imp_put_tensor(b, n->output[0], x->t, 4);
     if (!v) FH_FAIL(FH_ERR_MEMORY, "out of memory");
     v->layer = -1; /* an alias: an activation after it must not fuse into the layer that others read */

@@ -795,11 +795,11 @@ int imp_op_slice(Bld *b)
         NODE_FAIL(b, FH_ERR_USAGE, "starts, ends, axes and steps must be constants of one length");
     Val cur = *x;
     for (int64_t k = 0; k < st->n; k++) {
-        int64_t axis = ax ? imp_norm_axis((int64_t)imp_cval(ax, k), x->od.rank) : k, s, e, step = 1;
+        int64_t axis = ax ? imp_norm_axis(imp_cint(ax, k), x->od.rank) : k, s, e, step = 1;
         if (sp) FH_CHECK(imp_const_plain(b, sp, k, &step, "a slice's step"));
         if (axis < 0 || axis >= x->od.rank || step == 0) NODE_FAIL(b, FH_ERR_USAGE, "axis or step out of range");
-        s = (int64_t)imp_cval(st, k);
-        e = (int64_t)imp_cval(en, k);
+        s = imp_cint(st, k);
+        e = imp_cint(en, k); /* exact: PyTorch writes "to the end" as INT64_MAX */
         if (axis == x->od.bax) { /* only the whole batch */
             if (s == 0 && step == 1 && ((en->ib && en->ib[k] == x->od.d[axis] && e == 0) || e >= (1LL << 31)))
                 continue;
@@ -808,16 +808,8 @@ int imp_op_slice(Bld *b)
         if ((st->ib && st->ib[k]) || (en->ib && en->ib[k]))
             NODE_FAIL(b, FH_ERR_USAGE, "a slice bound depends on the batch size");
         const int64_t dim = cur.od.d[axis];
-        if (s < 0) s += dim;
-        if (e < 0) e += dim;
-        if (step > 0) {
-            s = s < 0 ? 0 : s > dim ? dim : s;
-            e = e < 0 ? 0 : e > dim ? dim : e;
-        } else {
-            s = s < 0 ? -1 : s > dim - 1 ? dim - 1 : s;
-            e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
-        }
-        int64_t count = step > 0 ? (e - s + step - 1) / step : (s - e - step - 1) / -step;
+        int64_t count;
+        imp_slice_range(dim, s, e, step, &s, &count);
         if (count <= 0) NODE_FAIL(b, FH_ERR_USAGE, "an empty slice (of axis %lld) is not supported", (long long)axis);
         if (count == dim && step == 1) continue;
         FH_CHECK(take(b, &cur, axis, s, count, step, &cur));
@@ -898,6 +890,29 @@ int imp_op_gather(Bld *b)
         od.d[o++] = x->od.d[k];
     }
     return reshape_to(b, &g, &od, n->output[0]);
+}
+
+int imp_pad_nd(Bld *b, Val *x, const int64_t *pads)
+{
+    Val cur = *x;
+    for (int axis = 0; axis < x->od.rank; axis++) {
+        const int64_t before = pads[axis], after = pads[x->od.rank + axis], dim = cur.od.d[axis];
+        if (!before && !after) continue;
+        if (axis == x->od.bax) NODE_FAIL(b, FH_ERR_USAGE, "a pad of the batch axis is not supported");
+        int la;
+        FH_CHECK(engine_axis(b, &cur, axis, &la));
+        const int64_t count = before + dim + after;
+        int32_t *idx = imp_alloc(b, (size_t)count * sizeof *idx);
+        NEED_MEM(idx);
+        for (int64_t k = 0; k < count; k++) idx[k] = k < before || k >= before + dim ? -1 : (int32_t)(k - before);
+        const int t = nn_gather(b->m, cur.t, la, idx, (int)count);
+        if (t < 0) return b->m->status;
+        cur.t = t;
+        cur.layer = -1;
+        cur.od.d[axis] = count;
+    }
+    NEED_MEM(imp_put_nd(b, imp_cur(b)->output[0], cur.t, &cur.od));
+    return FH_OK;
 }
 
 int imp_op_expand(Bld *b)

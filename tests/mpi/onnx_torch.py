@@ -155,7 +155,8 @@ def resnet18_gn(classes):
 # exported in eval mode with PRESERVE: efficientnet_b0's stochastic depth has no training-mode export
 EVAL_ONLY = ("efficientnet_b0",)
 MODELS = ("resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg11_bn", "squeezenet1_1", "densenet121",
-          "efficientnet_b0", "regnet_y_400mf", "resnet18_gn", "vit_small", "convnext_tiny", "mixer", "vit_b_16")
+          "efficientnet_b0", "regnet_y_400mf", "resnet18_gn", "vit_small", "convnext_tiny", "mixer", "vit_b_16",
+          "swin_small", "swin_t")
 
 
 def mixer(classes, channels=3, size=32, patch=4, dim=128, depth=4, tokens_mlp=64, channels_mlp=256):
@@ -195,6 +196,15 @@ def vit_small(classes, channels=3, size=32):
                              num_classes=classes)
 
 
+def swin_small(classes, size=32):
+    """torchvision's SwinTransformer small enough for the tests, with windows that really shift and maps padded to
+    them, as swin_t's first stage at 32 px: patch 4 leaves 8 x 8 then 4 x 4 maps, padded to 9 x 9 and 6 x 6 for windows
+    of 3 and shifted by 1 (torchvision drops the shift where one window covers the padded map)"""
+    from torchvision.models.swin_transformer import SwinTransformer
+    return SwinTransformer(patch_size=[4, 4], embed_dim=24, depths=[2, 2], num_heads=[2, 4], window_size=[3, 3],
+                           stochastic_depth_prob=0.0, num_classes=classes)
+
+
 def make_model(name, classes=10, channels=3, size=32):
     """torchvision NAME (weights=None), resnet18_gn, vit_small or mixer for C x SIZE x SIZE inputs, dropout and
     stochastic depth at p = 0. channels != 3: the first conv is rebuilt with that many input channels (its other
@@ -207,6 +217,8 @@ def make_model(name, classes=10, channels=3, size=32):
         m = vit_small(classes, size=size)
     elif name == "mixer":
         m = mixer(classes, size=size)
+    elif name == "swin_small":
+        m = swin_small(classes, size=size)
     elif name.startswith("vit_"):
         m = getattr(torchvision.models, name)(weights=None, num_classes=classes, image_size=size)
     else:
@@ -231,9 +243,10 @@ def make_model(name, classes=10, channels=3, size=32):
     return m
 
 
-def save_onnx(m, x, path, mode="train"):
+def save_onnx(m, x, path, mode="train", fold=True):
     """torch.onnx.export as docs/onnx.md says: training mode (BatchNormalization and Dropout kept), or eval mode with
-    PRESERVE and no constant folding (batch norms kept in inference form)"""
+    PRESERVE and no constant folding (batch norms kept in inference form); fold=False: training mode without constant
+    folding (Swin: its relative-position table stays one parameter read through a Gather)"""
     import torch
     opset = int(os.environ.get("ONNX_TEST_OPSET", "13"))
     dynamic = {"input": {0: "batch"}, "logits": {0: "batch"}}
@@ -244,7 +257,8 @@ def save_onnx(m, x, path, mode="train"):
     else:
         m.train()
         torch.onnx.export(m, x, path, training=torch.onnx.TrainingMode.TRAINING, opset_version=opset,
-                          input_names=["input"], output_names=["logits"], dynamic_axes=dynamic)
+                          input_names=["input"], output_names=["logits"], dynamic_axes=dynamic,
+                          do_constant_folding=fold)
 
 
 def export(name, d, mode="train"):
@@ -256,7 +270,7 @@ def export(name, d, mode="train"):
     x = torch.randn(STEPS * BATCH, 3, SIZE, SIZE, generator=g)
     y = torch.randint(0, 10, (STEPS * BATCH,), generator=g, dtype=torch.int32)
     path = os.path.join(d, name + ".onnx")
-    save_onnx(m, x[:2], path, mode)
+    save_onnx(m, x[:2], path, mode, fold=not name.startswith("swin"))
     x.numpy().tofile(os.path.join(d, "x.bin"))
     y.numpy().tofile(os.path.join(d, "y.bin"))
     m.eval()

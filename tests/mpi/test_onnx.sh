@@ -249,13 +249,16 @@ test_transformers()
 {
     # torchvision's VisionTransformer in a CIFAR configuration at opsets 13 (LayerNorm decomposed) and 17; ConvNeXt-T
     # (depthwise convs, LayerNorm over channels between permutes, layer scale, GELU); an MLP-Mixer written by hand
-    # (token mixing on the transposed tokens, a mean over tokens): logits and 10 SGD steps against PyTorch, then each
-    # exported back (onnx.checker's full check) and imported to the same logits bit for bit. ViT-B/16 at 224 x 224
-    # joins with FEDHET_ONNX_ALL=1. Then a DeiT-style network written by hand (timm's attention: one qkv projection
+    # (token mixing on the transposed tokens, a mean over tokens); a small torchvision SwinTransformer at opsets 13 and
+    # 17 (maps padded to its windows, the cyclic shift as slices and concats, the shifted windows' attention mask folded
+    # from constants, the relative-position table read through a Gather): logits and 10 SGD steps against PyTorch, then
+    # each exported back (onnx.checker's full check) and imported to the same logits bit for bit. ViT-B/16 at 224 x 224
+    # and swin_t at 32 x 32 join with FEDHET_ONNX_ALL=1. Then a DeiT-style network written by hand (timm's attention: one qkv projection
     # permuted into heads, a distillation token, layer scale, GELU's tanh form) through the user's command,
     # tools/fedhet-torch compare.
-    local jobs=("convnext_tiny train 32 17" "vit_small train 32 13" "vit_small train 32 17" "mixer train 32 13") i n d
-    [ "${FEDHET_ONNX_ALL:-0}" = 1 ] && jobs=("vit_b_16 train 224 17" "${jobs[@]}")
+    local jobs=("convnext_tiny train 32 17" "vit_small train 32 13" "vit_small train 32 17" "mixer train 32 13"
+        "swin_small train 32 13" "swin_small train 32 17") i n d
+    [ "${FEDHET_ONNX_ALL:-0}" = 1 ] && jobs=("vit_b_16 train 224 17" "swin_t train 32 17" "${jobs[@]}")
     for ((i = 0; i < ${#jobs[@]}; i++)); do
         [ "$i" -ge 2 ] && wait -n
         OMP_NUM_THREADS=1 produce ${jobs[i]} &
@@ -412,6 +415,50 @@ test_tools()
     done
 }
 
+# ---- constants of any rank, and zero pads, against numpy ----
+test_folds()
+{
+    # what Swin's attention mask and window padding need, in one graph on N x 2 x 3 x 4: a 3-D constant reversed along
+    # two axes by one Slice (steps -1, ends past the start), written into by ScatterND, sliced with step 2 twice and
+    # concatenated back along its last axis, added to the input, then padded with zeros on the three axes after the
+    # batch (begins and ends): fedhet's output against the same arithmetic in numpy
+    local d=$WORK/folds
+    mkdir -p "$d"
+    $PY - "$d" <<'EOF' >"$d/make.log" 2>&1 || { fail "cannot make the folding graph: $(tail -1 "$d/make.log")"; return; }
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as T
+d = sys.argv[1]
+c = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+idx, upd = np.array([[0, 1], [1, 2]], np.int64), np.full((2, 4), 100.0, np.float32)
+big = np.iinfo(np.int64)
+def const(name, v):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(v), name))
+nodes = [const("c", c), const("idx", idx), const("upd", upd), const("pads", np.array([0, 1, 0, 2, 0, 0, 3, 1])),
+         const("rs", np.array([-1, big.max])), const("re", np.array([big.min, big.min])),
+         const("ra", np.array([1, 2])), const("rp", np.array([-1, -1])), const("s0", np.array([0])),
+         const("s1", np.array([1])), const("e", np.array([big.max])), const("a2", np.array([-1])),
+         const("p2", np.array([2])),
+         helper.make_node("Slice", ["c", "rs", "re", "ra", "rp"], ["rev"]),
+         helper.make_node("ScatterND", ["rev", "idx", "upd"], ["sc"]),
+         helper.make_node("Slice", ["sc", "s0", "e", "a2", "p2"], ["even"]),
+         helper.make_node("Slice", ["sc", "s1", "e", "a2", "p2"], ["odd"]),
+         helper.make_node("Concat", ["even", "odd"], ["cat"], axis=2),
+         helper.make_node("Add", ["input", "cat"], ["sum"]),
+         helper.make_node("Pad", ["sum", "pads"], ["out"], mode="constant")]
+g = helper.make_graph(nodes, "folds", [helper.make_tensor_value_info("input", T.FLOAT, ["batch", 2, 3, 4])],
+                      [helper.make_tensor_value_info("out", T.FLOAT, ["batch", 3, 6, 7])])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), d + "/model.onnx")
+x = np.random.default_rng(0).standard_normal((3, 2, 3, 4), dtype=np.float32)
+sc = c[:, ::-1, ::-1].copy()
+sc[0, 1], sc[1, 2] = upd
+cat = np.concatenate([sc[:, :, 0::2], sc[:, :, 1::2]], axis=2)
+x.tofile(d + "/x.bin")
+np.pad(x + cat, [(0, 0), (1, 0), (0, 3), (2, 1)]).astype(np.float32).tofile(d + "/ref.bin")
+EOF
+    "$MODEL" node "$d/model.onnx" "$d/x.bin" "$d/out.bin" >"$d/log" 2>&1 || { fail "the folding graph: $(head -1 "$d/log")"; return; }
+    $PY "$OT" near "$d/out.bin" "$d/ref.bin" >"$d/cmp" 2>&1 || fail "the folding graph: $(cat "$d/cmp")"
+}
+
 # ---- bad input ----
 test_bad_input()
 {
@@ -489,5 +536,5 @@ EOF
         "$WORK/bigdim.out" || fail "inspect of a 2^32 + 3 dimension: $(tail -1 "$WORK/bigdim.out")"
 }
 
-TESTS=(bad_input methods every_method tools zoo_roundtrip nodes torchvision transformers transformer_runs)
+TESTS=(bad_input methods every_method tools zoo_roundtrip nodes folds torchvision transformers transformer_runs)
 run_tests "$@"

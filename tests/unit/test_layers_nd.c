@@ -56,7 +56,7 @@ static int build_attention(NnModel *m, int x, const void *arg)
 }
 
 /* a class token expanded over the batch and concatenated, a position embedding added, layer norm, a mean over
- * tokens, a gather of rows (one twice), a slice */
+ * tokens, a gather of rows (one twice, and zero rows before and after: a pad), a slice */
 static int build_tokens(NnModel *m, int x, const void *arg)
 {
     int t = tokens(m, x);
@@ -66,11 +66,11 @@ static int build_tokens(NnModel *m, int x, const void *arg)
     int h = nn_concat_axis(m, (int[]){c, t}, 2, 1);
     h = nn_binary(m, NN_BIN_ADD, h, nn_param(m, &pos));
     h = nn_layernorm(m, h, 1, 1e-5f, 1);
-    int g = nn_gather(m, h, 1, (int32_t[]){0, 2, 2, 1}, 4); /* [N, 4, E]: row 2 twice */
+    int g = nn_gather(m, h, 1, (int32_t[]){-1, 0, 2, 2, 1, -1}, 6); /* [N, 6, E]: row 2 twice, zeros */
     int s = nn_slice_axis(m, h, 2, 1, E - 1);               /* [N, T + 1, E - 2] */
     int mean = nn_reduce_mean(m, s, 1u << 1);               /* [N, 1, E - 2] */
-    int lin = nn_linear_rows(m, g, E - 2, 1, NN_ACT_NONE);  /* [N, 4, E - 2] */
-    return nn_binary(m, NN_BIN_MUL, lin, mean);             /* broadcast over the 4 rows */
+    int lin = nn_linear_rows(m, g, E - 2, 1, NN_ACT_NONE);  /* [N, 6, E - 2] */
+    return nn_binary(m, NN_BIN_MUL, lin, mean);             /* broadcast over the 6 rows */
 }
 
 /* arithmetic with broadcasting: a parameter per channel, a constant, sub and div (the divisor kept from 0) */
@@ -564,6 +564,11 @@ static void test_bad_dims(void)
     CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 4}, 2));
     t = nn_transpose(&m, m.input, (int[]){1, 0, 2, 3});
     CHECK(nn_softmax(&m, t, 1) < 0); /* along the batch */
+    nn_model_free(&m);
+    fh_error_clear();
+    CHECK_OK(nn_model_init(&m, "bad", (NnShape){2, 3, 4}, 2));
+    CHECK(nn_gather(&m, m.input, 1, (int32_t[]){0, -2}, 2) < 0); /* -1 is a zero entry, -2 nothing */
+    CHECK_MSG_HAS("outside");
     nn_model_free(&m);
     fh_error_clear();
 }
