@@ -118,15 +118,6 @@ def set_flat(model, vec):
     torch.nn.utils.vector_to_parameters(vec, list(model.parameters()))
 
 
-def grad_at(model, vec, x, y):
-    """mean cross-entropy's gradient at the flat weights vec on all of (x, y), and the loss"""
-    set_flat(model, vec)
-    model.zero_grad()
-    loss = F.cross_entropy(model(x), y)
-    g = torch.autograd.grad(loss, list(model.parameters()))
-    return torch.cat([t.reshape(-1) for t in g]), float(loss)
-
-
 def loss_grad_at(model, vec, x, loss_of_logits):
     """the gradient of loss_of_logits(model(x)) at the flat weights vec, and the loss"""
     set_flat(model, vec)
@@ -134,6 +125,11 @@ def loss_grad_at(model, vec, x, loss_of_logits):
     loss = loss_of_logits(model(x))
     g = torch.autograd.grad(loss, list(model.parameters()))
     return torch.cat([t.reshape(-1) for t in g]), float(loss)
+
+
+def grad_at(model, vec, x, y):
+    """mean cross-entropy's gradient at the flat weights vec on all of (x, y), and the loss"""
+    return loss_grad_at(model, vec, x, lambda z: F.cross_entropy(z, y))
 
 
 def logits_at(model, vec, x):
@@ -222,6 +218,12 @@ def server_average(w, deltas, p):
     return w + sum(pk * d for pk, d in zip(p, deltas))
 
 
+def family_weights(clients, uniform):
+    """the FL-Simulator family's server weights: uniform, or by sample counts (algo.weights)"""
+    n = torch.tensor([float(len(y)) for _, y in clients])
+    return torch.full_like(n, 1.0 / len(n)) if uniform else n / n.sum()
+
+
 class WmsamTwin:
     """FedWMSAM, docs/methods/sam.md §9 (compat = intended, k_norm = code: K_bar = train.steps): personalised
     momentum mom_k, the one-backprop perturbation towards target_b = x_r + b mom_k, the blend alpha_r g +
@@ -257,9 +259,8 @@ class WmsamTwin:
 
     def round(self):
         self.scalar = self.alpha
-        n = torch.tensor([float(len(y)) for _, y in self.clients])
         deltas = [self.client(k, x, y) for k, (x, y) in enumerate(self.clients)]
-        p = torch.full((len(deltas),), 1.0 / len(deltas)) if self.uniform else n / n.sum()
+        p = family_weights(self.clients, self.uniform)
         rows, s, dc = {}, [], torch.zeros_like(self.w)
         K = float(self.steps)
         for k, d in enumerate(deltas):
@@ -270,7 +271,8 @@ class WmsamTwin:
             self.ck[k] = new_ck
             rows[k] = dict(weight=float(p[k]))
         mean_s = sum(s) / len(s)
-        self.note = f"mean s_k {mean_s:.3g} (alpha's clip [0.1, 0.9] {'binds' if not 0.1 <= mean_s <= 0.9 else 'is open'})"
+        clip = "is open" if 0.1 <= mean_s <= 0.9 else "binds"
+        self.note = f"mean s_k {mean_s:.3g} (alpha's clip [0.1, 0.9] {clip})"
         self.alpha = (1 - self.lam) * self.alpha + self.lam * min(0.9, max(0.1, mean_s))
         self.c = self.c + dc / len(deltas)
         bar = sum(pk * d for pk, d in zip(p, deltas))
@@ -293,7 +295,8 @@ class AfedsamTwin:
 
     def __init__(self, model, w0, clients, lr, steps, o, wrong=False, mutate=None):
         self.model, self.w, self.clients, self.lr, self.steps = model, w0.clone(), clients, lr, steps
-        self.rho, self.mu_max, self.lam = float(o.get("rho", 0.1)), float(o.get("mu_max", 1.0)), float(o.get("lambda", 0.01))
+        self.rho, self.mu_max = float(o.get("rho", 0.1)), float(o.get("mu_max", 1.0))
+        self.lam = float(o.get("lambda", 0.01))
         self.T, self.uniform = float(o.get("temperature", 4.0)), o.get("weights", "uniform") == "uniform"
         self.wrong, self.mutate, self.mu, self.scalar = wrong, mutate, 0.0, 0.0
 
@@ -312,9 +315,8 @@ class AfedsamTwin:
 
     def round(self):
         self.scalar = self.mu
-        n = torch.tensor([float(len(y)) for _, y in self.clients])
         deltas = [self.client(x, y) for x, y in self.clients]
-        p = torch.full((len(deltas),), 1.0 / len(deltas)) if self.uniform else n / n.sum()
+        p = family_weights(self.clients, self.uniform)
         self.w = server_average(self.w, deltas, p)
         self.mu = (1 - self.lam) * self.mu + self.lam * self.mu_max  # mu_{t+1}
         return {k: dict(weight=float(p[k])) for k in range(len(deltas))}
@@ -405,7 +407,8 @@ class IsmTwin:
     def __init__(self, model, w0, clients, lr, steps, o, wrong=False, mutate=None, plus=True):
         self.model, self.w, self.clients, self.lr, self.steps, self.o = model, w0.clone(), clients, lr, steps, o
         self.plus, self.wrong, self.mutate, self.t, self.a, self.scalar = plus, wrong, mutate, 0, None, None
-        self.galpha, self.q, self.beta = float(o.get("gsam_alpha", 0.1)), float(o.get("q", 2.0)), float(o.get("beta", 0.5))
+        self.galpha, self.q = float(o.get("gsam_alpha", 0.1)), float(o.get("q", 2.0))
+        self.beta = float(o.get("beta", 0.5))
         self.wd, self.la = float(o.get("train.weight_decay", 0)), float(o.get("train.logit_adjust", 0))
         self.b1, self.b2, self.aeps = (float(o.get("train.beta1", 0.9)), float(o.get("train.beta2", 0.999)),
                                        float(o.get("train.eps", 1e-8)))
