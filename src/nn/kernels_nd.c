@@ -341,11 +341,12 @@ static void mm_offsets(const NnMatmulShape *s, int64_t i, int64_t *ao, int64_t *
 
 void nn_matmul_forward(float *y, const float *a, const float *b, const NnMatmulShape *s)
 {
+    const int lda = (int)s->lda, ldb = (int)s->ldb, ldy = (int)s->ldy;
     for (int64_t i = 0; i < s->count; i++) {
         int64_t ao, bo, yo;
         mm_offsets(s, i, &ao, &bo, &yo);
-        nn_gemm(s->onednn, s->trans_a, s->trans_b, s->m, s->n_cols, s->k, s->alpha, a + ao, (int)s->lda, b + bo, (int)s->ldb, 0.0f,
-                y + yo, (int)s->ldy);
+        nn_gemm(s->onednn, s->trans_a, s->trans_b, s->m, s->n_cols, s->k, s->alpha, a + ao, lda, b + bo, ldb, 0.0f,
+                y + yo, ldy);
     }
 }
 
@@ -353,18 +354,19 @@ void nn_matmul_forward(float *y, const float *a, const float *b, const NnMatmulS
  * broadcast); either may be NULL */
 void nn_matmul_backward(float *da, float *db, const float *dy, const float *a, const float *b, const NnMatmulShape *s)
 {
-    const int M = s->m, K = s->k, N = s->n_cols;
+    const int M = s->m, K = s->k, N = s->n_cols, lda = (int)s->lda, ldb = (int)s->ldb, ldy = (int)s->ldy;
+    const float al = s->alpha;
     for (int64_t i = 0; i < s->count; i++) {
         int64_t ao, bo, yo;
         mm_offsets(s, i, &ao, &bo, &yo);
         if (da && !s->trans_a) /* dA [M, K] = dY [M, N] op(B)^T */
-            nn_gemm(s->onednn, 0, !s->trans_b, M, K, N, s->alpha, dy + yo, (int)s->ldy, b + bo, (int)s->ldb, 1.0f, da + ao, (int)s->lda);
+            nn_gemm(s->onednn, 0, !s->trans_b, M, K, N, al, dy + yo, ldy, b + bo, ldb, 1.0f, da + ao, lda);
         else if (da) /* A stored [K, M]: dA = op(B) dY^T */
-            nn_gemm(s->onednn, s->trans_b, 1, K, M, N, s->alpha, b + bo, (int)s->ldb, dy + yo, (int)s->ldy, 1.0f, da + ao, (int)s->lda);
+            nn_gemm(s->onednn, s->trans_b, 1, K, M, N, al, b + bo, ldb, dy + yo, ldy, 1.0f, da + ao, lda);
         if (db && !s->trans_b) /* dB [K, N] = op(A)^T dY */
-            nn_gemm(s->onednn, !s->trans_a, 0, K, N, M, s->alpha, a + ao, (int)s->lda, dy + yo, (int)s->ldy, 1.0f, db + bo, (int)s->ldb);
+            nn_gemm(s->onednn, !s->trans_a, 0, K, N, M, al, a + ao, lda, dy + yo, ldy, 1.0f, db + bo, ldb);
         else if (db) /* B stored [N, K]: dB = dY^T op(A) */
-            nn_gemm(s->onednn, 1, s->trans_a, N, K, M, s->alpha, dy + yo, (int)s->ldy, a + ao, (int)s->lda, 1.0f, db + bo, (int)s->ldb);
+            nn_gemm(s->onednn, 1, s->trans_a, N, K, M, al, dy + yo, ldy, a + ao, lda, 1.0f, db + bo, ldb);
     }
 }
 

@@ -1006,10 +1006,10 @@ void nn_model_backward(NnModel *m, const float *dlogits, const float *dfeatures)
         double t0 = m->profile ? fh_time_now() : 0.0;
         if (l->folded) continue; /* its reader's pass did its work */
         /* the whole buffer: a folded input is a part of it */
+        const int root_in = nn_tensor_root(m, l->in), root_in2 = l->in2 >= 0 ? nn_tensor_root(m, l->in2) : -1;
         if (l->zero_in && !writes_whole_dx(m, l))
-            memset(nn_tgrad(m, l->in), 0, sizeof(float) * (size_t)nn_tensor_floats(m, nn_tensor_root(m, l->in), batch));
-        if (l->zero_in2)
-            memset(nn_tgrad(m, l->in2), 0, sizeof(float) * (size_t)nn_tensor_floats(m, nn_tensor_root(m, l->in2), batch));
+            memset(nn_tgrad(m, root_in), 0, sizeof(float) * (size_t)nn_tensor_floats(m, root_in, batch));
+        if (l->zero_in2) memset(nn_tgrad(m, root_in2), 0, sizeof(float) * (size_t)nn_tensor_floats(m, root_in2, batch));
         const float *x = nn_tdata(m, l->in), *y = nn_tdata(m, l->out);
         float *dy = nn_tgrad(m, l->out);
         float *dx = (nn_is_input_tensor(m, l->in) && !m->need_input_grad) ? NULL : nn_tgrad(m, l->in);
