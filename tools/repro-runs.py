@@ -7,11 +7,13 @@ Writes, in DOCS_DIR:
   runs.csv.gz     one row per member and round: member, the member's grid keys (as members.csv names them), then
                   every column of its metrics.csv (test accuracy, losses, timings, counters, ...)
   clients.csv.gz  one row per member, round and selected client: member, its grid keys, then clients.csv's columns
-A member without a metrics.csv (failed before its first round) has no rows; members.csv (its state and message)
-is in the report's summary. The files are gzip with no time stamp: the same runs give the same bytes.
+Members of different methods write different columns (FLOOD's phi, ...): a file holds the union, in the order
+the members first name them, empty where a member has none. A member without a metrics.csv (failed before its
+first round) has no rows; members.csv (its state and message) is in the report's summary. The files are gzip with
+no time stamp: the same runs give the same bytes.
 
 usage: tools/repro-runs.py GRID_OUTPUT_DIR DOCS_DIR        (tools/reproduce.sh calls it for docs/repro/CLAIM)
-Exit 1 with a message naming the file when the grid folder or a member's CSV cannot be read."""
+Exit 1 with a message naming the file when the grid folder or a member's CSV cannot be read or is malformed."""
 import csv
 import gzip
 import io
@@ -42,20 +44,28 @@ def read_csv(path):
 
 
 def gather(grid_dir, members, keys, name):
-    """the rows of every member's NAME (metrics.csv or clients.csv), each prefixed with the member and its keys"""
-    header, out = None, []
+    """the rows of every member's NAME (metrics.csv or clients.csv), each prefixed with the member and its keys, under
+    the union of the members' columns (methods add their own: FLOOD's phi, FedISM+'s saga_score, ...), empty where a
+    member has no such column"""
+    columns, tables = [], []
     for m in members:
         path = os.path.join(grid_dir, m["member"], name)
         if not os.path.exists(path):
             continue
         h, rows = read_csv(path)
-        if header is None:
-            header = h
-        elif h != header:  # members of one grid write the same columns; a mismatch is another build's folder
-            fail(f"{path}: its columns differ from the other members' {name}")
+        if len(set(h)) != len(h):
+            fail(f"{path}: a column name appears twice")
+        bad = next((i for i, r in enumerate(rows, 2) if len(r) != len(h)), None)
+        if bad:
+            fail(f"{path}:{bad}: {len(rows[bad - 2])} fields where the header has {len(h)}")
+        columns += [c for c in h if c not in columns]
+        tables.append((m, h, rows))
+    out = []
+    for m, h, rows in tables:
         prefix = [m["member"]] + [m[k] for k in keys]
-        out += [prefix + r for r in rows]
-    return (["member"] + keys + (header or [])), out
+        at = {c: i for i, c in enumerate(h)}
+        out += [prefix + [r[at[c]] if c in at else "" for c in columns] for r in rows]
+    return ["member"] + keys + columns, out
 
 
 def write_gz(path, header, rows):

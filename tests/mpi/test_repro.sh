@@ -382,8 +382,8 @@ test_stopped_grid_unfinished()
     grep -q -- '--finished' "$ROOT/tools/reproduce.sh" || fail "tools/reproduce.sh does not check that the grid finished"
 }
 
-# every member's per-round rows kept, compressed, with its grid keys; the same runs give the same bytes; a member
-# of another build (other columns) is refused naming its file
+# every member's per-round rows kept, compressed, with its grid keys; the same runs give the same bytes; members of
+# different methods (other columns) kept under the union of their columns; a malformed row refused naming its file
 test_runs_kept()
 {
     fake_grid
@@ -401,9 +401,19 @@ test_runs_kept()
     first=$(md5sum <"$WORK/kept/runs.csv.gz")
     "$PY" "$ROOT/tools/repro-runs.py" "$WORK/grid" "$WORK/kept" >/dev/null 2>&1
     [ "$(md5sum <"$WORK/kept/runs.csv.gz")" = "$first" ] || fail "the same runs gave other bytes"
-    printf 'round,test_accuracy\n0,0.5\n' >"$WORK/grid/method-b_seed-1/metrics.csv"
-    "$PY" "$ROOT/tools/repro-runs.py" "$WORK/grid" "$WORK/kept" >"$WORK/bad.out" 2>&1 && fail "mismatched columns accepted"
-    grep -q "method-b_seed-1/metrics.csv: its columns differ" "$WORK/bad.out" || fail "no file named: $(cat "$WORK/bad.out")"
+    # another method's own column (FLOOD's phi): the union, empty where a member has none
+    printf 'round,client,samples,phi,weight\n0,1,10,0.25,0.5\n' >"$WORK/grid/method-b_seed-1/clients.csv"
+    "$PY" "$ROOT/tools/repro-runs.py" "$WORK/grid" "$WORK/kept" >"$WORK/kept.out" 2>&1 ||
+        { fail "members with other columns refused: $(cat "$WORK/kept.out")"; return; }
+    zcat "$WORK/kept/clients.csv.gz" >"$WORK/clients.csv"
+    [ "$(head -1 "$WORK/clients.csv")" = "member,algo.method,fl.seed,round,client,samples,weight,phi" ] ||
+        fail "clients header: $(head -1 "$WORK/clients.csv")"
+    grep -qx 'method-a_seed-0,a,0,0,4,10,0.5,' "$WORK/clients.csv" && grep -qx 'method-b_seed-1,b,1,0,1,10,0.5,0.25' "$WORK/clients.csv" ||
+        fail "clients rows under the union: $(cat "$WORK/clients.csv")"
+    printf 'round,test_accuracy\n0,0.5,7\n' >"$WORK/grid/method-b_seed-1/metrics.csv"
+    "$PY" "$ROOT/tools/repro-runs.py" "$WORK/grid" "$WORK/kept" >"$WORK/bad.out" 2>&1 && fail "a malformed row accepted"
+    grep -q "method-b_seed-1/metrics.csv:2: 3 fields where the header has 2" "$WORK/bad.out" ||
+        fail "no file named: $(cat "$WORK/bad.out")"
     grep -q 'repro-runs.py' "$ROOT/tools/reproduce.sh" || fail "tools/reproduce.sh does not keep the runs"
 }
 
