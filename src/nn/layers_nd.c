@@ -560,6 +560,7 @@ static int fold_valid(const NnModel *m, const NnLayer *l)
     return 1;
 }
 
+/* an input-side link: its output read through the strides of its input's buffer */
 static void fold_mark(NnModel *m, int layer, int on)
 {
     NnLayer *l = &m->layers[layer];
@@ -568,16 +569,30 @@ static void fold_mark(NnModel *m, int layer, int on)
     if (l->type != NN_OP_RESHAPE) m->tensors[l->out].alias_of = on ? l->in : -1;
 }
 
+/* product l writes straight into the output of the transpose `via` that reads it */
+static void fold_output(NnModel *m, NnLayer *l, int via, int on)
+{
+    NnLayer *t = &m->layers[via];
+    l->y_via = on ? via : -1;
+    t->folded = (unsigned char)on;
+    m->tensors[l->out].alias_of = on ? t->out : -1;
+}
+
 void nn_nd_fold_products(NnModel *m)
 {
     if (m->no_product_folding) return;
     const int n_t = m->n_tensors;
-    int *readers = calloc((size_t)n_t, sizeof *readers), *producer = malloc(sizeof(int) * (size_t)n_t);
-    if (!readers || !producer) goto done; /* folding is an optimisation: without memory, none */
+    /* per tensor: how many layer inputs read it, the last layer that does, the layer that writes it */
+    int *readers = calloc((size_t)n_t, sizeof *readers), *reader = malloc(sizeof(int) * (size_t)n_t);
+    int *producer = malloc(sizeof(int) * (size_t)n_t);
+    if (!readers || !reader || !producer) goto done; /* folding is an optimisation: without memory, none */
     for (int t = 0; t < n_t; t++) producer[t] = -1;
     for (int i = 0; i < m->n_layers; i++) {
         const NnLayer *l = &m->layers[i];
-        for (int k = 0; k < nn_layer_inputs(l); k++) readers[nn_layer_input(l, k)]++;
+        for (int k = 0; k < nn_layer_inputs(l); k++) {
+            readers[nn_layer_input(l, k)]++;
+            reader[nn_layer_input(l, k)] = i;
+        }
         producer[l->out] = i;
     }
     for (int i = 0; i < m->n_layers; i++) {
@@ -598,23 +613,14 @@ void nn_nd_fold_products(NnModel *m)
         }
         const int y = l->out;
         if (readers[y] != 1 || y == m->logits || y == m->features) continue;
-        for (int j = i + 1; j < m->n_layers; j++) {
-            NnLayer *r = &m->layers[j];
-            if (r->in != y && r->in2 != y) continue;
-            if (r->type != NN_OP_TRANSPOSE || r->folded) break;
-            l->y_via = j;
-            r->folded = 1;
-            m->tensors[y].alias_of = r->out;
-            if (!fold_valid(m, l)) {
-                l->y_via = -1;
-                r->folded = 0;
-                m->tensors[y].alias_of = -1;
-            }
-            break;
-        }
+        const NnLayer *r = &m->layers[reader[y]];
+        if (r->type != NN_OP_TRANSPOSE || r->folded) continue;
+        fold_output(m, l, reader[y], 1);
+        if (!fold_valid(m, l)) fold_output(m, l, reader[y], 0);
     }
 done:
     free(readers);
+    free(reader);
     free(producer);
 }
 

@@ -292,12 +292,7 @@ static void test_linear_row_blocks(void)
 /* the largest difference of a from b, relative to b's largest value */
 static double max_rel_diff(const float *a, const float *b, int64_t n)
 {
-    double diff = 0, top = 1e-30;
-    for (int64_t i = 0; i < n; i++) {
-        diff = fmax(diff, fabs((double)a[i] - b[i]));
-        top = fmax(top, fabs((double)b[i]));
-    }
-    return diff / top;
+    return max_diff(a, b, n) / fmax(max_abs(b, n), 1e-30);
 }
 
 /* attention's head split (slices of one projection, reshapes, transposes), its scale and its head merge are folded
